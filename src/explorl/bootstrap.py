@@ -1,0 +1,153 @@
+"""`explorl bootstrap`: train the embedded default policy, a tiny Qwen2 model with a character tokenizer.
+
+Supervised training on the built-in arithmetic task's worked solutions, stopped on purpose while the model is
+still imperfect: every `eval_every` steps the held-out pass@1 (one sample per problem at temperature 1) is
+measured, and training stops at the first measurement at or above `target_pass1`. RL then has room to improve.
+The result is saved with `save_pretrained`, so it loads through the same path as any Hugging Face model.
+Deterministic for a seed and a thread count.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from explorl.models import build_char_tokenizer, count_parameters, tiny_qwen2
+
+
+@dataclass
+class BootstrapConfig:
+    seed: int = 0
+    """Seed of initialisation and data order."""
+    hidden: int = 128
+    """Model width."""
+    layers: int = 4
+    """Decoder layers."""
+    heads: int = 4
+    """Attention heads."""
+    kv_heads: int = 2
+    """Key/value heads (grouped-query attention, as Qwen2)."""
+    intermediate: int = 384
+    """MLP width."""
+    difficulties: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5])
+    """Difficulty levels of the training problems (the default task mix)."""
+    train_size: int = 30000
+    """Worked solutions to train on (disjoint from the held-out split)."""
+    eval_size: int = 256
+    """Held-out problems for the stopping rule (the same split the default task evaluates on)."""
+    data_seed: int = 1234
+    """Seed of the task generator; equal to `task.data_seed`'s default so the held-out split is shared."""
+    batch_size: int = 64
+    """Sequences per optimizer step."""
+    lr: float = 3e-3
+    """Peak AdamW learning rate (linear warm-up, then constant)."""
+    warmup: int = 100
+    """Warm-up steps."""
+    max_steps: int = 4000
+    """Hard cap on optimizer steps."""
+    eval_every: int = 100
+    """Steps between checks of the stopping rule."""
+    target_pass1: float = 0.30
+    """Stop at the first check whose held-out pass@1 reaches this (keeps the model imperfect)."""
+    max_new_tokens: int = 64
+    """Length limit of sampled solutions during the checks."""
+
+
+def _batches(seqs: list[list[int]], starts: list[int], batch: int, gen: torch.Generator, pad: int):
+    """Endless shuffled batches of (input_ids, labels) with the prompt part of the labels ignored."""
+    while True:
+        for idx in torch.randperm(len(seqs), generator=gen).split(batch):
+            rows = [seqs[i] for i in idx.tolist()]
+            width = max(len(r) for r in rows)
+            ids = torch.full((len(rows), width), pad, dtype=torch.long)
+            labels = torch.full((len(rows), width), -100, dtype=torch.long)
+            for j, i in enumerate(idx.tolist()):
+                ids[j, :len(seqs[i])] = torch.tensor(seqs[i])
+                labels[j, starts[i]:len(seqs[i])] = torch.tensor(seqs[i][starts[i]:])
+            yield ids, labels
+
+
+def bootstrap(out_dir: str | Path, cfg: BootstrapConfig | None = None, *, console=None) -> Path:
+    """Train and save the embedded default model to `out_dir` (atomically). Returns `out_dir`."""
+    from rich.console import Console
+
+    from explorl.evaluate import evaluate
+    from explorl.tasks import Task
+    from explorl.tasks.arith import arith_task, default_reward
+    from explorl.rewards import extract_boxed
+
+    cfg = cfg or BootstrapConfig()
+    console = console or Console()
+    out_dir = Path(out_dir)
+    t_start = time.perf_counter()
+    tok = build_char_tokenizer()
+    model = tiny_qwen2(len(tok), hidden=cfg.hidden, layers=cfg.layers, heads=cfg.heads, kv_heads=cfg.kv_heads,
+                       intermediate=cfg.intermediate, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+                       seed=cfg.seed)
+    train, held_out = arith_task(cfg.difficulties, cfg.train_size, cfg.eval_size, cfg.data_seed)
+    reward_fn, isolate = default_reward()
+    task = Task(name="arith", train=train, eval=held_out, reward_fn=reward_fn, isolate=isolate,
+                extract_answer=extract_boxed)
+    seqs, starts = [], []
+    for p in train:
+        prompt = tok.encode(p.prompt, add_special_tokens=False)
+        seqs.append(prompt + tok.encode(p.meta["solution"], add_special_tokens=False) + [tok.eos_token_id])
+        starts.append(len(prompt))
+    gen = torch.Generator().manual_seed(cfg.seed)
+    batches = _batches(seqs, starts, cfg.batch_size, gen, tok.pad_token_id)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: min(1.0, (i + 1) / cfg.warmup))
+    console.print(f"[bold]bootstrap[/]: tiny Qwen2 with {count_parameters(model):,} parameters, "
+                  f"{len(seqs)} worked solutions, stopping at held-out pass@1 >= {cfg.target_pass1}")
+    history = []
+    pass1 = 0.0
+    step = 0
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("[bold]bootstrap"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("{task.fields[info]}"), console=console, disable=not console.is_terminal) as bar:
+        job = bar.add_task("sft", total=cfg.max_steps, info="")
+        model.train()
+        for step in range(1, cfg.max_steps + 1):
+            ids, labels = next(batches)
+            logits = model(input_ids=ids, attention_mask=(ids != tok.pad_token_id).long()).logits
+            loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            if step % cfg.eval_every == 0:
+                summary, _ = evaluate(model, tok, held_out, task, n=1, ks=[1], temperature=1.0,
+                                      max_new_tokens=cfg.max_new_tokens, seed=cfg.seed + step)
+                model.train()
+                pass1 = summary["pass@1"]
+                history.append({"step": step, "loss": float(loss.detach()), "pass@1": pass1})
+                bar.update(job, completed=step, info=f"loss {float(loss.detach()):.3f}  held-out pass@1 {pass1:.3f}")
+                if not console.is_terminal:
+                    console.print(f"  step {step}: loss {float(loss.detach()):.3f}, held-out pass@1 {pass1:.3f}")
+                if pass1 >= cfg.target_pass1:
+                    break
+            else:
+                bar.update(job, completed=step)
+    model.eval()
+    tmp = out_dir.with_name(out_dir.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(str(tmp))
+    tok.save_pretrained(str(tmp))
+    info = {"config": asdict(cfg), "steps": step, "held_out_pass@1": pass1, "parameters": count_parameters(model),
+            "seconds": time.perf_counter() - t_start, "history": history}
+    (tmp / "bootstrap.json").write_text(json.dumps(info, indent=2))
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(out_dir, ignore_errors=True)
+    os.replace(tmp, out_dir)
+    console.print(f"[bold]bootstrap[/]: saved to {out_dir} after {step} steps, held-out pass@1 {pass1:.3f}, "
+                  f"{info['seconds']:.0f}s")
+    return out_dir

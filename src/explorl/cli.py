@@ -1,0 +1,205 @@
+"""The `explorl` command: train, eval, bootstrap, demo, config."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.syntax import Syntax
+from rich.table import Table
+
+from explorl.config import ConfigError, dump_yaml, load_config, reference
+
+console = Console()
+
+
+def _parse_ks(text: str) -> list[int]:
+    try:
+        ks = [int(k) for k in text.split(",") if k.strip()]
+    except ValueError:
+        raise SystemExit(f"--k: expected comma-separated integers such as 1,2,4,8, got {text!r}") from None
+    if not ks or any(k < 1 for k in ks):
+        raise SystemExit(f"--k: every k must be >= 1, got {text!r}")
+    return ks
+
+
+def cmd_train(args) -> int:
+    if args.resume:
+        run = Path(args.resume)
+        if not (run / "config.yaml").exists():
+            raise ConfigError(f"--resume {run}: no config.yaml there; give a run directory made by `explorl train`")
+        cfg = load_config(run / "config.yaml", args.overrides)
+    else:
+        if args.config is None:
+            raise ConfigError("explorl train: give a CONFIG file (e.g. configs/quickstart.yaml) or --resume RUN")
+        cfg = load_config(args.config, args.overrides)
+    console.rule("resolved config")
+    console.print(Syntax(dump_yaml(cfg), "yaml", background_color="default"))
+    if args.dry_run:
+        console.print("[green]config is valid[/] (dry run: nothing trained)")
+        return 0
+    from explorl.trainer import train
+
+    run_dir = train(cfg, resume=args.resume, console=console)
+    result = json.loads((run_dir / "eval.json").read_text())
+    _print_table("held-out evaluation", {"trained": result}, cfg.run.eval_k)
+    console.print(f"run directory: {run_dir}")
+    return 0
+
+
+def cmd_eval(args) -> int:
+    from explorl.config import ModelConfig, TaskConfig, from_dict
+    from explorl.evaluate import evaluate
+    from explorl.models import load_policy
+    from explorl.tasks import load_task
+
+    ks = _parse_ks(args.k)
+    if max(ks) > args.n:
+        raise SystemExit(f"--k: k={max(ks)} exceeds --n={args.n}; pass@k needs at least k samples per problem")
+    model_cfg = from_dict(ModelConfig, {"path": args.model, "device": args.device, "dtype": args.dtype})
+    task_data = {"name": args.task}
+    for item in args.task_opt:
+        if "=" not in item:
+            raise SystemExit(f"--task-opt {item!r}: expected field=value (a task.* field such as path=data.jsonl)")
+        k, v = item.split("=", 1)
+        task_data[k] = v
+    from explorl.config import apply_override
+    data: dict = {"task": {}}
+    for k, v in task_data.items():
+        apply_override(data, f"task.{k}={v}")
+    task_cfg = from_dict(TaskConfig, data["task"], "task.")
+    model, tok, _ = load_policy(model_cfg)
+    task = load_task(task_cfg)
+    problems = task.eval[: args.limit] if args.limit else task.eval
+    from rich.progress import Progress
+
+    with Progress(console=console, disable=not console.is_terminal) as bar:
+        job = bar.add_task("eval", total=len(problems))
+        summary, per_problem = evaluate(model, tok, problems, task, n=args.n, ks=ks, temperature=args.temperature,
+                                        top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed,
+                                        progress=lambda k: bar.advance(job, k))
+    out = {"model": args.model, "task": args.task, "temperature": args.temperature, **summary}
+    _print_table(f"{args.task} ({len(problems)} problems, n={args.n})", {Path(args.model).name: summary}, ks)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(out, indent=2))
+        console.print(f"wrote {args.out}")
+    if args.per_problem:
+        with open(args.per_problem, "w") as f:
+            for r in per_problem:
+                f.write(json.dumps(r.__dict__) + "\n")
+    return 0
+
+
+def cmd_bootstrap(args) -> int:
+    from explorl.bootstrap import bootstrap
+    from explorl.models import embedded_dir
+
+    target = Path(args.out) if args.out else embedded_dir()
+    if (target / "config.json").exists() and not args.force:
+        console.print(f"embedded model already at {target} (use --force to retrain)")
+        return 0
+    bootstrap(target, console=console)
+    return 0
+
+
+def cmd_config(args) -> int:
+    table = Table(title="explorl configuration", show_lines=False)
+    for col in ("field", "type", "default", "meaning"):
+        table.add_column(col, overflow="fold")
+    for row in reference():
+        table.add_row(*row)
+    if args.markdown:
+        print("| field | type | default | meaning |\n|---|---|---|---|")
+        for name, tp, default, doc in reference():
+            print(f"| `{name}` | {tp} | `{default}` | {doc.replace('|', '/')} |")
+    else:
+        console.print(table)
+        from explorl.algos import ADVANTAGES
+        console.print(f"advantage estimators: {', '.join(sorted(ADVANTAGES))}")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from explorl.demo import run_demo
+
+    run_demo(args.config, args.overrides, console=console)
+    return 0
+
+
+def _print_table(title: str, rows: dict[str, dict], ks) -> None:
+    table = Table(title=title)
+    table.add_column("model")
+    cols = [f"pass@{k}" for k in ks] + [f"maj@{k}" for k in ks if k > 1] + ["entropy", "length"]
+    for c in cols:
+        table.add_column(c, justify="right")
+    for name, summary in rows.items():
+        table.add_row(name, *[f"{summary[c]:.3f}" if c in summary else "-" for c in cols])
+    console.print(table)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="explorl", description="RL with verifiable rewards, built around exploration")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("train", help="train a policy from a YAML config")
+    t.add_argument("config", nargs="?", help="YAML config (e.g. configs/quickstart.yaml)")
+    t.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. sampling.temperature=0.7")
+    t.add_argument("--dry-run", action="store_true", help="validate and print the resolved config, then exit")
+    t.add_argument("--resume", metavar="RUN", help="continue a killed run from its last checkpoint")
+    t.set_defaults(fn=cmd_train)
+
+    e = sub.add_parser("eval", help="pass@k / maj@k of a model on a task's held-out split")
+    e.add_argument("--model", default="embedded", help="model directory, or `embedded`")
+    e.add_argument("--task", default="arith", help="arith, file or rg:<name>")
+    e.add_argument("--task-opt", action="append", default=[], metavar="FIELD=VALUE",
+                   help="task.* setting, e.g. --task-opt path=data.jsonl (repeatable)")
+    e.add_argument("--n", type=int, default=16, help="samples per problem")
+    e.add_argument("--k", default="1,2,4,8,16", help="comma-separated k values of pass@k")
+    e.add_argument("--temperature", type=float, default=1.0)
+    e.add_argument("--top-p", type=float, default=1.0)
+    e.add_argument("--max-new-tokens", type=int, default=64)
+    e.add_argument("--limit", type=int, default=0, help="evaluate only the first N problems (0 = all)")
+    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--device", default="auto")
+    e.add_argument("--dtype", default="auto")
+    e.add_argument("--out", help="write the summary JSON here")
+    e.add_argument("--per-problem", help="write one JSON line per problem here")
+    e.set_defaults(fn=cmd_eval)
+
+    b = sub.add_parser("bootstrap", help="train and cache the embedded tiny default model")
+    b.add_argument("--out", help="directory (default: the cache, see EXPLORL_HOME)")
+    b.add_argument("--force", action="store_true", help="retrain even if cached")
+    b.set_defaults(fn=cmd_bootstrap)
+
+    d = sub.add_parser("demo", help="the main job: base eval, GRPO, eval after, before/after table")
+    d.add_argument("config", nargs="?", default=None, help="config (default: configs/quickstart.yaml)")
+    d.add_argument("overrides", nargs="*", help="key.sub=value overrides")
+    d.set_defaults(fn=cmd_demo)
+
+    c = sub.add_parser("config", help="list every config field with its type, default and meaning")
+    c.add_argument("--markdown", action="store_true", help="print a Markdown table (for the README)")
+    c.set_defaults(fn=cmd_config)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except ConfigError as e:
+        console.print(f"[bold red]config error:[/] {e}")
+        return 2
+    except (FileNotFoundError, FileExistsError, ValueError) as e:
+        console.print(f"[bold red]error:[/] {e}")
+        return 2
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/]; a run continues with `explorl train --resume RUN`")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,442 @@
+"""Typed configuration: one dataclass per concern, one docstring and one default per field.
+
+The same objects are built from YAML files (`configs/*.yaml`) and from `key.sub=value` command-line
+overrides; `load_config` validates everything before any work starts, so a typo or an impossible
+combination fails in milliseconds with the field's dotted name, the reason and the valid choices.
+Field docstrings are read from this file's source (`field_docs`) for `explorl config` and the README.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import difflib
+import inspect
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A configuration problem, named by the dotted field it concerns."""
+
+
+@dataclass
+class LoraConfig:
+    enabled: bool = False
+    """Train low-rank adapters (peft) instead of all weights. The frozen reference is then the base model with
+    adapters disabled, not a second copy."""
+    rank: int = 8
+    """LoRA rank r."""
+    alpha: float = 16.0
+    """LoRA scaling alpha (the update is scaled by alpha / rank)."""
+    dropout: float = 0.0
+    """Dropout on the adapter input."""
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    """Names of the linear modules that get adapters (Qwen2/Llama naming)."""
+
+
+@dataclass
+class ModelConfig:
+    path: str = "embedded"
+    """A local Hugging Face causal-LM directory (config, weights, tokenizer), or `embedded` for the tiny
+    default model that `explorl bootstrap` trains and caches (bootstrapped on first use)."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """Parameter dtype. `auto`: bfloat16 on a GPU that supports it, float32 on the CPU."""
+    device: str = "auto"
+    """`auto` (cuda when available, else cpu), `cpu`, `cuda` or `cuda:N`."""
+    attn_implementation: str = "sdpa"
+    """Attention kernel passed to `from_pretrained` (`sdpa`, `eager`, `flash_attention_2`)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass to save memory on large models."""
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    """Optional LoRA adapters."""
+
+
+@dataclass
+class TaskConfig:
+    name: str = "arith"
+    """`arith` (built-in procedural arithmetic with worked solutions), `file` (question/answer JSONL or
+    Parquet at `path`), or `rg:<dataset>` for a reasoning-gym task such as `rg:chain_sum`."""
+    path: str = ""
+    """`file` task: training data (.jsonl, .json or .parquet)."""
+    eval_path: str = ""
+    """`file` task: held-out data. Empty: the last `eval_size` rows of `path` are held out."""
+    prompt_field: str = "problem"
+    """`file` task: the field holding the question."""
+    answer_field: str = "answer"
+    """`file` task: the field holding the ground-truth answer."""
+    prompt_template: str = "{question}"
+    """Format string that turns a question into the prompt; `{question}` is replaced (`file` and `rg:` tasks)."""
+    difficulties: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5])
+    """`arith`: difficulty levels mixed in one dataset (level d has d operations), so some prompts are easy
+    and some hard. `rg:` tasks ignore it."""
+    train_size: int = 4096
+    """Number of training problems: generated for `arith` and `rg:`, a cap on the rows used for `file`."""
+    eval_size: int = 256
+    """Number of held-out problems."""
+    data_seed: int = 1234
+    """Seed of the procedural generators; independent of the training seed so runs share data."""
+    reward: str = "auto"
+    """`auto` (the task's own checker), `math` (math-verify on the last \\boxed{}), `exact` (string match of the
+    last \\boxed{}), or `module:function` for your own `fn(completion, answer, **meta) -> float`."""
+    reward_timeout_s: float = 5.0
+    """Hard time limit per sample for rewards that run in a worker process; a timeout scores 0 and is counted."""
+
+
+@dataclass
+class SamplingConfig:
+    group_size: int = 8
+    """G: responses sampled per prompt (the group of GRPO)."""
+    temperature: float = 1.0
+    """Sampling temperature; the optimised policy is the logits divided by it as well (DESIGN: Temperature)."""
+    top_p: float = 1.0
+    """Nucleus sampling mass (1.0 = off). Behaviour log-probs are taken under the truncated distribution."""
+    max_new_tokens: int = 64
+    """Length limit of a response; responses that hit it are flagged truncated."""
+    fast_path: bool = True
+    """Use the fused decoding path for Llama-family models (Qwen2, Llama) when it applies; otherwise the
+    generic path that calls the Hugging Face forward with a KV cache."""
+
+
+@dataclass
+class AlgoConfig:
+    advantage: str = "grpo"
+    """Advantage estimator by registry name (`grpo`, `dr_grpo`, ...; `explorl config` lists them)."""
+    adv_eps: float = 1e-6
+    """eps in the GRPO normalisation (r - mean) / (std + eps)."""
+    eps_low: float = 0.2
+    """PPO clip: lower bound of the ratio is 1 - eps_low."""
+    eps_high: float = 0.2
+    """PPO clip: upper bound of the ratio is 1 + eps_high (DAPO's clip-higher uses 0.28)."""
+    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
+    """Aggregation of token losses (METHODS 1): token-mean (DAPO), seq-mean-token-mean (GRPO paper),
+    seq-mean-token-sum-norm (Dr.GRPO, divides by N * max_new_tokens)."""
+    kl_coef: float = 0.0
+    """beta of the k3 KL penalty to the frozen reference model (0 = no reference model is kept)."""
+    entropy_coef: float = 0.0
+    """lambda of the entropy bonus: subtracts lambda * H per token (paper 000 eq. 3 uses 1e-4)."""
+    epochs: int = 1
+    """Optimisation passes over each batch of rollouts."""
+    mini_batches: int = 1
+    """Optimizer steps per epoch: the batch's responses are shuffled and split into this many mini-batches."""
+    micro_batch_size: int = 0
+    """Responses per forward/backward (gradient accumulation inside a mini-batch); 0 = the whole mini-batch."""
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-5
+    """Peak learning rate of AdamW."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    beta1: float = 0.9
+    """AdamW beta1."""
+    beta2: float = 0.999
+    """AdamW beta2."""
+    warmup_steps: int = 0
+    """Linear warm-up, in optimizer steps."""
+    min_lr_ratio: float = 0.1
+    """Cosine decay ends at lr * min_lr_ratio after all optimizer steps."""
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this value (0 = off)."""
+
+
+@dataclass
+class RunConfig:
+    steps: int = 100
+    """Training steps (one batch of prompts sampled, scored and optimised per step)."""
+    batch_size: int = 16
+    """Prompts per step (B)."""
+    seed: int = 0
+    """Seed of sampling, data order and initialisation; a run is reproducible for a seed."""
+    out_dir: str = "runs/default"
+    """Run directory: config.yaml, metrics.jsonl, samples.jsonl, checkpoints/, eval.json."""
+    save_every: int = 25
+    """Write a checkpoint every this many steps (and at the end); 0 = only at the end."""
+    keep_checkpoints: int = 2
+    """How many of the newest checkpoints to keep."""
+    eval_every: int = 0
+    """Evaluate on the held-out split every this many steps (0 = only at the end)."""
+    eval_n: int = 8
+    """Samples per held-out problem during evaluation."""
+    eval_k: list[int] = field(default_factory=lambda: [1, 8])
+    """k values of pass@k reported during evaluation (each <= eval_n)."""
+    eval_temperature: float = 1.0
+    """Sampling temperature of evaluation."""
+    log_samples: int = 2
+    """Prompts per step whose completions go to samples.jsonl."""
+    threads: int = 0
+    """torch CPU threads (0 = leave torch's default)."""
+    max_nonfinite_steps: int = 3
+    """Stop the run after this many consecutive steps whose loss or gradient was not finite."""
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The policy."""
+    task: TaskConfig = field(default_factory=TaskConfig)
+    """Prompts, answers and rewards."""
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    """Rollouts."""
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    """Advantage estimator and policy loss."""
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    """Optimizer and schedule."""
+    run: RunConfig = field(default_factory=RunConfig)
+    """Steps, batch, seed, outputs."""
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# building from dicts, with errors that name the field
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return " | ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (list, tuple):
+        return f"list of {_type_name(typing.get_args(tp)[0])}"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(value: Any, tp: Any, name: str) -> Any:
+    """Check `value` against the annotation `tp` (after YAML parsing) and return it in canonical form."""
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        choices = typing.get_args(tp)
+        if value not in choices:
+            raise ConfigError(f"{name}: {value!r} is not a valid choice; valid choices: {', '.join(map(str, choices))}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None:
+            return None
+        return _coerce(value, args[0], name)
+    if origin is list:
+        (inner,) = typing.get_args(tp)
+        if isinstance(value, (int, float, str)) and not isinstance(value, bool) and inner is not str:
+            value = [value]
+        if isinstance(value, str) and inner is str:
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{name}: expected a list, got {value!r}")
+        return [_coerce(v, inner, f"{name}[{i}]") for i, v in enumerate(value)]
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{name}: expected true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ConfigError(f"{name}: expected an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:  # YAML 1.1 reads "1e-5" as a string
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"{name}: expected a number, got {value!r}")
+    if tp is str:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{name}: expected a string, got {value!r}")
+    raise ConfigError(f"{name}: unsupported field type {tp}")
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def from_dict(cls: type, data: dict[str, Any] | None, prefix: str = "") -> Any:
+    """Build dataclass `cls` from a nested dict, validating keys and types."""
+    data = dict(data or {})
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {data!r}")
+    hints = _hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    for key in data:
+        if key not in names:
+            near = difflib.get_close_matches(str(key), names, n=1)
+            hint = f" Did you mean '{prefix}{near[0]}'?" if near else ""
+            raise ConfigError(f"unknown key '{prefix}{key}'.{hint} Valid keys here: {', '.join(names)}")
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            value = data[f.name]
+            if value is not None and not isinstance(value, dict):
+                raise ConfigError(f"{prefix}{f.name}: expected a mapping of its fields, got {value!r}")
+            kwargs[f.name] = from_dict(tp, value, f"{prefix}{f.name}.")
+        else:
+            kwargs[f.name] = _coerce(data[f.name], tp, f"{prefix}{f.name}")
+    return cls(**kwargs)
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def apply_override(data: dict[str, Any], override: str) -> None:
+    """Apply one `a.b.c=value` override to a nested dict; the value is parsed as YAML (`1e-4`, `[1,2]`, `true`)."""
+    if "=" not in override:
+        raise ConfigError(f"override {override!r} must look like key.sub=value (e.g. sampling.temperature=0.7)")
+    key, raw = override.split("=", 1)
+    key = key.strip()
+    try:
+        value = yaml.safe_load(raw) if raw.strip() != "" else ""
+    except yaml.YAMLError:
+        value = raw
+    parts = key.split(".")
+    node = data
+    for p in parts[:-1]:
+        if not isinstance(node.get(p, {}), dict):
+            raise ConfigError(f"override {override!r}: '{p}' is not a section")
+        node = node.setdefault(p, {})
+    node[parts[-1]] = value
+
+
+def _merge(base: dict, extra: dict) -> dict:
+    out = dict(base)
+    for k, v in extra.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Read a YAML config (optional), apply overrides, build and validate the typed `Config`.
+
+    A YAML file may name `base: other.yaml` (relative to itself) to inherit from another config.
+    """
+    data: dict[str, Any] = {}
+    if path is not None:
+        data = _read_yaml(Path(path))
+    for ov in overrides:
+        apply_override(data, ov)
+    cfg = from_dict(Config, data)
+    validate(cfg)
+    return cfg
+
+
+def _read_yaml(path: Path, depth: int = 0) -> dict[str, Any]:
+    if not path.exists():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections (model, task, ...)")
+    base = data.pop("base", None)
+    if base is not None:
+        if depth > 8:
+            raise ConfigError(f"{path}: `base:` chain is too deep (a cycle?)")
+        data = _merge(_read_yaml(path.parent / base, depth + 1), data)
+    return data
+
+
+def validate(cfg: Config) -> None:
+    """Cross-field checks; raises ConfigError naming the field and the fix."""
+    from explorl.algos import ADVANTAGES  # late import: the registry lives with the algorithms
+
+    def need(cond: bool, msg: str) -> None:
+        if not cond:
+            raise ConfigError(msg)
+
+    need(cfg.algo.advantage in ADVANTAGES,
+         f"algo.advantage: unknown estimator {cfg.algo.advantage!r}; valid: {', '.join(sorted(ADVANTAGES))}")
+    s, a, o, r, t = cfg.sampling, cfg.algo, cfg.optim, cfg.run, cfg.task
+    need(s.group_size >= 1, "sampling.group_size: must be >= 1")
+    need(s.temperature > 0, "sampling.temperature: must be > 0 (use a small value such as 1e-3 for near-greedy)")
+    need(0 < s.top_p <= 1, "sampling.top_p: must be in (0, 1]")
+    need(s.max_new_tokens >= 1, "sampling.max_new_tokens: must be >= 1")
+    need(0 <= a.eps_low < 1, "algo.eps_low: must be in [0, 1)")
+    need(a.eps_high >= 0, "algo.eps_high: must be >= 0")
+    need(a.kl_coef >= 0, "algo.kl_coef: must be >= 0")
+    need(a.epochs >= 1, "algo.epochs: must be >= 1")
+    need(a.mini_batches >= 1, "algo.mini_batches: must be >= 1")
+    need(a.micro_batch_size >= 0, "algo.micro_batch_size: must be >= 0 (0 = whole mini-batch)")
+    need(a.mini_batches <= r.batch_size * s.group_size,
+         f"algo.mini_batches: {a.mini_batches} mini-batches need at least that many responses; "
+         f"run.batch_size * sampling.group_size = {r.batch_size * s.group_size}")
+    need(o.lr > 0, "optim.lr: must be > 0")
+    need(0 <= o.min_lr_ratio <= 1, "optim.min_lr_ratio: must be in [0, 1]")
+    need(o.warmup_steps >= 0, "optim.warmup_steps: must be >= 0")
+    need(o.grad_clip >= 0, "optim.grad_clip: must be >= 0 (0 = off)")
+    need(r.steps >= 1, "run.steps: must be >= 1")
+    need(r.batch_size >= 1, "run.batch_size: must be >= 1")
+    need(r.eval_n >= 1, "run.eval_n: must be >= 1")
+    need(all(1 <= k <= r.eval_n for k in r.eval_k),
+         f"run.eval_k: every k must be in [1, run.eval_n={r.eval_n}], got {r.eval_k}")
+    need(r.eval_temperature > 0, "run.eval_temperature: must be > 0")
+    need(cfg.model.device == "auto" or cfg.model.device == "cpu" or cfg.model.device.startswith("cuda"),
+         f"model.device: {cfg.model.device!r} is not one of auto, cpu, cuda, cuda:N")
+    valid_tasks = "arith, file, rg:<reasoning-gym dataset name>"
+    need(t.name in ("arith", "file") or (t.name.startswith("rg:") and len(t.name) > 3),
+         f"task.name: {t.name!r} is not a task; valid: {valid_tasks}")
+    if t.name == "file":
+        need(bool(t.path), "task.path: the `file` task needs a path to a .jsonl or .parquet file")
+    if t.name == "arith":
+        need(len(t.difficulties) > 0 and all(1 <= d <= 8 for d in t.difficulties),
+             f"task.difficulties: levels must be in 1..8, got {t.difficulties}")
+    need(t.train_size >= 1 and t.eval_size >= 1, "task.train_size and task.eval_size must be >= 1")
+    need(t.reward in ("auto", "math", "exact") or ":" in t.reward,
+         f"task.reward: {t.reward!r}; valid: auto, math, exact, or module:function")
+    need(t.reward_timeout_s > 0, "task.reward_timeout_s: must be > 0")
+    need("{question}" in t.prompt_template, "task.prompt_template: must contain {question}")
+    lo = cfg.model.lora
+    if lo.enabled:
+        need(lo.rank >= 1, "model.lora.rank: must be >= 1")
+        need(len(lo.target_modules) > 0, "model.lora.target_modules: name at least one module")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# field documentation (read from the source, so the docstring under each field is the one source)
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """Map each field of dataclass `cls` to the docstring written under it."""
+    src = inspect.getsource(cls)
+    tree = ast.parse(src)
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs: dict[str, str] = {}
+    for prev, node in zip(body, body[1:]):
+        if (isinstance(prev, ast.AnnAssign) and isinstance(prev.target, ast.Name) and isinstance(node, ast.Expr)
+                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+            docs[prev.target.id] = " ".join(node.value.value.split())
+    return docs
+
+
+def reference(cls: type = Config, prefix: str = "") -> list[tuple[str, str, str, str]]:
+    """Rows (dotted name, type, default, doc) for every leaf field, for `explorl config` and the README."""
+    rows = []
+    docs = field_docs(cls)
+    hints = _hints(cls)
+    default = cls()
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            rows.extend(reference(tp, f"{prefix}{f.name}."))
+        else:
+            rows.append((f"{prefix}{f.name}", _type_name(tp), repr(getattr(default, f.name)), docs.get(f.name, "")))
+    return rows
+
+
+def dump_yaml(cfg: Config) -> str:
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False, default_flow_style=None, width=120)

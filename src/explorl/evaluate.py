@@ -1,0 +1,96 @@
+"""Held-out evaluation: n samples per problem, unbiased pass@k, avg@n, maj@k, entropy and length.
+
+Shared by `explorl eval`, the trainer's periodic evaluation and `make demo`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from explorl.metrics import maj_at_k, pass_at_k
+from explorl.rewards import RewardRunner
+from explorl.rollout.sampler import sample
+
+
+@dataclass
+class ProblemResult:
+    """Per-problem outcome of an evaluation."""
+
+    id: str
+    prompt: str
+    answer: str
+    correct: list[bool]
+    answers: list[str | None]
+    rewards: list[float]
+    mean_entropy: float
+    mean_length: float
+
+
+def evaluate(model, tokenizer, problems: Sequence, task, *, n: int, ks: Sequence[int], temperature: float = 1.0,
+             top_p: float = 1.0, max_new_tokens: int = 64, prompts_per_batch: int = 64, seed: int = 0,
+             reward_timeout_s: float = 5.0, fast_path: bool = True, progress=None) -> tuple[dict, list[ProblemResult]]:
+    """Sample `n` responses per problem and score them.
+
+    A response counts as correct when its reward is > 0.5 (the built-in rewards are binary).
+    Returns (summary, per_problem). Summary keys: `pass@k` and `maj@k` for each k, `avg@n` (mean accuracy),
+    `entropy` (mean token entropy of the sampled distribution), `length` (mean response tokens), `errors`
+    and `timeouts` of the reward function, `problems`, `n`.
+    """
+    device = next(model.parameters()).device
+    gen = torch.Generator(device=device).manual_seed(seed)
+    runner = RewardRunner(task.reward_fn, isolate=task.isolate, timeout_s=reward_timeout_s)
+    results: list[ProblemResult] = []
+    errors = timeouts = 0
+    ent_sum = tok_sum = 0.0
+    eos = tokenizer.eos_token_id
+    for start in range(0, len(problems), prompts_per_batch):
+        chunk = problems[start:start + prompts_per_batch]
+        ids = [tokenizer.encode(p.prompt, add_special_tokens=False) for p in chunk]
+        ro = sample(model, ids, n, eos_token_id=eos, pad_token_id=tokenizer.pad_token_id,
+                    max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, generator=gen,
+                    fast_path=fast_path)
+        texts = decode_responses(tokenizer, ro)
+        group = ro.group.tolist()
+        rr = runner(texts, [chunk[g].answer for g in group], [chunk[g].meta for g in group])
+        errors += rr.errors
+        timeouts += rr.timeouts
+        ent_sum += float((ro.entropy * ro.mask).sum())
+        tok_sum += float(ro.mask.sum())
+        lengths = ro.lengths.tolist()
+        ent_rows = ((ro.entropy * ro.mask).sum(-1) / ro.mask.sum(-1).clamp_min(1)).tolist()
+        for j, p in enumerate(chunk):
+            rows = [i for i, g in enumerate(group) if g == j]
+            rewards = [rr.rewards[i] for i in rows]
+            results.append(ProblemResult(
+                id=str(p.meta.get("id", start + j)), prompt=p.prompt, answer=p.answer,
+                correct=[r > 0.5 for r in rewards], answers=[task.extract_answer(texts[i]) for i in rows],
+                rewards=rewards, mean_entropy=sum(ent_rows[i] for i in rows) / len(rows),
+                mean_length=sum(lengths[i] for i in rows) / len(rows)))
+        if progress is not None:
+            progress(len(chunk))
+    summary: dict = {"problems": len(results), "n": n}
+    for k in ks:
+        summary[f"pass@{k}"] = sum(pass_at_k(n, sum(r.correct), k) for r in results) / max(len(results), 1)
+    summary[f"avg@{n}"] = sum(sum(r.correct) / n for r in results) / max(len(results), 1)
+    for k in ks:
+        summary[f"maj@{k}"] = sum(maj_at_k(r.answers, r.correct, k, seed=seed) for r in results) / max(len(results), 1)
+    summary["entropy"] = ent_sum / max(tok_sum, 1.0)
+    summary["length"] = tok_sum / max(len(results) * n, 1)
+    summary["errors"] = errors
+    summary["timeouts"] = timeouts
+    return summary, results
+
+
+def decode_responses(tokenizer, ro) -> list[str]:
+    """Response texts without padding or EOS."""
+    out = []
+    eos = tokenizer.eos_token_id
+    for ids, length in zip(ro.response_ids.tolist(), ro.lengths.tolist()):
+        ids = ids[:length]
+        if ids and ids[-1] == eos:
+            ids = ids[:-1]
+        out.append(tokenizer.decode(ids, skip_special_tokens=True))
+    return out

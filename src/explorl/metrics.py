@@ -1,0 +1,202 @@
+"""Evaluation and exploration metrics as plain functions of counts and tensors (METHODS.md section 8).
+
+Sample-count metrics take, for one problem, `n` samples of which `c` are correct:
+`pass_at_k` (some of k correct), `worst_at_k` (all of k correct), `avg_at_k` (mean accuracy), `maj_at_k`
+(the majority answer of k samples is correct). All are unbiased estimates over the k-subsets of the n samples.
+Tensor metrics: `token_entropy` (entropy of the softmax of logits) and `branching_factor` (smallest top-p set).
+
+Metric names returned by table helpers are namespaced the way the trainer logs them, without the `eval/`
+prefix that the trainer adds: `pass@1`, `pass@8`, ...
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import operator
+import random
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "pass_at_k", "worst_at_k", "avg_at_k", "maj_at_k", "pass_at_k_table", "branching_factor", "token_entropy",
+]
+
+
+def _check_counts(n: int, c: int, k: int | None = None) -> None:
+    for name, v in (("n", n), ("c", c)) + ((("k", k),) if k is not None else ()):
+        try:  # int-like (Python or numpy integers), not float, not bool
+            if isinstance(v, bool) or operator.index(v) != v:
+                raise TypeError
+        except TypeError:
+            raise ValueError(f"{name} must be an integer, got {v!r}") from None
+    if not 0 <= c <= n:
+        raise ValueError(f"need 0 <= c <= n, got n={n}, c={c}")
+    if k is not None and not 1 <= k <= n:
+        raise ValueError(f"need 1 <= k <= n, got n={n}, k={k}")
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k: probability that at least one of k samples drawn without replacement from n is correct.
+
+    `1 - C(n-c, k) / C(n, k)`, 1.0 when `n - c < k` (Chen et al. 2021, "Evaluating Large Language Models Trained
+    on Code", eq. 1), evaluated as the product `1 - prod_{i=n-c+1}^{n} (1 - k / i)` (their numerically stable form).
+
+    Args:
+        n: samples drawn for the problem (>= 1).
+        c: correct samples among them (0 <= c <= n).
+        k: subset size (1 <= k <= n).
+    """
+    _check_counts(n, c, k)
+    if n - c < k:
+        return 1.0
+    prod = 1.0
+    for i in range(n - c + 1, n + 1):
+        prod *= 1.0 - k / i
+    return 1.0 - prod
+
+
+def worst_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased worst@k: probability that all of k samples drawn without replacement from n are correct.
+
+    `C(c, k) / C(n, k)` (0 when c < k), evaluated as `prod_{i=0}^{k-1} (c - i) / (n - i)`.
+    """
+    _check_counts(n, c, k)
+    if c < k:
+        return 0.0
+    prod = 1.0
+    for i in range(k):
+        prod *= (c - i) / (n - i)
+    return prod
+
+
+def avg_at_k(n: int, c: int) -> float:
+    """avg@k: the mean accuracy over the n samples, `c / n` (the expected accuracy of one sample; the k in the
+    name is the number of samples drawn, here n)."""
+    _check_counts(n, c)
+    if n < 1:
+        raise ValueError(f"need n >= 1, got n={n}")
+    return c / n
+
+
+def _majority_score(answers: Sequence[Hashable | None], correct: Sequence[bool], subset: Iterable[int]) -> float:
+    """Score of one subset: the fraction of the tied most-voted answers that are correct (None never votes)."""
+    votes: dict[Hashable, list[int]] = {}  # answer -> [count, correct count]
+    for i in subset:
+        if answers[i] is None:
+            continue
+        v = votes.setdefault(answers[i], [0, 0])
+        v[0] += 1
+        v[1] += bool(correct[i])
+    if not votes:
+        return 0.0
+    top = max(v[0] for v in votes.values())
+    winners = [v for v in votes.values() if v[0] == top]
+    return sum(v[1] / v[0] for v in winners) / len(winners)
+
+
+def maj_at_k(
+    answers: Sequence[str | None], correct: Sequence[bool], k: int, *, max_subsets: int = 256, seed: int = 0
+) -> float:
+    """maj@k: probability that the majority answer among k samples (drawn without replacement) is correct.
+
+    Per k-subset: answers are counted (`None`, an unparsable answer, never votes); the answers with the most
+    votes win. A tie counts in proportion: with m tied answers of which j are correct, the subset scores j / m
+    (the expected score of breaking the tie uniformly at random). An answer's correctness is the fraction of its
+    samples in the subset marked correct (1 or 0 when, as usual, equal answers are graded alike). A subset whose
+    answers are all `None` scores 0.
+
+    The expectation is exact (every k-subset) when `C(n, k) <= max_subsets`, else a Monte-Carlo estimate over
+    `max_subsets` subsets drawn uniformly with a `random.Random(seed)`, so the result is deterministic.
+
+    Args:
+        answers: `[n]` extracted final answers (any hashable, typically normalised strings), None if none.
+        correct: `[n]` whether each sample is graded correct.
+        k: votes per subset (1 <= k <= n).
+        max_subsets: budget of subsets to evaluate.
+        seed: seed of the Monte-Carlo draw.
+    """
+    n = len(answers)
+    if len(correct) != n:
+        raise ValueError(f"answers and correct must have the same length, got {n} and {len(correct)}")
+    _check_counts(n, 0, k)
+    if max_subsets < 1:
+        raise ValueError(f"max_subsets must be >= 1, got {max_subsets}")
+    if math.comb(n, k) <= max_subsets:
+        subsets: Iterable[Sequence[int]] = itertools.combinations(range(n), k)
+        count = math.comb(n, k)
+    else:
+        rng = random.Random(seed)
+        subsets = (rng.sample(range(n), k) for _ in range(max_subsets))
+        count = max_subsets
+    return sum(_majority_score(answers, correct, s) for s in subsets) / count
+
+
+def pass_at_k_table(results: Mapping[Hashable, Sequence[bool]], ks: Iterable[int]) -> dict[str, float]:
+    """Mean unbiased pass@k over problems: `{"pass@1": ..., "pass@8": ...}` (the trainer prefixes `eval/`).
+
+    Args:
+        results: problem id -> per-sample correctness `[n_p]` (n may differ between problems).
+        ks: the k values; each must be <= the number of samples of every problem.
+    """
+    ks = list(ks)
+    if not results:
+        raise ValueError("pass_at_k_table: no problems in results")
+    table = {}
+    for k in ks:
+        scores = []
+        for pid, flags in results.items():
+            n, c = len(flags), sum(bool(f) for f in flags)
+            if not 1 <= k <= n:
+                raise ValueError(f"pass@{k}: problem {pid!r} has {n} samples; need 1 <= k <= n")
+            scores.append(pass_at_k(n, c, k))
+        table[f"pass@{k}"] = sum(scores) / len(scores)
+    return table
+
+
+def token_entropy(logits: Tensor) -> Tensor:
+    """Entropy (nats) of `softmax(logits)` over the last dimension, `H = -sum_v p_v log p_v`.
+
+    Stable for any logits: `log p = logits - logsumexp(logits)`; tokens with p = 0 (e.g. logits of -inf after
+    top-k/top-p filtering) contribute exactly 0, in value and gradient. Half-precision inputs are computed in
+    float32. Differentiable (for entropy regularisation).
+
+    Args:
+        logits: `[..., V]` unnormalised log-probabilities (already divided by any temperature).
+    Returns:
+        `[...]` entropies.
+    """
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()
+    logp = logits - torch.logsumexp(logits, dim=-1, keepdim=True)
+    p = logp.exp()
+    safe_logp = torch.where(p > 0, logp, torch.zeros((), dtype=logp.dtype, device=logp.device))
+    return -(p * safe_logp).sum(-1)
+
+
+def branching_factor(probs: Tensor, top_p: float = 0.95, *, tol: float = 1e-6) -> Tensor:
+    """Rollout branching factor: per position, the size of the smallest set of most probable tokens whose total
+    probability reaches `top_p` (Deng et al. 2025, "From Trial-and-Error to Improvement", section 2.2;
+    METHODS.md section 8).
+
+    The cumulative mass is summed in float64 and a mass within `tol` below `top_p` counts as reaching it, so that
+    e.g. `[0.5, 0.3, 0.15, 0.05]` with top_p 0.95 gives 3 despite float rounding. The result is clamped to
+    `[1, V]` (a distribution whose total mass falls short of top_p gives V).
+
+    Args:
+        probs: `[..., V]` probabilities (each row sums to 1).
+        top_p: target mass in (0, 1].
+        tol: rounding tolerance on the mass.
+    Returns:
+        `[...]` int64 set sizes.
+    """
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    v = probs.shape[-1]
+    if v < 1:
+        raise ValueError("branching_factor: the vocabulary dimension is empty")
+    mass = torch.sort(probs.detach().to(torch.float64), dim=-1, descending=True).values.cumsum(-1)
+    short = (mass < top_p - tol).sum(-1)  # positions before the mass is reached
+    return (short + 1).clamp(1, v).to(torch.long)

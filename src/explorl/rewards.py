@@ -1,0 +1,258 @@
+"""Verifiable reward functions `fn(completion, answer, **meta) -> float` and the batch scorer.
+
+Completions are untrusted model output: nothing here evaluates them, slow checkers (math-verify, which runs
+sympy) run in the sandbox's worker processes under a hard time limit, and every failure scores 0 and is
+counted instead of crashing the run.
+
+- `extract_boxed`: the content of the last \\boxed{...} (bounded scan, no regex backtracking).
+- `math_reward`: public API; math-verify equivalence of the last \\boxed{} with the ground truth, in the pool.
+- `math_check`: the same check run in the current process (the function the workers call).
+- `exact_reward`, `int_reward`: cheap in-process checks.
+- `RewardRunner`: scores a batch, isolated or in-process; `resolve_reward`: maps `task.reward` to a function.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import math
+import numbers
+import os
+import re
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from explorl.sandbox import shared_pool
+
+MAX_SCAN = 100_000
+"""extract_boxed looks at the last this-many characters only: the final answer is at the end, and scanning
+megabytes of adversarial output per sample would cost more than the answer is worth."""
+MAX_DEPTH = 50
+"""Brace nesting deeper than this is not a plausible answer (and makes parsers recurse); it scores 0."""
+SOFT_TIMEOUT_S = 2
+"""math-verify's own per-parse / per-comparison timeout (whole seconds, signal.alarm) inside a worker; it ends
+most slow cases cheaply, before the pool's hard limit kills and restarts the worker."""
+
+_BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_INT_RE = re.compile(r"-?\d{1,30}")
+
+
+def extract_boxed(text: str, max_len: int = 2000) -> str | None:
+    """Content of the last \\boxed{...} (or \\fbox{...}) in `text`, brace-matched; None if absent or unbalanced.
+
+    Escaped braces (`\\{`, `\\}`) do not count. Only the last `MAX_SCAN` characters are examined, and content
+    longer than `max_len` gives None, so the cost is bounded on any input.
+    """
+    if not isinstance(text, str):
+        return None
+    tail = text[-MAX_SCAN:]
+    last = None
+    for last in _BOX_RE.finditer(tail):
+        pass
+    if last is None:
+        return None
+    start = i = last.end()
+    depth, stop = 1, min(len(tail), start + max_len + 1)
+    while i < stop:
+        c = tail[i]
+        if c == "\\":
+            i += 2  # an escaped character, e.g. \{ or \\
+            continue
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return tail[start:i]
+        i += 1
+    return None  # unbalanced, or longer than max_len
+
+
+def brace_depth(s: str) -> int:
+    """Maximum nesting depth of unescaped braces in `s`."""
+    depth = deepest = 0
+    escaped = False
+    for c in s:
+        if escaped:
+            escaped = False
+        elif c == "\\":
+            escaped = True
+        elif c == "{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c == "}":
+            depth -= 1
+    return deepest
+
+
+def _plausible_box(completion: str) -> str | None:
+    """The last boxed answer if it is worth sending to a parser: present, short and not absurdly nested."""
+    content = extract_boxed(completion)
+    if content is None or not content.strip() or brace_depth(content) > MAX_DEPTH:
+        return None
+    return content
+
+
+def _soft_timeout() -> int | None:
+    """math-verify's timeouts use signal.alarm, which only works in the main thread: disable them elsewhere."""
+    return SOFT_TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_gold(answer: str) -> list:
+    """math-verify parse of a ground-truth answer; bare answers are wrapped in \\boxed{} as math-verify expects."""
+    from math_verify import parse
+
+    text = answer if ("$" in answer or "\\boxed" in answer) else "\\boxed{" + answer + "}"
+    gold = parse(text, parsing_timeout=_soft_timeout())
+    return gold or parse(answer, parsing_timeout=_soft_timeout())
+
+
+def math_check(completion: str, answer: str, **meta: Any) -> float:
+    """1.0 if the last \\boxed{} of `completion` equals `answer` by math-verify, else 0.0; runs in this process.
+
+    This is the worker-side function behind `math_reward` and the `math` reward of `RewardRunner`: call it
+    through the pool (it has no hard time limit of its own). Only the boxed content reaches math-verify.
+    """
+    import logging
+
+    from math_verify import parse, verify
+
+    logging.getLogger("math_verify").setLevel(logging.ERROR)  # it logs whole inputs on every soft timeout
+    content = _plausible_box(completion)
+    if content is None:
+        return 0.0
+    gold = _parse_gold(str(answer).strip())
+    pred = parse("\\boxed{" + content + "}", parsing_timeout=_soft_timeout())
+    return float(bool(gold) and bool(pred) and verify(gold, pred, timeout_seconds=_soft_timeout()))
+
+
+math_check.preload = ("math_verify",)  # type: ignore[attr-defined]  # imported when a worker starts
+
+
+def math_reward(completion: str, answer: str, timeout_s: float = 5.0) -> float:
+    """1.0 when the completion's final answer (last \\boxed{...}) equals `answer` by math-verify, else 0.0.
+
+    Runs in the shared worker pool with a hard limit of `timeout_s` seconds, so it is safe on adversarial
+    output, from any thread; a timeout or an error scores 0.0.
+    """
+    content = _plausible_box(completion)
+    if content is None:  # answered here: no need to wake a worker
+        return 0.0
+    # Only the extracted answer travels to the worker, not a possibly huge completion.
+    run = RewardRunner(math_check, isolate=True, timeout_s=timeout_s)
+    return run(["\\boxed{" + content + "}"], [answer]).rewards[0]
+
+
+def exact_reward(completion: str, answer: str, **meta: Any) -> float:
+    """1.0 if the last \\boxed{} content, stripped, equals `answer` stripped."""
+    content = extract_boxed(completion)
+    return float(content is not None and content.strip() == str(answer).strip())
+
+
+def int_reward(completion: str, answer: str, **meta: Any) -> float:
+    """1.0 if the last \\boxed{} holds a plain integer (optional minus, up to 30 digits) equal to int(answer)."""
+    content = extract_boxed(completion, max_len=64)
+    if content is None or not _INT_RE.fullmatch(content.strip()):
+        return 0.0
+    return float(int(content.strip()) == int(answer))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# batch scoring
+
+
+@dataclass
+class RewardResult:
+    """Scores of a batch plus how many samples failed (exception, bad value) or timed out; those score 0."""
+
+    rewards: list[float]
+    errors: int = 0
+    timeouts: int = 0
+
+
+def _as_score(value: Any) -> float | None:
+    """A reward value as a finite float (bools and numpy scalars included), or None if it is not one."""
+    if isinstance(value, numbers.Real) or getattr(value, "shape", None) == ():  # 0-d numpy / torch values too
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            return None
+        if math.isfinite(value):
+            return value
+    return None
+
+
+def _apply(fn: Callable, completion: str, answer: str, meta: dict) -> Any:
+    """Call a reward function with meta as keyword arguments (the function the pool runs)."""
+    return fn(completion, answer, **meta)
+
+
+class RewardRunner:
+    """Scores batches with `fn(completion, answer, **meta)`.
+
+    `isolate=True` runs each sample in the shared worker pool (`workers` processes) with a hard limit of
+    `timeout_s`; `isolate=False` calls `fn` here (for fast pure functions such as `int_reward`). Exceptions,
+    timeouts and values that are not finite numbers score 0.0 and are counted.
+    """
+
+    def __init__(self, fn: Callable, *, isolate: bool, timeout_s: float = 5.0, workers: int = 1):
+        """Remember the function and how to run it; the pool is the process-wide shared one."""
+        self.fn, self.isolate, self.timeout_s, self.workers = fn, isolate, timeout_s, workers
+
+    def __call__(self, completions: list[str], answers: list[str], metas: list[dict] | None = None) -> RewardResult:
+        """Score `completions[i]` against `answers[i]` with `metas[i]` as keyword arguments."""
+        metas = metas if metas is not None else [{} for _ in completions]
+        if not len(completions) == len(answers) == len(metas):
+            raise ValueError(f"RewardRunner: {len(completions)} completions, {len(answers)} answers, "
+                             f"{len(metas)} metas")
+        result = RewardResult(rewards=[])
+        if self.isolate:
+            preload = (self.fn.__module__, *getattr(self.fn, "preload", ()))
+            outcomes = shared_pool(self.workers).map(
+                _apply, [(self.fn, c, a, m) for c, a, m in zip(completions, answers, metas)],
+                timeout_s=self.timeout_s, preload=preload)
+            raw = [(o.value, o.ok, o.timed_out) for o in outcomes]
+        else:
+            raw = [self._call_here(c, a, m) for c, a, m in zip(completions, answers, metas)]
+        for value, ok, timed_out in raw:
+            score = _as_score(value) if ok else None
+            result.rewards.append(0.0 if score is None else score)
+            result.timeouts += timed_out
+            result.errors += score is None and not timed_out
+        return result
+
+    def _call_here(self, completion: str, answer: str, meta: dict) -> tuple[Any, bool, bool]:
+        """In-process call: (value, ok, timed_out)."""
+        try:
+            return self.fn(completion, answer, **meta), True, False
+        except Exception:
+            return None, False, False
+
+
+def resolve_reward(spec: str, task_default: tuple[Callable, bool]) -> tuple[Callable, bool]:
+    """Map `task.reward` to (fn, isolate): `auto` keeps the task's default, `math`, `exact`, or `module:function`."""
+    if spec == "auto":
+        return task_default
+    if spec == "math":
+        return math_check, True
+    if spec == "exact":
+        return exact_reward, False
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"task.reward: {spec!r} is not auto, math, exact or module:function")
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        # The `explorl` console script does not put the working directory on sys.path, but users expect
+        # `my_rewards:fn` next to their config to work; workers inherit sys.path, so they find it too.
+        sys.path.append(os.getcwd())
+    try:
+        fn = getattr(importlib.import_module(module_name), attr)
+    except ImportError as e:
+        raise ValueError(f"task.reward: cannot import module {module_name!r} ({e})") from None
+    except AttributeError:
+        raise ValueError(f"task.reward: module {module_name!r} has no attribute {attr!r}") from None
+    if not callable(fn):
+        raise ValueError(f"task.reward: {spec} is not callable")
+    return fn, True  # user code may be slow or unsafe: always in the pool

@@ -1,0 +1,66 @@
+"""Log-probabilities and entropies of response tokens by one full forward pass: the training code path.
+
+The old policy, the new policy and the reference are all scored here, so the first PPO ratio is exactly 1.
+Layout (as the sampler returns it): left-padded prompt of width P, then the response, right-padded to T.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from explorl.metrics import token_entropy
+
+
+def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Positions that skip left padding: 0 at each row's first real token. [N, L] -> [N, L] (int64)."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp_(min=0)
+
+
+def _as_temperature(temperature, n: int, t: int, device) -> torch.Tensor:
+    """Broadcastable temperature [N, T, 1] from a float, [N] or [N, T]."""
+    if isinstance(temperature, torch.Tensor):
+        temp = temperature.to(device=device, dtype=torch.float32)
+        if temp.dim() == 0:
+            temp = temp.expand(n)
+        if temp.dim() == 1:
+            temp = temp[:, None].expand(n, t)
+        return temp[:, :t, None]
+    return torch.full((n, t, 1), float(temperature), device=device)
+
+
+def response_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_ids: torch.Tensor,
+                      response_mask: torch.Tensor, temperature=1.0, *, with_entropy: bool = True,
+                      chunk_size: int = 1024):
+    """Log-probs (and entropies) of the response tokens under softmax(logits / temperature).
+
+    Args:
+        prompt_ids: [N, P] left-padded prompts; prompt_mask: [N, P] (1 = real token).
+        response_ids: [N, T]; response_mask: [N, T] float (1 on response tokens incl. EOS).
+        temperature: float, [N] (per response) or [N, T] (per token).
+        chunk_size: response tokens per block when turning logits into log-probs/entropies, so the
+            float32 [N, T, V] softmax is never held at once.
+    Returns:
+        logprobs [N, T] and entropy [N, T] (None when with_entropy is False), 0.0 where response_mask == 0.
+        Differentiable when called with grad enabled.
+    """
+    n, t = response_ids.shape
+    input_ids = torch.cat([prompt_ids, response_ids], dim=1)
+    attention_mask = torch.cat([prompt_mask.to(response_mask.dtype), response_mask], dim=1).long()
+    # keep padded response positions attendable so no query row is fully masked; their outputs are dropped
+    attention_mask[:, prompt_ids.shape[1]:] = 1
+    position_ids = position_ids_from_mask(attention_mask)
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                logits_to_keep=t + 1, use_cache=False)
+    logits = out.logits[:, :-1]  # the logit at position j predicts token j + 1
+    temp = _as_temperature(temperature, n, t, logits.device)
+    lps, ents = [], []
+    for s in range(0, t, chunk_size):
+        block = logits[:, s:s + chunk_size].float() / temp[:, s:s + chunk_size]
+        logz = torch.logsumexp(block, dim=-1)
+        lps.append(block.gather(-1, response_ids[:, s:s + chunk_size, None]).squeeze(-1) - logz)
+        if with_entropy:
+            ents.append(token_entropy(block))
+    mask = response_mask.to(torch.float32)
+    logprobs = torch.cat(lps, dim=1) * mask
+    entropy = torch.cat(ents, dim=1) * mask if with_entropy else None
+    return logprobs, entropy

@@ -1,0 +1,318 @@
+"""A small pool of worker processes that runs scoring functions on untrusted model output with a hard time limit.
+
+Reward checkers (sympy through math-verify, reasoning-gym scorers, user functions) can hang, exhaust memory or
+crash on adversarial completions, and signal-based timeouts only work in the main thread and cannot interrupt
+long C calls such as a huge integer power. So each item runs in a separate process that is killed when its
+wall-clock limit passes, and restarted.
+
+    with WorkerPool(workers=2, timeout_s=5) as pool:
+        outcomes = pool.map(module.function, [(arg1, arg2), ...])   # one Outcome per tuple, in order
+
+Workers are fresh interpreters (fork + exec, like multiprocessing's "spawn": forking a process that runs torch
+threads can deadlock the child) started with the parent's `sys.path`. Unlike multiprocessing they do not
+re-import the parent's `__main__`, so scripts need no `if __name__ == "__main__"` guard and a worker does not
+import torch. `fn` must therefore be importable by module and name (a module-level function, not one defined
+in `__main__`): it is pickled by reference.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import json
+import os
+import pickle
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, Pipe, wait
+from typing import Any, Callable, Iterable, Sequence
+
+STARTUP_TIMEOUT_S = 120.0
+"""Limit for starting a worker and importing its modules (not counted in an item's limit; slow on a busy host)."""
+
+_CHILD = ("import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
+          "from explorl.sandbox import _worker_main; _worker_main(int(sys.argv[2]), int(sys.argv[3]))")
+
+
+@dataclass
+class Outcome:
+    """Result of one item: `value` when it returned, else `error` (a repr) and/or `timed_out`."""
+
+    value: Any = None
+    error: str | None = None
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """True when the function returned normally."""
+        return self.error is None and not self.timed_out
+
+
+def _vm_bytes() -> int:
+    """Current virtual memory size of this process (0 where /proc is unavailable)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _worker_main(fd: int, memory_mb: int) -> None:
+    """Child loop: ("import", names) -> ("ready",); ("call", fn, args) -> (True, value) | (False, error repr)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it then closes the pool
+    if memory_mb > 0:
+        import resource
+
+        # The cap is on top of what the interpreter maps already, so it means the same wherever it runs.
+        limit = _vm_bytes() + memory_mb * 2**20
+        hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+        resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
+    conn = Connection(fd)
+    while True:
+        try:
+            data = conn.recv_bytes()
+        except (EOFError, OSError, KeyboardInterrupt):  # the parent closed the pool or died
+            return
+        try:  # unpickled here, not by recv(), so that a function the child cannot import is a per-item error
+            msg = pickle.loads(data)
+        except Exception as e:
+            conn.send((False, f"could not load the function in the worker: {e!r}"))
+            continue
+        if msg is None:
+            return
+        if msg[0] == "import":
+            for name in msg[1]:
+                try:
+                    importlib.import_module(name)
+                except Exception:  # the call itself will then fail and report the error
+                    pass
+            reply: tuple = ("ready",)
+        else:
+            try:
+                reply = (True, msg[1](*msg[2]))
+            except BaseException as e:  # noqa: BLE001 - MemoryError, SystemExit... all become a per-item error
+                reply = (False, repr(e))
+        try:
+            conn.send(reply)
+        except Exception as e:  # an unpicklable return value
+            conn.send((False, f"could not send the result back: {e!r}"))
+
+
+class _Worker:
+    """One child process plus the parent's view of it: the modules it has imported and the item it runs."""
+
+    def __init__(self, memory_mb: int, modules: set[str]):
+        """Start the child and ask it to import `modules`."""
+        self.conn, child = Pipe()
+        # One BLAS/OpenMP thread: scoring is sequential, the trainer owns the cores, and every thread's arena
+        # would count against RLIMIT_AS. Prints go to stderr so that they never mix into the parent's stdout.
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _CHILD, json.dumps(sys.path), str(child.fileno()), str(memory_mb)],
+            pass_fds=[child.fileno()], stdin=subprocess.DEVNULL, stdout=2, env=env)
+        child.close()  # so that the parent sees EOF when the child dies
+        self.modules: set[str] = set()
+        self.item: int | None = None
+        self.warm(modules)
+
+    def warm(self, modules: set[str]) -> None:
+        """Ask the child to import `modules`; until it answers, the worker is 'starting' (item is None)."""
+        self.starting = True
+        self.deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        self.modules |= modules
+        try:
+            self.conn.send(("import", sorted(modules)))
+        except OSError:  # it died; the receive reports it
+            pass
+
+    def alive(self) -> bool:
+        """Whether the child process is still running."""
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        """Stop the child now: terminate, then kill if it ignores SIGTERM."""
+        if self.alive():
+            self.proc.terminate()
+            try:
+                self.proc.wait(0.5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.conn.close()
+
+
+class WorkerPool:
+    """`workers` spawned processes; each item of `map` runs in one with a hard limit of `timeout_s` seconds.
+
+    A worker whose item times out is killed and restarted; one that dies (segfault, os._exit) gives that item
+    an error and is restarted. `memory_mb` caps each worker's additional address space with RLIMIT_AS, so a
+    memory hog gets a MemoryError instead of taking the machine down (0 = no cap). Started lazily on the first
+    `map`; safe to call from any thread (calls are serialised).
+    """
+
+    def __init__(self, workers: int = 1, timeout_s: float = 5.0, memory_mb: int = 2048):
+        """Configure the pool; no process starts until the first `map`."""
+        if workers < 1 or timeout_s <= 0:
+            raise ValueError(f"WorkerPool: need workers >= 1 and timeout_s > 0, got {workers}, {timeout_s}")
+        self.workers, self.timeout_s, self.memory_mb = workers, timeout_s, memory_mb
+        self._slots: list[_Worker | None] = [None] * workers
+        self._lock = threading.Lock()
+        self.restarts = 0
+        """Workers replaced after a timeout or a crash (a diagnostic)."""
+
+    def map(self, fn: Callable, items: Iterable[Sequence[Any]], *, timeout_s: float | None = None,
+            preload: Iterable[str] = ()) -> list[Outcome]:
+        """Run `fn(*args)` for each args tuple, spread over the workers; one Outcome per item, in order.
+
+        `timeout_s` overrides the pool's limit for this call. `fn`'s module and the `preload` modules are
+        imported in each worker before its first item, so slow imports do not count against the limit.
+        """
+        items = [tuple(a) for a in items]
+        limit = self.timeout_s if timeout_s is None else timeout_s
+        modules = {fn.__module__, *preload}
+        out: list[Outcome | None] = [None] * len(items)
+        todo = deque(range(len(items)))
+        slots = range(min(self.workers, len(items)))
+        with self._lock:
+            try:
+                while True:
+                    for s in slots:
+                        if todo:
+                            self._dispatch(s, fn, items, todo, modules, limit)
+                    active = {w.conn: s for s, w in ((s, self._slots[s]) for s in slots)
+                              if w is not None and (w.item is not None or w.starting)}
+                    if not active:
+                        break
+                    wait_s = max(0.0, min(self._slots[s].deadline for s in active.values()) - time.monotonic())
+                    for conn in wait(list(active), timeout=wait_s):
+                        self._receive(active[conn], out)
+                    for s in active.values():
+                        self._check_deadline(s, out, limit)
+            except BaseException:
+                for s in slots:  # a half-finished item must not answer the next call
+                    w = self._slots[s]
+                    if w is not None and (w.item is not None or w.starting):
+                        self._replace(s)
+                raise
+        return out  # type: ignore[return-value]
+
+    def _dispatch(self, s: int, fn: Callable, items: list, todo: deque, modules: set[str], limit: float) -> None:
+        """Give slot `s` the next item if it is idle; (re)start it or have it import `modules` first."""
+        w = self._slots[s]
+        if w is not None and w.item is None and not w.starting and not w.alive():
+            self._replace(s)  # died while idle (e.g. the OOM killer)
+            w = None
+        if w is None:
+            w = self._slots[s] = _Worker(self.memory_mb, modules)
+        elif not w.starting and w.item is None and not modules <= w.modules:
+            w.warm(modules - w.modules)
+        if not w.starting and w.item is None:
+            w.item, w.deadline = todo.popleft(), time.monotonic() + limit
+            try:
+                w.conn.send(("call", fn, items[w.item]))
+            except (OSError, ValueError):  # it died just now; the receive reports it
+                pass
+
+    def _check_deadline(self, s: int, out: list[Outcome | None], limit: float) -> None:
+        """Kill the worker in slot `s` if its item (or its start-up) ran past the deadline."""
+        w = self._slots[s]
+        if w is None or time.monotonic() < w.deadline:
+            return
+        if w.starting:
+            raise RuntimeError(f"sandbox worker did not start within {STARTUP_TIMEOUT_S:.0f} s")
+        if w.item is not None:
+            out[w.item] = Outcome(error=f"timed out after {limit:g} s", timed_out=True)
+            self._replace(s)
+
+    def _receive(self, s: int, out: list[Outcome | None]) -> None:
+        """Read one reply from worker slot `s`; a closed pipe means the worker died."""
+        w = self._slots[s]
+        assert w is not None
+        try:
+            reply = w.conn.recv()
+        except (EOFError, OSError):
+            try:
+                code = w.proc.wait(1)
+            except subprocess.TimeoutExpired:
+                code = None
+            if w.starting:
+                self._replace(s)
+                raise RuntimeError(f"sandbox worker exited during start-up (exit code {code})") from None
+            out[w.item] = Outcome(error=f"worker died (exit code {code})")
+            self._replace(s)
+            return
+        if reply[0] == "ready":
+            w.starting = False
+        else:
+            ok, value = reply
+            out[w.item] = Outcome(value=value) if ok else Outcome(error=value)
+            w.item = None
+
+    def _replace(self, s: int) -> None:
+        """Kill the worker in slot `s`; a fresh one is started when there is work for it."""
+        w = self._slots[s]
+        if w is not None:
+            w.kill()
+        self._slots[s] = None
+        self.restarts += 1
+
+    def close(self) -> None:
+        """Stop all workers (asking politely first); the pool restarts them if used again."""
+        with self._lock:
+            for w in self._slots:
+                if w is not None:
+                    try:
+                        w.conn.send(None)
+                        w.proc.wait(1)
+                    except (OSError, subprocess.TimeoutExpired):
+                        pass
+                    w.kill()
+            self._slots = [None] * self.workers
+
+    def __enter__(self) -> WorkerPool:
+        """The pool itself; workers start on the first `map`."""
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        """Close the pool."""
+        self.close()
+
+
+_SHARED: dict[tuple[int, int], WorkerPool] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_pool(workers: int = 1, memory_mb: int = 2048) -> WorkerPool:
+    """A process-wide pool for these settings, reused across calls so workers import sympy & co. only once.
+
+    Pass the per-call limit to `map(..., timeout_s=...)`. The pools are closed at interpreter exit.
+    """
+    key = (workers, memory_mb)
+    with _SHARED_LOCK:
+        if key not in _SHARED:
+            if not _SHARED:
+                atexit.register(close_shared_pools)
+            _SHARED[key] = WorkerPool(workers=workers, memory_mb=memory_mb)
+        return _SHARED[key]
+
+
+def close_shared_pools() -> None:
+    """Stop the workers of every shared pool."""
+    with _SHARED_LOCK:
+        for pool in _SHARED.values():
+            pool.close()
+        _SHARED.clear()
+
+
+def default_workers() -> int:
+    """A sensible worker count for batch scoring: half the CPUs (the other half runs the model), at least 1."""
+    return max(1, (os.cpu_count() or 2) // 2)

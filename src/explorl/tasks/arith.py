@@ -1,0 +1,100 @@
+"""Built-in procedural arithmetic: chains of + and - on small integers, with worked solutions.
+
+Difficulty d means d operations on d+1 operands drawn uniformly from [1, 20]. The prompt is the expression
+followed by "=?\\n"; the worked solution evaluates left to right, one operation per line, and ends with the
+boxed result. The embedded tiny model is trained on exactly this format, so keep it stable:
+
+    prompt   "7+12-5=?\\n"
+    solution "7+12=19\\n19-5=14\\n\\boxed{14}"
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from typing import Callable
+
+from explorl.tasks import Problem
+
+OPERAND_MAX = 20
+_EXPR_RE = re.compile(r"\d+(?:[+-]\d+)*")
+_TOKEN_RE = re.compile(r"\d+|[+-]")
+
+
+def from_expression(expr: str) -> Problem:
+    """The Problem for an expression such as "7+12-5" (positive integer operands, + and - only)."""
+    if not _EXPR_RE.fullmatch(expr):
+        raise ValueError(f"not an expression of positive integers joined by + and -: {expr!r}")
+    tokens = _TOKEN_RE.findall(expr)
+    value = int(tokens[0])
+    lines = []
+    for op, operand in zip(tokens[1::2], tokens[2::2]):
+        new = value + int(operand) if op == "+" else value - int(operand)
+        lines.append(f"{value}{op}{operand}={new}")
+        value = new
+    lines.append(f"\\boxed{{{value}}}")
+    prompt = f"{expr}=?\n"
+    return Problem(prompt=prompt, answer=str(value),
+                   meta={"difficulty": len(tokens) // 2, "solution": "\n".join(lines), "id": prompt})
+
+
+def make_problem(rng: random.Random, difficulty: int) -> Problem:
+    """A random problem with `difficulty` operations; operands uniform in [1, 20], operators uniform in {+, -}."""
+    parts = [str(rng.randint(1, OPERAND_MAX))]
+    for _ in range(difficulty):
+        parts += [rng.choice("+-"), str(rng.randint(1, OPERAND_MAX))]
+    return from_expression("".join(parts))
+
+
+def solution(problem: Problem) -> str:
+    """The worked solution of an arith problem (the completion a perfect model writes)."""
+    return problem.meta["solution"]
+
+
+def space_size(difficulty: int) -> int:
+    """Number of distinct expressions with `difficulty` operations."""
+    return OPERAND_MAX ** (difficulty + 1) * 2**difficulty
+
+
+def _draw_unique(rng: random.Random, difficulties: list[int], n: int, taken: set[str], what: str) -> list[Problem]:
+    """`n` problems whose prompts are new to `taken` (which is updated); difficulty uniform over the list."""
+    out: list[Problem] = []
+    budget = 50 * n + 10_000  # enough unless the space is nearly exhausted
+    while len(out) < n:
+        if budget == 0:
+            raise ValueError(f"task.{what}_size: found only {len(out)} of {n} distinct arith problems for "
+                             f"task.difficulties={difficulties}; lower task.train_size / task.eval_size or add "
+                             f"harder levels")
+        budget -= 1
+        p = make_problem(rng, rng.choice(difficulties))
+        if p.prompt not in taken:
+            taken.add(p.prompt)
+            out.append(p)
+    return out
+
+
+def arith_task(difficulties: list[int], train_size: int, eval_size: int,
+               seed: int) -> tuple[list[Problem], list[Problem]]:
+    """(train, eval) problems of mixed difficulty, deterministic for `seed`, all prompts distinct.
+
+    Eval problems are drawn first; train problems then skip every prompt already drawn, so the splits never
+    overlap and neither has duplicates.
+    """
+    if not difficulties or any(d < 1 for d in difficulties):
+        raise ValueError(f"task.difficulties: need levels >= 1, got {difficulties}")
+    total = sum(space_size(d) for d in set(difficulties))
+    if train_size + eval_size > total:
+        raise ValueError(f"task.train_size: {train_size} train + {eval_size} eval problems exceed the {total} "
+                         f"distinct expressions of task.difficulties={difficulties}")
+    rng = random.Random(seed)
+    taken: set[str] = set()
+    eval_ = _draw_unique(rng, difficulties, eval_size, taken, "eval")
+    train = _draw_unique(rng, difficulties, train_size, taken, "train")
+    return train, eval_
+
+
+def default_reward() -> tuple[Callable, bool]:
+    """(int_reward, in-process): the answer is a plain integer, checked without a worker."""
+    from explorl.rewards import int_reward
+
+    return int_reward, False

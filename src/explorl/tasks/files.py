@@ -1,0 +1,116 @@
+"""Question/answer rows from JSONL (one object per line), JSON (a list of objects) or Parquet files.
+
+Every malformed row is reported with the file, its 1-based line (JSONL) or row number, and what is wrong,
+e.g. `data.jsonl:17: missing field 'answer' (task.answer_field='answer'); fields present: problem, solution`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from explorl.tasks import Problem
+
+if TYPE_CHECKING:
+    from explorl.config import TaskConfig
+
+SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet", ".pq": "parquet"}
+
+
+def read_rows(path: str | Path, config_field: str = "task.path") -> list[tuple[int, str, Any]]:
+    """(1-based line/row number, location for messages, decoded row) per row; blank JSONL lines are skipped."""
+    p = Path(path)
+    kind = SUFFIXES.get(p.suffix.lower())
+    if kind is None:
+        raise ValueError(f"{config_field}: {p} has an unsupported extension; use one of {', '.join(SUFFIXES)}")
+    if not p.is_file():
+        raise ValueError(f"{config_field}: {p} does not exist or is not a file")
+    if kind == "parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            table = pq.read_table(p)
+        except Exception as e:
+            raise ValueError(f"{config_field}: {p} is not a readable Parquet file: {e}") from None
+        return [(n, f"{p}: row {n}", row) for n, row in enumerate(table.to_pylist(), start=1)]
+    if kind == "json":
+        try:
+            data = json.loads(p.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"{p}: not valid JSON: {e}") from None
+        if not isinstance(data, list):
+            raise ValueError(f"{p}: a .json file must hold a list of objects, got {type(data).__name__}")
+        return [(n, f"{p}: item {n}", row) for n, row in enumerate(data, start=1)]
+    rows = []
+    with p.open(encoding="utf-8") as f:
+        for n, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append((n, f"{p}:{n}", json.loads(line)))
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{p}:{n}: not valid JSON ({e.msg} at column {e.colno})") from None
+    return rows
+
+
+def _text(value: Any) -> str | None:
+    """A question or answer value as text: strings as they are, numbers (not booleans) via str()."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    return None
+
+
+def to_problem(row: Any, where: str, row_id: str, cfg: TaskConfig) -> Problem:
+    """One row as a Problem; raises ValueError starting with `where` (file and line) and saying what is wrong."""
+    if not isinstance(row, dict):
+        raise ValueError(f"{where}: expected an object with fields, got {type(row).__name__}")
+    values = {}
+    for role, name in (("prompt", cfg.prompt_field), ("answer", cfg.answer_field)):
+        if name not in row:
+            raise ValueError(f"{where}: missing field {name!r} (task.{role}_field={name!r}); "
+                             f"fields present: {', '.join(map(str, row)) or 'none'}")
+        values[role] = _text(row[name])
+        if values[role] is None:
+            raise ValueError(f"{where}: field {name!r} (task.{role}_field) must be a string or a number, "
+                             f"got {type(row[name]).__name__}")
+    # str.replace, not str.format: questions are full of braces (LaTeX, code).
+    prompt = cfg.prompt_template.replace("{question}", values["prompt"])
+    return Problem(prompt=prompt, answer=values["answer"].strip(), meta={"id": row_id})
+
+
+def load_problems(path: str | Path, cfg: TaskConfig, config_field: str) -> list[Problem]:
+    """Every row of `path` as a Problem."""
+    name = Path(path).name
+    return [to_problem(row, where, f"{name}:{n}", cfg) for n, where, row in read_rows(path, config_field)]
+
+
+def load_file_task(cfg: TaskConfig) -> tuple[list[Problem], list[Problem]]:
+    """(train, eval) from `cfg.path` and `cfg.eval_path`; without an eval file the last `eval_size` rows are held out.
+
+    `train_size` keeps the first that-many training rows; `eval_size` caps the eval rows.
+    """
+    if not cfg.path:
+        raise ValueError("task.path: the `file` task needs a .jsonl, .json or .parquet file")
+    rows = load_problems(cfg.path, cfg, "task.path")
+    if cfg.eval_path:
+        eval_ = load_problems(cfg.eval_path, cfg, "task.eval_path")[: cfg.eval_size]
+        train = rows
+    else:
+        if len(rows) <= cfg.eval_size:
+            raise ValueError(f"task.eval_size: {cfg.path} has {len(rows)} rows; holding out the last "
+                             f"eval_size={cfg.eval_size} would leave none for training. Lower task.eval_size "
+                             f"or give task.eval_path")
+        train, eval_ = rows[: -cfg.eval_size], rows[-cfg.eval_size:]
+    if not train or not eval_:
+        raise ValueError(f"task.path: no {'training' if not train else 'eval'} rows found")
+    return train[: cfg.train_size], eval_
+
+
+def default_reward() -> tuple[Callable, bool]:
+    """(math_check, isolated): math-verify equivalence of the last \\boxed{} with the answer, in the worker pool."""
+    from explorl.rewards import math_check
+
+    return math_check, True

@@ -1,0 +1,458 @@
+"""The training loop: sample, reward, advantages, clipped policy update; one function, top to bottom.
+
+Deliberate choices, stated up front:
+- The optimised policy is softmax(logits / sampling.temperature): old, new and reference log-probs all come
+  from `rollout.logprobs.response_logprobs` (the same code path), so the first PPO ratio is exactly 1.
+- The sampler's own log-probs are behaviour log-probs; they are logged, not trained on, in plain GRPO.
+- A response counts as correct (for `entropy/pos`, all-correct/all-wrong fractions) when its reward > 0.5.
+- A loss or gradient that is not finite skips the rest of that step's updates before `optimizer.step`, so the
+  weights and the AdamW moments never see it; too many such steps in a row stop the run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+import time
+from pathlib import Path
+
+import torch
+
+from explorl.algos import get_advantage
+from explorl.algos.losses import aggregate, kl_k3, masked_mean, policy_loss
+from explorl.config import Config, dump_yaml, load_config
+from explorl.evaluate import decode_responses, evaluate
+from explorl.models import load_policy, make_reference, reference_mode
+from explorl.rewards import RewardRunner
+from explorl.rollout.logprobs import response_logprobs
+from explorl.rollout.sampler import sample
+from explorl.tasks import load_task
+
+
+class NonFiniteError(RuntimeError):
+    """The loss or the gradient norm of an update was NaN or infinite."""
+
+
+class PromptStream:
+    """Shuffled passes over the training prompts; its state is two integers, so resume is exact."""
+
+    def __init__(self, size: int, seed: int):
+        self.size, self.seed = size, seed
+        self.epoch, self.pos = 0, 0
+        self._order = self._permutation()
+
+    def _permutation(self) -> list[int]:
+        order = list(range(self.size))
+        random.Random(self.seed * 1_000_003 + self.epoch).shuffle(order)
+        return order
+
+    def next(self, k: int) -> list[int]:
+        out = []
+        while len(out) < k:
+            if self.pos == self.size:
+                self.epoch, self.pos = self.epoch + 1, 0
+                self._order = self._permutation()
+            take = min(k - len(out), self.size - self.pos)
+            out.extend(self._order[self.pos:self.pos + take])
+            self.pos += take
+        return out
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "pos": self.pos}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch, self.pos = state["epoch"], state["pos"]
+        self._order = self._permutation()
+
+
+def lr_lambda(warmup: int, total: int, min_ratio: float):
+    """Linear warm-up then cosine decay to `min_ratio` of the peak, as a LambdaLR multiplier."""
+
+    def fn(i: int) -> float:
+        if i < warmup:
+            return (i + 1) / warmup
+        progress = min(1.0, (i - warmup) / max(1, total - warmup))
+        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return fn
+
+
+def _micro_weight(mask: torch.Tensor, rows: torch.Tensor, agg: str) -> float:
+    """Share of a micro-batch in its mini-batch's normaliser, so accumulated gradients equal the full batch's."""
+    if agg == "token-mean":
+        return float(mask[rows].sum()) / max(float(mask.sum()), 1.0)
+    if agg == "seq-mean-token-mean":
+        nonempty = mask.sum(-1) > 0
+        return float(nonempty[rows].sum()) / max(float(nonempty.sum()), 1.0)
+    return len(rows) / mask.shape[0]
+
+
+def update_policy(model, optimizer, scheduler, batch: dict, advantages: torch.Tensor, cfg: Config,
+                  shuffle: torch.Generator, ref=None) -> dict:
+    """Epochs x mini-batches of clipped policy-gradient updates on one batch of rollouts. Returns mean stats."""
+    a = cfg.algo
+    params = [p for p in model.parameters() if p.requires_grad]
+    n = batch["mask"].shape[0]
+    stats: dict[str, list[float]] = {}
+    temp = cfg.sampling.temperature
+    for _ in range(a.epochs):
+        perm = torch.randperm(n, generator=shuffle)
+        for mb in perm.chunk(a.mini_batches):
+            mb_mask = batch["mask"][mb]
+            optimizer.zero_grad(set_to_none=True)
+            size = len(mb) if a.micro_batch_size <= 0 else a.micro_batch_size
+            for local in torch.arange(len(mb)).split(size):
+                rows = mb[local]
+                mask = batch["mask"][rows]
+                width = max(int(mask.sum(-1).max()), 1)  # trim padding columns this micro-batch does not use
+                mask = mask[:, :width]
+                need_entropy = a.entropy_coef != 0
+                lp, ent = response_logprobs(model, batch["prompt_ids"][rows], batch["prompt_mask"][rows],
+                                            batch["response_ids"][rows, :width], mask, temp,
+                                            with_entropy=need_entropy)
+                loss, st = policy_loss(lp, batch["logprobs"][rows, :width], advantages[rows, :width], mask,
+                                       eps_low=a.eps_low, eps_high=a.eps_high, agg=a.loss_agg,
+                                       max_response_len=cfg.sampling.max_new_tokens)
+                if a.kl_coef > 0:
+                    kl = aggregate(kl_k3(lp, batch["ref_logprobs"][rows, :width], mask), mask, a.loss_agg,
+                                   cfg.sampling.max_new_tokens)
+                    loss = loss + a.kl_coef * kl
+                    st["kl/mean"] = float(kl)
+                if need_entropy:
+                    ent_term = aggregate(ent, mask, a.loss_agg, cfg.sampling.max_new_tokens)
+                    loss = loss - a.entropy_coef * ent_term
+                    st["loss/entropy"] = float(ent_term)
+                if not torch.isfinite(loss):
+                    raise NonFiniteError(f"loss is {float(loss)} (pg={st.get('loss/pg')}); update skipped")
+                (loss * _micro_weight(mb_mask, local, a.loss_agg)).backward()
+                for k, v in st.items():
+                    stats.setdefault(k, []).append(float(v))
+            clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
+            if not torch.isfinite(grad_norm):
+                optimizer.zero_grad(set_to_none=True)
+                raise NonFiniteError(f"gradient norm is {float(grad_norm)}; update skipped")
+            optimizer.step()
+            scheduler.step()
+            stats.setdefault("optim/grad_norm", []).append(float(grad_norm))
+    out = {k: sum(v) / len(v) for k, v in stats.items()}
+    out["optim/lr"] = scheduler.get_last_lr()[0]
+    return out
+
+
+def rollout_metrics(ro, rewards: torch.Tensor, entropy: torch.Tensor, advantages: torch.Tensor) -> dict:
+    """Per-step statistics of a batch of rollouts (namespaced metric names, DESIGN: Runs)."""
+    mask = ro.mask
+    correct = rewards > 0.5
+    group = ro.group
+    n_groups = int(group.max()) + 1 if len(group) else 0
+    counts = torch.bincount(group, minlength=n_groups)
+    n_correct = torch.bincount(group, weights=correct.float(), minlength=n_groups)
+    present = counts > 0
+    ent_rows = mask * entropy
+    pos, neg = correct[:, None] & (mask > 0), (~correct)[:, None] & (mask > 0)
+    lengths = mask.sum(-1)
+    valid = mask > 0
+    adv = advantages[valid]
+    return {
+        "reward/mean": float(rewards.mean()),
+        "reward/std": float(rewards.std(unbiased=False)),
+        "reward/correct_frac": float(correct.float().mean()),
+        "reward/all_correct_frac": float((n_correct[present] == counts[present]).float().mean()),
+        "reward/all_wrong_frac": float((n_correct[present] == 0).float().mean()),
+        "entropy/mean": float(ent_rows.sum() / mask.sum().clamp_min(1)),
+        "entropy/pos": float(entropy[pos].mean()) if pos.any() else float("nan"),
+        "entropy/neg": float(entropy[neg].mean()) if neg.any() else float("nan"),
+        "entropy/behavior_mean": float((ro.entropy * mask).sum() / mask.sum().clamp_min(1)),
+        "temperature/mean": float((ro.temperatures * mask).sum() / mask.sum().clamp_min(1)),
+        "rollouts/per_prompt_min": int(counts[present].min()),
+        "rollouts/per_prompt_max": int(counts[present].max()),
+        "rollouts/per_prompt_mean": float(counts[present].float().mean()),
+        "rollouts/total": int(len(rewards)),
+        "length/mean": float(lengths.mean()),
+        "length/max": int(lengths.max()),
+        "length/truncated_frac": float(ro.truncated.float().mean()),
+        "adv/mean": float(adv.mean()) if adv.numel() else 0.0,
+        "adv/std": float(adv.std(unbiased=False)) if adv.numel() else 0.0,
+    }
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# run directory: checkpoints written to a temporary name and renamed, so a kill never leaves a half checkpoint
+
+
+def _checkpoint_dirs(run_dir: Path) -> list[Path]:
+    root = run_dir / "checkpoints"
+    return sorted(p for p in root.glob("step_*") if p.is_dir()) if root.exists() else []
+
+
+def save_checkpoint(run_dir: Path, step: int, model, optimizer, scheduler, state: dict, keep: int) -> Path:
+    from safetensors.torch import save_file
+
+    root = run_dir / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step_{step:07d}"
+    tmp = root / f".tmp_step_{step:07d}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    trainable = {n: p.detach().cpu().contiguous() for n, p in model.named_parameters() if p.requires_grad}
+    save_file(trainable, str(tmp / "trainable.safetensors"))
+    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), **state},
+               tmp / "trainer_state.pt")
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    for old in _checkpoint_dirs(run_dir)[:-max(keep, 1)]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def load_checkpoint(path: Path, model, optimizer, scheduler) -> dict:
+    from safetensors.torch import load_file
+
+    weights = load_file(str(path / "trainable.safetensors"))
+    named = dict(model.named_parameters())
+    missing = [n for n, p in named.items() if p.requires_grad and n not in weights]
+    if missing:
+        raise RuntimeError(f"checkpoint {path} lacks parameters {missing[:5]}... (config changed since the run?)")
+    with torch.no_grad():
+        for n, t in weights.items():
+            named[n].copy_(t.to(named[n].device, named[n].dtype))
+    state = torch.load(path / "trainer_state.pt", map_location="cpu", weights_only=False)
+    optimizer.load_state_dict(state.pop("optimizer"))
+    scheduler.load_state_dict(state.pop("scheduler"))
+    return state
+
+
+def _append_jsonl(path: Path, record: dict) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(record, default=_json_default) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _json_default(x):
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return str(x)
+
+
+def _clean(record: dict) -> dict:
+    """NaN (e.g. entropy/pos with no correct response) is written as null: metrics.jsonl stays valid JSON."""
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
+
+
+def _truncate_metrics(path: Path, before_step: int) -> None:
+    """On resume, drop records of steps after the checkpoint: they will be recomputed identically."""
+    if not path.exists():
+        return
+    keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] < before_step]
+    path.write_text("".join(line + "\n" for line in keep))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def train(cfg: Config, *, resume: str | Path | None = None, console=None, progress: bool = True) -> Path:
+    """Run GRPO-style RL as configured; returns the run directory. `resume` continues a killed run."""
+    from rich.console import Console
+
+    console = console or Console()
+    if resume is not None:
+        run_dir = Path(resume)
+        if not (run_dir / "config.yaml").exists():
+            raise FileNotFoundError(f"--resume {run_dir}: no config.yaml there; is it a run directory?")
+    else:
+        run_dir = Path(cfg.run.out_dir)
+    r = cfg.run
+    if r.threads > 0:
+        torch.set_num_threads(r.threads)
+    torch.manual_seed(r.seed)
+    random.seed(r.seed)
+
+    model, tok, device = load_policy(cfg.model)
+    task = load_task(cfg.task)
+    runner = RewardRunner(task.reward_fn, isolate=task.isolate, timeout_s=cfg.task.reward_timeout_s)
+    ref = make_reference(model) if cfg.algo.kl_coef > 0 else None
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    o = cfg.optim
+    optimizer = torch.optim.AdamW(params, lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay,
+                                  foreach=device.type == "cuda")
+    total_updates = r.steps * cfg.algo.epochs * cfg.algo.mini_batches
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(o.warmup_steps, total_updates, o.min_lr_ratio))
+    stream = PromptStream(len(task.train), r.seed)
+    sampler_gen = torch.Generator(device=device).manual_seed(r.seed)
+    shuffle_gen = torch.Generator().manual_seed(r.seed + 1)
+    start, nonfinite_run = 0, 0
+    metrics_path = run_dir / "metrics.jsonl"
+
+    if resume is not None and _checkpoint_dirs(run_dir):
+        ckpt = _checkpoint_dirs(run_dir)[-1]
+        state = load_checkpoint(ckpt, model, optimizer, scheduler)
+        start = state["step"]
+        stream.load_state_dict(state["stream"])
+        sampler_gen.set_state(state["sampler_rng"])
+        shuffle_gen.set_state(state["shuffle_rng"])
+        torch.set_rng_state(state["torch_rng"])
+        if device.type == "cuda" and state.get("cuda_rng") is not None:
+            torch.cuda.set_rng_state(state["cuda_rng"], device)
+        random.setstate(state["python_rng"])
+        nonfinite_run = state.get("nonfinite_run", 0)
+        _truncate_metrics(metrics_path, start)
+        console.print(f"[bold]resuming[/] {run_dir} from {ckpt.name} (step {start}/{r.steps})")
+    else:
+        if run_dir.exists() and (metrics_path.exists() or _checkpoint_dirs(run_dir)):
+            raise FileExistsError(f"run directory {run_dir} already holds a run; continue it with "
+                                  f"`explorl train --resume {run_dir}` or choose another run.out_dir")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(dump_yaml(cfg))
+
+    def checkpoint(step: int) -> None:
+        state = {"step": step, "stream": stream.state_dict(), "sampler_rng": sampler_gen.get_state(),
+                 "shuffle_rng": shuffle_gen.get_state(), "torch_rng": torch.get_rng_state(),
+                 "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+                 "python_rng": random.getstate(), "nonfinite_run": nonfinite_run}
+        save_checkpoint(run_dir, step, model, optimizer, scheduler, state, r.keep_checkpoints)
+
+    def run_eval(step: int) -> dict:
+        summary, _ = evaluate(model, tok, task.eval, task, n=r.eval_n, ks=r.eval_k, temperature=r.eval_temperature,
+                              top_p=cfg.sampling.top_p, max_new_tokens=cfg.sampling.max_new_tokens,
+                              seed=r.seed + 10_007 * (step + 1), reward_timeout_s=cfg.task.reward_timeout_s,
+                              fast_path=cfg.sampling.fast_path)
+        model.train()
+        return summary
+
+    s = cfg.sampling
+    bar = _Progress(console, r.steps, start, enabled=progress)
+    last_eval: dict = {}
+    try:
+        for step in range(start, r.steps):
+            t0 = time.perf_counter()
+            problems = [task.train[i] for i in stream.next(r.batch_size)]
+            prompts = [tok.encode(p.prompt, add_special_tokens=False) for p in problems]
+            ro = sample(model, prompts, s.group_size, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                        max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p,
+                        generator=sampler_gen, fast_path=s.fast_path)
+            t_sample = time.perf_counter() - t0
+            texts = decode_responses(tok, ro)
+            group = ro.group.tolist()
+            rr = runner(texts, [problems[g].answer for g in group], [problems[g].meta for g in group])
+            rewards = torch.tensor(rr.rewards, dtype=torch.float32, device=device)
+            with torch.no_grad():
+                old_lp, old_ent = response_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.mask,
+                                                    s.temperature)
+                batch = {"prompt_ids": ro.prompt_ids, "prompt_mask": ro.prompt_mask, "response_ids": ro.response_ids,
+                         "mask": ro.mask, "rewards": rewards, "group": ro.group, "logprobs": old_lp,
+                         "entropy": old_ent, "behavior_logprobs": ro.behavior_logprobs}
+                if ref is not None or cfg.algo.kl_coef > 0:
+                    with reference_mode(model, ref) as ref_model:
+                        batch["ref_logprobs"], _ = response_logprobs(
+                            ref_model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.mask, s.temperature,
+                            with_entropy=False)
+                advantages = get_advantage(cfg.algo.advantage)(batch, cfg.algo)
+            t1 = time.perf_counter()
+            record = {"step": step + 1}
+            record.update(rollout_metrics(ro, rewards, old_ent, advantages))
+            record["reward/errors"] = rr.errors
+            record["reward/timeouts"] = rr.timeouts
+            if "ref_logprobs" in batch:
+                record["kl/mean"] = float(masked_mean(kl_k3(old_lp, batch["ref_logprobs"], ro.mask), ro.mask))
+            try:
+                record.update(update_policy(model, optimizer, scheduler, batch, advantages, cfg, shuffle_gen, ref))
+                record["loss/nonfinite"] = 0
+                nonfinite_run = 0
+            except NonFiniteError as e:
+                nonfinite_run += 1
+                record["loss/nonfinite"] = 1
+                console.print(f"[bold red]step {step + 1}: {e}.[/] The weights were not changed by it "
+                              f"({nonfinite_run} such step(s) in a row; limit run.max_nonfinite_steps="
+                              f"{r.max_nonfinite_steps}).")
+                if nonfinite_run >= r.max_nonfinite_steps:
+                    raise RuntimeError(f"stopping: {nonfinite_run} consecutive steps had a non-finite loss or "
+                                       f"gradient. Lower optim.lr, check the reward function, or raise "
+                                       f"run.max_nonfinite_steps. Last good checkpoint: {run_dir / 'checkpoints'}")
+            t2 = time.perf_counter()
+            n_tokens = float(ro.mask.sum())
+            record.update({"perf/step_s": t2 - t0, "perf/sample_s": t_sample, "perf/update_s": t2 - t1,
+                           "perf/tokens_per_s": n_tokens / max(t_sample, 1e-9)})
+            if r.eval_every > 0 and (step + 1) % r.eval_every == 0 and step + 1 < r.steps:
+                last_eval = run_eval(step + 1)
+                record.update({f"eval/{k}": v for k, v in last_eval.items()})
+            _append_jsonl(metrics_path, _clean(record))
+            _log_samples(run_dir / "samples.jsonl", step + 1, problems, ro, texts, rr.rewards, r.log_samples)
+            bar.update(step + 1, record)
+            if r.save_every > 0 and (step + 1) % r.save_every == 0 and step + 1 < r.steps:
+                checkpoint(step + 1)
+        final = run_eval(r.steps)
+        (run_dir / "eval.json").write_text(json.dumps({"step": r.steps, **final}, indent=2))
+        checkpoint(r.steps)
+        _append_jsonl(metrics_path, _clean({"step": r.steps, **{f"eval/{k}": v for k, v in final.items()}}))
+        save_final_model(run_dir / "final", model, tok)
+    finally:
+        bar.close()
+    return run_dir
+
+
+def save_final_model(path: Path, model, tok) -> None:
+    """The trained policy as a Hugging Face directory (LoRA: the adapter, loadable with peft)."""
+    tmp = path.with_name(path.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(str(tmp))
+    tok.save_pretrained(str(tmp))
+    shutil.rmtree(path, ignore_errors=True)
+    os.replace(tmp, path)
+
+
+def _log_samples(path: Path, step: int, problems, ro, texts, rewards, k: int) -> None:
+    if k <= 0:
+        return
+    group = ro.group.tolist()
+    with open(path, "a") as f:
+        for j, p in enumerate(problems[:k]):
+            rows = [i for i, g in enumerate(group) if g == j]
+            f.write(json.dumps({"step": step, "prompt": p.prompt, "answer": p.answer,
+                                "completions": [texts[i] for i in rows],
+                                "rewards": [rewards[i] for i in rows]}) + "\n")
+
+
+class _Progress:
+    """A rich progress bar with the key metrics; plain lines every 10 steps when not on a terminal."""
+
+    def __init__(self, console, total: int, start: int, enabled: bool = True):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.console = console
+        self.live = enabled and console.is_terminal
+        self.enabled = enabled
+        self.progress = None
+        if self.live:
+            self.progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
+                                     TimeRemainingColumn(), TextColumn("{task.fields[info]}"), console=console)
+            self.progress.start()
+            self.task = self.progress.add_task("train", total=total, completed=start, info="")
+
+    @staticmethod
+    def _info(rec: dict) -> str:
+        def g(k):
+            v = rec.get(k)
+            return float("nan") if v is None else v
+        return (f"reward {g('reward/mean'):.3f}  entropy {g('entropy/mean'):.3f}  "
+                f"all-wrong {g('reward/all_wrong_frac'):.2f}  len {g('length/mean'):.1f}  "
+                f"{g('perf/step_s'):.2f}s/step")
+
+    def update(self, step: int, rec: dict) -> None:
+        if self.live:
+            self.progress.update(self.task, completed=step, info=self._info(rec))
+        elif self.enabled and (step % 10 == 0 or step == 1):
+            self.console.print(f"step {step}: {self._info(rec)}")
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
+def train_from_files(config_path: str | None, overrides: list[str]) -> Path:
+    return train(load_config(config_path, overrides))

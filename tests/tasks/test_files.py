@@ -1,0 +1,105 @@
+"""File task: JSONL / JSON / Parquet rows, field names, templates, split and error messages."""
+
+import json
+import re
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from explorl.config import TaskConfig
+from explorl.rewards import math_check
+from explorl.tasks import load_task
+from explorl.tasks.files import load_file_task
+
+
+def _rows(n):
+    """`n` rows with numeric answers and braces in the questions."""
+    return [{"problem": f"What is {i}+{i}? Use {{braces}}.", "answer": 2 * i, "solution": "..."} for i in range(n)]
+
+
+def _write_jsonl(path, rows, blank_after=None):
+    """Write rows as JSONL, optionally with a blank line inserted after `blank_after` rows."""
+    lines = [json.dumps(r) for r in rows]
+    if blank_after is not None:
+        lines.insert(blank_after, "   ")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_jsonl_round_trip_and_holdout(tmp_path):
+    path = _write_jsonl(tmp_path / "data.jsonl", _rows(10), blank_after=3)
+    train, eval_ = load_file_task(TaskConfig(name="file", path=str(path), eval_size=3))
+    assert [p.answer for p in train] == [str(2 * i) for i in range(7)]  # numbers become strings
+    assert [p.answer for p in eval_] == ["14", "16", "18"]  # the last eval_size rows
+    assert train[1].prompt == "What is 1+1? Use {braces}."
+    assert train[0].meta == {"id": "data.jsonl:1"} and eval_[0].meta == {"id": "data.jsonl:9"}  # blank line 4
+
+
+def test_train_size_caps_and_template(tmp_path):
+    path = _write_jsonl(tmp_path / "d.jsonl", _rows(10))
+    cfg = TaskConfig(name="file", path=str(path), eval_size=2, train_size=4, prompt_template="Q: {question}\nA:")
+    train, eval_ = load_file_task(cfg)
+    assert len(train) == 4 and len(eval_) == 2
+    assert train[2].prompt == "Q: What is 2+2? Use {braces}.\nA:"
+
+
+def test_custom_fields_parquet_and_eval_path(tmp_path):
+    rows = [{"q": f"q{i}", "a": f"{i}/2"} for i in range(6)]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "train.parquet")
+    (tmp_path / "eval.json").write_text(json.dumps([{"q": "e0", "a": 1.5}, {"q": "e1", "a": "x"}]))
+    cfg = TaskConfig(name="file", path=str(tmp_path / "train.parquet"), eval_path=str(tmp_path / "eval.json"),
+                     prompt_field="q", answer_field="a", eval_size=1)
+    train, eval_ = load_file_task(cfg)
+    assert [(p.prompt, p.answer) for p in train] == [(f"q{i}", f"{i}/2") for i in range(6)]
+    assert [(p.prompt, p.answer) for p in eval_] == [("e0", "1.5")]
+
+
+def test_malformed_line_reports_its_number(tmp_path):
+    path = tmp_path / "data.jsonl"
+    path.write_text('{"problem": "a", "answer": "1"}\n\n{"problem": "b", "answer": \n')
+    with pytest.raises(ValueError, match=r"data.jsonl:3: not valid JSON"):
+        load_file_task(TaskConfig(name="file", path=str(path), eval_size=1))
+
+
+def test_missing_field_message(tmp_path):
+    rows = [{"problem": "p", "answer": "1"}] * 16 + [{"problem": "p", "solution": "s"}]
+    path = _write_jsonl(tmp_path / "data.jsonl", rows)
+    with pytest.raises(ValueError) as e:
+        load_file_task(TaskConfig(name="file", path=str(path), eval_size=1))
+    assert str(e.value) == (f"{path}:17: missing field 'answer' (task.answer_field='answer'); "
+                            "fields present: problem, solution")
+
+
+@pytest.mark.parametrize("row, message", [
+    ({"problem": "p", "answer": [1, 2]}, "field 'answer' (task.answer_field) must be a string or a number, got list"),
+    ({"problem": None, "answer": "1"}, "field 'problem' (task.prompt_field) must be a string or a number"),
+    ({"problem": "p", "answer": True}, "field 'answer' (task.answer_field) must be a string or a number, got bool"),
+    (["p", "1"], "expected an object with fields, got list"),
+])
+def test_bad_values(tmp_path, row, message):
+    path = _write_jsonl(tmp_path / "d.jsonl", [{"problem": "p", "answer": "1"}, row])
+    with pytest.raises(ValueError, match=re.escape(f"d.jsonl:2: {message}")):
+        load_file_task(TaskConfig(name="file", path=str(path), eval_size=1))
+
+
+def test_file_errors(tmp_path):
+    path = _write_jsonl(tmp_path / "d.jsonl", _rows(3))
+    with pytest.raises(ValueError, match="task.eval_size: .* has 3 rows"):
+        load_file_task(TaskConfig(name="file", path=str(path), eval_size=3))
+    with pytest.raises(ValueError, match="task.path: .* does not exist"):
+        load_file_task(TaskConfig(name="file", path=str(tmp_path / "missing.jsonl")))
+    with pytest.raises(ValueError, match="task.path: .* unsupported extension"):
+        load_file_task(TaskConfig(name="file", path=str(tmp_path / "d.csv")))
+    with pytest.raises(ValueError, match="task.eval_path: .* does not exist"):
+        load_file_task(TaskConfig(name="file", path=str(path), eval_path=str(tmp_path / "nope.jsonl")))
+    (tmp_path / "d.json").write_text('{"problem": "p"}')
+    with pytest.raises(ValueError, match="must hold a list of objects"):
+        load_file_task(TaskConfig(name="file", path=str(tmp_path / "d.json")))
+
+
+def test_load_task_uses_math_verify_isolated(tmp_path):
+    path = _write_jsonl(tmp_path / "d.jsonl", _rows(5))
+    task = load_task(TaskConfig(name="file", path=str(path), eval_size=1))
+    assert task.reward_fn is math_check and task.isolate
+    assert task.reward_fn("\\boxed{4}", task.train[2].answer) == 1.0

@@ -1,0 +1,190 @@
+"""Reward functions: boxed extraction, math-verify in the sandbox, adversarial completions, batch scoring."""
+
+import math
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # workers start with this sys.path, so they find the helpers
+import sandbox_helpers  # noqa: E402,F401
+
+from explorl.rewards import (  # noqa: E402
+    RewardRunner, exact_reward, extract_boxed, int_reward, math_check, math_reward, resolve_reward,
+)
+
+# ---------------------------------------------------------------------------------------------- extract_boxed
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("the answer is \\boxed{42}.", "42"),
+    ("\\boxed{\\frac{1}{2}}", "\\frac{1}{2}"),
+    ("\\boxed{1} then \\boxed{2}", "2"),
+    ("\\fbox{7}", "7"),
+    ("\\boxed {x+1}", "x+1"),
+    ("\\boxed{\\{1,2\\}}", "\\{1,2\\}"),
+    ("\\boxed{a{b{c}}d}", "a{b{c}}d"),
+    ("\\boxed{}", ""),
+    ("no box here", None),
+    ("\\boxed{1", None),
+    ("\\boxed{1} and \\boxed{2", None),  # the last box is the final answer, even when unbalanced
+    ("\\boxed{" + "1" * 3000 + "}", None),
+])
+def test_extract_boxed(text, expected):
+    assert extract_boxed(text) == expected
+
+
+def test_extract_boxed_is_bounded_on_huge_input():
+    t = time.monotonic()
+    assert extract_boxed("{" * 5_000_000 + "\\boxed{" + "{" * 5_000_000) is None
+    assert extract_boxed("x" * 5_000_000 + "\\boxed{5}") == "5"
+    assert extract_boxed("\\boxed{" + "{" * 10_000 + "}" * 10_001) is None  # too long
+    assert time.monotonic() - t < 2.0
+    assert extract_boxed("\\boxed{" + "1" * 3000 + "}", max_len=5000) == "1" * 3000
+
+
+# ------------------------------------------------------------------------------------------------ math_reward
+
+
+@pytest.mark.parametrize("completion, answer, expected", [
+    ("so \\boxed{\\frac{1}{2}}", "0.5", 1.0),
+    ("\\boxed{\\frac{1}{2}}", "1/2", 1.0),
+    ("\\boxed{0.5}", "\\frac{1}{2}", 1.0),
+    ("\\boxed{x^2+2x+1}", "(x+1)^2", 1.0),
+    ("\\boxed{\\{2,1\\}}", "\\{1,2\\}", 1.0),
+    ("\\boxed{1} no, wait: \\boxed{3}", "3", 1.0),
+    ("\\boxed{\\frac{1}{3}}", "0.5", 0.0),
+    ("\\boxed{3}", "$3$", 1.0),
+    ("the answer is 0.5", "0.5", 0.0),  # no box, no reward
+    ("\\boxed{}", "0", 0.0),
+])
+def test_math_reward(completion, answer, expected):
+    assert math_reward(completion, answer) == expected
+
+
+def _pwned(tmp_path):
+    """A completion that would create a file if anything evaluated it as Python."""
+    return f"\\boxed{{__import__('os').system('touch {tmp_path}/pwned')}}"
+
+
+@pytest.mark.parametrize("make", [
+    lambda tmp: "\\boxed{" + "{" * 10000 + "}" * 10000 + "}",
+    lambda tmp: "\\boxed{" + "{" * 60 + "1" + "}" * 60 + "}",
+    lambda tmp: "\\boxed{9^9^9^9}",
+    lambda tmp: "\\boxed{9^{9^{9^{9}}}}",
+    lambda tmp: "\\boxed{10^{10^{10}}}!",
+    _pwned,
+    lambda tmp: "\\boxed{eval('1')}",
+    lambda tmp: "9" * 1_000_000,
+    lambda tmp: "\\boxed{" + "1+" * 500_000 + "1}",
+], ids=["deep-braces", "depth-60", "tower", "tower-braced", "10^10^10", "python-code", "eval", "1MB", "1MB-box"])
+def test_adversarial_completions_score_zero_in_bounded_time(make, tmp_path):
+    completion = make(tmp_path)
+    t = time.monotonic()
+    assert math_reward(completion, "1", timeout_s=3.0) == 0.0
+    assert time.monotonic() - t < 3.0 + 3.0
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_math_reward_is_correct_after_huge_padding():
+    assert math_reward("x" * 1_000_000 + "\\boxed{\\frac{2}{4}}", "0.5") == 1.0
+
+
+def test_math_reward_from_a_thread():
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(math_reward("\\boxed{2}", "2"))) for _ in range(3)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(30)
+    assert results == [1.0, 1.0, 1.0]
+
+
+def test_math_check_in_process_from_a_thread():
+    # signal-based timeouts cannot work outside the main thread: math_check must switch them off, not fail
+    results = []
+    th = threading.Thread(target=lambda: results.append(math_check("\\boxed{\\frac{1}{2}}", "0.5")))
+    th.start()
+    th.join(30)
+    assert results == [1.0]
+
+
+# ------------------------------------------------------------------------------------------- cheap rewards
+
+
+def test_exact_reward():
+    assert exact_reward("\\boxed{ Paris }", "Paris") == 1.0
+    assert exact_reward("\\boxed{paris}", "Paris") == 0.0
+    assert exact_reward("Paris", "Paris") == 0.0
+
+
+@pytest.mark.parametrize("completion, expected", [
+    ("7+12=19\n19-5=14\n\\boxed{14}", 1.0),
+    ("\\boxed{ 14 }", 1.0),
+    ("\\boxed{014}", 1.0),
+    ("\\boxed{15}", 0.0),
+    ("\\boxed{7+7}", 0.0),  # never evaluated
+    ("\\boxed{14.0}", 0.0),
+    ("\\boxed{1e1}", 0.0),
+    ("\\boxed{" + "9" * 40 + "}", 0.0),
+    ("14", 0.0),
+    ("", 0.0),
+])
+def test_int_reward(completion, expected):
+    assert int_reward(completion, "14") == expected
+    assert int_reward("\\boxed{-4}", "-4") == 1.0
+
+
+# ------------------------------------------------------------------------------------------- RewardRunner
+
+_BATCH = ["7", "8", "raise", "nan", "inf", "str", "none", "true"]
+
+
+def test_runner_in_process_counts_errors():
+    run = RewardRunner(sandbox_helpers.flaky_reward, isolate=False)
+    res = run(_BATCH, ["7"] * len(_BATCH), [{}] * len(_BATCH))
+    assert res.rewards == [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0]
+    assert (res.errors, res.timeouts) == (5, 0)
+
+
+def test_runner_isolated_counts_errors_and_timeouts():
+    batch = _BATCH + ["sleep", "die", "7"]
+    metas = [{}] * (len(batch) - 1) + [{"scale": 0.5}]
+    res = RewardRunner(sandbox_helpers.flaky_reward, isolate=True, timeout_s=1.0, workers=2)(
+        batch, ["7"] * len(batch), metas)
+    assert res.rewards == [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.5]
+    assert (res.errors, res.timeouts) == (6, 1)
+    assert all(isinstance(r, float) and math.isfinite(r) for r in res.rewards)
+
+
+def test_runner_with_math_checker():
+    fn, isolate = resolve_reward("math", None)
+    res = RewardRunner(fn, isolate=isolate, timeout_s=5.0)(
+        ["\\boxed{0.5}", "\\boxed{1/3}", "nothing", "\\boxed{9^{9^{9^{9}}}}"], ["1/2"] * 4,
+        [{"id": i} for i in range(4)])
+    assert res.rewards == [1.0, 0.0, 0.0, 0.0]
+    assert res.errors == 0
+
+
+def test_runner_checks_lengths():
+    with pytest.raises(ValueError, match="2 completions, 1 answers"):
+        RewardRunner(exact_reward, isolate=False)(["a", "b"], ["a"], [{}, {}])
+
+
+# ----------------------------------------------------------------------------------------- resolve_reward
+
+
+def test_resolve_reward():
+    default = (int_reward, False)
+    assert resolve_reward("auto", default) is default
+    assert resolve_reward("math", default) == (math_check, True)
+    assert resolve_reward("exact", default) == (exact_reward, False)
+    assert resolve_reward("sandbox_helpers:flaky_reward", default) == (sandbox_helpers.flaky_reward, True)
+    with pytest.raises(ValueError, match="task.reward: cannot import module 'no_such_module_xyz'"):
+        resolve_reward("no_such_module_xyz:f", default)
+    with pytest.raises(ValueError, match="task.reward: module 'sandbox_helpers' has no attribute 'nope'"):
+        resolve_reward("sandbox_helpers:nope", default)
+    with pytest.raises(ValueError, match="task.reward"):
+        resolve_reward("sandbox_helpers:", default)
