@@ -26,15 +26,15 @@ from explorl.models import build_char_tokenizer, count_parameters, tiny_qwen2
 class BootstrapConfig:
     seed: int = 0
     """Seed of initialisation and data order."""
-    hidden: int = 128
+    hidden: int = 64
     """Model width."""
-    layers: int = 4
+    layers: int = 3
     """Decoder layers."""
     heads: int = 4
     """Attention heads."""
     kv_heads: int = 2
     """Key/value heads (grouped-query attention, as Qwen2)."""
-    intermediate: int = 384
+    intermediate: int = 256
     """MLP width."""
     difficulties: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5])
     """Difficulty levels of the training problems (the default task mix)."""
@@ -46,15 +46,15 @@ class BootstrapConfig:
     """Seed of the task generator; equal to `task.data_seed`'s default so the held-out split is shared."""
     batch_size: int = 64
     """Sequences per optimizer step."""
-    lr: float = 3e-3
+    lr: float = 5e-3
     """Peak AdamW learning rate (linear warm-up, then constant)."""
     warmup: int = 100
     """Warm-up steps."""
-    max_steps: int = 4000
+    max_steps: int = 2500
     """Hard cap on optimizer steps."""
     eval_every: int = 100
     """Steps between checks of the stopping rule."""
-    target_pass1: float = 0.30
+    target_pass1: float = 0.25
     """Stop at the first check whose held-out pass@1 reaches this (keeps the model imperfect)."""
     max_new_tokens: int = 64
     """Length limit of sampled solutions during the checks."""

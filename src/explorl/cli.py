@@ -31,13 +31,19 @@ def cmd_train(args) -> int:
         run = Path(args.resume)
         if not (run / "config.yaml").exists():
             raise ConfigError(f"--resume {run}: no config.yaml there; give a run directory made by `explorl train`")
-        cfg = load_config(run / "config.yaml", args.overrides)
+        overrides = list(args.overrides)
+        if args.config is not None:  # argparse puts the first override in the CONFIG slot
+            if "=" not in args.config:
+                raise ConfigError(f"explorl train: give a CONFIG file or --resume RUN, not both "
+                                  f"(a resumed run uses {run / 'config.yaml'}; change it with key=value overrides)")
+            overrides.insert(0, args.config)
+        cfg = load_config(run / "config.yaml", overrides)
     else:
         if args.config is None:
             raise ConfigError("explorl train: give a CONFIG file (e.g. configs/quickstart.yaml) or --resume RUN")
         cfg = load_config(args.config, args.overrides)
     console.rule("resolved config")
-    console.print(Syntax(dump_yaml(cfg), "yaml", background_color="default"))
+    console.print(Syntax(dump_yaml(cfg), "yaml", background_color="default", word_wrap=True))  # never crop
     if args.dry_run:
         console.print("[green]config is valid[/] (dry run: nothing trained)")
         return 0
@@ -115,6 +121,7 @@ def cmd_config(args) -> int:
     if args.markdown:
         print("| field | type | default | meaning |\n|---|---|---|---|")
         for name, tp, default, doc in reference():
+            tp = tp.replace("|", "\\|")  # Literal choices are written `'a' | 'b'`; a bare | splits the cell
             print(f"| `{name}` | {tp} | `{default}` | {doc.replace('|', '/')} |")
     else:
         console.print(table)
@@ -187,7 +194,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    # key=value overrides after an option (`train CONFIG --dry-run a=1`) are left over by argparse
+    if extra and hasattr(args, "overrides") and all("=" in x and not x.startswith("-") for x in extra):
+        args.overrides = [*args.overrides, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return args.fn(args)
     except ConfigError as e:

@@ -12,6 +12,7 @@ import ast
 import dataclasses
 import difflib
 import inspect
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -205,6 +206,14 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
+def _scalar(text: str) -> Any:
+    """`text` parsed as a YAML scalar (`4` -> 4, `1e-4` stays a string for `_coerce`), or itself if not YAML."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
 def _coerce(value: Any, tp: Any, name: str) -> Any:
     """Check `value` against the annotation `tp` (after YAML parsing) and return it in canonical form."""
     origin = typing.get_origin(tp)
@@ -220,10 +229,11 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
         return _coerce(value, args[0], name)
     if origin is list:
         (inner,) = typing.get_args(tp)
-        if isinstance(value, (int, float, str)) and not isinstance(value, bool) and inner is not str:
+        if isinstance(value, str):  # `a,b,c` on the command line; numbers are parsed as YAML scalars
+            items = [v.strip() for v in value.split(",") if v.strip()]
+            value = items if inner is str else [_scalar(v) for v in items]
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
             value = [value]
-        if isinstance(value, str) and inner is str:
-            value = [v.strip() for v in value.split(",") if v.strip()]
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{name}: expected a list, got {value!r}")
         return [_coerce(v, inner, f"{name}[{i}]") for i, v in enumerate(value)]
@@ -238,13 +248,13 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
             return int(value)
         raise ConfigError(f"{name}: expected an integer, got {value!r}")
     if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
         if isinstance(value, str):
             try:  # YAML 1.1 reads "1e-5" as a string
-                return float(value)
+                value = float(value)
             except ValueError:
                 pass
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value):
+            return float(value)
         raise ConfigError(f"{name}: expected a number, got {value!r}")
     if tp is str:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -261,9 +271,9 @@ def _hints(cls: type) -> dict[str, Any]:
 
 def from_dict(cls: type, data: dict[str, Any] | None, prefix: str = "") -> Any:
     """Build dataclass `cls` from a nested dict, validating keys and types."""
+    if data is not None and not isinstance(data, dict):
+        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {data!r}")
     data = dict(data or {})
-    if not isinstance(data, dict):
-        raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {data!r}")
     hints = _hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     for key in data:
@@ -290,8 +300,20 @@ def to_dict(cfg: Any) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
 
 
+def _field_type(parts: list[str], cls: type = Config) -> Any:
+    """The annotation of the dotted field `parts` of `cls`, or None when there is no such field."""
+    for i, part in enumerate(parts):
+        tp = _hints(cls).get(part) if dataclasses.is_dataclass(cls) else None
+        if tp is None or i == len(parts) - 1:
+            return tp
+        cls = tp
+    return None
+
+
 def apply_override(data: dict[str, Any], override: str) -> None:
-    """Apply one `a.b.c=value` override to a nested dict; the value is parsed as YAML (`1e-4`, `[1,2]`, `true`)."""
+    """Apply one `a.b.c=value` override to a nested dict; the value is parsed as YAML (`1e-4`, `[1,2]`, `true`),
+    except for plain string fields, which take the text verbatim (`task.prompt_template=Q: {question}`) unless
+    it is quoted."""
     if "=" not in override:
         raise ConfigError(f"override {override!r} must look like key.sub=value (e.g. sampling.temperature=0.7)")
     key, raw = override.split("=", 1)
@@ -301,6 +323,9 @@ def apply_override(data: dict[str, Any], override: str) -> None:
     except yaml.YAMLError:
         value = raw
     parts = key.split(".")
+    quoted = len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\"" and isinstance(value, str)
+    if _field_type(parts) is str and not quoted:
+        value = raw
     node = data
     for p in parts[:-1]:
         if not isinstance(node.get(p, {}), dict):
@@ -345,6 +370,8 @@ def _read_yaml(path: Path, depth: int = 0) -> dict[str, Any]:
         raise ConfigError(f"{path}: the top level must be a mapping of sections (model, task, ...)")
     base = data.pop("base", None)
     if base is not None:
+        if not isinstance(base, str) or not base:
+            raise ConfigError(f"{path}: `base:` must be the path of another YAML config, got {base!r}")
         if depth > 8:
             raise ConfigError(f"{path}: `base:` chain is too deep (a cycle?)")
         data = _merge(_read_yaml(path.parent / base, depth + 1), data)

@@ -126,7 +126,7 @@ def update_policy(model, optimizer, scheduler, batch: dict, advantages: torch.Te
                     loss = loss - a.entropy_coef * ent_term
                     st["loss/entropy"] = float(ent_term)
                 if not torch.isfinite(loss):
-                    raise NonFiniteError(f"loss is {float(loss)} (pg={st.get('loss/pg')}); update skipped")
+                    raise NonFiniteError(f"loss is {float(loss.detach())} (pg={st.get('loss/pg')}); update skipped")
                 (loss * _micro_weight(mb_mask, local, a.loss_agg)).backward()
                 for k, v in st.items():
                     stats.setdefault(k, []).append(float(v))
@@ -141,6 +141,49 @@ def update_policy(model, optimizer, scheduler, batch: dict, advantages: torch.Te
     out = {k: sum(v) / len(v) for k, v in stats.items()}
     out["optim/lr"] = scheduler.get_last_lr()[0]
     return out
+
+
+# Every key written to metrics.jsonl at each training step, with its meaning (the README's table comes from here).
+STEP_METRICS: dict[str, str] = {
+    "step": "training step (1-based)",
+    "reward/mean": "mean reward of the step's responses",
+    "reward/std": "population std of the rewards",
+    "reward/correct_frac": "fraction of responses with reward > 0.5",
+    "reward/all_correct_frac": "fraction of prompts whose responses are all correct (zero advantage in GRPO)",
+    "reward/all_wrong_frac": "fraction of prompts whose responses are all wrong (zero advantage in GRPO)",
+    "reward/errors": "reward-function failures this step (scored 0)",
+    "reward/timeouts": "reward-function timeouts this step (scored 0)",
+    "entropy/mean": "mean token entropy of the policy at the training temperature over response tokens",
+    "entropy/pos": "the same over correct responses (null when none)",
+    "entropy/neg": "the same over incorrect responses (null when none)",
+    "entropy/behavior_mean": "mean entropy of the distribution actually sampled from",
+    "temperature/mean": "mean sampling temperature over response tokens",
+    "rollouts/per_prompt_min": "fewest responses sampled for a prompt",
+    "rollouts/per_prompt_max": "most responses sampled for a prompt",
+    "rollouts/per_prompt_mean": "mean responses per prompt",
+    "rollouts/total": "responses this step (N)",
+    "length/mean": "mean response length in tokens (EOS included)",
+    "length/max": "longest response",
+    "length/truncated_frac": "fraction of responses that hit sampling.max_new_tokens",
+    "adv/mean": "mean advantage over response tokens",
+    "adv/std": "std of the advantage over response tokens",
+    "loss/pg": "clipped policy-gradient loss (aggregated)",
+    "loss/clip_frac": "fraction of tokens where the clipped term is active",
+    "loss/clip_frac_low": "fraction clipped at 1 - eps_low (A < 0)",
+    "loss/clip_frac_high": "fraction clipped at 1 + eps_high (A > 0)",
+    "loss/ratio_mean": "mean importance ratio pi_new / pi_old (exactly 1 on the first update)",
+    "loss/ratio_max": "largest importance ratio",
+    "loss/ppo_kl": "mean of logp_old - logp_new over tokens",
+    "loss/nonfinite": "1 when this step's update was skipped for a non-finite loss or gradient",
+    "optim/grad_norm": "global gradient norm before clipping",
+    "optim/lr": "learning rate after the step",
+    "perf/step_s": "wall time of the step",
+    "perf/sample_s": "wall time of sampling",
+    "perf/update_s": "wall time of the policy update (epochs x mini-batches)",
+    "perf/tokens_per_s": "generated tokens per second of sampling",
+}
+# present only when configured: kl/mean (algo.kl_coef > 0), loss/entropy (algo.entropy_coef != 0),
+# eval/* (run.eval_every > 0, and once after the last step)
 
 
 def rollout_metrics(ro, rewards: torch.Tensor, entropy: torch.Tensor, advantages: torch.Tensor) -> dict:
@@ -244,11 +287,11 @@ def _clean(record: dict) -> dict:
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
 
 
-def _truncate_metrics(path: Path, before_step: int) -> None:
+def _truncate_metrics(path: Path, done_steps: int) -> None:
     """On resume, drop records of steps after the checkpoint: they will be recomputed identically."""
     if not path.exists():
         return
-    keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] < before_step]
+    keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= done_steps]
     path.write_text("".join(line + "\n" for line in keep))
 
 
@@ -370,10 +413,7 @@ def train(cfg: Config, *, resume: str | Path | None = None, console=None, progre
                 console.print(f"[bold red]step {step + 1}: {e}.[/] The weights were not changed by it "
                               f"({nonfinite_run} such step(s) in a row; limit run.max_nonfinite_steps="
                               f"{r.max_nonfinite_steps}).")
-                if nonfinite_run >= r.max_nonfinite_steps:
-                    raise RuntimeError(f"stopping: {nonfinite_run} consecutive steps had a non-finite loss or "
-                                       f"gradient. Lower optim.lr, check the reward function, or raise "
-                                       f"run.max_nonfinite_steps. Last good checkpoint: {run_dir / 'checkpoints'}")
+            stop = nonfinite_run >= r.max_nonfinite_steps
             t2 = time.perf_counter()
             n_tokens = float(ro.mask.sum())
             record.update({"perf/step_s": t2 - t0, "perf/sample_s": t_sample, "perf/update_s": t2 - t1,
@@ -384,6 +424,10 @@ def train(cfg: Config, *, resume: str | Path | None = None, console=None, progre
             _append_jsonl(metrics_path, _clean(record))
             _log_samples(run_dir / "samples.jsonl", step + 1, problems, ro, texts, rr.rewards, r.log_samples)
             bar.update(step + 1, record)
+            if stop:
+                raise RuntimeError(f"stopping: {nonfinite_run} consecutive steps had a non-finite loss or "
+                                   f"gradient. Lower optim.lr, check the reward function, or raise "
+                                   f"run.max_nonfinite_steps. Last good checkpoint: {run_dir / 'checkpoints'}")
             if r.save_every > 0 and (step + 1) % r.save_every == 0 and step + 1 < r.steps:
                 checkpoint(step + 1)
         final = run_eval(r.steps)

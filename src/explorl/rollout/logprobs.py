@@ -53,6 +53,8 @@ def response_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
                 logits_to_keep=t + 1, use_cache=False)
     logits = out.logits[:, :-1]  # the logit at position j predicts token j + 1
     temp = _as_temperature(temperature, n, t, logits.device)
+    # Rollouts.temperatures is 0 on padding: x/0 there would give NaN values (and NaN gradients through the mask)
+    temp = temp.masked_fill(response_mask.to(logits.device)[..., None] == 0, 1.0)
     lps, ents = [], []
     for s in range(0, t, chunk_size):
         block = logits[:, s:s + chunk_size].float() / temp[:, s:s + chunk_size]

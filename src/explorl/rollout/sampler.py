@@ -104,7 +104,8 @@ def _sample_step(logits: torch.Tensor, temp: torch.Tensor, top_p: float, generat
         logp = torch.full_like(logp, float("-inf")).scatter(-1, order, sorted_logp)
         logp = torch.log_softmax(logp, dim=-1)  # renormalise over the nucleus
     # inverse-CDF draw: one uniform per row (cheaper than multinomial's exponential race on the CPU)
-    u = torch.rand((logp.shape[0], 1), device=logp.device, generator=generator)
+    # 1 - rand lies in (0, 1]: a draw of exactly 0 would otherwise pick token 0 even where its probability is 0
+    u = 1.0 - torch.rand((logp.shape[0], 1), device=logp.device, generator=generator)
     cdf = logp.exp().cumsum(-1)
     token = (cdf < u * cdf[:, -1:]).sum(-1).clamp_(max=logp.shape[-1] - 1)
     return token, logp.gather(-1, token[:, None]).squeeze(-1), entropy
@@ -165,6 +166,8 @@ class _FusedDecoder:
         if cfg is None or getattr(cfg, "model_type", None) not in cls.SUPPORTED or hasattr(model, "peft_config"):
             return False
         if getattr(cfg, "use_sliding_window", False) or getattr(cfg, "hidden_act", "silu") != "silu":
+            return False
+        if cfg.model_type == "mistral" and getattr(cfg, "sliding_window", None):  # Mistral applies it whenever set
             return False
         if getattr(cfg, "mlp_bias", False):
             return False

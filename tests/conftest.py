@@ -1,0 +1,63 @@
+"""Shared fixtures: the character tokenizer and tiny randomly initialised causal LMs (CPU, milliseconds to build).
+
+`tiny_model` and `tiny_llama` are built fresh for every test (a few ms each), so a test may train or edit them
+freely; `tiny_model_dir` is a session-wide saved copy of the same tiny Qwen2 (weights and tokenizer), loadable
+with `AutoModelForCausalLM` / `AutoTokenizer` or as `model.path` in a config. Treat that directory as read-only.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from explorl.models import build_char_tokenizer, tiny_qwen2
+
+TINY = dict(hidden=32, layers=2, heads=4, kv_heads=2, intermediate=64, seed=0)
+
+
+def _tiny_qwen2(tok):
+    model = tiny_qwen2(len(tok), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, **TINY)
+    return model.eval()
+
+
+def _tiny_llama(tok):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=256,
+                      attention_bias=False, mlp_bias=False, tie_word_embeddings=False,
+                      pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=None)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(1)
+        model = LlamaForCausalLM(cfg)
+        # Llama's default init (std 0.02) gives nearly uniform next-token distributions on a model this small;
+        # a wider output layer makes them peaked enough that greedy/top-p tests are not decided by float noise
+        torch.nn.init.normal_(model.lm_head.weight, std=0.3)
+    return model.eval()
+
+
+@pytest.fixture(scope="session")
+def char_tokenizer():
+    """The embedded default's character-level tokenizer (pad 0, eos 1, 98 tokens)."""
+    return build_char_tokenizer()
+
+
+@pytest.fixture
+def tiny_model(char_tokenizer):
+    """A 2-layer Qwen2 (hidden 32, 4 heads, 2 KV heads) for the char tokenizer, eval mode, seed 0."""
+    return _tiny_qwen2(char_tokenizer)
+
+
+@pytest.fixture
+def tiny_llama(char_tokenizer):
+    """A 2-layer Llama (no biases, untied head) for the char tokenizer, eval mode: a second fused-path family."""
+    return _tiny_llama(char_tokenizer)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, char_tokenizer):
+    """A directory holding `tiny_model`'s weights and the char tokenizer (save_pretrained), e.g. for model.path."""
+    path = tmp_path_factory.mktemp("tiny_model")
+    _tiny_qwen2(char_tokenizer).save_pretrained(path)
+    char_tokenizer.save_pretrained(path)
+    return path

@@ -1,0 +1,138 @@
+"""`response_logprobs` (the training forward) against a naive one-sequence-at-a-time computation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from explorl.rollout.logprobs import position_ids_from_mask, response_logprobs
+
+PAD = 0
+PROMPT_LENS = [3, 7, 1, 5]
+RESPONSE_LENS = [6, 2, 4, 0]  # one empty response
+T = 6
+
+
+@pytest.fixture(params=["qwen2", "llama"])
+def model(request):
+    return request.getfixturevalue("tiny_model" if request.param == "qwen2" else "tiny_llama")
+
+
+def _batch(vocab: int, seed: int = 0):
+    """Left-padded prompts [N, P] and right-padded responses [N, T] of the lengths above, random tokens."""
+    g = torch.Generator().manual_seed(seed)
+    n, p = len(PROMPT_LENS), max(PROMPT_LENS)
+    prompt_ids = torch.full((n, p), PAD)
+    prompt_mask = torch.zeros((n, p), dtype=torch.long)
+    response_ids = torch.full((n, T), PAD)
+    mask = torch.zeros((n, T))
+    for i, (lp, lr) in enumerate(zip(PROMPT_LENS, RESPONSE_LENS)):
+        prompt_ids[i, p - lp:] = torch.randint(2, vocab, (lp,), generator=g)
+        prompt_mask[i, p - lp:] = 1
+        response_ids[i, :lr] = torch.randint(2, vocab, (lr,), generator=g)
+        mask[i, :lr] = 1
+    return prompt_ids, prompt_mask, response_ids, mask
+
+
+def _naive(model, prompt_ids, prompt_mask, response_ids, mask, temperature):
+    """Per sequence, unpadded: model(ids).logits -> log_softmax(logits / T) -> gather; entropy by definition."""
+    n, t = response_ids.shape
+    temp = torch.as_tensor(temperature, dtype=torch.float32)
+    temp = temp.expand(n, t) if temp.dim() == 0 else (temp[:, None].expand(n, t) if temp.dim() == 1 else temp)
+    lps, ents = torch.zeros(n, t), torch.zeros(n, t)
+    for i in range(n):
+        prompt = prompt_ids[i][prompt_mask[i].bool()]
+        k = int(mask[i].sum())
+        if k == 0:
+            continue
+        ids = torch.cat([prompt, response_ids[i, :k]])
+        logits = model(input_ids=ids[None]).logits[0, len(prompt) - 1:len(prompt) - 1 + k].float()
+        logp = torch.log_softmax(logits / temp[i, :k, None], dim=-1)
+        lps[i, :k] = logp.gather(-1, response_ids[i, :k, None]).squeeze(-1)
+        ents[i, :k] = -(logp.exp() * logp).sum(-1)
+    return lps, ents
+
+
+TEMPERATURES = {
+    "float": lambda: 0.7,
+    "per-response": lambda: torch.tensor([0.5, 1.0, 1.5, 2.0]),
+    "per-token": lambda: 0.5 + torch.rand((4, T), generator=torch.Generator().manual_seed(3)),
+}
+
+
+@pytest.mark.parametrize("temp_kind", list(TEMPERATURES))
+def test_matches_naive_per_sequence_computation(model, temp_kind):
+    batch = _batch(model.config.vocab_size)
+    temperature = TEMPERATURES[temp_kind]()
+    with torch.no_grad():
+        lp, ent = response_logprobs(model, *batch, temperature)
+        want_lp, want_ent = _naive(model, *batch, temperature)
+    torch.testing.assert_close(lp, want_lp, atol=1e-5, rtol=0)
+    torch.testing.assert_close(ent, want_ent, atol=1e-5, rtol=0)
+    assert lp.shape == ent.shape == (4, T) and lp.dtype == torch.float32
+
+
+def test_zero_outside_mask_even_with_zero_temperatures_on_padding(tiny_model):
+    # Rollouts.temperatures is 0 on padding; passing it back must not turn the padding (or gradients) into NaN
+    prompt_ids, prompt_mask, response_ids, mask = _batch(tiny_model.config.vocab_size)
+    temps = (0.5 + torch.rand((4, T), generator=torch.Generator().manual_seed(1))) * mask
+    lp, ent = response_logprobs(tiny_model, prompt_ids, prompt_mask, response_ids, mask, temps)
+    assert torch.isfinite(lp).all() and torch.isfinite(ent).all()
+    assert (lp[mask == 0] == 0).all() and (ent[mask == 0] == 0).all()
+    assert (lp[mask == 1] < 0).all() and (ent[mask == 1] > 0).all()
+    (lp.sum() + ent.sum()).backward()
+    assert all(torch.isfinite(p.grad).all() for p in tiny_model.parameters() if p.grad is not None)
+    with torch.no_grad():
+        want_lp, _ = _naive(tiny_model, prompt_ids, prompt_mask, response_ids, mask, temps + (1 - mask))
+    torch.testing.assert_close(lp.detach(), want_lp, atol=1e-5, rtol=0)
+
+
+def test_gradients_flow_and_match_the_naive_gradient(tiny_model):
+    batch = _batch(tiny_model.config.vocab_size)
+    params = [p for p in tiny_model.parameters() if p.requires_grad]
+    lp, ent = response_logprobs(tiny_model, *batch, 0.8)
+    grads = torch.autograd.grad(lp.sum() + 0.1 * ent.sum(), params)
+    assert all(torch.isfinite(g).all() for g in grads)
+    assert sum(float(g.abs().sum()) for g in grads) > 0
+    want_lp, want_ent = _naive(tiny_model, *batch, 0.8)
+    want = torch.autograd.grad(want_lp.sum() + 0.1 * want_ent.sum(), params)
+    for g, w in zip(grads, want):
+        torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-4)
+
+
+def test_chunking_does_not_change_results(tiny_model):
+    batch = _batch(tiny_model.config.vocab_size)
+    temps = TEMPERATURES["per-token"]()
+    with torch.no_grad():
+        lp, ent = response_logprobs(tiny_model, *batch, temps)
+        for chunk in (1, 4, T - 1):
+            lp_c, ent_c = response_logprobs(tiny_model, *batch, temps, chunk_size=chunk)
+            torch.testing.assert_close(lp_c, lp, atol=1e-7, rtol=0)
+            torch.testing.assert_close(ent_c, ent, atol=1e-7, rtol=0)
+
+
+def test_without_entropy(tiny_model):
+    batch = _batch(tiny_model.config.vocab_size)
+    with torch.no_grad():
+        lp, ent = response_logprobs(tiny_model, *batch, with_entropy=False)
+        lp_full, _ = response_logprobs(tiny_model, *batch)
+    assert ent is None
+    assert torch.equal(lp, lp_full)
+
+
+def test_padding_does_not_change_a_row(tiny_model):
+    # a row scored alone equals the same row scored inside a wider, more padded batch (first PPO ratio = 1)
+    batch = _batch(tiny_model.config.vocab_size)
+    with torch.no_grad():
+        lp, _ = response_logprobs(tiny_model, *batch)
+        alone = [x[2:3] for x in batch]  # prompt of length 1 in a batch of width 7
+        k = int(alone[1].sum())  # drop the prompt's padding columns
+        alone[0], alone[1] = alone[0][:, -k:], alone[1][:, -k:]
+        lp_alone, _ = response_logprobs(tiny_model, *alone)
+    assert alone[0].shape[1] == 1
+    torch.testing.assert_close(lp_alone[0], lp[2], atol=1e-5, rtol=0)
+
+
+def test_position_ids_skip_left_padding():
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1], [0, 0, 0, 0, 1]])
+    assert position_ids_from_mask(mask).tolist() == [[0, 0, 0, 1, 2], [0, 1, 2, 3, 4], [0, 0, 0, 0, 0]]

@@ -1,0 +1,372 @@
+"""Properties of `rollout.sampler.sample`, checked against independent references on tiny random models.
+
+References are computed here, one unpadded sequence at a time through `model(...).logits`, or through the
+training forward `response_logprobs` (the contract: behaviour log-probs equal a full forward's within 1e-4).
+Both decoders are covered: the fused Llama-family path (`fast_path=True`, on Qwen2 and Llama) and the generic
+Hugging Face path (`fast_path=False`).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from explorl.rollout.logprobs import response_logprobs
+from explorl.rollout.sampler import Rollouts, _FusedDecoder, sample
+
+TEXTS = ["1+2=?\n", "13-4+17-2=?\n", "5=?\n", "20+20+20-1+3=?\n"]  # four lengths: left padding matters
+N_PER = [2, 0, 3, 1]  # variable group sizes, one empty
+PAD = 0
+MAX_NEW = 12
+EOS_MANY = list(range(2, 12))  # ten of 98 ids: most rows end early, a few run to the limit
+ATOL = 1e-4
+PATHS = pytest.mark.parametrize("fast_path", [True, False], ids=["fused", "generic"])
+
+
+@pytest.fixture(params=["qwen2", "llama"])
+def model(request):
+    return request.getfixturevalue("tiny_model" if request.param == "qwen2" else "tiny_llama")
+
+
+@pytest.fixture
+def prompts(char_tokenizer):
+    return [char_tokenizer.encode(t) for t in TEXTS]
+
+
+def _gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _sharpen(model, scale: float):
+    """Scale the final norm so next-token distributions are peaked (random tiny models are nearly uniform)."""
+    with torch.no_grad():
+        model.model.norm.weight.mul_(scale)
+    return model
+
+
+def _row_logits(model, ro: Rollouts) -> list[torch.Tensor]:
+    """For each row: the logits [len_i, V] that predicted its response tokens, from one unpadded forward."""
+    out = []
+    with torch.no_grad():
+        for i in range(len(ro.group)):
+            prompt = ro.prompt_ids[i][ro.prompt_mask[i].bool()]
+            n_resp = int(ro.mask[i].sum())
+            ids = torch.cat([prompt, ro.response_ids[i, :n_resp]])
+            logits = model(input_ids=ids[None]).logits[0].float()
+            out.append(logits[len(prompt) - 1:len(prompt) - 1 + n_resp])
+    return out
+
+
+def _assert_matches_full_forward(model, ro: Rollouts, temperature=None):
+    temperature = ro.temperatures if temperature is None else temperature
+    lp, ent = response_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.mask, temperature)
+    assert torch.isfinite(lp).all() and torch.isfinite(ent).all()
+    torch.testing.assert_close(ro.behavior_logprobs, lp, atol=ATOL, rtol=0)
+    torch.testing.assert_close(ro.entropy, ent, atol=ATOL, rtol=0)
+
+
+def _assert_zero_outside_mask(ro: Rollouts):
+    off = ro.mask == 0
+    assert (ro.behavior_logprobs[off] == 0).all()
+    assert (ro.entropy[off] == 0).all()
+    assert (ro.temperatures[off] == 0).all()
+    assert (ro.response_ids[off] == PAD).all()
+
+
+# --- agreement with the training forward -------------------------------------------------------------------
+
+
+@PATHS
+def test_behaviour_logprobs_and_entropy_equal_full_forward(model, prompts, fast_path):
+    ro = sample(model, prompts, N_PER, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW,
+                temperature=0.8, generator=_gen(), fast_path=fast_path)
+    assert ro.response_ids.shape == (sum(N_PER), MAX_NEW)
+    lengths = ro.lengths.tolist()
+    assert len(set(lengths)) > 2 and ro.truncated.any() and not ro.truncated.all()  # the case is not degenerate
+    _assert_matches_full_forward(model, ro)
+    _assert_matches_full_forward(model, ro, temperature=0.8)
+    _assert_zero_outside_mask(ro)
+    # the prompts are left-padded copies of the originals
+    for i, g in enumerate(ro.group.tolist()):
+        assert ro.prompt_ids[i][ro.prompt_mask[i].bool()].tolist() == prompts[g]
+        assert ro.prompt_mask[i, -1] == 1
+
+
+@PATHS
+def test_entropy_is_that_of_the_temperature_scaled_softmax(tiny_model, prompts, fast_path):
+    ro = sample(tiny_model, prompts, N_PER, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW,
+                temperature=1.7, generator=_gen(3), fast_path=fast_path)
+    for i, logits in enumerate(_row_logits(tiny_model, ro)):
+        logp = torch.log_softmax(logits / 1.7, dim=-1)
+        want = -(logp.exp() * logp).sum(-1)
+        torch.testing.assert_close(ro.entropy[i, :len(want)], want, atol=ATOL, rtol=0)
+        got_lp = ro.behavior_logprobs[i, :len(want)]
+        torch.testing.assert_close(got_lp, logp.gather(-1, ro.response_ids[i, :len(want), None]).squeeze(-1),
+                                   atol=ATOL, rtol=0)
+
+
+# --- temperature -----------------------------------------------------------------------------------------
+
+
+@PATHS
+def test_near_zero_temperature_is_greedy(model, prompts, fast_path):
+    _sharpen(model, 5.0)
+
+    def greedy(prompt: list[int], eos: int | None) -> list[int]:
+        ids = list(prompt)
+        with torch.no_grad():
+            for _ in range(MAX_NEW):
+                nxt = int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax())
+                ids.append(nxt)
+                if nxt == eos:
+                    break
+        return ids[len(prompt):]
+
+    eos = greedy(prompts[0], None)[4]  # a token greedy decoding emits: prompt 0 ends by step 5
+    want = [greedy(p, eos) for p in prompts]
+    ro = sample(model, prompts, N_PER, eos_token_id=eos, pad_token_id=PAD, max_new_tokens=MAX_NEW,
+                temperature=1e-5, generator=_gen(), fast_path=fast_path)
+    for i, g in enumerate(ro.group.tolist()):
+        n = int(ro.lengths[i])
+        assert ro.response_ids[i, :n].tolist() == want[g]
+        assert bool(ro.truncated[i]) == (want[g][-1] != eos)
+    assert ro.lengths.min() < MAX_NEW
+    assert ro.behavior_logprobs.max() <= 0 and ro.behavior_logprobs.min() > -1e-3  # probability ~1 each
+
+
+@PATHS
+def test_per_token_temperature_tensor_is_honoured(model, prompts, fast_path):
+    num = sum(N_PER)
+    temps = 0.4 + 1.2 * torch.rand((num, MAX_NEW + 3), generator=_gen(7))  # extra columns are allowed
+    ro = sample(model, prompts, N_PER, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW,
+                temperature=temps, generator=_gen(), fast_path=fast_path)
+    t = ro.response_ids.shape[1]
+    assert torch.equal(ro.temperatures, temps[:, :t] * ro.mask)
+    _assert_matches_full_forward(model, ro)  # with ro.temperatures (0 on padding)
+    _assert_matches_full_forward(model, ro, temperature=temps[:, :t])
+    # and they are not what a fixed temperature would give
+    lp1, _ = response_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.mask, 1.0)
+    assert (lp1 - ro.behavior_logprobs).abs().max() > 1e-2
+
+
+@PATHS
+def test_callable_temperature_schedule(tiny_model, prompts, fast_path):
+    def schedule(t: int) -> float:
+        return 1.5 - 0.1 * t
+
+    ro = sample(tiny_model, prompts, N_PER, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW,
+                temperature=schedule, generator=_gen(), fast_path=fast_path)
+    t = ro.response_ids.shape[1]
+    want = torch.tensor([schedule(j) for j in range(t)])[None].expand_as(ro.mask) * ro.mask
+    torch.testing.assert_close(ro.temperatures, want, atol=0, rtol=0)
+    _assert_matches_full_forward(tiny_model, ro)
+
+    # a callable may also return one temperature per response
+    per_row = torch.linspace(0.5, 2.0, sum(N_PER))
+    ro = sample(tiny_model, prompts, N_PER, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW,
+                temperature=lambda step: per_row * (1 + 0.01 * step), generator=_gen(), fast_path=fast_path)
+    t = ro.response_ids.shape[1]
+    want = per_row[:, None] * (1 + 0.01 * torch.arange(t))[None] * ro.mask
+    torch.testing.assert_close(ro.temperatures, want)
+    _assert_matches_full_forward(tiny_model, ro)
+
+
+def test_per_prompt_temperature_list_expands_to_its_rows(tiny_model, prompts):
+    per_prompt = [0.5, 9.0, 1.0, 2.0]  # prompt 1 has no samples
+    for temperature in (per_prompt, torch.tensor(per_prompt)):
+        ro = sample(tiny_model, prompts, N_PER, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW,
+                    temperature=temperature, generator=_gen())
+        want = torch.tensor([per_prompt[g] for g in ro.group.tolist()])
+        assert torch.equal(ro.temperatures, want[:, None] * ro.mask)
+        _assert_matches_full_forward(tiny_model, ro)
+    # [N] is per response
+    per_row = [0.5, 0.6, 0.7, 0.8, 0.9, 1.1]
+    ro = sample(tiny_model, prompts, N_PER, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW,
+                temperature=per_row, generator=_gen())
+    assert torch.equal(ro.temperatures, torch.tensor(per_row)[:, None] * ro.mask)
+    _assert_matches_full_forward(tiny_model, ro, temperature=torch.tensor(per_row))
+
+
+@pytest.mark.parametrize("bad", [
+    torch.ones(6, MAX_NEW - 1),  # too few columns
+    torch.ones(5, MAX_NEW),  # wrong N
+    torch.ones(5),  # neither B=4 nor N=6
+    [1.0, 1.0, 1.0],
+    torch.ones(6, MAX_NEW, 1),  # 3-d
+], ids=["short", "rows", "1d", "list", "3d"])
+def test_wrong_temperature_shape_raises(tiny_model, prompts, bad):
+    with pytest.raises(ValueError, match="temperature"):
+        sample(tiny_model, prompts, N_PER, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW,
+               temperature=bad)
+
+
+def test_wrong_sample_counts_raise(tiny_model, prompts):
+    with pytest.raises(ValueError, match="n has 3 entries for 4 prompts"):
+        sample(tiny_model, prompts, [1, 1, 1], eos_token_id=1, pad_token_id=PAD, max_new_tokens=4)
+    with pytest.raises(ValueError, match=">= 0"):
+        sample(tiny_model, prompts, [1, -1, 1, 1], eos_token_id=1, pad_token_id=PAD, max_new_tokens=4)
+
+
+# --- top-p ---------------------------------------------------------------------------------------------------
+
+
+@PATHS
+def test_top_p_logprobs_are_the_renormalised_nucleus(model, prompts, fast_path):
+    _sharpen(model, 3.0)
+    top_p, temp = 0.7, 0.9
+    ro = sample(model, prompts, [4, 0, 6, 3], eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW,
+                temperature=temp, top_p=top_p, generator=_gen(1), fast_path=fast_path)
+    sizes = []
+    for i, logits in enumerate(_row_logits(model, ro)):
+        probs = torch.softmax(logits / temp, dim=-1)
+        sorted_p, order = probs.sort(-1, descending=True)
+        before = sorted_p.cumsum(-1) - sorted_p  # mass strictly above each token
+        in_nucleus = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, order, before < top_p)
+        nucleus_mass = (probs * in_nucleus).sum(-1)
+        toks = ro.response_ids[i, :len(logits)]
+        assert in_nucleus.gather(-1, toks[:, None]).all(), "a token outside the nucleus was sampled"
+        want = (probs.gather(-1, toks[:, None]).squeeze(-1) / nucleus_mass).log()
+        torch.testing.assert_close(ro.behavior_logprobs[i, :len(logits)], want, atol=ATOL, rtol=0)
+        # entropy stays that of the untruncated temperature-scaled distribution
+        full_ent = -(probs * probs.clamp_min(1e-30).log()).sum(-1)
+        torch.testing.assert_close(ro.entropy[i, :len(logits)], full_ent, atol=ATOL, rtol=0)
+        sizes += in_nucleus.sum(-1).tolist()
+    assert min(sizes) >= 1 and max(sizes) > 2  # nuclei of several sizes were exercised
+    assert (ro.behavior_logprobs[ro.mask.bool()] > -float("inf")).all()
+
+
+def test_top_p_never_selects_outside_the_nucleus_even_for_a_zero_uniform(tiny_model, prompts, monkeypatch):
+    # regression: the inverse-CDF draw once used u = rand() in [0, 1); u == 0 picked token 0 whatever its mass
+    _sharpen(tiny_model, 3.0)
+    monkeypatch.setattr(torch, "rand", lambda size, *a, **k: torch.zeros(size))
+    ro = sample(tiny_model, prompts, [1, 1, 1, 1], eos_token_id=1, pad_token_id=PAD, max_new_tokens=6, top_p=0.5)
+    monkeypatch.undo()
+    assert torch.isfinite(ro.behavior_logprobs).all()
+    assert not (ro.response_ids == PAD).any()
+
+
+# --- EOS, masks, groups --------------------------------------------------------------------------------------
+
+
+@PATHS
+def test_eos_handling(model, prompts, fast_path):
+    n_per = [3, 2, 4, 3]
+    ro = sample(model, prompts, n_per, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW,
+                generator=_gen(2), fast_path=fast_path)
+    eos = torch.tensor(EOS_MANY)
+    ended = 0
+    for i in range(len(ro.group)):
+        toks, m = ro.response_ids[i], ro.mask[i]
+        hits = torch.isin(toks, eos).nonzero().flatten()
+        n = int(m.sum())
+        assert torch.equal(m, (torch.arange(len(m)) < n).float())  # a prefix of ones
+        if len(hits):
+            assert hits[0] == n - 1 and len(hits) == 1  # mask ends at the first EOS, inclusive; none after
+            assert not ro.truncated[i]
+            ended += 1
+        else:
+            assert n == MAX_NEW and ro.truncated[i]
+        assert (toks[n:] == PAD).all()
+    assert 0 < ended < len(ro.group)
+    assert ro.response_ids.shape[1] == MAX_NEW  # some row ran to the limit
+    _assert_zero_outside_mask(ro)
+
+
+def test_width_trims_to_the_longest_response(tiny_model, prompts):
+    ro = sample(tiny_model, prompts, 3, eos_token_id=list(range(2, 60)), pad_token_id=PAD, max_new_tokens=40,
+                generator=_gen())
+    assert not ro.truncated.any()
+    assert ro.response_ids.shape[1] == int(ro.lengths.max()) < 40
+
+
+def test_no_eos_truncates_every_row(tiny_model, prompts):
+    ro = sample(tiny_model, prompts, 2, eos_token_id=[], pad_token_id=PAD, max_new_tokens=5, generator=_gen())
+    assert ro.truncated.all() and (ro.mask == 1).all() and ro.response_ids.shape == (8, 5)
+
+
+def test_group_ids_and_row_order(tiny_model, prompts):
+    ro = sample(tiny_model, prompts, N_PER, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=4,
+                generator=_gen())
+    assert ro.group.tolist() == [0, 0, 2, 2, 2, 3]
+    assert ro.group.dtype == torch.long
+    width = max(len(prompts[g]) for g in (0, 2, 3))  # prompt 1 has no rows and does not widen the batch
+    assert ro.prompt_ids.shape == ro.prompt_mask.shape == (6, width)
+    sub = ro.select(torch.tensor([1, 4]))
+    assert sub.group.tolist() == [0, 2] and torch.equal(sub.response_ids, ro.response_ids[[1, 4]])
+
+
+@pytest.mark.parametrize("n", [0, [0, 0, 0, 0]])
+def test_no_samples_returns_empty_rollouts(tiny_model, prompts, n):
+    ro = sample(tiny_model, prompts, n, eos_token_id=1, pad_token_id=PAD, max_new_tokens=MAX_NEW)
+    assert len(ro.group) == 0 and ro.group.shape == (0,)
+    for name in ("prompt_ids", "prompt_mask", "response_ids", "mask", "behavior_logprobs", "entropy", "temperatures"):
+        assert getattr(ro, name).shape[0] == 0, name
+    assert ro.truncated.shape == (0,) and ro.lengths.shape == (0,)
+
+
+# --- randomness ----------------------------------------------------------------------------------------------
+
+
+@PATHS
+def test_seeds_reproduce_and_differ(tiny_model, prompts, fast_path):
+    kw = dict(eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW, fast_path=fast_path)
+    a = sample(tiny_model, prompts, N_PER, generator=_gen(11), **kw)
+    b = sample(tiny_model, prompts, N_PER, generator=_gen(11), **kw)
+    c = sample(tiny_model, prompts, N_PER, generator=_gen(12), **kw)
+    for name in Rollouts.__dataclass_fields__:
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
+    assert a.response_ids.shape != c.response_ids.shape or not torch.equal(a.response_ids, c.response_ids)
+    # rows of one group are distinct draws, not copies
+    assert not torch.equal(a.response_ids[2], a.response_ids[3])
+
+
+@pytest.mark.parametrize("top_p", [1.0, 0.8])
+def test_fused_and_generic_paths_draw_the_same_samples(model, prompts, top_p):
+    # same math and one uniform per live row per step on both paths, so the same seed gives the same tokens
+    assert _FusedDecoder.applies(model)
+    temps = 0.5 + torch.rand((sum(N_PER), MAX_NEW), generator=_gen(5))
+    kw = dict(eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW, temperature=temps, top_p=top_p)
+    fused = sample(model, prompts, N_PER, generator=_gen(4), fast_path=True, **kw)
+    generic = sample(model, prompts, N_PER, generator=_gen(4), fast_path=False, **kw)
+    for name in ("response_ids", "mask", "truncated", "group", "prompt_ids", "prompt_mask", "temperatures"):
+        assert torch.equal(getattr(fused, name), getattr(generic, name)), name
+    torch.testing.assert_close(fused.behavior_logprobs, generic.behavior_logprobs, atol=1e-5, rtol=0)
+    torch.testing.assert_close(fused.entropy, generic.entropy, atol=1e-5, rtol=0)
+
+
+def test_generator_is_the_only_randomness(tiny_model, prompts):
+    torch.manual_seed(0)
+    a = sample(tiny_model, prompts, 2, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=6, generator=_gen(9))
+    torch.manual_seed(1)
+    b = sample(tiny_model, prompts, 2, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=6, generator=_gen(9))
+    assert torch.equal(a.response_ids, b.response_ids)
+
+
+# --- decoders ------------------------------------------------------------------------------------------------
+
+
+def test_training_mode_is_restored(tiny_model, prompts):
+    tiny_model.train()
+    sample(tiny_model, prompts, 1, eos_token_id=1, pad_token_id=PAD, max_new_tokens=3)
+    assert tiny_model.training
+    tiny_model.eval()
+    sample(tiny_model, prompts, 1, eos_token_id=1, pad_token_id=PAD, max_new_tokens=3)
+    assert not tiny_model.training
+
+
+def test_fused_path_declines_mistral_sliding_window_and_stays_exact(prompts):
+    # regression: Mistral applies `sliding_window` whenever it is set (no use_sliding_window flag); the fused
+    # decoder has full attention, so it must hand such models to the generic path
+    from transformers import MistralConfig, MistralForCausalLM
+
+    cfg = MistralConfig(vocab_size=98, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, head_dim=8, sliding_window=4,
+                        max_position_embeddings=128, pad_token_id=0, eos_token_id=1, bos_token_id=None)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = MistralForCausalLM(cfg).eval()
+    assert not _FusedDecoder.applies(model)
+    ro = sample(model, prompts, 2, eos_token_id=1, pad_token_id=PAD, max_new_tokens=8, generator=_gen())
+    _assert_matches_full_forward(model, ro, temperature=1.0)
+    cfg_full = MistralConfig(**{**cfg.to_dict(), "sliding_window": None})
+    assert _FusedDecoder.applies(MistralForCausalLM(cfg_full))

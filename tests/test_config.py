@@ -1,0 +1,486 @@
+"""Typed config: defaults, YAML loading, key=value overrides, errors that name the field, `base:` inheritance,
+one docstring per field, and YAML round-trips. All fast and pure (nothing is loaded or trained)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from pathlib import Path
+
+import pytest
+import yaml
+
+from explorl.config import (
+    AlgoConfig,
+    Config,
+    ConfigError,
+    LoraConfig,
+    ModelConfig,
+    dump_yaml,
+    field_docs,
+    from_dict,
+    load_config,
+    reference,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "configs" / "quickstart.yaml"
+ALL_CONFIGS = sorted((ROOT / "configs").rglob("*.yaml"))
+
+
+def err(overrides=(), path=None) -> str:
+    """The message of the ConfigError that loading raises."""
+    with pytest.raises(ConfigError) as e:
+        load_config(path, list(overrides))
+    return str(e.value)
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def leaves(d: dict, prefix: str = ""):
+    for k, v in d.items():
+        if isinstance(v, dict):
+            yield from leaves(v, f"{prefix}{k}.")
+        else:
+            yield f"{prefix}{k}", v
+
+
+def get(cfg, dotted: str):
+    for part in dotted.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def dataclass_tree(cls=Config):
+    """`cls` and every dataclass nested in it (sections and sub-sections)."""
+    hints = typing.get_type_hints(cls)
+    yield cls
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hints[f.name]):
+            yield from dataclass_tree(hints[f.name])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# loading
+
+
+def test_defaults_load():
+    cfg = load_config(None)
+    assert cfg == Config()
+    assert cfg.algo.advantage == "grpo"
+    assert cfg.model.lora == LoraConfig()
+    assert load_config() == load_config(None, [])
+
+
+def test_quickstart_loads_and_matches_its_yaml():
+    cfg = load_config(QUICKSTART)
+    raw = yaml.safe_load(QUICKSTART.read_text())
+    n = 0
+    for name, value in leaves(raw):
+        got = get(cfg, name)
+        want = float(value) if isinstance(got, float) else value
+        assert got == want, name
+        n += 1
+    assert n >= 10
+    assert cfg.optim.lr == pytest.approx(2e-4) and isinstance(cfg.optim.lr, float)
+    # fields the file does not name keep their defaults
+    assert cfg.sampling.top_p == Config().sampling.top_p
+    assert cfg.model.lora == LoraConfig()
+
+
+@pytest.mark.parametrize("path", ALL_CONFIGS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_shipped_config_is_valid(path):
+    cfg = load_config(path)
+    assert isinstance(cfg, Config)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# overrides
+
+
+def test_overrides_typed():
+    cfg = load_config(QUICKSTART, ["sampling.temperature=0.7", "run.eval_k=[1,2,4]", "optim.lr=1e-4",
+                                   "model.lora.enabled=true", "run.steps=7", "model.path=/some/dir"])
+    assert cfg.sampling.temperature == 0.7
+    assert cfg.run.eval_k == [1, 2, 4]
+    assert cfg.optim.lr == 1e-4 and isinstance(cfg.optim.lr, float)  # YAML 1.1 reads `1e-4` as a string
+    assert cfg.model.lora.enabled is True
+    assert cfg.run.steps == 7
+    assert cfg.model.path == "/some/dir"
+    # untouched fields keep the file's values
+    assert cfg.run.batch_size == 32
+
+
+def test_override_beats_yaml_and_last_override_wins():
+    cfg = load_config(QUICKSTART, ["run.steps=3", "run.steps=5"])
+    assert cfg.run.steps == 5
+
+
+def test_integer_given_to_float_and_whole_float_to_int():
+    cfg = load_config(None, ["sampling.temperature=1", "run.steps=10.0"])
+    assert cfg.sampling.temperature == 1.0 and isinstance(cfg.sampling.temperature, float)
+    assert cfg.run.steps == 10 and isinstance(cfg.run.steps, int)
+
+
+def test_list_of_str_from_comma_string():
+    cfg = load_config(None, ["model.lora.target_modules=q_proj, v_proj ,o_proj"])
+    assert cfg.model.lora.target_modules == ["q_proj", "v_proj", "o_proj"]
+    cfg = load_config(None, ["model.lora.target_modules=q_proj"])
+    assert cfg.model.lora.target_modules == ["q_proj"]
+    cfg = load_config(None, ["model.lora.target_modules=[gate_proj, up_proj]"])
+    assert cfg.model.lora.target_modules == ["gate_proj", "up_proj"]
+
+
+def test_list_of_int_from_comma_string_and_scalar():
+    assert load_config(None, ["run.eval_k=1,2,4"]).run.eval_k == [1, 2, 4]
+    assert load_config(None, ["run.eval_k=1, 8"]).run.eval_k == [1, 8]
+    assert load_config(None, ["run.eval_k=4"]).run.eval_k == [4]
+    assert load_config(None, ["task.difficulties=2,3"]).task.difficulties == [2, 3]
+    msg = err(["run.eval_k=1,x"])
+    assert "run.eval_k[1]" in msg and "integer" in msg
+
+
+def test_string_fields_take_override_text_verbatim():
+    # YAML would read these as a mapping, a comment or a boolean; a string field keeps the text as typed
+    assert load_config(None, ["task.prompt_template={question}"]).task.prompt_template == "{question}"
+    cfg = load_config(None, ["task.prompt_template=Q: {question}\nA: # step by step"])
+    assert cfg.task.prompt_template == "Q: {question}\nA: # step by step"
+    assert load_config(None, ["run.out_dir=runs/a: b"]).run.out_dir == "runs/a: b"
+    assert load_config(None, ["model.path=123"]).model.path == "123"
+    assert load_config(None, ["model.attn_implementation=null"]).model.attn_implementation == "null"
+    # a quoted value is unquoted
+    assert load_config(None, ["run.out_dir='runs/x y'"]).run.out_dir == "runs/x y"
+    assert load_config(None, ['run.out_dir="runs/z"']).run.out_dir == "runs/z"
+
+
+def test_string_field_given_a_list_in_yaml(tmp_path):
+    msg = err(path=write(tmp_path / "c.yaml", "model:\n  path: [a, b]\n"))
+    assert msg.startswith("model.path") and "string" in msg
+
+
+def test_empty_override_value_is_empty_string():
+    cfg = load_config(None, ["task.eval_path="])
+    assert cfg.task.eval_path == ""
+
+
+def test_value_may_contain_equals_sign():
+    cfg = load_config(None, ["task.prompt_template=Q={question} A="])
+    assert cfg.task.prompt_template == "Q={question} A="
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# errors name the field and the valid choices
+
+
+def test_unknown_top_level_section_lists_sections():
+    msg = err(["trainer.steps=3"])
+    assert "'trainer'" in msg
+    for section in ("model", "task", "sampling", "algo", "optim", "run"):
+        assert section in msg
+
+
+def test_unknown_top_level_section_in_yaml(tmp_path):
+    p = write(tmp_path / "c.yaml", "samplng:\n  temperature: 0.5\n")
+    msg = err(path=p)
+    assert "samplng" in msg and "Did you mean 'sampling'" in msg
+
+
+def test_unknown_nested_key_did_you_mean():
+    msg = err(["sampling.temprature=1"])
+    assert "sampling.temprature" in msg
+    assert "Did you mean 'sampling.temperature'" in msg
+    assert "group_size" in msg and "top_p" in msg  # the valid keys of the section
+
+
+def test_unknown_deeply_nested_key():
+    msg = err(["model.lora.rnak=4"])
+    assert "model.lora.rnak" in msg and "model.lora.rank" in msg
+
+
+def test_unknown_key_without_close_match_still_lists_keys():
+    msg = err(["algo.zzzzzz=1"])
+    assert "algo.zzzzzz" in msg and "Did you mean" not in msg and "loss_agg" in msg
+
+
+@pytest.mark.parametrize("override, field, words", [
+    ("run.steps=abc", "run.steps", "integer"),
+    ("run.steps=1.5", "run.steps", "integer"),
+    ("run.steps=true", "run.steps", "integer"),  # a bool is not an int here
+    ("sampling.group_size=false", "sampling.group_size", "integer"),
+    ("sampling.temperature=hot", "sampling.temperature", "number"),
+    ("sampling.temperature=true", "sampling.temperature", "number"),
+    ("optim.lr=nan", "optim.lr", "number"),
+    ("algo.entropy_coef=.nan", "algo.entropy_coef", "number"),
+    ("model.lora.enabled=1", "model.lora.enabled", "true or false"),
+    ("model.lora.enabled=maybe", "model.lora.enabled", "true or false"),
+    ("run.eval_k={a: 1}", "run.eval_k", "list"),
+])
+def test_wrong_type_names_field(override, field, words):
+    msg = err([override])
+    assert msg.startswith(field) and words in msg
+
+
+def test_literal_violation_lists_modes():
+    msg = err(["algo.loss_agg=mean"])
+    assert "algo.loss_agg" in msg and "'mean'" in msg
+    for mode in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"):
+        assert mode in msg
+    msg = err(["model.dtype=fp8"])
+    assert "model.dtype" in msg and "bfloat16" in msg
+
+
+def test_unknown_advantage_lists_registered():
+    from explorl.algos import ADVANTAGES
+
+    msg = err(["algo.advantage=ppo"])
+    assert "algo.advantage" in msg and "'ppo'" in msg
+    assert {"grpo", "dr_grpo"} <= set(ADVANTAGES)
+    for name in ADVANTAGES:
+        assert name in msg
+
+
+@pytest.mark.parametrize("overrides, field", [
+    (["run.eval_k=[1,16]", "run.eval_n=8"], "run.eval_k"),
+    (["run.eval_k=0"], "run.eval_k"),
+    (["sampling.temperature=0"], "sampling.temperature"),
+    (["sampling.temperature=-1"], "sampling.temperature"),
+    (["sampling.top_p=1.5"], "sampling.top_p"),
+    (["sampling.top_p=0"], "sampling.top_p"),
+    (["task.name=file"], "task.path"),
+    (["task.name=nosuchtask"], "task.name"),
+    (["task.name=rg:"], "task.name"),
+    (["task.prompt_template=Solve this"], "task.prompt_template"),
+    (["task.difficulties=[0, 9]"], "task.difficulties"),
+    (["task.reward=fuzzy"], "task.reward"),
+    (["sampling.group_size=0"], "sampling.group_size"),
+    (["optim.lr=0"], "optim.lr"),
+    (["run.steps=0"], "run.steps"),
+    (["algo.eps_low=1.0"], "algo.eps_low"),
+    (["algo.mini_batches=9", "run.batch_size=2", "sampling.group_size=4"], "algo.mini_batches"),
+    (["model.device=gpu"], "model.device"),
+    (["model.lora.enabled=true", "model.lora.rank=0"], "model.lora.rank"),
+    (["model.lora.enabled=true", "model.lora.target_modules=[]"], "model.lora.target_modules"),
+])
+def test_impossible_combinations(overrides, field):
+    assert err(overrides).startswith(field)
+
+
+def test_eval_k_message_names_eval_n():
+    msg = err(["run.eval_k=1,16", "run.eval_n=8"])
+    assert "run.eval_n=8" in msg and "16" in msg
+
+
+def test_file_task_with_path_is_valid():
+    cfg = load_config(None, ["task.name=file", "task.path=data.jsonl"])
+    assert cfg.task.name == "file" and cfg.task.path == "data.jsonl"
+    assert load_config(None, ["task.name=rg:chain_sum"]).task.name == "rg:chain_sum"
+
+
+def test_section_given_a_scalar():
+    msg = err(["sampling=3"])
+    assert msg.startswith("sampling") and "mapping" in msg
+
+
+def test_section_given_a_scalar_in_yaml(tmp_path):
+    msg = err(path=write(tmp_path / "c.yaml", "model: embedded\n"))
+    assert msg.startswith("model") and "mapping" in msg
+
+
+def test_empty_section_in_yaml_means_defaults(tmp_path):
+    cfg = load_config(write(tmp_path / "c.yaml", "model:\n  lora:\nrun:\n"))
+    assert cfg == Config()
+
+
+def test_override_through_a_scalar_is_an_error():
+    msg = err(["sampling.temperature=1", "sampling.temperature.x=1"])
+    assert "'temperature' is not a section" in msg
+
+
+def test_override_without_equals():
+    msg = err(["sampling.temperature"])
+    assert "key.sub=value" in msg
+
+
+def test_from_dict_rejects_non_mapping():
+    with pytest.raises(ConfigError, match="model.lora: expected a mapping"):
+        from_dict(LoraConfig, [1, 2], "model.lora.")
+    assert from_dict(ModelConfig, None) == ModelConfig()
+
+
+def test_malformed_yaml(tmp_path):
+    p = write(tmp_path / "bad.yaml", "run:\n  steps: [1, 2\n")
+    msg = err(path=p)
+    assert str(p) in msg and "not valid YAML" in msg
+
+
+def test_yaml_top_level_not_a_mapping(tmp_path):
+    p = write(tmp_path / "list.yaml", "- model\n- task\n")
+    msg = err(path=p)
+    assert str(p) in msg and "mapping" in msg
+
+
+def test_empty_yaml_file_is_defaults(tmp_path):
+    assert load_config(write(tmp_path / "empty.yaml", "")) == Config()
+
+
+def test_missing_file(tmp_path):
+    p = tmp_path / "nope.yaml"
+    msg = err(path=p)
+    assert str(p) in msg and "does not exist" in msg
+
+
+def test_wrong_type_in_yaml_names_field(tmp_path):
+    msg = err(path=write(tmp_path / "c.yaml", "run:\n  steps: many\n"))
+    assert msg.startswith("run.steps") and "integer" in msg
+
+
+def test_error_is_a_value_error():
+    # callers that only know ValueError (the CLI's fallback) still catch config problems
+    assert issubclass(ConfigError, ValueError)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# `base:` inheritance
+
+
+def test_base_inheritance_nested_merge(tmp_path):
+    write(tmp_path / "parent.yaml", """
+sampling:
+  group_size: 4
+  temperature: 0.5
+run:
+  steps: 10
+  eval_n: 4
+  eval_k: [1, 4]
+algo:
+  advantage: dr_grpo
+  loss_agg: seq-mean-token-sum-norm
+""")
+    child = write(tmp_path / "sub" / "child.yaml", """
+base: ../parent.yaml
+sampling:
+  temperature: 0.9
+run:
+  eval_k: [1, 2]
+""")
+    cfg = load_config(child)
+    assert cfg.sampling.temperature == 0.9  # child overrides parent
+    assert cfg.sampling.group_size == 4  # sibling key of the parent survives (nested merge)
+    assert cfg.run.steps == 10 and cfg.run.eval_n == 4
+    assert cfg.run.eval_k == [1, 2]  # lists are replaced, not concatenated
+    assert cfg.algo == AlgoConfig(advantage="dr_grpo", loss_agg="seq-mean-token-sum-norm")
+    assert cfg.optim == Config().optim  # neither file names it
+    # command-line overrides beat both files
+    cfg = load_config(child, ["sampling.temperature=0.3", "sampling.group_size=2"])
+    assert (cfg.sampling.temperature, cfg.sampling.group_size) == (0.3, 2)
+
+
+def test_base_chain_of_three(tmp_path):
+    write(tmp_path / "a.yaml", "run: {steps: 1, seed: 1, batch_size: 1}\n")
+    write(tmp_path / "b.yaml", "base: a.yaml\nrun: {seed: 2, batch_size: 2}\n")
+    c = write(tmp_path / "c.yaml", "base: b.yaml\nrun: {batch_size: 3}\n")
+    r = load_config(c).run
+    assert (r.steps, r.seed, r.batch_size) == (1, 2, 3)
+
+
+def test_base_of_quickstart(tmp_path):
+    child = write(tmp_path / "child.yaml", f"base: {QUICKSTART}\nsampling:\n  temperature: 0.6\n")
+    cfg = load_config(child)
+    want = load_config(QUICKSTART, ["sampling.temperature=0.6"])
+    assert cfg == want
+
+
+def test_base_cycle_fails(tmp_path):
+    write(tmp_path / "a.yaml", "base: b.yaml\n")
+    b = write(tmp_path / "b.yaml", "base: a.yaml\n")
+    assert "base" in err(path=b)
+
+
+def test_base_missing_file(tmp_path):
+    c = write(tmp_path / "c.yaml", "base: nowhere.yaml\n")
+    msg = err(path=c)
+    assert "nowhere.yaml" in msg and "does not exist" in msg
+
+
+def test_base_not_a_path(tmp_path):
+    c = write(tmp_path / "c.yaml", "base: [a.yaml]\n")
+    assert "base" in err(path=c)
+
+
+def test_error_in_parent_names_field(tmp_path):
+    write(tmp_path / "parent.yaml", "algo:\n  loss_agg: average\n")
+    child = write(tmp_path / "child.yaml", "base: parent.yaml\n")
+    assert err(path=child).startswith("algo.loss_agg")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# one docstring per field
+
+
+def test_every_leaf_field_has_a_docstring():
+    rows = reference()
+    missing = [name for name, _, _, doc in rows if not doc.strip()]
+    assert not missing, f"fields without a docstring: {missing}"
+    # every leaf of Config appears once
+    names = [name for name, *_ in rows]
+    assert len(names) == len(set(names))
+    assert set(names) == {name for name, _ in leaves(dataclasses.asdict(Config()))}
+
+
+def test_every_section_field_has_a_docstring():
+    seen = set()
+    for cls in dataclass_tree():
+        if cls in seen:
+            continue
+        seen.add(cls)
+        docs = field_docs(cls)
+        for f in dataclasses.fields(cls):
+            assert docs.get(f.name, "").strip(), f"{cls.__name__}.{f.name} has no docstring"
+    assert {Config, ModelConfig, LoraConfig, AlgoConfig} <= seen
+
+
+def test_reference_rows_carry_type_and_default():
+    rows = {name: (tp, default) for name, tp, default, _ in reference()}
+    assert rows["algo.loss_agg"][0] == "'token-mean' | 'seq-mean-token-mean' | 'seq-mean-token-sum-norm'"
+    assert rows["run.eval_k"] == ("list of int", "[1, 8]")
+    assert rows["sampling.temperature"] == ("float", "1.0")
+    assert rows["model.lora.enabled"] == ("bool", "False")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# dump_yaml round-trips
+
+
+@pytest.mark.parametrize("overrides", [
+    [],
+    ["optim.lr=1e-4", "algo.adv_eps=1e-8", "sampling.temperature=0.7", "run.eval_k=1,2,4"],
+    ["model.lora.enabled=true", "model.lora.target_modules=q_proj,v_proj", "task.name=file",
+     "task.path=data/train.jsonl", "task.prompt_template=Question: {question}\nAnswer:",
+     "algo.loss_agg=seq-mean-token-sum-norm", "algo.advantage=dr_grpo", "task.reward=mypkg.rewards:score"],
+    ["model.path=123", "run.out_dir=runs/a: b # c", "task.prompt_template='{question}' \"quoted\""],
+])
+@pytest.mark.parametrize("base", [None, QUICKSTART])
+def test_dump_yaml_round_trips(tmp_path, base, overrides):
+    cfg = load_config(base, overrides)
+    p = write(tmp_path / "dumped.yaml", dump_yaml(cfg))
+    again = load_config(p)
+    assert again == cfg
+    assert dump_yaml(again) == dump_yaml(cfg)  # a fixed point
+
+
+def test_dump_is_complete(tmp_path):
+    data = yaml.safe_load(dump_yaml(load_config(QUICKSTART)))
+    assert {name for name, _ in leaves(data)} == {name for name, *_ in reference()}
+    assert isinstance(data["optim"]["lr"], float) and math.isclose(data["optim"]["lr"], 2e-4)
+
+
+def test_example_inherits_from_quickstart():
+    example = ROOT / "configs" / "examples" / "quickstart_dr_grpo.yaml"
+    want = load_config(QUICKSTART, ["algo.advantage=dr_grpo", "algo.loss_agg=seq-mean-token-sum-norm",
+                                    "run.out_dir=runs/demo-dr-grpo"])
+    assert load_config(example) == want
