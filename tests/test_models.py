@@ -11,13 +11,15 @@ from explorl.models import (build_char_tokenizer, load_policy, load_tokenizer, m
 from explorl.rollout.logprobs import response_logprobs
 
 
-def test_char_tokenizer_round_trips_through_save_and_autotokenizer(tmp_path):
+def test_char_tokenizer_round_trips_beside_a_qwen2_config(tiny_model_dir):
+    # tiny_model_dir holds a qwen2 config.json: transformers 5's AutoTokenizer would swap in Qwen2's byte-level
+    # pre-tokenizer and drop spaces and newlines; load_tokenizer must keep the saved character tokenizer.
     tok = build_char_tokenizer()
-    tok.save_pretrained(tmp_path)
-    loaded = load_tokenizer(tmp_path)
-    text = "12+ 3=?\n\\boxed{15} Hello, world!"
+    loaded = load_tokenizer(tiny_model_dir)
+    text = " 12+ 3=?\n\\boxed{15} Hello, world!\n"
     ids = loaded.encode(text, add_special_tokens=False)
     assert len(ids) == len(text)  # one token per character
+    assert ids == tok.encode(text, add_special_tokens=False)
     assert loaded.decode(ids) == text
     assert loaded.eos_token_id == tok.eos_token_id and loaded.pad_token_id == tok.pad_token_id
     assert loaded.padding_side == "left"

@@ -89,10 +89,10 @@ def cmd_eval(args) -> int:
                                         progress=lambda k: bar.advance(job, k))
     out = {"model": args.model, "task": args.task, "temperature": args.temperature, **summary}
     _print_table(f"{args.task} ({len(problems)} problems, n={args.n})", {Path(args.model).name: summary}, ks)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(out, indent=2))
-        console.print(f"wrote {args.out}")
+    out_path = Path(args.out or f"runs/eval/{Path(args.model).name}-{args.task.replace(':', '_')}.json")
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(out, indent=2))
+    console.print(f"wrote {out_path}")
     if args.per_problem:
         with open(args.per_problem, "w") as f:
             for r in per_problem:
@@ -173,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--device", default="auto")
     e.add_argument("--dtype", default="auto")
-    e.add_argument("--out", help="write the summary JSON here")
+    e.add_argument("--out", help="summary JSON path (default runs/eval/MODEL-TASK.json)")
     e.add_argument("--per-problem", help="write one JSON line per problem here")
     e.set_defaults(fn=cmd_eval)
 

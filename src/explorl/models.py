@@ -94,10 +94,26 @@ def resolve_model_path(path: str) -> Path:
     return p
 
 
-def load_tokenizer(path: str | Path):
-    from transformers import AutoTokenizer
+GENERIC_TOKENIZER_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")
 
-    tok = AutoTokenizer.from_pretrained(str(path))
+
+def load_tokenizer(path: str | Path):
+    """The directory's tokenizer, left-padding, with a pad token.
+
+    A directory that declares a generic fast tokenizer (`tokenizer.json` is the whole definition, as for the
+    embedded character tokenizer) is loaded as exactly that: transformers 5's `AutoTokenizer` would otherwise
+    substitute the model type's own class (Qwen2's byte-level BPE pre-tokenizer) and silently drop characters.
+    """
+    import json
+
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    config_file = Path(path) / "tokenizer_config.json"
+    declared = json.loads(config_file.read_text()).get("tokenizer_class") if config_file.exists() else None
+    if declared in GENERIC_TOKENIZER_CLASSES and (Path(path) / "tokenizer.json").exists():
+        tok = PreTrainedTokenizerFast.from_pretrained(str(path))
+    else:
+        tok = AutoTokenizer.from_pretrained(str(path))
     tok.padding_side = "left"
     if tok.pad_token_id is None:  # many base models ship without one; EOS is the usual stand-in
         tok.pad_token = tok.eos_token
