@@ -61,9 +61,7 @@ def _hf_valid_tokens(generated: torch.Tensor, eos: int) -> int:
     if generated.shape[1] == 0:
         return 0
     is_eos = generated == eos
-    first = torch.where(is_eos.any(-1), is_eos.float().argmax(-1) + 1, torch.full_like(is_eos[:, 0], 0,
-                                                                                         dtype=torch.long)
-                        + generated.shape[1])
+    first = torch.where(is_eos.any(-1), is_eos.int().argmax(-1) + 1, generated.shape[1])
     return int(first.sum())
 
 
