@@ -96,12 +96,22 @@ def _run_hf(model, prompts, group, max_new, eos, pad, seed, device):
     return _hf_valid_tokens(out[:, width:], eos), time.perf_counter() - t0
 
 
+def _cpu_name() -> str:
+    name = platform.processor()
+    try:  # platform.processor() is often empty on Linux
+        with open("/proc/cpuinfo") as f:
+            name = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), name)
+    except OSError:
+        pass
+    return f"{name or 'unknown CPU'} ({platform.machine()})"
+
+
 def _sync(device):
     if device.type == "cuda":
         torch.cuda.synchronize()
 
 
-def bench_model(name, model, prompts, args, device, eos, pad):
+def bench_model(model, prompts, args, device, eos, pad):
     """Median tokens/s of each method over args.repeats interleaved rounds (after one warm-up round)."""
     model.to(device).eval()
     n = len(prompts) * args.group
@@ -159,7 +169,7 @@ def main(argv=None):
 
     device = torch.device(args.device)
     print(f"date {datetime.datetime.now().isoformat(timespec='seconds')}")
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+    print(f"machine: {_cpu_name()}, {os.cpu_count()} cores, "
           f"torch {torch.__version__} ({args.threads} threads), transformers {transformers.__version__}, "
           f"python {platform.python_version()}, device {device}")
     print(f"command: {' '.join([os.path.basename(sys.executable), *sys.argv])}")
@@ -174,14 +184,14 @@ def main(argv=None):
     prompts = [tok.encode(pr.prompt, add_special_tokens=False) for pr in problems]
     print(f"(a) {desc}: {sum(x.numel() for x in model.parameters()) / 1e6:.2f}M params, "
           f"arith prompts of {min(map(len, prompts))}-{max(map(len, prompts))} tokens")
-    results.append(("(a) char", bench_model("a", model, prompts, args, device, tok.eos_token_id, tok.pad_token_id)))
+    results.append(("(a) char", bench_model(model, prompts, args, device, tok.eos_token_id, tok.pad_token_id)))
 
     model = _model_32k()
     g = torch.Generator().manual_seed(0)
     prompts = torch.randint(2, 32000, (args.batch, 32), generator=g).tolist()
     print(f"(b) random Qwen2, vocab 32000: {sum(x.numel() for x in model.parameters()) / 1e6:.2f}M params, "
           f"random prompts of 32 tokens")
-    results.append(("(b) 32k", bench_model("b", model, prompts, args, device, 1, 0)))
+    results.append(("(b) 32k", bench_model(model, prompts, args, device, 1, 0)))
     _print_table(results)
 
 

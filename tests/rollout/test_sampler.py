@@ -187,6 +187,13 @@ def test_per_prompt_temperature_list_expands_to_its_rows(tiny_model, prompts):
     _assert_matches_full_forward(tiny_model, ro, temperature=torch.tensor(per_row))
 
 
+def test_temperature_of_length_b_equal_to_n_is_ambiguous(tiny_model, prompts):
+    # 4 prompts with n = [2, 0, 1, 1]: 4 responses, so a length-4 temperature could be either per prompt or per row
+    with pytest.raises(ValueError, match="ambiguous"):
+        sample(tiny_model, prompts, [2, 0, 1, 1], eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW,
+               temperature=[0.5, 1.0, 1.5, 2.0])
+
+
 @pytest.mark.parametrize("bad", [
     torch.ones(6, MAX_NEW - 1),  # too few columns
     torch.ones(5, MAX_NEW),  # wrong N

@@ -73,6 +73,9 @@ def _temperature_source(temperature: Temperature, n_per_prompt: list[int], n: in
         if temp.dim() == 0:
             temp = temp.expand(n)
         if temp.dim() == 1:
+            if temp.shape[0] == len(n_per_prompt) == n and any(k != 1 for k in n_per_prompt):
+                raise ValueError(f"temperature of length {n} is ambiguous: there are {n} prompts and {n} responses "
+                                 f"(n={n_per_prompt}); expand it per response yourself and pass [N, max_new_tokens]")
             if temp.shape[0] == len(n_per_prompt) and temp.shape[0] != n:
                 temp = temp.repeat_interleave(torch.tensor(n_per_prompt, device=device))
             if temp.shape[0] != n:
