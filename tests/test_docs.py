@@ -20,3 +20,11 @@ def test_readme_lists_every_step_metric():
 
 def test_readme_quickstart_is_the_two_make_commands():
     assert "make demo" in README and "make test" in README
+
+
+def test_readme_config_table_is_the_generated_one(capsys):
+    from explorl.cli import main
+
+    assert main(["config", "--markdown"]) == 0
+    table = capsys.readouterr().out.strip()
+    assert table in README, "README's config table is stale: paste the output of `explorl config --markdown`"

@@ -194,6 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # weight loading/saving bars of tiny models are noise beside ours
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     # key=value overrides after an option (`train CONFIG --dry-run a=1`) are left over by argparse
