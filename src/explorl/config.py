@@ -102,6 +102,34 @@ class SamplingConfig:
     fast_path: bool = True
     """Use the fused decoding path for Llama-family models (Qwen2, Llama) when it applies; otherwise the
     generic path that calls the Hugging Face forward with a KV cache."""
+    schedule: Literal["fixed", "e3", "ead", "revead"] = "fixed"
+    """Sampling temperature schedule. `fixed`: `temperature`. `e3`: the E3 controller (paper 000 eq. 4) adapts
+    tau each step to hold the entropy at its first-step value; the optimised policy uses the same tau. `ead`:
+    annealed per-token temperature (paper 003), behaviour policy only; `revead`: its reversed ablation."""
+    e3_anneal: bool = False
+    """E3 entropy-target annealing (paper 000 eq. 5, the `AN` of TS+AN) from step floor(e3_anneal_frac * steps)."""
+    e3_eta: float = 0.9
+    """E3 annealing floor: the target ends at eta * H_init."""
+    e3_anneal_frac: float = 0.6
+    """E3 annealing start as a fraction of run.steps."""
+    tau_floor: float = 0.05
+    """Lower clamp of the E3 temperature (explorl's safety bound; the public code has none, METHODS 2b)."""
+    tau_ceil: float = 4.0
+    """Upper clamp of the E3 temperature."""
+    ead_tau_max: float = 1.2
+    """EAD: starting temperature tau_max (paper 003)."""
+    ead_tau_min: float = 0.1
+    """EAD: floor tau_min."""
+    ead_d0: float = 25.0
+    """EAD: initial decay constant d_0."""
+    ead_alpha: float = 5.0
+    """EAD: growth of the decay constant per training step (d_s = min(d0 + alpha * s, d_max))."""
+    ead_d_max: float = 40000.0
+    """EAD: cap of the decay constant."""
+    ead_c: int = 10
+    """EAD: the first c generated tokens are sampled at temperature 1."""
+    ead_scale: float = 1.0
+    """EAD: divisor scale of the exponent (1 = the paper's formula; the public code uses 20)."""
 
 
 @dataclass
@@ -127,6 +155,83 @@ class AlgoConfig:
     """Optimizer steps per epoch: the batch's responses are shuffled and split into this many mini-batches."""
     micro_batch_size: int = 0
     """Responses per forward/backward (gradient accumulation inside a mini-batch); 0 = the whole mini-batch."""
+    shapers: list[str] = field(default_factory=list)
+    """Advantage shapers applied in order after the estimator: `cw` (covariance weighting, paper 002), `ppl`,
+    `position` (paper 004 section 4.4.2), `entropy_adv` (Cheng et al.)."""
+    loss: Literal["ppo", "clip_cov", "kl_cov"] = "ppo"
+    """Per-token objective: PPO-clip, Clip-Cov or KL-Cov (Cui et al. 2025; METHODS 5)."""
+    token_filter: Literal["none", "forking"] = "none"
+    """`forking`: only the top `forking_top_frac` highest-entropy tokens of the batch train (Wang et al. 80/20)."""
+    forking_top_frac: float = 0.2
+    """Fraction of valid tokens kept by the forking-token filter."""
+    tis: bool = False
+    """Truncated importance sampling (paper 003): weight each token loss by min(pi_old / mu, tis_cap), mu the
+    distribution actually sampled from (EAD's per-token temperatures, top-p)."""
+    tis_cap: float = 2.0
+    """Cap C of the truncated importance weights."""
+    overlong: Literal["none", "mask", "penalty"] = "none"
+    """DAPO overlong handling of responses that hit the length limit: drop them from the loss (`mask`) or
+    the soft length penalty (`penalty`, DAPO eq. 13) added to the reward."""
+    overlong_buffer: int = 16
+    """DAPO: tokens before the limit where the soft penalty ramps from 0 to -overlong_penalty."""
+    overlong_penalty: float = 1.0
+    """DAPO: size of the overlong penalty."""
+    erpo_beta_progress: float = 0.1
+    """ERPO: beta of the implicit progress signal s = beta * (logp - ref_logp) (paper 001 eq. 7)."""
+    erpo_gamma: float = 5.0
+    """ERPO: sharpness gamma of the entropy gate (eq. 8)."""
+    erpo_eta: float = 0.2
+    """ERPO: weight eta of the token-level term in A_group + eta * Psi."""
+    erpo_num_buckets: int = 10
+    """ERPO: relative-position buckets K of the progress normalisation (eq. 9)."""
+    erpo_sigma_target: float = 1.0
+    """ERPO: target scale of the token-level term."""
+    ppl_alpha: float = 0.01
+    """PPL shaping: alpha in A * (1 - alpha * w_ppl) (paper 004 section 4.4.2)."""
+    ppl_iqr_filter: bool = False
+    """PPL shaping: drop 1.5-IQR outliers from the group statistics (as the public code does)."""
+    position_gamma: float = 0.1
+    """Position shaping: bonus scale gamma."""
+    position_m: float = 15.0
+    """Position shaping: sigmoid steepness m."""
+    position_d: float = 1.0
+    """Position shaping: direction d (+1 favours later tokens)."""
+    position_start: int = 0
+    """Position shaping: first training step (1-based) of its window."""
+    position_steps: int = 0
+    """Position shaping: length of its window in steps (0 = every step)."""
+    entropy_adv_alpha: float = 0.4
+    """Entropy-based advantage: alpha in A + min(alpha * H, |A| / kappa) (Cheng et al.)."""
+    entropy_adv_kappa: float = 2.0
+    """Entropy-based advantage: kappa."""
+    passk_k: int = 4
+    """Pass@k training (Chen et al.): the k of the pass@k objective (binary rewards)."""
+    clip_cov_ratio: float = 2e-4
+    """Clip-Cov: fraction of tokens whose gradient is removed."""
+    clip_cov_lb: float = 1.0
+    """Clip-Cov: lower covariance bound of the candidates."""
+    clip_cov_ub: float = 5.0
+    """Clip-Cov: upper covariance bound of the candidates."""
+    kl_cov_k_percent: float = 0.2
+    """KL-Cov: percentage (not fraction) of tokens with the largest covariance that get the KL penalty."""
+    kl_cov_coef: float = 1.0
+    """KL-Cov: coefficient of |logp - logp_old| on the selected tokens."""
+
+
+@dataclass
+class BudgetConfig:
+    policy: Literal["uniform", "e3", "dapo"] = "uniform"
+    """Rollouts per prompt. `uniform`: sampling.group_size each. `e3`: dynamic budgets by difficulty (paper 000
+    Algorithm 1) with the G_min/G_max curriculum. `dapo`: DAPO dynamic sampling: groups whose rewards all agree are
+    dropped and more prompts are sampled until the batch is full or `dapo_max_rounds` extra rounds are spent."""
+    g_min_limit: int = 4
+    """E3 curriculum: G_min never goes below this (paper: 4 with G = 8)."""
+    g_max_limit: int = 12
+    """E3 curriculum: G_max never goes above this (paper: 12)."""
+    g_step: int = 2
+    """E3 curriculum: G_min decreases and G_max increases by this after each pass over the data."""
+    dapo_max_rounds: int = 3
+    """DAPO dynamic sampling: extra generation rounds allowed per step to fill the batch."""
 
 
 @dataclass
@@ -185,6 +290,8 @@ class Config:
     """Prompts, answers and rewards."""
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     """Rollouts."""
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    """Rollouts per prompt."""
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     """Advantage estimator and policy loss."""
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -427,6 +534,38 @@ def validate(cfg: Config) -> None:
          f"task.reward: {t.reward!r}; valid: auto, math, exact, or module:function")
     need(t.reward_timeout_s > 0, "task.reward_timeout_s: must be > 0")
     need("{question}" in t.prompt_template, "task.prompt_template: must contain {question}")
+    from explorl.algos.advantages import SHAPERS
+
+    bad = [x for x in a.shapers if x not in SHAPERS]
+    need(not bad, f"algo.shapers: unknown shaper(s) {bad}; valid: {', '.join(sorted(SHAPERS))}")
+    need(len(set(a.shapers)) == len(a.shapers), f"algo.shapers: {a.shapers} names a shaper twice")
+    if s.schedule in ("ead", "revead"):
+        need(s.ead_tau_min > 0 and s.ead_tau_max >= s.ead_tau_min,
+             "sampling.ead_tau_min / ead_tau_max: need 0 < tau_min <= tau_max")
+        need(s.ead_d0 > 0 and s.ead_scale > 0, "sampling.ead_d0 and sampling.ead_scale must be > 0")
+    if s.schedule == "e3":
+        need(0 < s.tau_floor <= s.temperature <= s.tau_ceil,
+             f"sampling.temperature={s.temperature} must lie in [tau_floor={s.tau_floor}, tau_ceil={s.tau_ceil}]")
+    if a.tis:
+        need(s.schedule in ("ead", "revead") or s.top_p < 1.0,
+             "algo.tis: the behaviour policy equals the optimised one here (schedule fixed/e3, top_p = 1), so every "
+             "importance weight is 1; use sampling.schedule=ead or revead, or turn tis off")
+        need(a.tis_cap >= 1.0, "algo.tis_cap: must be >= 1")
+    need(0 < a.forking_top_frac <= 1, "algo.forking_top_frac: must be in (0, 1]")
+    if a.overlong == "penalty":
+        need(0 < a.overlong_buffer < s.max_new_tokens,
+             f"algo.overlong_buffer: must be in (0, sampling.max_new_tokens={s.max_new_tokens})")
+    if a.advantage == "passk":
+        need(1 <= a.passk_k <= s.group_size, f"algo.passk_k: must be in [1, sampling.group_size={s.group_size}]")
+    b = cfg.budget
+    if b.policy == "e3":
+        need(1 <= b.g_min_limit <= s.group_size <= b.g_max_limit,
+             f"budget: need g_min_limit <= sampling.group_size <= g_max_limit, got {b.g_min_limit}, "
+             f"{s.group_size}, {b.g_max_limit}")
+        need(b.g_step >= 1, "budget.g_step: must be >= 1")
+    if b.policy == "dapo":
+        need(b.dapo_max_rounds >= 0, "budget.dapo_max_rounds: must be >= 0")
+        need(s.group_size >= 2, "budget.policy=dapo: groups of one response always have zero reward spread")
     lo = cfg.model.lora
     if lo.enabled:
         need(lo.rank >= 1, "model.lora.rank: must be >= 1")

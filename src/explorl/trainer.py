@@ -22,13 +22,15 @@ from pathlib import Path
 import torch
 
 from explorl.algos import get_advantage
-from explorl.algos.losses import aggregate, kl_k3, masked_mean, policy_loss
+from explorl.algos.advantages import get_shaper
+from explorl.algos.losses import (aggregate, forking_mask, get_policy_loss, kl_k3, masked_mean, overlong_penalty,
+                                  tis_stats, tis_weights)
 from explorl.config import Config, dump_yaml, load_config
 from explorl.evaluate import decode_responses, evaluate
 from explorl.models import load_policy, make_reference, reference_mode
 from explorl.rewards import RewardRunner
 from explorl.rollout.logprobs import response_logprobs
-from explorl.rollout.sampler import sample
+from explorl.rollout.sampler import Rollouts, sample
 from explorl.tasks import load_task
 
 
@@ -90,14 +92,31 @@ def _micro_weight(mask: torch.Tensor, rows: torch.Tensor, agg: str) -> float:
     return len(rows) / mask.shape[0]
 
 
+def _loss_kwargs(cfg: Config, generator: torch.Generator) -> dict:
+    """Keyword arguments of the configured per-token objective (`algo.loss`)."""
+    a = cfg.algo
+    if a.loss == "clip_cov":
+        return {"eps_low": a.eps_low, "eps_high": a.eps_high, "clip_ratio": a.clip_cov_ratio, "lb": a.clip_cov_lb,
+                "ub": a.clip_cov_ub, "generator": generator}
+    if a.loss == "kl_cov":
+        return {"k_percent": a.kl_cov_k_percent, "kl_coef": a.kl_cov_coef}
+    return {"eps_low": a.eps_low, "eps_high": a.eps_high}
+
+
 def update_policy(model, optimizer, scheduler, batch: dict, advantages: torch.Tensor, cfg: Config,
-                  shuffle: torch.Generator, ref=None) -> dict:
-    """Epochs x mini-batches of clipped policy-gradient updates on one batch of rollouts. Returns mean stats."""
+                  shuffle: torch.Generator, ref=None, temperature: float | None = None) -> dict:
+    """Epochs x mini-batches of clipped policy-gradient updates on one batch of rollouts. Returns mean stats.
+
+    `temperature` is the training temperature of the batch (the optimised policy is softmax(logits / it));
+    `batch` may carry `is_weights` (truncated importance weights) and `token_weights` (token filters).
+    """
     a = cfg.algo
     params = [p for p in model.parameters() if p.requires_grad]
     n = batch["mask"].shape[0]
     stats: dict[str, list[float]] = {}
-    temp = cfg.sampling.temperature
+    temp = cfg.sampling.temperature if temperature is None else temperature
+    loss_fn = get_policy_loss(a.loss)
+    loss_kwargs = _loss_kwargs(cfg, shuffle)
     for _ in range(a.epochs):
         perm = torch.randperm(n, generator=shuffle)
         for mb in perm.chunk(a.mini_batches):
@@ -113,18 +132,20 @@ def update_policy(model, optimizer, scheduler, batch: dict, advantages: torch.Te
                 lp, ent = response_logprobs(model, batch["prompt_ids"][rows], batch["prompt_mask"][rows],
                                             batch["response_ids"][rows, :width], mask, temp,
                                             with_entropy=need_entropy)
-                loss, st = policy_loss(lp, batch["logprobs"][rows, :width], advantages[rows, :width], mask,
-                                       eps_low=a.eps_low, eps_high=a.eps_high, agg=a.loss_agg,
-                                       max_response_len=cfg.sampling.max_new_tokens)
+                extra = {k: batch[k][rows, :width] if batch.get(k) is not None else None
+                         for k in ("is_weights", "token_weights")}
+                loss, st = loss_fn(lp, batch["logprobs"][rows, :width], advantages[rows, :width], mask,
+                                   agg=a.loss_agg, max_response_len=cfg.sampling.max_new_tokens, **extra,
+                                   **loss_kwargs)
                 if a.kl_coef > 0:
                     kl = aggregate(kl_k3(lp, batch["ref_logprobs"][rows, :width], mask), mask, a.loss_agg,
                                    cfg.sampling.max_new_tokens)
                     loss = loss + a.kl_coef * kl
-                    st["kl/mean"] = float(kl)
+                    st["kl/mean"] = float(kl.detach())
                 if need_entropy:
                     ent_term = aggregate(ent, mask, a.loss_agg, cfg.sampling.max_new_tokens)
                     loss = loss - a.entropy_coef * ent_term
-                    st["loss/entropy"] = float(ent_term)
+                    st["loss/entropy"] = float(ent_term.detach())
                 if not torch.isfinite(loss):
                     raise NonFiniteError(f"loss is {float(loss.detach())} (pg={st.get('loss/pg')}); update skipped")
                 (loss * _micro_weight(mb_mask, local, a.loss_agg)).backward()
@@ -143,6 +164,134 @@ def update_policy(model, optimizer, scheduler, batch: dict, advantages: torch.Te
     return out
 
 
+class Controllers:
+    """What steers sampling from step to step: the E3 temperature, per-prompt difficulty and the budget curriculum.
+
+    Plain state with `state_dict`, saved in every checkpoint, so a resumed run continues exactly.
+    """
+
+    def __init__(self, cfg: Config, vocab_size: int, num_prompts: int):
+        from explorl.rollout.budget import BudgetCurriculum, DifficultyTracker
+        from explorl.rollout.temperature import E3TemperatureController
+
+        s, b = cfg.sampling, cfg.budget
+        self.cfg = cfg
+        self.temperature = None
+        if s.schedule == "e3":
+            self.temperature = E3TemperatureController(
+                s.temperature, vocab_size, t_max=cfg.run.steps, anneal=s.e3_anneal, eta=s.e3_eta,
+                anneal_frac=s.e3_anneal_frac, tau_floor=s.tau_floor, tau_ceil=s.tau_ceil)
+        self.difficulty = DifficultyTracker(num_prompts) if b.policy == "e3" else None
+        self.curriculum = (BudgetCurriculum(s.group_size, b.g_min_limit, b.g_max_limit, b.g_step)
+                           if b.policy == "e3" else None)
+
+    def sampling_temperature(self, step: int):
+        """(temperature for the sampler, training temperature, stats) for 0-based training step `step`."""
+        s = self.cfg.sampling
+        if self.temperature is not None:
+            tau = self.temperature.tau
+            return tau, tau, self.temperature.stats()
+        if s.schedule in ("ead", "revead"):
+            from explorl.rollout import temperature as Tm
+
+            fn = Tm.ead_schedule if s.schedule == "ead" else Tm.revead_schedule
+            table = fn(step, s.max_new_tokens, tau_max=s.ead_tau_max, tau_min=s.ead_tau_min, d0=s.ead_d0,
+                       alpha=s.ead_alpha, d_max=s.ead_d_max, c=s.ead_c, scale=s.ead_scale) * s.temperature
+            values = table.tolist()
+            d_s = min(s.ead_d0 + s.ead_alpha * step, s.ead_d_max)
+            # behaviour policy only: the optimised policy stays at the base temperature (DESIGN: Temperature)
+            return (lambda t: values[t]), s.temperature, {"temperature/ead_d": d_s,
+                                                           "temperature/ead_min": min(values)}
+        return s.temperature, s.temperature, {}
+
+    def budgets(self, prompt_ids: list[int]) -> list[int]:
+        """Rollouts per prompt of a batch."""
+        g = self.cfg.sampling.group_size
+        if self.difficulty is None:
+            return [g] * len(prompt_ids)
+        from explorl.rollout.budget import allocate
+
+        g_min, g_max = self.curriculum.bounds()
+        return allocate(self.difficulty.k(prompt_ids), g, g_min, g_max)
+
+    def end_of_pass(self) -> None:
+        if self.difficulty is not None:
+            self.difficulty.end_of_pass()
+            self.curriculum.end_of_pass()
+
+    def observe_rewards(self, prompt_ids: list[int], rewards_per_prompt: list[list[float]]) -> None:
+        if self.difficulty is not None:
+            self.difficulty.update(prompt_ids, rewards_per_prompt)
+
+    def observe_entropy(self, step: int, entropy: float) -> None:
+        if self.temperature is not None:
+            self.temperature.observe(step, entropy)
+
+    def state_dict(self) -> dict:
+        return {k: getattr(self, k).state_dict() for k in ("temperature", "difficulty", "curriculum")
+                if getattr(self, k) is not None}
+
+    def load_state_dict(self, state: dict) -> None:
+        for k, v in state.items():
+            getattr(self, k).load_state_dict(v)
+
+
+def collect_rollouts(model, tok, task, runner, stream: PromptStream, controllers: Controllers, cfg: Config,
+                     step: int, generator: torch.Generator):
+    """Sample and score one step's batch (with DAPO dynamic sampling when configured).
+
+    Returns (problems, rollouts, texts, rewards, info): `problems[g]` is the problem of group g; `info` holds the
+    training temperature, the reward-function error counts and per-step statistics.
+    """
+    s, b = cfg.sampling, cfg.budget
+    temp_arg, train_temp, info = controllers.sampling_temperature(step)
+    info = dict(info)
+    want = cfg.run.batch_size
+    problems: list = []
+    parts, texts, rewards = [], [], []
+    errors = timeouts = rounds = sampled_groups = 0
+    while True:
+        epoch = stream.epoch
+        ids = stream.next(want - len(problems))
+        if stream.epoch != epoch:
+            controllers.end_of_pass()
+        round_problems = [task.train[i] for i in ids]
+        prompts = [tok.encode(p.prompt, add_special_tokens=False) for p in round_problems]
+        ro = sample(model, prompts, controllers.budgets(ids), eos_token_id=tok.eos_token_id,
+                    pad_token_id=tok.pad_token_id, max_new_tokens=s.max_new_tokens, temperature=temp_arg,
+                    top_p=s.top_p, generator=generator, fast_path=s.fast_path)
+        round_texts = decode_responses(tok, ro)
+        group = ro.group.tolist()
+        rr = runner(round_texts, [round_problems[g].answer for g in group], [round_problems[g].meta for g in group])
+        errors, timeouts = errors + rr.errors, timeouts + rr.timeouts
+        per_prompt = [[rr.rewards[i] for i, g in enumerate(group) if g == j] for j in range(len(ids))]
+        controllers.observe_rewards(ids, per_prompt)
+        sampled_groups += len(ids)
+        keep = [j for j in range(len(ids)) if per_prompt[j]]
+        if b.policy == "dapo":  # drop groups whose rewards all agree: their GRPO advantage is zero
+            keep = [j for j in keep if max(per_prompt[j]) > min(per_prompt[j])][:want - len(problems)]
+        last_round = b.policy != "dapo" or rounds >= b.dapo_max_rounds
+        if not keep and last_round and not problems:
+            keep = [j for j in range(len(ids)) if per_prompt[j]]  # nothing informative at all: train on it anyway
+        new_id = {j: len(problems) + i for i, j in enumerate(keep)}
+        rows = [i for i, g in enumerate(group) if g in new_id]
+        part = ro.select(torch.tensor(rows, dtype=torch.long, device=ro.group.device))
+        part.group = torch.tensor([new_id[g] for g in part.group.tolist()], dtype=torch.long, device=ro.group.device)
+        parts.append(part)
+        problems += [round_problems[j] for j in keep]
+        texts += [round_texts[i] for i in rows]
+        rewards += [rr.rewards[i] for i in rows]
+        if len(problems) >= want or last_round:
+            break
+        rounds += 1
+    ro = parts[0] if len(parts) == 1 else Rollouts.cat(parts, tok.pad_token_id)
+    info.update({"train_temperature": train_temp, "errors": errors, "timeouts": timeouts})
+    if b.policy == "dapo":
+        info["rollouts/dapo_rounds"] = rounds
+        info["rollouts/dapo_kept_frac"] = len(problems) / max(sampled_groups, 1)
+    return problems, ro, texts, rewards, info
+
+
 # Every key written to metrics.jsonl at each training step, with its meaning (the README's table comes from here).
 STEP_METRICS: dict[str, str] = {
     "step": "training step (1-based)",
@@ -158,6 +307,7 @@ STEP_METRICS: dict[str, str] = {
     "entropy/neg": "the same over incorrect responses (null when none)",
     "entropy/behavior_mean": "mean entropy of the distribution actually sampled from",
     "temperature/mean": "mean sampling temperature over response tokens",
+    "temperature/train": "temperature of the optimised policy (the E3 tau; the base temperature otherwise)",
     "rollouts/per_prompt_min": "fewest responses sampled for a prompt",
     "rollouts/per_prompt_max": "most responses sampled for a prompt",
     "rollouts/per_prompt_mean": "mean responses per prompt",
@@ -167,6 +317,8 @@ STEP_METRICS: dict[str, str] = {
     "length/truncated_frac": "fraction of responses that hit sampling.max_new_tokens",
     "adv/mean": "mean advantage over response tokens",
     "adv/std": "std of the advantage over response tokens",
+    "tokens/masked_frac": "fraction of response tokens removed from the loss (overlong masking, forking filter)",
+    "tokens/downweighted_frac": "fraction of response tokens whose |advantage| the shapers reduced",
     "loss/pg": "clipped policy-gradient loss (aggregated)",
     "loss/clip_frac": "fraction of tokens where the clipped term is active",
     "loss/clip_frac_low": "fraction clipped at 1 - eps_low (A < 0)",
@@ -182,8 +334,26 @@ STEP_METRICS: dict[str, str] = {
     "perf/update_s": "wall time of the policy update (epochs x mini-batches)",
     "perf/tokens_per_s": "generated tokens per second of sampling",
 }
-# present only when configured: kl/mean (algo.kl_coef > 0), loss/entropy (algo.entropy_coef != 0),
-# eval/* (run.eval_every > 0, and once after the last step)
+# Present only when configured (README lists them): kl/mean (a reference model is kept), loss/entropy
+# (algo.entropy_coef != 0), temperature/tau|h_target|h_init|clamped (E3 schedule), temperature/ead_d|ead_min
+# (EAD), is/* (algo.tis), rollouts/dapo_rounds|dapo_kept_frac (DAPO sampling), loss/clip_cov_frac,
+# loss/kl_cov_frac (those losses), eval/* (run.eval_every > 0, and once after the last step).
+
+
+def method_metrics(batch: dict, base_adv: torch.Tensor, advantages: torch.Tensor, response_mask: torch.Tensor,
+                   a) -> dict:
+    """What the configured method did to the batch: tokens masked or down-weighted, importance weights."""
+    valid = response_mask > 0
+    n_valid = max(int(valid.sum()), 1)
+    weights = torch.ones_like(response_mask)
+    weights = weights * batch["mask"]  # overlong masking
+    if batch.get("token_weights") is not None:
+        weights = weights * batch["token_weights"]
+    out = {"tokens/masked_frac": float(((weights == 0) & valid).sum()) / n_valid,
+           "tokens/downweighted_frac": float(((advantages.abs() < base_adv.abs() - 1e-12) & valid).sum()) / n_valid}
+    if batch.get("is_weights") is not None:
+        out.update(tis_stats(batch["logprobs"], batch["behavior_logprobs"], batch["mask"], cap=a.tis_cap))
+    return out
 
 
 def rollout_metrics(ro, rewards: torch.Tensor, entropy: torch.Tensor, advantages: torch.Tensor) -> dict:
@@ -318,7 +488,8 @@ def train(cfg: Config, *, resume: str | Path | None = None, console=None, progre
     model, tok, device = load_policy(cfg.model)
     task = load_task(cfg.task)
     runner = RewardRunner(task.reward_fn, isolate=task.isolate, timeout_s=cfg.task.reward_timeout_s)
-    ref = make_reference(model) if cfg.algo.kl_coef > 0 else None
+    need_ref = cfg.algo.kl_coef > 0 or cfg.algo.advantage == "erpo"  # ERPO's progress signal is against pi_ref
+    ref = make_reference(model) if need_ref else None
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     o = cfg.optim
@@ -327,6 +498,7 @@ def train(cfg: Config, *, resume: str | Path | None = None, console=None, progre
     total_updates = r.steps * cfg.algo.epochs * cfg.algo.mini_batches
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(o.warmup_steps, total_updates, o.min_lr_ratio))
     stream = PromptStream(len(task.train), r.seed)
+    controllers = Controllers(cfg, model.config.vocab_size, len(task.train))
     sampler_gen = torch.Generator(device=device).manual_seed(r.seed)
     shuffle_gen = torch.Generator().manual_seed(r.seed + 1)
     start, nonfinite_run = 0, 0
@@ -344,6 +516,7 @@ def train(cfg: Config, *, resume: str | Path | None = None, console=None, progre
             torch.cuda.set_rng_state(state["cuda_rng"], device)
         random.setstate(state["python_rng"])
         nonfinite_run = state.get("nonfinite_run", 0)
+        controllers.load_state_dict(state.get("controllers", {}))
         _truncate_metrics(metrics_path, start)
         console.print(f"[bold]resuming[/] {run_dir} from {ckpt.name} (step {start}/{r.steps})")
     else:
@@ -357,7 +530,8 @@ def train(cfg: Config, *, resume: str | Path | None = None, console=None, progre
         state = {"step": step, "stream": stream.state_dict(), "sampler_rng": sampler_gen.get_state(),
                  "shuffle_rng": shuffle_gen.get_state(), "torch_rng": torch.get_rng_state(),
                  "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
-                 "python_rng": random.getstate(), "nonfinite_run": nonfinite_run}
+                 "python_rng": random.getstate(), "nonfinite_run": nonfinite_run,
+                 "controllers": controllers.state_dict()}
         save_checkpoint(run_dir, step, model, optimizer, scheduler, state, r.keep_checkpoints)
 
     def run_eval(step: int) -> dict:
@@ -374,37 +548,53 @@ def train(cfg: Config, *, resume: str | Path | None = None, console=None, progre
     try:
         for step in range(start, r.steps):
             t0 = time.perf_counter()
-            problems = [task.train[i] for i in stream.next(r.batch_size)]
-            prompts = [tok.encode(p.prompt, add_special_tokens=False) for p in problems]
-            ro = sample(model, prompts, s.group_size, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                        max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p,
-                        generator=sampler_gen, fast_path=s.fast_path)
+            a = cfg.algo
+            problems, ro, texts, reward_list, info = collect_rollouts(model, tok, task, runner, stream, controllers,
+                                                                      cfg, step, sampler_gen)
             t_sample = time.perf_counter() - t0
-            texts = decode_responses(tok, ro)
-            group = ro.group.tolist()
-            rr = runner(texts, [problems[g].answer for g in group], [problems[g].meta for g in group])
-            rewards = torch.tensor(rr.rewards, dtype=torch.float32, device=device)
+            train_temp = info.pop("train_temperature")
+            rewards = torch.tensor(reward_list, dtype=torch.float32, device=device)
+            if a.overlong == "penalty":  # DAPO eq. 13: soft penalty for responses that run into the limit
+                rewards = rewards + overlong_penalty(ro.lengths, ro.truncated, s.max_new_tokens,
+                                                     buffer=a.overlong_buffer, penalty=a.overlong_penalty)
+            loss_mask = ro.mask
+            if a.overlong == "mask":  # DAPO overlong filtering: truncated responses do not train
+                loss_mask = ro.mask * (~ro.truncated).to(ro.mask.dtype)[:, None]
             with torch.no_grad():
                 old_lp, old_ent = response_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.mask,
-                                                    s.temperature)
+                                                    train_temp)
                 batch = {"prompt_ids": ro.prompt_ids, "prompt_mask": ro.prompt_mask, "response_ids": ro.response_ids,
-                         "mask": ro.mask, "rewards": rewards, "group": ro.group, "logprobs": old_lp,
-                         "entropy": old_ent, "behavior_logprobs": ro.behavior_logprobs}
-                if ref is not None or cfg.algo.kl_coef > 0:
+                         "mask": loss_mask, "rewards": rewards, "group": ro.group, "logprobs": old_lp * loss_mask,
+                         "entropy": old_ent * loss_mask, "behavior_logprobs": ro.behavior_logprobs * loss_mask}
+                if need_ref:
                     with reference_mode(model, ref) as ref_model:
                         batch["ref_logprobs"], _ = response_logprobs(
-                            ref_model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.mask, s.temperature,
+                            ref_model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, loss_mask, train_temp,
                             with_entropy=False)
-                advantages = get_advantage(cfg.algo.advantage)(batch, cfg.algo)
+                advantages = get_advantage(a.advantage)(batch, a)
+                base_adv = advantages
+                for name in a.shapers:
+                    advantages = get_shaper(name)(advantages, batch, a, step + 1)
+                if a.token_filter == "forking":
+                    batch["token_weights"] = forking_mask(batch["entropy"], loss_mask, top_frac=a.forking_top_frac)
+                if a.tis:
+                    batch["is_weights"] = tis_weights(batch["logprobs"], batch["behavior_logprobs"], loss_mask,
+                                                      cap=a.tis_cap)
+            h_now = float((old_ent * ro.mask).sum() / ro.mask.sum().clamp_min(1))
+            controllers.observe_entropy(step + 1, h_now)
             t1 = time.perf_counter()
             record = {"step": step + 1}
             record.update(rollout_metrics(ro, rewards, old_ent, advantages))
-            record["reward/errors"] = rr.errors
-            record["reward/timeouts"] = rr.timeouts
+            record["reward/errors"] = info.pop("errors")
+            record["reward/timeouts"] = info.pop("timeouts")
+            record.update(info)
+            record["temperature/train"] = train_temp
+            record.update(method_metrics(batch, base_adv, advantages, ro.mask, a))
             if "ref_logprobs" in batch:
-                record["kl/mean"] = float(masked_mean(kl_k3(old_lp, batch["ref_logprobs"], ro.mask), ro.mask))
+                record["kl/mean"] = float(masked_mean(kl_k3(old_lp, batch["ref_logprobs"], loss_mask), loss_mask))
             try:
-                record.update(update_policy(model, optimizer, scheduler, batch, advantages, cfg, shuffle_gen, ref))
+                record.update(update_policy(model, optimizer, scheduler, batch, advantages, cfg, shuffle_gen, ref,
+                                            temperature=train_temp))
                 record["loss/nonfinite"] = 0
                 nonfinite_run = 0
             except NonFiniteError as e:
@@ -422,7 +612,7 @@ def train(cfg: Config, *, resume: str | Path | None = None, console=None, progre
                 last_eval = run_eval(step + 1)
                 record.update({f"eval/{k}": v for k, v in last_eval.items()})
             _append_jsonl(metrics_path, _clean(record))
-            _log_samples(run_dir / "samples.jsonl", step + 1, problems, ro, texts, rr.rewards, r.log_samples)
+            _log_samples(run_dir / "samples.jsonl", step + 1, problems, ro, texts, reward_list, r.log_samples)
             bar.update(step + 1, record)
             if stop:
                 raise RuntimeError(f"stopping: {nonfinite_run} consecutive steps had a non-finite loss or "

@@ -6,7 +6,10 @@ per response. Groups may have different sizes; nothing here assumes `N = B * G`.
 exactly 0.0 where `mask == 0`.
 
 Each estimator is also registered by config name (`ADVANTAGES[name](batch, cfg)`, see `explorl.algos`),
-through a thin adapter that reads the batch dict and `AlgoConfig`.
+through a thin adapter that reads the batch dict and `AlgoConfig`. Shapers, which map an advantage tensor to a
+new one (covariance weighting, PPL, position, entropy), have their own registry here:
+`SHAPERS[name](advantages, batch, cfg, step)`, applied in the order of `cfg.shapers`.
+No gradient flows through any of these functions: they detach their inputs and compute in float64.
 
 Shared pieces for estimators that need group statistics (ERPO's per-group token gates, PPL shaping, ...):
 `dense_ids` turns arbitrary ids into 0..S-1 and `segment_stats` gives per-segment mean / std / count,
@@ -15,7 +18,7 @@ broadcast back to every element, without a Python loop over groups.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import torch
 from torch import Tensor
@@ -25,7 +28,10 @@ from explorl.algos import register_advantage
 if TYPE_CHECKING:
     from explorl.config import AlgoConfig
 
-__all__ = ["dense_ids", "segment_stats", "grpo"]
+__all__ = [
+    "dense_ids", "segment_stats", "grpo", "erpo", "cov_weights", "cov_weighted", "ppl_shaped", "position_shaped",
+    "entropy_shaped", "passk", "SHAPERS", "register_shaper", "get_shaper",
+]
 
 
 def dense_ids(ids: Tensor) -> tuple[Tensor, int]:
@@ -143,3 +149,506 @@ def _grpo_adapter(batch: dict[str, Tensor], cfg: AlgoConfig) -> Tensor:
 def _dr_grpo_adapter(batch: dict[str, Tensor], cfg: AlgoConfig) -> Tensor:
     """Dr.GRPO (Liu et al. 2025): group mean baseline, no std division."""
     return grpo(batch["rewards"], batch["group"], batch["mask"], scale=False, eps=cfg.adv_eps)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# token-level estimators and shapers (METHODS.md sections 3, 4, 5, 7)
+
+
+def _float_dtype(*tensors: Tensor) -> torch.dtype:
+    """The output dtype: the first floating dtype among `tensors`, else float32."""
+    for t in tensors:
+        if t.dtype.is_floating_point:
+            return t.dtype
+    return torch.float32
+
+
+def _check_token_inputs(mask: Tensor, **token_tensors: Tensor) -> None:
+    if mask.dim() != 2:
+        raise ValueError(f"expected mask [N, T], got {tuple(mask.shape)}")
+    for name, t in token_tensors.items():
+        if t.shape != mask.shape:
+            raise ValueError(f"expected {name} of shape {tuple(mask.shape)} like mask, got {tuple(t.shape)}")
+
+
+def _positions(valid: Tensor) -> tuple[Tensor, Tensor]:
+    """1-based position `t` of each valid token among its response's valid tokens, and `|o_i|`.
+
+    Counting valid tokens (a cumulative sum of the mask) rather than columns makes left padding harmless.
+    Returns `(t[N, T] int64, length[N, 1] int64)`; `t` is meaningless where `valid` is False.
+    """
+    v = valid.to(torch.long)
+    return v.cumsum(dim=1), v.sum(dim=1, keepdim=True)
+
+
+def _group_range_equal(values: Tensor, dense: Tensor, n_seg: int, counted: Tensor) -> Tensor:
+    """Per element: True when every counted element of its segment has the same value (or none is counted).
+
+    Compared exactly (max == min), so a constant segment is recognised even where its float mean rounds.
+    """
+    v = values.reshape(-1).to(torch.float64)
+    idx = dense.reshape(-1)
+    c = counted.reshape(-1)
+    hi = torch.full((n_seg,), -torch.inf, dtype=v.dtype, device=v.device).scatter_reduce(
+        0, idx, torch.where(c, v, torch.full_like(v, -torch.inf)), "amax")
+    lo = torch.full((n_seg,), torch.inf, dtype=v.dtype, device=v.device).scatter_reduce(
+        0, idx, torch.where(c, v, torch.full_like(v, torch.inf)), "amin")
+    same = (hi == lo) | torch.isinf(hi)  # isinf(hi): nothing counted in the segment
+    return same[idx].reshape(values.shape)
+
+
+def erpo(
+    rewards: Tensor,
+    group: Tensor,
+    mask: Tensor,
+    entropy: Tensor,
+    logprobs: Tensor,
+    ref_logprobs: Tensor,
+    *,
+    beta_progress: float = 0.1,
+    gamma: float = 5.0,
+    eta: float = 0.2,
+    num_buckets: int = 10,
+    sigma_target: float = 1.0,
+    delta: float = 1e-6,
+) -> Tensor:
+    """ERPO token-level advantage (METHODS.md section 3; Yu et al. 2026, "ERPO: Token-Level Entropy-Regulated
+    Policy Optimization for Large Reasoning Models", eqs. 7-10 and Algorithm 1).
+
+    Per group G (all valid tokens of all responses of one prompt), with population std throughout:
+      1. `s = beta_progress * (logprobs - ref_logprobs)`                                        (eq. 7)
+      2. `W = sigmoid(gamma * (H - mean_G(H)) / (std_G(H) + delta))`                            (eq. 8)
+      3. token t (1-based) of response i: `k = min(floor(K * t / |o_i|), K - 1)`;
+         `s~ = (s - mean_{k,G}(s)) / (std_{k,G}(s) + delta)`, stats over the group's valid tokens in bucket k (eq. 9)
+      4. `raw = W * sign(A_group) * s~`; `Psi = sigma_target * raw / (std_active(raw) + delta)`, the std over the
+         group's *active* tokens (valid, `A_group != 0`)                                          (eq. 10)
+      5. `A_final = (X - mean_G(X)) / (std_G(X) + delta)` with `X = A_group + eta * Psi`, over the group's valid
+         tokens (eq. 10's Norm_G), so each group has mean 0 and variance ~1 over its valid tokens (eq. 16).
+    `A_group` is `grpo(rewards, group, ...)` (unbiased std, `eps = delta`). A group whose rewards are all equal
+    (including a group of one response) gets 0 everywhere, as does a response without valid tokens.
+
+    Readings: the paper writes `log pi_theta` in eq. 7; the statistics are computed once per batch from the
+    old policy (section 4.5.3), so `logprobs` (old policy) is used. `t / |o_i|` counts valid tokens, so left
+    padding is harmless; the bucket index is computed in integers (`(t * K) // |o_i|`), free of float rounding.
+    If the active raw values of a group have std 0, `Psi = raw / delta` literally (bounded again by step 5).
+    No gradient flows through the result.
+
+    Args:
+        rewards: `[N]` one scalar reward per response.
+        group: `[N]` int64 prompt ids; arbitrary values, any order, any group sizes.
+        mask: `[N, T]` 1 on response tokens, 0 on padding.
+        entropy: `[N, T]` token entropy H of the old policy.
+        logprobs: `[N, T]` old-policy log-probabilities of the sampled tokens.
+        ref_logprobs: `[N, T]` reference-model log-probabilities of the sampled tokens.
+        beta_progress, gamma, eta, num_buckets (K), sigma_target, delta: as in the steps above.
+    Returns:
+        `[N, T]` advantages in the floating dtype of `logprobs` (float32 otherwise), 0.0 where `mask == 0`.
+    """
+    _check_response_inputs(rewards, group, mask)
+    _check_token_inputs(mask, entropy=entropy, logprobs=logprobs, ref_logprobs=ref_logprobs)
+    if num_buckets < 1:
+        raise ValueError(f"num_buckets must be >= 1, got {num_buckets}")
+    out_dtype = _float_dtype(logprobs, entropy, rewards)
+    n, t_len = mask.shape
+    if n == 0 or t_len == 0:
+        return torch.zeros(mask.shape, dtype=out_dtype, device=mask.device)
+    valid = mask.bool()
+    f64 = torch.float64
+    zero = torch.zeros((), dtype=f64, device=mask.device)
+
+    dense, n_groups = dense_ids(group)
+    # A_group per response: grpo on a one-token mask gives [N, 1]
+    a_group = grpo(rewards.detach().to(f64), group, torch.ones(n, 1, device=mask.device), eps=delta)[:, 0]
+    degenerate = _group_range_equal(rewards, dense, n_groups, torch.ones(n, dtype=torch.bool, device=mask.device))
+
+    gid = dense[:, None].expand(n, t_len)
+    h = torch.where(valid, entropy.detach().to(f64), zero)
+    s = torch.where(valid, beta_progress * (logprobs.detach().to(f64) - ref_logprobs.detach().to(f64)), zero)
+
+    # 2. entropy gate, eq. 8
+    h_mean, h_std, _ = segment_stats(h, gid, valid)
+    w = torch.sigmoid(gamma * (h - h_mean) / (h_std + delta))
+
+    # 3. relative-position buckets, eq. 9
+    pos, length = _positions(valid)
+    k = torch.clamp((pos * num_buckets) // length.clamp_min(1), max=num_buckets - 1)
+    bucket = gid * num_buckets + k
+    s_mean, s_std, _ = segment_stats(s, bucket, valid)
+    s_tilde = (s - s_mean) / (s_std + delta)
+
+    # 4. outcome-anchored, rescaled process term, eq. 10
+    raw = w * torch.sign(a_group)[:, None] * s_tilde
+    active = valid & (a_group != 0)[:, None]
+    _, raw_std, _ = segment_stats(raw, gid, active)
+    psi = sigma_target * raw / (raw_std + delta)
+
+    # 5. group z-score over valid tokens
+    x = torch.where(valid, a_group[:, None] + eta * psi, zero)
+    x_mean, x_std, _ = segment_stats(x, gid, valid)
+    out = (x - x_mean) / (x_std + delta)
+    out = torch.where(valid & ~degenerate[:, None], out, zero)
+    return out.to(out_dtype)
+
+
+def cov_weights(advantages: Tensor, logprobs: Tensor, mask: Tensor) -> Tensor:
+    """Normalised Gaussian-kernel covariance weights `w~` of covariance-weighted GRPO (METHODS.md section 4;
+    Wang et al. 2026, "Taming Extreme Tokens: Covariance-Aware GRPO with Gaussian-Kernel Advantage Reweighting",
+    section 2.3).
+
+    `c = (logprobs - mean(logprobs)) * (A - mean(A))`, both means over all valid tokens of the batch;
+    `w = exp(-c^2 / (2 sigma^2))` with sigma the population std of c over the valid tokens (sigma == 0 gives
+    w = 1); `w~ = w * n_valid / sum(w)`, so `w~` averages exactly 1 over the valid tokens.
+
+    Readings: the paper's means are "over responses" and its normaliser sums over one group's tokens; METHODS
+    fixes both to the valid tokens of the whole batch. The paper writes the current policy's `log pi_theta`;
+    the weights are computed once from the old policy's `logprobs`, before the update.
+
+    Args:
+        advantages: `[N, T]` token advantages (e.g. GRPO's, broadcast over tokens).
+        logprobs: `[N, T]` old-policy log-probabilities of the sampled tokens.
+        mask: `[N, T]` 1 on response tokens, 0 on padding.
+    Returns:
+        `[N, T]` float64 weights `w~`, 0.0 where `mask == 0` (all zeros when no token is valid).
+    """
+    _check_token_inputs(mask, advantages=advantages, logprobs=logprobs)
+    valid = mask.bool()
+    f64 = torch.float64
+    zero = torch.zeros((), dtype=f64, device=mask.device)
+    n_valid = int(valid.sum())
+    if n_valid == 0:
+        return torch.zeros(mask.shape, dtype=f64, device=mask.device)
+    lp = torch.where(valid, logprobs.detach().to(f64), zero)
+    a = torch.where(valid, advantages.detach().to(f64), zero)
+    lp_c = torch.where(valid, lp - lp.sum() / n_valid, zero)
+    a_c = torch.where(valid, a - a.sum() / n_valid, zero)
+    c = lp_c * a_c
+    c_mean = c.sum() / n_valid
+    sigma2 = (torch.where(valid, c - c_mean, zero) ** 2).sum() / n_valid
+    if float(sigma2) > 0.0:
+        w = torch.exp(-(c * c) / (2.0 * sigma2))
+    else:
+        w = torch.ones_like(c)
+    w = torch.where(valid, w, zero)
+    return w * (n_valid / w.sum())
+
+
+def cov_weighted(advantages: Tensor, logprobs: Tensor, mask: Tensor) -> Tensor:
+    """Covariance-weighted GRPO advantage `w~ * A` (METHODS.md section 4; paper 002, section 2.3, the
+    reweighted token loss). See `cov_weights` for `w~`; no hyperparameter.
+
+    Args:
+        advantages: `[N, T]` token advantages.
+        logprobs: `[N, T]` old-policy log-probabilities of the sampled tokens.
+        mask: `[N, T]` 1 on response tokens, 0 on padding.
+    Returns:
+        `[N, T]` in the floating dtype of `advantages` (float32 otherwise), 0.0 where `mask == 0`.
+    """
+    out_dtype = _float_dtype(advantages)
+    w = cov_weights(advantages, logprobs, mask)
+    zero = torch.zeros((), dtype=torch.float64, device=mask.device)
+    out = torch.where(mask.bool(), w * advantages.detach().to(torch.float64), zero)
+    return out.to(out_dtype)
+
+
+def _segment_quantile(values: Tensor, dense: Tensor, n_seg: int, counted: Tensor, q: float) -> Tensor:
+    """Per-segment q-quantile of the counted 1-D `values`, linear interpolation between order statistics
+    (position `q * (n - 1)`, as `torch.quantile` / numpy's default), broadcast back to every element.
+
+    Vectorised: one stable sort by value, then one stable sort by segment (uncounted elements sort last within
+    their segment and are not indexed). A segment with nothing counted gets 0.
+    """
+    v = values.to(torch.float64)
+    key_v = torch.where(counted, v, torch.full_like(v, torch.inf))
+    order = torch.sort(key_v, stable=True).indices
+    order = order[torch.sort(dense[order], stable=True).indices]  # by segment, then value
+    sorted_v = key_v[order]
+    count = torch.zeros(n_seg, dtype=torch.long, device=v.device).index_add_(0, dense, counted.to(torch.long))
+    size = torch.zeros(n_seg, dtype=torch.long, device=v.device).index_add_(0, dense, torch.ones_like(dense))
+    start = torch.cumsum(size, 0) - size
+    pos = q * (count - 1).clamp_min(0).to(torch.float64)
+    lo = pos.floor().to(torch.long)
+    hi = pos.ceil().to(torch.long)
+    frac = pos - lo.to(torch.float64)
+    last = (start + size - 1).clamp_min(0)
+    v_lo = sorted_v[torch.minimum(start + lo, last)]
+    v_hi = sorted_v[torch.minimum(start + hi, last)]
+    qv = v_lo + frac * (v_hi - v_lo)
+    qv = torch.where(count > 0, qv, torch.zeros_like(qv))
+    return qv[dense]
+
+
+def ppl_shaped(
+    advantages: Tensor,
+    logprobs: Tensor,
+    group: Tensor,
+    mask: Tensor,
+    *,
+    alpha: float = 0.01,
+    iqr_filter: bool = False,
+    clamp: tuple[float, float] | None = None,
+) -> Tensor:
+    """PPL-based advantage shaping (METHODS.md section 7; Deng et al. 2025, "From Trial-and-Error to Improvement:
+    A Systematic Analysis of LLM Exploration Mechanisms in RLVR", section 4.4.2, eqs. 7 and 11).
+
+    `log_ppl_i = -mean_t logprobs_i` over the valid tokens of response i;
+    `w_i = (log_ppl_i - mean_g) / std_g` with the mean and population std over the responses of the group
+    (std 0 gives w = 0); `A~ = A * (1 - alpha * w_i)`. Low-perplexity responses get larger updates.
+
+    Options reproducing the authors' public code (off by default):
+      - `iqr_filter`: the group's mean and std are computed over its inliers only, the responses whose log-PPL
+        lies in `[Q1 - 1.5 IQR, Q3 + 1.5 IQR]` (quantiles with linear interpolation, bounds inclusive); every
+        response, outliers included, is then standardised with those statistics.
+      - `clamp=(lo, hi)`: the factor `1 - alpha * w_i` is clamped to `[lo, hi]` (the public code uses (0.8, 1.2)).
+    Readings: responses without valid tokens take no part in the group statistics (and get 0). "std 0" is
+    decided exactly (all counted log-PPLs equal), so rounding in a constant group's mean cannot produce a w.
+
+    Args:
+        advantages: `[N, T]` token advantages.
+        logprobs: `[N, T]` old-policy log-probabilities of the sampled tokens.
+        group: `[N]` int64 prompt ids; arbitrary values, any order, any group sizes.
+        mask: `[N, T]` 1 on response tokens, 0 on padding.
+        alpha: shaping strength (paper: 0.01).
+        iqr_filter: drop 1.5-IQR outliers from the group statistics.
+        clamp: optional `(lo, hi)` bounds of the factor.
+    Returns:
+        `[N, T]` in the floating dtype of `advantages` (float32 otherwise), 0.0 where `mask == 0`.
+    """
+    _check_token_inputs(mask, advantages=advantages, logprobs=logprobs)
+    if group.shape != (mask.shape[0],) or group.dtype.is_floating_point or group.dtype == torch.bool:
+        raise ValueError(f"expected integer group [N] with N = {mask.shape[0]}, got {group.dtype} {tuple(group.shape)}")
+    out_dtype = _float_dtype(advantages)
+    f64 = torch.float64
+    zero = torch.zeros((), dtype=f64, device=mask.device)
+    valid = mask.bool()
+    if mask.numel() == 0:
+        return torch.zeros(mask.shape, dtype=out_dtype, device=mask.device)
+    length = valid.sum(dim=1)
+    has_tokens = length > 0
+    log_ppl = -torch.where(valid, logprobs.detach().to(f64), zero).sum(dim=1) / length.clamp_min(1).to(f64)
+    dense, n_groups = dense_ids(group)
+    counted = has_tokens
+    if iqr_filter:
+        q1 = _segment_quantile(log_ppl, dense, n_groups, has_tokens, 0.25)
+        q3 = _segment_quantile(log_ppl, dense, n_groups, has_tokens, 0.75)
+        iqr = q3 - q1
+        counted = has_tokens & (log_ppl >= q1 - 1.5 * iqr) & (log_ppl <= q3 + 1.5 * iqr)
+    mean, std, _ = segment_stats(log_ppl, dense, counted)
+    constant = _group_range_equal(log_ppl, dense, n_groups, counted)
+    w = torch.where(constant, zero, (log_ppl - mean) / torch.where(constant, torch.ones_like(std), std))
+    factor = 1.0 - alpha * w
+    if clamp is not None:
+        factor = factor.clamp(clamp[0], clamp[1])
+    out = torch.where(valid, advantages.detach().to(f64) * factor[:, None], zero)
+    return out.to(out_dtype)
+
+
+def position_shaped(
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    gamma: float = 0.1,
+    m: float = 15.0,
+    d: float = 1.0,
+    cap_frac: float | None = None,
+) -> Tensor:
+    """Position-based advantage shaping (METHODS.md section 7; paper 004, section 4.4.2, eqs. 8 and 12).
+
+    For token t (1-based, counted over valid tokens) of response i: `l = (t - 1) / |o_i|`,
+    `b = gamma * sigmoid(d * m * (l - 0.5))`, `A~ = A + sign(A) * b`. The bonus pushes each advantage further
+    in its own direction (sign(0) = 0, so a zero advantage stays zero); with d = +1 it grows with position.
+    `cap_frac` (optional, as the public code with 0.5) caps the bonus: `b <= cap_frac * |A|`.
+
+    Reading: the paper prints the shift n = -0.5 (`r = m * (l - n)`), under which the sigmoid is saturated for
+    every l in [0, 1]; METHODS and the public code centre it at 0.5. The step window of the recipe (from step
+    200 for 100 steps) is applied by the registry adapter, not here.
+
+    Args:
+        advantages: `[N, T]` token advantages.
+        mask: `[N, T]` 1 on response tokens, 0 on padding.
+        gamma: bonus scale (paper: 0.1). m: sigmoid steepness (15). d: direction (+1 later tokens, -1 earlier).
+        cap_frac: optional cap of the bonus as a fraction of |A|.
+    Returns:
+        `[N, T]` in the floating dtype of `advantages` (float32 otherwise), 0.0 where `mask == 0`.
+    """
+    _check_token_inputs(mask, advantages=advantages)
+    out_dtype = _float_dtype(advantages)
+    f64 = torch.float64
+    zero = torch.zeros((), dtype=f64, device=mask.device)
+    valid = mask.bool()
+    pos, length = _positions(valid)
+    rel = (pos - 1).to(f64) / length.clamp_min(1).to(f64)
+    bonus = gamma * torch.sigmoid(d * m * (rel - 0.5))
+    a = advantages.detach().to(f64)
+    if cap_frac is not None:
+        bonus = torch.minimum(bonus, cap_frac * a.abs())
+    out = torch.where(valid, a + torch.sign(a) * bonus, zero)
+    return out.to(out_dtype)
+
+
+def entropy_shaped(
+    advantages: Tensor, entropy: Tensor, mask: Tensor, *, alpha: float = 0.4, kappa: float = 2.0
+) -> Tensor:
+    """Entropy-based advantage (METHODS.md section 5; Cheng et al. 2025, "Reasoning with Exploration: An Entropy
+    Perspective", the clipped entropy term psi(H) added to the advantage).
+
+    `A' = A + min(alpha * H.detach(), |A| / kappa)`. Taken literally, as METHODS and the paper write it: the
+    term is added whatever the sign of A, so for a negative advantage it *reduces the penalty* of high-entropy
+    tokens (it never flips the sign, since it is at most |A| / kappa with kappa > 1). A zero advantage stays
+    zero for H >= 0.
+
+    Args:
+        advantages: `[N, T]` token advantages.
+        entropy: `[N, T]` token entropy of the old policy.
+        mask: `[N, T]` 1 on response tokens, 0 on padding.
+        alpha: entropy coefficient (0.4). kappa: the term is at most |A| / kappa (2).
+    Returns:
+        `[N, T]` in the floating dtype of `advantages` (float32 otherwise), 0.0 where `mask == 0`.
+    """
+    _check_token_inputs(mask, advantages=advantages, entropy=entropy)
+    out_dtype = _float_dtype(advantages)
+    f64 = torch.float64
+    a = advantages.detach().to(f64)
+    h = entropy.detach().to(f64)
+    out = a + torch.minimum(alpha * h, a.abs() / kappa)
+    out = torch.where(mask.bool(), out, torch.zeros((), dtype=f64, device=mask.device))
+    return out.to(out_dtype)
+
+
+def _log_comb(a: Tensor, b: Tensor) -> Tensor:
+    """log C(a, b) for float64 tensors with 0 <= b <= a (caller masks the other entries)."""
+    return torch.lgamma(a + 1) - torch.lgamma(b + 1) - torch.lgamma(a - b + 1)
+
+
+def passk(rewards: Tensor, group: Tensor, mask: Tensor, *, k: int) -> Tensor:
+    """Pass@k training advantage (METHODS.md section 5; Chen et al. 2025, "Pass@k Training for Adaptively
+    Balancing Exploration and Exploitation of Large Reasoning Models", the analytic group advantage).
+
+    Binary rewards (`reward > 0.5` counts as correct); per group, n responses of which c are correct:
+      `rho = 1 - C(n-c, k) / C(n, k)` (the unbiased pass@k of the group), `s = sqrt(rho * (1 - rho))`;
+      correct response: `(1 - rho) / (s + 1e-6)`;
+      wrong response: `(1 - rho - C(n-c-1, k-1) / C(n-1, k-1)) / (s + 1e-6)`.
+    All-correct and all-wrong groups get 0. Over a group the advantages sum to 0 (up to the 1e-6).
+
+    Groups smaller than k (reading; METHODS is silent): `k_eff = min(k, n)`. With k_eff = n every k-subset
+    is the whole group, so `rho = 1` whenever c >= 1 and both numerators vanish: groups with `n <= k` get
+    advantage 0 (they carry no pass@k signal), consistent with `metrics.pass_at_k` being 1 when n - c < k.
+
+    Args:
+        rewards: `[N]` rewards; > 0.5 is correct.
+        group: `[N]` int64 prompt ids; arbitrary values, any order, any group sizes.
+        mask: `[N, T]` 1 on response tokens, 0 on padding.
+        k: the k of the pass@k objective (>= 1).
+    Returns:
+        `[N, T]` advantages broadcast over tokens, in the floating dtype of `rewards` (float32 otherwise),
+        0.0 where `mask == 0`.
+    """
+    _check_response_inputs(rewards, group, mask)
+    if int(k) < 1:
+        raise ValueError(f"passk: k must be >= 1, got {k}")
+    out_dtype = _float_dtype(rewards)
+    f64 = torch.float64
+    if rewards.numel() == 0:
+        return torch.zeros(mask.shape, dtype=out_dtype, device=mask.device)
+    correct = rewards.detach() > 0.5
+    dense, n_groups = dense_ids(group)
+    n_g = torch.zeros(n_groups, dtype=f64, device=rewards.device).index_add_(
+        0, dense, torch.ones(dense.shape, dtype=f64, device=rewards.device))
+    c_g = torch.zeros_like(n_g).index_add_(0, dense, correct.to(f64))
+    n, c = n_g[dense], c_g[dense]
+    ke = torch.minimum(torch.full_like(n, float(k)), n)
+    wrong_n = n - c
+    # C(n-c, k) / C(n, k), zero when n - c < k
+    fail = torch.where(wrong_n >= ke, torch.exp(_log_comb(wrong_n.clamp_min(ke), ke) - _log_comb(n, ke)),
+                       torch.zeros_like(n))
+    rho = 1.0 - fail
+    s = torch.sqrt((rho * (1.0 - rho)).clamp_min(0.0))
+    # C(n-c-1, k-1) / C(n-1, k-1), zero when n - c - 1 < k - 1
+    a1, b1 = wrong_n - 1, ke - 1  # b1 >= 0 since ke >= 1
+    tail = torch.where(a1 >= b1, torch.exp(_log_comb(a1.clamp_min(b1), b1) - _log_comb(n - 1, b1)),
+                       torch.zeros_like(n))
+    adv = torch.where(correct, (1.0 - rho) / (s + 1e-6), (1.0 - rho - tail) / (s + 1e-6))
+    degenerate = (c == 0) | (c == n)
+    adv = torch.where(degenerate, torch.zeros_like(adv), adv).to(out_dtype)
+    return torch.where(mask.bool(), adv[:, None], torch.zeros((), dtype=out_dtype, device=adv.device))
+
+
+@register_advantage("erpo")
+def _erpo_adapter(batch: dict[str, Tensor], cfg: AlgoConfig) -> Tensor:
+    """ERPO (paper 001): GRPO plus the entropy-gated, bucket-normalised implicit progress term; needs a reference."""
+    missing = [key for key in ("entropy", "logprobs", "ref_logprobs") if key not in batch]
+    if missing:
+        raise KeyError(f"advantage 'erpo' needs batch keys {missing} (ERPO compares the policy with a frozen "
+                       "reference model: keep one)")
+    return erpo(
+        batch["rewards"], batch["group"], batch["mask"], batch["entropy"], batch["logprobs"], batch["ref_logprobs"],
+        beta_progress=getattr(cfg, "erpo_beta_progress", 0.1),
+        gamma=getattr(cfg, "erpo_gamma", 5.0),
+        eta=getattr(cfg, "erpo_eta", 0.2),
+        num_buckets=getattr(cfg, "erpo_num_buckets", 10),
+        sigma_target=getattr(cfg, "erpo_sigma_target", 1.0),
+    )
+
+
+@register_advantage("passk")
+def _passk_adapter(batch: dict[str, Tensor], cfg: AlgoConfig) -> Tensor:
+    """Pass@k training (Chen et al.): analytic group advantage of the pass@k objective, binary rewards."""
+    return passk(batch["rewards"], batch["group"], batch["mask"], k=getattr(cfg, "passk_k", 4))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# shaper registry: fn(advantages[N, T], batch, cfg, step) -> advantages[N, T], applied in `cfg.shapers` order
+
+SHAPERS: dict[str, Callable[..., Tensor]] = {}
+
+
+def register_shaper(name: str) -> Callable:
+    """Register `fn(advantages: Tensor[N, T], batch: dict[str, Tensor], cfg: AlgoConfig, step: int) -> Tensor[N, T]`
+    under `name`; `step` is the 1-based training step."""
+
+    def wrap(fn: Callable) -> Callable:
+        if name in SHAPERS:
+            raise ValueError(f"advantage shaper {name!r} registered twice")
+        SHAPERS[name] = fn
+        return fn
+
+    return wrap
+
+
+def get_shaper(name: str) -> Callable[..., Tensor]:
+    """The shaper registered under `name`; KeyError listing the valid names otherwise."""
+    if name not in SHAPERS:
+        raise KeyError(f"unknown advantage shaper {name!r}; valid: {', '.join(sorted(SHAPERS))}")
+    return SHAPERS[name]
+
+
+@register_shaper("cw")
+def _cw_shaper(advantages: Tensor, batch: dict[str, Tensor], cfg: AlgoConfig, step: int) -> Tensor:
+    """Covariance-weighted advantages (paper 002); no hyperparameter."""
+    return cov_weighted(advantages, batch["logprobs"], batch["mask"])
+
+
+@register_shaper("ppl")
+def _ppl_shaper(advantages: Tensor, batch: dict[str, Tensor], cfg: AlgoConfig, step: int) -> Tensor:
+    """PPL shaping (paper 004, section 4.4.2): favours low-perplexity responses of each group, every step."""
+    return ppl_shaped(advantages, batch["logprobs"], batch["group"], batch["mask"],
+                      alpha=getattr(cfg, "ppl_alpha", 0.01), iqr_filter=getattr(cfg, "ppl_iqr_filter", False),
+                      clamp=getattr(cfg, "ppl_clamp", None))
+
+
+@register_shaper("position")
+def _position_shaper(advantages: Tensor, batch: dict[str, Tensor], cfg: AlgoConfig, step: int) -> Tensor:
+    """Position shaping (paper 004, section 4.4.2) inside its step window: `position_start <= step <
+    position_start + position_steps`, or every step when `position_steps == 0`; the identity outside it."""
+    start, steps = getattr(cfg, "position_start", 0), getattr(cfg, "position_steps", 0)
+    if steps > 0 and not (start <= step < start + steps):
+        return advantages
+    return position_shaped(advantages, batch["mask"], gamma=getattr(cfg, "position_gamma", 0.1),
+                           m=getattr(cfg, "position_m", 15.0), d=getattr(cfg, "position_d", 1.0),
+                           cap_frac=getattr(cfg, "position_cap_frac", None))
+
+
+@register_shaper("entropy_adv")
+def _entropy_adv_shaper(advantages: Tensor, batch: dict[str, Tensor], cfg: AlgoConfig, step: int) -> Tensor:
+    """Entropy-based advantage (Cheng et al.): A + min(alpha * H, |A| / kappa)."""
+    return entropy_shaped(advantages, batch["entropy"], batch["mask"],
+                          alpha=getattr(cfg, "entropy_adv_alpha", 0.4), kappa=getattr(cfg, "entropy_adv_kappa", 2.0))

@@ -10,14 +10,34 @@ reaches neither the loss nor the gradient.
 
 Deliberate difference from the bare formula: the log-ratio `logp_new - logp_old` is clamped to [-20, 20]
 before `exp` (as verl does), a numerical guard that only acts on ratios beyond 4.8e8 or below 2e-9.
+
+Besides the PPO-clip loss (`policy_loss`), this module holds the loss variants of the baselines in METHODS.md
+section 5 (`clip_cov_loss`, `kl_cov_loss`, registered in `POLICY_LOSSES`), the token selection of the forking-token
+baseline (`forking_mask`, fed to the losses as `token_weights`), the truncated importance weights of EAD
+(`tis_weights`, METHODS.md section 6, fed as `is_weights`) and DAPO's soft overlong punishment (`overlong_penalty`).
+Every loss variant takes `(logprobs_new, logprobs_old, advantages, mask, *, agg, max_response_len, is_weights,
+token_weights, ...)`, so the trainer can call any of them the same way.
+
+Per-token multipliers never change the normaliser: `is_weights` and `token_weights` scale the token loss, and a
+token whose weight is 0 still counts in the `token-mean` denominator (the number of valid tokens of `mask`). This is
+the forking-token objective of Wang et al. 2025 ("Beyond the 80/20 rule", the DAPO objective with an indicator
+inside the sum and the normaliser `1 / sum_i |o_i|` unchanged), and it is also how Clip-Cov removes a token's
+gradient (Cui et al. 2025; the token's term becomes 0, the denominator stays).
 """
 
 from __future__ import annotations
 
+import math
+from typing import Callable
+
 import torch
 from torch import Tensor
 
-__all__ = ["LOSS_AGG_MODES", "masked_sum", "masked_mean", "aggregate", "kl_k3", "policy_loss"]
+__all__ = [
+    "LOSS_AGG_MODES", "masked_sum", "masked_mean", "aggregate", "kl_k3", "policy_loss",
+    "tis_weights", "tis_stats", "forking_mask", "clip_cov_loss", "kl_cov_loss", "overlong_penalty",
+    "POLICY_LOSSES", "get_policy_loss",
+]
 
 LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 """Valid values of `agg` (METHODS.md section 1)."""
@@ -105,6 +125,117 @@ def kl_k3(logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor | None = None) ->
     return kl if mask is None else _zero_padding(kl, mask)
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# Shared pieces of the loss variants
+
+
+def _check_loss_inputs(
+    fn_name: str,
+    logprobs_new: Tensor,
+    logprobs_old: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    agg: str,
+    is_weights: Tensor | None,
+    token_weights: Tensor | None,
+) -> None:
+    shapes = {"logprobs_new": logprobs_new, "logprobs_old": logprobs_old, "advantages": advantages, "mask": mask}
+    if is_weights is not None:
+        shapes["is_weights"] = is_weights
+    if token_weights is not None:
+        shapes["token_weights"] = token_weights
+    if mask.dim() != 2 or any(t.shape != mask.shape for t in shapes.values()):
+        raise ValueError(f"{fn_name}: all inputs must share one [N, T] shape; got "
+                         + ", ".join(f"{k} {tuple(v.shape)}" for k, v in shapes.items()))
+    if agg not in LOSS_AGG_MODES:
+        raise ValueError(f"unknown loss aggregation {agg!r}; valid: {', '.join(LOSS_AGG_MODES)}")
+
+
+def _ratio(logprobs_new: Tensor, logprobs_old: Tensor, valid: Tensor) -> tuple[Tensor, Tensor]:
+    """`(log_ratio, ratio)`, `[N, T]`: `logp_new - logp_old` (old detached), 0 on padding, clamped to +-20; its exp."""
+    log_ratio = _zero_padding(logprobs_new - logprobs_old.detach(), valid)
+    log_ratio = log_ratio.clamp(-_LOG_RATIO_BOUND, _LOG_RATIO_BOUND)
+    return log_ratio, torch.exp(log_ratio)
+
+
+def _constant(x: Tensor, valid: Tensor, dtype: torch.dtype) -> Tensor:
+    """`x` detached, cast to `dtype`, exactly 0 on padding."""
+    return _zero_padding(x.detach().to(dtype), valid)
+
+
+def _ppo_token_loss(ratio: Tensor, adv: Tensor, eps_low: float, eps_high: float) -> tuple[Tensor, Tensor, Tensor]:
+    """`(token_loss, loss_unclipped, loss_clipped)`: `-min(rho*A, clip(rho, 1-eps_low, 1+eps_high)*A)` and its terms."""
+    loss_unclipped = -adv * ratio
+    loss_clipped = -adv * ratio.clamp(1.0 - eps_low, 1.0 + eps_high)
+    return torch.maximum(loss_unclipped, loss_clipped), loss_unclipped, loss_clipped
+
+
+def _apply_weights(token_loss: Tensor, valid: Tensor, is_weights: Tensor | None,
+                   token_weights: Tensor | None) -> Tensor:
+    """Multiply the token loss by the (detached) per-token weights; the aggregation mask is left alone."""
+    for w in (is_weights, token_weights):
+        if w is not None:
+            token_loss = token_loss * _constant(w, valid, token_loss.dtype)
+    return token_loss
+
+
+def _frac(flags: Tensor, valid: Tensor, n_valid: int) -> float:
+    """Fraction of the valid tokens where `flags` holds (0.0 when there are none)."""
+    return float((flags & valid).sum()) / max(n_valid, 1)
+
+
+def _ratio_stats(loss: Tensor, ratio: Tensor, log_ratio: Tensor, valid: Tensor, n_valid: int) -> dict[str, float]:
+    return {
+        "loss/pg": float(loss),
+        "loss/ratio_mean": float(masked_mean(ratio, valid)) if n_valid else 1.0,
+        "loss/ratio_max": float(ratio[valid].max()) if n_valid else 1.0,
+        "loss/ppo_kl": float(masked_mean(-log_ratio, valid)),
+    }
+
+
+def _weight_stats(stats: dict[str, float], valid: Tensor, n_valid: int, dtype: torch.dtype,
+                  is_weights: Tensor | None, token_weights: Tensor | None) -> dict[str, float]:
+    if is_weights is not None:
+        stats["loss/is_weight_mean"] = float(masked_mean(is_weights.detach().to(dtype), valid))
+    if token_weights is not None:
+        stats["loss/masked_frac"] = _frac(token_weights.detach() == 0, valid, n_valid)
+    return stats
+
+
+def _centered_cov(advantages: Tensor, logprobs: Tensor, valid: Tensor) -> Tensor:
+    """`(A - mean A) * (logp - mean logp)`, `[N, T]`, both means over the valid tokens; detached, 0 on padding.
+
+    The token-level covariance term of Cui et al. 2025 ("The Entropy Mechanism of Reinforcement Learning for
+    Reasoning Language Models", section 4, the `Cov(y_i)` of the Clip-Cov and KL-Cov objectives), as METHODS.md
+    section 5 fixes it. `logprobs` are those of the policy being optimised (the paper's `log pi_theta`).
+    """
+    with torch.no_grad():
+        lp = _constant(logprobs, valid, logprobs.dtype)
+        adv = _constant(advantages, valid, logprobs.dtype)
+        cov = (adv - masked_mean(adv, valid)) * (lp - masked_mean(lp, valid))
+        return _zero_padding(cov, valid)
+
+
+def _top_k_mask(scores: Tensor, valid: Tensor, k: int) -> Tensor:
+    """Bool `[N, T]`: the `k` valid positions with the largest `scores` (nan counts as lowest).
+
+    Ties go to the position that comes first in row-major order (a stable descending sort), so the choice is
+    deterministic.
+    """
+    flat_valid = valid.reshape(-1)
+    out = torch.zeros_like(flat_valid)
+    idx = torch.nonzero(flat_valid).squeeze(1)  # ascending row-major positions of the valid tokens
+    if k > 0 and idx.numel() > 0:
+        vals = torch.nan_to_num(scores.detach().reshape(-1)[idx], nan=-math.inf)
+        order = torch.sort(vals, descending=True, stable=True).indices[:k]
+        out[idx[order]] = True
+    return out.reshape(valid.shape)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# PPO-clip (GRPO / DAPO / Dr.GRPO token loss)
+
+
 def policy_loss(
     logprobs_new: Tensor,
     logprobs_old: Tensor,
@@ -116,13 +247,16 @@ def policy_loss(
     agg: str = "token-mean",
     max_response_len: int | None = None,
     is_weights: Tensor | None = None,
+    token_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """Clipped surrogate policy-gradient loss (to minimise), aggregated by `agg` (METHODS.md section 1).
 
     Token loss `-min(rho * A, clip(rho, 1 - eps_low, 1 + eps_high) * A)`, `rho = exp(logp_new - logp_old)`:
     PPO, Schulman et al. 2017, eq. 7; decoupled bounds `eps_low` / `eps_high` ("clip-higher") and token-mean
     aggregation from DAPO, Yu et al. 2025, sections 3.1 and 3.3. Optional `is_weights` (e.g. the truncated
-    importance weights of EAD, METHODS.md section 6) multiply the token loss and receive no gradient.
+    importance weights of EAD, METHODS.md section 6, from `tis_weights`) multiply the token loss and receive no
+    gradient. Optional `token_weights` do the same (e.g. `forking_mask`, the 80/20 forking-token baseline of
+    Wang et al. 2025, METHODS.md section 5); tokens they zero still count in the aggregation's normaliser.
 
     Args:
         logprobs_new: `[N, T]` log-probs of the sampled tokens under the policy being optimised (differentiable).
@@ -133,48 +267,356 @@ def policy_loss(
         agg: token aggregation, one of `LOSS_AGG_MODES` (see `aggregate`).
         max_response_len: the configured response length limit; required for `seq-mean-token-sum-norm`.
         is_weights: optional `[N, T]` per-token weights multiplying the token loss (detached).
+        token_weights: optional `[N, T]` per-token multipliers of the token loss (detached), e.g. a 0/1 token
+            selection; the normaliser of `agg` is still computed from `mask`.
     Returns:
         `(loss, stats)`: the scalar loss (0, not nan, when the mask is empty) and detached float statistics over
         valid tokens: `loss/pg` (the loss value), `loss/clip_frac` (the clipped term is active: it is strictly the
         larger loss), `loss/clip_frac_low` (rho < 1 - eps_low with A < 0), `loss/clip_frac_high`
         (rho > 1 + eps_high with A > 0), `loss/ratio_mean`, `loss/ratio_max`, `loss/ppo_kl` (mean of
-        `logp_old - logp_new`), and `loss/is_weight_mean` when `is_weights` is given.
+        `logp_old - logp_new`), `loss/is_weight_mean` when `is_weights` is given, and `loss/masked_frac` (the
+        fraction of valid tokens whose token weight is 0) when `token_weights` is given.
     """
-    shapes = {"logprobs_new": logprobs_new, "logprobs_old": logprobs_old, "advantages": advantages, "mask": mask}
-    if is_weights is not None:
-        shapes["is_weights"] = is_weights
-    if mask.dim() != 2 or any(t.shape != mask.shape for t in shapes.values()):
-        raise ValueError("policy_loss: all inputs must share one [N, T] shape; got "
-                         + ", ".join(f"{k} {tuple(v.shape)}" for k, v in shapes.items()))
-    if agg not in LOSS_AGG_MODES:
-        raise ValueError(f"unknown loss aggregation {agg!r}; valid: {', '.join(LOSS_AGG_MODES)}")
+    _check_loss_inputs("policy_loss", logprobs_new, logprobs_old, advantages, mask, agg, is_weights, token_weights)
     valid = mask.bool()
-    log_ratio = _zero_padding(logprobs_new - logprobs_old.detach(), valid)
-    log_ratio = log_ratio.clamp(-_LOG_RATIO_BOUND, _LOG_RATIO_BOUND)
-    ratio = torch.exp(log_ratio)
-    adv = _zero_padding(advantages.detach().to(ratio.dtype), valid)
-    loss_unclipped = -adv * ratio
-    loss_clipped = -adv * ratio.clamp(1.0 - eps_low, 1.0 + eps_high)
-    token_loss = torch.maximum(loss_unclipped, loss_clipped)  # = -min(rho*A, clip(rho)*A)
-    if is_weights is not None:
-        token_loss = token_loss * _zero_padding(is_weights.detach().to(token_loss.dtype), valid)
+    log_ratio, ratio = _ratio(logprobs_new, logprobs_old, valid)
+    adv = _constant(advantages, valid, ratio.dtype)
+    token_loss, loss_unclipped, loss_clipped = _ppo_token_loss(ratio, adv, eps_low, eps_high)
+    token_loss = _apply_weights(token_loss, valid, is_weights, token_weights)
     loss = aggregate(token_loss, valid, agg, max_response_len)
 
     with torch.no_grad():
         n_valid = int(valid.sum())
-
-        def frac(flags: Tensor) -> float:
-            return float((flags & valid).sum()) / max(n_valid, 1)
-
-        stats = {
-            "loss/pg": float(loss),
-            "loss/clip_frac": frac(loss_clipped > loss_unclipped),
-            "loss/clip_frac_low": frac((ratio < 1.0 - eps_low) & (adv < 0)),
-            "loss/clip_frac_high": frac((ratio > 1.0 + eps_high) & (adv > 0)),
-            "loss/ratio_mean": float(masked_mean(ratio, valid)) if n_valid else 1.0,
-            "loss/ratio_max": float(ratio[valid].max()) if n_valid else 1.0,
-            "loss/ppo_kl": float(masked_mean(-log_ratio, valid)),
-        }
-        if is_weights is not None:
-            stats["loss/is_weight_mean"] = float(masked_mean(is_weights.to(ratio.dtype), valid))
+        stats = _ppo_stats(loss, ratio, log_ratio, adv, loss_unclipped, loss_clipped, valid, n_valid,
+                           eps_low, eps_high)
+        _weight_stats(stats, valid, n_valid, ratio.dtype, is_weights, token_weights)
     return loss, stats
+
+
+def _ppo_stats(loss: Tensor, ratio: Tensor, log_ratio: Tensor, adv: Tensor, loss_unclipped: Tensor,
+               loss_clipped: Tensor, valid: Tensor, n_valid: int, eps_low: float,
+               eps_high: float) -> dict[str, float]:
+    base = _ratio_stats(loss, ratio, log_ratio, valid, n_valid)
+    return {
+        "loss/pg": base["loss/pg"],
+        "loss/clip_frac": _frac(loss_clipped > loss_unclipped, valid, n_valid),
+        "loss/clip_frac_low": _frac((ratio < 1.0 - eps_low) & (adv < 0), valid, n_valid),
+        "loss/clip_frac_high": _frac((ratio > 1.0 + eps_high) & (adv > 0), valid, n_valid),
+        "loss/ratio_mean": base["loss/ratio_mean"],
+        "loss/ratio_max": base["loss/ratio_max"],
+        "loss/ppo_kl": base["loss/ppo_kl"],
+    }
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Clip-Cov and KL-Cov (Cui et al. 2025; METHODS.md section 5)
+
+
+def clip_cov_loss(
+    logprobs_new: Tensor,
+    logprobs_old: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    clip_ratio: float = 2e-4,
+    lb: float = 1.0,
+    ub: float = 5.0,
+    agg: str = "token-mean",
+    max_response_len: int | None = None,
+    generator: torch.Generator | None = None,
+    is_weights: Tensor | None = None,
+    token_weights: Tensor | None = None,
+) -> tuple[Tensor, dict[str, float]]:
+    """Clip-Cov: the PPO-clip loss with the gradient of a few random high-covariance tokens removed.
+
+    Cui et al. 2025, "The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models", section 4.2
+    (the Clip-Cov objective); METHODS.md section 5. Per call:
+
+    1. `cov = (A - mean A) * (logp_new - mean logp_new)`, both means over all valid tokens (`_centered_cov`).
+    2. Candidates: valid tokens the PPO clip has not already clipped (the clipped term is not strictly the larger
+       loss, as `loss/clip_frac` counts) with `lb < cov < ub` (open interval).
+    3. `n = max(int(clip_ratio * n_valid), 1)` of them (all when there are fewer), drawn uniformly without
+       replacement with `generator` (the global torch RNG when None), have their token term set to 0.
+    4. Every other valid token has the PPO-clip token loss of `policy_loss`; then `is_weights` / `token_weights`
+       multiply and `agg` aggregates with the normaliser of `mask` (a selected token still counts in it).
+
+    Reading fixed here: the paper writes the selected tokens' term as 0 (and its public code multiplies their
+    loss by 0), so their value leaves the loss as well as their gradient; the gradient equals a detach. Because the
+    normaliser is unchanged, every other token gets exactly the gradient `policy_loss` gives it. Selection is per
+    call: the trainer's micro-batches each select their own tokens.
+
+    Args:
+        logprobs_new, logprobs_old, advantages, mask: `[N, T]`, as in `policy_loss`.
+        eps_low, eps_high: PPO clip range of the ratio.
+        clip_ratio: fraction of the valid tokens whose gradient is removed, in (0, 1] (paper: 2e-4).
+        lb, ub: covariance bounds of the candidates, `lb < ub` (paper: 1 and 5).
+        agg, max_response_len, is_weights, token_weights: as in `policy_loss`.
+        generator: random source of the selection (its device must suit `torch.randperm`); drawn from only when
+            there are candidates.
+    Returns:
+        `(loss, stats)`: the stats of `policy_loss` plus `loss/clip_cov_frac` (fraction of valid tokens whose
+        gradient was removed) and `loss/clip_cov_candidate_frac` (fraction of valid tokens that were candidates).
+    """
+    _check_loss_inputs("clip_cov_loss", logprobs_new, logprobs_old, advantages, mask, agg, is_weights,
+                       token_weights)
+    if not 0.0 < clip_ratio <= 1.0:
+        raise ValueError(f"clip_cov_loss: clip_ratio must be in (0, 1], got {clip_ratio!r}")
+    if not lb < ub:
+        raise ValueError(f"clip_cov_loss: need lb < ub, got lb={lb!r}, ub={ub!r}")
+    valid = mask.bool()
+    log_ratio, ratio = _ratio(logprobs_new, logprobs_old, valid)
+    adv = _constant(advantages, valid, ratio.dtype)
+    token_loss, loss_unclipped, loss_clipped = _ppo_token_loss(ratio, adv, eps_low, eps_high)
+
+    with torch.no_grad():
+        n_valid = int(valid.sum())
+        cov = _centered_cov(advantages, logprobs_new, valid)
+        candidates = valid & ~(loss_clipped > loss_unclipped) & (cov > lb) & (cov < ub)
+        cand_idx = torch.nonzero(candidates.reshape(-1)).squeeze(1)
+        n_clip = min(max(int(clip_ratio * n_valid), 1), cand_idx.numel()) if n_valid else 0
+        selected = torch.zeros_like(candidates.reshape(-1))
+        if n_clip > 0:
+            device = generator.device if generator is not None else torch.device("cpu")
+            perm = torch.randperm(cand_idx.numel(), generator=generator, device=device)
+            selected[cand_idx[perm[:n_clip].to(cand_idx.device)]] = True
+        selected = selected.reshape(valid.shape)
+
+    token_loss = torch.where(selected, torch.zeros((), dtype=token_loss.dtype, device=token_loss.device),
+                             token_loss)
+    token_loss = _apply_weights(token_loss, valid, is_weights, token_weights)
+    loss = aggregate(token_loss, valid, agg, max_response_len)
+
+    with torch.no_grad():
+        stats = _ppo_stats(loss, ratio, log_ratio, adv, loss_unclipped, loss_clipped, valid, n_valid,
+                           eps_low, eps_high)
+        stats["loss/clip_cov_frac"] = _frac(selected, valid, n_valid)
+        stats["loss/clip_cov_candidate_frac"] = _frac(candidates, valid, n_valid)
+        _weight_stats(stats, valid, n_valid, ratio.dtype, is_weights, token_weights)
+    return loss, stats
+
+
+def kl_cov_loss(
+    logprobs_new: Tensor,
+    logprobs_old: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    k_percent: float = 0.2,
+    kl_coef: float = 1.0,
+    agg: str = "token-mean",
+    max_response_len: int | None = None,
+    is_weights: Tensor | None = None,
+    token_weights: Tensor | None = None,
+) -> tuple[Tensor, dict[str, float]]:
+    """KL-Cov: the unclipped policy-gradient loss with a KL penalty on the highest-covariance tokens.
+
+    Cui et al. 2025, "The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models", section 4.2
+    (the KL-Cov objective); METHODS.md section 5. Per call:
+
+    1. `cov = (A - mean A) * (logp_new - mean logp_new)` over the valid tokens (`_centered_cov`).
+    2. The top `k = max(1, int(n_valid * k_percent / 100))` valid tokens by `cov` (signed, largest first; ties to
+       the first in row-major order) get the token loss `-A * rho + kl_coef * |logp_new - logp_old|`.
+    3. All other valid tokens get `-A * rho` (no PPO clip).
+    4. `is_weights` / `token_weights` multiply the whole token loss (penalty included); `agg` aggregates with the
+       normaliser of `mask`.
+
+    `k_percent` is a percentage: the default 0.2 selects 0.2% of the tokens (the paper's k = 2e-3).
+    `|logp_new - logp_old|` uses the log-ratio after the module's +-20 clamp, so its gradient vanishes beyond it.
+
+    Args:
+        logprobs_new, logprobs_old, advantages, mask: `[N, T]`, as in `policy_loss`.
+        k_percent: percentage of the valid tokens penalised, in (0, 100].
+        kl_coef: coefficient of the `|log ratio|` penalty (paper: 1), >= 0.
+        agg, max_response_len, is_weights, token_weights: as in `policy_loss`.
+    Returns:
+        `(loss, stats)`: `loss/pg`, `loss/ratio_mean`, `loss/ratio_max`, `loss/ppo_kl`, `loss/kl_cov_frac`
+        (fraction of valid tokens penalised), `loss/kl_cov_abs_kl` (mean `|log ratio|` over them), and the weight
+        statistics of `policy_loss` when weights are given.
+    """
+    _check_loss_inputs("kl_cov_loss", logprobs_new, logprobs_old, advantages, mask, agg, is_weights,
+                       token_weights)
+    if not 0.0 < k_percent <= 100.0:
+        raise ValueError(f"kl_cov_loss: k_percent is a percentage in (0, 100], got {k_percent!r}")
+    if kl_coef < 0:
+        raise ValueError(f"kl_cov_loss: kl_coef must be >= 0, got {kl_coef!r}")
+    valid = mask.bool()
+    log_ratio, ratio = _ratio(logprobs_new, logprobs_old, valid)
+    adv = _constant(advantages, valid, ratio.dtype)
+    with torch.no_grad():
+        n_valid = int(valid.sum())
+        k = max(1, int(n_valid * k_percent / 100.0)) if n_valid else 0
+        selected = _top_k_mask(_centered_cov(advantages, logprobs_new, valid), valid, k)
+    pg = -adv * ratio
+    token_loss = torch.where(selected, pg + kl_coef * log_ratio.abs(), pg)
+    token_loss = _apply_weights(token_loss, valid, is_weights, token_weights)
+    loss = aggregate(token_loss, valid, agg, max_response_len)
+
+    with torch.no_grad():
+        stats = _ratio_stats(loss, ratio, log_ratio, valid, n_valid)
+        stats["loss/kl_cov_frac"] = _frac(selected, valid, n_valid)
+        stats["loss/kl_cov_abs_kl"] = float(masked_mean(log_ratio.abs(), selected))
+        _weight_stats(stats, valid, n_valid, ratio.dtype, is_weights, token_weights)
+    return loss, stats
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Token selection and importance weights
+
+
+def forking_mask(entropy: Tensor, mask: Tensor, *, top_frac: float = 0.2) -> Tensor:
+    """0/1 selection of the highest-entropy ("forking") valid tokens of the batch, for `token_weights`.
+
+    Wang et al. 2025, "Beyond the 80/20 Rule: High-Entropy Minority Tokens Drive Effective Reinforcement Learning
+    for LLM Reasoning" (the DAPO objective restricted by the indicator `H >= tau_rho`, the batch's entropy
+    quantile); METHODS.md section 5. Exactly `k = max(1, int(n_valid * top_frac))` tokens are selected (the count
+    convention of Clip-Cov), the highest entropies first, ties to the token first in row-major order. This differs
+    from the paper's quantile threshold only in how ties and rounding at the threshold are resolved.
+
+    Pass the result as `token_weights`: the unselected tokens contribute 0 but still count in the `token-mean`
+    normaliser, as the paper's objective keeps `1 / sum_i |o_i|`.
+
+    Args:
+        entropy: `[N, T]` token entropies of the old policy (any value on padding; nan counts as lowest).
+        mask: `[N, T]` 1 on response tokens.
+        top_frac: fraction of the valid tokens kept, in (0, 1] (paper: 0.2).
+    Returns:
+        `[N, T]` float tensor (entropy's dtype when floating, else float32), 1.0 on the selected tokens, 0.0 elsewhere
+        (always 0 where `mask == 0`; all zeros when no token is valid). No gradient.
+    """
+    if entropy.shape != mask.shape or mask.dim() != 2:
+        raise ValueError(f"forking_mask: expected entropy and mask of one [N, T] shape; got "
+                         f"{tuple(entropy.shape)} and {tuple(mask.shape)}")
+    if not 0.0 < top_frac <= 1.0:
+        raise ValueError(f"forking_mask: top_frac must be in (0, 1], got {top_frac!r}")
+    valid = mask.bool()
+    n_valid = int(valid.sum())
+    k = max(1, int(n_valid * top_frac)) if n_valid else 0
+    dtype = entropy.dtype if entropy.is_floating_point() else torch.float32
+    return _top_k_mask(entropy, valid, k).to(dtype)
+
+
+def _tis_raw(logprobs: Tensor, behavior_logprobs: Tensor, valid: Tensor) -> Tensor:
+    """`exp(logprobs - behavior_logprobs)`, detached, 1 on padding; the log-ratio is capped at +20 before `exp`."""
+    d = _zero_padding(logprobs.detach() - behavior_logprobs.detach(), valid)
+    return torch.exp(d.clamp(max=_LOG_RATIO_BOUND))
+
+
+def _check_tis(logprobs: Tensor, behavior_logprobs: Tensor, mask: Tensor, cap: float) -> None:
+    if logprobs.shape != mask.shape or behavior_logprobs.shape != mask.shape:
+        raise ValueError(f"tis_weights: logprobs, behavior_logprobs and mask must share one shape; got "
+                         f"{tuple(logprobs.shape)}, {tuple(behavior_logprobs.shape)}, {tuple(mask.shape)}")
+    if not cap > 0:
+        raise ValueError(f"tis_weights: cap must be > 0, got {cap!r}")
+
+
+def tis_weights(logprobs: Tensor, behavior_logprobs: Tensor, mask: Tensor, *, cap: float = 2.0) -> Tensor:
+    """Truncated importance weights `w = min(exp(logprobs - behavior_logprobs), cap)`, per token.
+
+    EAD (paper 003, appendix B.2, the truncated-IS loss): the samples come from the annealed behaviour policy,
+    the optimised policy stays at the base temperature, so each token's loss is multiplied by
+    `min(pi_old(y) / pi_old^EAD(y), C)`; METHODS.md section 6 (C = 2.0 by default; the paper names no value).
+    Pass the result as `is_weights`.
+
+    Args:
+        logprobs: `[N, T]` old-policy log-probs of the sampled tokens at the training temperature.
+        behavior_logprobs: `[N, T]` log-probs of the same tokens under the distribution they were drawn from.
+        mask: `[N, T]` 1 on response tokens.
+        cap: the truncation `C` (> 0; `math.inf` disables it).
+    Returns:
+        `[N, T]` detached weights in `[0, cap]`, exactly 0 where `mask == 0`. Numerical guard: the log-ratio is
+        capped at 20 before `exp` (only matters for `cap > 4.8e8`).
+    """
+    _check_tis(logprobs, behavior_logprobs, mask, cap)
+    with torch.no_grad():
+        valid = mask.bool()
+        return _zero_padding(_tis_raw(logprobs, behavior_logprobs, valid).clamp(max=cap), valid)
+
+
+def tis_stats(logprobs: Tensor, behavior_logprobs: Tensor, mask: Tensor, cap: float = 2.0) -> dict[str, float]:
+    """Statistics of `tis_weights` over the valid tokens (shapes as there).
+
+    Returns:
+        `is/weight_mean` and `is/weight_max` of the truncated weights (1.0 when no token is valid, the neutral
+        weight) and `is/truncated_frac`, the fraction of valid tokens with `exp(logprobs - behavior_logprobs) > cap`.
+    """
+    _check_tis(logprobs, behavior_logprobs, mask, cap)
+    with torch.no_grad():
+        valid = mask.bool()
+        n_valid = int(valid.sum())
+        raw = _tis_raw(logprobs, behavior_logprobs, valid)
+        w = raw.clamp(max=cap)
+        return {
+            "is/weight_mean": float(masked_mean(w, valid)) if n_valid else 1.0,
+            "is/weight_max": float(w[valid].max()) if n_valid else 1.0,
+            "is/truncated_frac": _frac(raw > cap, valid, n_valid),
+        }
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# DAPO soft overlong punishment
+
+
+def overlong_penalty(
+    lengths: Tensor,
+    truncated: Tensor | None,
+    max_len: int,
+    *,
+    buffer: int,
+    penalty: float = 1.0,
+) -> Tensor:
+    """Length-aware reward term for overlong responses, to add to the reward (DAPO soft overlong punishment).
+
+    Yu et al. 2025 (DAPO), section 3.4, eq. 13, with `L_max = max_len`, `L_cache = buffer`, scaled by `penalty`:
+    `0` if `L <= max_len - buffer`; `((max_len - buffer) - L) / buffer * penalty` if `max_len - buffer < L <= max_len`
+    (falling linearly to `-penalty` at `L = max_len`); `-penalty` if `L > max_len`. A response flagged `truncated`
+    (cut at the length limit without EOS) counts as exceeding: `-penalty`. As in DAPO, `max_len` is the generation
+    limit and the soft zone is its last `buffer` tokens.
+
+    Args:
+        lengths: `[N]` response lengths in tokens.
+        truncated: `[N]` bool, True where the response hit the limit without ending; None for no flags.
+        max_len: `L_max`, >= 1.
+        buffer: `L_cache`, `0 <= buffer <= max_len` (0 gives a hard step at `max_len`).
+        penalty: the magnitude of the full penalty (DAPO: 1).
+    Returns:
+        `[N]` float tensor of values in `[-penalty, 0]` (lengths' dtype when floating, else float32).
+    """
+    if max_len < 1 or not 0 <= buffer <= max_len:
+        raise ValueError(f"overlong_penalty: need max_len >= 1 and 0 <= buffer <= max_len; "
+                         f"got max_len={max_len!r}, buffer={buffer!r}")
+    lengths = torch.as_tensor(lengths)
+    dtype = lengths.dtype if lengths.is_floating_point() else torch.float32
+    length = lengths.to(dtype)
+    start = float(max_len - buffer)
+    zero = torch.zeros((), dtype=dtype, device=length.device)
+    inside = (start - length) / buffer * penalty if buffer > 0 else torch.zeros_like(length)
+    out = torch.where(length <= start, zero, inside)
+    over = length > max_len
+    if truncated is not None:
+        truncated = torch.as_tensor(truncated, device=length.device)
+        if truncated.shape != length.shape:
+            raise ValueError(f"overlong_penalty: lengths {tuple(length.shape)} and truncated "
+                             f"{tuple(truncated.shape)} differ in shape")
+        over = over | truncated.bool()
+    return torch.where(over, torch.full((), -float(penalty), dtype=dtype, device=length.device), out)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Registry
+
+POLICY_LOSSES: dict[str, Callable[..., tuple[Tensor, dict[str, float]]]] = {
+    "ppo": policy_loss,
+    "clip_cov": clip_cov_loss,
+    "kl_cov": kl_cov_loss,
+}
+"""Policy-loss variants by config name. Each is called as `fn(logprobs_new, logprobs_old, advantages, mask,
+agg=..., max_response_len=..., is_weights=..., token_weights=..., **variant_kwargs)` and returns `(loss, stats)`."""
+
+
+def get_policy_loss(name: str) -> Callable[..., tuple[Tensor, dict[str, float]]]:
+    """The policy loss registered as `name`; KeyError listing the valid names otherwise."""
+    if name not in POLICY_LOSSES:
+        raise KeyError(f"unknown policy loss {name!r}; valid: {', '.join(sorted(POLICY_LOSSES))}")
+    return POLICY_LOSSES[name]

@@ -48,6 +48,31 @@ class Rollouts:
         """Rows `index` of every field (mini-batching, dynamic sampling)."""
         return Rollouts(**{k: getattr(self, k)[index] for k in self.__dataclass_fields__})
 
+    @staticmethod
+    def cat(parts: Sequence["Rollouts"], pad_token_id: int) -> "Rollouts":
+        """Stack rollouts of several sampling rounds (DAPO dynamic sampling): prompts re-left-padded to one width,
+        responses re-right-padded to one length. Group ids are kept as they are: make them distinct first."""
+        width = max(p.prompt_ids.shape[1] for p in parts)
+        length = max(p.response_ids.shape[1] for p in parts)
+
+        def pad(x: torch.Tensor, to: int, left: bool, value) -> torch.Tensor:
+            extra = to - x.shape[1]
+            if extra == 0:
+                return x
+            filler = torch.full((x.shape[0], extra), value, dtype=x.dtype, device=x.device)
+            return torch.cat([filler, x] if left else [x, filler], dim=1)
+
+        return Rollouts(
+            prompt_ids=torch.cat([pad(p.prompt_ids, width, True, pad_token_id) for p in parts]),
+            prompt_mask=torch.cat([pad(p.prompt_mask, width, True, 0) for p in parts]),
+            response_ids=torch.cat([pad(p.response_ids, length, False, pad_token_id) for p in parts]),
+            mask=torch.cat([pad(p.mask, length, False, 0.0) for p in parts]),
+            behavior_logprobs=torch.cat([pad(p.behavior_logprobs, length, False, 0.0) for p in parts]),
+            entropy=torch.cat([pad(p.entropy, length, False, 0.0) for p in parts]),
+            temperatures=torch.cat([pad(p.temperatures, length, False, 0.0) for p in parts]),
+            truncated=torch.cat([p.truncated for p in parts]),
+            group=torch.cat([p.group for p in parts]))
+
 
 def _left_pad(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(len(p) for p in prompts)

@@ -1,0 +1,358 @@
+"""Loss variants of METHODS.md sections 5 and 6: TIS weights, forking tokens, Clip-Cov, KL-Cov, DAPO overlong
+penalty, token weights in `policy_loss`, and the policy-loss registry. Hand-derived values on small examples."""
+
+import math
+
+import pytest
+import torch
+
+from explorl.algos import losses as L
+
+NAN = float("nan")
+LN2 = math.log(2.0)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Truncated importance sampling (EAD, METHODS 6)
+
+
+def test_tis_weights_hand_values_cap_and_padding():
+    logprobs = torch.zeros(1, 4, requires_grad=True)
+    # behaviour log-probs chosen so that exp(logprobs - behaviour) = 0.5, 1.5, 3.0; the last token is padding (nan)
+    behavior = -torch.tensor([[math.log(0.5), math.log(1.5), math.log(3.0), NAN]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+    w = L.tis_weights(logprobs, behavior, mask, cap=2.0)
+    # min(0.5, 2) = 0.5; min(1.5, 2) = 1.5; min(3, 2) = 2 (truncated); padding 0
+    assert torch.allclose(w, torch.tensor([[0.5, 1.5, 2.0, 0.0]]), atol=1e-6)
+    assert w[0, 3].item() == 0.0
+    assert not w.requires_grad  # detached
+    stats = L.tis_stats(logprobs, behavior, mask, cap=2.0)
+    assert stats["is/weight_mean"] == pytest.approx((0.5 + 1.5 + 2.0) / 3, abs=1e-6)  # 4/3
+    assert stats["is/weight_max"] == pytest.approx(2.0)
+    assert stats["is/truncated_frac"] == pytest.approx(1 / 3)  # only the ratio 3.0 exceeds the cap
+
+
+def test_tis_weights_properties_random():
+    gen = torch.Generator().manual_seed(0)
+    logprobs = torch.randn(6, 9, generator=gen) * 3
+    behavior = torch.randn(6, 9, generator=gen) * 3
+    mask = (torch.rand(6, 9, generator=gen) > 0.3).float()
+    cap = 1.7
+    w = L.tis_weights(logprobs, behavior, mask, cap=cap)
+    raw = torch.exp(logprobs - behavior)
+    valid = mask.bool()
+    assert (w <= cap).all()
+    below = valid & (raw < cap)
+    assert torch.allclose(w[below], raw[below], rtol=1e-6)  # equal to exp(diff) below the cap
+    assert (w[valid & (raw > cap)] == cap).all()
+    assert (w[~valid] == 0).all()
+    assert L.tis_stats(logprobs, behavior, mask, cap=cap)["is/truncated_frac"] == pytest.approx(
+        float((valid & (raw > cap)).sum()) / float(valid.sum()))
+
+
+def test_tis_weights_empty_mask_and_bad_cap():
+    lp = torch.zeros(2, 3)
+    assert torch.equal(L.tis_weights(lp, lp, torch.zeros(2, 3)), torch.zeros(2, 3))
+    stats = L.tis_stats(lp, lp, torch.zeros(2, 3))
+    assert all(math.isfinite(v) for v in stats.values())
+    with pytest.raises(ValueError, match="cap"):
+        L.tis_weights(lp, lp, torch.ones(2, 3), cap=0.0)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Forking tokens (Wang et al. 2025, "80/20"; METHODS 5)
+
+ENTROPY = torch.tensor([[0.9, 0.1, 0.5, 7.0], [0.3, 0.9, 0.8, 0.2]])
+EMASK = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0]])  # 7 valid tokens; 7.0 sits in the padding
+
+
+def test_forking_mask_count_order_ties_and_padding():
+    # top_frac 0.5: k = max(1, int(7 * 0.5)) = int(3.5) = 3 -> entropies 0.9, 0.9, 0.8 at (0,0), (1,1), (1,2)
+    m = L.forking_mask(ENTROPY, EMASK, top_frac=0.5)
+    assert torch.equal(m, torch.tensor([[1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 1.0, 0.0]]))
+    # top_frac 0.2: k = max(1, int(1.4)) = 1; the two 0.9 tie -> the first in row-major order, (0,0)
+    m = L.forking_mask(ENTROPY, EMASK, top_frac=0.2)
+    assert torch.equal(m, torch.tensor([[1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]]))
+    # top_frac 0.1: int(0.7) = 0 -> max(1, 0) = 1 token still selected
+    assert L.forking_mask(ENTROPY, EMASK, top_frac=0.1).sum().item() == 1.0
+    # top_frac 1: every valid token, never the padding
+    assert torch.equal(L.forking_mask(ENTROPY, EMASK, top_frac=1.0), EMASK)
+
+
+def test_forking_mask_random_selects_highest():
+    gen = torch.Generator().manual_seed(1)
+    ent = torch.rand(8, 16, generator=gen)
+    mask = (torch.rand(8, 16, generator=gen) > 0.25).float()
+    ent_padded = torch.where(mask.bool(), ent, torch.full_like(ent, 100.0))  # huge padding values must be ignored
+    m = L.forking_mask(ent_padded, mask, top_frac=0.2)
+    n_valid = int(mask.sum())
+    k = max(1, int(n_valid * 0.2))
+    assert int(m.sum()) == k
+    assert (m[~mask.bool()] == 0).all()
+    chosen, rest = ent[m.bool()], ent[mask.bool() & ~m.bool()]
+    assert chosen.min() >= rest.max()
+
+
+def test_forking_mask_empty():
+    assert torch.equal(L.forking_mask(ENTROPY, torch.zeros(2, 4)), torch.zeros(2, 4))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# token_weights in policy_loss. Reading (module docstring): tokens with weight 0 still count in the normaliser,
+# as the forking-token objective keeps DAPO's 1 / sum_i |o_i| with the indicator inside the sum.
+
+# The 2x3 example of test_losses.py: logp_old = 0, rho = RATIOS, eps 0.2. Token losses (derived there):
+#   row 0 (A=+1): -1.2, -0.5, -1.0     row 1 (A=-1): 1.1, 0.8, padding
+RATIOS = torch.tensor([[1.5, 0.5, 1.0], [1.1, 0.7, 2.0]])
+ADV = torch.tensor([[1.0, 1.0, 1.0], [-1.0, -1.0, -1.0]])
+MASK = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+TW = torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 1.0]])  # keeps (0,0), (0,2), (1,1); (1,2) is padding
+
+
+def test_policy_loss_token_weights_keep_the_denominator():
+    lp = RATIOS.log().requires_grad_(True)
+    loss, stats = L.policy_loss(lp, torch.zeros(2, 3), ADV, MASK, token_weights=TW)
+    # kept sum = -1.2 - 1.0 + 0.8 = -1.4, over all 5 valid tokens: -0.28
+    assert loss.item() == pytest.approx(-1.4 / 5, abs=1e-6)
+    assert stats["loss/masked_frac"] == pytest.approx(2 / 5)  # (0,1) and (1,0); padding not counted
+    # The same tokens removed from the mask instead: -1.4 / 3; so loss_weights = loss_masked * 3 / 5.
+    lp2 = RATIOS.log().requires_grad_(True)
+    loss_masked, _ = L.policy_loss(lp2, torch.zeros(2, 3), ADV, MASK * TW)
+    assert loss_masked.item() == pytest.approx(-1.4 / 3, abs=1e-6)
+    assert loss.item() == pytest.approx(loss_masked.item() * 3 / 5, abs=1e-6)
+    # Gradient: policy_loss's (-A*rho/5 where unclipped, test_losses.py) times the weight
+    loss.backward()
+    full = torch.tensor([[0.0, -0.5 / 5, -1.0 / 5], [1.1 / 5, 0.0, 0.0]])
+    assert torch.allclose(lp.grad, full * TW, atol=1e-6)
+
+
+def test_policy_loss_with_forking_mask_seq_mean():
+    # seq-mean-token-mean keeps each response's own token count: row 0 (-1.2 - 1.0) / 3, row 1 0.8 / 2
+    loss, _ = L.policy_loss(RATIOS.log(), torch.zeros(2, 3), ADV, MASK, token_weights=TW,
+                            agg="seq-mean-token-mean")
+    assert loss.item() == pytest.approx(((-2.2 / 3) + 0.4) / 2, abs=1e-6)
+
+
+def test_policy_loss_weights_none_unchanged_and_all_ones():
+    base, st0 = L.policy_loss(RATIOS.log(), torch.zeros(2, 3), ADV, MASK)
+    ones, st1 = L.policy_loss(RATIOS.log(), torch.zeros(2, 3), ADV, MASK, token_weights=torch.ones(2, 3))
+    assert base.item() == pytest.approx(-0.16, abs=1e-6) and ones.item() == pytest.approx(-0.16, abs=1e-6)
+    assert "loss/masked_frac" not in st0 and st1["loss/masked_frac"] == 0.0
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Clip-Cov (Cui et al. 2025; METHODS 5)
+#
+# Example: 2 x 4, all valid (n_valid = 8). A = +2 on row 0, -2 on row 1 -> mean A = 0, A - mean = +-2.
+# logp_new = [0, -1, -2, -5] on both rows -> mean = -16 / 8 = -2, centred [2, 1, 0, -3].
+# cov row 0 = 2 * [2, 1, 0, -3] = [4, 2, 0, -6]; row 1 = -2 * [2, 1, 0, -3] = [-4, -2, 0, 6].
+# With (lb, ub) = (1, 5) the candidates are (0,0) cov 4 and (0,1) cov 2; (1,3) cov 6 is above ub.
+# clip_ratio 2e-4: int(2e-4 * 8) = 0 -> max(0, 1) = 1 token selected.
+# logp_old = logp_new -> rho = 1, nothing clipped; token loss -A*rho = -2 (row 0), +2 (row 1);
+# policy_loss gradient d/dlogp (-A*rho / 8) = -A/8 = -0.25 (row 0), +0.25 (row 1).
+
+CC_LOGP = torch.tensor([[0.0, -1.0, -2.0, -5.0], [0.0, -1.0, -2.0, -5.0]])
+CC_ADV = torch.tensor([[2.0] * 4, [-2.0] * 4])
+CC_MASK = torch.ones(2, 4)
+CANDIDATES = {(0, 0), (0, 1)}
+
+
+def _clip_cov(seed=0, logp_old=None, **kw):
+    lp = CC_LOGP.clone().requires_grad_(True)
+    old = CC_LOGP if logp_old is None else logp_old
+    loss, stats = L.clip_cov_loss(lp, old, CC_ADV, CC_MASK, generator=torch.Generator().manual_seed(seed), **kw)
+    loss.backward()
+    return loss, stats, lp.grad
+
+
+def test_clip_cov_selected_token_has_zero_gradient_others_match_policy_loss():
+    lp = CC_LOGP.clone().requires_grad_(True)
+    ref_loss, _ = L.policy_loss(lp, CC_LOGP, CC_ADV, CC_MASK)
+    ref_loss.backward()
+    assert torch.allclose(lp.grad, torch.tensor([[-0.25] * 4, [0.25] * 4]))
+    seen = set()
+    for seed in range(20):
+        loss, stats, grad = _clip_cov(seed)
+        zero = {tuple(ix) for ix in torch.nonzero(grad == 0).tolist()}
+        assert len(zero) == 1 and zero <= CANDIDATES  # exactly one token, always a candidate
+        seen |= zero
+        keep = grad != 0
+        assert torch.allclose(grad[keep], lp.grad[keep])  # same denominator: identical gradient elsewhere
+        assert stats["loss/clip_cov_frac"] == pytest.approx(1 / 8)
+        assert stats["loss/clip_cov_candidate_frac"] == pytest.approx(2 / 8)
+        # value: the selected row-0 token's -2 leaves the sum: (-2*3 + 2*4) / 8 = 0.25
+        assert loss.item() == pytest.approx(0.25)
+    assert seen == CANDIDATES  # the random choice reaches both candidates
+    # the same seed gives the same choice
+    assert torch.equal(_clip_cov(3)[2], _clip_cov(3)[2])
+
+
+def test_clip_cov_never_selects_outside_bounds():
+    # clip_ratio 1: n = 8 > 2 candidates -> all candidates, nothing else (cov 6 > ub, cov 0/-4/-6 < lb)
+    loss, stats, grad = _clip_cov(clip_ratio=1.0)
+    assert {tuple(ix) for ix in torch.nonzero(grad == 0).tolist()} == CANDIDATES
+    assert stats["loss/clip_cov_frac"] == pytest.approx(2 / 8)
+    # value: (-2 - 2 + 2*4) / 8 = 0.5
+    assert loss.item() == pytest.approx(0.5)
+    # open interval: lb = 2 excludes cov == 2 at (0,1); ub = 4 excludes cov == 4 at (0,0)
+    _, _, grad = _clip_cov(clip_ratio=1.0, lb=2.0)
+    assert {tuple(ix) for ix in torch.nonzero(grad == 0).tolist()} == {(0, 0)}
+    _, _, grad = _clip_cov(clip_ratio=1.0, ub=4.0)
+    assert {tuple(ix) for ix in torch.nonzero(grad == 0).tolist()} == {(0, 1)}
+    # no candidate at all: nothing selected, the loss equals policy_loss
+    loss, stats, _ = _clip_cov(clip_ratio=1.0, lb=10.0, ub=20.0)
+    assert stats["loss/clip_cov_frac"] == 0.0 and loss.item() == pytest.approx(0.0)  # (-2*4 + 2*4) / 8
+
+
+def test_clip_cov_skips_tokens_already_clipped():
+    # rho(0,0) = 1.5 > 1.2 with A > 0: the clipped term is active, so (0,0) is no candidate (its gradient is
+    # already 0 by the clip); the cov uses logp_new, unchanged, so (0,1) is the only candidate for every seed.
+    old = CC_LOGP.clone()
+    old[0, 0] = -math.log(1.5)
+    for seed in range(5):
+        _, stats, grad = _clip_cov(seed, logp_old=old)
+        assert grad[0, 0] == 0 and grad[0, 1] == 0  # clipped by PPO, removed by Clip-Cov
+        assert stats["loss/clip_cov_candidate_frac"] == pytest.approx(1 / 8)
+        assert stats["loss/clip_cov_frac"] == pytest.approx(1 / 8)
+        assert stats["loss/clip_frac"] == pytest.approx(1 / 8)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# KL-Cov (Cui et al. 2025; METHODS 5)
+#
+# mask [[1,1,1],[1,1,0]] -> n_valid = 5. A = +1 (row 0), -1 (row 1): mean A = (3 - 2) / 5 = 0.2;
+#   A - mean: row 0 0.8, row 1 -1.2.
+# logp_new row 0 [-0.5, -1, -2], row 1 [-1.5, -3, pad]: mean = -8 / 5 = -1.6;
+#   centred row 0 [1.1, 0.6, -0.4], row 1 [0.1, -1.4].
+# cov row 0 [0.88, 0.48, -0.32], row 1 [-0.12, 1.68] -> order: (1,1) 1.68 > (0,0) 0.88 > (0,1) 0.48 > ...
+# logp_old = logp_new - log(rho) with rho row 0 [1.5, 0.5, 1.0], row 1 [1.1, 2.0].
+# unclipped -A*rho: row 0 [-1.5, -0.5, -1.0], row 1 [1.1, 2.0]  (PPO-clip would give -1.2 for rho 1.5).
+
+KC_MASK = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+KC_ADV = torch.tensor([[1.0, 1.0, 1.0], [-1.0, -1.0, -1.0]])
+KC_LOGP = torch.tensor([[-0.5, -1.0, -2.0], [-1.5, -3.0, NAN]])
+KC_RHO = torch.tensor([[1.5, 0.5, 1.0], [1.1, 2.0, 1.0]])
+
+
+def _kl_cov(**kw):
+    lp = KC_LOGP.clone().requires_grad_(True)
+    loss, stats = L.kl_cov_loss(lp, KC_LOGP - KC_RHO.log(), KC_ADV, KC_MASK, **kw)
+    loss.backward()
+    return loss, stats, lp.grad
+
+
+def test_kl_cov_hand_example_top1():
+    # default k_percent 0.2 (%): int(5 * 0.2 / 100) = 0 -> max(1, 0) = 1 token: (1,1), cov 1.68.
+    # its loss: 2.0 + 1 * |ln 2| = 2.693147; sum = -1.5 - 0.5 - 1.0 + 1.1 + 2.693147 = 0.793147; / 5
+    loss, stats, grad = _kl_cov()
+    assert loss.item() == pytest.approx((0.1 + 2.0 + LN2 - 2.0) / 5, abs=1e-6)  # 0.1586294
+    assert stats["loss/kl_cov_frac"] == pytest.approx(1 / 5)
+    assert stats["loss/kl_cov_abs_kl"] == pytest.approx(LN2, abs=1e-6)
+    # gradient / 5 of: -A*rho everywhere, + kl_coef * sign(log rho) = +1 at (1,1); padding 0
+    expected = torch.tensor([[-1.5, -0.5, -1.0], [1.1, 2.0 + 1.0, 0.0]]) / 5
+    assert torch.allclose(grad, expected, atol=1e-6)
+    assert grad[1, 2].item() == 0.0
+
+
+def test_kl_cov_hand_example_top2_and_seq_mean():
+    # k_percent 40: int(5 * 40 / 100) = 2 -> (1,1) and (0,0). kl_coef 0.5:
+    #   (1,1): 2.0 + 0.5 ln 2 = 2.346574;  (0,0): -1.5 + 0.5 ln 1.5 = -1.297267
+    #   sum = -1.297267 - 0.5 - 1.0 + 1.1 + 2.346574 = 0.649307; / 5 = 0.129861
+    loss, stats, _ = _kl_cov(k_percent=40.0, kl_coef=0.5)
+    expected = (-1.5 + 0.5 * math.log(1.5) - 0.5 - 1.0 + 1.1 + 2.0 + 0.5 * LN2) / 5
+    assert loss.item() == pytest.approx(expected, abs=1e-6)
+    assert stats["loss/kl_cov_frac"] == pytest.approx(2 / 5)
+    # seq-mean-token-mean, top 1: row 0 (-1.5 - 0.5 - 1.0) / 3 = -1; row 1 (1.1 + 2.693147) / 2 = 1.896574;
+    # mean of the two = 0.448287
+    loss, _, _ = _kl_cov(agg="seq-mean-token-mean")
+    assert loss.item() == pytest.approx((-1.0 + (1.1 + 2.0 + LN2) / 2) / 2, abs=1e-6)
+
+
+def test_kl_cov_weights_multiply_whole_token_loss():
+    # is_weights 2 on every token doubles the top-1 value; token_weights zeroing (1,1) removes it, penalty too:
+    # (-1.5 - 0.5 - 1.0 + 1.1) / 5 = -0.38
+    lp = KC_LOGP.clone()
+    old = KC_LOGP - KC_RHO.log()
+    loss, st = L.kl_cov_loss(lp, old, KC_ADV, KC_MASK, is_weights=torch.full((2, 3), 2.0))
+    assert loss.item() == pytest.approx(2 * (0.1 + LN2) / 5, abs=1e-6)
+    assert st["loss/is_weight_mean"] == pytest.approx(2.0)
+    tw = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 1.0]])
+    loss, st = L.kl_cov_loss(lp, old, KC_ADV, KC_MASK, token_weights=tw)
+    assert loss.item() == pytest.approx(-1.9 / 5, abs=1e-6)
+    assert st["loss/masked_frac"] == pytest.approx(1 / 5)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# DAPO overlong penalty (Yu et al. 2025, eq. 13)
+
+
+def test_overlong_penalty_hand_values():
+    # max_len 20, buffer 5 -> soft zone (15, 20]: (15 - L) / 5 * penalty
+    lengths = torch.tensor([10, 15, 16, 18, 20, 20, 25, 12])
+    truncated = torch.tensor([False, False, False, False, False, True, False, True])
+    out = L.overlong_penalty(lengths, truncated, 20, buffer=5)
+    # 10 -> 0; 15 -> 0 (L <= 15); 16 -> -1/5; 18 -> -3/5; 20 -> -5/5 = -1; 20 truncated -> -1; 25 -> -1;
+    # 12 truncated -> -1 (a truncated response counts as exceeding)
+    assert torch.allclose(out, torch.tensor([0.0, 0.0, -0.2, -0.6, -1.0, -1.0, -1.0, -1.0]), atol=1e-6)
+    assert out.dtype == torch.float32
+    half = L.overlong_penalty(lengths, truncated, 20, buffer=5, penalty=0.5)
+    assert torch.allclose(half, out * 0.5, atol=1e-6)
+    # no flags; buffer 0 is a hard step at max_len
+    step = L.overlong_penalty(torch.tensor([19, 20, 21]), None, 20, buffer=0)
+    assert torch.equal(step, torch.tensor([0.0, 0.0, -1.0]))
+    with pytest.raises(ValueError, match="buffer"):
+        L.overlong_penalty(lengths, truncated, 20, buffer=21)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# All variants: registry, common call, empty masks
+
+
+def test_registry_names_and_unknown():
+    assert L.get_policy_loss("ppo") is L.policy_loss
+    assert L.get_policy_loss("clip_cov") is L.clip_cov_loss
+    assert L.get_policy_loss("kl_cov") is L.kl_cov_loss
+    with pytest.raises(KeyError, match="clip_cov, kl_cov, ppo"):
+        L.get_policy_loss("grpo_loss")
+
+
+@pytest.mark.parametrize("name", sorted(L.POLICY_LOSSES))
+@pytest.mark.parametrize("agg", L.LOSS_AGG_MODES)
+def test_empty_mask_gives_zero_not_nan(name, agg):
+    logp_new = torch.randn(2, 3).requires_grad_(True)
+    old = torch.full((2, 3), NAN)  # padding garbage must not leak
+    fn = L.get_policy_loss(name)
+    loss, stats = fn(logp_new, old, torch.ones(2, 3), torch.zeros(2, 3), agg=agg, max_response_len=3,
+                     is_weights=torch.ones(2, 3), token_weights=torch.ones(2, 3))
+    assert loss.item() == 0.0
+    loss.backward()
+    assert torch.equal(logp_new.grad, torch.zeros(2, 3))
+    assert all(math.isfinite(v) for v in stats.values())
+
+
+@pytest.mark.parametrize("name", sorted(L.POLICY_LOSSES))
+def test_trainer_style_call_on_policy(name):
+    # ratio 1 and no weights: every variant gives -token-mean(A). Clip-Cov gets bounds no cov reaches (passed the
+    # way the trainer passes variant kwargs), so nothing is a candidate; KL-Cov's penalty is |log 1| = 0.
+    gen = torch.Generator().manual_seed(0)
+    logp = torch.randn(3, 5, generator=gen)
+    adv = torch.tensor([[1.0], [-0.5], [0.25]]).expand(3, 5)
+    mask = torch.tensor([[1.0] * 5, [1.0] * 3 + [0.0] * 2, [1.0] * 4 + [0.0]])
+    fn = L.get_policy_loss(name)
+    variant_kwargs = {"clip_cov": {"lb": 1e6, "ub": 2e6}}.get(name, {})
+    loss, stats = fn(logp, logp, adv, mask, agg="token-mean", max_response_len=5, is_weights=None,
+                     token_weights=None, **variant_kwargs)
+    assert loss.item() == pytest.approx(-L.aggregate(adv, mask).item(), abs=1e-6)
+    assert stats["loss/ratio_mean"] == pytest.approx(1.0)
+
+
+def test_variants_reject_bad_shapes_and_arguments():
+    x = torch.zeros(2, 3)
+    with pytest.raises(ValueError, match="clip_cov_loss"):
+        L.clip_cov_loss(x, x, x, x, token_weights=torch.zeros(3, 2))
+    with pytest.raises(ValueError, match="k_percent"):
+        L.kl_cov_loss(x, x, x, x, k_percent=0.0)
+    with pytest.raises(ValueError, match="top_frac"):
+        L.forking_mask(x, x, top_frac=1.5)
+    with pytest.raises(ValueError, match="valid"):
+        L.kl_cov_loss(x, x, x, x, agg="sum")
