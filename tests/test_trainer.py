@@ -60,10 +60,16 @@ def test_first_update_has_ratio_exactly_one(tiny_model_dir, tmp_path):
     assert first["loss/clip_frac"] == 0.0
 
 
-def test_resume_reaches_the_same_metrics_as_an_uninterrupted_run(tiny_model_dir, tmp_path, monkeypatch):
+@pytest.mark.parametrize("extra", [
+    [],
+    # controllers carry state across steps: the E3 temperature, difficulty ranks and the budget curriculum
+    ["sampling.schedule=e3", "budget.policy=e3", "task.train_size=6", "sampling.e3_anneal=true"],
+    ["sampling.schedule=ead", "algo.tis=true", "budget.policy=dapo", "algo.advantage=erpo"],
+], ids=["grpo", "e3", "ead_dapo_erpo"])
+def test_resume_reaches_the_same_metrics_as_an_uninterrupted_run(tiny_model_dir, tmp_path, monkeypatch, extra):
     import explorl.trainer as T
 
-    full = train(_cfg(tiny_model_dir, tmp_path / "full"), progress=False)
+    full = train(_cfg(tiny_model_dir, tmp_path / "full", *extra), progress=False)
 
     real_log = T._log_samples
 
@@ -74,7 +80,7 @@ def test_resume_reaches_the_same_metrics_as_an_uninterrupted_run(tiny_model_dir,
 
     monkeypatch.setattr(T, "_log_samples", killed_at_step_3)
     with pytest.raises(KeyboardInterrupt):
-        train(_cfg(tiny_model_dir, tmp_path / "killed"), progress=False)
+        train(_cfg(tiny_model_dir, tmp_path / "killed", *extra), progress=False)
     monkeypatch.setattr(T, "_log_samples", real_log)
     resumed = train(load_config(tmp_path / "killed" / "config.yaml"), resume=tmp_path / "killed", progress=False)
 
