@@ -315,6 +315,7 @@ STEP_METRICS: dict[str, str] = {
     "length/mean": "mean response length in tokens (EOS included)",
     "length/max": "longest response",
     "length/truncated_frac": "fraction of responses that hit sampling.max_new_tokens",
+    "entropy/by_position": "mean token entropy in 10 relative-position bins of the responses (a list)",
     "adv/mean": "mean advantage over response tokens",
     "adv/std": "std of the advantage over response tokens",
     "tokens/masked_frac": "fraction of response tokens removed from the loss (overlong masking, forking filter)",
@@ -356,6 +357,20 @@ def method_metrics(batch: dict, base_adv: torch.Tensor, advantages: torch.Tensor
     return out
 
 
+def entropy_profile(entropy: torch.Tensor, mask: torch.Tensor, bins: int = 10) -> torch.Tensor:
+    """Mean token entropy by relative position in the response: [bins] (paper 004's U-shaped profile).
+
+    Token t (0-based) of a response of length L falls in bin floor(t * bins / L); empty bins are NaN.
+    """
+    valid = mask > 0
+    lengths = mask.sum(-1, keepdim=True).clamp_min(1)
+    pos = torch.arange(mask.shape[1], device=mask.device)[None].expand_as(mask)
+    b = (pos * bins // lengths.long()).clamp(max=bins - 1)[valid]
+    sums = torch.zeros(bins, dtype=torch.float64).index_add_(0, b.cpu(), entropy[valid].double().cpu())
+    counts = torch.zeros(bins, dtype=torch.float64).index_add_(0, b.cpu(), torch.ones_like(b, dtype=torch.float64).cpu())
+    return torch.where(counts > 0, sums / counts.clamp_min(1), torch.full_like(sums, float("nan")))
+
+
 def rollout_metrics(ro, rewards: torch.Tensor, entropy: torch.Tensor, advantages: torch.Tensor) -> dict:
     """Per-step statistics of a batch of rollouts (namespaced metric names, DESIGN: Runs)."""
     mask = ro.mask
@@ -388,6 +403,7 @@ def rollout_metrics(ro, rewards: torch.Tensor, entropy: torch.Tensor, advantages
         "length/mean": float(lengths.mean()),
         "length/max": int(lengths.max()),
         "length/truncated_frac": float(ro.truncated.float().mean()),
+        "entropy/by_position": entropy_profile(entropy, mask).tolist(),
         "adv/mean": float(adv.mean()) if adv.numel() else 0.0,
         "adv/std": float(adv.std(unbiased=False)) if adv.numel() else 0.0,
     }
@@ -454,7 +470,11 @@ def _json_default(x):
 
 def _clean(record: dict) -> dict:
     """NaN (e.g. entropy/pos with no correct response) is written as null: metrics.jsonl stays valid JSON."""
-    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
+    def fix(v):
+        if isinstance(v, list):
+            return [fix(x) for x in v]
+        return None if isinstance(v, float) and not math.isfinite(v) else v
+    return {k: fix(v) for k, v in record.items()}
 
 
 def _truncate_metrics(path: Path, done_steps: int) -> None:
