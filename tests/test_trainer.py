@@ -192,16 +192,3 @@ def test_lr_schedule_warmup_then_cosine_to_min_ratio():
     assert fn(9) == pytest.approx(0.55)
     assert fn(14) == pytest.approx(0.1)
     assert math.isclose(fn(100), 0.1)
-
-
-def test_entropy_profile_bins_by_relative_position():
-    from explorl.trainer import entropy_profile
-
-    # response 0 has 4 tokens (entropies 1,2,3,4), response 1 has 2 tokens (10, 20) then padding.
-    # With 2 bins: token t of length L goes to floor(2t/L): r0 -> bins 0,0,1,1; r1 -> bins 0,1.
-    # bin 0 = mean(1, 2, 10) = 13/3; bin 1 = mean(3, 4, 20) = 9
-    ent = torch.tensor([[1.0, 2.0, 3.0, 4.0], [10.0, 20.0, 99.0, 99.0]])
-    mask = torch.tensor([[1.0, 1, 1, 1], [1, 1, 0, 0]])
-    prof = entropy_profile(ent, mask, bins=2)
-    assert torch.allclose(prof, torch.tensor([13 / 3, 9.0], dtype=torch.float64))
-    assert torch.isnan(entropy_profile(ent, mask, bins=8)[3])  # no token falls in bin 3 here -> NaN

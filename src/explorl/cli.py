@@ -86,17 +86,44 @@ def cmd_eval(args) -> int:
         job = bar.add_task("eval", total=len(problems))
         summary, per_problem = evaluate(model, tok, problems, task, n=args.n, ks=ks, temperature=args.temperature,
                                         top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed,
-                                        progress=lambda k: bar.advance(job, k))
+                                        progress=lambda k: bar.advance(job, k), analyze=args.analyze)
     out = {"model": args.model, "task": args.task, "temperature": args.temperature, **summary}
     _print_table(f"{args.task} ({len(problems)} problems, n={args.n})", {Path(args.model).name: summary}, ks)
     out_path = Path(args.out or f"runs/eval/{Path(args.model).name}-{args.task.replace(':', '_')}.json")
     out_path.parent.mkdir(parents=True, exist_ok=True)
+    per_problem_path = Path(args.per_problem) if args.per_problem else None
+    if args.analyze:
+        from explorl.analysis.measures import mean_answer_diversity
+
+        unsolvable = sorted(r.id for r in per_problem if not any(r.correct))
+        out["unsolvable"] = unsolvable
+        out["answer_diversity"] = mean_answer_diversity({r.id: r.answers for r in per_problem})
+        per_problem_path = per_problem_path or out_path.with_suffix(".problems.jsonl")
+        profile = ", ".join("-" if v is None else f"{v:.3f}" for v in summary["entropy/by_position"])
+        console.print(f"unsolvable with n={args.n}: {len(unsolvable)} of {len(per_problem)} problems; "
+                      f"mean rollout branching factor {summary['branching']:.3f}; distinct answers per problem "
+                      f"{out['answer_diversity']:.2f}\nentropy by relative position (10 bins): {profile}")
     out_path.write_text(json.dumps(out, indent=2))
     console.print(f"wrote {out_path}")
-    if args.per_problem:
-        with open(args.per_problem, "w") as f:
+    if per_problem_path is not None:
+        with open(per_problem_path, "w") as f:
             for r in per_problem:
                 f.write(json.dumps(r.__dict__) + "\n")
+        console.print(f"wrote {per_problem_path} (one line per problem)")
+    return 0
+
+
+def cmd_rft(args) -> int:
+    from explorl.rft import run_rft
+
+    cfg = load_config(args.config, args.overrides)
+    console.rule("resolved config")
+    console.print(Syntax(dump_yaml(cfg), "yaml", background_color="default", word_wrap=True))
+    if args.dry_run:
+        console.print("[green]config is valid[/] (dry run: nothing trained)")
+        return 0
+    run_dir = run_rft(cfg, console=console)
+    console.print(f"run directory: {run_dir} (per-iteration results in rft.json)")
     return 0
 
 
@@ -134,6 +161,43 @@ def cmd_demo(args) -> int:
     from explorl.demo import run_demo
 
     run_demo(args.config, args.overrides, console=console)
+    return 0
+
+
+def _print_html_table(t) -> None:
+    table = Table(title=t.caption)
+    for i, h in enumerate(t.headers):
+        table.add_column(h, justify="left" if i == 0 else "right", overflow="fold")
+    for row in t.rows:
+        table.add_row(*row)
+    console.print(table)
+    if t.note:
+        console.print(f"[dim]{t.note}[/]")
+
+
+def cmd_analyze(args) -> int:
+    from explorl.report import analyze
+
+    report = analyze(args.run, out=args.out)
+    for plot in report.plots:
+        if plot.note:
+            console.print(f"[yellow]{plot.title}[/]: {plot.note}")
+    for t in report.tables:
+        _print_html_table(t)
+    console.print(f"report: {report.html}")
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from explorl.report import compare
+
+    report = compare(args.runs, out=args.out)
+    for plot in report.plots:
+        if plot.note:
+            console.print(f"[yellow]{plot.title}[/]: {plot.note}")
+    for t in report.tables:
+        _print_html_table(t)
+    console.print(f"report: {report.html}")
     return 0
 
 
@@ -175,6 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--dtype", default="auto")
     e.add_argument("--out", help="summary JSON path (default runs/eval/MODEL-TASK.json)")
     e.add_argument("--per-problem", help="write one JSON line per problem here")
+    e.add_argument("--analyze", action="store_true",
+                   help="also the unsolvable set, rollout branching factor, entropy profile, answer diversity, "
+                        "and per-problem results (default MODEL-TASK.problems.jsonl beside --out)")
     e.set_defaults(fn=cmd_eval)
 
     b = sub.add_parser("bootstrap", help="train and cache the embedded tiny default model")
@@ -187,9 +254,25 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("overrides", nargs="*", help="key.sub=value overrides")
     d.set_defaults(fn=cmd_demo)
 
+    f = sub.add_parser("rft", help="rejection-sampling fine-tuning with exploration-aware data selection")
+    f.add_argument("config", help="YAML config (e.g. configs/rft.yaml)")
+    f.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. rft.strategies=[noisy]")
+    f.add_argument("--dry-run", action="store_true", help="validate and print the resolved config, then exit")
+    f.set_defaults(fn=cmd_rft)
+
     c = sub.add_parser("config", help="list every config field with its type, default and meaning")
     c.add_argument("--markdown", action="store_true", help="print a Markdown table (for the README)")
     c.set_defaults(fn=cmd_config)
+
+    a = sub.add_parser("analyze", help="plots and an HTML report of a run directory (written to RUN/report/)")
+    a.add_argument("run", help="run directory made by `explorl train`")
+    a.add_argument("--out", help="output directory (default RUN/report)")
+    a.set_defaults(fn=cmd_analyze)
+
+    cm = sub.add_parser("compare", help="overlay several runs; final pass@k with 95%% CIs across seeds")
+    cm.add_argument("runs", nargs="+", metavar="RUN", help="run directories (seeds of one config are pooled)")
+    cm.add_argument("--out", default="runs/compare", help="output directory (default runs/compare)")
+    cm.set_defaults(fn=cmd_compare)
     return p
 
 

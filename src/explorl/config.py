@@ -235,6 +235,31 @@ class BudgetConfig:
 
 
 @dataclass
+class RftConfig:
+    iterations: int = 3
+    """`explorl rft`: rejection-sampling fine-tuning iterations (paper 004 section 4.4.1)."""
+    prompts: int = 256
+    """Training prompts sampled per iteration."""
+    samples_per_prompt: int = 8
+    """Responses sampled per prompt."""
+    strategies: list[str] = field(default_factory=list)
+    """Exploration-aware data selection on top of the rule filters, any of `noisy` (add incorrect samples),
+    `entropy` (highest mean token entropy), `branching` (highest mean rollout branching factor)."""
+    noisy_frac: float = 0.05
+    """`noisy`: incorrect samples added, as a fraction of the selected correct ones (paper: 5%)."""
+    select_frac: float = 0.5
+    """`entropy` / `branching`: fraction of the filtered correct samples kept, highest first."""
+    branching_top_p: float = 0.95
+    """Mass that defines the rollout branching factor (METHODS 8)."""
+    epochs: int = 1
+    """Supervised passes over each iteration's selected samples."""
+    lr: float = 5e-4
+    """AdamW learning rate of the fine-tuning."""
+    batch_size: int = 32
+    """Sequences per fine-tuning step."""
+
+
+@dataclass
 class OptimConfig:
     lr: float = 1e-5
     """Peak learning rate of AdamW."""
@@ -298,6 +323,8 @@ class Config:
     """Optimizer and schedule."""
     run: RunConfig = field(default_factory=RunConfig)
     """Steps, batch, seed, outputs."""
+    rft: RftConfig = field(default_factory=RftConfig)
+    """Rejection-sampling fine-tuning (`explorl rft`)."""
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -566,6 +593,14 @@ def validate(cfg: Config) -> None:
     if b.policy == "dapo":
         need(b.dapo_max_rounds >= 0, "budget.dapo_max_rounds: must be >= 0")
         need(s.group_size >= 2, "budget.policy=dapo: groups of one response always have zero reward spread")
+    f = cfg.rft
+    bad = [x for x in f.strategies if x not in ("noisy", "entropy", "branching")]
+    need(not bad, f"rft.strategies: unknown {bad}; valid: noisy, entropy, branching")
+    need(not ("entropy" in f.strategies and "branching" in f.strategies),
+         "rft.strategies: entropy and branching both rank the same samples; choose one")
+    need(f.iterations >= 1 and f.prompts >= 1 and f.samples_per_prompt >= 1 and f.epochs >= 1,
+         "rft.iterations, rft.prompts, rft.samples_per_prompt and rft.epochs must be >= 1")
+    need(0 < f.select_frac <= 1 and 0 <= f.noisy_frac <= 1, "rft.select_frac in (0, 1] and rft.noisy_frac in [0, 1]")
     lo = cfg.model.lora
     if lo.enabled:
         need(lo.rank >= 1, "model.lora.rank: must be >= 1")

@@ -27,24 +27,32 @@ class ProblemResult:
     rewards: list[float]
     mean_entropy: float
     mean_length: float
+    mean_branching: float | None = None
+    """Mean rollout branching factor of the responses (only with `analyze=True`)."""
 
 
 def evaluate(model, tokenizer, problems: Sequence, task, *, n: int, ks: Sequence[int], temperature: float = 1.0,
              top_p: float = 1.0, max_new_tokens: int = 64, prompts_per_batch: int = 64, seed: int = 0,
-             reward_timeout_s: float = 5.0, fast_path: bool = True, progress=None) -> tuple[dict, list[ProblemResult]]:
+             reward_timeout_s: float = 5.0, fast_path: bool = True, progress=None,
+             analyze: bool = False, branching_top_p: float = 0.95) -> tuple[dict, list[ProblemResult]]:
     """Sample `n` responses per problem and score them.
 
     A response counts as correct when its reward is > 0.5 (the built-in rewards are binary).
     Returns (summary, per_problem). Summary keys: `pass@k` and `maj@k` for each k, `avg@n` (mean accuracy),
     `entropy` (mean token entropy of the sampled distribution), `length` (mean response tokens), `errors`
-    and `timeouts` of the reward function, `problems`, `n`.
+    and `timeouts` of the reward function, `problems`, `n`. With `analyze`, also `unsolvable@n` (problems with no
+    correct sample, paper 004's k-rollout unsolvable set for k = n), `branching` (mean rollout branching factor,
+    METHODS 8) and `entropy/by_position` (mean token entropy in 10 relative-position bins).
     """
+    from explorl.analysis.measures import entropy_by_position
+
     device = next(model.parameters()).device
     gen = torch.Generator(device=device).manual_seed(seed)
     runner = RewardRunner(task.reward_fn, isolate=task.isolate, timeout_s=reward_timeout_s)
     results: list[ProblemResult] = []
     errors = timeouts = 0
     ent_sum = tok_sum = 0.0
+    profile_sum, profile_count = torch.zeros(10, dtype=torch.float64), torch.zeros(10, dtype=torch.float64)
     eos = tokenizer.eos_token_id
     for start in range(0, len(problems), prompts_per_batch):
         chunk = problems[start:start + prompts_per_batch]
@@ -61,6 +69,14 @@ def evaluate(model, tokenizer, problems: Sequence, task, *, n: int, ks: Sequence
         tok_sum += float(ro.mask.sum())
         lengths = ro.lengths.tolist()
         ent_rows = ((ro.entropy * ro.mask).sum(-1) / ro.mask.sum(-1).clamp_min(1)).tolist()
+        bf_rows = None
+        if analyze:
+            bf_rows = response_branching(model, ro, temperature, branching_top_p).tolist()
+            prof = entropy_by_position(ro.entropy, ro.mask, bins=10).double().cpu()
+            seen = ~torch.isnan(prof)
+            weight = float(ro.mask.sum())
+            profile_sum[seen] += prof[seen] * weight
+            profile_count[seen] += weight
         for j, p in enumerate(chunk):
             rows = [i for i, g in enumerate(group) if g == j]
             rewards = [rr.rewards[i] for i in rows]
@@ -68,7 +84,8 @@ def evaluate(model, tokenizer, problems: Sequence, task, *, n: int, ks: Sequence
                 id=str(p.meta.get("id", start + j)), prompt=p.prompt, answer=p.answer,
                 correct=[r > 0.5 for r in rewards], answers=[task.extract_answer(texts[i]) for i in rows],
                 rewards=rewards, mean_entropy=sum(ent_rows[i] for i in rows) / len(rows),
-                mean_length=sum(lengths[i] for i in rows) / len(rows)))
+                mean_length=sum(lengths[i] for i in rows) / len(rows),
+                mean_branching=None if bf_rows is None else sum(bf_rows[i] for i in rows) / len(rows)))
         if progress is not None:
             progress(len(chunk))
     summary: dict = {"problems": len(results), "n": n}
@@ -79,6 +96,11 @@ def evaluate(model, tokenizer, problems: Sequence, task, *, n: int, ks: Sequence
         summary[f"maj@{k}"] = sum(maj_at_k(r.answers, r.correct, k, seed=seed) for r in results) / max(len(results), 1)
     summary["entropy"] = ent_sum / max(tok_sum, 1.0)
     summary["length"] = tok_sum / max(len(results) * n, 1)
+    if analyze:
+        summary[f"unsolvable@{n}"] = sum(not any(r.correct) for r in results)
+        summary["branching"] = sum(r.mean_branching for r in results) / max(len(results), 1)
+        summary["entropy/by_position"] = [float(x) if c > 0 else None
+                                          for x, c in zip(profile_sum / profile_count.clamp_min(1), profile_count)]
     summary["errors"] = errors
     summary["timeouts"] = timeouts
     return summary, results
@@ -94,3 +116,23 @@ def decode_responses(tokenizer, ro) -> list[str]:
             ids = ids[:-1]
         out.append(tokenizer.decode(ids, skip_special_tokens=True))
     return out
+
+
+@torch.no_grad()
+def response_branching(model, ro, temperature: float, top_p: float = 0.95, chunk: int = 16) -> torch.Tensor:
+    """Mean rollout branching factor of each response [N] (METHODS 8), from one forward pass per chunk of rows."""
+    from explorl.metrics import branching_factor
+    from explorl.rollout.logprobs import position_ids_from_mask
+
+    out = []
+    t = ro.response_ids.shape[1]
+    for s in range(0, ro.mask.shape[0], chunk):
+        rows = slice(s, s + chunk)
+        ids = torch.cat([ro.prompt_ids[rows], ro.response_ids[rows]], dim=1)
+        attn = torch.cat([ro.prompt_mask[rows], torch.ones_like(ro.response_ids[rows])], dim=1)
+        logits = model(input_ids=ids, attention_mask=attn, position_ids=position_ids_from_mask(attn),
+                       logits_to_keep=t + 1).logits[:, :-1].float()
+        bf = branching_factor(torch.softmax(logits / temperature, dim=-1), top_p=top_p).float()
+        mask = ro.mask[rows]
+        out.append((bf * mask).sum(-1) / mask.sum(-1).clamp_min(1))
+    return torch.cat(out) if out else torch.zeros(0)

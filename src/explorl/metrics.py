@@ -200,3 +200,89 @@ def branching_factor(probs: Tensor, top_p: float = 0.95, *, tol: float = 1e-6) -
     mass = torch.sort(probs.detach().to(torch.float64), dim=-1, descending=True).values.cumsum(-1)
     short = (mass < top_p - tol).sum(-1)  # positions before the mass is reached
     return (short + 1).clamp(1, v).to(torch.long)
+
+
+# --- Confidence intervals and curves over problems (METHODS.md section 8; paper 004, section 2.1) ---------------
+
+__all__ += ["bootstrap_ci", "pass_at_k_curve", "worst_at_k_table"]
+
+
+def bootstrap_ci(
+    per_problem_values: Sequence[float], *, n_boot: int = 1000, alpha: float = 0.05, seed: int = 0
+) -> tuple[float, float, float]:
+    """Mean of per-problem scores with a percentile-bootstrap confidence interval over problems.
+
+    The problems are resampled with replacement `n_boot` times (a `torch.Generator` seeded with `seed`, so the
+    result is deterministic); the interval is the `alpha / 2` and `1 - alpha / 2` quantiles (linear
+    interpolation) of the resampled means. The point estimate is the plain mean of the values, which the interval
+    brackets in all but degenerate cases. One problem gives a zero-width interval.
+
+    Args:
+        per_problem_values: `[P]` one score per problem (e.g. unbiased pass@k), P >= 1, all finite.
+        n_boot: number of bootstrap resamples (>= 1).
+        alpha: 1 - confidence level, in (0, 1).
+        seed: seed of the resampling.
+    Returns:
+        `(mean, lo, hi)` as floats.
+    """
+    values = torch.as_tensor([float(v) for v in per_problem_values], dtype=torch.float64)
+    if values.numel() == 0:
+        raise ValueError("bootstrap_ci: no values")
+    if not torch.isfinite(values).all():
+        raise ValueError("bootstrap_ci: values must be finite")
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    p = values.numel()
+    gen = torch.Generator().manual_seed(seed)
+    idx = torch.randint(p, (n_boot, p), generator=gen)
+    means = values[idx].mean(dim=1)
+    q = torch.tensor([alpha / 2, 1 - alpha / 2], dtype=torch.float64)
+    lo, hi = torch.quantile(means, q).tolist()
+    return float(values.mean()), float(lo), float(hi)
+
+
+def _per_problem(results: Mapping[Hashable, Sequence[bool]], k: int, fn, name: str) -> list[float]:
+    if not results:
+        raise ValueError(f"{name}: no problems in results")
+    scores = []
+    for pid, flags in results.items():
+        n, c = len(flags), sum(bool(f) for f in flags)
+        if not 1 <= k <= n:
+            raise ValueError(f"{name}@{k}: problem {pid!r} has {n} samples; need 1 <= k <= n")
+        scores.append(fn(n, c, k))
+    return scores
+
+
+def pass_at_k_curve(
+    results: Mapping[Hashable, Sequence[bool]], ks: Iterable[int], *, n_boot: int = 1000, alpha: float = 0.05,
+    seed: int = 0,
+) -> dict[int, tuple[float, float, float]]:
+    """Pass@k curve with bootstrap confidence intervals: `{k: (mean, lo, hi)}` (paper 004, section 2.1, Figure 1(a)).
+
+    For each k, the unbiased pass@k of every problem (`pass_at_k`) is computed and `bootstrap_ci` resamples the
+    problems (the same `seed` for every k). `mean` equals `pass_at_k_table(results, [k])[f"pass@{k}"]`.
+
+    Args:
+        results: problem id -> per-sample correctness `[n_p]`.
+        ks: the k values; each must be <= the number of samples of every problem.
+    """
+    return {
+        k: bootstrap_ci(_per_problem(results, k, pass_at_k, "pass"), n_boot=n_boot, alpha=alpha, seed=seed)
+        for k in ks
+    }
+
+
+def worst_at_k_table(results: Mapping[Hashable, Sequence[bool]], ks: Iterable[int]) -> dict[str, float]:
+    """Mean unbiased worst@k over problems: `{"worst@1": ..., "worst@8": ...}` (analogous to `pass_at_k_table`).
+
+    Args:
+        results: problem id -> per-sample correctness `[n_p]`.
+        ks: the k values; each must be <= the number of samples of every problem.
+    """
+    table = {}
+    for k in ks:
+        scores = _per_problem(results, k, worst_at_k, "worst")
+        table[f"worst@{k}"] = sum(scores) / len(scores)
+    return table

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from explorl.algos import get_advantage
+from explorl.analysis.measures import entropy_by_position
 from explorl.algos.advantages import get_shaper
 from explorl.algos.losses import (aggregate, forking_mask, get_policy_loss, kl_k3, masked_mean, overlong_penalty,
                                   tis_stats, tis_weights)
@@ -357,20 +358,6 @@ def method_metrics(batch: dict, base_adv: torch.Tensor, advantages: torch.Tensor
     return out
 
 
-def entropy_profile(entropy: torch.Tensor, mask: torch.Tensor, bins: int = 10) -> torch.Tensor:
-    """Mean token entropy by relative position in the response: [bins] (paper 004's U-shaped profile).
-
-    Token t (0-based) of a response of length L falls in bin floor(t * bins / L); empty bins are NaN.
-    """
-    valid = mask > 0
-    lengths = mask.sum(-1, keepdim=True).clamp_min(1)
-    pos = torch.arange(mask.shape[1], device=mask.device)[None].expand_as(mask)
-    b = (pos * bins // lengths.long()).clamp(max=bins - 1)[valid]
-    sums = torch.zeros(bins, dtype=torch.float64).index_add_(0, b.cpu(), entropy[valid].double().cpu())
-    counts = torch.zeros(bins, dtype=torch.float64).index_add_(0, b.cpu(), torch.ones_like(b, dtype=torch.float64).cpu())
-    return torch.where(counts > 0, sums / counts.clamp_min(1), torch.full_like(sums, float("nan")))
-
-
 def rollout_metrics(ro, rewards: torch.Tensor, entropy: torch.Tensor, advantages: torch.Tensor) -> dict:
     """Per-step statistics of a batch of rollouts (namespaced metric names, DESIGN: Runs)."""
     mask = ro.mask
@@ -403,7 +390,7 @@ def rollout_metrics(ro, rewards: torch.Tensor, entropy: torch.Tensor, advantages
         "length/mean": float(lengths.mean()),
         "length/max": int(lengths.max()),
         "length/truncated_frac": float(ro.truncated.float().mean()),
-        "entropy/by_position": entropy_profile(entropy, mask).tolist(),
+        "entropy/by_position": entropy_by_position(entropy, mask, bins=10).tolist(),
         "adv/mean": float(adv.mean()) if adv.numel() else 0.0,
         "adv/std": float(adv.std(unbiased=False)) if adv.numel() else 0.0,
     }

@@ -1,0 +1,149 @@
+"""Reports of training runs: `analyze` (one run) and `compare` (several, seeds of one config pooled with 95% CIs).
+
+Each writes PNG plots and a self-contained index.html (images embedded) into an output directory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from explorl.report.html import HtmlTable, Page, write_page
+from explorl.report.plots import PLOTS, PlotFile, make_plots, run_labels
+from explorl.report.runs import (Run, RunError, SeedStat, config_differences, group_by_config, load_run,
+                                 seed_stat)
+
+__all__ = ["PLOTS", "Report", "Run", "RunError", "analyze", "compare", "compare_tables", "final_table",
+           "group_by_config", "load_run", "make_plots", "seed_stat"]
+
+
+@dataclass
+class Report:
+    out_dir: Path
+    html: Path
+    plots: list[PlotFile]
+    tables: list[HtmlTable]
+    runs: list[Run]
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return "-" if value is None else str(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:.4f}" if abs(value) < 1000 else f"{value:.1f}"
+    return str(value)
+
+
+def _metric_order(key: str) -> tuple:
+    for rank, prefix in enumerate(("pass@", "maj@", "avg@")):
+        if key.startswith(prefix) and key[len(prefix):].isdigit():
+            return (1, rank, int(key[len(prefix):]), key)
+    fixed = ["step", "problems", "n"]
+    if key in fixed:
+        return (0, fixed.index(key), 0, key)
+    for rank, name in enumerate(("entropy", "length")):
+        if key == name:
+            return (2, rank, 0, key)
+    return (3, 0, 0, key)
+
+
+def final_table(run: Run) -> HtmlTable:
+    """The final held-out evaluation of `run` (eval.json) as metric/value rows."""
+    if not run.final:
+        return HtmlTable("final held-out evaluation", ["metric", "value"], [],
+                         note="no eval.json and no evaluation in metrics.jsonl (the run may not have finished)")
+    rows = [[k, _fmt(run.final[k])] for k in sorted(run.final, key=_metric_order)]
+    return HtmlTable(f"final held-out evaluation: {run.name}", ["metric", "value"], rows)
+
+
+def _ks(runs: list[Run]) -> list[int]:
+    return sorted({int(k[5:]) for r in runs if r.final for k in r.final if k.startswith("pass@") and k[5:].isdigit()})
+
+
+def _stat_cells(stat: SeedStat | None) -> tuple[str, str]:
+    if stat is None:
+        return "-", "-"
+    if stat.low is None:
+        return f"{stat.mean:.3f}", "- (1 seed)"
+    return f"{stat.mean:.3f} ± {stat.half_width:.3f}", f"[{stat.low:.3f}, {stat.high:.3f}]"
+
+
+def _short(value: Any) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def compare_tables(runs: list[Run]) -> list[HtmlTable]:
+    """Side-by-side final pass@k per config (mean over seeds with a 95% CI) and per run."""
+    groups = group_by_config(runs)
+    labels = dict(zip(map(id, runs), run_labels(runs)))
+    ks = _ks(runs)
+    with_ci = any(len(g) > 1 for g in groups)
+    diffs = config_differences(groups) if len(groups) > 1 else [{} for _ in groups]
+    headers = ["config", "runs", "seeds"] + (["differs in"] if len(groups) > 1 else [])
+    for k in ks:
+        headers += [f"pass@{k}"] + ([f"pass@{k} 95% CI"] if with_ci else [])
+    rows = []
+    for gi, (group, diff) in enumerate(zip(groups, diffs)):
+        row = [f"config {gi + 1}", ", ".join(labels[id(r)] for r in group),
+               ", ".join(str(r.seed) for r in group)]
+        if len(groups) > 1:
+            row.append("; ".join(f"{k}={_short(v)}" for k, v in diff.items()) or "-")
+        for k in ks:
+            value, ci = _stat_cells(seed_stat([(r.final or {}).get(f"pass@{k}") for r in group]))
+            row += [value] + ([ci] if with_ci else [])
+        rows.append(row)
+    note = ("Runs whose configs are equal except run.seed and run.out_dir are one config. "
+            + ("With several seeds: mean ± half-width of the 95% t-interval of the mean over seeds "
+               "(t with n-1 degrees of freedom, sample std; not clipped to [0, 1]). " if with_ci else "")
+            + "With one seed the value is shown alone.")
+    by_config = HtmlTable("final held-out pass@k by config", headers, rows, note=note)
+
+    extra = [c for c in ("entropy", "length") if any(r.final and c in r.final for r in runs)]
+    run_headers = ["run", "config", "seed"] + [f"pass@{k}" for k in ks] + extra
+    group_of = {id(r): gi + 1 for gi, g in enumerate(groups) for r in g}
+    run_rows = []
+    for r in runs:
+        final = r.final or {}
+        run_rows.append([labels[id(r)], f"config {group_of[id(r)]}", str(r.seed)]
+                        + [_fmt(final.get(f"pass@{k}")) for k in ks] + [_fmt(final.get(c)) for c in extra])
+    return [by_config, HtmlTable("final held-out evaluation by run", run_headers, run_rows)]
+
+
+def analyze(run_path: str | Path, out: str | Path | None = None) -> Report:
+    """Plots and index.html of one run, written to RUN/report/ (or `out`)."""
+    run = load_run(run_path)
+    out_dir = Path(out) if out is not None else run.path / "report"
+    plots = make_plots([run], out_dir)
+    tables = [final_table(run)]
+    notes = [f"{run.skipped_lines} unreadable line(s) of metrics.jsonl skipped"] if run.skipped_lines else []
+    steps = run.steps[-1]["step"] if run.steps else 0
+    page = Page(title=f"explorl run report: {run.name}", subtitle=f"{run.path} ({steps} training steps)",
+                tables=tables, plots=plots, configs=[("config.yaml", run.config_text)], notes=notes)
+    html = write_page(page, out_dir / "index.html")
+    return Report(out_dir, html, plots, tables, [run])
+
+
+def compare(run_paths: list[str | Path], out: str | Path = "runs/compare") -> Report:
+    """Overlaid curves and a side-by-side table of several runs, written to `out` (PNGs and index.html)."""
+    if not run_paths:
+        raise RunError("compare: give at least one run directory")
+    runs = [load_run(p) for p in run_paths]
+    out_dir = Path(out)
+    labels = run_labels(runs)
+    plots = make_plots(runs, out_dir, labels)
+    tables = compare_tables(runs)
+    groups = group_by_config(runs)
+    label_of = dict(zip(map(id, runs), labels))
+    configs = [(f"config {gi + 1}: {', '.join(label_of[id(r)] for r in g)} (shown: {label_of[id(g[0])]})",
+                g[0].config_text) for gi, g in enumerate(groups)]
+    notes = [f"{label_of[id(r)]}: {r.skipped_lines} unreadable line(s) of metrics.jsonl skipped"
+             for r in runs if r.skipped_lines]
+    page = Page(title=f"explorl comparison: {' vs '.join(labels)}",
+                subtitle=", ".join(str(r.path) for r in runs), tables=tables, plots=plots, configs=configs,
+                notes=notes)
+    html = write_page(page, out_dir / "index.html")
+    return Report(out_dir, html, plots, tables, runs)

@@ -1,0 +1,77 @@
+"""bootstrap_ci, pass_at_k_curve, worst_at_k_table (METHODS.md section 8; paper 004, section 2.1)."""
+
+import math
+
+import pytest
+
+from explorl.metrics import bootstrap_ci, pass_at_k, pass_at_k_curve, pass_at_k_table, worst_at_k_table
+
+
+def test_bootstrap_ci_brackets_mean_and_is_deterministic():
+    values = [0, 1, 0, 1, 1, 0.5, 0.25, 1, 0, 0.75]  # mean 5.5 / 10 = 0.55
+    mean, lo, hi = bootstrap_ci(values)
+    assert mean == pytest.approx(0.55)
+    assert 0.0 <= lo < mean < hi <= 1.0
+    assert bootstrap_ci(values) == (mean, lo, hi)  # same seed, same interval
+    # a narrower confidence level gives a narrower interval (same resamples, inner quantiles)
+    _, lo80, hi80 = bootstrap_ci(values, alpha=0.2)
+    assert lo <= lo80 and hi80 <= hi
+
+
+def test_bootstrap_ci_shrinks_with_more_problems():
+    # the same 0/1 pattern repeated: the mean stays 0.5, the standard error falls as 1/sqrt(P)
+    few = [0.0, 1.0] * 5  # 10 problems
+    many = [0.0, 1.0] * 500  # 1000 problems
+    m1, lo1, hi1 = bootstrap_ci(few)
+    m2, lo2, hi2 = bootstrap_ci(many)
+    assert m1 == m2 == 0.5
+    assert lo2 < 0.5 < hi2
+    # width ~ 2 * 1.96 * 0.5 / sqrt(P): ~0.62 for P = 10, ~0.062 for P = 1000
+    assert (hi2 - lo2) < (hi1 - lo1) / 5
+    assert (hi2 - lo2) == pytest.approx(2 * 1.96 * 0.5 / math.sqrt(1000), rel=0.2)
+
+
+def test_bootstrap_ci_degenerate_and_errors():
+    assert bootstrap_ci([0.3]) == pytest.approx((0.3, 0.3, 0.3))
+    assert bootstrap_ci([0.7] * 5) == pytest.approx((0.7, 0.7, 0.7))
+    with pytest.raises(ValueError):
+        bootstrap_ci([])
+    with pytest.raises(ValueError):
+        bootstrap_ci([0.1, float("nan")])
+    with pytest.raises(ValueError):
+        bootstrap_ci([0.1], alpha=0.0)
+    with pytest.raises(ValueError):
+        bootstrap_ci([0.1], n_boot=0)
+
+
+def test_pass_at_k_curve_means_match_table():
+    results = {"p1": [True, False, False, False], "p2": [False] * 4, "p3": [True, True, False, True]}
+    curve = pass_at_k_curve(results, [1, 2, 4])
+    assert list(curve) == [1, 2, 4]
+    # pass@1 = (1/4 + 0 + 3/4) / 3 = 1/3; pass@2 for p1: 1 - C(3,2)/C(4,2) = 1 - 3/6 = 1/2, p3: 1 -> (1/2+0+1)/3
+    assert curve[1][0] == pytest.approx(1 / 3)
+    assert curve[2][0] == pytest.approx(0.5)
+    assert curve[4][0] == pytest.approx(2 / 3)
+    table = pass_at_k_table(results, [1, 2, 4])
+    for k, (mean, lo, hi) in curve.items():
+        assert mean == pytest.approx(table[f"pass@{k}"])
+        assert lo <= mean <= hi
+    assert curve[2][0] == pytest.approx(sum(pass_at_k(4, c, 2) for c in (1, 0, 3)) / 3)
+    with pytest.raises(ValueError):
+        pass_at_k_curve(results, [5])
+    with pytest.raises(ValueError):
+        pass_at_k_curve({}, [1])
+
+
+def test_worst_at_k_table_hand_values():
+    results = {"p1": [True, True, False, True], "p2": [True] * 4, "p3": [False, True, False, False]}
+    table = worst_at_k_table(results, [1, 2, 4])
+    assert list(table) == ["worst@1", "worst@2", "worst@4"]
+    # worst@1 = mean accuracy = (3/4 + 1 + 1/4) / 3 = 2/3
+    assert table["worst@1"] == pytest.approx(2 / 3)
+    # worst@2: p1 C(3,2)/C(4,2) = 3/6, p2 1, p3 0 -> (1/2 + 1 + 0) / 3 = 1/2
+    assert table["worst@2"] == pytest.approx(0.5)
+    # worst@4: only p2 is all correct -> 1/3
+    assert table["worst@4"] == pytest.approx(1 / 3)
+    with pytest.raises(ValueError):
+        worst_at_k_table(results, [5])
