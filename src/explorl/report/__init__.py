@@ -59,6 +59,21 @@ def final_table(run: Run) -> HtmlTable:
     return HtmlTable(f"final held-out evaluation: {run.name}", ["metric", "value"], rows)
 
 
+def fit_table(run: Run) -> HtmlTable:
+    """Entropy-performance fit R = -a exp(H) + b over the run's steps (paper 004; `entropy_performance_fit`)."""
+    from explorl.analysis.measures import entropy_performance_fit
+
+    pairs = [(r["entropy/mean"], r["reward/mean"]) for r in run.steps
+             if isinstance(r.get("entropy/mean"), (int, float)) and isinstance(r.get("reward/mean"), (int, float))]
+    title = "entropy-performance fit: reward = -a exp(H) + b over training steps"
+    try:
+        fit = entropy_performance_fit([h for h, _ in pairs], [r for _, r in pairs])
+    except ValueError as e:
+        return HtmlTable(title, ["a", "b", "R^2", "steps"], [], note=f"not fitted: {e}")
+    return HtmlTable(title, ["a", "b", "R^2", "steps"],
+                     [[_fmt(fit["a"]), _fmt(fit["b"]), _fmt(fit["r2"]), str(len(pairs))]])
+
+
 def _ks(runs: list[Run]) -> list[int]:
     return sorted({int(k[5:]) for r in runs if r.final for k in r.final if k.startswith("pass@") and k[5:].isdigit()})
 
@@ -118,7 +133,7 @@ def analyze(run_path: str | Path, out: str | Path | None = None) -> Report:
     run = load_run(run_path)
     out_dir = Path(out) if out is not None else run.path / "report"
     plots = make_plots([run], out_dir)
-    tables = [final_table(run)]
+    tables = [final_table(run), fit_table(run)]
     notes = [f"{run.skipped_lines} unreadable line(s) of metrics.jsonl skipped"] if run.skipped_lines else []
     steps = run.steps[-1]["step"] if run.steps else 0
     page = Page(title=f"explorl run report: {run.name}", subtitle=f"{run.path} ({steps} training steps)",

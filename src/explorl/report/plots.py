@@ -185,3 +185,46 @@ def make_plots(runs: list[Run], out_dir: str | Path, labels: list[str] | None = 
             note = f"no {spec.metric} in: {', '.join(labels[i] for i in lacking)}"
         results.append(PlotFile(spec.key, spec.title, target, note))
     return results
+
+
+def plot_venn(sets: dict[str, set], path: str | Path, title: str = "unsolvable problems") -> Path:
+    """A Venn diagram of 2-3 sets (e.g. k-rollout unsolvable sets of several models, paper 004 section 2.1).
+
+    Circles of equal size with the count of every region written in it (`analysis.measures.set_overlaps`).
+    """
+    from matplotlib.patches import Circle
+
+    from explorl.analysis.measures import set_overlaps
+
+    names = list(sets)
+    if not 2 <= len(names) <= 3:
+        raise ValueError(f"plot_venn: give 2 or 3 sets, got {len(names)}")
+    regions = set_overlaps(sets)
+    centres = [(-0.6, 0.0), (0.6, 0.0)] if len(names) == 2 else [(-0.6, 0.35), (0.6, 0.35), (0.0, -0.65)]
+    colours = ["tab:blue", "tab:orange", "tab:green"]
+    fig = Figure(figsize=(6, 5))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    for (x, y), colour, name in zip(centres, colours, names):
+        ax.add_patch(Circle((x, y), 1.0, alpha=0.25, color=colour))
+        ax.text(x * 1.3, y + (1.1 if y >= 0 else -1.2), f"{name} ({len(sets[name])})", ha="center",
+                fontsize=10, color=colour, weight="bold")
+    for key, count in regions.items():
+        inside = [n for n in names if n in key.split("-")[0].split("&")]
+        xs = [centres[names.index(n)][0] for n in inside]
+        ys = [centres[names.index(n)][1] for n in inside]
+        x, y = sum(xs) / len(xs), sum(ys) / len(ys)
+        if len(inside) < len(names):  # push single and pairwise regions away from the other circles' centres
+            outside = [centres[names.index(n)] for n in names if n not in inside]
+            ox, oy = sum(c[0] for c in outside) / len(outside), sum(c[1] for c in outside) / len(outside)
+            x, y = x + 0.45 * (x - ox), y + 0.45 * (y - oy)
+        ax.text(x, y, str(count), ha="center", va="center", fontsize=12)
+    ax.set_xlim(-2.2, 2.2)
+    ax.set_ylim(-2.0, 1.9)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    ax.set_title(title)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    return path
