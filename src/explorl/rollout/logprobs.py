@@ -28,40 +28,91 @@ def _as_temperature(temperature, n: int, t: int, device) -> torch.Tensor:
     return torch.full((n, t, 1), float(temperature), device=device)
 
 
+# Model types whose logits are exactly `lm_head(final hidden state)` (no soft-capping or logit scaling), so the
+# output layer can be applied one block of tokens at a time.
+HEAD_SPLIT_MODEL_TYPES = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "llama", "mistral", "phi3")
+
+
+def _split_head(model):
+    """(decoder, output layer) when logits are a plain linear map of the decoder's output, else None."""
+    cfg = getattr(model, "config", None)
+    if getattr(cfg, "model_type", None) not in HEAD_SPLIT_MODEL_TYPES:
+        return None
+    get_decoder, get_head = getattr(model, "get_decoder", None), getattr(model, "get_output_embeddings", None)
+    if get_decoder is None or get_head is None:
+        return None
+    head = get_head()
+    if not isinstance(head, torch.nn.Linear):
+        return None
+    return get_decoder(), head
+
+
+def _block_stats(hidden: torch.Tensor, weight: torch.Tensor, bias, targets: torch.Tensor, temp: torch.Tensor,
+                 with_entropy: bool):
+    """Log-probs [N, c] and entropies [N, c] of one block of positions; only [N, c, V] logits exist here."""
+    logits = torch.nn.functional.linear(hidden, weight, bias).float() / temp
+    logz = torch.logsumexp(logits, dim=-1)
+    lp = logits.gather(-1, targets[..., None]).squeeze(-1) - logz
+    ent = token_entropy(logits) if with_entropy else torch.zeros_like(lp)
+    return lp, ent
+
+
 def response_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_ids: torch.Tensor,
                       response_mask: torch.Tensor, temperature=1.0, *, with_entropy: bool = True,
-                      chunk_size: int = 1024):
+                      chunk_size: int = 256):
     """Log-probs (and entropies) of the response tokens under softmax(logits / temperature).
+
+    For Llama-family models (`HEAD_SPLIT_MODEL_TYPES`) the decoder runs once and the output layer is applied to
+    `chunk_size` response positions at a time; with gradients enabled each block is checkpointed (recomputed in
+    the backward pass), so neither pass holds the float32 [N, T, V] logits: the peak is one [N, chunk_size, V]
+    block. Other models go through their own forward (`logits_to_keep` limits it to the response positions).
 
     Args:
         prompt_ids: [N, P] left-padded prompts; prompt_mask: [N, P] (1 = real token).
         response_ids: [N, T]; response_mask: [N, T] float (1 on response tokens incl. EOS).
         temperature: float, [N] (per response) or [N, T] (per token).
-        chunk_size: response tokens per block when turning logits into log-probs/entropies, so the
-            float32 [N, T, V] softmax is never held at once.
+        chunk_size: response positions per block of the output layer.
     Returns:
         logprobs [N, T] and entropy [N, T] (None when with_entropy is False), 0.0 where response_mask == 0.
         Differentiable when called with grad enabled.
     """
     n, t = response_ids.shape
+    p = prompt_ids.shape[1]
     input_ids = torch.cat([prompt_ids, response_ids], dim=1)
     attention_mask = torch.cat([prompt_mask.to(response_mask.dtype), response_mask], dim=1).long()
     # keep padded response positions attendable so no query row is fully masked; their outputs are dropped
-    attention_mask[:, prompt_ids.shape[1]:] = 1
+    attention_mask[:, p:] = 1
     position_ids = position_ids_from_mask(attention_mask)
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                logits_to_keep=t + 1, use_cache=False)
-    logits = out.logits[:, :-1]  # the logit at position j predicts token j + 1
-    temp = _as_temperature(temperature, n, t, logits.device)
-    # Rollouts.temperatures is 0 on padding: x/0 there would give NaN values (and NaN gradients through the mask)
-    temp = temp.masked_fill(response_mask.to(logits.device)[..., None] == 0, 1.0)
+    split = _split_head(model)
+    temp = None
     lps, ents = [], []
-    for s in range(0, t, chunk_size):
-        block = logits[:, s:s + chunk_size].float() / temp[:, s:s + chunk_size]
-        logz = torch.logsumexp(block, dim=-1)
-        lps.append(block.gather(-1, response_ids[:, s:s + chunk_size, None]).squeeze(-1) - logz)
-        if with_entropy:
-            ents.append(token_entropy(block))
+    if split is not None:
+        decoder, head = split
+        hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                         use_cache=False).last_hidden_state[:, p - 1:p + t - 1]  # position j predicts token j + 1
+        temp = _as_temperature(temperature, n, t, hidden.device)
+        temp = temp.masked_fill(response_mask.to(hidden.device)[..., None] == 0, 1.0)
+        for s in range(0, t, chunk_size):
+            args = (hidden[:, s:s + chunk_size], head.weight, head.bias, response_ids[:, s:s + chunk_size],
+                    temp[:, s:s + chunk_size], with_entropy)
+            if torch.is_grad_enabled():
+                lp, ent = torch.utils.checkpoint.checkpoint(_block_stats, *args, use_reentrant=False)
+            else:
+                lp, ent = _block_stats(*args)
+            lps.append(lp)
+            ents.append(ent)
+    else:
+        out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                    logits_to_keep=t + 1, use_cache=False)
+        logits = out.logits[:, :-1]  # the logit at position j predicts token j + 1
+        temp = _as_temperature(temperature, n, t, logits.device)
+        # Rollouts.temperatures is 0 on padding: x/0 there would give NaN values (and NaN gradients through the mask)
+        temp = temp.masked_fill(response_mask.to(logits.device)[..., None] == 0, 1.0)
+        for s in range(0, t, chunk_size):
+            block = logits[:, s:s + chunk_size].float() / temp[:, s:s + chunk_size]
+            logz = torch.logsumexp(block, dim=-1)
+            lps.append(block.gather(-1, response_ids[:, s:s + chunk_size, None]).squeeze(-1) - logz)
+            ents.append(token_entropy(block) if with_entropy else torch.zeros_like(logz))
     mask = response_mask.to(torch.float32)
     logprobs = torch.cat(lps, dim=1) * mask
     entropy = torch.cat(ents, dim=1) * mask if with_entropy else None
