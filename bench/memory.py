@@ -6,7 +6,7 @@ full logits, then log_softmax, gather and entropy over [N, T, V]. Each variant r
 reports the growth of its peak resident memory (ru_maxrss) over the model and inputs alone, with and without a
 backward pass. A float32 [8, 1024, 32000] tensor is 1.05 GB: the naive path holds several.
 
-    python bench/memory.py [--vocab 32000 --n 8 --t 1024 --chunk 256]
+    python bench/memory.py [--vocab 32000 --n 8 --t 1024 --chunk 2048]
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--n", type=int, default=8)
     ap.add_argument("--t", type=int, default=1024)
-    ap.add_argument("--chunk", type=int, default=256)
+    ap.add_argument("--chunk", type=int, default=2048, help="tokens (rows x positions) per block")
     args = ap.parse_args()
     full_gb = args.n * args.t * args.vocab * 4 / 1e9
     print(f"machine: {platform.machine()}, python {platform.python_version()}; one float32 [N,T,V] tensor = "

@@ -22,7 +22,11 @@ group-normalised advantages, and ONE optimizer update on the whole batch:
 Timing: explorl's per-step `perf/step_s` (metrics.jsonl; sample + reward + old log-probs + advantages + update;
 the final evaluation and checkpoint that `train` runs after the last step are outside it). TRL: wall time from
 `on_step_begin` to `on_step_end` of a `TrainerCallback` (generation, reward, advantages, loss, backward, clip,
-optimizer step). A second column, `loop`, is the interval between consecutive step ends on each side (adds the
+optimizer step). `rollout s` splits off the sampling phase: explorl `perf/step_s - perf/update_s` (sampling,
+decoding, rewards, the no-grad old-log-prob pass, advantages, metrics), TRL the time in
+`_generate_and_score_completions` (generation, decoding, rewards, advantages; with num_iterations=1 TRL takes
+the old log-probs from the training forward instead of a separate pass); `update s` is the rest of the step.
+A further column, `loop`, is the interval between consecutive step ends on each side (adds the
 per-step logging: explorl's metrics.jsonl append, TRL's `log`/callbacks and data loading). The first
 `--warmup` steps of every run are dropped. Runs alternate (explorl, TRL, then TRL, explorl, ...) for
 `--rounds` rounds; medians pool the timed steps of all rounds, and `per round` is the median of the ratios
@@ -119,6 +123,7 @@ def run_explorl(args, out_dir: Path) -> dict:
     tokens = [r["perf/tokens_per_s"] * r["perf/sample_s"] for r in recs][w:]
     loop_s = [b - a for a, b in zip(ends, ends[1:])][max(w - 1, 0):]
     return {"step_s": step_s, "loop_s": loop_s, "tokens": tokens,
+            "rollout_s": [r["perf/step_s"] - r["perf/update_s"] for r in recs][w:],
             "reward": [r.get("reward/mean") for r in recs][w:]}
 
 
@@ -185,16 +190,36 @@ def run_trl(args, out_dir: Path) -> dict:
     )
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=_trl_dataset(args),
                           processing_class=tok, callbacks=[timer])
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)  # no per-step dict on stdout (the logs are still computed and kept)
+    rollout_s: list[float] = []
+    inner = trainer._generate_and_score_completions
+
+    def timed(*a, **kw):  # the rollout phase: generation, rewards, advantages
+        t = time.perf_counter()
+        out = inner(*a, **kw)
+        rollout_s.append(time.perf_counter() - t)
+        return out
+
+    trainer._generate_and_score_completions = timed
     trainer.train()
     w = args.warmup
     step_s = [e - b for b, e in zip(timer.begin, timer.end)][w:]
     loop_s = [b - a for a, b in zip(timer.end, timer.end[1:])][max(w - 1, 0):]
     hist = [h for h in trainer.state.log_history if "reward" in h]
-    return {"step_s": step_s, "loop_s": loop_s, "tokens": tokens_per_step[w:],
+    return {"step_s": step_s, "loop_s": loop_s, "tokens": tokens_per_step[w:], "rollout_s": rollout_s[w:],
             "reward": [h.get("reward") for h in hist][w:]}
 
 
 # ----------------------------------------------------------------------------------------------------------------
+
+
+def _load() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "n/a"
 
 
 def _med(xs):
@@ -226,6 +251,7 @@ def main(argv=None):
           f"transformers {transformers.__version__}, trl {trl.__version__}, Python {platform.python_version()}")
     print(f"model {_model_dir()}; B={args.batch} prompts x G={args.group}, max_new_tokens={args.max_new_tokens}, "
           f"warm-up {args.warmup} + timed {args.steps} steps per run, {args.rounds} round(s)")
+    print(f"load average (1/5/15 min) at the start: {_load()}")
     sys.stdout.flush()
 
     results = {"explorl": [], "TRL": []}
@@ -253,14 +279,17 @@ def main(argv=None):
         rows.append((name, _med(s), min(s), max(s), _med(lp), _med(tk), _med(s) / base, _med(lp) / base_loop,
                      _med(per_round), len(s)))
     print()
-    print("| method | s/step (median) | min-max | loop s/step | tokens/step | vs TRL | loop vs TRL | vs TRL, per round "
-          "| steps |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| method | s/step (median) | min-max | rollout s | update s | loop s/step | tokens/step | vs TRL "
+          "| loop vs TRL | vs TRL, per round | steps |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, med, lo, hi, lp, tk, ratio, lratio, prr, n in rows:
-        print(f"| {name} | {med:.3f} | {lo:.3f}-{hi:.3f} | {lp:.3f} | {tk:,.0f} | {ratio:.2f}x | {lratio:.2f}x "
-              f"| {prr:.2f}x | {n} |")
+        ro = pooled(name, "rollout_s")
+        up = [a - b for a, b in zip(pooled(name, "step_s"), ro)]
+        print(f"| {name} | {med:.3f} | {lo:.3f}-{hi:.3f} | {_med(ro):.3f} | {_med(up):.3f} | {lp:.3f} | {tk:,.0f} "
+              f"| {ratio:.2f}x | {lratio:.2f}x | {prr:.2f}x | {n} |")
     r = {name: [x for x in pooled(name, "reward") if x is not None] for name in results}
-    print(f"\nmean reward over timed steps: explorl {statistics.fmean(r['explorl']):.3f}, "
+    print(f"\nload average (1/5/15 min) at the end: {_load()}")
+    print(f"mean reward over timed steps: explorl {statistics.fmean(r['explorl']):.3f}, "
           f"TRL {statistics.fmean(r['TRL']):.3f}")
 
 

@@ -59,19 +59,19 @@ def _block_stats(hidden: torch.Tensor, weight: torch.Tensor, bias, targets: torc
 
 def response_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_ids: torch.Tensor,
                       response_mask: torch.Tensor, temperature=1.0, *, with_entropy: bool = True,
-                      chunk_size: int = 256):
+                      chunk_size: int = 2048):
     """Log-probs (and entropies) of the response tokens under softmax(logits / temperature).
 
     For Llama-family models (`HEAD_SPLIT_MODEL_TYPES`) the decoder runs once and the output layer is applied to
-    `chunk_size` response positions at a time; with gradients enabled each block is checkpointed (recomputed in
-    the backward pass), so neither pass holds the float32 [N, T, V] logits: the peak is one [N, chunk_size, V]
-    block. Other models go through their own forward (`logits_to_keep` limits it to the response positions).
+    blocks of about `chunk_size` tokens (all N rows x chunk_size // N positions); with gradients enabled each block
+    is checkpointed (recomputed in the backward pass), so neither pass holds the float32 [N, T, V] logits: the
+    peak is one [N, max(1, chunk_size // N), V] block. Other models go through their own forward (`logits_to_keep` limits it to the response positions).
 
     Args:
         prompt_ids: [N, P] left-padded prompts; prompt_mask: [N, P] (1 = real token).
         response_ids: [N, T]; response_mask: [N, T] float (1 on response tokens incl. EOS).
         temperature: float, [N] (per response) or [N, T] (per token).
-        chunk_size: response positions per block of the output layer.
+        chunk_size: tokens (rows x positions) per block of the output layer.
     Returns:
         logprobs [N, T] and entropy [N, T] (None when with_entropy is False), 0.0 where response_mask == 0.
         Differentiable when called with grad enabled.
@@ -92,9 +92,10 @@ def response_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
                          use_cache=False).last_hidden_state[:, p - 1:p + t - 1]  # position j predicts token j + 1
         temp = _as_temperature(temperature, n, t, hidden.device)
         temp = temp.masked_fill(response_mask.to(hidden.device)[..., None] == 0, 1.0)
-        for s in range(0, t, chunk_size):
-            args = (hidden[:, s:s + chunk_size], head.weight, head.bias, response_ids[:, s:s + chunk_size],
-                    temp[:, s:s + chunk_size], with_entropy)
+        step = max(1, chunk_size // n)
+        for s in range(0, t, step):
+            args = (hidden[:, s:s + step], head.weight, head.bias, response_ids[:, s:s + step],
+                    temp[:, s:s + step], with_entropy)
             if torch.is_grad_enabled():
                 lp, ent = torch.utils.checkpoint.checkpoint(_block_stats, *args, use_reentrant=False)
             else:
@@ -108,10 +109,11 @@ def response_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
         temp = _as_temperature(temperature, n, t, logits.device)
         # Rollouts.temperatures is 0 on padding: x/0 there would give NaN values (and NaN gradients through the mask)
         temp = temp.masked_fill(response_mask.to(logits.device)[..., None] == 0, 1.0)
-        for s in range(0, t, chunk_size):
-            block = logits[:, s:s + chunk_size].float() / temp[:, s:s + chunk_size]
+        step = max(1, chunk_size // n)
+        for s in range(0, t, step):
+            block = logits[:, s:s + step].float() / temp[:, s:s + step]
             logz = torch.logsumexp(block, dim=-1)
-            lps.append(block.gather(-1, response_ids[:, s:s + chunk_size, None]).squeeze(-1) - logz)
+            lps.append(block.gather(-1, response_ids[:, s:s + step, None]).squeeze(-1) - logz)
             ents.append(token_entropy(block) if with_entropy else torch.zeros_like(logz))
     mask = response_mask.to(torch.float32)
     logprobs = torch.cat(lps, dim=1) * mask
