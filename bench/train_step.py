@@ -32,8 +32,8 @@ per-step logging: explorl's metrics.jsonl append, TRL's `log`/callbacks and data
 `--rounds` rounds; medians pool the timed steps of all rounds, and `per round` is the median of the ratios
 of the per-round medians.
 
-    python bench/train_step.py                     # B=16, G=8, 64 new tokens, 2 warm-up + 8 timed steps, 2 rounds
-    python bench/train_step.py --quick             # a smoke run
+    python bench/train_step.py                 # B=16, G=8, 64 new tokens, 2 warm-up + 16 timed steps, 4 rounds
+    python bench/train_step.py --quick         # a smoke run
 """
 
 from __future__ import annotations
@@ -124,6 +124,7 @@ def run_explorl(args, out_dir: Path) -> dict:
     loop_s = [b - a for a, b in zip(ends, ends[1:])][max(w - 1, 0):]
     return {"step_s": step_s, "loop_s": loop_s, "tokens": tokens,
             "rollout_s": [r["perf/step_s"] - r["perf/update_s"] for r in recs][w:],
+            "sample_s": [r["perf/sample_s"] for r in recs][w:],
             "reward": [r.get("reward/mean") for r in recs][w:]}
 
 
@@ -228,9 +229,9 @@ def _med(xs):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=int, default=8, help="timed steps per run (after --warmup steps)")
+    p.add_argument("--steps", type=int, default=16, help="timed steps per run (after --warmup steps)")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps at the start of every run")
-    p.add_argument("--rounds", type=int, default=2, help="runs per method, alternating the order")
+    p.add_argument("--rounds", type=int, default=4, help="runs per method, alternating the order")
     p.add_argument("--batch", type=int, default=16, help="B prompts per step")
     p.add_argument("--group", type=int, default=8, help="G samples per prompt")
     p.add_argument("--max-new-tokens", type=int, default=64)
@@ -288,7 +289,10 @@ def main(argv=None):
         print(f"| {name} | {med:.3f} | {lo:.3f}-{hi:.3f} | {_med(ro):.3f} | {_med(up):.3f} | {lp:.3f} | {tk:,.0f} "
               f"| {ratio:.2f}x | {lratio:.2f}x | {prr:.2f}x | {n} |")
     r = {name: [x for x in pooled(name, "reward") if x is not None] for name in results}
-    print(f"\nload average (1/5/15 min) at the end: {_load()}")
+    print(f"\nexplorl rollout phase: sampling + decoding + rewards (perf/sample_s) median "
+          f"{_med(pooled('explorl', 'sample_s')):.3f} s; the rest of it (old log-probs, advantages, metrics) "
+          f"{_med([a - b for a, b in zip(pooled('explorl', 'rollout_s'), pooled('explorl', 'sample_s'))]):.3f} s")
+    print(f"load average (1/5/15 min) at the end: {_load()}")
     print(f"mean reward over timed steps: explorl {statistics.fmean(r['explorl']):.3f}, "
           f"TRL {statistics.fmean(r['TRL']):.3f}")
 
