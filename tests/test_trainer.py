@@ -192,3 +192,37 @@ def test_lr_schedule_warmup_then_cosine_to_min_ratio():
     assert fn(9) == pytest.approx(0.55)
     assert fn(14) == pytest.approx(0.1)
     assert math.isclose(fn(100), 0.1)
+
+
+def test_single_on_policy_update_without_the_old_logprob_pass_matches_the_full_path(tiny_model_dir):
+    """With one update per batch, pi_old from the training forward (detached) gives the same update."""
+    from explorl.config import ModelConfig
+    from explorl.models import load_policy
+    from explorl.rollout.logprobs import response_logprobs
+    from explorl.trainer import on_policy_single_update, update_policy
+
+    cfg = _cfg(tiny_model_dir, "unused", "algo.micro_batch_size=3")
+    assert on_policy_single_update(cfg)
+    assert not on_policy_single_update(_cfg(tiny_model_dir, "unused", "algo.epochs=2"))
+    assert not on_policy_single_update(_cfg(tiny_model_dir, "unused", "algo.shapers=[cw]"))
+    results = []
+    for skip in (False, True):
+        model, _, _ = load_policy(ModelConfig(path=str(tiny_model_dir)))
+        gen = torch.Generator().manual_seed(3)
+        n, p, t = 6, 3, 5
+        mask = torch.ones(n, t)
+        mask[2, 2:] = 0
+        batch = {"prompt_ids": torch.randint(3, 90, (n, p), generator=gen),
+                 "prompt_mask": torch.ones(n, p, dtype=torch.long),
+                 "response_ids": torch.randint(3, 90, (n, t), generator=gen), "mask": mask}
+        with torch.no_grad():
+            batch["logprobs"] = None if skip else response_logprobs(
+                model, batch["prompt_ids"], batch["prompt_mask"], batch["response_ids"], mask, 1.0)[0]
+        adv = torch.randn(n, t, generator=gen) * mask
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0)
+        stats = update_policy(model, opt, sched, batch, adv, cfg, torch.Generator().manual_seed(0))
+        assert stats["loss/ratio_mean"] == pytest.approx(1.0, abs=1e-6)
+        results.append({k: v.detach().clone() for k, v in model.named_parameters()})
+    for k in results[0]:
+        assert torch.allclose(results[0][k], results[1][k], atol=1e-6), k

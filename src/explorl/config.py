@@ -154,7 +154,10 @@ class AlgoConfig:
     mini_batches: int = 1
     """Optimizer steps per epoch: the batch's responses are shuffled and split into this many mini-batches."""
     micro_batch_size: int = 0
-    """Responses per forward/backward (gradient accumulation inside a mini-batch); 0 = the whole mini-batch."""
+    """Responses per forward/backward (gradient accumulation inside a mini-batch); 0 = split by length_buckets."""
+    length_buckets: int = 4
+    """With micro_batch_size 0: each mini-batch's responses are sorted by length and cut into this many
+    micro-batches, each padded only to its own longest row (same gradient, less compute on padding)."""
     shapers: list[str] = field(default_factory=list)
     """Advantage shapers applied in order after the estimator: `cw` (covariance weighting, paper 002), `ppl`,
     `position` (paper 004 section 4.4.2), `entropy_adv` (Cheng et al.)."""
@@ -532,7 +535,8 @@ def validate(cfg: Config) -> None:
     need(a.kl_coef >= 0, "algo.kl_coef: must be >= 0")
     need(a.epochs >= 1, "algo.epochs: must be >= 1")
     need(a.mini_batches >= 1, "algo.mini_batches: must be >= 1")
-    need(a.micro_batch_size >= 0, "algo.micro_batch_size: must be >= 0 (0 = whole mini-batch)")
+    need(a.micro_batch_size >= 0, "algo.micro_batch_size: must be >= 0 (0 = split by algo.length_buckets)")
+    need(a.length_buckets >= 1, "algo.length_buckets: must be >= 1 (1 = the whole mini-batch in one forward)")
     need(a.mini_batches <= r.batch_size * s.group_size,
          f"algo.mini_batches: {a.mini_batches} mini-batches need at least that many responses; "
          f"run.batch_size * sampling.group_size = {r.batch_size * s.group_size}")

@@ -104,6 +104,24 @@ def _loss_kwargs(cfg: Config, generator: torch.Generator) -> dict:
     return {"eps_low": a.eps_low, "eps_high": a.eps_high}
 
 
+def on_policy_single_update(cfg: Config) -> bool:
+    """Whether the batch's only update happens at the sampling weights and temperature, and nothing before the
+    update needs pi_old's log-probs (estimators, shapers, importance weights), so pi_old can be taken from the
+    training forward itself (detached) instead of a separate forward pass, as TRL does for one update per batch."""
+    a, s = cfg.algo, cfg.sampling
+    return (a.epochs == 1 and a.mini_batches == 1 and s.schedule in ("fixed", "e3") and not a.tis
+            and a.advantage in ("grpo", "dr_grpo", "passk") and set(a.shapers) <= {"entropy_adv", "position"})
+
+
+def _micro_batches(mb: torch.Tensor, lengths: torch.Tensor, a) -> list[torch.Tensor]:
+    """Positions in mini-batch `mb` of each micro-batch: rows sorted by length (longest first) and cut into
+    `micro_batch_size` rows, or into `length_buckets` parts, so each forward pads only to its own longest row.
+    The accumulated gradient is the mini-batch's (`_micro_weight`); only the padding compute changes."""
+    order = torch.sort(lengths[mb], descending=True, stable=True).indices
+    size = a.micro_batch_size if a.micro_batch_size > 0 else math.ceil(len(mb) / max(1, a.length_buckets))
+    return list(order.split(max(1, size)))
+
+
 def update_policy(model, optimizer, scheduler, batch: dict, advantages: torch.Tensor, cfg: Config,
                   shuffle: torch.Generator, ref=None, temperature: float | None = None) -> dict:
     """Epochs x mini-batches of clipped policy-gradient updates on one batch of rollouts. Returns mean stats.
@@ -118,24 +136,27 @@ def update_policy(model, optimizer, scheduler, batch: dict, advantages: torch.Te
     temp = cfg.sampling.temperature if temperature is None else temperature
     loss_fn = get_policy_loss(a.loss)
     loss_kwargs = _loss_kwargs(cfg, shuffle)
+    lengths = batch["prompt_mask"].sum(-1) + batch["mask"].sum(-1)
     for _ in range(a.epochs):
         perm = torch.randperm(n, generator=shuffle)
         for mb in perm.chunk(a.mini_batches):
             mb_mask = batch["mask"][mb]
             optimizer.zero_grad(set_to_none=True)
-            size = len(mb) if a.micro_batch_size <= 0 else a.micro_batch_size
-            for local in torch.arange(len(mb)).split(size):
+            for local in _micro_batches(mb, lengths, a):
                 rows = mb[local]
                 mask = batch["mask"][rows]
                 width = max(int(mask.sum(-1).max()), 1)  # trim padding columns this micro-batch does not use
                 mask = mask[:, :width]
+                prompt_mask = batch["prompt_mask"][rows]
+                lead = int((prompt_mask.cumsum(-1) == 0).sum(-1).min())  # left-padding columns common to all rows
                 need_entropy = a.entropy_coef != 0
-                lp, ent = response_logprobs(model, batch["prompt_ids"][rows], batch["prompt_mask"][rows],
+                lp, ent = response_logprobs(model, batch["prompt_ids"][rows, lead:], prompt_mask[:, lead:],
                                             batch["response_ids"][rows, :width], mask, temp,
                                             with_entropy=need_entropy)
                 extra = {k: batch[k][rows, :width] if batch.get(k) is not None else None
                          for k in ("is_weights", "token_weights")}
-                loss, st = loss_fn(lp, batch["logprobs"][rows, :width], advantages[rows, :width], mask,
+                old = lp.detach() if batch["logprobs"] is None else batch["logprobs"][rows, :width]
+                loss, st = loss_fn(lp, old, advantages[rows, :width], mask,
                                    agg=a.loss_agg, max_response_len=cfg.sampling.max_new_tokens, **extra,
                                    **loss_kwargs)
                 if a.kl_coef > 0:
@@ -568,10 +589,15 @@ def train(cfg: Config, *, resume: str | Path | None = None, console=None, progre
             if a.overlong == "mask":  # DAPO overlong filtering: truncated responses do not train
                 loss_mask = ro.mask * (~ro.truncated).to(ro.mask.dtype)[:, None]
             with torch.no_grad():
-                old_lp, old_ent = response_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.mask,
-                                                    train_temp)
+                if on_policy_single_update(cfg):
+                    # the only update sees the sampling weights: pi_old is the training forward itself (detached),
+                    # and the sampler's entropies are the policy's at this temperature. Saves a forward pass.
+                    old_lp, old_ent = None, ro.entropy
+                else:
+                    old_lp, old_ent = response_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.response_ids,
+                                                        ro.mask, train_temp)
                 batch = {"prompt_ids": ro.prompt_ids, "prompt_mask": ro.prompt_mask, "response_ids": ro.response_ids,
-                         "mask": loss_mask, "rewards": rewards, "group": ro.group, "logprobs": old_lp * loss_mask,
+                         "mask": loss_mask, "rewards": rewards, "group": ro.group, "logprobs": None if old_lp is None else old_lp * loss_mask,
                          "entropy": old_ent * loss_mask, "behavior_logprobs": ro.behavior_logprobs * loss_mask}
                 if need_ref:
                     with reference_mode(model, ref) as ref_model:
@@ -597,7 +623,7 @@ def train(cfg: Config, *, resume: str | Path | None = None, console=None, progre
             record.update(info)
             record["temperature/train"] = train_temp
             record.update(method_metrics(batch, base_adv, advantages, ro.mask, a))
-            if "ref_logprobs" in batch:
+            if "ref_logprobs" in batch and old_lp is not None:
                 record["kl/mean"] = float(masked_mean(kl_k3(old_lp, batch["ref_logprobs"], loss_mask), loss_mask))
             try:
                 record.update(update_policy(model, optimizer, scheduler, batch, advantages, cfg, shuffle_gen, ref,
