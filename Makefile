@@ -26,7 +26,12 @@ test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
 
 bench: $(STAMP)
+	# the speed part of bench/RESULTS.md (about 10 minutes on 2 cores); TRL is needed for train_step.py
+	$(PY) -m pip install -q trl datasets "torch==$$($(PY) -c 'import torch; print(torch.__version__.split("+")[0])')"
 	$(PY) bench/sampler.py
+	$(PY) bench/train_step.py
+	$(PY) bench/methods.py --quick
+	$(PY) bench/memory.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
