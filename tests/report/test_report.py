@@ -16,7 +16,6 @@ from explorl.report.runs import RunError, t_quantile_975
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 EXPECTED = {spec.key for spec in PLOTS}
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -247,11 +246,3 @@ def test_cli_errors_on_a_non_run_path(tmp_path, capsys, wide_console):
     assert main(["compare", str(tmp_path / "nope"), "--out", str(tmp_path / "c")]) == 2
     assert "no such directory" in capsys.readouterr().out
     assert not (tmp_path / "c").exists()
-
-
-@pytest.mark.skipif(not (REPO / "runs" / "sample_e3_ts" / "metrics.jsonl").exists(),
-                    reason="sample runs not present (runs/ is not in git)")
-def test_sample_runs_report(tmp_path):
-    report = compare([REPO / "runs" / "demo", REPO / "runs" / "sample_e3_ts"], out=tmp_path / "cmp")
-    assert {p.key for p in report.plots if p.path} == EXPECTED
-    assert len(group_by_config(report.runs)) == 2
