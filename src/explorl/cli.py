@@ -202,10 +202,7 @@ def _print_html_table(t) -> None:
         console.print(f"[dim]{t.note}[/]")
 
 
-def cmd_analyze(args) -> int:
-    from explorl.report import analyze
-
-    report = analyze(args.run, out=args.out)
+def _show_report(report) -> int:
     for plot in report.plots:
         if plot.note:
             console.print(f"[yellow]{plot.title}[/]: {plot.note}")
@@ -213,19 +210,18 @@ def cmd_analyze(args) -> int:
         _print_html_table(t)
     console.print(f"report: {report.html}")
     return 0
+
+
+def cmd_analyze(args) -> int:
+    from explorl.report import analyze
+
+    return _show_report(analyze(args.run, out=args.out))
 
 
 def cmd_compare(args) -> int:
     from explorl.report import compare
 
-    report = compare(args.runs, out=args.out)
-    for plot in report.plots:
-        if plot.note:
-            console.print(f"[yellow]{plot.title}[/]: {plot.note}")
-    for t in report.tables:
-        _print_html_table(t)
-    console.print(f"report: {report.html}")
-    return 0
+    return _show_report(compare(args.runs, out=args.out))
 
 
 def _print_table(title: str, rows: dict[str, dict], ks) -> None:

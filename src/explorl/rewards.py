@@ -39,6 +39,29 @@ _BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _INT_RE = re.compile(r"-?\d{1,30}")
 
 
+def closing_brace(text: str, start: int, stop: int | None = None) -> int:
+    """Index of the `}` closing a brace opened just before `start`, or -1 if none before `stop`.
+
+    Nested braces are matched; a backslash escapes the next character, so `\\{` and `\\}` do not count.
+    Linear in the scanned length.
+    """
+    depth, i = 1, start
+    stop = len(text) if stop is None else min(stop, len(text))
+    while i < stop:
+        c = text[i]
+        if c == "\\":
+            i += 2  # an escaped character, e.g. \{ or \\
+            continue
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return -1
+
+
 def extract_boxed(text: str, max_len: int = 2000) -> str | None:
     """Content of the last \\boxed{...} (or \\fbox{...}) in `text`, brace-matched; None if absent or unbalanced.
 
@@ -53,21 +76,9 @@ def extract_boxed(text: str, max_len: int = 2000) -> str | None:
         pass
     if last is None:
         return None
-    start = i = last.end()
-    depth, stop = 1, min(len(tail), start + max_len + 1)
-    while i < stop:
-        c = tail[i]
-        if c == "\\":
-            i += 2  # an escaped character, e.g. \{ or \\
-            continue
-        if c == "{":
-            depth += 1
-        elif c == "}":
-            depth -= 1
-            if depth == 0:
-                return tail[start:i]
-        i += 1
-    return None  # unbalanced, or longer than max_len
+    start = last.end()
+    end = closing_brace(tail, start, start + max_len + 1)
+    return tail[start:end] if end >= 0 else None  # None: unbalanced, or longer than max_len
 
 
 def brace_depth(s: str) -> int:

@@ -219,20 +219,10 @@ def cut_after_first_box(text: str) -> str:
     start = text.find(BOX)
     if start < 0:
         return text
-    depth, i = 1, start + len(BOX)
-    while i < len(text):
-        ch = text[i]
-        if ch == "\\":
-            i += 2
-            continue
-        if ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                return text[:i + 1]
-        i += 1
-    return text
+    from explorl.rewards import closing_brace
+
+    end = closing_brace(text, start + len(BOX))
+    return text[:end + 1] if end >= 0 else text
 
 
 def rft_filter(text: str, *, threshold: float = REDUNDANCY_THRESHOLD, level: str = "word") -> bool:
