@@ -1,0 +1,104 @@
+"""The papers' learning claims on the embedded default: every method, several seeds, one rollout budget.
+
+Runs each recipe for every seed (same steps x prompts x group size, so the same number of rollouts; DAPO's extra
+sampling rounds are counted and reported, since dynamic sampling spends more rollouts by design), evaluates the
+final policy on the held-out split with n = 32 samples per problem, and writes:
+- `OUT/<method>/seed<k>/`: the run directories;
+- `OUT/summary.json` and a printed table: final pass@1, pass@8, pass@32 (mean and 95% interval across seeds),
+  entropy at the end, all-wrong fraction over the last third of training, mean response length, rollouts used;
+- `OUT/compare/index.html`: `explorl compare` over all runs (overlaid curves, per-config intervals).
+
+    python bench/learning.py                      # the full comparison: ~11 methods x 3 seeds x ~2 min on 2 cores
+    python bench/learning.py --quick              # a one-minute smoke run (3 steps, 1 seed, 3 methods)
+
+This is the longer, documented command of the learning part of bench/RESULTS.md (not part of `make bench`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = ROOT / "configs" / "recipes"
+METHODS = ["grpo", "dapo", "e3_ts", "e3_ts_an", "e3", "erpo", "cw_grpo", "ead", "ead_tis", "still_ppl",
+           "still_position"]
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+
+
+def interval(values: list[float]) -> tuple[float, float]:
+    """Mean and the half-width of its 95% t-interval across seeds (0 with one seed)."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, 0.0
+    return mean, T95.get(len(values) - 1, 1.96) * statistics.stdev(values) / len(values) ** 0.5
+
+
+def run_one(method: str, seed: int, out: Path, args) -> dict:
+    from explorl.config import load_config
+    from explorl.trainer import train
+
+    run_dir = out / method / f"seed{seed}"
+    if not (run_dir / "eval.json").exists():
+        overrides = [f"run.seed={seed}", f"run.out_dir={run_dir}", f"run.steps={args.steps}",
+                     f"run.eval_n={args.eval_n}", f"run.eval_k={[k for k in (1, 8, 32) if k <= args.eval_n]}",
+                     f"run.eval_every={args.eval_every}", "run.save_every=0"]
+        if method == "still_position":  # the paper's window, scaled to the run: the second half
+            overrides += [f"algo.position_start={args.steps // 2 + 1}", f"algo.position_steps={args.steps}"]
+        train(load_config(RECIPES / f"{method}.yaml", overrides), progress=False)
+    steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in steps if "reward/mean" in r]
+    last_third = steps[len(steps) - max(1, len(steps) // 3):]
+    final = json.loads((run_dir / "eval.json").read_text())
+    return {**{k: final[k] for k in final if k.startswith("pass@")},
+            "entropy_end": statistics.fmean(r["entropy/mean"] for r in last_third[-5:]),
+            "all_wrong_last_third": statistics.fmean(r["reward/all_wrong_frac"] for r in last_third),
+            "length": statistics.fmean(r["length/mean"] for r in steps),
+            # rollouts sampled (DAPO samples groups it then drops: kept / kept fraction)
+            "rollouts": sum(r["rollouts/total"] / (r.get("rollouts/dapo_kept_frac") or 1.0) for r in steps)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default="runs/learning")
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--eval-n", type=int, default=32)
+    ap.add_argument("--eval-every", type=int, default=50)
+    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--quick", action="store_true", help="3 steps, 1 seed, grpo/e3/ead_tis, n = 8")
+    args = ap.parse_args()
+    if args.quick:
+        args.steps, args.seeds, args.eval_n, args.eval_every, args.methods = 3, 1, 8, 0, "grpo,e3,ead_tis"
+    console = Console()
+    out = Path(args.out)
+    methods = [m for m in args.methods.split(",") if m]
+    results = {m: [run_one(m, seed, out, args) for seed in range(args.seeds)] for m in methods}
+    keys = [k for k in ("pass@1", "pass@8", "pass@32") if any(k in r for rs in results.values() for r in rs)]
+    table = Table(title=f"held-out arithmetic after {args.steps} steps, {args.seeds} seed(s), n = {args.eval_n}")
+    for col in ["method", *keys, "entropy (end)", "all-wrong (last third)", "length", "rollouts"]:
+        table.add_column(col, justify="right")
+    summary = {}
+    for m, rs in results.items():
+        row = {k: interval([r[k] for r in rs]) for k in [*keys, "entropy_end", "all_wrong_last_third", "length",
+                                                          "rollouts"]}
+        summary[m] = {k: {"mean": v[0], "ci95": v[1]} for k, v in row.items()} | {"per_seed": rs}
+        table.add_row(m, *[f"{row[k][0]:.3f} ± {row[k][1]:.3f}" for k in keys],
+                      f"{row['entropy_end'][0]:.3f}", f"{row['all_wrong_last_third'][0]:.3f}",
+                      f"{row['length'][0]:.1f}", f"{row['rollouts'][0]:.0f}")
+    console.print(table)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    from explorl.report import compare
+
+    report = compare([out / m / f"seed{s}" for m in methods for s in range(args.seeds)], out=out / "compare")
+    console.print(f"wrote {out / 'summary.json'} and {report.html}")
+
+
+if __name__ == "__main__":
+    main()
