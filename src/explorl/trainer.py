@@ -1,9 +1,14 @@
 """The training loop: sample, reward, advantages, clipped policy update; one function, top to bottom.
 
 Deliberate choices, stated up front:
-- The optimised policy is softmax(logits / sampling.temperature): old, new and reference log-probs all come
-  from `rollout.logprobs.response_logprobs` (the same code path), so the first PPO ratio is exactly 1.
-- The sampler's own log-probs are behaviour log-probs; they are logged, not trained on, in plain GRPO.
+- The optimised policy is softmax(logits / the batch's training temperature): the fixed temperature, or the E3
+  tau that sampled the batch; under EAD the base temperature (the annealed per-token ones are behaviour only).
+  Old, new and reference log-probs all come from `rollout.logprobs.response_logprobs` (the same code path), so
+  the first PPO ratio is exactly 1. With one update per batch and nothing needing pi_old before it, pi_old is
+  that update's own forward, detached (`on_policy_single_update`), which saves a forward pass, as TRL does.
+- The sampler's own log-probs are behaviour log-probs: they feed truncated importance weights (`algo.tis`).
+- Methods plug in by name: the sampling schedule and budgets (`Controllers`, with DAPO dynamic sampling in
+  `collect_rollouts`), the estimator and shapers (`algos.advantages`), the per-token objective (`algos.losses`).
 - A response counts as correct (for `entropy/pos`, all-correct/all-wrong fractions) when its reward > 0.5.
 - A loss or gradient that is not finite skips the rest of that step's updates before `optimizer.step`, so the
   weights and the AdamW moments never see it; too many such steps in a row stop the run.
