@@ -159,8 +159,9 @@ class AlgoConfig:
     """With micro_batch_size 0: each mini-batch's responses are sorted by length and cut into this many
     micro-batches, each padded only to its own longest row (same gradient, less compute on padding)."""
     shapers: list[str] = field(default_factory=list)
-    """Advantage shapers applied in order after the estimator: `cw` (covariance weighting, paper 002), `ppl`,
-    `position` (paper 004 section 4.4.2), `entropy_adv` (Cheng et al.)."""
+    """Advantage shapers applied in order after the estimator: `cw` (covariance weighting, paper 002, batch-wide
+    statistics as METHODS 4), `cw_group` (the same with paper 002's per-group statistics), `ppl`, `position`
+    (paper 004 section 4.4.2), `entropy_adv` (Cheng et al.)."""
     loss: Literal["ppo", "clip_cov", "kl_cov"] = "ppo"
     """Per-token objective: PPO-clip, Clip-Cov or KL-Cov (Cui et al. 2025; METHODS 5)."""
     token_filter: Literal["none", "forking"] = "none"

@@ -572,7 +572,7 @@ def test_advantage_registry_has_erpo_and_passk():
 
 def test_shaper_registry():
     assert set(A.SHAPERS) >= {"cw", "ppl", "position", "entropy_adv"}
-    with pytest.raises(KeyError, match="cw, entropy_adv, .*position, ppl"):
+    with pytest.raises(KeyError, match="cw, cw_group, entropy_adv, .*position, ppl"):
         A.get_shaper("nope")
     with pytest.raises(ValueError, match="twice"):
         A.register_shaper("cw")(lambda *a: None)
@@ -602,3 +602,24 @@ def test_position_shaper_step_window():
     for step, applied in [(1, False), (199, False), (200, True), (299, True), (300, False)]:
         got = A.get_shaper("position")(adv, batch, window, step)
         assert torch.equal(got, shaped if applied else adv), step
+
+
+def test_cov_weights_grouped_paper_reading():
+    """Paper 002 section 2.3 normalises within each prompt's group: weights average 1 over each group's valid
+    tokens, 0 on padding; with one group it equals the batch-wide `cov_weights` of METHODS."""
+    from explorl.algos.advantages import cov_weights, cov_weights_grouped
+
+    g = torch.Generator().manual_seed(0)
+    n, t = 7, 6
+    mask = (torch.rand(n, t, generator=g) > 0.2).float()
+    mask[:, 0] = 1.0
+    adv = torch.randn(n, 1, generator=g).expand(n, t) * mask
+    lp = -torch.rand(n, t, generator=g) * 3 * mask
+    group = torch.tensor([5, 5, 2, 2, 2, 9, 9])
+    w = cov_weights_grouped(adv, lp, group, mask)
+    assert torch.all(w[mask == 0] == 0)
+    for gid in group.unique():
+        rows = group == gid
+        assert float(w[rows][mask[rows] > 0].mean()) == pytest.approx(1.0, abs=1e-12)
+    one = torch.zeros(n, dtype=torch.long)
+    assert torch.allclose(cov_weights_grouped(adv, lp, one, mask), cov_weights(adv, lp, mask), atol=1e-12)

@@ -290,6 +290,29 @@ def erpo(
     return out.to(out_dtype)
 
 
+def cov_weights_grouped(advantages: Tensor, logprobs: Tensor, group: Tensor, mask: Tensor) -> Tensor:
+    """`cov_weights` computed within each prompt's group, as paper 002 section 2.3 writes it: means, sigma and the
+    normaliser `N / sum w` over the valid tokens of the group's G responses (N = that group's token count).
+    METHODS.md section 4 fixes these to the whole batch (`cov_weights`); see the closing note of issue 5.
+    `group`: [N] prompt ids. Returns [N, T] float64 weights averaging 1 over each group's valid tokens."""
+    _check_token_inputs(mask, advantages=advantages, logprobs=logprobs)
+    valid = mask.bool()
+    f64 = torch.float64
+    zero = torch.zeros((), dtype=f64, device=mask.device)
+    ids = group[:, None].expand(mask.shape)
+    lp = torch.where(valid, logprobs.detach().to(f64), zero)
+    a = torch.where(valid, advantages.detach().to(f64), zero)
+    lp_mean, _, count = segment_stats(lp, ids, valid)
+    a_mean, _, _ = segment_stats(a, ids, valid)
+    c = torch.where(valid, (lp - lp_mean) * (a - a_mean), zero)
+    _, c_std, _ = segment_stats(c, ids, valid)
+    sigma2 = c_std.to(f64) ** 2
+    w = torch.where(sigma2 > 0, torch.exp(-(c * c) / (2.0 * sigma2.clamp_min(1e-300))), torch.ones_like(c))
+    w = torch.where(valid, w, zero)
+    w_mean, _, _ = segment_stats(w, ids, valid)
+    return torch.where(valid, w / w_mean.to(f64).clamp_min(1e-300), zero)
+
+
 def cov_weights(advantages: Tensor, logprobs: Tensor, mask: Tensor) -> Tensor:
     """Normalised Gaussian-kernel covariance weights `w~` of covariance-weighted GRPO (METHODS.md section 4;
     Wang et al. 2026, "Taming Extreme Tokens: Covariance-Aware GRPO with Gaussian-Kernel Advantage Reweighting",
@@ -625,6 +648,14 @@ def get_shaper(name: str) -> Callable[..., Tensor]:
 def _cw_shaper(advantages: Tensor, batch: dict[str, Tensor], cfg: AlgoConfig, step: int) -> Tensor:
     """Covariance-weighted advantages (paper 002); no hyperparameter."""
     return cov_weighted(advantages, batch["logprobs"], batch["mask"])
+
+
+@register_shaper("cw_group")
+def _cw_group_shaper(advantages: Tensor, batch: dict[str, Tensor], cfg: AlgoConfig, step: int) -> Tensor:
+    """Covariance-weighted advantages with paper 002's per-group statistics (`cov_weights_grouped`)."""
+    w = cov_weights_grouped(advantages, batch["logprobs"], batch["group"], batch["mask"])
+    return torch.where(batch["mask"].bool(), (w * advantages.detach().to(torch.float64)).to(advantages.dtype),
+                       torch.zeros((), dtype=advantages.dtype, device=advantages.device))
 
 
 @register_shaper("ppl")
