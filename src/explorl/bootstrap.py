@@ -60,18 +60,30 @@ class BootstrapConfig:
     """Length limit of sampled solutions during the checks."""
 
 
+def sft_example(tok, prompt: str, response: str) -> tuple[list[int], int]:
+    """Token ids of prompt + response + EOS, and where the response starts (the loss covers response and EOS)."""
+    prompt_ids = tok.encode(prompt, add_special_tokens=False)
+    return prompt_ids + tok.encode(response, add_special_tokens=False) + [tok.eos_token_id], len(prompt_ids)
+
+
+def sft_batch(seqs: list[list[int]], starts: list[int], rows: list[int], pad: int):
+    """Right-padded (input_ids, attention_mask, labels) of sequences `rows`; prompt and padding labels are -100."""
+    width = max(len(seqs[i]) for i in rows)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    attn = torch.zeros((len(rows), width), dtype=torch.long)
+    labels = torch.full((len(rows), width), -100, dtype=torch.long)
+    for j, i in enumerate(rows):
+        ids[j, :len(seqs[i])] = torch.tensor(seqs[i])
+        attn[j, :len(seqs[i])] = 1
+        labels[j, starts[i]:len(seqs[i])] = torch.tensor(seqs[i][starts[i]:])
+    return ids, attn, labels
+
+
 def _batches(seqs: list[list[int]], starts: list[int], batch: int, gen: torch.Generator, pad: int):
-    """Endless shuffled batches of (input_ids, labels) with the prompt part of the labels ignored."""
+    """Endless shuffled `sft_batch`es."""
     while True:
         for idx in torch.randperm(len(seqs), generator=gen).split(batch):
-            rows = [seqs[i] for i in idx.tolist()]
-            width = max(len(r) for r in rows)
-            ids = torch.full((len(rows), width), pad, dtype=torch.long)
-            labels = torch.full((len(rows), width), -100, dtype=torch.long)
-            for j, i in enumerate(idx.tolist()):
-                ids[j, :len(seqs[i])] = torch.tensor(seqs[i])
-                labels[j, starts[i]:len(seqs[i])] = torch.tensor(seqs[i][starts[i]:])
-            yield ids, labels
+            yield sft_batch(seqs, starts, idx.tolist(), pad)
 
 
 def bootstrap(out_dir: str | Path, cfg: BootstrapConfig | None = None, *, console=None) -> Path:
@@ -97,9 +109,9 @@ def bootstrap(out_dir: str | Path, cfg: BootstrapConfig | None = None, *, consol
                 extract_answer=extract_boxed)
     seqs, starts = [], []
     for p in train:
-        prompt = tok.encode(p.prompt, add_special_tokens=False)
-        seqs.append(prompt + tok.encode(p.meta["solution"], add_special_tokens=False) + [tok.eos_token_id])
-        starts.append(len(prompt))
+        seq, start = sft_example(tok, p.prompt, p.meta["solution"])
+        seqs.append(seq)
+        starts.append(start)
     gen = torch.Generator().manual_seed(cfg.seed)
     batches = _batches(seqs, starts, cfg.batch_size, gen, tok.pad_token_id)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
@@ -116,8 +128,8 @@ def bootstrap(out_dir: str | Path, cfg: BootstrapConfig | None = None, *, consol
         job = bar.add_task("sft", total=cfg.max_steps, info="")
         model.train()
         for step in range(1, cfg.max_steps + 1):
-            ids, labels = next(batches)
-            logits = model(input_ids=ids, attention_mask=(ids != tok.pad_token_id).long()).logits
+            ids, attn, labels = next(batches)
+            logits = model(input_ids=ids, attention_mask=attn).logits
             loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1))
             opt.zero_grad(set_to_none=True)
             loss.backward()

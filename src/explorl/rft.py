@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from explorl.bootstrap import sft_batch, sft_example
 from explorl.config import Config, dump_yaml
 from explorl.evaluate import decode_responses, evaluate, response_branching
 from explorl.models import load_policy
@@ -48,25 +49,13 @@ def finetune(model, tok, samples: list[dict], *, epochs: int, lr: float, batch_s
              generator: torch.Generator) -> float:
     """Supervised fine-tuning on (prompt, response) pairs, loss on response tokens and EOS. Returns the last loss."""
     device = next(model.parameters()).device
-    seqs, starts = [], []
-    for c in samples:
-        prompt = tok.encode(c["prompt"], add_special_tokens=False)
-        seqs.append(prompt + tok.encode(c["response"], add_special_tokens=False) + [tok.eos_token_id])
-        starts.append(len(prompt))
+    seqs, starts = map(list, zip(*[sft_example(tok, c["prompt"], c["response"]) for c in samples]))
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
     model.train()
     loss = torch.tensor(0.0)
     for _ in range(epochs):
         for idx in torch.randperm(len(seqs), generator=generator).split(batch_size):
-            width = max(len(seqs[i]) for i in idx.tolist())
-            ids = torch.full((len(idx), width), tok.pad_token_id, dtype=torch.long)
-            attn = torch.zeros((len(idx), width), dtype=torch.long)
-            labels = torch.full((len(idx), width), -100, dtype=torch.long)
-            for j, i in enumerate(idx.tolist()):
-                ids[j, :len(seqs[i])] = torch.tensor(seqs[i])
-                attn[j, :len(seqs[i])] = 1
-                labels[j, starts[i]:len(seqs[i])] = torch.tensor(seqs[i][starts[i]:])
-            ids, attn, labels = ids.to(device), attn.to(device), labels.to(device)
+            ids, attn, labels = (x.to(device) for x in sft_batch(seqs, starts, idx.tolist(), tok.pad_token_id))
             logits = model(input_ids=ids, attention_mask=attn).logits
             loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(), labels[:, 1:].reshape(-1))
             opt.zero_grad(set_to_none=True)

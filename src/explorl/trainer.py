@@ -373,8 +373,7 @@ def method_metrics(batch: dict, base_adv: torch.Tensor, advantages: torch.Tensor
     """What the configured method did to the batch: tokens masked or down-weighted, importance weights."""
     valid = response_mask > 0
     n_valid = max(int(valid.sum()), 1)
-    weights = torch.ones_like(response_mask)
-    weights = weights * batch["mask"]  # overlong masking
+    weights = batch["mask"]  # 0 on responses removed by overlong masking
     if batch.get("token_weights") is not None:
         weights = weights * batch["token_weights"]
     out = {"tokens/masked_frac": float(((weights == 0) & valid).sum()) / n_valid,
