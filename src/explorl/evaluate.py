@@ -122,16 +122,14 @@ def decode_responses(tokenizer, ro) -> list[str]:
 def response_branching(model, ro, temperature: float, top_p: float = 0.95, chunk: int = 16) -> torch.Tensor:
     """Mean rollout branching factor of each response [N] (METHODS 8), from one forward pass per chunk of rows."""
     from explorl.metrics import branching_factor
-    from explorl.rollout.logprobs import position_ids_from_mask
+    from explorl.rollout.logprobs import full_sequences
 
     out = []
     t = ro.response_ids.shape[1]
     for s in range(0, ro.mask.shape[0], chunk):
         rows = slice(s, s + chunk)
-        ids = torch.cat([ro.prompt_ids[rows], ro.response_ids[rows]], dim=1)
-        attn = torch.cat([ro.prompt_mask[rows], torch.ones_like(ro.response_ids[rows])], dim=1)
-        logits = model(input_ids=ids, attention_mask=attn, position_ids=position_ids_from_mask(attn),
-                       logits_to_keep=t + 1).logits[:, :-1].float()
+        ids, attn, pos = full_sequences(ro.prompt_ids[rows], ro.prompt_mask[rows], ro.response_ids[rows])
+        logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=t + 1).logits[:, :-1].float()
         bf = branching_factor(torch.softmax(logits / temperature, dim=-1), top_p=top_p).float()
         mask = ro.mask[rows]
         out.append((bf * mask).sum(-1) / mask.sum(-1).clamp_min(1))

@@ -16,6 +16,16 @@ def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp_(min=0)
 
 
+def full_sequences(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_ids: torch.Tensor):
+    """(input_ids, attention_mask, position_ids) [N, P + T] of prompts followed by their responses.
+
+    Padded response positions stay attendable so no query row is fully masked; their outputs are never used.
+    """
+    input_ids = torch.cat([prompt_ids, response_ids], dim=1)
+    attention_mask = torch.cat([prompt_mask.long(), torch.ones_like(response_ids)], dim=1)
+    return input_ids, attention_mask, position_ids_from_mask(attention_mask)
+
+
 def _as_temperature(temperature, n: int, t: int, device) -> torch.Tensor:
     """Broadcastable temperature [N, T, 1] from a float, [N] or [N, T]."""
     if isinstance(temperature, torch.Tensor):
@@ -78,11 +88,7 @@ def response_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
     """
     n, t = response_ids.shape
     p = prompt_ids.shape[1]
-    input_ids = torch.cat([prompt_ids, response_ids], dim=1)
-    attention_mask = torch.cat([prompt_mask.to(response_mask.dtype), response_mask], dim=1).long()
-    # keep padded response positions attendable so no query row is fully masked; their outputs are dropped
-    attention_mask[:, p:] = 1
-    position_ids = position_ids_from_mask(attention_mask)
+    input_ids, attention_mask, position_ids = full_sequences(prompt_ids, prompt_mask, response_ids)
     split = _split_head(model)
     temp = None
     lps, ents = [], []
