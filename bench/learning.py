@@ -26,8 +26,10 @@ from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "configs" / "recipes"
-METHODS = ["grpo", "dapo", "e3_ts", "e3_ts_an", "e3", "erpo", "cw_grpo", "ead", "ead_tis", "still_ppl",
-           "still_position"]
+METHODS = ["grpo", "dapo", "e3_ts", "e3_ts_an", "e3", "erpo", "cw_grpo", "cw_grpo_group", "ead", "ead_tis",
+           "still_ppl", "still_position"]
+# methods run from another recipe with overrides: paper 002's per-group reading of the CW statistics
+VARIANTS = {"cw_grpo_group": ("cw_grpo", ["algo.shapers=[cw_group]"])}
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
 
@@ -50,12 +52,14 @@ def run_one(method: str, seed: int, out: Path, args) -> dict:
                      f"run.eval_every={args.eval_every}", "run.save_every=0"]
         if method == "still_position":  # the paper's window, scaled to the run: the second half
             overrides += [f"algo.position_start={args.steps // 2 + 1}", f"algo.position_steps={args.steps}"]
-        train(load_config(RECIPES / f"{method}.yaml", overrides), progress=False)
+        recipe, extra = VARIANTS.get(method, (method, []))
+        train(load_config(RECIPES / f"{recipe}.yaml", overrides + extra), progress=False)
     steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in steps if "reward/mean" in r]
     last_third = steps[len(steps) - max(1, len(steps) // 3):]
     final = json.loads((run_dir / "eval.json").read_text())
     return {**{k: final[k] for k in final if k.startswith("pass@")},
+            "entropy_start": statistics.fmean(r["entropy/mean"] for r in steps[:5]),
             "entropy_end": statistics.fmean(r["entropy/mean"] for r in last_third[-5:]),
             "all_wrong_last_third": statistics.fmean(r["reward/all_wrong_frac"] for r in last_third),
             "length": statistics.fmean(r["length/mean"] for r in steps),
@@ -75,21 +79,23 @@ def main() -> None:
     args = ap.parse_args()
     if args.quick:
         args.steps, args.seeds, args.eval_n, args.eval_every, args.methods = 3, 1, 8, 0, "grpo,e3,ead_tis"
-    console = Console()
+    console = Console(width=160)
     out = Path(args.out)
     methods = [m for m in args.methods.split(",") if m]
     results = {m: [run_one(m, seed, out, args) for seed in range(args.seeds)] for m in methods}
     keys = [k for k in ("pass@1", "pass@8", "pass@32") if any(k in r for rs in results.values() for r in rs)]
     table = Table(title=f"held-out arithmetic after {args.steps} steps, {args.seeds} seed(s), n = {args.eval_n}")
-    for col in ["method", *keys, "entropy (end)", "all-wrong (last third)", "length", "rollouts"]:
+    for col in ["method", *keys, "entropy (start)", "entropy (end)", "all-wrong (last third)", "length",
+                "rollouts"]:
         table.add_column(col, justify="right")
     summary = {}
     for m, rs in results.items():
-        row = {k: interval([r[k] for r in rs]) for k in [*keys, "entropy_end", "all_wrong_last_third", "length",
-                                                          "rollouts"]}
+        row = {k: interval([r[k] for r in rs]) for k in [*keys, "entropy_start", "entropy_end",
+                                                          "all_wrong_last_third", "length", "rollouts"]}
         summary[m] = {k: {"mean": v[0], "ci95": v[1]} for k, v in row.items()} | {"per_seed": rs}
         table.add_row(m, *[f"{row[k][0]:.3f} ± {row[k][1]:.3f}" for k in keys],
-                      f"{row['entropy_end'][0]:.3f}", f"{row['all_wrong_last_third'][0]:.3f}",
+                      f"{row['entropy_start'][0]:.3f}", f"{row['entropy_end'][0]:.3f}",
+                      f"{row['all_wrong_last_third'][0]:.3f}",
                       f"{row['length'][0]:.1f}", f"{row['rollouts'][0]:.0f}")
     console.print(table)
     out.mkdir(parents=True, exist_ok=True)

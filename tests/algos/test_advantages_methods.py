@@ -273,6 +273,28 @@ def test_cov_weights_match_slow_reference_and_average_one(seed):
     assert torch.allclose((out[nz].double() / b["adv"][nz].double()), w[nz], rtol=1e-5)
 
 
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_cov_weighted_drifts_toward_the_common_outcome(sign):
+    # The property behind CW-GRPO's divergence on the embedded default (bench/RESULTS.md): the kernel depends on
+    # c^2, c scales with A - mean(A), so the rare outcome's tokens (largest |A|) are down-weighted and the
+    # advantages no longer sum to zero. One group of 4 responses x 2 tokens, one rare outcome with A = 3 * sign,
+    # three common ones with A = -sign (sum 0); each response has log-probs [0, -2].
+    # mean logp = -1, mean A = 0 -> c = (logp + 1) * A: rare row [3, -3] * sign, common rows [-1, 1] * sign.
+    # mean c = 0, sigma^2 = (9 + 9 + 6 * 1) / 8 = 3 -> w = exp(-c^2 / 6): rare exp(-1.5), common exp(-1/6).
+    # sum w = 2 exp(-1.5) + 6 exp(-1/6) = 5.5251507; w~ = 8 w / sum: rare 0.3230756, common 1.2256415.
+    # sum of w~ A = 2 * 3 * 0.3230756 - 6 * 1.2256415 = -5.4153953 (times sign): the common outcome wins.
+    adv = sign * torch.tensor([[3.0, 3.0], [-1.0, -1.0], [-1.0, -1.0], [-1.0, -1.0]])
+    lp = torch.tensor([[0.0, -2.0]] * 4)
+    mask = torch.ones(4, 2)
+    total = 2 * math.exp(-1.5) + 6 * math.exp(-1 / 6)
+    rare, common = 8 * math.exp(-1.5) / total, 8 * math.exp(-1 / 6) / total
+    assert (rare, common) == (pytest.approx(0.3230756, abs=1e-7), pytest.approx(1.2256415, abs=1e-7))
+    w = A.cov_weights(adv, lp, mask)
+    assert torch.allclose(w, torch.tensor([[rare] * 2] + [[common] * 2] * 3, dtype=torch.float64), atol=1e-7)
+    assert float(adv.sum()) == 0.0
+    assert float(A.cov_weighted(adv, lp, mask).double().sum()) == pytest.approx(-5.4153953 * sign, abs=1e-5)
+
+
 # ------------------------------------------------------------------------------------------------------------
 # PPL shaping
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from explorl.report import PLOTS, analyze, compare, group_by_config, load_run, seed_stat
-from explorl.report.runs import RunError, t_quantile_975
+from explorl.report.runs import Run, RunError, group_labels, seed_mean, t_quantile_975
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 EXPECTED = {spec.key for spec in PLOTS}
@@ -193,12 +193,15 @@ def test_compare_adds_a_ci_column_for_seeds_of_one_config(tiny_run, tmp_path):
     page = _parse(report.html)
     _assert_self_contained(page, len(EXPECTED))
     assert "pass@1 95% CI" in "".join(page.text) and "explorl comparison" in page.title
+    # seeds of one config are drawn as one mean curve with a band, named in a note
+    assert "min-max range across seeds" in "".join(page.text)
 
 
 def test_compare_without_shared_config_has_no_ci_column(tiny_run, tmp_path):
     c = _variant(tiny_run, tmp_path / "hot", temperature=0.7)
     report = compare([tiny_run, c], out=tmp_path / "cmp")
     assert not any("CI" in h for h in report.tables[0].headers)
+    assert "min-max range across seeds" not in "".join(_parse(report.html).text)
 
 
 def test_not_a_run_directory(tmp_path):
@@ -246,3 +249,52 @@ def test_cli_errors_on_a_non_run_path(tmp_path, capsys, wide_console):
     assert main(["compare", str(tmp_path / "nope"), "--out", str(tmp_path / "c")]) == 2
     assert "no such directory" in capsys.readouterr().out
     assert not (tmp_path / "c").exists()
+
+
+def _run(path: str, steps: list[dict], final: dict | None = None) -> Run:
+    return Run(path=Path(path), name=Path(path).name, config={"run": {"seed": 0}}, config_text="", steps=steps,
+               final=final)
+
+
+def test_seed_mean_averages_the_steps_every_seed_has():
+    a = _run("/x/grpo/seed0", [{"step": 1, "reward/mean": 0.2, "entropy/by_position": [0.1, 0.3]},
+                               {"step": 2, "reward/mean": 0.4, "entropy/by_position": [0.2, None]},
+                               {"step": 3, "reward/mean": 0.9}], final={"pass@1": 0.5})
+    b = _run("/x/grpo/seed1", [{"step": 1, "reward/mean": 0.6, "entropy/by_position": [0.3, 0.5]},
+                               {"step": 2, "reward/mean": None, "entropy/by_position": [0.4, 0.7]}],
+             final={"pass@1": 0.25})
+    m = seed_mean([a, b], "grpo")
+    # step 3 is only in seed0: dropped. Step 1: (0.2 + 0.6) / 2 = 0.4; step 2: only seed0's 0.4 is finite.
+    assert m.series("reward/mean") == ([1, 2], [pytest.approx(0.4), pytest.approx(0.4)])
+    # element-wise: step 1 [(0.1 + 0.3) / 2, (0.3 + 0.5) / 2]; step 2 [(0.2 + 0.4) / 2, 0.7 (the only finite)]
+    assert [r["entropy/by_position"] for r in m.steps] == [[pytest.approx(0.2), pytest.approx(0.4)],
+                                                           [pytest.approx(0.3), pytest.approx(0.7)]]
+    assert m.final == {"pass@1": pytest.approx(0.375)} and m.members == [a, b] and m.name == "grpo"
+    with pytest.raises(ValueError, match="empty"):
+        seed_mean([], "x")
+
+
+def test_group_labels_use_the_shared_parent_or_fall_back():
+    g1 = [_run("/x/grpo/seed0", []), _run("/x/grpo/seed1", [])]
+    g2 = [_run("/x/e3/seed0", []), _run("/x/e3/seed1", [])]
+    lone = _run("/y/hot", [])
+    names = {id(r): r.name for r in [*g1, *g2, lone]}
+    assert group_labels([g1, g2, [lone]], names) == ["grpo", "e3", "hot"]
+    mixed = [_run("/x/a/seed0", []), _run("/x/b/seed1", [])]  # no shared parent
+    assert group_labels([mixed, [lone]], names | {id(r): r.name for r in mixed}) == ["config 1", "hot"]
+    other = _run("/z/grpo", [])  # a lone run whose label repeats the seed group's: both fall back
+    assert group_labels([g1, [other]], names | {id(other): "grpo"}) == ["config 1", "config 2"]
+
+
+def test_compare_many_configs_draws_one_series_each(tiny_run, tmp_path):
+    # 7 configs (> plots.MANY): two seeds each under a shared parent, so curves are seed means named by the parent
+    runs = []
+    for i in range(7):
+        for seed in (0, 1):
+            runs.append(_variant(tiny_run, tmp_path / f"m{i}" / f"seed{seed}", seed=seed, temperature=0.5 + i / 10))
+    report = compare(runs, out=tmp_path / "cmp")
+    entropy = next(p for p in report.plots if p.key == "entropy")
+    assert entropy.path is not None and entropy.title == "Token entropy (all responses)"
+    text = "".join(_parse(report.html).text)
+    assert "m0 = m0/seed0, m0/seed1" in text and "m6 = m6/seed0, m6/seed1" in text
+    assert len(report.tables[0].rows) == 7

@@ -11,11 +11,11 @@ from typing import Any
 
 from explorl.report.html import HtmlTable, Page, write_page
 from explorl.report.plots import PLOTS, PlotFile, make_plots, run_labels
-from explorl.report.runs import (Run, RunError, SeedStat, config_differences, group_by_config, load_run,
-                                 seed_stat)
+from explorl.report.runs import (Run, RunError, SeedStat, config_differences, group_by_config, group_labels,
+                                 load_run, seed_mean, seed_stat)
 
 __all__ = ["PLOTS", "Report", "Run", "RunError", "analyze", "compare", "compare_tables", "final_table",
-           "group_by_config", "load_run", "make_plots", "seed_stat"]
+           "group_by_config", "load_run", "make_plots", "seed_mean", "seed_stat"]
 
 
 @dataclass
@@ -149,14 +149,21 @@ def compare(run_paths: list[str | Path], out: str | Path = "runs/compare") -> Re
     runs = [load_run(p) for p in run_paths]
     out_dir = Path(out)
     labels = run_labels(runs)
-    plots = make_plots(runs, out_dir, labels)
-    tables = compare_tables(runs)
     groups = group_by_config(runs)
     label_of = dict(zip(map(id, runs), labels))
-    configs = [(f"config {gi + 1}: {', '.join(label_of[id(r)] for r in g)} (shown: {label_of[id(g[0])]})",
-                g[0].config_text) for gi, g in enumerate(groups)]
     notes = [f"{label_of[id(r)]}: {r.skipped_lines} unreadable line(s) of metrics.jsonl skipped"
              for r in runs if r.skipped_lines]
+    if any(len(g) > 1 for g in groups):  # one curve per config: seeds averaged, their spread shaded
+        names = group_labels(groups, label_of)
+        plots = make_plots([seed_mean(g, n) for g, n in zip(groups, names)], out_dir, names)
+        notes.insert(0, "Curves: one per config, the mean over its seeds at the steps all of them logged; shaded: "
+                        "the min-max range across seeds (first series of each plot). Legend names: "
+                        + "; ".join(f"{n} = {', '.join(label_of[id(r)] for r in g)}" for n, g in zip(names, groups)))
+    else:
+        plots = make_plots(runs, out_dir, labels)
+    tables = compare_tables(runs)
+    configs = [(f"config {gi + 1}: {', '.join(label_of[id(r)] for r in g)} (shown: {label_of[id(g[0])]})",
+                g[0].config_text) for gi, g in enumerate(groups)]
     page = Page(title=f"explorl comparison: {' vs '.join(labels)}",
                 subtitle=", ".join(str(r.path) for r in runs), tables=tables, plots=plots, configs=configs,
                 notes=notes)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from matplotlib import colormaps
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -14,6 +15,7 @@ from explorl.report.runs import Run
 
 LINESTYLES = ("-", "--", ":", "-.")
 POSITION_TAIL = 0.2  # entropy by position: average over the last 20% of the steps
+MANY = 6  # with more runs than this, multi-series plots draw only their first series and legends move outside
 
 
 @dataclass
@@ -43,11 +45,15 @@ class _Drawer:
 
     def __init__(self, ax: Axes, labels: list[str]):
         self.ax, self.labels, self.single = ax, labels, len(labels) == 1
+        self.many = len(labels) > MANY
+        # tab10 repeats after 10 runs; tab20 keeps up to 20 apart
+        self.colors = [f"C{i % 10}" for i in range(len(labels))] if len(labels) <= 10 else \
+            [colormaps["tab20"](i % 20) for i in range(len(labels))]
 
     def style(self, run_i: int, series_i: int) -> dict:
         if self.single:
             return {"color": f"C{series_i % 10}", "linestyle": "-"}
-        return {"color": f"C{run_i % 10}", "linestyle": LINESTYLES[series_i % len(LINESTYLES)]}
+        return {"color": self.colors[run_i], "linestyle": LINESTYLES[series_i % len(LINESTYLES)]}
 
     def label(self, run_i: int, series: str | None) -> str:
         if self.single:
@@ -65,16 +71,27 @@ def _metric_lines(keys: list[tuple[str, str | None]], marker: str | None = None)
         lacking = []
         for i, run in enumerate(runs):
             drawn = False
-            for j, (key, series) in enumerate(keys):
+            for j, (key, series) in enumerate(keys[:1] if d.many else keys):
                 xs, ys = run.series(key)
                 if xs:
-                    d.line(i, j, series, xs, ys, marker=marker, markersize=3)
+                    d.line(i, j, None if d.many else series, xs, ys, marker=marker, markersize=3)
+                    if len(run.members) > 1 and j == 0:  # seeds of one config: their min-max band
+                        _seed_band(d, i, run, key, xs)
                     drawn = True
             if not drawn:
                 lacking.append(i)
         return lacking
 
     return draw
+
+
+def _seed_band(d: _Drawer, run_i: int, run: Run, key: str, xs: list[int]) -> None:
+    per_seed = [dict(zip(*m.series(key))) for m in run.members]
+    band = [x for x in xs if all(x in p for p in per_seed)]
+    if band:
+        d.ax.fill_between(band, [min(p[x] for p in per_seed) for x in band],
+                          [max(p[x] for p in per_seed) for x in band], color=d.style(run_i, 0)["color"],
+                          alpha=0.15, linewidth=0)
 
 
 def _draw_pass_at_k(d: _Drawer, runs: list[Run]) -> list[int]:
@@ -132,6 +149,8 @@ class PlotSpec:
     draw: Callable[[_Drawer, list[Run]], list[int]]
     metric: str
     xlabel: str = "training step"
+    title_many: str | None = None
+    """The title when more than MANY runs are drawn and only the first series is (multi-series plots)."""
 
 
 PLOTS: list[PlotSpec] = [
@@ -139,10 +158,12 @@ PLOTS: list[PlotSpec] = [
     PlotSpec("pass_at_k", "Held-out pass@k during training", "pass@k", _draw_pass_at_k, "eval/pass@k"),
     PlotSpec("entropy", "Token entropy (all / correct / incorrect responses)", "entropy (nats)",
              _metric_lines([("entropy/mean", "all"), ("entropy/pos", "correct (pos)"),
-                            ("entropy/neg", "incorrect (neg)")]), "entropy/mean"),
+                            ("entropy/neg", "incorrect (neg)")]), "entropy/mean",
+             title_many="Token entropy (all responses)"),
     PlotSpec("temperature", "Sampling temperature", "temperature",
              _metric_lines([("temperature/mean", "sampled (mean over tokens)"),
-                            ("temperature/train", "optimised policy")]), "temperature/mean"),
+                            ("temperature/train", "optimised policy")]), "temperature/mean",
+             title_many="Sampling temperature (mean over sampled tokens)"),
     PlotSpec("rollouts", "Rollouts per prompt (mean, min-max band)", "responses per prompt", _draw_rollouts,
              "rollouts/per_prompt_*"),
     PlotSpec("all_wrong", "Prompts with every response wrong", "fraction of prompts",
@@ -163,7 +184,7 @@ def make_plots(runs: list[Run], out_dir: str | Path, labels: list[str] | None = 
     labels = labels or run_labels(runs)
     results = []
     for spec in PLOTS:
-        fig = Figure(figsize=(7.5, 4.2), dpi=100, layout="constrained")
+        fig = Figure(figsize=(10.0, 4.8) if len(runs) > MANY else (7.5, 4.2), dpi=100, layout="constrained")
         FigureCanvasAgg(fig)
         ax = fig.add_subplot()
         drawer = _Drawer(ax, labels)
@@ -173,17 +194,21 @@ def make_plots(runs: list[Run], out_dir: str | Path, labels: list[str] | None = 
             target.unlink(missing_ok=True)  # no stale picture from an earlier report
             results.append(PlotFile(spec.key, spec.title, None, f"skipped: no {spec.metric} in metrics.jsonl"))
             continue
-        ax.set_title(spec.title)
+        title = spec.title_many if drawer.many and spec.title_many else spec.title
+        ax.set_title(title)
         ax.set_xlabel(spec.xlabel)
         ax.set_ylabel(spec.ylabel)
         ax.grid(True, alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize="small", loc="best")
+            if len(runs) > MANY:
+                ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+            else:
+                ax.legend(fontsize="small", loc="best")
         fig.savefig(target, format="png", metadata={"Software": None})
         note = None
         if lacking:
             note = f"no {spec.metric} in: {', '.join(labels[i] for i in lacking)}"
-        results.append(PlotFile(spec.key, spec.title, target, note))
+        results.append(PlotFile(spec.key, title, target, note))
     return results
 
 

@@ -44,6 +44,8 @@ class Run:
     """eval.json, or the last evaluation of metrics.jsonl when the run has no eval.json (None if neither)."""
     skipped_lines: int = 0
     """Lines of metrics.jsonl that were not JSON objects (e.g. a line cut short by a killed run)."""
+    members: list[Run] = field(default_factory=list)
+    """For a seed mean (`seed_mean`): the runs it averages; empty for a run read from disk."""
 
     @property
     def seed(self) -> Any:
@@ -166,6 +168,50 @@ def group_by_config(runs: list[Run]) -> list[list[Run]]:
     for run in runs:
         groups.setdefault(config_key(run.config), []).append(run)
     return list(groups.values())
+
+
+def _mean_records(records: list[dict]) -> dict:
+    """Key-wise mean of records of one step: scalars over the finite values, lists element-wise."""
+    out: dict[str, Any] = {}
+    for key in dict.fromkeys(k for r in records for k in r):
+        values = [r.get(key) for r in records]
+        if all(isinstance(v, list) for v in values):
+            width = max(len(v) for v in values)
+            cols = [[f for v in values if i < len(v) and (f := _finite(v[i])) is not None] for i in range(width)]
+            out[key] = [statistics.fmean(c) if c else None for c in cols]
+        else:
+            finite = [f for f in map(_finite, values) if f is not None]
+            out[key] = statistics.fmean(finite) if finite else None
+    return out
+
+
+def _common_steps(record_lists: list[list[dict]]) -> list[dict]:
+    """Per step present in every list, the mean record (`step` kept as an int)."""
+    by_step = [{int(r["step"]): r for r in recs} for recs in record_lists]
+    shared = sorted(set.intersection(*(set(b) for b in by_step))) if by_step else []
+    return [_mean_records([b[s] for b in by_step]) | {"step": s} for s in shared]
+
+
+def seed_mean(group: list[Run], name: str) -> Run:
+    """One curve for the seeds of one config: per-step means over the steps every run has (training records and
+    evaluations), the mean final evaluation, and the runs themselves in `members` (for min-max bands)."""
+    if not group:
+        raise ValueError("seed_mean: empty group")
+    finals = [r.final for r in group if r.final]
+    return Run(path=group[0].path.parent, name=name, config=group[0].config, config_text=group[0].config_text,
+               steps=_common_steps([r.steps for r in group]), evals=_common_steps([r.evals for r in group]),
+               final=_mean_records(finals) if finals else None, members=list(group))
+
+
+def group_labels(groups: list[list[Run]], run_label: dict[int, str]) -> list[str]:
+    """A legend label per config group: a lone run keeps its own label (`run_label[id(run)]`); seeds of one
+    config take their shared parent directory's name (`runs/learning/grpo/seed0` -> `grpo`), or `config N`
+    where that is not shared or would repeat a label."""
+    labels = []
+    for i, g in enumerate(groups):
+        parents = {r.path.resolve().parent.name for r in g}
+        labels.append(run_label[id(g[0])] if len(g) == 1 else next(iter(parents)) if len(parents) == 1 else "")
+    return [lab if lab and labels.count(lab) == 1 else f"config {i + 1}" for i, lab in enumerate(labels)]
 
 
 def flatten(config: dict, prefix: str = "") -> dict[str, Any]:

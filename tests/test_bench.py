@@ -1,0 +1,42 @@
+"""The statistics of bench/cw_weights.py (bench/ is scripts, not a package: loaded from its path)."""
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from explorl.algos.advantages import cov_weights
+
+
+def _load(name: str):
+    path = Path(__file__).resolve().parents[1] / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cw_weight_stats_on_the_hand_example():
+    # tests/algos/test_advantages_methods.py::test_cov_weighted_drifts_toward_the_common_outcome: one correct
+    # response (A = 3) and three wrong ones (A = -1), log-probs [0, -2] each -> w~ = 0.3230756 on the correct
+    # response, 1.2256415 on the wrong ones. Every statistic follows: w+ = w+lo = kept+ = 0.3230756 (one weight on
+    # all positive tokens), w- = w-lo = kept- = 1.2256415, mean w~A = (6 * 0.3230756 - 6 * 1.2256415) / 8.
+    stats = _load("cw_weights").weight_stats
+    adv = torch.tensor([[3.0, 3.0], [-1.0, -1.0], [-1.0, -1.0], [-1.0, -1.0]])
+    lp = torch.tensor([[0.0, -2.0]] * 4)
+    mask = torch.ones(4, 2)
+    correct = torch.tensor([True, False, False, False])
+    out = stats(cov_weights(adv, lp, mask), adv, lp, correct, mask)
+    total = 2 * math.exp(-1.5) + 6 * math.exp(-1 / 6)
+    rare, common = 8 * math.exp(-1.5) / total, 8 * math.exp(-1 / 6) / total
+    for key in ("w+", "w+lo", "kept+"):
+        assert out[key] == pytest.approx(rare, abs=1e-9)
+    for key in ("w-", "w-lo", "kept-"):
+        assert out[key] == pytest.approx(common, abs=1e-9)
+    assert out["mean w~A"] == pytest.approx((6 * rare - 6 * common) / 8, abs=1e-9)
+    # padding is ignored and a side with no tokens gives NaN, not a crash
+    out = stats(torch.ones(1, 3, dtype=torch.float64), torch.tensor([[1.0, 1.0, 5.0]]), torch.zeros(1, 3),
+                torch.tensor([True]), torch.tensor([[1.0, 1.0, 0.0]]))
+    assert out["w+"] == 1.0 and out["kept+"] == 1.0 and math.isnan(out["w-"]) and math.isnan(out["kept-"])
