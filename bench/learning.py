@@ -30,15 +30,14 @@ METHODS = ["grpo", "dapo", "e3_ts", "e3_ts_an", "e3", "erpo", "cw_grpo", "cw_grp
            "still_ppl", "still_position"]
 # methods run from another recipe with overrides: paper 002's per-group reading of the CW statistics
 VARIANTS = {"cw_grpo_group": ("cw_grpo", ["algo.shapers=[cw_group]"])}
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
 
 def interval(values: list[float]) -> tuple[float, float]:
-    """Mean and the half-width of its 95% t-interval across seeds (0 with one seed)."""
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return mean, 0.0
-    return mean, T95.get(len(values) - 1, 1.96) * statistics.stdev(values) / len(values) ** 0.5
+    """Mean and the half-width of its 95% t-interval across seeds (0 with one seed): `report.runs.seed_stat`."""
+    from explorl.report.runs import seed_stat
+
+    stat = seed_stat(values)
+    return stat.mean, stat.half_width or 0.0
 
 
 def run_one(method: str, seed: int, out: Path, args) -> dict:
