@@ -67,9 +67,10 @@ def _cpu_name() -> str:
 
 
 def _model_dir() -> Path:
+    from explorl.bootstrap import ensure_embedded
     from explorl.models import resolve_model_path
 
-    return resolve_model_path("embedded")  # bootstraps it on first use
+    return resolve_model_path(ensure_embedded("embedded"))
 
 
 def _task_cfg():
@@ -85,6 +86,7 @@ def _task_cfg():
 def run_explorl(args, out_dir: Path) -> dict:
     import explorl.trainer as trainer
     from explorl.config import load_config
+    from explorl.runlog import RunLog
 
     overrides = [
         "model.path=embedded", "model.device=cpu", "model.dtype=float32",
@@ -102,20 +104,20 @@ def run_explorl(args, out_dir: Path) -> dict:
     ]
     cfg = load_config(None, overrides)
     ends: list[float] = []
-    original = trainer._append_jsonl
+    original = RunLog.append_metrics
 
-    def stamped(path, record):  # time each step's record as it is written (the step's end, for `loop`)
-        original(path, record)
+    def stamped(self, record):  # time each step's record as it is written (the step's end, for `loop`)
+        original(self, record)
         if "perf/step_s" in record:
             ends.append(time.perf_counter())
 
-    trainer._append_jsonl = stamped
+    RunLog.append_metrics = stamped
     try:
         from rich.console import Console
 
         trainer.train(cfg, console=Console(file=open(os.devnull, "w")), progress=False)
     finally:
-        trainer._append_jsonl = original
+        RunLog.append_metrics = original
     recs = [json.loads(x) for x in (out_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
     recs = [r for r in recs if "perf/step_s" in r]
     w = args.warmup
@@ -137,7 +139,7 @@ def _trl_dataset(args):
     from datasets import Dataset
 
     from explorl.tasks import load_task
-    from explorl.trainer import PromptStream
+    from explorl.rollout.controllers import PromptStream
 
     task = load_task(_task_cfg())
     stream = PromptStream(len(task.train), SEED)

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from explorl.config import reference
-from explorl.trainer import STEP_METRICS
+from explorl.runlog import STEP_METRICS
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 

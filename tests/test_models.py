@@ -37,6 +37,13 @@ def test_missing_model_directory_is_a_clear_error(tmp_path):
         resolve_model_path(str(tmp_path / "nope"))
 
 
+def test_loading_a_missing_embedded_default_fails_without_training(tmp_path, monkeypatch):
+    monkeypatch.setenv("EXPLORL_HOME", str(tmp_path / "home"))
+    with pytest.raises(FileNotFoundError, match="explorl bootstrap"):
+        resolve_model_path("embedded")
+    assert not (tmp_path / "home").exists()  # nothing was built or even started
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error raised without a GPU")
 def test_cuda_request_without_gpu_is_a_clear_error():
     with pytest.raises(RuntimeError, match="model.device"):

@@ -9,8 +9,12 @@ import pytest
 import torch
 
 from explorl.algos import ADVANTAGES, register_advantage
+from explorl.algos.batch import RolloutBatch
+from explorl.algos.step import PreparedBatch
 from explorl.config import load_config
-from explorl.trainer import STEP_METRICS, PromptStream, lr_lambda, train
+from explorl.rollout.controllers import PromptStream
+from explorl.runlog import STEP_METRICS
+from explorl.trainer import lr_lambda, train
 
 
 def _cfg(model_dir, out_dir, *extra):
@@ -23,6 +27,23 @@ def _cfg(model_dir, out_dir, *extra):
 
 def _records(run_dir):
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def _update(model, opt, sched, parts: dict, adv, cfg, gen):
+    """`update_policy` on hand-made tensors: token ids in `parts`, pi_old in `parts["logprobs"]` (None: the
+    update's own forward), advantages `adv`."""
+    from types import SimpleNamespace
+
+    from explorl.trainer import update_policy
+
+    mask = parts["mask"]
+    n, t = mask.shape
+    ro = SimpleNamespace(prompt_ids=parts["prompt_ids"], prompt_mask=parts["prompt_mask"],
+                         response_ids=parts["response_ids"])
+    batch = RolloutBatch(mask=mask, rewards=torch.zeros(n), group=torch.zeros(n, dtype=torch.long),
+                         max_response_len=t, logprobs=parts.get("logprobs"))
+    prepared = PreparedBatch(advantages=adv, base_advantages=adv, loss_mask=mask, rewards=torch.zeros(n))
+    return update_policy(model, opt, sched, ro, batch, prepared, cfg, gen)
 
 
 def _params(model_dir_or_run):
@@ -67,21 +88,21 @@ def test_first_update_has_ratio_exactly_one(tiny_model_dir, tmp_path):
     ["sampling.schedule=ead", "algo.tis=true", "budget.policy=dapo", "algo.advantage=erpo"],
 ], ids=["grpo", "e3", "ead_dapo_erpo"])
 def test_resume_reaches_the_same_metrics_as_an_uninterrupted_run(tiny_model_dir, tmp_path, monkeypatch, extra):
-    import explorl.trainer as T
+    from explorl.runlog import RunLog
 
     full = train(_cfg(tiny_model_dir, tmp_path / "full", *extra), progress=False)
 
-    real_log = T._log_samples
+    real_log = RunLog.log_samples
 
-    def killed_at_step_3(path, step, *args, **kwargs):
+    def killed_at_step_3(self, step, *args, **kwargs):
         if step == 3:  # after the step-2 checkpoint, mid-way through step 3
             raise KeyboardInterrupt
-        return real_log(path, step, *args, **kwargs)
+        return real_log(self, step, *args, **kwargs)
 
-    monkeypatch.setattr(T, "_log_samples", killed_at_step_3)
+    monkeypatch.setattr(RunLog, "log_samples", killed_at_step_3)
     with pytest.raises(KeyboardInterrupt):
         train(_cfg(tiny_model_dir, tmp_path / "killed", *extra), progress=False)
-    monkeypatch.setattr(T, "_log_samples", real_log)
+    monkeypatch.setattr(RunLog, "log_samples", real_log)
     resumed = train(load_config(tmp_path / "killed" / "config.yaml"), resume=tmp_path / "killed", progress=False)
 
     def strip(records):
@@ -102,12 +123,12 @@ def test_refuses_to_overwrite_an_existing_run(tiny_model_dir, tmp_path):
 
 
 def _nan_advantage(batch, cfg):
-    return torch.where(batch["mask"] > 0, torch.tensor(float("nan")), torch.tensor(0.0))
+    return torch.where(batch.mask > 0, torch.tensor(float("nan")), torch.tensor(0.0))
 
 
 def test_nonfinite_loss_skips_the_update_and_stops_the_run(tiny_model_dir, tmp_path):
     if "test_nan" not in ADVANTAGES:
-        register_advantage("test_nan")(_nan_advantage)
+        register_advantage("test_nan", needs_old_logprobs=False)(_nan_advantage)
     cfg = _cfg(tiny_model_dir, tmp_path / "run", "algo.advantage=test_nan", "run.max_nonfinite_steps=2")
     with pytest.raises(RuntimeError, match="consecutive steps"):
         train(cfg, progress=False)
@@ -119,7 +140,7 @@ def test_nonfinite_loss_skips_the_update_and_stops_the_run(tiny_model_dir, tmp_p
 def test_nonfinite_update_leaves_weights_and_optimizer_untouched(tiny_model_dir):
     from explorl.config import ModelConfig
     from explorl.models import load_policy
-    from explorl.trainer import NonFiniteError, update_policy
+    from explorl.trainer import NonFiniteError
 
     cfg = _cfg(tiny_model_dir, "unused")
     model, _, _ = load_policy(ModelConfig(path=str(tiny_model_dir)))
@@ -131,7 +152,8 @@ def test_nonfinite_update_leaves_weights_and_optimizer_untouched(tiny_model_dir)
              "response_ids": torch.randint(3, 90, (n, t)), "mask": torch.ones(n, t),
              "logprobs": torch.zeros(n, t)}
     with pytest.raises(NonFiniteError):
-        update_policy(model, opt, sched, batch, _nan_advantage(batch, None), cfg, torch.Generator().manual_seed(0))
+        adv = torch.where(batch["mask"] > 0, torch.tensor(float("nan")), torch.tensor(0.0))
+        _update(model, opt, sched, batch, adv, cfg, torch.Generator().manual_seed(0))
     assert all(torch.equal(before[k], v) for k, v in model.named_parameters())
     assert len(opt.state) == 0  # AdamW moments never saw the NaN
 
@@ -139,7 +161,6 @@ def test_nonfinite_update_leaves_weights_and_optimizer_untouched(tiny_model_dir)
 def test_micro_batches_accumulate_to_the_full_batch_gradient(tiny_model_dir, tmp_path):
     """One SGD step with micro_batch_size=2 equals one step on the whole mini-batch, for each aggregation."""
     from explorl.models import load_policy
-    from explorl.trainer import update_policy
     from explorl.config import ModelConfig
 
     torch.manual_seed(0)
@@ -165,7 +186,7 @@ def test_micro_batches_accumulate_to_the_full_batch_gradient(tiny_model_dir, tmp
             adv = torch.randn(n, t, generator=gen) * mask
             opt = torch.optim.SGD(model.parameters(), lr=1.0)
             sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0)
-            update_policy(model, opt, sched, batch, adv, cfg, torch.Generator().manual_seed(0))
+            _update(model, opt, sched, batch, adv, cfg, torch.Generator().manual_seed(0))
             results.append({k: v.detach().clone() for k, v in model.named_parameters()})
         for k in results[0]:
             assert torch.allclose(results[0][k], results[1][k], atol=1e-6), (agg, k)
@@ -199,7 +220,7 @@ def test_single_on_policy_update_without_the_old_logprob_pass_matches_the_full_p
     from explorl.config import ModelConfig
     from explorl.models import load_policy
     from explorl.rollout.logprobs import response_logprobs
-    from explorl.trainer import on_policy_single_update, update_policy
+    from explorl.trainer import on_policy_single_update
 
     cfg = _cfg(tiny_model_dir, "unused", "algo.micro_batch_size=3")
     assert on_policy_single_update(cfg)
@@ -221,7 +242,7 @@ def test_single_on_policy_update_without_the_old_logprob_pass_matches_the_full_p
         adv = torch.randn(n, t, generator=gen) * mask
         opt = torch.optim.SGD(model.parameters(), lr=0.5)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0)
-        stats = update_policy(model, opt, sched, batch, adv, cfg, torch.Generator().manual_seed(0))
+        stats = _update(model, opt, sched, batch, adv, cfg, torch.Generator().manual_seed(0))
         assert stats["loss/ratio_mean"] == pytest.approx(1.0, abs=1e-6)
         results.append({k: v.detach().clone() for k, v in model.named_parameters()})
     for k in results[0]:

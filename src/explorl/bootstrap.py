@@ -4,7 +4,8 @@ Supervised training on the built-in arithmetic task's worked solutions, stopped 
 still imperfect: every `eval_every` steps the held-out pass@1 (one sample per problem at temperature 1) is
 measured, and training stops at the first measurement at or above `target_pass1`. RL then has room to improve.
 The result is saved with `save_pretrained`, so it loads through the same path as any Hugging Face model.
-Deterministic for a seed and a thread count.
+Deterministic for a seed and a thread count. Entry points build it on demand through `ensure_embedded`; loading
+a model (`explorl.models`) never trains one.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from explorl.models import build_char_tokenizer, count_parameters, tiny_qwen2
+from explorl.models import build_char_tokenizer, count_parameters, embedded_dir, tiny_qwen2
 
 
 @dataclass
@@ -163,3 +164,15 @@ def bootstrap(out_dir: str | Path, cfg: BootstrapConfig | None = None, *, consol
     console.print(f"[bold]bootstrap[/]: saved to {out_dir} after {step} steps, held-out pass@1 {pass1:.3f}, "
                   f"{info['seconds']:.0f}s")
     return out_dir
+
+
+def ensure_embedded(path: str = "embedded", console=None) -> str:
+    """Build the embedded default when `path` is `embedded` and the cache has none yet; returns `path` unchanged.
+
+    The one explicit place where `embedded` gets trained: entry points call it before `load_policy`, so that
+    loading a model never trains one as a side effect. Any other path is left to `load_policy` to check.
+    """
+    target = embedded_dir()
+    if path == "embedded" and not (target / "config.json").exists():
+        bootstrap(target, console=console)
+    return path

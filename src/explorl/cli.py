@@ -57,6 +57,7 @@ def cmd_train(args) -> int:
 
 
 def cmd_eval(args) -> int:
+    from explorl.bootstrap import ensure_embedded
     from explorl.config import ModelConfig, TaskConfig, from_dict
     from explorl.evaluate import evaluate
     from explorl.models import load_policy
@@ -77,6 +78,7 @@ def cmd_eval(args) -> int:
     for k, v in task_data.items():
         apply_override(data, f"task.{k}={v}")
     task_cfg = from_dict(TaskConfig, data["task"], "task.")
+    ensure_embedded(model_cfg.path, console=console)
     model, tok, _ = load_policy(model_cfg)
     task = load_task(task_cfg)
     problems = task.eval[: args.limit] if args.limit else task.eval
@@ -179,8 +181,11 @@ def cmd_config(args) -> int:
             print(f"| `{name}` | {tp} | `{default}` | {doc.replace('|', '/')} |")
     else:
         console.print(table)
-        from explorl.algos import ADVANTAGES
-        console.print(f"advantage estimators: {', '.join(sorted(ADVANTAGES))}")
+        from explorl.algos.registry import KINDS, names
+
+        load_config()  # its validation imports every module that registers
+        for kind in KINDS:
+            console.print(f"[bold]{kind}[/]: {', '.join(names(kind))}")
     return 0
 
 

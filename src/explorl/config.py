@@ -102,8 +102,8 @@ class SamplingConfig:
     fast_path: bool = True
     """Use the fused decoding path for Llama-family models (Qwen2, Llama) when it applies; otherwise the
     generic path that calls the Hugging Face forward with a KV cache."""
-    schedule: Literal["fixed", "e3", "ead", "revead"] = "fixed"
-    """Sampling temperature schedule. `fixed`: `temperature`. `e3`: the E3 controller (paper 000 eq. 4) adapts
+    schedule: str = "fixed"
+    """Sampling temperature schedule, by registry name (kind `temperature_schedule`). `fixed`: `temperature`. `e3`: the E3 controller (paper 000 eq. 4) adapts
     tau each step to hold the entropy at its first-step value; the optimised policy uses the same tau. `ead`:
     annealed per-token temperature (paper 003), behaviour policy only; `revead`: its reversed ablation."""
     e3_anneal: bool = False
@@ -162,10 +162,11 @@ class AlgoConfig:
     """Advantage shapers applied in order after the estimator: `cw` (covariance weighting, paper 002, batch-wide
     statistics as METHODS 4), `cw_group` (the same with paper 002's per-group statistics), `ppl`, `position`
     (paper 004 section 4.4.2), `entropy_adv` (Cheng et al.)."""
-    loss: Literal["ppo", "clip_cov", "kl_cov"] = "ppo"
-    """Per-token objective: PPO-clip, Clip-Cov or KL-Cov (Cui et al. 2025; METHODS 5)."""
-    token_filter: Literal["none", "forking"] = "none"
-    """`forking`: only the top `forking_top_frac` highest-entropy tokens of the batch train (Wang et al. 80/20)."""
+    loss: str = "ppo"
+    """Per-token objective by registry name (kind `policy_loss`): `ppo` (PPO-clip), `clip_cov` or `kl_cov`
+    (Cui et al. 2025; METHODS 5)."""
+    token_filter: str = "none"
+    """Token filter by registry name (kind `token_filter`): `none`, or `forking`: only the top `forking_top_frac` highest-entropy tokens of the batch train (Wang et al. 80/20)."""
     forking_top_frac: float = 0.2
     """Fraction of valid tokens kept by the forking-token filter."""
     tis: bool = False
@@ -194,6 +195,8 @@ class AlgoConfig:
     """PPL shaping: alpha in A * (1 - alpha * w_ppl) (paper 004 section 4.4.2)."""
     ppl_iqr_filter: bool = False
     """PPL shaping: drop 1.5-IQR outliers from the group statistics (as the public code does)."""
+    ppl_clamp: list[float] | None = None
+    """PPL shaping: optional [lo, hi] clamp of the factor 1 - alpha * w (the public code uses [0.8, 1.2])."""
     position_gamma: float = 0.1
     """Position shaping: bonus scale gamma."""
     position_m: float = 15.0
@@ -204,6 +207,8 @@ class AlgoConfig:
     """Position shaping: first training step (1-based) of its window."""
     position_steps: int = 0
     """Position shaping: length of its window in steps (0 = every step)."""
+    position_cap_frac: float | None = None
+    """Position shaping: optional cap of the bonus as a fraction of |A| (the public code uses 0.5)."""
     entropy_adv_alpha: float = 0.4
     """Entropy-based advantage: alpha in A + min(alpha * H, |A| / kappa) (Cheng et al.)."""
     entropy_adv_kappa: float = 2.0
@@ -224,8 +229,8 @@ class AlgoConfig:
 
 @dataclass
 class BudgetConfig:
-    policy: Literal["uniform", "e3", "dapo"] = "uniform"
-    """Rollouts per prompt. `uniform`: sampling.group_size each. `e3`: dynamic budgets by difficulty (paper 000
+    policy: str = "uniform"
+    """Rollouts per prompt, by registry name (kind `budget_policy`). `uniform`: sampling.group_size each. `e3`: dynamic budgets by difficulty (paper 000
     Algorithm 1) with the G_min/G_max curriculum. `dapo`: DAPO dynamic sampling: groups whose rewards all agree are
     dropped and more prompts are sampled until the batch is full or `dapo_max_rounds` extra rounds are spent."""
     g_min_limit: int = 4
@@ -309,6 +314,9 @@ class RunConfig:
     """torch CPU threads (0 = leave torch's default)."""
     max_nonfinite_steps: int = 3
     """Stop the run after this many consecutive steps whose loss or gradient was not finite."""
+    plugins: list[str] = field(default_factory=list)
+    """Python modules imported before the config is validated, so the estimators, shapers, losses, schedules,
+    budget policies and tasks they register (`explorl.algos.registry.register`) can be named in this config."""
 
 
 @dataclass
@@ -341,6 +349,8 @@ def _type_name(tp: Any) -> str:
         return " | ".join(repr(a) for a in typing.get_args(tp))
     if origin in (list, tuple):
         return f"list of {_type_name(typing.get_args(tp)[0])}"
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join("null" if a is type(None) else _type_name(a) for a in typing.get_args(tp))
     return getattr(tp, "__name__", str(tp))
 
 
@@ -516,17 +526,56 @@ def _read_yaml(path: Path, depth: int = 0) -> dict[str, Any]:
     return data
 
 
+def import_plugins(modules: list[str]) -> None:
+    """Import `run.plugins` (with the working directory on sys.path, as for `task.reward: module:function`)."""
+    import importlib
+    import os
+    import sys
+
+    if modules and "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
+    for i, name in enumerate(modules):
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # the module's own error, named with the field
+            raise ConfigError(f"run.plugins[{i}]: cannot import {name!r}: {type(e).__name__}: {e}") from None
+
+
+def _registered(kind: str, name: str, field_name: str):
+    """The registry entry `name` of `kind`, or ConfigError naming `field_name` and the valid names."""
+    from explorl.algos.registry import lookup, names
+
+    try:
+        return lookup(kind, name)
+    except KeyError:
+        raise ConfigError(f"{field_name}: unknown {kind.replace('_', ' ')} {name!r}; valid: {', '.join(names(kind))}"
+                          f" (your own: register it in a module named in run.plugins)") from None
+
+
 def validate(cfg: Config) -> None:
-    """Cross-field checks; raises ConfigError naming the field and the fix."""
-    from explorl.algos import ADVANTAGES  # late import: the registry lives with the algorithms
+    """Cross-field checks; raises ConfigError naming the field and the fix.
+
+    Names are checked against the registry (after importing `run.plugins`), and each chosen entry may carry its
+    own `check(cfg) -> message or None` (registered with `register(..., check=fn)`).
+    """
+    import explorl.algos  # noqa: F401  (these imports fill the registry)
+    import explorl.rollout.controllers  # noqa: F401
+    import explorl.tasks  # noqa: F401
 
     def need(cond: bool, msg: str) -> None:
         if not cond:
             raise ConfigError(msg)
 
-    need(cfg.algo.advantage in ADVANTAGES,
-         f"algo.advantage: unknown estimator {cfg.algo.advantage!r}; valid: {', '.join(sorted(ADVANTAGES))}")
-    s, a, o, r, t = cfg.sampling, cfg.algo, cfg.optim, cfg.run, cfg.task
+    s, a, o, r, t, b = cfg.sampling, cfg.algo, cfg.optim, cfg.run, cfg.task, cfg.budget
+    import_plugins(r.plugins)
+    chosen = [_registered("estimator", a.advantage, "algo.advantage")]
+    chosen += [_registered("shaper", x, f"algo.shapers[{i}]") for i, x in enumerate(a.shapers)]
+    need(len(set(a.shapers)) == len(a.shapers), f"algo.shapers: {a.shapers} names a shaper twice")
+    chosen += [_registered("policy_loss", a.loss, "algo.loss"),
+               _registered("token_filter", a.token_filter, "algo.token_filter")]
+    schedule = _registered("temperature_schedule", s.schedule, "sampling.schedule")
+    chosen += [schedule, _registered("budget_policy", b.policy, "budget.policy"),
+               _registered("task", t.name, "task.name")]
     need(s.group_size >= 1, "sampling.group_size: must be >= 1")
     need(s.temperature > 0, "sampling.temperature: must be > 0 (use a small value such as 1e-3 for near-greedy)")
     need(0 < s.top_p <= 1, "sampling.top_p: must be in (0, 1]")
@@ -553,51 +602,28 @@ def validate(cfg: Config) -> None:
     need(r.eval_temperature > 0, "run.eval_temperature: must be > 0")
     need(cfg.model.device == "auto" or cfg.model.device == "cpu" or cfg.model.device.startswith("cuda"),
          f"model.device: {cfg.model.device!r} is not one of auto, cpu, cuda, cuda:N")
-    valid_tasks = "arith, file, rg:<reasoning-gym dataset name>"
-    need(t.name in ("arith", "file") or (t.name.startswith("rg:") and len(t.name) > 3),
-         f"task.name: {t.name!r} is not a task; valid: {valid_tasks}")
-    if t.name == "file":
-        need(bool(t.path), "task.path: the `file` task needs a path to a .jsonl or .parquet file")
-    if t.name == "arith":
-        need(len(t.difficulties) > 0 and all(1 <= d <= 8 for d in t.difficulties),
-             f"task.difficulties: levels must be in 1..8, got {t.difficulties}")
     need(t.train_size >= 1 and t.eval_size >= 1, "task.train_size and task.eval_size must be >= 1")
     need(t.reward in ("auto", "math", "exact") or ":" in t.reward,
          f"task.reward: {t.reward!r}; valid: auto, math, exact, or module:function")
     need(t.reward_timeout_s > 0, "task.reward_timeout_s: must be > 0")
     need("{question}" in t.prompt_template, "task.prompt_template: must contain {question}")
-    from explorl.algos.advantages import SHAPERS
-
-    bad = [x for x in a.shapers if x not in SHAPERS]
-    need(not bad, f"algo.shapers: unknown shaper(s) {bad}; valid: {', '.join(sorted(SHAPERS))}")
-    need(len(set(a.shapers)) == len(a.shapers), f"algo.shapers: {a.shapers} names a shaper twice")
-    if s.schedule in ("ead", "revead"):
-        need(s.ead_tau_min > 0 and s.ead_tau_max >= s.ead_tau_min,
-             "sampling.ead_tau_min / ead_tau_max: need 0 < tau_min <= tau_max")
-        need(s.ead_d0 > 0 and s.ead_scale > 0, "sampling.ead_d0 and sampling.ead_scale must be > 0")
-    if s.schedule == "e3":
-        need(0 < s.tau_floor <= s.temperature <= s.tau_ceil,
-             f"sampling.temperature={s.temperature} must lie in [tau_floor={s.tau_floor}, tau_ceil={s.tau_ceil}]")
     if a.tis:
-        need(s.schedule in ("ead", "revead") or s.top_p < 1.0,
-             "algo.tis: the behaviour policy equals the optimised one here (schedule fixed/e3, top_p = 1), so every "
-             "importance weight is 1; use sampling.schedule=ead or revead, or turn tis off")
+        need(not schedule.behavior_is_policy or s.top_p < 1.0,
+             f"algo.tis: the behaviour policy equals the optimised one here (schedule {s.schedule}, top_p = 1), so "
+             "every importance weight is 1; use sampling.schedule=ead or revead, or turn tis off")
         need(a.tis_cap >= 1.0, "algo.tis_cap: must be >= 1")
     need(0 < a.forking_top_frac <= 1, "algo.forking_top_frac: must be in (0, 1]")
     if a.overlong == "penalty":
         need(0 < a.overlong_buffer < s.max_new_tokens,
              f"algo.overlong_buffer: must be in (0, sampling.max_new_tokens={s.max_new_tokens})")
-    if a.advantage == "passk":
-        need(1 <= a.passk_k <= s.group_size, f"algo.passk_k: must be in [1, sampling.group_size={s.group_size}]")
-    b = cfg.budget
-    if b.policy == "e3":
-        need(1 <= b.g_min_limit <= s.group_size <= b.g_max_limit,
-             f"budget: need g_min_limit <= sampling.group_size <= g_max_limit, got {b.g_min_limit}, "
-             f"{s.group_size}, {b.g_max_limit}")
-        need(b.g_step >= 1, "budget.g_step: must be >= 1")
-    if b.policy == "dapo":
-        need(b.dapo_max_rounds >= 0, "budget.dapo_max_rounds: must be >= 0")
-        need(s.group_size >= 2, "budget.policy=dapo: groups of one response always have zero reward spread")
+    if a.ppl_clamp is not None:
+        need(len(a.ppl_clamp) == 2 and 0 <= a.ppl_clamp[0] <= a.ppl_clamp[1],
+             f"algo.ppl_clamp: expected [lo, hi] with 0 <= lo <= hi, got {a.ppl_clamp}")
+    need(a.position_cap_frac is None or a.position_cap_frac >= 0, "algo.position_cap_frac: must be >= 0")
+    for entry in chosen:
+        check = entry.extra.get("check")
+        message = check(cfg) if check is not None else None
+        need(message is None, message or "")
     f = cfg.rft
     bad = [x for x in f.strategies if x not in ("noisy", "entropy", "branching")]
     need(not bad, f"rft.strategies: unknown {bad}; valid: noisy, entropy, branching")

@@ -12,7 +12,7 @@ import torch
 
 from explorl.metrics import maj_at_k, pass_at_k
 from explorl.rewards import RewardRunner
-from explorl.rollout.sampler import sample
+from explorl.rollout.sampler import decode_responses, sample
 
 
 @dataclass
@@ -104,18 +104,6 @@ def evaluate(model, tokenizer, problems: Sequence, task, *, n: int, ks: Sequence
     summary["errors"] = errors
     summary["timeouts"] = timeouts
     return summary, results
-
-
-def decode_responses(tokenizer, ro) -> list[str]:
-    """Response texts without padding or EOS."""
-    out = []
-    eos = tokenizer.eos_token_id
-    for ids, length in zip(ro.response_ids.tolist(), ro.lengths.tolist()):
-        ids = ids[:length]
-        if ids and ids[-1] == eos:
-            ids = ids[:-1]
-        out.append(tokenizer.decode(ids, skip_special_tokens=True))
-    return out
 
 
 @torch.no_grad()

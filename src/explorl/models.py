@@ -78,13 +78,17 @@ def embedded_dir() -> Path:
 
 
 def resolve_model_path(path: str) -> Path:
-    """`embedded` names the cached tiny default (trained on first use); anything else must be a local directory."""
+    """`embedded` names the cached tiny default; anything else must be a local directory.
+
+    Loading never trains: a missing embedded default is an error, built explicitly by `explorl bootstrap` or
+    `explorl.bootstrap.ensure_embedded()` (which the entry points call before loading).
+    """
     if path == "embedded":
         target = embedded_dir()
         if not (target / "config.json").exists():
-            from explorl.bootstrap import bootstrap
-
-            bootstrap(target)
+            raise FileNotFoundError(
+                f"model.path='embedded': the embedded default is not built yet (nothing at {target}). Build it "
+                f"with `explorl bootstrap`, or `explorl.bootstrap.ensure_embedded()` from Python.")
         return target
     p = Path(path).expanduser()
     if not (p / "config.json").exists():

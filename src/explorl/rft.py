@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from explorl.bootstrap import sft_batch, sft_example
+from explorl.bootstrap import ensure_embedded, sft_batch, sft_example
 from explorl.config import Config, dump_yaml
 from explorl.evaluate import decode_responses, evaluate, response_branching
 from explorl.models import load_policy
@@ -77,6 +77,7 @@ def run_rft(cfg: Config, *, console) -> Path:
     (run_dir / "config.yaml").write_text(dump_yaml(cfg))
     torch.manual_seed(r.seed)
     rng = random.Random(r.seed)
+    ensure_embedded(cfg.model.path, console=console)
     model, tok, device = load_policy(cfg.model)
     task = load_task(cfg.task)
     runner = RewardRunner(task.reward_fn, isolate=task.isolate, timeout_s=cfg.task.reward_timeout_s)

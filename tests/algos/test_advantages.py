@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from explorl.algos import ADVANTAGES, get_advantage
+from explorl.algos.batch import RolloutBatch
 from explorl.algos import advantages as A
 from explorl.config import AlgoConfig
 
@@ -132,7 +133,7 @@ def test_segment_stats_over_tokens():
 
 def test_registry_adapters():
     assert {"grpo", "dr_grpo"} <= set(ADVANTAGES)
-    batch = {"rewards": torch.tensor([1.0, 0.0]), "group": torch.tensor([3, 3]), "mask": torch.ones(2, 2)}
+    batch = RolloutBatch(rewards=torch.tensor([1.0, 0.0]), group=torch.tensor([3, 3]), mask=torch.ones(2, 2))
     cfg = AlgoConfig(adv_eps=0.5)
     # mean 0.5, unbiased std sqrt(0.5) = 0.7071068; A = 0.5 / (0.7071068 + 0.5) = 0.4142136
     assert get_advantage("grpo")(batch, cfg)[0, 0].item() == pytest.approx(0.5 / (math.sqrt(0.5) + 0.5))

@@ -6,12 +6,13 @@ on random batches with variable group sizes and unsorted ids, and the properties
 
 import math
 import statistics
-from types import SimpleNamespace
+from dataclasses import replace
 
 import pytest
 import torch
 
 from explorl.algos import ADVANTAGES, get_advantage
+from explorl.algos.batch import RolloutBatch
 from explorl.algos import advantages as A
 from explorl.config import AlgoConfig
 
@@ -576,18 +577,15 @@ def test_passk_matches_slow_reference_and_sums_to_zero(seed):
 def test_advantage_registry_has_erpo_and_passk():
     assert {"grpo", "dr_grpo", "erpo", "passk"} <= set(ADVANTAGES)
     b = random_batch(7, binary=True)
-    batch = {k: b[k] for k in ("rewards", "group", "mask", "entropy", "logprobs", "ref_logprobs")}
-    cfg = SimpleNamespace()  # getattr defaults = METHODS defaults
-    assert torch.equal(get_advantage("erpo")(batch, cfg),
-                       A.erpo(*(batch[k] for k in ("rewards", "group", "mask", "entropy", "logprobs", "ref_logprobs"))))
+    keys = ("rewards", "group", "mask", "entropy", "logprobs", "ref_logprobs")
+    batch = RolloutBatch(**{k: b[k] for k in keys})
+    cfg = AlgoConfig()  # the config's defaults = METHODS defaults = the functions' defaults
+    assert torch.equal(get_advantage("erpo")(batch, cfg), A.erpo(*(b[k] for k in keys)))
     assert torch.equal(get_advantage("passk")(batch, cfg), A.passk(b["rewards"], b["group"], b["mask"], k=4))
-    cfg = SimpleNamespace(erpo_num_buckets=2, erpo_eta=1.0, passk_k=2)
-    assert torch.equal(get_advantage("erpo")(batch, cfg),
-                       A.erpo(*(batch[k] for k in ("rewards", "group", "mask", "entropy", "logprobs", "ref_logprobs")),
-                              num_buckets=2, eta=1.0))
+    cfg = replace(AlgoConfig(), erpo_num_buckets=2, erpo_eta=1.0, passk_k=2)
+    assert torch.equal(get_advantage("erpo")(batch, cfg), A.erpo(*(b[k] for k in keys), num_buckets=2, eta=1.0))
     assert torch.equal(get_advantage("passk")(batch, cfg), A.passk(b["rewards"], b["group"], b["mask"], k=2))
-    get_advantage("erpo")(batch, AlgoConfig())  # the real config works too
-    del batch["ref_logprobs"]
+    batch = batch.replace(ref_logprobs=None)
     with pytest.raises(KeyError, match="ref_logprobs"):
         get_advantage("erpo")(batch, cfg)
 
@@ -599,14 +597,14 @@ def test_shaper_registry():
     with pytest.raises(ValueError, match="twice"):
         A.register_shaper("cw")(lambda *a: None)
     b = random_batch(8)
-    batch = {k: b[k] for k in ("rewards", "group", "mask", "entropy", "logprobs")}
+    batch = RolloutBatch(**{k: b[k] for k in ("rewards", "group", "mask", "entropy", "logprobs")})
     adv, mask = b["adv"], b["mask"]
-    cfg = SimpleNamespace()
+    cfg = AlgoConfig()
     assert torch.equal(A.get_shaper("cw")(adv, batch, cfg, 1), A.cov_weighted(adv, b["logprobs"], mask))
     assert torch.equal(A.get_shaper("ppl")(adv, batch, cfg, 1), A.ppl_shaped(adv, b["logprobs"], b["group"], mask))
-    assert torch.equal(A.get_shaper("ppl")(adv, batch, SimpleNamespace(ppl_alpha=0.2, ppl_iqr_filter=True), 1),
+    assert torch.equal(A.get_shaper("ppl")(adv, batch, replace(cfg, ppl_alpha=0.2, ppl_iqr_filter=True), 1),
                        A.ppl_shaped(adv, b["logprobs"], b["group"], mask, alpha=0.2, iqr_filter=True))
-    assert torch.equal(A.get_shaper("entropy_adv")(adv, batch, SimpleNamespace(entropy_adv_alpha=0.1), 3),
+    assert torch.equal(A.get_shaper("entropy_adv")(adv, batch, replace(cfg, entropy_adv_alpha=0.1), 3),
                        A.entropy_shaped(adv, b["entropy"], mask, alpha=0.1, kappa=2.0))
     for name in A.SHAPERS:  # the real config works with every shaper
         A.get_shaper(name)(adv, batch, AlgoConfig(), 1)
@@ -614,13 +612,14 @@ def test_shaper_registry():
 
 def test_position_shaper_step_window():
     b = random_batch(9)
-    batch = {"mask": b["mask"]}
+    n = b["mask"].shape[0]
+    batch = RolloutBatch(mask=b["mask"], rewards=torch.zeros(n), group=torch.zeros(n, dtype=torch.long))
     adv = torch.where(b["mask"].bool(), b["adv"], 0.0)
     shaped = A.position_shaped(adv, b["mask"], gamma=0.3)
-    always = SimpleNamespace(position_gamma=0.3)  # position_steps = 0: every step
+    always = replace(AlgoConfig(), position_gamma=0.3)  # position_steps = 0: every step
     for step in (1, 200, 10_000):
         assert torch.equal(A.get_shaper("position")(adv, batch, always, step), shaped)
-    window = SimpleNamespace(position_gamma=0.3, position_start=200, position_steps=100)  # the paper's recipe
+    window = replace(AlgoConfig(), position_gamma=0.3, position_start=200, position_steps=100)  # the paper's recipe
     for step, applied in [(1, False), (199, False), (200, True), (299, True), (300, False)]:
         got = A.get_shaper("position")(adv, batch, window, step)
         assert torch.equal(got, shaped if applied else adv), step

@@ -1,8 +1,11 @@
-"""Algorithm zoo: advantage estimators and policy losses as pure tensor functions, registered by name.
+"""Algorithm zoo and the algorithm step: pure tensor functions registered by name, torch only.
 
-`ADVANTAGES[name](batch, cfg)` adapts a registered estimator to the trainer's batch dict (keys of
-METHODS.md notation: rewards, group, mask, entropy, logprobs, ref_logprobs) and `AlgoConfig`.
-The pure functions themselves (`advantages.grpo`, `losses.policy_loss`, ...) are the public API.
+- `explorl.algos.advantages`, `explorl.algos.losses`: the estimators, shapers and policy losses of the papers
+  (public API: `advantages.grpo`, `losses.policy_loss`, ...).
+- `explorl.algos.registry`: one registry for every pluggable kind (`register(kind, name, ...)`).
+- `explorl.algos.batch.RolloutBatch` and `explorl.algos.step`: `compute_advantages` and `policy_objective`,
+  the step that explorl's loop and the engine integrations call.
+Nothing here imports explorl outside `explorl.algos`, so an engine imports it without the training loop.
 """
 
 from __future__ import annotations
@@ -11,25 +14,27 @@ from typing import Callable
 
 import torch
 
-ADVANTAGES: dict[str, Callable[..., torch.Tensor]] = {}
+from explorl.algos import advantages, losses  # noqa: F401  (fill the registry)
+from explorl.algos.batch import MissingInputError, RolloutBatch
+from explorl.algos.registry import get, register, table_view
+from explorl.algos.step import (PreparedBatch, Requirements, compute_advantages, policy_objective, requirements,
+                                single_update_shortcut)
+
+ADVANTAGES = table_view("estimator")
+"""Read-only view name -> estimator `fn(batch: RolloutBatch, cfg: AlgoConfig) -> Tensor[N, T]` of the registry."""
 
 
-def register_advantage(name: str) -> Callable:
-    """Register `fn(batch: dict[str, Tensor], cfg: AlgoConfig) -> Tensor[N, T]` under `name`."""
-
-    def wrap(fn: Callable) -> Callable:
-        if name in ADVANTAGES:
-            raise ValueError(f"advantage estimator {name!r} registered twice")
-        ADVANTAGES[name] = fn
-        return fn
-
-    return wrap
+def register_advantage(name: str, **needs) -> Callable:
+    """Register an estimator `fn(batch: RolloutBatch, cfg: AlgoConfig) -> Tensor[N, T]` under `name`
+    (`register("estimator", name, ...)`; see `explorl.algos.registry` for what `needs` may record)."""
+    return register("estimator", name, **needs)
 
 
 def get_advantage(name: str) -> Callable[..., torch.Tensor]:
-    if name not in ADVANTAGES:
-        raise KeyError(f"unknown advantage estimator {name!r}; valid: {', '.join(sorted(ADVANTAGES))}")
-    return ADVANTAGES[name]
+    """The estimator registered under `name`; KeyError listing the valid names otherwise."""
+    return get("estimator", name)
 
 
-from explorl.algos import advantages, losses  # noqa: E402,F401  (fills the registries)
+__all__ = ["ADVANTAGES", "register_advantage", "get_advantage", "register", "RolloutBatch", "MissingInputError",
+           "PreparedBatch", "Requirements", "compute_advantages", "policy_objective", "requirements",
+           "single_update_shortcut"]

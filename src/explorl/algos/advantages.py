@@ -5,10 +5,11 @@ Notation follows METHODS.md: N responses padded to T tokens, `mask[N, T]` is 1 o
 per response. Groups may have different sizes; nothing here assumes `N = B * G`. Every per-token output is
 exactly 0.0 where `mask == 0`.
 
-Each estimator is also registered by config name (`ADVANTAGES[name](batch, cfg)`, see `explorl.algos`),
-through a thin adapter that reads the batch dict and `AlgoConfig`. Shapers, which map an advantage tensor to a
-new one (covariance weighting, PPL, position, entropy), have their own registry here:
-`SHAPERS[name](advantages, batch, cfg, step)`, applied in the order of `cfg.shapers`.
+Each estimator is also registered by config name (`explorl.algos.registry`, kind `estimator`:
+`fn(batch: RolloutBatch, cfg: AlgoConfig) -> Tensor[N, T]`) through a thin adapter that reads the batch and the
+config; shapers, which map an advantage tensor to a new one (covariance weighting, PPL, position, entropy), are kind
+`shaper`: `fn(advantages, batch, cfg, step)`, applied in the order of `cfg.shapers`. Each entry records what it
+needs (a reference model, pi_old's log-probs) and the config fields it reads; the defaults are the config's.
 No gradient flows through any of these functions: they detach their inputs and compute in float64.
 
 Shared pieces for estimators that need group statistics (ERPO's per-group token gates, PPL shaping, ...):
@@ -23,9 +24,10 @@ from typing import TYPE_CHECKING, Callable
 import torch
 from torch import Tensor
 
-from explorl.algos import register_advantage
+from explorl.algos.registry import get, register, table_view
 
 if TYPE_CHECKING:
+    from explorl.algos.batch import RolloutBatch
     from explorl.config import AlgoConfig
 
 __all__ = [
@@ -139,16 +141,16 @@ def grpo(rewards: Tensor, group: Tensor, mask: Tensor, *, scale: bool = True, ep
 # registry adapters: (batch, cfg) -> advantages[N, T]
 
 
-@register_advantage("grpo")
-def _grpo_adapter(batch: dict[str, Tensor], cfg: AlgoConfig) -> Tensor:
+@register("estimator", "grpo", needs_old_logprobs=False, reads=("adv_eps",))
+def _grpo_adapter(batch: RolloutBatch, cfg: AlgoConfig) -> Tensor:
     """GRPO (Shao et al. 2024): group z-score with unbiased std."""
-    return grpo(batch["rewards"], batch["group"], batch["mask"], eps=cfg.adv_eps)
+    return grpo(batch.rewards, batch.group, batch.mask, eps=cfg.adv_eps)
 
 
-@register_advantage("dr_grpo")
-def _dr_grpo_adapter(batch: dict[str, Tensor], cfg: AlgoConfig) -> Tensor:
+@register("estimator", "dr_grpo", needs_old_logprobs=False, reads=("adv_eps",))
+def _dr_grpo_adapter(batch: RolloutBatch, cfg: AlgoConfig) -> Tensor:
     """Dr.GRPO (Liu et al. 2025): group mean baseline, no std division."""
-    return grpo(batch["rewards"], batch["group"], batch["mask"], scale=False, eps=cfg.adv_eps)
+    return grpo(batch.rewards, batch.group, batch.mask, scale=False, eps=cfg.adv_eps)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -595,91 +597,89 @@ def passk(rewards: Tensor, group: Tensor, mask: Tensor, *, k: int) -> Tensor:
     return torch.where(mask.bool(), adv[:, None], torch.zeros((), dtype=out_dtype, device=adv.device))
 
 
-@register_advantage("erpo")
-def _erpo_adapter(batch: dict[str, Tensor], cfg: AlgoConfig) -> Tensor:
+ERPO_FIELDS = {"beta_progress": "erpo_beta_progress", "gamma": "erpo_gamma", "eta": "erpo_eta",
+               "num_buckets": "erpo_num_buckets", "sigma_target": "erpo_sigma_target"}
+
+
+@register("estimator", "erpo", needs_ref=True, reads=tuple(ERPO_FIELDS.values()))
+def _erpo_adapter(batch: RolloutBatch, cfg: AlgoConfig) -> Tensor:
     """ERPO (paper 001): GRPO plus the entropy-gated, bucket-normalised implicit progress term; needs a reference."""
-    missing = [key for key in ("entropy", "logprobs", "ref_logprobs") if key not in batch]
-    if missing:
-        raise KeyError(f"advantage 'erpo' needs batch keys {missing} (ERPO compares the policy with a frozen "
-                       "reference model: keep one)")
-    return erpo(
-        batch["rewards"], batch["group"], batch["mask"], batch["entropy"], batch["logprobs"], batch["ref_logprobs"],
-        beta_progress=getattr(cfg, "erpo_beta_progress", 0.1),
-        gamma=getattr(cfg, "erpo_gamma", 5.0),
-        eta=getattr(cfg, "erpo_eta", 0.2),
-        num_buckets=getattr(cfg, "erpo_num_buckets", 10),
-        sigma_target=getattr(cfg, "erpo_sigma_target", 1.0),
-    )
+    batch.require("entropy", "logprobs", "ref_logprobs", by="advantage 'erpo' (it compares the policy with a frozen "
+                  "reference model)")
+    return erpo(batch.rewards, batch.group, batch.mask, batch.entropy, batch.logprobs, batch.ref_logprobs,
+                **{kw: getattr(cfg, name) for kw, name in ERPO_FIELDS.items()})
 
 
-@register_advantage("passk")
-def _passk_adapter(batch: dict[str, Tensor], cfg: AlgoConfig) -> Tensor:
+def _check_passk(cfg) -> str | None:
+    k, g = cfg.algo.passk_k, cfg.sampling.group_size
+    return None if 1 <= k <= g else f"algo.passk_k: must be in [1, sampling.group_size={g}], got {k}"
+
+
+@register("estimator", "passk", needs_old_logprobs=False, reads=("passk_k",), check=_check_passk)
+def _passk_adapter(batch: RolloutBatch, cfg: AlgoConfig) -> Tensor:
     """Pass@k training (Chen et al.): analytic group advantage of the pass@k objective, binary rewards."""
-    return passk(batch["rewards"], batch["group"], batch["mask"], k=getattr(cfg, "passk_k", 4))
+    return passk(batch.rewards, batch.group, batch.mask, k=cfg.passk_k)
 
 
 # ------------------------------------------------------------------------------------------------------------
-# shaper registry: fn(advantages[N, T], batch, cfg, step) -> advantages[N, T], applied in `cfg.shapers` order
+# shapers: fn(advantages[N, T], batch, cfg, step) -> advantages[N, T], applied in `cfg.shapers` order
 
-SHAPERS: dict[str, Callable[..., Tensor]] = {}
+SHAPERS = table_view("shaper")
+"""Read-only view name -> shaper of the registry (kind `shaper`)."""
 
 
-def register_shaper(name: str) -> Callable:
-    """Register `fn(advantages: Tensor[N, T], batch: dict[str, Tensor], cfg: AlgoConfig, step: int) -> Tensor[N, T]`
-    under `name`; `step` is the 1-based training step."""
-
-    def wrap(fn: Callable) -> Callable:
-        if name in SHAPERS:
-            raise ValueError(f"advantage shaper {name!r} registered twice")
-        SHAPERS[name] = fn
-        return fn
-
-    return wrap
+def register_shaper(name: str, **needs) -> Callable:
+    """Register `fn(advantages: Tensor[N, T], batch: RolloutBatch, cfg: AlgoConfig, step: int) -> Tensor[N, T]`
+    under `name` (`register("shaper", name, ...)`); `step` is the 1-based training step."""
+    return register("shaper", name, **needs)
 
 
 def get_shaper(name: str) -> Callable[..., Tensor]:
     """The shaper registered under `name`; KeyError listing the valid names otherwise."""
-    if name not in SHAPERS:
-        raise KeyError(f"unknown advantage shaper {name!r}; valid: {', '.join(sorted(SHAPERS))}")
-    return SHAPERS[name]
+    return get("shaper", name)
 
 
 @register_shaper("cw")
-def _cw_shaper(advantages: Tensor, batch: dict[str, Tensor], cfg: AlgoConfig, step: int) -> Tensor:
+def _cw_shaper(advantages: Tensor, batch: RolloutBatch, cfg: AlgoConfig, step: int) -> Tensor:
     """Covariance-weighted advantages (paper 002); no hyperparameter."""
-    return cov_weighted(advantages, batch["logprobs"], batch["mask"])
+    batch.require("logprobs", by="shaper 'cw'")
+    return cov_weighted(advantages, batch.logprobs, batch.mask)
 
 
 @register_shaper("cw_group")
-def _cw_group_shaper(advantages: Tensor, batch: dict[str, Tensor], cfg: AlgoConfig, step: int) -> Tensor:
+def _cw_group_shaper(advantages: Tensor, batch: RolloutBatch, cfg: AlgoConfig, step: int) -> Tensor:
     """Covariance-weighted advantages with paper 002's per-group statistics (`cov_weights_grouped`)."""
-    w = cov_weights_grouped(advantages, batch["logprobs"], batch["group"], batch["mask"])
-    return torch.where(batch["mask"].bool(), (w * advantages.detach().to(torch.float64)).to(advantages.dtype),
+    batch.require("logprobs", by="shaper 'cw_group'")
+    w = cov_weights_grouped(advantages, batch.logprobs, batch.group, batch.mask)
+    return torch.where(batch.mask.bool(), (w * advantages.detach().to(torch.float64)).to(advantages.dtype),
                        torch.zeros((), dtype=advantages.dtype, device=advantages.device))
 
 
-@register_shaper("ppl")
-def _ppl_shaper(advantages: Tensor, batch: dict[str, Tensor], cfg: AlgoConfig, step: int) -> Tensor:
+@register_shaper("ppl", reads=("ppl_alpha", "ppl_iqr_filter", "ppl_clamp"))
+def _ppl_shaper(advantages: Tensor, batch: RolloutBatch, cfg: AlgoConfig, step: int) -> Tensor:
     """PPL shaping (paper 004, section 4.4.2): favours low-perplexity responses of each group, every step."""
-    return ppl_shaped(advantages, batch["logprobs"], batch["group"], batch["mask"],
-                      alpha=getattr(cfg, "ppl_alpha", 0.01), iqr_filter=getattr(cfg, "ppl_iqr_filter", False),
-                      clamp=getattr(cfg, "ppl_clamp", None))
+    batch.require("logprobs", by="shaper 'ppl'")
+    clamp = None if cfg.ppl_clamp is None else tuple(cfg.ppl_clamp)
+    return ppl_shaped(advantages, batch.logprobs, batch.group, batch.mask, alpha=cfg.ppl_alpha,
+                      iqr_filter=cfg.ppl_iqr_filter, clamp=clamp)
 
 
-@register_shaper("position")
-def _position_shaper(advantages: Tensor, batch: dict[str, Tensor], cfg: AlgoConfig, step: int) -> Tensor:
+@register_shaper("position", needs_old_logprobs=False,
+                 reads=("position_gamma", "position_m", "position_d", "position_cap_frac", "position_start",
+                        "position_steps"))
+def _position_shaper(advantages: Tensor, batch: RolloutBatch, cfg: AlgoConfig, step: int) -> Tensor:
     """Position shaping (paper 004, section 4.4.2) inside its step window: `position_start <= step <
     position_start + position_steps`, or every step when `position_steps == 0`; the identity outside it."""
-    start, steps = getattr(cfg, "position_start", 0), getattr(cfg, "position_steps", 0)
+    start, steps = cfg.position_start, cfg.position_steps
     if steps > 0 and not (start <= step < start + steps):
         return advantages
-    return position_shaped(advantages, batch["mask"], gamma=getattr(cfg, "position_gamma", 0.1),
-                           m=getattr(cfg, "position_m", 15.0), d=getattr(cfg, "position_d", 1.0),
-                           cap_frac=getattr(cfg, "position_cap_frac", None))
+    return position_shaped(advantages, batch.mask, gamma=cfg.position_gamma, m=cfg.position_m, d=cfg.position_d,
+                           cap_frac=cfg.position_cap_frac)
 
 
-@register_shaper("entropy_adv")
-def _entropy_adv_shaper(advantages: Tensor, batch: dict[str, Tensor], cfg: AlgoConfig, step: int) -> Tensor:
+@register_shaper("entropy_adv", needs_old_logprobs=False, reads=("entropy_adv_alpha", "entropy_adv_kappa"))
+def _entropy_adv_shaper(advantages: Tensor, batch: RolloutBatch, cfg: AlgoConfig, step: int) -> Tensor:
     """Entropy-based advantage (Cheng et al.): A + min(alpha * H, |A| / kappa)."""
-    return entropy_shaped(advantages, batch["entropy"], batch["mask"],
-                          alpha=getattr(cfg, "entropy_adv_alpha", 0.4), kappa=getattr(cfg, "entropy_adv_kappa", 2.0))
+    batch.require("entropy", by="shaper 'entropy_adv'")
+    return entropy_shaped(advantages, batch.entropy, batch.mask, alpha=cfg.entropy_adv_alpha,
+                          kappa=cfg.entropy_adv_kappa)

@@ -33,10 +33,12 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from explorl.algos.registry import get, register, table_view
+
 __all__ = [
     "LOSS_AGG_MODES", "masked_sum", "masked_mean", "aggregate", "kl_k3", "policy_loss",
     "tis_weights", "tis_stats", "forking_mask", "clip_cov_loss", "kl_cov_loss", "overlong_penalty",
-    "POLICY_LOSSES", "get_policy_loss",
+    "POLICY_LOSSES", "get_policy_loss", "micro_batch_share",
 ]
 
 LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
@@ -603,20 +605,55 @@ def overlong_penalty(
     return torch.where(over, torch.full((), -float(penalty), dtype=dtype, device=length.device), out)
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Registry
+def micro_batch_share(mask: Tensor, rows: Tensor, agg: str) -> float:
+    """Share of micro-batch `rows` in the normaliser of its mini-batch under aggregation `agg`.
 
-POLICY_LOSSES: dict[str, Callable[..., tuple[Tensor, dict[str, float]]]] = {
-    "ppo": policy_loss,
-    "clip_cov": clip_cov_loss,
-    "kl_cov": kl_cov_loss,
-}
-"""Policy-loss variants by config name. Each is called as `fn(logprobs_new, logprobs_old, advantages, mask,
-agg=..., max_response_len=..., is_weights=..., token_weights=..., **variant_kwargs)` and returns `(loss, stats)`."""
+    Weighting each micro-batch's aggregated loss by this share and summing the gradients gives exactly the
+    gradient of the whole mini-batch's loss (gradient accumulation): token-mean divides by the valid tokens,
+    seq-mean-token-mean by the non-empty responses, seq-mean-token-sum-norm by the responses.
+
+    Args:
+        mask: `[M, T]` the mini-batch's loss mask; rows: indices into its rows.
+    """
+    if agg == "token-mean":
+        return float(mask[rows].sum()) / max(float(mask.sum()), 1.0)
+    if agg == "seq-mean-token-mean":
+        nonempty = mask.sum(-1) > 0
+        return float(nonempty[rows].sum()) / max(float(nonempty.sum()), 1.0)
+    return len(rows) / mask.shape[0]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Registry: kind `policy_loss` (explorl.algos.registry); `kwargs` maps each keyword to the config field supplying it
+
+_PPO_KWARGS = {"eps_low": "eps_low", "eps_high": "eps_high"}
+register("policy_loss", "ppo", needs_old_logprobs=False, kwargs=_PPO_KWARGS)(policy_loss)
+register("policy_loss", "clip_cov", needs_old_logprobs=False, needs_generator=True,
+         kwargs={**_PPO_KWARGS, "clip_ratio": "clip_cov_ratio", "lb": "clip_cov_lb", "ub": "clip_cov_ub"})(clip_cov_loss)
+register("policy_loss", "kl_cov", needs_old_logprobs=False,
+         kwargs={"k_percent": "kl_cov_k_percent", "kl_coef": "kl_cov_coef"})(kl_cov_loss)
+
+POLICY_LOSSES = table_view("policy_loss")
+"""Policy-loss variants by config name (read-only view of the registry). Each is called as `fn(logprobs_new,
+logprobs_old, advantages, mask, agg=..., max_response_len=..., is_weights=..., token_weights=..., **variant_kwargs)`
+and returns `(loss, stats)`."""
 
 
 def get_policy_loss(name: str) -> Callable[..., tuple[Tensor, dict[str, float]]]:
     """The policy loss registered as `name`; KeyError listing the valid names otherwise."""
-    if name not in POLICY_LOSSES:
-        raise KeyError(f"unknown policy loss {name!r}; valid: {', '.join(sorted(POLICY_LOSSES))}")
-    return POLICY_LOSSES[name]
+    return get("policy_loss", name)
+
+
+# Token filters: kind `token_filter`, fn(batch, loss_mask, cfg) -> per-token weights [N, T] or None (no filter)
+
+@register("token_filter", "none", needs_old_logprobs=False)
+def _no_token_filter(batch, loss_mask: Tensor, cfg) -> None:
+    """Every valid token trains."""
+    return None
+
+
+@register("token_filter", "forking", needs_old_logprobs=False, reads=("forking_top_frac",))
+def _forking_filter(batch, loss_mask: Tensor, cfg) -> Tensor:
+    """Only the top `forking_top_frac` highest-entropy tokens of the batch train (Wang et al., 80/20)."""
+    batch.require("entropy", by="token_filter 'forking'")
+    return forking_mask(batch.entropy, loss_mask, top_frac=cfg.forking_top_frac)

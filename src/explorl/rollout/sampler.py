@@ -382,3 +382,15 @@ def sample(model, prompts: Sequence[Sequence[int]], n: int | Sequence[int], *, e
     return Rollouts(prompt_ids=ids, prompt_mask=pmask, response_ids=tokens[:, :t_used], mask=mask[:, :t_used],
                     behavior_logprobs=logps[:, :t_used], entropy=ents[:, :t_used], temperatures=temps[:, :t_used],
                     truncated=truncated, group=group.to(device))
+
+
+def decode_responses(tokenizer, ro) -> list[str]:
+    """Response texts without padding or EOS."""
+    out = []
+    eos = tokenizer.eos_token_id
+    for ids, length in zip(ro.response_ids.tolist(), ro.lengths.tolist()):
+        ids = ids[:length]
+        if ids and ids[-1] == eos:
+            ids = ids[:-1]
+        out.append(tokenizer.decode(ids, skip_special_tokens=True))
+    return out

@@ -12,9 +12,13 @@ from __future__ import annotations
 
 import random
 import re
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from explorl.tasks import Problem
+from explorl.algos.registry import register
+from explorl.tasks.base import Problem
+
+if TYPE_CHECKING:
+    from explorl.config import TaskConfig
 
 OPERAND_MAX = 20
 _EXPR_RE = re.compile(r"\d+(?:[+-]\d+)*")
@@ -98,3 +102,17 @@ def default_reward() -> tuple[Callable, bool]:
     from explorl.rewards import int_reward
 
     return int_reward, False
+
+
+def _check_arith(cfg) -> str | None:
+    d = cfg.task.difficulties
+    return None if d and all(1 <= x <= 8 for x in d) else f"task.difficulties: levels must be in 1..8, got {d}"
+
+
+@register("task", "arith", reads=("difficulties", "train_size", "eval_size", "data_seed"), check=_check_arith)
+def load_arith(cfg: TaskConfig) -> tuple[list[Problem], list[Problem], tuple[Callable, bool], Callable]:
+    """The `arith` task: (train, eval, default reward, answer extractor); answers are read from the last \\boxed{}."""
+    from explorl.rewards import extract_boxed
+
+    train, eval_ = arith_task(cfg.difficulties, cfg.train_size, cfg.eval_size, cfg.data_seed)
+    return train, eval_, default_reward(), extract_boxed

@@ -10,7 +10,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from explorl.tasks import Problem
+from explorl.algos.registry import register
+from explorl.tasks.base import Problem
 
 if TYPE_CHECKING:
     from explorl.config import TaskConfig
@@ -114,3 +115,17 @@ def default_reward() -> tuple[Callable, bool]:
     from explorl.rewards import math_check
 
     return math_check, True
+
+
+def _check_file(cfg) -> str | None:
+    return None if cfg.task.path else "task.path: the `file` task needs a path to a .jsonl or .parquet file"
+
+
+@register("task", "file", reads=("path", "eval_path", "prompt_field", "answer_field", "prompt_template", "train_size",
+                                 "eval_size"), check=_check_file)
+def load_file(cfg: TaskConfig) -> tuple[list[Problem], list[Problem], tuple[Callable, bool], Callable]:
+    """The `file` task: (train, eval, default reward, answer extractor); answers are read from the last \\boxed{}."""
+    from explorl.rewards import extract_boxed
+
+    train, eval_ = load_file_task(cfg)
+    return train, eval_, default_reward(), extract_boxed

@@ -10,8 +10,9 @@ import difflib
 import functools
 from typing import TYPE_CHECKING, Any, Callable
 
+from explorl.algos.registry import register
 from explorl.rewards import extract_boxed
-from explorl.tasks import Problem
+from explorl.tasks.base import Problem
 
 if TYPE_CHECKING:
     from explorl.config import TaskConfig
@@ -146,3 +147,9 @@ def default_reward() -> tuple[Callable, bool]:
     """(rg_reward, isolated): scorers are third-party code on untrusted output."""
     return rg_reward, True
 
+
+@register("task", "rg", takes_argument=True, reads=("prompt_template", "train_size", "eval_size", "data_seed"))
+def load_rg(cfg: TaskConfig) -> tuple[list[Problem], list[Problem], tuple[Callable, bool], Callable]:
+    """The `rg:<name>` task: (train, eval, default reward, answer extractor)."""
+    train, eval_ = load_rg_task(cfg)
+    return train, eval_, default_reward(), extract_rg_answer

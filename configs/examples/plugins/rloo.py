@@ -1,0 +1,22 @@
+"""An estimator added from outside explorl (the README's "Add a method"): RLOO (Ahmadian et al. 2024, "Back to
+Basics: Revisiting REINFORCE Style Optimization for Learning from Human Feedback in LLMs"), each response's reward
+minus the mean reward of the other responses to the same prompt. Select it with `run.plugins: [rloo]` (this
+directory on PYTHONPATH, or the file next to your config) and `algo.advantage: rloo`.
+"""
+
+# rloo.py, next to your config (or anywhere on PYTHONPATH)
+import torch
+
+from explorl.algos import register
+
+
+@register("estimator", "rloo", needs_old_logprobs=False)
+def rloo(batch, cfg):
+    """A_i = r_i - mean_{j != i} r_j over the group of response i; 0 for a group of one. Shapes: [N] -> [N, T]."""
+    rewards = batch.rewards.double()
+    ids = torch.unique(batch.group, return_inverse=True)[1]
+    total = torch.zeros(int(ids.max()) + 1, dtype=torch.float64, device=rewards.device)
+    total.index_add_(0, ids, rewards)
+    count = torch.bincount(ids).double()[ids]
+    adv = torch.where(count > 1, rewards - (total[ids] - rewards) / (count - 1).clamp_min(1), 0.0)
+    return adv.to(batch.mask.dtype)[:, None] * batch.mask

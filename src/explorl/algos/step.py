@@ -1,0 +1,201 @@
+"""The algorithm step every engine calls: what a batch of scored rollouts becomes, and the loss it is trained with.
+
+    needs = requirements(cfg)                      # which tensors to compute before the step
+    prepared = compute_advantages(batch, cfg, step)
+    loss, stats = policy_objective(logprobs, entropy, batch, prepared, cfg)   # per micro-batch
+
+explorl's own loop (`explorl.trainer`) calls exactly these, and so do the engine integrations, so no method's
+logic exists twice. The pipeline, in order (docs/methods.md):
+1. reward shaping: DAPO's soft overlong penalty (`algo.overlong=penalty`) or overlong masking (`mask`);
+2. the estimator (`algo.advantage`) on the batch as the methods see it: the loss mask applied to every tensor;
+3. the shapers (`algo.shapers`) in order;
+4. the token filter (`algo.token_filter`, per-token weights) and truncated importance weights (`algo.tis`);
+5. per micro-batch: the policy loss (`algo.loss`) plus the k3 KL (`algo.kl_coef`) minus the entropy bonus
+   (`algo.entropy_coef`), each aggregated by `algo.loss_agg`.
+Which function serves a name is the registry's business (`explorl.algos.registry`); this file names no method.
+`cfg` is an `AlgoConfig` (or anything with its fields): nothing here imports explorl outside `explorl.algos`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from explorl.algos.batch import RolloutBatch
+from explorl.algos.losses import aggregate, kl_k3, masked_mean, overlong_penalty, tis_stats, tis_weights
+from explorl.algos.registry import lookup
+
+if TYPE_CHECKING:
+    from explorl.config import AlgoConfig
+
+__all__ = ["Requirements", "requirements", "single_update_shortcut", "PreparedBatch", "compute_advantages",
+           "policy_objective"]
+
+
+@dataclass(frozen=True)
+class Requirements:
+    """What a configured method needs computed before and during its step."""
+
+    ref: bool
+    """A frozen reference policy is kept and `RolloutBatch.ref_logprobs` filled (k3 KL, ERPO, ...)."""
+    old_logprobs: bool
+    """pi_old's log-probs are read before the update (estimators, shapers, importance weights)."""
+    behavior: bool
+    """The sampler's behaviour log-probs are read."""
+    update_entropy: bool
+    """The update's forward must return token entropies (the entropy bonus)."""
+
+
+def _chosen(cfg: AlgoConfig) -> list:
+    return ([lookup("estimator", cfg.advantage)] + [lookup("shaper", s) for s in cfg.shapers]
+            + [lookup("token_filter", cfg.token_filter), lookup("policy_loss", cfg.loss)])
+
+
+def requirements(cfg: AlgoConfig) -> Requirements:
+    """Ask the registry what the configured estimator, shapers, token filter and loss need."""
+    chosen = _chosen(cfg)
+    return Requirements(
+        ref=cfg.kl_coef > 0 or any(e.needs_ref for e in chosen),
+        old_logprobs=cfg.tis or any(e.needs_old_logprobs for e in chosen),
+        behavior=cfg.tis or any(e.needs_behavior for e in chosen),
+        update_entropy=cfg.entropy_coef != 0,
+    )
+
+
+def single_update_shortcut(cfg: AlgoConfig, behavior_is_policy: bool) -> bool:
+    """Whether pi_old may be taken from the training forward itself (detached) instead of a separate forward.
+
+    True when the batch gets exactly one update (so it happens at the sampling weights), the distribution sampled
+    from is the optimised policy (`behavior_is_policy`: the temperature schedule's registry entry; then the
+    sampler's entropies are the policy's too), and nothing before the update reads pi_old's log-probs. TRL does
+    the same for one update per batch; it saves a forward pass.
+    """
+    return cfg.epochs == 1 and cfg.mini_batches == 1 and behavior_is_policy and not requirements(cfg).old_logprobs
+
+
+@dataclass
+class PreparedBatch:
+    """What `compute_advantages` made of a batch.
+
+    advantages:      [N, T] the final per-token advantages (0 outside `loss_mask`).
+    base_advantages: [N, T] the estimator's output before the shapers.
+    loss_mask:       [N, T] the batch's mask less the responses removed by overlong masking.
+    rewards:         [N] the rewards after reward shaping (overlong penalty).
+    token_weights:   [N, T] per-token loss multipliers of the token filter, or None.
+    is_weights:      [N, T] truncated importance weights, or None.
+    stats:           namespaced metrics of what the method did (`tokens/*`, `is/*`, `kl/mean`).
+    """
+
+    advantages: Tensor
+    base_advantages: Tensor
+    loss_mask: Tensor
+    rewards: Tensor
+    token_weights: Tensor | None = None
+    is_weights: Tensor | None = None
+    stats: dict[str, float] = field(default_factory=dict)
+
+    def select(self, rows: Tensor, width: int | None = None) -> "PreparedBatch":
+        """Rows `rows` (and the first `width` token columns) of every tensor: a micro-batch."""
+        def cut(x):
+            if not isinstance(x, Tensor):
+                return x
+            x = x[rows]
+            return x[:, :width] if width is not None and x.dim() == 2 else x
+
+        return PreparedBatch(**{f.name: cut(getattr(self, f.name)) for f in dataclasses.fields(self)})
+
+
+def _masked(x: Tensor | None, mask: Tensor) -> Tensor | None:
+    return None if x is None else x * mask
+
+
+@torch.no_grad()
+def compute_advantages(batch: RolloutBatch, cfg: AlgoConfig, step: int) -> PreparedBatch:
+    """Reward shaping, estimator, shapers, token filter and importance weights for one batch.
+
+    Args:
+        batch: the scored responses (`RolloutBatch`); `logprobs` may be None under `single_update_shortcut`.
+        cfg: an `AlgoConfig`.
+        step: the 1-based training step (step windows of shapers such as `position`).
+    Returns:
+        `PreparedBatch`. The estimator and shapers see the batch with the loss mask applied to every tensor.
+    """
+    rewards = batch.rewards
+    if cfg.overlong == "penalty":  # DAPO eq. 13: soft penalty for responses that run into the limit
+        if batch.max_response_len is None:
+            raise ValueError("algo.overlong=penalty needs RolloutBatch.max_response_len")
+        rewards = rewards + overlong_penalty(batch.lengths, batch.truncated, batch.max_response_len,
+                                             buffer=cfg.overlong_buffer, penalty=cfg.overlong_penalty)
+    loss_mask = batch.mask
+    if cfg.overlong == "mask":  # DAPO overlong filtering: truncated responses do not train
+        loss_mask = batch.mask * (~batch.truncated).to(batch.mask.dtype)[:, None]
+    seen = batch.replace(mask=loss_mask, rewards=rewards, logprobs=_masked(batch.logprobs, loss_mask),
+                         entropy=_masked(batch.entropy, loss_mask),
+                         behavior_logprobs=_masked(batch.behavior_logprobs, loss_mask),
+                         ref_logprobs=_masked(batch.ref_logprobs, loss_mask))
+    advantages = lookup("estimator", cfg.advantage).fn(seen, cfg)
+    base = advantages
+    for name in cfg.shapers:
+        advantages = lookup("shaper", name).fn(advantages, seen, cfg, step)
+    token_weights = lookup("token_filter", cfg.token_filter).fn(seen, loss_mask, cfg)
+    is_weights = None
+    if cfg.tis:
+        seen.require("logprobs", "behavior_logprobs", by="algo.tis")
+        is_weights = tis_weights(seen.logprobs, seen.behavior_logprobs, loss_mask, cap=cfg.tis_cap)
+    stats = _method_stats(batch.mask, loss_mask, base, advantages, token_weights)
+    if is_weights is not None:
+        stats.update(tis_stats(seen.logprobs, seen.behavior_logprobs, loss_mask, cap=cfg.tis_cap))
+    if batch.ref_logprobs is not None and batch.logprobs is not None:
+        stats["kl/mean"] = float(masked_mean(kl_k3(batch.logprobs, seen.ref_logprobs, loss_mask), loss_mask))
+    return PreparedBatch(advantages, base, loss_mask, rewards, token_weights, is_weights, stats)
+
+
+def _method_stats(response_mask: Tensor, loss_mask: Tensor, base: Tensor, advantages: Tensor,
+                  token_weights: Tensor | None) -> dict[str, float]:
+    """Share of response tokens the method removed from the loss or whose |advantage| the shapers reduced."""
+    valid = response_mask > 0
+    n_valid = max(int(valid.sum()), 1)
+    weights = loss_mask if token_weights is None else loss_mask * token_weights
+    return {"tokens/masked_frac": float(((weights == 0) & valid).sum()) / n_valid,
+            "tokens/downweighted_frac": float(((advantages.abs() < base.abs() - 1e-12) & valid).sum()) / n_valid}
+
+
+def policy_objective(logprobs: Tensor, entropy: Tensor | None, batch: RolloutBatch, prepared: PreparedBatch,
+                     cfg: AlgoConfig, *, generator: torch.Generator | None = None) -> tuple[Tensor, dict[str, float]]:
+    """The loss to minimise on one (micro-)batch: policy loss + kl_coef * KL - entropy_coef * H, one aggregation.
+
+    Args:
+        logprobs: [n, t] log-probs of the sampled tokens under the policy being optimised (with gradient).
+        entropy: [n, t] its token entropies, or None when `cfg.entropy_coef == 0`.
+        batch, prepared: the same rows and columns (`select`) of the batch and of `compute_advantages`' result.
+            pi_old is `batch.logprobs`, or `logprobs` detached when that is None (`single_update_shortcut`).
+        cfg: an `AlgoConfig`.
+        generator: random source of losses that sample tokens (Clip-Cov).
+    Returns:
+        (scalar loss, stats): the loss variant's statistics plus `kl/mean` and `loss/entropy` when those terms act.
+    """
+    entry = lookup("policy_loss", cfg.loss)
+    kwargs = {kw: getattr(cfg, name) for kw, name in entry.kwargs.items()}
+    if entry.extra.get("needs_generator"):
+        kwargs["generator"] = generator
+    mask = prepared.loss_mask
+    old = logprobs.detach() if batch.logprobs is None else batch.logprobs
+    loss, stats = entry.fn(logprobs, old, prepared.advantages, mask, agg=cfg.loss_agg,
+                           max_response_len=batch.max_response_len, is_weights=prepared.is_weights,
+                           token_weights=prepared.token_weights, **kwargs)
+    if cfg.kl_coef > 0:
+        batch.require("ref_logprobs", by="algo.kl_coef > 0")
+        kl = aggregate(kl_k3(logprobs, batch.ref_logprobs, mask), mask, cfg.loss_agg, batch.max_response_len)
+        loss = loss + cfg.kl_coef * kl
+        stats["kl/mean"] = float(kl.detach())
+    if cfg.entropy_coef != 0:
+        if entropy is None:
+            raise ValueError("policy_objective: algo.entropy_coef != 0 needs the token entropies of the forward")
+        ent_term = aggregate(entropy, mask, cfg.loss_agg, batch.max_response_len)
+        loss = loss - cfg.entropy_coef * ent_term
+        stats["loss/entropy"] = float(ent_term.detach())
+    return loss, stats

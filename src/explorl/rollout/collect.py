@@ -1,0 +1,76 @@
+"""One step's batch of rollouts: prompts from the stream, budgets and temperature from the controllers, samples,
+rewards, and the budget policy's choice of which groups train (DAPO's dynamic sampling draws more rounds)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from explorl.rollout.controllers import Controllers, PromptStream
+from explorl.rollout.sampler import Rollouts, decode_responses, sample
+
+
+@dataclass
+class Collected:
+    """A step's scored batch. `problems[g]` is the problem of group g of `rollouts`."""
+
+    problems: list
+    rollouts: Rollouts
+    texts: list[str]
+    rewards: list[float]
+    train_temperature: float
+    """Temperature of the optimised policy for this batch (the schedule's training temperature)."""
+    errors: int
+    """Reward-function failures (scored 0)."""
+    timeouts: int
+    """Reward-function timeouts (scored 0)."""
+    stats: dict = field(default_factory=dict)
+    """The schedule's and budget policy's metrics."""
+
+
+def collect_rollouts(model, tok, task, runner, stream: PromptStream, controllers: Controllers, *, batch_size: int,
+                     max_new_tokens: int, top_p: float, fast_path: bool, step: int,
+                     generator: torch.Generator) -> Collected:
+    """Sample and score `batch_size` prompts' groups at 0-based training step `step`."""
+    temp_arg, train_temp, stats = controllers.schedule.at(step)
+    stats = dict(stats)
+    budget = controllers.budget
+    problems: list = []
+    parts, texts, rewards = [], [], []
+    errors = timeouts = rounds = sampled_groups = 0
+    while True:
+        epoch = stream.epoch
+        ids = stream.next(batch_size - len(problems))
+        if stream.epoch != epoch:
+            budget.end_of_pass()
+        round_problems = [task.train[i] for i in ids]
+        prompts = [tok.encode(p.prompt, add_special_tokens=False) for p in round_problems]
+        ro = sample(model, prompts, budget.budgets(ids), eos_token_id=tok.eos_token_id,
+                    pad_token_id=tok.pad_token_id, max_new_tokens=max_new_tokens, temperature=temp_arg,
+                    top_p=top_p, generator=generator, fast_path=fast_path)
+        round_texts = decode_responses(tok, ro)
+        group = ro.group.tolist()
+        rr = runner(round_texts, [round_problems[g].answer for g in group], [round_problems[g].meta for g in group])
+        errors, timeouts = errors + rr.errors, timeouts + rr.timeouts
+        per_prompt = [[rr.rewards[i] for i, g in enumerate(group) if g == j] for j in range(len(ids))]
+        budget.observe_rewards(ids, per_prompt)
+        sampled_groups += len(ids)
+        keep = budget.keep(per_prompt, batch_size - len(problems))
+        last_round = rounds >= budget.extra_rounds
+        if not keep and last_round and not problems:
+            keep = [j for j in range(len(ids)) if per_prompt[j]]  # nothing informative at all: train on it anyway
+        new_id = {j: len(problems) + i for i, j in enumerate(keep)}
+        rows = [i for i, g in enumerate(group) if g in new_id]
+        part = ro.select(torch.tensor(rows, dtype=torch.long, device=ro.group.device))
+        part.group = torch.tensor([new_id[g] for g in part.group.tolist()], dtype=torch.long, device=ro.group.device)
+        parts.append(part)
+        problems += [round_problems[j] for j in keep]
+        texts += [round_texts[i] for i in rows]
+        rewards += [rr.rewards[i] for i in rows]
+        if len(problems) >= batch_size or last_round:
+            break
+        rounds += 1
+    ro = parts[0] if len(parts) == 1 else Rollouts.cat(parts, tok.pad_token_id)
+    stats.update(budget.stats(rounds, len(problems) / max(sampled_groups, 1)))
+    return Collected(problems, ro, texts, rewards, train_temp, errors, timeouts, stats)

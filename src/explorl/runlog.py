@@ -1,0 +1,300 @@
+"""A run directory and what is written to it: config.yaml, metrics.jsonl, samples.jsonl, checkpoints/, eval.json,
+final/; the per-step rollout metrics and the progress bar.
+
+Checkpoints are written to a temporary name and renamed, so a kill never leaves a half checkpoint; they hold the
+trainable weights, the optimizer and scheduler, every RNG and the loop's state (prompt stream, controllers), so
+`--resume` continues a killed run exactly. Records are flushed and fsynced each step; on resume the records of steps
+after the checkpoint are dropped (they will be recomputed identically).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+from pathlib import Path
+
+import torch
+
+from explorl.analysis.measures import entropy_by_position
+
+# Every key written to metrics.jsonl at each training step, with its meaning (the README's table comes from here).
+STEP_METRICS: dict[str, str] = {
+    "step": "training step (1-based)",
+    "reward/mean": "mean reward of the step's responses",
+    "reward/std": "population std of the rewards",
+    "reward/correct_frac": "fraction of responses with reward > 0.5",
+    "reward/all_correct_frac": "fraction of prompts whose responses are all correct (zero advantage in GRPO)",
+    "reward/all_wrong_frac": "fraction of prompts whose responses are all wrong (zero advantage in GRPO)",
+    "reward/errors": "reward-function failures this step (scored 0)",
+    "reward/timeouts": "reward-function timeouts this step (scored 0)",
+    "entropy/mean": "mean token entropy of the policy at the training temperature over response tokens",
+    "entropy/pos": "the same over correct responses (null when none)",
+    "entropy/neg": "the same over incorrect responses (null when none)",
+    "entropy/behavior_mean": "mean entropy of the distribution actually sampled from",
+    "temperature/mean": "mean sampling temperature over response tokens",
+    "temperature/train": "temperature of the optimised policy (the E3 tau; the base temperature otherwise)",
+    "rollouts/per_prompt_min": "fewest responses sampled for a prompt",
+    "rollouts/per_prompt_max": "most responses sampled for a prompt",
+    "rollouts/per_prompt_mean": "mean responses per prompt",
+    "rollouts/total": "responses this step (N)",
+    "length/mean": "mean response length in tokens (EOS included)",
+    "length/max": "longest response",
+    "length/truncated_frac": "fraction of responses that hit sampling.max_new_tokens",
+    "entropy/by_position": "mean token entropy in 10 relative-position bins of the responses (a list)",
+    "adv/mean": "mean advantage over response tokens",
+    "adv/std": "std of the advantage over response tokens",
+    "tokens/masked_frac": "fraction of response tokens removed from the loss (overlong masking, forking filter)",
+    "tokens/downweighted_frac": "fraction of response tokens whose |advantage| the shapers reduced",
+    "loss/pg": "clipped policy-gradient loss (aggregated)",
+    "loss/clip_frac": "fraction of tokens where the clipped term is active",
+    "loss/clip_frac_low": "fraction clipped at 1 - eps_low (A < 0)",
+    "loss/clip_frac_high": "fraction clipped at 1 + eps_high (A > 0)",
+    "loss/ratio_mean": "mean importance ratio pi_new / pi_old (exactly 1 on the first update)",
+    "loss/ratio_max": "largest importance ratio",
+    "loss/ppo_kl": "mean of logp_old - logp_new over tokens",
+    "loss/nonfinite": "1 when this step's update was skipped for a non-finite loss or gradient",
+    "optim/grad_norm": "global gradient norm before clipping",
+    "optim/lr": "learning rate after the step",
+    "perf/step_s": "wall time of the step",
+    "perf/sample_s": "wall time of sampling",
+    "perf/update_s": "wall time of the policy update (epochs x mini-batches)",
+    "perf/tokens_per_s": "generated tokens per second of sampling",
+}
+# Present only when configured (README lists them): kl/mean (a reference model is kept), loss/entropy
+# (algo.entropy_coef != 0), temperature/tau|h_target|h_init|clamped (E3 schedule), temperature/ead_d|ead_min
+# (EAD), is/* (algo.tis), rollouts/dapo_rounds|dapo_kept_frac (DAPO sampling), loss/clip_cov_frac,
+# loss/kl_cov_frac (those losses), eval/* (run.eval_every > 0, and once after the last step).
+
+
+def rollout_metrics(ro, rewards: torch.Tensor, entropy: torch.Tensor, advantages: torch.Tensor) -> dict:
+    """Per-step statistics of a batch of rollouts (namespaced metric names, DESIGN: Runs)."""
+    mask = ro.mask
+    correct = rewards > 0.5
+    group = ro.group
+    n_groups = int(group.max()) + 1 if len(group) else 0
+    counts = torch.bincount(group, minlength=n_groups)
+    n_correct = torch.bincount(group, weights=correct.float(), minlength=n_groups)
+    present = counts > 0
+    ent_rows = mask * entropy
+    pos, neg = correct[:, None] & (mask > 0), (~correct)[:, None] & (mask > 0)
+    lengths = mask.sum(-1)
+    valid = mask > 0
+    adv = advantages[valid]
+    return {
+        "reward/mean": float(rewards.mean()),
+        "reward/std": float(rewards.std(unbiased=False)),
+        "reward/correct_frac": float(correct.float().mean()),
+        "reward/all_correct_frac": float((n_correct[present] == counts[present]).float().mean()),
+        "reward/all_wrong_frac": float((n_correct[present] == 0).float().mean()),
+        "entropy/mean": float(ent_rows.sum() / mask.sum().clamp_min(1)),
+        "entropy/pos": float(entropy[pos].mean()) if pos.any() else float("nan"),
+        "entropy/neg": float(entropy[neg].mean()) if neg.any() else float("nan"),
+        "entropy/behavior_mean": float((ro.entropy * mask).sum() / mask.sum().clamp_min(1)),
+        "temperature/mean": float((ro.temperatures * mask).sum() / mask.sum().clamp_min(1)),
+        "rollouts/per_prompt_min": int(counts[present].min()),
+        "rollouts/per_prompt_max": int(counts[present].max()),
+        "rollouts/per_prompt_mean": float(counts[present].float().mean()),
+        "rollouts/total": int(len(rewards)),
+        "length/mean": float(lengths.mean()),
+        "length/max": int(lengths.max()),
+        "length/truncated_frac": float(ro.truncated.float().mean()),
+        "entropy/by_position": entropy_by_position(entropy, mask, bins=10).tolist(),
+        "adv/mean": float(adv.mean()) if adv.numel() else 0.0,
+        "adv/std": float(adv.std(unbiased=False)) if adv.numel() else 0.0,
+    }
+
+
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class RunLog:
+    """The files of one run directory."""
+
+    def __init__(self, run_dir: Path):
+        self.dir = Path(run_dir)
+        self.metrics_path = self.dir / "metrics.jsonl"
+        self.samples_path = self.dir / "samples.jsonl"
+
+    @classmethod
+    def open(cls, out_dir: str | Path, config_yaml: str, resume: str | Path | None) -> "RunLog":
+        """The run directory to continue (`resume`) or a new one at `out_dir` (refused if it holds a run)."""
+        if resume is not None:
+            log = cls(Path(resume))
+            if not (log.dir / "config.yaml").exists():
+                raise FileNotFoundError(f"--resume {log.dir}: no config.yaml there; is it a run directory?")
+            return log
+        log = cls(Path(out_dir))
+        if log.dir.exists() and (log.metrics_path.exists() or log.checkpoints()):
+            raise FileExistsError(f"run directory {log.dir} already holds a run; continue it with "
+                                  f"`explorl train --resume {log.dir}` or choose another run.out_dir")
+        log.dir.mkdir(parents=True, exist_ok=True)
+        (log.dir / "config.yaml").write_text(config_yaml)
+        return log
+
+    def checkpoints(self) -> list[Path]:
+        return _checkpoint_dirs(self.dir)
+
+    def save_checkpoint(self, step: int, model, optimizer, scheduler, state: dict, keep: int) -> Path:
+        return save_checkpoint(self.dir, step, model, optimizer, scheduler, state, keep)
+
+    def truncate_metrics(self, done_steps: int) -> None:
+        _truncate_metrics(self.metrics_path, done_steps)
+
+    def append_metrics(self, record: dict) -> None:
+        append_jsonl(self.metrics_path, _clean(record))
+
+    def log_samples(self, step: int, problems, ro, texts, rewards, k: int) -> None:
+        """The first `k` prompts of the step with their completions and rewards."""
+        if k <= 0:
+            return
+        group = ro.group.tolist()
+        with open(self.samples_path, "a") as f:
+            for j, p in enumerate(problems[:k]):
+                rows = [i for i, g in enumerate(group) if g == j]
+                f.write(json.dumps({"step": step, "prompt": p.prompt, "answer": p.answer,
+                                    "completions": [texts[i] for i in rows],
+                                    "rewards": [rewards[i] for i in rows]}) + "\n")
+
+    def write_eval(self, step: int, summary: dict) -> None:
+        (self.dir / "eval.json").write_text(json.dumps({"step": step, **summary}, indent=2))
+
+    def save_final_model(self, model, tok) -> Path:
+        save_final_model(self.dir / "final", model, tok)
+        return self.dir / "final"
+
+
+def rng_state(generators: dict[str, torch.Generator], device: torch.device) -> dict:
+    """Every random state a step consumes: the named generators, torch's, CUDA's and Python's."""
+    return {**{k: g.get_state() for k, g in generators.items()}, "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+            "python_rng": random.getstate()}
+
+
+def restore_rng(state: dict, generators: dict[str, torch.Generator], device: torch.device) -> None:
+    for k, g in generators.items():
+        g.set_state(state[k])
+    torch.set_rng_state(state["torch_rng"])
+    if device.type == "cuda" and state.get("cuda_rng") is not None:
+        torch.cuda.set_rng_state(state["cuda_rng"], device)
+    random.setstate(state["python_rng"])
+
+
+def _checkpoint_dirs(run_dir: Path) -> list[Path]:
+    root = run_dir / "checkpoints"
+    return sorted(p for p in root.glob("step_*") if p.is_dir()) if root.exists() else []
+
+
+def save_checkpoint(run_dir: Path, step: int, model, optimizer, scheduler, state: dict, keep: int) -> Path:
+    from safetensors.torch import save_file
+
+    root = run_dir / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step_{step:07d}"
+    tmp = root / f".tmp_step_{step:07d}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    trainable = {n: p.detach().cpu().contiguous() for n, p in model.named_parameters() if p.requires_grad}
+    save_file(trainable, str(tmp / "trainable.safetensors"))
+    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), **state},
+               tmp / "trainer_state.pt")
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    for old in _checkpoint_dirs(run_dir)[:-max(keep, 1)]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def load_checkpoint(path: Path, model, optimizer, scheduler) -> dict:
+    from safetensors.torch import load_file
+
+    weights = load_file(str(path / "trainable.safetensors"))
+    named = dict(model.named_parameters())
+    missing = [n for n, p in named.items() if p.requires_grad and n not in weights]
+    if missing:
+        raise RuntimeError(f"checkpoint {path} lacks parameters {missing[:5]}... (config changed since the run?)")
+    with torch.no_grad():
+        for n, t in weights.items():
+            named[n].copy_(t.to(named[n].device, named[n].dtype))
+    state = torch.load(path / "trainer_state.pt", map_location="cpu", weights_only=False)
+    optimizer.load_state_dict(state.pop("optimizer"))
+    scheduler.load_state_dict(state.pop("scheduler"))
+    return state
+
+
+def append_jsonl(path: Path, record: dict) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(record, default=_json_default) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _json_default(x):
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return str(x)
+
+
+def _clean(record: dict) -> dict:
+    """NaN (e.g. entropy/pos with no correct response) is written as null: metrics.jsonl stays valid JSON."""
+    def fix(v):
+        if isinstance(v, list):
+            return [fix(x) for x in v]
+        return None if isinstance(v, float) and not math.isfinite(v) else v
+    return {k: fix(v) for k, v in record.items()}
+
+
+def _truncate_metrics(path: Path, done_steps: int) -> None:
+    """On resume, drop records of steps after the checkpoint: they will be recomputed identically."""
+    if not path.exists():
+        return
+    keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= done_steps]
+    path.write_text("".join(line + "\n" for line in keep))
+
+
+def save_final_model(path: Path, model, tok) -> None:
+    """The trained policy as a Hugging Face directory (LoRA: the adapter, loadable with peft)."""
+    tmp = path.with_name(path.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(str(tmp))
+    tok.save_pretrained(str(tmp))
+    shutil.rmtree(path, ignore_errors=True)
+    os.replace(tmp, path)
+
+
+class Progress:
+    """A rich progress bar with the key metrics; plain lines every 10 steps when not on a terminal."""
+
+    def __init__(self, console, total: int, start: int, enabled: bool = True):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.console = console
+        self.live = enabled and console.is_terminal
+        self.enabled = enabled
+        self.progress = None
+        if self.live:
+            self.progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
+                                     TimeRemainingColumn(), TextColumn("{task.fields[info]}"), console=console)
+            self.progress.start()
+            self.task = self.progress.add_task("train", total=total, completed=start, info="")
+
+    @staticmethod
+    def _info(rec: dict) -> str:
+        def g(k):
+            v = rec.get(k)
+            return float("nan") if v is None else v
+        return (f"reward {g('reward/mean'):.3f}  entropy {g('entropy/mean'):.3f}  "
+                f"all-wrong {g('reward/all_wrong_frac'):.2f}  len {g('length/mean'):.1f}  "
+                f"{g('perf/step_s'):.2f}s/step")
+
+    def update(self, step: int, rec: dict) -> None:
+        if self.live:
+            self.progress.update(self.task, completed=step, info=self._info(rec))
+        elif self.enabled and (step % 10 == 0 or step == 1):
+            self.console.print(f"step {step}: {self._info(rec)}")
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()

@@ -1,0 +1,191 @@
+"""The one registry: every kind, duplicate names refused, what entries record, defaults living once (in the config),
+and a method added from a user's own module and selected by name in YAML (the README's example)."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from explorl.algos import advantages as A
+from explorl.algos import losses as L
+from explorl.algos.batch import RolloutBatch
+from explorl.algos.registry import KINDS, entries, get, lookup, names, register
+from explorl.config import AlgoConfig, Config, ConfigError, TaskConfig, load_config
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
+
+
+def test_every_kind_has_its_builtin_entries():
+    import explorl.config  # noqa: F401  (validation imports the modules that register)
+    import explorl.rollout.controllers  # noqa: F401
+    import explorl.tasks  # noqa: F401
+
+    want = {
+        "estimator": {"grpo", "dr_grpo", "erpo", "passk"},
+        "shaper": {"cw", "cw_group", "ppl", "position", "entropy_adv"},
+        "policy_loss": {"ppo", "clip_cov", "kl_cov"},
+        "token_filter": {"none", "forking"},
+        "temperature_schedule": {"fixed", "e3", "ead", "revead"},
+        "budget_policy": {"uniform", "e3", "dapo"},
+        "task": {"arith", "file", "rg"},
+    }
+    assert set(want) == set(KINDS)
+    for kind, expected in want.items():
+        assert expected <= set(entries(kind)), kind
+
+
+def test_a_name_is_registered_once_per_kind():
+    with pytest.raises(ValueError, match="registered twice"):
+        register("estimator", "grpo")(lambda batch, cfg: None)
+    with pytest.raises(ValueError, match="unknown registry kind"):
+        register("estimators", "x")
+
+
+def test_unknown_names_fail_listing_the_valid_ones():
+    with pytest.raises(KeyError, match="valid: dr_grpo, erpo, grpo, passk"):
+        lookup("estimator", "grpoo")
+    with pytest.raises(KeyError, match="rg:<argument>"):
+        lookup("task", "rg")  # the reasoning-gym entry needs its dataset name
+    assert lookup("task", "rg:chain_sum").name == "rg"
+    with pytest.raises(ConfigError, match=r"algo.loss: unknown policy loss 'ppo2'; valid: clip_cov, kl_cov, ppo"):
+        load_config(None, ["algo.loss=ppo2"])
+    with pytest.raises(ConfigError, match=r"sampling.schedule: .*valid: e3, ead, fixed, revead.*run.plugins"):
+        load_config(None, ["sampling.schedule=e4"])
+    with pytest.raises(ConfigError, match=r"algo.shapers\[1\]: unknown shaper 'cov'"):
+        load_config(None, ["algo.shapers=[cw,cov]"])
+
+
+def _config_has(kind: str, field_name: str) -> bool:
+    if kind == "task":
+        return field_name in {f.name for f in dataclasses.fields(TaskConfig)}
+    if kind in ("temperature_schedule", "budget_policy"):
+        node = Config()
+        for part in field_name.split("."):
+            if not hasattr(node, part):
+                return False
+            node = getattr(node, part)
+        return True
+    return field_name in {f.name for f in dataclasses.fields(AlgoConfig)}
+
+
+def test_every_field_an_entry_reads_exists_in_the_config():
+    import explorl.rollout.controllers  # noqa: F401
+    import explorl.tasks  # noqa: F401
+
+    checked = 0
+    for kind in KINDS:
+        for name, entry in entries(kind).items():
+            for field_name in entry.reads:
+                assert _config_has(kind, field_name), f"{kind} {name} reads {field_name!r}, not a config field"
+                checked += 1
+    assert checked > 40
+
+
+def _keyword_defaults(fn) -> dict:
+    return {k: p.default for k, p in inspect.signature(fn).parameters.items() if p.default is not inspect._empty}
+
+
+def test_the_public_functions_defaults_are_the_configs():
+    """The pure functions keep the papers' defaults in their signatures (the public API); the config is where a
+    run's defaults live. They must agree, or a library user and a config user would train different methods."""
+    cfg = AlgoConfig()
+    pairs = [(A.erpo, A.ERPO_FIELDS)]
+    pairs += [(lookup("policy_loss", name).fn, lookup("policy_loss", name).kwargs) for name in names("policy_loss")]
+    pairs += [(A.ppl_shaped, {"alpha": "ppl_alpha", "iqr_filter": "ppl_iqr_filter", "clamp": "ppl_clamp"}),
+              (A.position_shaped, {"gamma": "position_gamma", "m": "position_m", "d": "position_d",
+                                   "cap_frac": "position_cap_frac"}),
+              (A.entropy_shaped, {"alpha": "entropy_adv_alpha", "kappa": "entropy_adv_kappa"}),
+              (A.grpo, {"eps": "adv_eps"}), (L.forking_mask, {"top_frac": "forking_top_frac"}),
+              (L.tis_weights, {"cap": "tis_cap"})]
+    compared = 0
+    for fn, mapping in pairs:
+        defaults = _keyword_defaults(fn)
+        for keyword, field_name in mapping.items():
+            assert defaults[keyword] == getattr(cfg, field_name), (fn.__name__, keyword, field_name)
+            compared += 1
+    assert compared >= 20
+
+
+def test_the_adapters_read_no_default_of_their_own():
+    """No `getattr(cfg, name, default)` in the algorithms: a missing field is an error, not a second default."""
+    for path in (ROOT / "src" / "explorl" / "algos").glob("*.py"):
+        assert not re.search(r"getattr\(cfg, \"\w+\", ", path.read_text()), path.name
+
+
+def test_what_entries_record():
+    assert lookup("estimator", "erpo").needs_ref and lookup("estimator", "erpo").needs_old_logprobs
+    assert not lookup("estimator", "grpo").needs_ref and not lookup("estimator", "grpo").needs_old_logprobs
+    assert lookup("shaper", "cw").needs_old_logprobs and not lookup("shaper", "position").needs_old_logprobs
+    assert lookup("temperature_schedule", "e3").behavior_is_policy
+    assert not lookup("temperature_schedule", "ead").behavior_is_policy
+    assert lookup("policy_loss", "clip_cov").extra["needs_generator"]
+    assert lookup("policy_loss", "kl_cov").kwargs == {"k_percent": "kl_cov_k_percent", "kl_coef": "kl_cov_coef"}
+    # a user entry that says nothing is assumed to read pi_old: the one-update shortcut is then off (safe)
+    assert register.__kwdefaults__["needs_old_logprobs"] is True
+
+
+def test_an_entrys_check_runs_at_validation():
+    with pytest.raises(ConfigError, match="passk_k"):
+        load_config(None, ["algo.advantage=passk", "algo.passk_k=9"])
+    with pytest.raises(ConfigError, match="task.difficulties"):
+        load_config(None, ["task.difficulties=[9]"])
+    with pytest.raises(ConfigError, match="ead_tau_min"):
+        load_config(None, ["sampling.schedule=revead", "sampling.ead_tau_min=0"])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# a method from the user's own module
+
+
+def _readme_plugin() -> str:
+    block = README.split("<!-- add-a-method:begin -->")[1].split("<!-- add-a-method:end -->")[0]
+    return block.split("```python\n")[1].split("```")[0]
+
+
+def test_readme_example_is_the_shipped_example():
+    assert _readme_plugin() in (ROOT / "configs" / "examples" / "plugins" / "rloo.py").read_text()
+
+
+def test_a_users_estimator_is_selected_by_name_in_yaml(tmp_path, monkeypatch, tiny_model_dir):
+    """The README's RLOO, written next to a config as a user would, named in `run.plugins` and `algo.advantage`."""
+    from explorl.trainer import train
+
+    module = "rloo" if "rloo" not in names("estimator") else None  # registered once per process
+    if module is None:
+        pytest.skip("rloo already registered by another test in this process")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rloo.py").write_text(_readme_plugin())
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "run.yaml").write_text("run: {plugins: [rloo]}\nalgo: {advantage: rloo}\n")
+    with pytest.raises(ConfigError, match="algo.advantage: unknown estimator 'rloo'"):
+        load_config(tmp_path / "run.yaml", ["run.plugins=[]"])  # without the plugin the name is unknown
+    cfg = load_config(tmp_path / "run.yaml", [
+        f"model.path={tiny_model_dir}", f"run.out_dir={tmp_path / 'out'}", "run.steps=2", "run.batch_size=2",
+        "sampling.group_size=4", "sampling.max_new_tokens=8", "task.train_size=4", "task.eval_size=2",
+        "task.difficulties=[1]", "run.eval_n=1", "run.eval_k=[1]", "run.save_every=0",
+        "task.reward=rewards_for_tests:contains_digit"])
+    assert cfg.algo.advantage == "rloo"
+    # group of 3 with rewards 1, 0, 0: 1 - 0 = 1; 0 - (1 + 0) / 2 = -0.5 (twice); a group of one gets 0
+    batch = RolloutBatch(mask=torch.ones(4, 2), rewards=torch.tensor([1.0, 0.0, 0.0, 1.0]),
+                         group=torch.tensor([7, 7, 7, 2]))
+    assert torch.equal(get("estimator", "rloo")(batch, cfg.algo),
+                       torch.tensor([[1.0, 1.0], [-0.5, -0.5], [-0.5, -0.5], [0.0, 0.0]]))
+    run = train(cfg, progress=False)
+    assert (run / "final" / "config.json").exists()
+    assert yaml.safe_load((run / "config.yaml").read_text())["run"]["plugins"] == ["rloo"]  # resume re-imports it
+
+
+def test_a_plugin_that_does_not_import_is_named_in_the_error(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "broken_plugin.py").write_text("raise RuntimeError('boom')\n")
+    with pytest.raises(ConfigError, match=r"run.plugins\[0\]: cannot import 'broken_plugin': RuntimeError: boom"):
+        load_config(None, ["run.plugins=[broken_plugin]"])
+    with pytest.raises(ConfigError, match=r"run.plugins\[0\]: cannot import 'no_such_module_xyz'"):
+        load_config(None, ["run.plugins=[no_such_module_xyz]"])

@@ -1,0 +1,178 @@
+"""The algorithm step (`explorl.algos.step`): RolloutBatch validation, compute_advantages and policy_objective on
+hand-derived batches, and what the registry says a configured method needs."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from explorl.algos import MissingInputError, RolloutBatch, compute_advantages, policy_objective, requirements
+from explorl.algos.step import single_update_shortcut
+from explorl.config import AlgoConfig, load_config
+from explorl.trainer import on_policy_single_update
+
+RECIPES = sorted((Path(__file__).resolve().parents[2] / "configs" / "recipes").glob("*.yaml"))
+
+
+def _batch(**changes) -> RolloutBatch:
+    # two groups of two; response 3 ran into the limit of 3 tokens
+    fields = dict(mask=torch.tensor([[1.0, 1, 0], [1, 0, 0], [1, 1, 1], [1, 1, 1]]),
+                  rewards=torch.tensor([1.0, 0.0, 1.0, 0.0]), group=torch.tensor([0, 0, 5, 5]),
+                  max_response_len=3, truncated=torch.tensor([False, False, False, True]))
+    fields.update(changes)
+    return RolloutBatch(**fields)
+
+
+def test_rollout_batch_validates_shapes_and_fills_defaults():
+    b = _batch()
+    assert b.lengths.tolist() == [2, 1, 3, 3]
+    assert RolloutBatch(mask=torch.ones(2, 3), rewards=torch.zeros(2), group=torch.zeros(2, dtype=torch.long)
+                        ).truncated.tolist() == [False, False]
+    with pytest.raises(ValueError, match=r"RolloutBatch.rewards: expected shape \[N\] = \(4,\), got \(3,\)"):
+        _batch(rewards=torch.zeros(3))
+    with pytest.raises(ValueError, match=r"RolloutBatch.entropy: expected shape \[N, T\] = \(4, 3\)"):
+        _batch(entropy=torch.zeros(4, 2))
+    with pytest.raises(ValueError, match="RolloutBatch.group: expected integer"):
+        _batch(group=torch.zeros(4))
+    with pytest.raises(ValueError, match="RolloutBatch.mask"):
+        _batch(mask=torch.ones(4))
+
+
+def test_select_cuts_rows_and_token_columns():
+    b = _batch(entropy=torch.arange(12.0).reshape(4, 3))
+    micro = b.select(torch.tensor([2, 0]), width=2)
+    assert micro.mask.tolist() == [[1.0, 1.0], [1.0, 1.0]]
+    assert micro.entropy.tolist() == [[6.0, 7.0], [0.0, 1.0]]
+    assert micro.rewards.tolist() == [1.0, 1.0] and micro.lengths.tolist() == [3, 2]
+    assert micro.max_response_len == 3
+
+
+def test_compute_advantages_grpo_by_hand():
+    # group 0: r = (1, 0), mean 0.5, unbiased std sqrt(0.5) = 0.70711: A = +-0.5 / (0.70711 + 1e-6) = +-0.70711;
+    # group 5 the same. Broadcast over each response's valid tokens, 0 on padding.
+    out = compute_advantages(_batch(), AlgoConfig(), step=1)
+    a = 0.5 / (math.sqrt(0.5) + 1e-6)
+    want = torch.tensor([[a, a, 0], [-a, 0, 0], [a, a, a], [-a, -a, -a]])
+    assert torch.allclose(out.advantages, want, atol=1e-6)
+    assert torch.equal(out.loss_mask, _batch().mask) and out.token_weights is None and out.is_weights is None
+    assert out.stats == {"tokens/masked_frac": 0.0, "tokens/downweighted_frac": 0.0}
+
+
+def test_overlong_mask_removes_the_truncated_response_from_the_loss():
+    out = compute_advantages(_batch(), replace(AlgoConfig(), overlong="mask"), step=1)
+    assert out.loss_mask[3].tolist() == [0.0, 0.0, 0.0] and out.advantages[3].tolist() == [0.0, 0.0, 0.0]
+    assert out.stats["tokens/masked_frac"] == pytest.approx(3 / 9)  # 3 of the batch's 9 response tokens
+
+
+def test_overlong_penalty_shapes_the_reward_before_the_estimator():
+    # DAPO eq. 13 with limit 3, buffer 1: length 3 is at the limit -> -1 * (3 - 2) / 1 = -1; response 3 is also
+    # flagged truncated (-1). Group 5's rewards become (1 - 1, 0 - 1) = (0, -1): still a spread of 1.
+    cfg = replace(AlgoConfig(), overlong="penalty", overlong_buffer=1, overlong_penalty=1.0)
+    out = compute_advantages(_batch(), cfg, step=1)
+    assert out.rewards.tolist() == [1.0, 0.0, 0.0, -1.0]
+    assert out.advantages[2, 0].item() == pytest.approx(0.5 / (math.sqrt(0.5) + 1e-6), abs=1e-6)
+
+
+def test_shapers_run_in_order_and_missing_inputs_are_named():
+    cfg = replace(AlgoConfig(), shapers=["cw"])
+    with pytest.raises(MissingInputError, match=r"shaper 'cw' needs RolloutBatch fields \['logprobs'\]"):
+        compute_advantages(_batch(), cfg, step=1)
+    with pytest.raises(MissingInputError, match="ref_logprobs.*frozen reference"):
+        compute_advantages(_batch(entropy=torch.ones(4, 3), logprobs=-torch.ones(4, 3)),
+                           replace(AlgoConfig(), advantage="erpo"), step=1)
+    # entropy_adv (A + min(alpha H, |A| / kappa)) then position outside its window (identity): the base stays GRPO
+    h = torch.full((4, 3), 0.5)
+    cfg = replace(AlgoConfig(), shapers=["entropy_adv", "position"], position_start=10, position_steps=5)
+    out = compute_advantages(_batch(entropy=h), cfg, step=1)
+    a = 0.5 / (math.sqrt(0.5) + 1e-6)
+    assert out.base_advantages[0, 0].item() == pytest.approx(a, abs=1e-6)
+    assert out.advantages[0, 0].item() == pytest.approx(a + min(0.4 * 0.5, a / 2), abs=1e-6)  # a + 0.2
+    assert out.advantages[1, 0].item() == pytest.approx(-a + 0.2, abs=1e-6)
+
+
+def test_tis_weights_and_forking_filter():
+    lp = torch.log(torch.full((4, 3), 0.5))
+    behavior = torch.log(torch.tensor([[0.1, 0.5, 0.5], [0.5, 0.5, 0.5], [1.0, 0.5, 0.5], [0.5, 0.5, 0.5]]))
+    entropy = torch.tensor([[0.1, 0.9, 0.0], [0.2, 0, 0], [0.3, 0.4, 0.5], [0.6, 0.7, 0.8]])
+    cfg = replace(AlgoConfig(), tis=True, tis_cap=2.0, token_filter="forking", forking_top_frac=0.25)
+    out = compute_advantages(_batch(logprobs=lp, behavior_logprobs=behavior, entropy=entropy), cfg, step=1)
+    # w = min(0.5 / mu, 2): 0.5 / 0.1 = 5 -> 2; 0.5 / 1.0 = 0.5; 1 elsewhere on valid tokens
+    assert out.is_weights[0].tolist() == pytest.approx([2.0, 1.0, 0.0])
+    assert out.is_weights[2, 0].item() == pytest.approx(0.5)
+    # 9 valid tokens, k = int(9 * 0.25) = 2: the entropies 0.9 and 0.8 are kept
+    assert out.token_weights.nonzero().tolist() == [[0, 1], [3, 2]]
+    assert out.stats["tokens/masked_frac"] == pytest.approx(7 / 9)
+    assert {"is/weight_mean", "is/truncated_frac"} <= set(out.stats)
+
+
+def test_policy_objective_by_hand():
+    # On policy (ratio 1), token-mean: the PPO term is -sum(A) / 9 over the 9 valid tokens; with A = +-a per group
+    # the valid tokens carry +a x 5 and -a x 4, so it is -a / 9. The reference equals the policy: KL 0. The entropy
+    # bonus subtracts 0.01 * mean(H) = 0.01 * 0.5.
+    lp = torch.log(torch.full((4, 3), 0.25))
+    batch = _batch(logprobs=lp, ref_logprobs=lp)
+    cfg = replace(AlgoConfig(), kl_coef=0.1, entropy_coef=0.01)
+    prepared = compute_advantages(batch, cfg, step=1)
+    new = lp.clone().requires_grad_(True)
+    loss, stats = policy_objective(new, torch.full((4, 3), 0.5), batch, prepared, cfg)
+    a = 0.5 / (math.sqrt(0.5) + 1e-6)
+    assert loss.item() == pytest.approx(-a / 9 - 0.01 * 0.5, abs=1e-6)
+    assert stats["kl/mean"] == 0.0 and stats["loss/entropy"] == pytest.approx(0.5)
+    loss.backward()
+    assert torch.all(new.grad[batch.mask == 0] == 0)
+    with pytest.raises(ValueError, match="entropies"):
+        policy_objective(new, None, batch, prepared, cfg)
+
+
+def test_policy_objective_per_micro_batch_sums_to_the_whole():
+    """Micro-batches weighted by `micro_batch_share` give the whole batch's loss (token-mean and seq-mean)."""
+    from explorl.algos.losses import micro_batch_share
+
+    g = torch.Generator().manual_seed(0)
+    lp = -torch.rand(4, 3, generator=g)
+    batch = _batch(logprobs=lp)
+    for agg in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"):
+        cfg = replace(AlgoConfig(), loss_agg=agg)
+        prepared = compute_advantages(batch, cfg, step=1)
+        new = lp + 0.1 * torch.rand(4, 3, generator=g)
+        whole, _ = policy_objective(new, None, batch, prepared, cfg)
+        parts = 0.0
+        for rows in (torch.tensor([0, 3]), torch.tensor([1, 2])):
+            width = int(batch.mask[rows].sum(-1).max())
+            part, _ = policy_objective(new[rows, :width], None, batch.select(rows, width),
+                                       prepared.select(rows, width), cfg)
+            parts += float(part) * micro_batch_share(batch.mask, rows, agg)
+        assert parts == pytest.approx(float(whole), abs=1e-6), agg
+
+
+def test_requirements_come_from_the_registry():
+    assert requirements(AlgoConfig()) == requirements(replace(AlgoConfig(), shapers=["position"]))
+    base = requirements(AlgoConfig())
+    assert not (base.ref or base.old_logprobs or base.behavior or base.update_entropy)
+    assert requirements(replace(AlgoConfig(), advantage="erpo")).ref
+    assert requirements(replace(AlgoConfig(), kl_coef=0.01)).ref
+    tis = requirements(replace(AlgoConfig(), tis=True))
+    assert tis.old_logprobs and tis.behavior
+    assert requirements(replace(AlgoConfig(), shapers=["ppl"])).old_logprobs
+    assert requirements(replace(AlgoConfig(), entropy_coef=1e-4)).update_entropy
+
+
+def _rule_before_issue_17(cfg) -> bool:
+    """`trainer.on_policy_single_update` as it was written before the registry (method names in the trainer)."""
+    a, s = cfg.algo, cfg.sampling
+    return (a.epochs == 1 and a.mini_batches == 1 and s.schedule in ("fixed", "e3") and not a.tis
+            and a.advantage in ("grpo", "dr_grpo", "passk") and set(a.shapers) <= {"entropy_adv", "position"})
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("extra", [[], ["algo.epochs=2"], ["algo.shapers=[entropy_adv,position]"],
+                                   ["sampling.schedule=ead"], ["algo.token_filter=forking", "algo.loss=kl_cov"]])
+def test_the_single_update_shortcut_is_the_rule_it_replaced(recipe, extra):
+    cfg = load_config(recipe, extra)
+    assert on_policy_single_update(cfg) == _rule_before_issue_17(cfg)
+    assert single_update_shortcut(cfg.algo, True) == (cfg.algo.epochs == 1 and cfg.algo.mini_batches == 1
+                                                      and not requirements(cfg.algo).old_logprobs)
