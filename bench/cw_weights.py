@@ -4,8 +4,8 @@ Paper 002's kernel `w = exp(-c^2 / 2 sigma^2)` depends on `c = (logp - mean logp
 |c| sit where |A| is largest. Under GRPO's group normalisation |A| is largest for the *rarer* outcome of a group:
 correct answers when the model mostly fails. This script samples one batch per arithmetic difficulty level from
 a policy (the embedded default unless `--model`), computes GRPO advantages, the old policy's log-probs with the
-training forward, and both CW readings (`cov_weights`: METHODS 4's batch statistics; `cov_weights_grouped`:
-paper 002's per-group ones), and prints per level:
+training forward, and both CW readings (`cov_weights`: the batch statistics of docs/methods.md §4;
+`cov_weights_grouped`: paper 002's per-group ones), and prints per level:
 
   correct     fraction of correct responses
   w+ / w-     mean weight w~ on the tokens of correct / wrong responses (1.0 = untouched)

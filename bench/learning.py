@@ -8,6 +8,11 @@ final policy on the held-out split with n = 32 samples per problem, and writes:
   entropy at the end, all-wrong fraction over the last third of training, mean response length, rollouts used;
 - `OUT/compare/index.html`: `explorl compare` over all runs (overlaid curves, per-config intervals).
 
+Aggregation control: a method is compared with a GRPO baseline of its own objective (loss aggregation and clip
+range, `objective`); the baselines a comparison needs are added to the run list (`grpo` itself for recipes on the
+GRPO objective, `grpo__<aggregation>__<eps_low>-<eps_high>` for the others), and the table's last columns are the
+per-seed paired differences to that baseline (same seed: same prompts order and initial sampling state).
+
     python bench/learning.py                      # the full comparison: ~11 methods x 3 seeds x ~2 min on 2 cores
     python bench/learning.py --quick              # a one-minute smoke run (3 steps, 1 seed, 3 methods)
 
@@ -40,6 +45,39 @@ def interval(values: list[float]) -> tuple[float, float]:
     return stat.mean, stat.half_width or 0.0
 
 
+def spec(method: str) -> tuple[str, list[str]]:
+    """(recipe, overrides) of a method name: a recipe, a VARIANT, or a GRPO baseline `grpo__agg__lo-hi`."""
+    if method.startswith("grpo__"):
+        _, agg, clip = method.split("__")
+        lo, hi = clip.split("-")
+        return "grpo", [f"algo.loss_agg={agg}", f"algo.eps_low={lo}", f"algo.eps_high={hi}"]
+    return VARIANTS.get(method, (method, []))
+
+
+def objective(method: str) -> tuple[str, float, float]:
+    """The policy objective a method trains with: (loss aggregation, eps_low, eps_high)."""
+    from explorl.config import load_config
+
+    recipe, extra = spec(method)
+    a = load_config(RECIPES / f"{recipe}.yaml", extra).algo
+    return a.loss_agg, a.eps_low, a.eps_high
+
+
+def baseline(method: str) -> str:
+    """The GRPO run of the same objective as `method`: `grpo` when the objective is the GRPO recipe's."""
+    obj = objective(method)
+    return "grpo" if obj == objective("grpo") else f"grpo__{obj[0]}__{obj[1]:g}-{obj[2]:g}"
+
+
+def with_baselines(methods: list[str]) -> list[str]:
+    """`methods` plus the GRPO baseline of each one's objective, baselines first, no repeats."""
+    out = []
+    for m in [baseline(m) for m in methods] + methods:
+        if m not in out:
+            out.append(m)
+    return out
+
+
 def run_one(method: str, seed: int, out: Path, args) -> dict:
     from explorl.config import load_config
     from explorl.trainer import train
@@ -51,7 +89,7 @@ def run_one(method: str, seed: int, out: Path, args) -> dict:
                      f"run.eval_every={args.eval_every}", "run.save_every=0"]
         if method == "still_position":  # the paper's window, scaled to the run: the second half
             overrides += [f"algo.position_start={args.steps // 2 + 1}", f"algo.position_steps={args.steps}"]
-        recipe, extra = VARIANTS.get(method, (method, []))
+        recipe, extra = spec(method)
         train(load_config(RECIPES / f"{recipe}.yaml", overrides + extra), progress=False)
     steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in steps if "reward/mean" in r]
@@ -80,22 +118,29 @@ def main() -> None:
         args.steps, args.seeds, args.eval_n, args.eval_every, args.methods = 3, 1, 8, 0, "grpo,e3,ead_tis"
     console = Console(width=160)
     out = Path(args.out)
-    methods = [m for m in args.methods.split(",") if m]
+    methods = with_baselines([m for m in args.methods.split(",") if m])
     results = {m: [run_one(m, seed, out, args) for seed in range(args.seeds)] for m in methods}
     keys = [k for k in ("pass@1", "pass@8", "pass@32") if any(k in r for rs in results.values() for r in rs)]
+    delta_keys = list(dict.fromkeys([keys[0], keys[-1]]))  # pass@1 and the largest k
     table = Table(title=f"held-out arithmetic after {args.steps} steps, {args.seeds} seed(s), n = {args.eval_n}")
-    for col in ["method", *keys, "entropy (start)", "entropy (end)", "all-wrong (last third)", "length",
-                "rollouts"]:
+    for col in ["method", "objective", *keys, "entropy (start)", "entropy (end)", "all-wrong (last third)",
+                "length", "rollouts", "baseline", *[f"Δ{k} vs baseline" for k in delta_keys]]:
         table.add_column(col, justify="right")
     summary = {}
     for m, rs in results.items():
         row = {k: interval([r[k] for r in rs]) for k in [*keys, "entropy_start", "entropy_end",
                                                           "all_wrong_last_third", "length", "rollouts"]}
-        summary[m] = {k: {"mean": v[0], "ci95": v[1]} for k, v in row.items()} | {"per_seed": rs}
-        table.add_row(m, *[f"{row[k][0]:.3f} ± {row[k][1]:.3f}" for k in keys],
+        base = baseline(m)
+        deltas = {k: interval([r[k] - b[k] for r, b in zip(rs, results[base])]) for k in delta_keys}
+        agg, lo, hi = objective(m)
+        summary[m] = {k: {"mean": v[0], "ci95": v[1]} for k, v in row.items()} | {
+            "objective": {"loss_agg": agg, "eps_low": lo, "eps_high": hi}, "baseline": base,
+            "vs_baseline": {k: {"mean": v[0], "ci95": v[1]} for k, v in deltas.items()}, "per_seed": rs}
+        table.add_row(m, f"{agg} {lo:g}/{hi:g}", *[f"{row[k][0]:.3f} ± {row[k][1]:.3f}" for k in keys],
                       f"{row['entropy_start'][0]:.3f}", f"{row['entropy_end'][0]:.3f}",
-                      f"{row['all_wrong_last_third'][0]:.3f}",
-                      f"{row['length'][0]:.1f}", f"{row['rollouts'][0]:.0f}")
+                      f"{row['all_wrong_last_third'][0]:.3f}", f"{row['length'][0]:.1f}", f"{row['rollouts'][0]:.0f}",
+                      "-" if base == m else base,
+                      *["-" if base == m else f"{deltas[k][0]:+.3f} ± {deltas[k][1]:.3f}" for k in delta_keys])
     console.print(table)
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))

@@ -271,6 +271,45 @@ def test_impossible_combinations(overrides, field):
     assert err(overrides).startswith(field)
 
 
+@pytest.mark.parametrize("overrides, field, words", [
+    (["algo.tis_level=seq"], "algo.tis_level", "token, sequence"),
+    (["algo.tis_level=response", "algo.tis=true", "sampling.schedule=ead"], "algo.tis_level", "sequence"),
+    (["algo.dual_clip_c=1.0"], "algo.dual_clip_c", "> 1"),
+    (["algo.dual_clip_c=0.5"], "algo.dual_clip_c", "> 1"),
+    (["algo.dual_clip_c=-3"], "algo.dual_clip_c", "> 1"),
+    (["algo.dual_clip_c=abc"], "algo.dual_clip_c", "number"),
+    (["algo.dual_clip_c=3", "algo.loss=clip_cov"], "algo.dual_clip_c", "clip_cov"),
+    (["algo.dual_clip_c=3", "algo.loss=kl_cov"], "algo.dual_clip_c", "kl_cov"),
+    (["algo.kl_clamp=0"], "algo.kl_clamp", "> 0"),
+    (["algo.kl_clamp=-10"], "algo.kl_clamp", "> 0"),
+    (["algo.kl_clamp=.nan"], "algo.kl_clamp", "number"),
+])
+def test_convention_options_validate(overrides, field, words):
+    """The engines' conventions as options (docs/methods.md §6, §9): bad values name the field and the fix."""
+    msg = err(overrides)
+    assert msg.startswith(field) and words in msg
+
+
+def test_convention_options_default_off_and_accept_good_values():
+    from explorl.config import validate
+
+    a = AlgoConfig()
+    assert (a.tis_level, a.dual_clip_c, a.kl_clamp) == ("token", None, None)  # explorl's defaults: off
+    cfg = load_config(None, ["algo.tis=true", "sampling.schedule=ead", "algo.tis_level=sequence",
+                             "algo.dual_clip_c=3", "algo.kl_clamp=10", "algo.kl_coef=0.01"])
+    assert cfg.algo.tis_level == "sequence" and cfg.algo.dual_clip_c == 3.0 and cfg.algo.kl_clamp == 10.0
+    assert isinstance(cfg.algo.dual_clip_c, float) and isinstance(cfg.algo.kl_clamp, float)
+    assert load_config(None, ["algo.dual_clip_c=null", "algo.kl_clamp=null"]) == Config()
+    # a value set in code, past the YAML coercion, is still caught by validate
+    bad = Config()
+    bad.algo = dataclasses.replace(bad.algo, tis_level="seq")
+    with pytest.raises(ConfigError, match="^algo.tis_level"):
+        validate(bad)
+    docs = field_docs(AlgoConfig)
+    assert "clip_ratio_c" in docs["dual_clip_c"] and "low_var_kl" in docs["kl_clamp"]
+    assert "B.2" in docs["tis_level"]
+
+
 def test_eval_k_message_names_eval_n():
     msg = err(["run.eval_k=1,16", "run.eval_n=8"])
     assert "run.eval_n=8" in msg and "16" in msg

@@ -94,7 +94,7 @@ class SamplingConfig:
     group_size: int = 8
     """G: responses sampled per prompt (the group of GRPO)."""
     temperature: float = 1.0
-    """Sampling temperature; the optimised policy is the logits divided by it as well (DESIGN: Temperature)."""
+    """Sampling temperature; the optimised policy is the logits divided by it as well (docs/methods.md §1)."""
     top_p: float = 1.0
     """Nucleus sampling mass (1.0 = off). Behaviour log-probs are taken under the truncated distribution."""
     max_new_tokens: int = 64
@@ -113,7 +113,7 @@ class SamplingConfig:
     e3_anneal_frac: float = 0.6
     """E3 annealing start as a fraction of run.steps."""
     tau_floor: float = 0.05
-    """Lower clamp of the E3 temperature (explorl's safety bound; the public code has none, METHODS 2b)."""
+    """Lower clamp of the E3 temperature (explorl's safety bound; the public code has none, docs/methods.md §2b)."""
     tau_ceil: float = 4.0
     """Upper clamp of the E3 temperature."""
     ead_tau_max: float = 1.2
@@ -143,7 +143,7 @@ class AlgoConfig:
     eps_high: float = 0.2
     """PPO clip: upper bound of the ratio is 1 + eps_high (DAPO's clip-higher uses 0.28)."""
     loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
-    """Aggregation of token losses (METHODS 1): token-mean (DAPO), seq-mean-token-mean (GRPO paper),
+    """Aggregation of token losses (docs/methods.md §1d): token-mean (DAPO), seq-mean-token-mean (GRPO paper),
     seq-mean-token-sum-norm (Dr.GRPO, divides by N * max_new_tokens)."""
     kl_coef: float = 0.0
     """beta of the k3 KL penalty to the frozen reference model (0 = no reference model is kept)."""
@@ -160,11 +160,11 @@ class AlgoConfig:
     micro-batches, each padded only to its own longest row (same gradient, less compute on padding)."""
     shapers: list[str] = field(default_factory=list)
     """Advantage shapers applied in order after the estimator: `cw` (covariance weighting, paper 002, batch-wide
-    statistics as METHODS 4), `cw_group` (the same with paper 002's per-group statistics), `ppl`, `position`
+    statistics, explorl's reading, docs/methods.md §4), `cw_group` (the same with paper 002's per-group statistics), `ppl`, `position`
     (paper 004 section 4.4.2), `entropy_adv` (Cheng et al.)."""
     loss: str = "ppo"
     """Per-token objective by registry name (kind `policy_loss`): `ppo` (PPO-clip), `clip_cov` or `kl_cov`
-    (Cui et al. 2025; METHODS 5)."""
+    (Cui et al. 2025; docs/methods.md §5a, §5b)."""
     token_filter: str = "none"
     """Token filter by registry name (kind `token_filter`): `none`, or `forking`: only the top `forking_top_frac` highest-entropy tokens of the batch train (Wang et al. 80/20)."""
     forking_top_frac: float = 0.2
@@ -174,6 +174,21 @@ class AlgoConfig:
     distribution actually sampled from (EAD's per-token temperatures, top-p)."""
     tis_cap: float = 2.0
     """Cap C of the truncated importance weights."""
+    tis_level: Literal["token", "sequence"] = "token"
+    """Level of the truncated importance weights (docs/methods.md §6). `token` (explorl's default): each token's
+    own min(pi_old / mu, tis_cap). `sequence`: the truncated ratio of whole sequences that paper 003 writes
+    (App. B.2, min(pi_old(y|x) / pi_EAD(y|x), C)), the same weight on every token of a response, computed in log
+    space."""
+    dual_clip_c: float | None = None
+    """Dual-clip PPO as verl 0.9 applies it (its `actor.clip_ratio_c`, default 3.0, always on; Ye et al. 2020): for
+    tokens with A < 0 the token loss is min(-A * c, PPO-clip loss), so a huge ratio cannot drive it further.
+    Must be > 1. null (explorl's default): off. Only losses that map it (`ppo`; not `clip_cov`, as verl's
+    Clip-Cov has none). docs/methods.md §9."""
+    kl_clamp: float | None = None
+    """Clamp of the per-token k3 KL estimate to [-kl_clamp, kl_clamp], with its log-ratio clamped to [-20, 20]
+    before exp, as verl 0.9's `low_var_kl` (`kl_penalty` in verl/trainer/ppo/core_algos.py, clamp 10); no gradient
+    where a clamp acts. Acts on the KL term and the `kl/mean` statistic. Must be > 0. null (explorl's default):
+    off. docs/methods.md §1, §9."""
     overlong: Literal["none", "mask", "penalty"] = "none"
     """DAPO overlong handling of responses that hit the length limit: drop them from the loss (`mask`) or
     the soft length penalty (`penalty`, DAPO eq. 13) added to the reward."""
@@ -259,7 +274,7 @@ class RftConfig:
     select_frac: float = 0.5
     """`entropy` / `branching`: fraction of the filtered correct samples kept, highest first."""
     branching_top_p: float = 0.95
-    """Mass that defines the rollout branching factor (METHODS 8)."""
+    """Mass that defines the rollout branching factor (docs/methods.md §8b)."""
     epochs: int = 1
     """Supervised passes over each iteration's selected samples."""
     lr: float = 5e-4
@@ -583,6 +598,16 @@ def validate(cfg: Config) -> None:
     need(0 <= a.eps_low < 1, "algo.eps_low: must be in [0, 1)")
     need(a.eps_high >= 0, "algo.eps_high: must be >= 0")
     need(a.kl_coef >= 0, "algo.kl_coef: must be >= 0")
+    need(a.kl_clamp is None or a.kl_clamp > 0,
+         f"algo.kl_clamp: must be > 0 (verl's low_var_kl uses 10) or null for no clamp, got {a.kl_clamp}")
+    need(a.tis_level in ("token", "sequence"),
+         f"algo.tis_level: {a.tis_level!r} is not a valid choice; valid choices: token, sequence")
+    if a.dual_clip_c is not None:
+        need(a.dual_clip_c > 1, f"algo.dual_clip_c: must be > 1 (verl's clip_ratio_c is 3.0) or null for no dual "
+                                f"clip, got {a.dual_clip_c}")
+        need("dual_clip_c" in _registered("policy_loss", a.loss, "algo.loss").kwargs.values(),
+             f"algo.dual_clip_c: the loss {a.loss!r} does not apply a dual clip (only `ppo` does; verl's Clip-Cov "
+             f"has none); set algo.dual_clip_c=null or algo.loss=ppo")
     need(a.epochs >= 1, "algo.epochs: must be >= 1")
     need(a.mini_batches >= 1, "algo.mini_batches: must be >= 1")
     need(a.micro_batch_size >= 0, "algo.micro_batch_size: must be >= 0 (0 = split by algo.length_buckets)")

@@ -42,7 +42,7 @@ def evaluate(model, tokenizer, problems: Sequence, task, *, n: int, ks: Sequence
     `entropy` (mean token entropy of the sampled distribution), `length` (mean response tokens), `errors`
     and `timeouts` of the reward function, `problems`, `n`. With `analyze`, also `unsolvable@n` (problems with no
     correct sample, paper 004's k-rollout unsolvable set for k = n), `branching` (mean rollout branching factor,
-    METHODS 8) and `entropy/by_position` (mean token entropy in 10 relative-position bins).
+    docs/methods.md §8b) and `entropy/by_position` (mean token entropy in 10 relative-position bins).
     """
     from explorl.analysis.measures import entropy_by_position
 
@@ -108,7 +108,7 @@ def evaluate(model, tokenizer, problems: Sequence, task, *, n: int, ks: Sequence
 
 @torch.no_grad()
 def response_branching(model, ro, temperature: float, top_p: float = 0.95, chunk: int = 16) -> torch.Tensor:
-    """Mean rollout branching factor of each response [N] (METHODS 8), from one forward pass per chunk of rows."""
+    """Mean rollout branching factor of each response [N] (docs/methods.md §8b), one forward pass per chunk of rows."""
     from explorl.metrics import branching_factor
     from explorl.rollout.logprobs import full_sequences
 

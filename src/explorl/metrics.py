@@ -1,4 +1,4 @@
-"""Evaluation and exploration metrics as plain functions of counts and tensors (METHODS.md section 8).
+"""Evaluation and exploration metrics as plain functions of counts and tensors (docs/methods.md §8).
 
 Sample-count metrics take, for one problem, `n` samples of which `c` are correct:
 `pass_at_k` (some of k correct), `worst_at_k` (all of k correct), `avg_at_k` (mean accuracy), `maj_at_k`
@@ -179,7 +179,7 @@ def token_entropy(logits: Tensor) -> Tensor:
 def branching_factor(probs: Tensor, top_p: float = 0.95, *, tol: float = 1e-6) -> Tensor:
     """Rollout branching factor: per position, the size of the smallest set of most probable tokens whose total
     probability reaches `top_p` (Deng et al. 2025, "From Trial-and-Error to Improvement", section 2.2;
-    METHODS.md section 8).
+    docs/methods.md §8b).
 
     The cumulative mass is summed in float64 and a mass within `tol` below `top_p` counts as reaching it, so that
     e.g. `[0.5, 0.3, 0.15, 0.05]` with top_p 0.95 gives 3 despite float rounding. The result is clamped to
@@ -202,7 +202,7 @@ def branching_factor(probs: Tensor, top_p: float = 0.95, *, tol: float = 1e-6) -
     return (short + 1).clamp(1, v).to(torch.long)
 
 
-# --- Confidence intervals and curves over problems (METHODS.md section 8; paper 004, section 2.1) ---------------
+# --- Confidence intervals and curves over problems (docs/methods.md §8a; paper 004, section 2.1) ---------------
 
 __all__ += ["bootstrap_ci", "pass_at_k_curve", "worst_at_k_table"]
 

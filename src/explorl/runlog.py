@@ -64,13 +64,14 @@ STEP_METRICS: dict[str, str] = {
     "perf/tokens_per_s": "generated tokens per second of sampling",
 }
 # Present only when configured (README lists them): kl/mean (a reference model is kept), loss/entropy
-# (algo.entropy_coef != 0), temperature/tau|h_target|h_init|clamped (E3 schedule), temperature/ead_d|ead_min
-# (EAD), is/* (algo.tis), rollouts/dapo_rounds|dapo_kept_frac (DAPO sampling), loss/clip_cov_frac,
-# loss/kl_cov_frac (those losses), eval/* (run.eval_every > 0, and once after the last step).
+# (algo.entropy_coef != 0), temperature/tau|h_target|h_init|clamped (E3 schedule), temperature/ead_d|ead_min|
+# at_min_frac (EAD, RevEAD), is/* (algo.tis), rollouts/dapo_rounds|dapo_kept_frac (DAPO sampling), loss/clip_cov_frac,
+# loss/kl_cov_frac (those losses), loss/dual_clip_frac (algo.dual_clip_c), eval/* (run.eval_every > 0, and once
+# after the last step).
 
 
 def rollout_metrics(ro, rewards: torch.Tensor, entropy: torch.Tensor, advantages: torch.Tensor) -> dict:
-    """Per-step statistics of a batch of rollouts (namespaced metric names, DESIGN: Runs)."""
+    """Per-step statistics of a batch of rollouts (namespaced metric names, README: A run directory)."""
     mask = ro.mask
     correct = rewards > 0.5
     group = ro.group

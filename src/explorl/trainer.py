@@ -66,7 +66,7 @@ def on_policy_single_update(cfg: Config) -> bool:
 def _micro_batches(mb: torch.Tensor, lengths: torch.Tensor, a) -> list[torch.Tensor]:
     """Positions in mini-batch `mb` of each micro-batch: rows sorted by length (longest first) and cut into
     `micro_batch_size` rows, or into `length_buckets` parts, so each forward pads only to its own longest row.
-    The accumulated gradient is the mini-batch's (`_micro_weight`); only the padding compute changes."""
+    The accumulated gradient is the mini-batch's (`micro_batch_share`); only the padding compute changes."""
     order = torch.sort(lengths[mb], descending=True, stable=True).indices
     size = a.micro_batch_size if a.micro_batch_size > 0 else math.ceil(len(mb) / max(1, a.length_buckets))
     return list(order.split(max(1, size)))

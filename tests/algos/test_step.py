@@ -176,3 +176,71 @@ def test_the_single_update_shortcut_is_the_rule_it_replaced(recipe, extra):
     assert on_policy_single_update(cfg) == _rule_before_issue_17(cfg)
     assert single_update_shortcut(cfg.algo, True) == (cfg.algo.epochs == 1 and cfg.algo.mini_batches == 1
                                                       and not requirements(cfg.algo).old_logprobs)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the engines' conventions as options (docs/methods.md §6, §9): the step passes algo.tis_level, algo.dual_clip_c
+# and algo.kl_clamp on; the formulas themselves are tested in test_conventions.py
+
+
+def test_sequence_level_tis_through_the_step():
+    # pi_old = 0.5 on every token; mu as below. Sequence ratios over the valid tokens of each response:
+    # row 0: (0.5 / 0.1) * (0.5 / 0.5) = 5 -> cap 2 on its 2 tokens; row 1: 1; row 2: (0.5 / 1.0) * 1 * 1 = 0.5 on
+    # its 3 tokens; row 3: 1. Padding 0.
+    lp = torch.log(torch.full((4, 3), 0.5))
+    behavior = torch.log(torch.tensor([[0.1, 0.5, 0.5], [0.5, 0.5, 0.5], [1.0, 0.5, 0.5], [0.5, 0.5, 0.5]]))
+    cfg = replace(AlgoConfig(), tis=True, tis_cap=2.0, tis_level="sequence")
+    out = compute_advantages(_batch(logprobs=lp, behavior_logprobs=behavior), cfg, step=1)
+    want = torch.tensor([[2.0, 2.0, 0.0], [1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [1.0, 1.0, 1.0]])
+    assert torch.allclose(out.is_weights, want, atol=1e-6)
+    # is/* describe these weights: (2 * 2 + 1 + 3 * 0.5 + 3 * 1) / 9 valid tokens = 9.5 / 9; 2 of 9 truncated
+    assert out.stats["is/weight_mean"] == pytest.approx(9.5 / 9, abs=1e-6)
+    assert out.stats["is/truncated_frac"] == pytest.approx(2 / 9)
+    token = compute_advantages(_batch(logprobs=lp, behavior_logprobs=behavior), replace(cfg, tis_level="token"), 1)
+    assert token.is_weights[0].tolist() == pytest.approx([2.0, 1.0, 0.0])
+
+
+def test_dual_clip_and_kl_clamp_through_the_step():
+    # pi_old = 0.25 everywhere; the new policy puts ratio 10 on every token. The reference equals the new policy
+    # except on row 3, 30 nats below it. policy_objective's KL (d = ref - logp_new): 0 on rows 0-2; d = -30 on row
+    # 3: k3 = e^-30 + 29 unclamped, 10 with kl_clamp 10 (d is clamped to -20 first: 19 + e^-20, then to 10).
+    lp = torch.log(torch.full((4, 3), 0.25))
+    new = lp + math.log(10.0)
+    ref = new.clone()
+    ref[3] = new[3] - 30.0
+    batch = _batch(logprobs=lp, ref_logprobs=ref)
+    base = replace(AlgoConfig(), kl_coef=0.1)
+    cfg = replace(base, dual_clip_c=3.0, kl_clamp=10.0)
+    prepared0, prepared1 = compute_advantages(batch, base, step=1), compute_advantages(batch, cfg, step=1)
+    loss0, stats0 = policy_objective(new, None, batch, prepared0, base)
+    loss1, stats1 = policy_objective(new, None, batch, prepared1, cfg)
+    a = 0.5 / (math.sqrt(0.5) + 1e-6)
+    # KL, token-mean over the 9 valid tokens, only row 3's 3 tokens count
+    assert stats0["kl/mean"] == pytest.approx(3 * (math.exp(-30) + 29) / 9, rel=1e-5)
+    assert stats1["kl/mean"] == pytest.approx(3 * 10 / 9, rel=1e-6)
+    # compute_advantages' kl/mean is of pi_old (d = ref - lp): ln 10 on the 6 valid tokens of rows 0-2, k3 =
+    # 10 - ln 10 - 1 = 6.6974 (below the clamp); ln 10 - 30 on row 3: k3 = e^d + 29 - ln 10 = 26.697 -> 10
+    k_top, k_row3 = 10 - math.log(10) - 1, math.exp(math.log(10) - 30) + 29 - math.log(10)
+    assert prepared0.stats["kl/mean"] == pytest.approx((6 * k_top + 3 * k_row3) / 9, rel=1e-5)
+    assert prepared1.stats["kl/mean"] == pytest.approx((6 * k_top + 3 * 10) / 9, rel=1e-5)
+    # PPO (rho = 10): A > 0 tokens (5) clip at 1.2 -> -1.2 a; A < 0 tokens (4) give 10 a; dual clip: 3 a
+    assert "loss/dual_clip_frac" not in stats0 and stats1["loss/dual_clip_frac"] == pytest.approx(4 / 9)
+    assert float(loss0) == pytest.approx((5 * -1.2 * a + 4 * 10 * a) / 9 + 0.1 * 3 * 29 / 9, rel=1e-5)
+    assert float(loss1) == pytest.approx((5 * -1.2 * a + 4 * 3 * a) / 9 + 0.1 * 3 * 10 / 9, rel=1e-5)
+
+
+def test_new_options_at_their_defaults_change_nothing():
+    g = torch.Generator().manual_seed(1)
+    lp = -torch.rand(4, 3, generator=g) - 0.5
+    behavior = lp + 0.3 * torch.randn(4, 3, generator=g)
+    ref = lp + torch.randn(4, 3, generator=g)
+    batch = _batch(logprobs=lp, behavior_logprobs=behavior, ref_logprobs=ref)
+    cfg = replace(AlgoConfig(), tis=True, tis_cap=1.5, kl_coef=0.05)
+    explicit = replace(cfg, tis_level="token", dual_clip_c=None, kl_clamp=None)
+    assert AlgoConfig().tis_level == "token" and AlgoConfig().dual_clip_c is None and AlgoConfig().kl_clamp is None
+    p0, p1 = compute_advantages(batch, cfg, step=1), compute_advantages(batch, explicit, step=1)
+    assert torch.equal(p0.is_weights, p1.is_weights) and p0.stats == p1.stats
+    new = lp + 0.2 * torch.randn(4, 3, generator=g)
+    l0, s0 = policy_objective(new, None, batch, p0, cfg)
+    l1, s1 = policy_objective(new, None, batch, p1, explicit)
+    assert torch.equal(l0, l1) and s0 == s1

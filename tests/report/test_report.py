@@ -15,7 +15,8 @@ from explorl.report import PLOTS, analyze, compare, group_by_config, load_run, s
 from explorl.report.runs import Run, RunError, group_labels, seed_mean, t_quantile_975
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-EXPECTED = {spec.key for spec in PLOTS}
+SCHEDULE_ONLY = {"temperature_floor"}  # drawn for runs with an EAD-family schedule (test below)
+EXPECTED = {spec.key for spec in PLOTS} - SCHEDULE_ONLY
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +121,7 @@ def test_load_run_tolerates_nulls_and_a_cut_line(tiny_run, tmp_path):
     assert run.final["step"] == 4  # the last evaluation in metrics.jsonl stands in for eval.json
     report = analyze(dst)
     skipped = {p.key for p in report.plots if p.path is None}
-    assert skipped == {"entropy_by_position"}
+    assert skipped == {"entropy_by_position"} | SCHEDULE_ONLY
     assert all(p.note for p in report.plots if p.path is None)
 
 
@@ -298,3 +299,23 @@ def test_compare_many_configs_draws_one_series_each(tiny_run, tmp_path):
     text = "".join(_parse(report.html).text)
     assert "m0 = m0/seed0, m0/seed1" in text and "m6 = m6/seed0, m6/seed1" in text
     assert len(report.tables[0].rows) == 7
+
+
+def test_an_ead_run_logs_and_plots_the_share_of_tokens_at_the_floor(tiny_model_dir, tmp_path):
+    from explorl.config import load_config
+    from explorl.trainer import train
+
+    cfg = load_config(None, [
+        f"model.path={tiny_model_dir}", f"run.out_dir={tmp_path / 'run'}", "run.steps=2", "run.batch_size=2",
+        "sampling.group_size=2", "sampling.max_new_tokens=24", "task.eval_size=2", "task.train_size=8",
+        "task.difficulties=[1]", "run.eval_n=1", "run.eval_k=[1]", "run.save_every=0",
+        "task.reward=rewards_for_tests:contains_digit", "sampling.schedule=ead", "sampling.ead_c=2"])
+    run = train(cfg, progress=False)
+    steps = load_run(run).steps
+    assert len(steps) == 2
+    for r in steps:
+        # tau_t = max(1 + 1.2 - exp(t / 25), 0.1) reaches 0.1 at t >= 25 ln(2.1) = 18.5: tokens 19..23 of a full
+        # response sit at the floor, tokens 0..18 do not; so the share is in [0, 5 / 24]
+        assert 0.0 <= r["temperature/at_min_frac"] <= 5 / 24 + 1e-9
+    report = analyze(run)
+    assert {p.key for p in report.plots if p.path} == EXPECTED | SCHEDULE_ONLY

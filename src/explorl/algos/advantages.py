@@ -1,6 +1,6 @@
 """Advantage estimators: pure tensor functions from rewards (and per-token statistics) to `advantages[N, T]`.
 
-Notation follows METHODS.md: N responses padded to T tokens, `mask[N, T]` is 1 on response tokens,
+Notation follows docs/methods.md: N responses padded to T tokens, `mask[N, T]` is 1 on response tokens,
 `group[N]` (int64, arbitrary ids, any order) names the prompt of each response, `rewards[N]` one float
 per response. Groups may have different sizes; nothing here assumes `N = B * G`. Every per-token output is
 exactly 0.0 where `mask == 0`.
@@ -101,7 +101,7 @@ def _check_response_inputs(rewards: Tensor, group: Tensor, mask: Tensor) -> None
 
 
 def grpo(rewards: Tensor, group: Tensor, mask: Tensor, *, scale: bool = True, eps: float = 1e-6) -> Tensor:
-    """Group-relative advantage of GRPO, broadcast over the response tokens (METHODS.md section 1).
+    """Group-relative advantage of GRPO, broadcast over the response tokens (docs/methods.md §1a).
 
     `A_i = (r_i - mean_g(r)) / (std_g(r) + eps)` with the mean and the **unbiased** standard deviation over
     the responses of group g (as verl and TRL compute it). GRPO: Shao et al. 2024, "DeepSeekMath", section 4.1.2
@@ -154,7 +154,7 @@ def _dr_grpo_adapter(batch: RolloutBatch, cfg: AlgoConfig) -> Tensor:
 
 
 # ------------------------------------------------------------------------------------------------------------
-# token-level estimators and shapers (METHODS.md sections 3, 4, 5, 7)
+# token-level estimators and shapers (docs/methods.md §3, §4, §5, §7)
 
 
 def _float_dtype(*tensors: Tensor) -> torch.dtype:
@@ -214,7 +214,7 @@ def erpo(
     sigma_target: float = 1.0,
     delta: float = 1e-6,
 ) -> Tensor:
-    """ERPO token-level advantage (METHODS.md section 3; Yu et al. 2026, "ERPO: Token-Level Entropy-Regulated
+    """ERPO token-level advantage (docs/methods.md §3; Yu et al. 2026, "ERPO: Token-Level Entropy-Regulated
     Policy Optimization for Large Reasoning Models", eqs. 7-10 and Algorithm 1).
 
     Per group G (all valid tokens of all responses of one prompt), with population std throughout:
@@ -295,7 +295,7 @@ def erpo(
 def cov_weights_grouped(advantages: Tensor, logprobs: Tensor, group: Tensor, mask: Tensor) -> Tensor:
     """`cov_weights` computed within each prompt's group, as paper 002 section 2.3 writes it: means, sigma and the
     normaliser `N / sum w` over the valid tokens of the group's G responses (N = that group's token count).
-    METHODS.md section 4 fixes these to the whole batch (`cov_weights`); see the closing note of issue 5.
+    `cov_weights` takes them over the whole batch instead, explorl's reading (`cw`; docs/methods.md §4).
     `group`: [N] prompt ids. Returns [N, T] float64 weights averaging 1 over each group's valid tokens."""
     _check_token_inputs(mask, advantages=advantages, logprobs=logprobs)
     valid = mask.bool()
@@ -316,7 +316,7 @@ def cov_weights_grouped(advantages: Tensor, logprobs: Tensor, group: Tensor, mas
 
 
 def cov_weights(advantages: Tensor, logprobs: Tensor, mask: Tensor) -> Tensor:
-    """Normalised Gaussian-kernel covariance weights `w~` of covariance-weighted GRPO (METHODS.md section 4;
+    """Normalised Gaussian-kernel covariance weights `w~` of covariance-weighted GRPO (docs/methods.md §4;
     Wang et al. 2026, "Taming Extreme Tokens: Covariance-Aware GRPO with Gaussian-Kernel Advantage Reweighting",
     section 2.3).
 
@@ -324,8 +324,9 @@ def cov_weights(advantages: Tensor, logprobs: Tensor, mask: Tensor) -> Tensor:
     `w = exp(-c^2 / (2 sigma^2))` with sigma the population std of c over the valid tokens (sigma == 0 gives
     w = 1); `w~ = w * n_valid / sum(w)`, so `w~` averages exactly 1 over the valid tokens.
 
-    Readings: the paper's means are "over responses" and its normaliser sums over one group's tokens; METHODS
-    fixes both to the valid tokens of the whole batch. The paper writes the current policy's `log pi_theta`;
+    Readings: the paper's means are "over responses" and its normaliser sums over one group's tokens; this
+    function (`cw`, explorl's reading, docs/methods.md §4) takes both over the valid tokens of the whole batch;
+    `cov_weights_grouped` is the paper's per-group form. The paper writes the current policy's `log pi_theta`;
     the weights are computed once from the old policy's `logprobs`, before the update.
 
     Args:
@@ -358,7 +359,7 @@ def cov_weights(advantages: Tensor, logprobs: Tensor, mask: Tensor) -> Tensor:
 
 
 def cov_weighted(advantages: Tensor, logprobs: Tensor, mask: Tensor) -> Tensor:
-    """Covariance-weighted GRPO advantage `w~ * A` (METHODS.md section 4; paper 002, section 2.3, the
+    """Covariance-weighted GRPO advantage `w~ * A` (docs/methods.md §4; paper 002, section 2.3, the
     reweighted token loss). See `cov_weights` for `w~`; no hyperparameter.
 
     Args:
@@ -412,7 +413,7 @@ def ppl_shaped(
     iqr_filter: bool = False,
     clamp: tuple[float, float] | None = None,
 ) -> Tensor:
-    """PPL-based advantage shaping (METHODS.md section 7; Deng et al. 2025, "From Trial-and-Error to Improvement:
+    """PPL-based advantage shaping (docs/methods.md §7a; Deng et al. 2025, "From Trial-and-Error to Improvement:
     A Systematic Analysis of LLM Exploration Mechanisms in RLVR", section 4.4.2, eqs. 7 and 11).
 
     `log_ppl_i = -mean_t logprobs_i` over the valid tokens of response i;
@@ -476,7 +477,7 @@ def position_shaped(
     d: float = 1.0,
     cap_frac: float | None = None,
 ) -> Tensor:
-    """Position-based advantage shaping (METHODS.md section 7; paper 004, section 4.4.2, eqs. 8 and 12).
+    """Position-based advantage shaping (docs/methods.md §7b; paper 004, section 4.4.2, eqs. 8 and 12).
 
     For token t (1-based, counted over valid tokens) of response i: `l = (t - 1) / |o_i|`,
     `b = gamma * sigmoid(d * m * (l - 0.5))`, `A~ = A + sign(A) * b`. The bonus pushes each advantage further
@@ -484,8 +485,8 @@ def position_shaped(
     `cap_frac` (optional, as the public code with 0.5) caps the bonus: `b <= cap_frac * |A|`.
 
     Reading: the paper prints the shift n = -0.5 (`r = m * (l - n)`), under which the sigmoid is saturated for
-    every l in [0, 1]; METHODS and the public code centre it at 0.5. The step window of the recipe (from step
-    200 for 100 steps) is applied by the registry adapter, not here.
+    every l in [0, 1]; explorl (docs/methods.md §7b) and the public code centre it at 0.5. The step window of the
+    recipe (from step 200 for 100 steps) is applied by the registry adapter, not here.
 
     Args:
         advantages: `[N, T]` token advantages.
@@ -513,10 +514,10 @@ def position_shaped(
 def entropy_shaped(
     advantages: Tensor, entropy: Tensor, mask: Tensor, *, alpha: float = 0.4, kappa: float = 2.0
 ) -> Tensor:
-    """Entropy-based advantage (METHODS.md section 5; Cheng et al. 2025, "Reasoning with Exploration: An Entropy
+    """Entropy-based advantage (docs/methods.md §5e; Cheng et al. 2025, "Reasoning with Exploration: An Entropy
     Perspective", the clipped entropy term psi(H) added to the advantage).
 
-    `A' = A + min(alpha * H.detach(), |A| / kappa)`. Taken literally, as METHODS and the paper write it: the
+    `A' = A + min(alpha * H.detach(), |A| / kappa)`. Taken literally, as the paper writes it (docs/methods.md §5e): the
     term is added whatever the sign of A, so for a negative advantage it *reduces the penalty* of high-entropy
     tokens (it never flips the sign, since it is at most |A| / kappa with kappa > 1). A zero advantage stays
     zero for H >= 0.
@@ -545,7 +546,7 @@ def _log_comb(a: Tensor, b: Tensor) -> Tensor:
 
 
 def passk(rewards: Tensor, group: Tensor, mask: Tensor, *, k: int) -> Tensor:
-    """Pass@k training advantage (METHODS.md section 5; Chen et al. 2025, "Pass@k Training for Adaptively
+    """Pass@k training advantage (docs/methods.md §5f; Chen et al. 2025, "Pass@k Training for Adaptively
     Balancing Exploration and Exploitation of Large Reasoning Models", the analytic group advantage).
 
     Binary rewards (`reward > 0.5` counts as correct); per group, n responses of which c are correct:
@@ -554,7 +555,7 @@ def passk(rewards: Tensor, group: Tensor, mask: Tensor, *, k: int) -> Tensor:
       wrong response: `(1 - rho - C(n-c-1, k-1) / C(n-1, k-1)) / (s + 1e-6)`.
     All-correct and all-wrong groups get 0. Over a group the advantages sum to 0 (up to the 1e-6).
 
-    Groups smaller than k (reading; METHODS is silent): `k_eff = min(k, n)`. With k_eff = n every k-subset
+    Groups smaller than k (explorl's reading, docs/methods.md §5f): `k_eff = min(k, n)`. With k_eff = n every k-subset
     is the whole group, so `rho = 1` whenever c >= 1 and both numerators vanish: groups with `n <= k` get
     advantage 0 (they carry no pass@k signal), consistent with `metrics.pass_at_k` being 1 when n - c < k.
 

@@ -4,17 +4,22 @@ The per-token objective and the aggregation over tokens are separate settings (a
 `policy_loss` builds the clipped token loss and hands it to `aggregate`, which the trainer also uses for the
 KL (`kl_k3`) and entropy terms, so every term of the objective is normalised the same way.
 
-Notation follows METHODS.md: N responses padded to T tokens, `mask[N, T]` is 1 on response tokens.
+Notation follows docs/methods.md: N responses padded to T tokens, `mask[N, T]` is 1 on response tokens.
 Padding may hold any value (even inf or nan) in the inputs: it is replaced before any arithmetic, so it
 reaches neither the loss nor the gradient.
 
 Deliberate difference from the bare formula: the log-ratio `logp_new - logp_old` is clamped to [-20, 20]
 before `exp` (as verl does), a numerical guard that only acts on ratios beyond 4.8e8 or below 2e-9.
 
-Besides the PPO-clip loss (`policy_loss`), this module holds the loss variants of the baselines in METHODS.md
-section 5 (`clip_cov_loss`, `kl_cov_loss`, registered in `POLICY_LOSSES`), the token selection of the forking-token
+Besides the PPO-clip loss (`policy_loss`), this module holds the loss variants of the baselines in docs/methods.md
+§5 (`clip_cov_loss`, `kl_cov_loss`, registered in `POLICY_LOSSES`), the token selection of the forking-token
 baseline (`forking_mask`, fed to the losses as `token_weights`), the truncated importance weights of EAD
-(`tis_weights`, METHODS.md section 6, fed as `is_weights`) and DAPO's soft overlong punishment (`overlong_penalty`).
+(`tis_weights`, docs/methods.md §6c, fed as `is_weights`) and DAPO's soft overlong punishment (`overlong_penalty`).
+
+Three conventions of the engines and of paper 003 are options, all off by default, so the defaults reproduce the
+functions exactly as before (docs/methods.md §9): verl's dual-clip PPO (`policy_loss(dual_clip_c=...)`, verl's
+`clip_ratio_c`), verl's clamp of the k3 KL (`kl_k3(clamp=...)`, its `low_var_kl`) and the sequence-level truncated
+importance ratio that paper 003 writes (`tis_weights(level="sequence")`, App. B.2; docs/methods.md §6).
 Every loss variant takes `(logprobs_new, logprobs_old, advantages, mask, *, agg, max_response_len, is_weights,
 token_weights, ...)`, so the trainer can call any of them the same way.
 
@@ -37,12 +42,12 @@ from explorl.algos.registry import get, register, table_view
 
 __all__ = [
     "LOSS_AGG_MODES", "masked_sum", "masked_mean", "aggregate", "kl_k3", "policy_loss",
-    "tis_weights", "tis_stats", "forking_mask", "clip_cov_loss", "kl_cov_loss", "overlong_penalty",
+    "tis_weights", "tis_stats", "TIS_LEVELS", "forking_mask", "clip_cov_loss", "kl_cov_loss", "overlong_penalty",
     "POLICY_LOSSES", "get_policy_loss", "micro_batch_share",
 ]
 
 LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-"""Valid values of `agg` (METHODS.md section 1)."""
+"""Valid values of `agg` (docs/methods.md §1d)."""
 
 _LOG_RATIO_BOUND = 20.0
 
@@ -67,7 +72,7 @@ def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
 def aggregate(
     token_values: Tensor, mask: Tensor, agg: str = "token-mean", max_response_len: int | None = None
 ) -> Tensor:
-    """Reduce per-token values `[N, T]` to a scalar, over the tokens where `mask != 0` (METHODS.md section 1).
+    """Reduce per-token values `[N, T]` to a scalar, over the tokens where `mask != 0` (docs/methods.md §1d).
 
     - `token-mean`: sum over all valid tokens / number of valid tokens. Every token weighs the same, so long
       responses weigh more (DAPO, Yu et al. 2025, section 3.3 "Token-Level Policy Gradient Loss").
@@ -107,23 +112,39 @@ def aggregate(
     return masked_sum(token_values, mask) / float(max(n, 1) * max_response_len)
 
 
-def kl_k3(logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor | None = None) -> Tensor:
+def kl_k3(logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor | None = None, *,
+          clamp: float | None = None) -> Tensor:
     """Per-token k3 estimator of KL(pi || pi_ref) on sampled tokens: `exp(d) - d - 1`, `d = ref - logp`.
 
     Schulman 2020, "Approximating KL Divergence" (k3: unbiased, always >= 0); the GRPO KL term, Shao et al.
     2024 eq. 4. Computed as `expm1(d) - d`, accurate for small `d`.
 
+    `clamp` (off by default; docs/methods.md §1 and §9) is verl 0.9's `low_var_kl` (`kl_penalty_forward` in
+    verl/trainer/ppo/core_algos.py): the log-ratio is clamped to [-20, 20] before `exp`, and the estimate to
+    `[-clamp, clamp]` (verl uses 10): `clip(exp(d') - d' - 1, -clamp, clamp)`, `d' = clip(d, -20, 20)`. The
+    gradient is 0 on tokens where either clamp is active (so a token whose k3 exceeds `clamp` is not pulled back
+    to the reference), as in verl. Since k3 >= 0 the lower bound never acts; the +-20 clamp changes the value only
+    for `d < -20` when `clamp > 19` (k3(-20) = 19 + e^-20) or `d > 20` when `clamp > 4.85e8`. The one deliberate
+    difference from verl's code is `expm1(d') - d'` for its `exp(d') - d' - 1` (equal up to rounding).
+
     Args:
         logprobs: `[N, T]` log-probabilities of the sampled tokens under the policy being optimised.
         ref_logprobs: `[N, T]` the same under the frozen reference model.
         mask: optional `[N, T]`; where 0 the output is exactly 0 (and padding values are never exponentiated).
+        clamp: optional bound (> 0) of the estimate, with the +-20 log-ratio clamp; None: neither clamp.
     Returns:
-        `[N, T]` non-negative per-token KL estimates.
+        `[N, T]` non-negative per-token KL estimates (at most `clamp` when given).
     """
+    if clamp is not None and not clamp > 0:
+        raise ValueError(f"kl_k3: clamp must be > 0 (or None for no clamp), got {clamp!r}")
     d = ref_logprobs - logprobs
     if mask is not None:
         d = _zero_padding(d, mask)
+    if clamp is not None:
+        d = d.clamp(-_LOG_RATIO_BOUND, _LOG_RATIO_BOUND)
     kl = torch.expm1(d) - d
+    if clamp is not None:
+        kl = kl.clamp(-clamp, clamp)
     return kl if mask is None else _zero_padding(kl, mask)
 
 
@@ -172,6 +193,19 @@ def _ppo_token_loss(ratio: Tensor, adv: Tensor, eps_low: float, eps_high: float)
     return torch.maximum(loss_unclipped, loss_clipped), loss_unclipped, loss_clipped
 
 
+def _dual_clip(token_loss: Tensor, adv: Tensor, dual_clip_c: float) -> tuple[Tensor, Tensor]:
+    """verl's dual clip of the PPO token loss: `(token_loss', active)`, `active` where the bound acts.
+
+    For A < 0: `min(-A * c, token_loss)`; A >= 0 unchanged (verl `compute_policy_loss_vanilla`: `pg_losses3 =
+    -A * clip_ratio_c`, `where(A < 0, min(pg_losses3, max(pg_losses1, pg_losses2)), ...)`). Where the bound is
+    active the token loss is the constant `-A * c` (A detached), so the token gets no gradient. Ties keep the PPO
+    term (same value; its gradient is the PPO one).
+    """
+    bound = -adv * dual_clip_c
+    active = (adv < 0) & (token_loss > bound)
+    return torch.where(active, bound, token_loss), active
+
+
 def _apply_weights(token_loss: Tensor, valid: Tensor, is_weights: Tensor | None,
                    token_weights: Tensor | None) -> Tensor:
     """Multiply the token loss by the (detached) per-token weights; the aggregation mask is left alone."""
@@ -208,7 +242,7 @@ def _centered_cov(advantages: Tensor, logprobs: Tensor, valid: Tensor) -> Tensor
     """`(A - mean A) * (logp - mean logp)`, `[N, T]`, both means over the valid tokens; detached, 0 on padding.
 
     The token-level covariance term of Cui et al. 2025 ("The Entropy Mechanism of Reinforcement Learning for
-    Reasoning Language Models", section 4, the `Cov(y_i)` of the Clip-Cov and KL-Cov objectives), as METHODS.md
+    Reasoning Language Models", section 4, the `Cov(y_i)` of the Clip-Cov and KL-Cov objectives), as docs/methods.md
     section 5 fixes it. `logprobs` are those of the policy being optimised (the paper's `log pi_theta`).
     """
     with torch.no_grad():
@@ -250,15 +284,22 @@ def policy_loss(
     max_response_len: int | None = None,
     is_weights: Tensor | None = None,
     token_weights: Tensor | None = None,
+    dual_clip_c: float | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
-    """Clipped surrogate policy-gradient loss (to minimise), aggregated by `agg` (METHODS.md section 1).
+    """Clipped surrogate policy-gradient loss (to minimise), aggregated by `agg` (docs/methods.md §1b).
 
     Token loss `-min(rho * A, clip(rho, 1 - eps_low, 1 + eps_high) * A)`, `rho = exp(logp_new - logp_old)`:
     PPO, Schulman et al. 2017, eq. 7; decoupled bounds `eps_low` / `eps_high` ("clip-higher") and token-mean
     aggregation from DAPO, Yu et al. 2025, sections 3.1 and 3.3. Optional `is_weights` (e.g. the truncated
-    importance weights of EAD, METHODS.md section 6, from `tis_weights`) multiply the token loss and receive no
+    importance weights of EAD, docs/methods.md §6c, from `tis_weights`) multiply the token loss and receive no
     gradient. Optional `token_weights` do the same (e.g. `forking_mask`, the 80/20 forking-token baseline of
-    Wang et al. 2025, METHODS.md section 5); tokens they zero still count in the aggregation's normaliser.
+    Wang et al. 2025, docs/methods.md §5d); tokens they zero still count in the aggregation's normaliser.
+
+    Dual clip (`dual_clip_c`, off by default; docs/methods.md §1 and §9): verl 0.9's dual-clip PPO (Ye et al. 2020,
+    arXiv:1912.09729; verl's `clip_ratio_c`, default 3, always on in verl). For tokens with A < 0 the token loss becomes
+    `min(-A * c, max(-A * rho, -A * clip(rho, 1 - eps_low, 1 + eps_high)))`, so a token whose ratio has run far
+    above 1 cannot push a negative-advantage loss beyond `|A| * c`; there it is a constant (no gradient). Tokens
+    with A >= 0 are unchanged. The weights multiply after the dual clip, as in verl.
 
     Args:
         logprobs_new: `[N, T]` log-probs of the sampled tokens under the policy being optimised (differentiable).
@@ -271,19 +312,27 @@ def policy_loss(
         is_weights: optional `[N, T]` per-token weights multiplying the token loss (detached).
         token_weights: optional `[N, T]` per-token multipliers of the token loss (detached), e.g. a 0/1 token
             selection; the normaliser of `agg` is still computed from `mask`.
+        dual_clip_c: the dual-clip constant `c` (> 1), or None (default) for no dual clip.
     Returns:
         `(loss, stats)`: the scalar loss (0, not nan, when the mask is empty) and detached float statistics over
         valid tokens: `loss/pg` (the loss value), `loss/clip_frac` (the clipped term is active: it is strictly the
         larger loss), `loss/clip_frac_low` (rho < 1 - eps_low with A < 0), `loss/clip_frac_high`
         (rho > 1 + eps_high with A > 0), `loss/ratio_mean`, `loss/ratio_max`, `loss/ppo_kl` (mean of
         `logp_old - logp_new`), `loss/is_weight_mean` when `is_weights` is given, and `loss/masked_frac` (the
-        fraction of valid tokens whose token weight is 0) when `token_weights` is given.
+        fraction of valid tokens whose token weight is 0) when `token_weights` is given; with `dual_clip_c`,
+        `loss/dual_clip_frac` (fraction of valid tokens where the bound `-A * c` is the active term; verl's
+        `pg_clipfrac_lower`).
     """
     _check_loss_inputs("policy_loss", logprobs_new, logprobs_old, advantages, mask, agg, is_weights, token_weights)
+    if dual_clip_c is not None and not dual_clip_c > 1.0:
+        raise ValueError(f"policy_loss: dual_clip_c must be > 1 (or None for no dual clip), got {dual_clip_c!r}")
     valid = mask.bool()
     log_ratio, ratio = _ratio(logprobs_new, logprobs_old, valid)
     adv = _constant(advantages, valid, ratio.dtype)
     token_loss, loss_unclipped, loss_clipped = _ppo_token_loss(ratio, adv, eps_low, eps_high)
+    dual_active = None
+    if dual_clip_c is not None:
+        token_loss, dual_active = _dual_clip(token_loss, adv, dual_clip_c)
     token_loss = _apply_weights(token_loss, valid, is_weights, token_weights)
     loss = aggregate(token_loss, valid, agg, max_response_len)
 
@@ -291,6 +340,8 @@ def policy_loss(
         n_valid = int(valid.sum())
         stats = _ppo_stats(loss, ratio, log_ratio, adv, loss_unclipped, loss_clipped, valid, n_valid,
                            eps_low, eps_high)
+        if dual_active is not None:
+            stats["loss/dual_clip_frac"] = _frac(dual_active, valid, n_valid)
         _weight_stats(stats, valid, n_valid, ratio.dtype, is_weights, token_weights)
     return loss, stats
 
@@ -311,7 +362,7 @@ def _ppo_stats(loss: Tensor, ratio: Tensor, log_ratio: Tensor, adv: Tensor, loss
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Clip-Cov and KL-Cov (Cui et al. 2025; METHODS.md section 5)
+# Clip-Cov and KL-Cov (Cui et al. 2025; docs/methods.md §5a, §5b)
 
 
 def clip_cov_loss(
@@ -334,7 +385,7 @@ def clip_cov_loss(
     """Clip-Cov: the PPO-clip loss with the gradient of a few random high-covariance tokens removed.
 
     Cui et al. 2025, "The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models", section 4.2
-    (the Clip-Cov objective); METHODS.md section 5. Per call:
+    (the Clip-Cov objective); docs/methods.md §5a. Per call:
 
     1. `cov = (A - mean A) * (logp_new - mean logp_new)`, both means over all valid tokens (`_centered_cov`).
     2. Candidates: valid tokens the PPO clip has not already clipped (the clipped term is not strictly the larger
@@ -348,6 +399,10 @@ def clip_cov_loss(
     loss by 0), so their value leaves the loss as well as their gradient; the gradient equals a detach. Because the
     normaliser is unchanged, every other token gets exactly the gradient `policy_loss` gives it. Selection is per
     call: the trainer's micro-batches each select their own tokens.
+
+    No dual clip: this loss shares the PPO token loss of `policy_loss` (`_ppo_token_loss`) but not its optional
+    dual clip, because verl's Clip-Cov loss (`compute_policy_loss_clip_cov`) has none; the config validation
+    rejects `algo.dual_clip_c` with `algo.loss=clip_cov` rather than ignore it (docs/methods.md §9).
 
     Args:
         logprobs_new, logprobs_old, advantages, mask: `[N, T]`, as in `policy_loss`.
@@ -415,7 +470,7 @@ def kl_cov_loss(
     """KL-Cov: the unclipped policy-gradient loss with a KL penalty on the highest-covariance tokens.
 
     Cui et al. 2025, "The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models", section 4.2
-    (the KL-Cov objective); METHODS.md section 5. Per call:
+    (the KL-Cov objective); docs/methods.md §5b. Per call:
 
     1. `cov = (A - mean A) * (logp_new - mean logp_new)` over the valid tokens (`_centered_cov`).
     2. The top `k = max(1, int(n_valid * k_percent / 100))` valid tokens by `cov` (signed, largest first; ties to
@@ -472,7 +527,7 @@ def forking_mask(entropy: Tensor, mask: Tensor, *, top_frac: float = 0.2) -> Ten
 
     Wang et al. 2025, "Beyond the 80/20 Rule: High-Entropy Minority Tokens Drive Effective Reinforcement Learning
     for LLM Reasoning" (the DAPO objective restricted by the indicator `H >= tau_rho`, the batch's entropy
-    quantile); METHODS.md section 5. Exactly `k = max(1, int(n_valid * top_frac))` tokens are selected (the count
+    quantile); docs/methods.md §5d. Exactly `k = max(1, int(n_valid * top_frac))` tokens are selected (the count
     convention of Clip-Cov), the highest entropies first, ties to the token first in row-major order. This differs
     from the paper's quantile threshold only in how ties and rounding at the threshold are resolved.
 
@@ -499,60 +554,98 @@ def forking_mask(entropy: Tensor, mask: Tensor, *, top_frac: float = 0.2) -> Ten
     return _top_k_mask(entropy, valid, k).to(dtype)
 
 
-def _tis_raw(logprobs: Tensor, behavior_logprobs: Tensor, valid: Tensor) -> Tensor:
-    """`exp(logprobs - behavior_logprobs)`, detached, 1 on padding; the log-ratio is capped at +20 before `exp`."""
+TIS_LEVELS: tuple[str, ...] = ("token", "sequence")
+"""Valid values of `level` in `tis_weights` / `tis_stats` (docs/methods.md §6)."""
+
+
+def _tis_log_ratio(logprobs: Tensor, behavior_logprobs: Tensor, valid: Tensor, level: str) -> Tensor:
+    """Detached `[N, T]` log importance ratio of each token's weight: its own `logprobs - behavior_logprobs`
+    (`token`), or the sum of those over the valid tokens of its response, broadcast to them (`sequence`, in at
+    least float32); 0 on padding."""
     d = _zero_padding(logprobs.detach() - behavior_logprobs.detach(), valid)
-    return torch.exp(d.clamp(max=_LOG_RATIO_BOUND))
+    if level == "token":
+        return d
+    d = d.to(torch.promote_types(d.dtype, torch.float32))
+    log_seq = d.sum(dim=-1, keepdim=True)  # [N, 1]: log pi_old(y|x) - log mu(y|x)
+    return _zero_padding(log_seq.expand_as(d), valid)
 
 
-def _check_tis(logprobs: Tensor, behavior_logprobs: Tensor, mask: Tensor, cap: float) -> None:
+def _tis_raw(logprobs: Tensor, behavior_logprobs: Tensor, valid: Tensor, level: str = "token") -> Tensor:
+    """`exp(log_ratio)` of `_tis_log_ratio`, detached, 1 on padding, in the inputs' dtype; the log-ratio is capped
+    at +20 before `exp`."""
+    raw = torch.exp(_tis_log_ratio(logprobs, behavior_logprobs, valid, level).clamp(max=_LOG_RATIO_BOUND))
+    return raw.to(torch.promote_types(logprobs.dtype, behavior_logprobs.dtype))
+
+
+def _check_tis(logprobs: Tensor, behavior_logprobs: Tensor, mask: Tensor, cap: float, level: str) -> None:
     if logprobs.shape != mask.shape or behavior_logprobs.shape != mask.shape:
         raise ValueError(f"tis_weights: logprobs, behavior_logprobs and mask must share one shape; got "
                          f"{tuple(logprobs.shape)}, {tuple(behavior_logprobs.shape)}, {tuple(mask.shape)}")
     if not cap > 0:
         raise ValueError(f"tis_weights: cap must be > 0, got {cap!r}")
+    if level not in TIS_LEVELS:
+        raise ValueError(f"tis_weights: unknown level {level!r}; valid: {', '.join(TIS_LEVELS)}")
+    if level == "sequence" and mask.dim() != 2:
+        raise ValueError(f"tis_weights: level 'sequence' needs [N, T] inputs, got {tuple(mask.shape)}")
 
 
-def tis_weights(logprobs: Tensor, behavior_logprobs: Tensor, mask: Tensor, *, cap: float = 2.0) -> Tensor:
-    """Truncated importance weights `w = min(exp(logprobs - behavior_logprobs), cap)`, per token.
+def tis_weights(logprobs: Tensor, behavior_logprobs: Tensor, mask: Tensor, *, cap: float = 2.0,
+                level: str = "token") -> Tensor:
+    """Truncated importance weights `w = min(exp(logprobs - behavior_logprobs), cap)`, per token or per sequence.
 
     EAD (paper 003, appendix B.2, the truncated-IS loss): the samples come from the annealed behaviour policy,
     the optimised policy stays at the base temperature, so each token's loss is multiplied by
-    `min(pi_old(y) / pi_old^EAD(y), C)`; METHODS.md section 6 (C = 2.0 by default; the paper names no value).
+    `min(pi_old(y) / pi_old^EAD(y), C)`; docs/methods.md §6c (C = 2.0 by default; the paper names no value).
     Pass the result as `is_weights`.
+
+    `level` (docs/methods.md §6 and §9): `token` (default) weighs each token by its own truncated ratio, as above.
+    `sequence` is the ratio paper 003 App. B.2 writes, of whole sequences, `min(pi_old(y|x) / pi_EAD(y|x), C)`:
+    every valid token of response i gets `min(exp(S_i), cap)`, `S_i = sum_t mask * (logprobs - behavior_logprobs)`,
+    computed in log space as `min(exp(min(S_i, 20)), cap)` so a long response cannot overflow (the +20 guard
+    only matters for `cap > 4.8e8`); `S_i` is summed in at least float32.
 
     Args:
         logprobs: `[N, T]` old-policy log-probs of the sampled tokens at the training temperature.
         behavior_logprobs: `[N, T]` log-probs of the same tokens under the distribution they were drawn from.
         mask: `[N, T]` 1 on response tokens.
         cap: the truncation `C` (> 0; `math.inf` disables it).
+        level: `token` or `sequence` (`TIS_LEVELS`).
     Returns:
-        `[N, T]` detached weights in `[0, cap]`, exactly 0 where `mask == 0`. Numerical guard: the log-ratio is
-        capped at 20 before `exp` (only matters for `cap > 4.8e8`).
+        `[N, T]` detached weights in `[0, cap]`, exactly 0 where `mask == 0` (so all 0 for a response without
+        valid tokens). Numerical guard: the log-ratio is capped at 20 before `exp` (only matters for
+        `cap > 4.8e8`).
     """
-    _check_tis(logprobs, behavior_logprobs, mask, cap)
+    _check_tis(logprobs, behavior_logprobs, mask, cap, level)
     with torch.no_grad():
         valid = mask.bool()
-        return _zero_padding(_tis_raw(logprobs, behavior_logprobs, valid).clamp(max=cap), valid)
+        return _zero_padding(_tis_raw(logprobs, behavior_logprobs, valid, level).clamp(max=cap), valid)
 
 
-def tis_stats(logprobs: Tensor, behavior_logprobs: Tensor, mask: Tensor, cap: float = 2.0) -> dict[str, float]:
-    """Statistics of `tis_weights` over the valid tokens (shapes as there).
+def tis_stats(logprobs: Tensor, behavior_logprobs: Tensor, mask: Tensor, cap: float = 2.0, *,
+              level: str = "token") -> dict[str, float]:
+    """Statistics of `tis_weights` (with the same `cap` and `level`) over the valid tokens (shapes as there).
 
     Returns:
         `is/weight_mean` and `is/weight_max` of the truncated weights (1.0 when no token is valid, the neutral
-        weight) and `is/truncated_frac`, the fraction of valid tokens with `exp(logprobs - behavior_logprobs) > cap`.
+        weight) and `is/truncated_frac`, the fraction of valid tokens whose untruncated ratio exceeds `cap`
+        (`exp(logprobs - behavior_logprobs)` per token; at level `sequence` their response's ratio, so every
+        statistic is token-weighted, as the loss sees the weights).
     """
-    _check_tis(logprobs, behavior_logprobs, mask, cap)
+    _check_tis(logprobs, behavior_logprobs, mask, cap, level)
     with torch.no_grad():
         valid = mask.bool()
         n_valid = int(valid.sum())
-        raw = _tis_raw(logprobs, behavior_logprobs, valid)
+        if level == "token":
+            raw = _tis_raw(logprobs, behavior_logprobs, valid)
+            truncated = raw > cap
+        else:  # compare in log space: the response's ratio itself may overflow
+            raw = _tis_raw(logprobs, behavior_logprobs, valid, level)
+            truncated = _tis_log_ratio(logprobs, behavior_logprobs, valid, level) > math.log(cap)
         w = raw.clamp(max=cap)
         return {
             "is/weight_mean": float(masked_mean(w, valid)) if n_valid else 1.0,
             "is/weight_max": float(w[valid].max()) if n_valid else 1.0,
-            "is/truncated_frac": _frac(raw > cap, valid, n_valid),
+            "is/truncated_frac": _frac(truncated, valid, n_valid),
         }
 
 
@@ -627,7 +720,10 @@ def micro_batch_share(mask: Tensor, rows: Tensor, agg: str) -> float:
 # Registry: kind `policy_loss` (explorl.algos.registry); `kwargs` maps each keyword to the config field supplying it
 
 _PPO_KWARGS = {"eps_low": "eps_low", "eps_high": "eps_high"}
-register("policy_loss", "ppo", needs_old_logprobs=False, kwargs=_PPO_KWARGS)(policy_loss)
+# dual clip: `ppo` only (verl's Clip-Cov has none; see `clip_cov_loss`); the config validation rejects
+# `algo.dual_clip_c` for a loss whose entry does not map it
+register("policy_loss", "ppo", needs_old_logprobs=False,
+         kwargs={**_PPO_KWARGS, "dual_clip_c": "dual_clip_c"})(policy_loss)
 register("policy_loss", "clip_cov", needs_old_logprobs=False, needs_generator=True,
          kwargs={**_PPO_KWARGS, "clip_ratio": "clip_cov_ratio", "lb": "clip_cov_lb", "ub": "clip_cov_ub"})(clip_cov_loss)
 register("policy_loss", "kl_cov", needs_old_logprobs=False,

@@ -9,9 +9,11 @@ logic exists twice. The pipeline, in order (docs/methods.md):
 1. reward shaping: DAPO's soft overlong penalty (`algo.overlong=penalty`) or overlong masking (`mask`);
 2. the estimator (`algo.advantage`) on the batch as the methods see it: the loss mask applied to every tensor;
 3. the shapers (`algo.shapers`) in order;
-4. the token filter (`algo.token_filter`, per-token weights) and truncated importance weights (`algo.tis`);
-5. per micro-batch: the policy loss (`algo.loss`) plus the k3 KL (`algo.kl_coef`) minus the entropy bonus
-   (`algo.entropy_coef`), each aggregated by `algo.loss_agg`.
+4. the token filter (`algo.token_filter`, per-token weights) and truncated importance weights (`algo.tis`, per
+   token or per sequence by `algo.tis_level`, docs/methods.md §6);
+5. per micro-batch: the policy loss (`algo.loss`; verl's dual clip by `algo.dual_clip_c`) plus the k3 KL
+   (`algo.kl_coef`; clamped as verl's `low_var_kl` by `algo.kl_clamp`, docs/methods.md §9) minus the entropy
+   bonus (`algo.entropy_coef`), each aggregated by `algo.loss_agg`.
 Which function serves a name is the registry's business (`explorl.algos.registry`); this file names no method.
 `cfg` is an `AlgoConfig` (or anything with its fields): nothing here imports explorl outside `explorl.algos`.
 """
@@ -145,12 +147,15 @@ def compute_advantages(batch: RolloutBatch, cfg: AlgoConfig, step: int) -> Prepa
     is_weights = None
     if cfg.tis:
         seen.require("logprobs", "behavior_logprobs", by="algo.tis")
-        is_weights = tis_weights(seen.logprobs, seen.behavior_logprobs, loss_mask, cap=cfg.tis_cap)
+        is_weights = tis_weights(seen.logprobs, seen.behavior_logprobs, loss_mask, cap=cfg.tis_cap,
+                                 level=cfg.tis_level)
     stats = _method_stats(batch.mask, loss_mask, base, advantages, token_weights)
     if is_weights is not None:
-        stats.update(tis_stats(seen.logprobs, seen.behavior_logprobs, loss_mask, cap=cfg.tis_cap))
+        stats.update(tis_stats(seen.logprobs, seen.behavior_logprobs, loss_mask, cap=cfg.tis_cap,
+                               level=cfg.tis_level))
     if batch.ref_logprobs is not None and batch.logprobs is not None:
-        stats["kl/mean"] = float(masked_mean(kl_k3(batch.logprobs, seen.ref_logprobs, loss_mask), loss_mask))
+        kl = kl_k3(batch.logprobs, seen.ref_logprobs, loss_mask, clamp=cfg.kl_clamp)
+        stats["kl/mean"] = float(masked_mean(kl, loss_mask))
     return PreparedBatch(advantages, base, loss_mask, rewards, token_weights, is_weights, stats)
 
 
@@ -189,7 +194,8 @@ def policy_objective(logprobs: Tensor, entropy: Tensor | None, batch: RolloutBat
                            token_weights=prepared.token_weights, **kwargs)
     if cfg.kl_coef > 0:
         batch.require("ref_logprobs", by="algo.kl_coef > 0")
-        kl = aggregate(kl_k3(logprobs, batch.ref_logprobs, mask), mask, cfg.loss_agg, batch.max_response_len)
+        kl = aggregate(kl_k3(logprobs, batch.ref_logprobs, mask, clamp=cfg.kl_clamp), mask, cfg.loss_agg,
+                       batch.max_response_len)
         loss = loss + cfg.kl_coef * kl
         stats["kl/mean"] = float(kl.detach())
     if cfg.entropy_coef != 0:

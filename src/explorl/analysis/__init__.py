@@ -1,4 +1,5 @@
-"""Analysis of rollouts: exploration measures (`measures`) and text measures (`text`), paper 004 / METHODS.md 8."""
+"""Analysis of rollouts: exploration measures (`measures`) and text measures (`text`); paper 004, docs/methods.md §8.
+"""
 
 from explorl.analysis.measures import (
     answer_diversity,

@@ -1,4 +1,4 @@
-"""Exploration measures over rollouts (paper 004, sections 2 and 3; METHODS.md section 8).
+"""Exploration measures over rollouts (paper 004, sections 2 and 3; docs/methods.md §8).
 
 Set measures: `unsolvable_set` (the k-rollout unsolvable problems, section 2.1) and `set_overlaps` (the regions of
 the Venn diagram comparing models, Figure 1(c)). Tensor measures over a batch of responses, each given as

@@ -1,8 +1,8 @@
-"""Text measures of responses: quality issues, token categories and RFT data filters (paper 004; METHODS.md 8).
+"""Text measures of responses: quality issues, token categories and RFT data filters (paper 004; docs/methods.md §8c).
 
 Quality issues (paper 004, section 3.1, Figure 3(d)): `format_issue` (no `\\boxed{` or more than one),
 `repetition_issue` (n-gram redundancy above a threshold; the paper judges "irrelevant content" with an LLM,
-METHODS.md section 8 and explorl use the 3-gram redundancy of the RFT filter instead), `language_mixing` (Chinese
+explorl (docs/methods.md §8c) uses the 3-gram redundancy of the RFT filter instead), `language_mixing` (Chinese
 characters), `quality_report` (fractions over a set of responses).
 
 Token categories (paper 004, section 3.3, Table 1): `token_category` and `category_counts` with the lexicons

@@ -164,6 +164,8 @@ PLOTS: list[PlotSpec] = [
              _metric_lines([("temperature/mean", "sampled (mean over tokens)"),
                             ("temperature/train", "optimised policy")]), "temperature/mean",
              title_many="Sampling temperature (mean over sampled tokens)"),
+    PlotSpec("temperature_floor", "Tokens sampled at the EAD floor tau_min", "fraction of generated tokens",
+             _metric_lines([("temperature/at_min_frac", None)]), "temperature/at_min_frac"),
     PlotSpec("rollouts", "Rollouts per prompt (mean, min-max band)", "responses per prompt", _draw_rollouts,
              "rollouts/per_prompt_*"),
     PlotSpec("all_wrong", "Prompts with every response wrong", "fraction of prompts",

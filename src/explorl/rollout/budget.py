@@ -1,4 +1,4 @@
-"""Dynamic rollout budgets of E3 (paper 000, section 4.1, Algorithm 1; METHODS 2a).
+"""Dynamic rollout budgets of E3 (paper 000, section 4.1, Algorithm 1; docs/methods.md §2a).
 
 Three small pieces the trainer wires together:
 - `DifficultyTracker` keeps each prompt's cumulative reward and rollout count over the whole run and, at the
@@ -13,9 +13,9 @@ The trainer detects the end of a pass from its prompt stream's epoch counter and
 
 Readings and deviations from the public E3 code (which this module does not reproduce bit for bit):
 - Step 4's `G_min + floor(N_rem * k_i / sum k)` is capped at G_max and the excess re-enters the hand-out, so
-  `G_min <= G_i <= G_max` and `sum G_i = B * G` always hold (METHODS 2a). The public code does not cap step 4.
+  `G_min <= G_i <= G_max` and `sum G_i = B * G` always hold (docs/methods.md §2a). The public code does not cap step 4.
 - The rest is handed out one rollout at a time in descending k (ties: lower batch index first), cycling and
-  skipping prompts at G_max (METHODS 2a). The public code instead fills the hardest prompt up to G_max before
+  skipping prompts at G_max (docs/methods.md §2a). The public code instead fills the hardest prompt up to G_max before
   moving to the next one.
 - `sum(k) == 0` (a batch of never-ranked prompts) gives every prompt G. The public code hands the whole
   remainder to the first prompts of the batch.
@@ -43,7 +43,7 @@ def _floor_share(x: float) -> int:
 
 
 def allocate(ranks: Sequence[float], G: int, G_min: int, G_max: int) -> list[int]:
-    """Rollouts per prompt for one batch (paper 000, Algorithm 1, with METHODS 2a's cap).
+    """Rollouts per prompt for one batch (paper 000, Algorithm 1, with the cap of docs/methods.md §2a).
 
     1. every prompt starts at G_min; `N_rem = B*G - B*G_min`;
     2. `G_i += floor(N_rem * k_i / sum(k))`, then `G_i = min(G_i, G_max)`;

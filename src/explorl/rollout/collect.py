@@ -72,5 +72,6 @@ def collect_rollouts(model, tok, task, runner, stream: PromptStream, controllers
             break
         rounds += 1
     ro = parts[0] if len(parts) == 1 else Rollouts.cat(parts, tok.pad_token_id)
+    stats.update(controllers.schedule.rollout_stats(ro))
     stats.update(budget.stats(rounds, len(problems) / max(sampled_groups, 1)))
     return Collected(problems, ro, texts, rewards, train_temp, errors, timeouts, stats)

@@ -6,8 +6,9 @@ configured ones, so the loop never names one. Every object here keeps plain stat
 checkpoint, so a resumed run continues exactly.
 
 A temperature schedule has `at(step) -> (sampler temperature, training temperature, stats)` for the 0-based step
-(the sampler temperature may be a function of the token position: EAD), `observe(step, entropy)` with the 1-based
-step and the batch's mean token entropy at the training temperature, `state_dict` / `load_state_dict`. Its registry
+(the sampler temperature may be a function of the token position: EAD), `rollout_stats(rollouts)` (metrics of the
+sampled batch), `observe(step, entropy)` with the 1-based step and the batch's mean token entropy at the training
+temperature, `state_dict` / `load_state_dict`. Its registry
 entry says whether the sampled distribution is the optimised policy (`behavior_is_policy`).
 
 A budget policy has `budgets(prompt_ids) -> rollouts per prompt`, `observe_rewards`, `end_of_pass`,
@@ -68,6 +69,10 @@ class _Stateless:
     def observe(self, step: int, entropy: float) -> None:
         pass
 
+    def rollout_stats(self, ro) -> dict[str, float]:
+        """Metrics of what the schedule did to a sampled batch (`Rollouts`)."""
+        return {}
+
     def state_dict(self) -> dict | None:
         return None
 
@@ -113,6 +118,9 @@ class E3Temperature:
     def observe(self, step: int, entropy: float) -> None:
         self.controller.observe(step, entropy)
 
+    def rollout_stats(self, ro) -> dict[str, float]:
+        return {}
+
     def state_dict(self) -> dict:
         return self.controller.state_dict()
 
@@ -135,7 +143,7 @@ def _check_ead(cfg: Config) -> str | None:
 
 class _AnnealedTemperature(_Stateless):
     """A per-token temperature table for the sampler (behaviour policy only: the optimised policy stays at the
-    base temperature, DESIGN: Temperature)."""
+    base temperature, docs/methods.md §6a)."""
 
     table_fn = None
 
@@ -150,6 +158,14 @@ class _AnnealedTemperature(_Stateless):
         values = table.tolist()
         d_s = min(s.ead_d0 + s.ead_alpha * step, s.ead_d_max)
         return (lambda t: values[t]), s.temperature, {"temperature/ead_d": d_s, "temperature/ead_min": min(values)}
+
+    def rollout_stats(self, ro) -> dict[str, float]:
+        """`temperature/at_min_frac`: the share of generated tokens sampled at the floor tau_min (x the base
+        temperature); with d0 = 25 and scale 1 most tokens past ~0.74 d_s are (docs/methods.md §6)."""
+        floor = self.s.ead_tau_min * self.s.temperature
+        valid = ro.mask > 0
+        at_floor = (ro.temperatures <= floor * (1 + 1e-6)) & valid
+        return {"temperature/at_min_frac": float(at_floor.sum()) / max(int(valid.sum()), 1)}
 
 
 @register("temperature_schedule", "ead", behavior_is_policy=False, reads=_EAD_READS, check=_check_ead)

@@ -1,6 +1,6 @@
 """Sampling temperatures: EAD per-token schedules (paper 003) and the E3 entropy-feedback controller (paper 000).
 
-Formulas are the ones fixed in METHODS.md sections 2b and 6; this header records the readings chosen where the
+Formulas are those of docs/methods.md §2b and §6; this header records the readings chosen where the
 papers leave room.
 
 Step numbering (the two schedules differ; each follows its paper's formula):
@@ -16,7 +16,7 @@ Step numbering (the two schedules differ; each follows its paper's formula):
 EAD (paper 003, section 4). Token t (0-based index of the generated token) of a rollout at step s gets
 `tau_t = 1.0` for `t < c`, else `max(1 + tau_max - exp(t / (scale * d_s)), tau_min)`. `scale = 1` is the
 paper's formula; the public code uses `scale = 20`. The per-token temperatures belong to the behaviour policy
-only: the optimised policy stays at the base temperature (DESIGN: "Semantics that are easy to get wrong").
+only: the optimised policy stays at the base temperature (docs/methods.md §6a).
 Note that with the defaults `1 + tau_max - exp(t/d) > 1` only for `t < d * ln(tau_max) = 0.18 d`, i.e.
 t < 4.6 at d = 25: early in training every token after the c-prefix is sampled *below* 1.0 (0.708 at t = c).
 
@@ -27,10 +27,10 @@ change only the direction of the schedule. Pass `c=0` for the formula exactly as
 reverse schedule lies in [1.1, 1.2] and saturates at tau_max once `t >= d ln(1.1)` (about 0.1 d tokens).
 
 E3 (paper 000, eqs. 4-5). `e3_update` is the bare eq. 4 (no clamp, may return a non-positive value for a huge
-entropy ratio); `E3TemperatureController` adds the METHODS deviation from the public code: tau is clamped to
-`[tau_floor, tau_ceil]` and `temperature/clamped` reports when the clamp acted. An observation that is not a
-finite positive entropy (e.g. an all-zero entropy from a collapsed float32 softmax) is ignored: tau is left as
-it is and `temperature/skipped` is 1.0 (the public code would produce an infinite temperature).
+entropy ratio); `E3TemperatureController` adds explorl's deviation from the public code (docs/methods.md §2b):
+tau is clamped to `[tau_floor, tau_ceil]` and `temperature/clamped` reports when the clamp acted. An observation
+that is not a finite positive entropy (e.g. an all-zero entropy from a collapsed float32 softmax) is ignored: tau
+is left as it is and `temperature/skipped` is 1.0 (the public code would produce an infinite temperature).
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def _positions(t: int | Tensor) -> Tensor:
 
 def ead(t: int | Tensor, step: int, *, tau_max: float = 1.2, tau_min: float = 0.1, d0: float = 25.0,
         alpha: float = 5.0, d_max: float = 40000.0, c: int = 10, scale: float = 1.0) -> Tensor:
-    """Exploratory annealed decoding temperature (paper 003, section 4; METHODS 6).
+    """Exploratory annealed decoding temperature (paper 003, section 4; docs/methods.md §6a).
 
     `tau_t = 1.0` for `t < c`, else `max(1 + tau_max - exp(t / (scale * d_s)), tau_min)`,
     `d_s = min(d0 + alpha * step, d_max)`.
@@ -93,7 +93,7 @@ def ead(t: int | Tensor, step: int, *, tau_max: float = 1.2, tau_min: float = 0.
 
 def revead(t: int | Tensor, step: int, *, tau_max: float = 1.2, tau_min: float = 0.1, d0: float = 25.0,
            alpha: float = 5.0, d_max: float = 40000.0, c: int = 10, scale: float = 1.0) -> Tensor:
-    """Reverse annealing, the RevEAD ablation of paper 003 (section 6; METHODS 6).
+    """Reverse annealing, the RevEAD ablation of paper 003 (section 5.5; docs/methods.md §6b).
 
     `tau_t = 1.0` for `t < c`, else `min(tau_min + exp(t / (scale * d_s)), tau_max)`; same arguments and
     return value as `ead`. The c-prefix is applied as for EAD (see the module docstring); `c=0` gives the
@@ -131,7 +131,7 @@ def revead_schedule(step: int, max_new_tokens: int, **revead_kwargs) -> Tensor:
 
 
 def e3_update(tau: float, h_target: float, h_now: float, vocab_size: int) -> float:
-    """One step of the E3 temperature scheduler (paper 000, eq. 4; METHODS 2b).
+    """One step of the E3 temperature scheduler (paper 000, eq. 4; docs/methods.md §2b).
 
     `tau_next = tau * (1 + tau * ln(alpha) / (ln V + ln ln V))`, `alpha = h_target / h_now`.
     No clamp: the result may be <= 0 when `h_now` is many times `h_target` (the controller clamps).
@@ -158,7 +158,7 @@ def anneal_start(t_max: int, anneal_frac: float = 0.6) -> int:
 
 
 def e3_target(step: int, h_init: float, *, t_max: int, eta: float = 0.9, anneal_frac: float = 0.6) -> float:
-    """Annealed entropy target (paper 000, eq. 5; METHODS 2b).
+    """Annealed entropy target (paper 000, eq. 5; docs/methods.md §2b).
 
     `H_init` before `t_anneal = floor(anneal_frac * t_max)`; from it on
     `H_init * (eta + (1 - eta) * 0.5 * (1 + cos(pi * (step - t_anneal) / (t_max - t_anneal))))`,
@@ -181,7 +181,7 @@ def e3_target(step: int, h_init: float, *, t_max: int, eta: float = 0.9, anneal_
 
 
 class E3TemperatureController:
-    """Feeds the measured entropy back each step (paper 000 eqs. 4-5; METHODS 2b).
+    """Feeds the measured entropy back each step (paper 000 eqs. 4-5; docs/methods.md §2b).
 
     Protocol, per training step t = 1..t_max (1-based, as metrics.jsonl numbers steps): sample and train the batch
     at `self.tau`, measure the batch's mean token entropy `H` over response tokens at that temperature, then call
