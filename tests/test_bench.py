@@ -40,3 +40,19 @@ def test_cw_weight_stats_on_the_hand_example():
     out = stats(torch.ones(1, 3, dtype=torch.float64), torch.tensor([[1.0, 1.0, 5.0]]), torch.zeros(1, 3),
                 torch.tensor([True]), torch.tensor([[1.0, 1.0, 0.0]]))
     assert out["w+"] == 1.0 and out["kept+"] == 1.0 and math.isnan(out["w-"]) and math.isnan(out["kept-"])
+
+
+def test_learning_pairs_each_method_with_the_grpo_baseline_of_its_objective():
+    learning = _load("learning")
+    assert learning.objective("grpo") == ("seq-mean-token-mean", 0.2, 0.2)
+    # recipes on GRPO's own objective compare with `grpo`; the others with GRPO at their aggregation and clip
+    assert [learning.baseline(m) for m in ("grpo", "e3", "e3_ts", "cw_grpo")] == ["grpo"] * 4
+    assert learning.baseline("ead") == learning.baseline("dapo") == "grpo__token-mean__0.2-0.28"
+    assert learning.baseline("erpo") == learning.baseline("still_ppl") == "grpo__token-mean__0.2-0.2"
+    # a baseline run is GRPO with exactly that objective, and is its own baseline
+    assert learning.spec("grpo__token-mean__0.2-0.28") == (
+        "grpo", ["algo.loss_agg=token-mean", "algo.eps_low=0.2", "algo.eps_high=0.28"])
+    assert learning.objective("grpo__token-mean__0.2-0.28") == ("token-mean", 0.2, 0.28)
+    assert learning.baseline("grpo__token-mean__0.2-0.28") == "grpo__token-mean__0.2-0.28"
+    assert learning.with_baselines(["ead", "e3", "ead_tis"]) == ["grpo__token-mean__0.2-0.28", "grpo", "ead", "e3",
+                                                                 "ead_tis"]

@@ -87,3 +87,57 @@ def test_combinations_that_make_no_sense_are_refused(overrides, message):
 
     with pytest.raises(ConfigError, match=message):
         load_config(RECIPES[0].parent / "grpo.yaml", overrides)
+
+
+def _documented_recipes() -> dict[str, dict[str, str]]:
+    """The rows of docs/methods.md §10's recipe table, by recipe name: {column: cell}."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "methods.md").read_text()
+    block = doc.split("<!-- recipes:begin -->")[1].split("<!-- recipes:end -->")[0].strip().splitlines()
+    header = [c.strip() for c in block[0].strip("|").split("|")]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in block[2:]]
+    return {row[0].strip("`"): dict(zip(header, row)) for row in rows}
+
+
+def _code(x) -> str:
+    return f"`{x}`"
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
+def test_recipe_matches_the_documented_table(recipe):
+    """docs/methods.md §10 and the recipe files cannot drift apart: every column of the table is the recipe's."""
+    doc = _documented_recipes()
+    assert recipe.stem in doc, f"docs/methods.md §10 has no row for {recipe.stem}"
+    row, cfg = doc[recipe.stem], load_config(recipe)
+    a, s, b = cfg.algo, cfg.sampling, cfg.budget
+    assert row["advantage"] == _code(a.advantage)
+    assert row["shapers"] == (", ".join(map(_code, a.shapers)) or "-")
+    assert row["loss"] == _code(a.loss) and row["loss_agg"] == _code(a.loss_agg)
+    assert row["clip (eps_low/eps_high)"] == f"{a.eps_low:g}/{a.eps_high:g}"
+    assert float(row["kl_coef"]) == a.kl_coef and float(row["entropy_coef"]) == a.entropy_coef
+    assert int(row["group_size"]) == s.group_size
+    assert row["schedule"] == _code(s.schedule) and row["budget"] == _code(b.policy)
+    assert row["tis"] == (_code(a.tis_level) if a.tis else "-")
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
+def test_recipe_header_names_its_objective_and_its_changes(recipe):
+    header = recipe.read_text().split("\nbase:")[0]
+    assert "Paper objective:" in header and "Changed for this model:" in header
+    assert "docs/methods.md §" in header
+
+
+@pytest.mark.parametrize("name, agg, kl, extra", [
+    ("cw_grpo", "seq-mean-token-mean", 0.0, {"shapers": ["cw_group"]}),  # paper 002 section 2.3, per-group normaliser
+    ("e3", "seq-mean-token-mean", 0.0, {}), ("e3_ts", "seq-mean-token-mean", 0.0, {}),  # paper 000 eq. 1
+    ("e3_ts_an", "seq-mean-token-mean", 0.0, {}),
+    ("erpo", "token-mean", 0.001, {}),  # paper 001 eq. 5 and App. A
+    ("ead", "token-mean", 0.0, {"eps_high": 0.28, "overlong": "none"}),  # paper 003 section 5.1: DAPO's objective
+    ("ead_tis", "token-mean", 0.0, {"eps_high": 0.28, "overlong": "none", "tis": True}),
+])
+def test_the_recipes_issue_16_named_are_their_papers(name, agg, kl, extra):
+    cfg = load_config(RECIPES[0].parent / f"{name}.yaml")
+    assert cfg.algo.loss_agg == agg and cfg.algo.kl_coef == kl
+    for field_name, value in extra.items():
+        assert getattr(cfg.algo, field_name) == value, field_name
+    if name.startswith("ead"):
+        assert cfg.budget.policy == "uniform"  # dynamic sampling off
