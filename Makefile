@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow bench install clean
+.PHONY: demo test test-slow test-verl bench install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,6 +14,17 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
+# verl pins its own transformers/tensordict ranges: explorl[verl] lives in its own venv, `make test` is untouched
+VENV_VERL := .venv-verl
+STAMP_VERL := $(VENV_VERL)/.installed
+
+$(STAMP_VERL): pyproject.toml
+	$(PYTHON) -m venv $(VENV_VERL)
+	$(VENV_VERL)/bin/python -m pip install -q --upgrade pip
+	$(VENV_VERL)/bin/python -m pip install -q "torch==2.13.0" || $(VENV_VERL)/bin/python -m pip install -q "torch>=2.3"
+	$(VENV_VERL)/bin/python -m pip install -q -e ".[verl,dev]"
+	touch $(STAMP_VERL)
+
 install: $(STAMP)
 
 demo: $(STAMP)
@@ -21,6 +32,9 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+test-verl: $(STAMP_VERL)
+	$(VENV_VERL)/bin/python -m pytest -q tests/integrations
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
@@ -34,4 +48,4 @@ bench: $(STAMP)
 	$(PY) bench/memory.py
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(VENV_VERL) runs .pytest_cache

@@ -1,0 +1,206 @@
+"""verl's calling conventions to explorl's step, and back.
+
+verl 0.9 calls an advantage estimator as `fn(token_level_rewards, response_mask, index, config, ...)` and a policy
+loss as `fn(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights)`
+(`verl/trainer/ppo/core_algos.py`). The functions here turn those tensors into an `explorl.algos.RolloutBatch`,
+the configs into an explorl `AlgoConfig` (validated with explorl's own errors), call the registered explorl
+functions, and hand verl what it expects. Nothing here re-implements a method.
+
+Conventions (docs/methods.md §9):
+- Groups: verl's `uid` index (any hashable per response) becomes explorl's integer group ids.
+- Truncation: verl gives no flag; a response whose valid tokens fill the padded width is taken as truncated
+  (DAPO's overlong shaping).
+- Loss aggregation: verl normalises each micro-batch by the global batch (`config.global_batch_info`: data-parallel
+  size, tokens and sequences of the global batch, `loss_scale_factor`); the explorl loss of the micro-batch is
+  rescaled to that normaliser, so a verl step sums to the same gradient as explorl's whole-batch loss.
+- Dual clip: verl's plain PPO always applies `clip_ratio_c` (default 3); `explorl_ppo` takes it from the same field,
+  so it equals verl's `vanilla` loss. Clip-Cov and KL-Cov read verl's `policy_loss` fields (`clip_cov_ratio`,
+  `clip_cov_lb`, `clip_cov_ub`; `kl_cov_ratio` is a fraction, explorl's `kl_cov_k_percent` a percentage;
+  `ppo_kl_coef`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+
+from explorl.algos import RolloutBatch, compute_advantages
+from explorl.algos.batch import MissingInputError
+from explorl.algos.registry import entries, lookup
+from explorl.config import AlgoConfig, Config, ConfigError, SamplingConfig, from_dict, validate
+
+PREFIX = "explorl_"
+CONFIG_KEY = "explorl"
+"""Estimators read explorl's algorithm settings from `algorithm.explorl` of verl's config (`+algorithm.explorl.x=..`)."""
+TRAINER_HINT = ("select explorl's verl trainer (`trainer.v1.trainer_mode=explorl`), which hands the estimator "
+                "verl's entropies, old, reference and rollout log-probs")
+
+
+def _plain(section: Any) -> dict:
+    """A mapping from verl's config (OmegaConf DictConfig, a dataclass or a dict) as a plain dict."""
+    if section is None:
+        return {}
+    try:
+        from omegaconf import DictConfig, OmegaConf
+
+        if isinstance(section, DictConfig):
+            return OmegaConf.to_container(section, resolve=True)
+    except ImportError:  # omegaconf comes with verl; plain dicts work without it
+        pass
+    if dataclasses.is_dataclass(section):
+        return dataclasses.asdict(section)
+    return dict(section)
+
+
+def algo_config(settings: Mapping | None, prefix: str = f"algorithm.{CONFIG_KEY}.", group_size: int = 8,
+                **fixed) -> AlgoConfig:
+    """An explorl `AlgoConfig` from a mapping of its fields (`fixed` overrides), validated by explorl's rules
+    (`group_size`: the largest group of the batch, for checks such as pass@k's k <= G).
+
+    Errors are explorl's `ConfigError`, naming the field under `prefix` (e.g. `algorithm.explorl.passk_k`).
+    In verl the behaviour policy is the inference engine's (vLLM, SGLang): it differs from the trainer's forward
+    numerically even at one fixed temperature, so truncated importance weights are accepted without EAD.
+    """
+    data = {**_plain(settings), **fixed}
+    try:
+        algo = from_dict(AlgoConfig, data, prefix)
+        sampling = SamplingConfig(group_size=max(group_size, 1), top_p=0.999 if algo.tis else 1.0)
+        validate(Config(algo=algo, sampling=sampling))
+    except ConfigError as e:
+        raise ConfigError(str(e).replace("algo.", prefix)) from None
+    return algo
+
+
+def group_ids(index, device: torch.device) -> torch.Tensor:
+    """verl's per-response `uid` array as int64 group ids `[N]` (equal uid, equal id)."""
+    ids = np.unique(np.asarray([str(u) for u in index]), return_inverse=True)[1]
+    return torch.as_tensor(ids, dtype=torch.long, device=device)
+
+
+def rollout_batch(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index, *,
+                  old_log_probs=None, ref_log_prob=None, entropy=None, rollout_log_probs=None) -> RolloutBatch:
+    """The `RolloutBatch` of verl's tensors (all `[N, T]`, padded to the rollout's response length T)."""
+    mask = response_mask.to(torch.float32)
+    lengths = mask.sum(-1).long()
+    return RolloutBatch(mask=mask, rewards=token_level_rewards.to(torch.float32).sum(-1),
+                        group=group_ids(index, mask.device), max_response_len=mask.shape[-1],
+                        logprobs=old_log_probs, behavior_logprobs=rollout_log_probs, ref_logprobs=ref_log_prob,
+                        entropy=entropy, lengths=lengths, truncated=lengths >= mask.shape[-1])
+
+
+def estimator_for(name: str):
+    """verl estimator `explorl_<name>`: explorl's whole advantage step with `algo.advantage = name`."""
+
+    def estimator(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index=None, config=None,
+                  **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+        if index is None:
+            raise ValueError(f"{PREFIX}{name}: verl passed no `uid` index; explorl's estimators are group-relative")
+        batch = rollout_batch(token_level_rewards, response_mask, index, old_log_probs=kwargs.get("old_log_probs"))
+        algo = algo_config((config or {}).get(CONFIG_KEY), group_size=int(torch.bincount(batch.group).max()),
+                           advantage=name)
+        if algo.position_steps > 0 and "step" not in kwargs:
+            raise ValueError(f"{PREFIX}{name}: the position shaper's step window needs the training step; "
+                             + TRAINER_HINT)
+        try:
+            prepared = compute_advantages(batch, algo, step=int(kwargs.get("step", 1)))
+        except MissingInputError as e:
+            raise MissingInputError(f"{PREFIX}{name}: {e}; verl's estimator call carries only rewards and the "
+                                    f"mask: {TRAINER_HINT}") from None
+        if prepared.token_weights is not None or prepared.is_weights is not None:
+            raise ValueError(f"{PREFIX}{name}: algorithm.explorl.token_filter / tis produce per-token loss weights "
+                             f"that verl's estimator call cannot return; {TRAINER_HINT}")
+        advantages = prepared.advantages.to(token_level_rewards.dtype)
+        return advantages, advantages
+
+    estimator.__name__ = f"{PREFIX}{name}"
+    estimator.__doc__ = f"explorl's `{name}` advantage step (docs/methods.md) in verl's estimator registry."
+    return estimator
+
+
+def loss_settings(config, name: str) -> dict:
+    """explorl's fields for loss `name` from verl's actor config (`ActorConfig` or its DictConfig, with
+    `policy_loss`). The dual clip goes only to losses that take it (verl's Clip-Cov and KL-Cov have none)."""
+    clip = config.get("clip_ratio", 0.2)
+    low, high = config.get("clip_ratio_low"), config.get("clip_ratio_high")
+    pl = config.get("policy_loss") or {}
+    settings = {"eps_low": clip if low is None else low, "eps_high": clip if high is None else high,
+                "clip_cov_ratio": pl.get("clip_cov_ratio", 2e-4), "clip_cov_lb": pl.get("clip_cov_lb", 1.0),
+                "clip_cov_ub": pl.get("clip_cov_ub", 5.0), "kl_cov_k_percent": 100.0 * pl.get("kl_cov_ratio", 2e-3),
+                "kl_cov_coef": pl.get("ppo_kl_coef", 1.0)}
+    if "dual_clip_c" in lookup("policy_loss", name).kwargs.values():
+        settings["dual_clip_c"] = config.get("clip_ratio_c", 3.0)
+    return settings
+
+
+def verl_scale(mask: torch.Tensor, agg: str, info: Mapping) -> float:
+    """Factor turning explorl's aggregate over this micro-batch into verl's global-batch normalisation.
+
+    explorl divides by the micro-batch's own tokens (token-mean), non-empty rows (seq-mean-token-mean) or rows
+    (seq-mean-token-sum-norm); verl by the global batch's (`batch_num_tokens`, `global_batch_size`), times the
+    data-parallel size (`agg_loss` in verl/trainer/ppo/core_algos.py). Without global information both are local.
+    """
+    dp = info.get("dp_size") or 1
+    nonempty = float((mask.sum(-1) > 0).sum())
+    if agg == "token-mean":
+        local, total = float(mask.sum()), info.get("batch_num_tokens")
+    elif agg == "seq-mean-token-mean":
+        local, total = nonempty, info.get("global_batch_size")
+    else:
+        local, total = float(mask.shape[0]), info.get("global_batch_size")
+    total = float(total) if total is not None else (nonempty if agg != "token-mean" else local)
+    return local / total * dp if total > 0 else 0.0
+
+
+SUPPORTED_AGG = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
+
+def policy_loss_for(name: str):
+    """verl policy loss `explorl_<name>`: explorl's registered loss variant, aggregated as verl aggregates."""
+    entry = lookup("policy_loss", name)
+
+    def loss_fn(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode: str = "token-mean", config=None,
+                rollout_is_weights=None):
+        if loss_agg_mode not in SUPPORTED_AGG:
+            raise ValueError(f"{PREFIX}{name}: actor.loss_agg_mode={loss_agg_mode!r} is not one of explorl's "
+                             f"aggregations {', '.join(SUPPORTED_AGG)}")
+        algo = algo_config(loss_settings(config, name), prefix="actor_rollout_ref.actor.", loss=name,
+                           loss_agg=loss_agg_mode)
+        kwargs = {kw: getattr(algo, f) for kw, f in entry.kwargs.items()}
+        info = _plain(config.get("global_batch_info") or {})
+        mask = response_mask.to(log_prob.dtype)
+        max_len = info.get("loss_scale_factor") or mask.shape[-1]  # verl's seq-mean-token-sum-norm horizon
+        loss, stats = entry.fn(log_prob, old_log_prob, advantages, mask, agg=loss_agg_mode,
+                               max_response_len=int(max_len), is_weights=rollout_is_weights, token_weights=None,
+                               **kwargs)
+        metrics = {f"actor/{PREFIX}{k.split('/', 1)[-1]}": v for k, v in stats.items()}
+        return loss * verl_scale(mask, loss_agg_mode, info), metrics
+
+    loss_fn.__name__ = f"{PREFIX}{name}"
+    loss_fn.__doc__ = f"explorl's `{name}` policy loss (docs/methods.md) in verl's policy-loss registry."
+    return loss_fn
+
+
+def register_all() -> list[str]:
+    """Register every explorl estimator and policy loss with verl under `explorl_<name>`; returns the names.
+
+    Idempotent: verl accepts a re-registration of the same function object, so the functions are cached.
+    """
+    from verl.trainer.ppo import core_algos
+
+    names = []
+    for name in entries("estimator"):
+        fn = _CACHE.setdefault(("estimator", name), estimator_for(name))
+        core_algos.register_adv_est(f"{PREFIX}{name}")(fn)
+        names.append(f"{PREFIX}{name}")
+    for name in entries("policy_loss"):
+        fn = _CACHE.setdefault(("policy_loss", name), policy_loss_for(name))
+        if f"{PREFIX}{name}" not in core_algos.POLICY_LOSS_REGISTRY:
+            core_algos.register_policy_loss(f"{PREFIX}{name}")(fn)
+        names.append(f"{PREFIX}{name}")
+    return names
+
+
+_CACHE: dict[tuple[str, str], Any] = {}

@@ -1,0 +1,292 @@
+"""explorl inside verl 0.9, through verl's own code paths, on the CPU (run by `make test-verl` in `.venv-verl`).
+
+Each test computes the same batch twice: through verl (its `compute_advantage` on a `DataProto`, its policy-loss
+registry with an `ActorConfig`, its `agg_loss` normalisation) and through explorl's own step
+(`explorl.algos.compute_advantages`, `policy_objective`), and compares. Tolerances: float32 on both sides; values
+agree to 1e-6 absolute (sums over a few hundred tokens), gradients to 1e-6.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+verl = pytest.importorskip("verl", reason="verl is installed in .venv-verl only: run `make test-verl`")
+from omegaconf import OmegaConf  # noqa: E402  (verl's dependency)
+from verl import DataProto  # noqa: E402
+from verl.trainer.ppo import core_algos  # noqa: E402
+from verl.trainer.ppo.ray_trainer import compute_advantage  # noqa: E402
+from verl.workers.config.actor import ActorConfig, PolicyLossConfig  # noqa: E402
+
+from explorl.algos import RolloutBatch, compute_advantages, policy_objective  # noqa: E402
+from explorl.algos.batch import MissingInputError  # noqa: E402
+from explorl.config import AlgoConfig, ConfigError  # noqa: E402
+from explorl.integrations.verl import REGISTERED, TRAINER_REGISTERED, explorl_advantages  # noqa: E402
+from explorl.integrations.verl.adapters import algo_config, loss_settings  # noqa: E402
+
+ATOL = 1e-6
+
+
+def make_batch(seed: int = 0, n_groups: int = 4, width: int = 7):
+    """Groups of 1-6 responses with binary rewards, variable lengths, the tensors verl's trainer has by the
+    advantage step. Returns (DataProto, RolloutBatch of the same tensors)."""
+    g = torch.Generator().manual_seed(seed)
+    sizes = [1] + [int(x) for x in torch.randint(2, 7, (n_groups - 1,), generator=g)]
+    uid = np.array([f"prompt-{i}" for i, s in enumerate(sizes) for _ in range(s)], dtype=object)
+    n = len(uid)
+    lengths = torch.randint(1, width + 1, (n,), generator=g)
+    mask = (torch.arange(width)[None, :] < lengths[:, None]).float()
+    rewards = (torch.rand(n, generator=g) > 0.5).float()
+    token_rewards = torch.zeros(n, width)
+    token_rewards[torch.arange(n), lengths - 1] = rewards  # verl puts the outcome reward on the last token
+    old = -torch.rand(n, width, generator=g) * 3 * mask
+    tensors = {"token_level_rewards": token_rewards, "response_mask": mask.long(), "old_log_probs": old,
+               "entropy": torch.rand(n, width, generator=g) * 2 * mask,
+               "ref_log_prob": (old - 0.3 * torch.rand(n, width, generator=g)) * mask,
+               "rollout_log_probs": (old + 0.5 * torch.randn(n, width, generator=g)) * mask}
+    data = DataProto.from_dict(tensors=tensors, non_tensors={"uid": uid})
+    ids = torch.as_tensor(np.unique(uid.astype(str), return_inverse=True)[1])
+    batch = RolloutBatch(mask=mask, rewards=rewards, group=ids, max_response_len=width, logprobs=old,
+                         behavior_logprobs=tensors["rollout_log_probs"], ref_logprobs=tensors["ref_log_prob"],
+                         entropy=tensors["entropy"], lengths=lengths, truncated=lengths >= width)
+    return data, batch
+
+
+def test_every_method_is_registered_under_its_explorl_name():
+    assert {"explorl_grpo", "explorl_dr_grpo", "explorl_erpo", "explorl_passk"} <= set(core_algos.ADV_ESTIMATOR_REGISTRY)
+    assert {"explorl_ppo", "explorl_clip_cov", "explorl_kl_cov"} <= set(core_algos.POLICY_LOSS_REGISTRY)
+    assert set(REGISTERED) <= set(core_algos.ADV_ESTIMATOR_REGISTRY) | set(core_algos.POLICY_LOSS_REGISTRY)
+    from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
+
+    assert TRAINER_REGISTERED and "explorl" in TRAINER_REGISTRY
+
+
+def test_the_plugin_loads_through_verls_entry_point():
+    # `import verl` imports every `verl.plugins` entry point: explorl's is in this venv's metadata
+    from importlib.metadata import entry_points
+
+    assert "explorl.integrations.verl" in {ep.value for ep in entry_points(group="verl.plugins")}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# advantages through verl's compute_advantage
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("name, settings", [
+    ("grpo", {}), ("dr_grpo", {}), ("passk", {"passk_k": 2}),
+    ("grpo", {"shapers": ["position"], "overlong": "penalty", "overlong_buffer": 3}),
+    ("grpo", {"overlong": "mask"}),
+])
+def test_estimators_through_verls_compute_advantage_equal_explorls_step(seed, name, settings):
+    data, batch = make_batch(seed)
+    config = OmegaConf.create({"adv_estimator": f"explorl_{name}", "explorl": settings})
+    out = compute_advantage(data, adv_estimator=f"explorl_{name}", config=config)
+    want = compute_advantages(batch, replace(AlgoConfig(), advantage=name, **settings), step=1).advantages
+    assert torch.allclose(out.batch["advantages"], want, atol=ATOL)
+    assert torch.equal(out.batch["returns"], out.batch["advantages"])
+
+
+def test_explorl_grpo_equals_verls_grpo_except_for_groups_of_one():
+    # verl gives a group of one response mean 0 and std 1 (its raw reward); explorl gives it 0 (docs/methods.md §9)
+    data, batch = make_batch(1)
+    ours = compute_advantage(data, adv_estimator="explorl_grpo", config=OmegaConf.create({}))
+    native = compute_advantage(make_batch(1)[0], adv_estimator="grpo", config=OmegaConf.create({}))
+    single = torch.as_tensor(data.non_tensor_batch["uid"] == "prompt-0")
+    assert torch.allclose(ours.batch["advantages"][~single], native.batch["advantages"][~single], atol=1e-5)
+    assert torch.all(ours.batch["advantages"][single] == 0)
+    reward = batch.rewards[single].item()
+    assert torch.allclose(native.batch["advantages"][single][batch.mask[single] > 0],
+                          torch.tensor(reward / (1 + 1e-6)), atol=1e-6)
+
+
+def test_methods_that_need_more_than_verls_estimator_call_say_which_trainer_to_use():
+    data, _ = make_batch(0)
+    with pytest.raises(MissingInputError, match="trainer.v1.trainer_mode=explorl"):
+        compute_advantage(data, adv_estimator="explorl_erpo", config=OmegaConf.create({}))
+    with pytest.raises(ValueError, match="trainer.v1.trainer_mode=explorl"):
+        compute_advantage(make_batch(0)[0], adv_estimator="explorl_grpo",
+                          config=OmegaConf.create({"explorl": {"position_steps": 5, "shapers": ["position"]}}))
+    with pytest.raises(ConfigError, match=r"algorithm.explorl.passk_k"):
+        compute_advantage(make_batch(0)[0], adv_estimator="explorl_passk",
+                          config=OmegaConf.create({"explorl": {"passk_k": 99}}))
+
+
+@pytest.mark.parametrize("settings", [
+    {"advantage": "erpo"}, {"shapers": ["cw_group", "ppl", "entropy_adv"]}, {"shapers": ["cw"]},
+    {"token_filter": "forking", "tis": True, "tis_cap": 2.0}, {"tis": True, "tis_level": "sequence"},
+    {"advantage": "erpo", "shapers": ["position"], "position_start": 3, "position_steps": 2},
+])
+def test_the_explorl_trainer_step_equals_explorls_step(settings):
+    """`explorl_advantages` (what `trainer.v1.trainer_mode=explorl` runs) on a DataProto with verl's entropies and
+    log-probs gives explorl's advantages; TIS x token-filter weights become verl's `rollout_is_weights`."""
+    data, batch = make_batch(2)
+    algorithm = OmegaConf.create({"explorl": settings})
+    metrics = explorl_advantages(data, algorithm, step=4)
+    want = compute_advantages(batch, replace(AlgoConfig(), **settings), step=4)
+    assert torch.allclose(data.batch["advantages"], want.advantages, atol=ATOL)
+    weights = None
+    for w in (want.is_weights, want.token_weights):
+        weights = w if weights is None else (weights if w is None else weights * w)
+    if weights is None:
+        assert "rollout_is_weights" not in data.batch.keys()
+    else:
+        assert torch.allclose(data.batch["rollout_is_weights"], weights, atol=ATOL)
+    assert metrics and all(k.startswith("explorl/") for k in metrics)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# policy losses through verl's registry and aggregation
+
+
+def actor_config(**policy_loss) -> ActorConfig:
+    return ActorConfig(strategy="fsdp", ppo_micro_batch_size_per_gpu=1, rollout_n=1, clip_ratio_low=0.2,
+                       clip_ratio_high=0.28, policy_loss=PolicyLossConfig(**policy_loss))
+
+
+def loss_inputs(seed: int = 0, n: int = 6, width: int = 9):
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, width + 1, (n,), generator=g)
+    mask = torch.arange(width)[None, :] < lengths[:, None]
+    old = -torch.rand(n, width, generator=g) * 2
+    new = (old + 1.2 * torch.randn(n, width, generator=g)).requires_grad_(True)  # ratios up to e^3: dual clip acts
+    adv = torch.randn(n, 1, generator=g).expand(n, width).contiguous()
+    return old, new, adv, mask
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+@pytest.mark.parametrize("global_info", [{}, {"dp_size": 2, "batch_num_tokens": 80, "global_batch_size": 12}])
+def test_explorl_ppo_equals_verls_vanilla_loss(agg, global_info):
+    """Same loss and gradient as verl's `vanilla` PPO (dual clip c = 3 included) on one micro-batch, with and
+    without verl's global-batch normalisation (data-parallel size 2, the global batch's tokens and sequences)."""
+    old, new, adv, mask = loss_inputs()
+    is_w = torch.rand(*mask.shape, generator=torch.Generator().manual_seed(5)) + 0.5
+    results = []
+    for mode in ("explorl_ppo", "vanilla"):
+        cfg = actor_config(loss_mode=mode)
+        cfg.global_batch_info.update(global_info)
+        new.grad = None
+        loss, metrics = core_algos.get_policy_loss_fn(mode)(old, new, adv, mask, loss_agg_mode=agg, config=cfg,
+                                                             rollout_is_weights=is_w)
+        loss.backward()
+        results.append((loss.detach(), new.grad.clone()))
+        if mode == "vanilla":
+            assert metrics["actor/pg_clipfrac_lower"] > 0  # the data reach verl's dual-clip bound
+    assert torch.allclose(results[0][0], results[1][0], atol=ATOL), (results[0][0], results[1][0])
+    assert torch.allclose(results[0][1], results[1][1], atol=ATOL)
+
+
+def test_explorl_kl_cov_equals_verls_kl_cov():
+    # explorl's k_percent is a percentage, verl's kl_cov_ratio a fraction: 0.05 -> 5%; coefficient ppo_kl_coef
+    old, new, adv, mask = loss_inputs(1)
+    losses = []
+    for mode in ("explorl_kl_cov", "kl_cov"):
+        cfg = actor_config(loss_mode=mode, kl_cov_ratio=0.05, ppo_kl_coef=1.0)
+        loss, _ = core_algos.get_policy_loss_fn(mode)(old, new, adv, mask, loss_agg_mode="token-mean", config=cfg)
+        losses.append(float(loss.detach()))
+    assert losses[0] == pytest.approx(losses[1], abs=ATOL)
+
+
+def test_explorl_clip_cov_equals_verls_when_every_candidate_is_detached():
+    # Clip-Cov detaches a random subset of the candidates; with ratio 1 every candidate goes, so no randomness
+    old, new, adv, mask = loss_inputs(2)
+    losses, grads = [], []
+    for mode in ("explorl_clip_cov", "clip_cov"):
+        cfg = actor_config(loss_mode=mode, clip_cov_ratio=1.0, clip_cov_lb=-10.0, clip_cov_ub=10.0)
+        new.grad = None
+        loss, _ = core_algos.get_policy_loss_fn(mode)(old, new, adv, mask, loss_agg_mode="token-mean", config=cfg)
+        loss.backward()
+        losses.append(float(loss))
+        grads.append(new.grad.clone())
+    assert losses[0] == pytest.approx(losses[1], abs=ATOL)
+    assert torch.allclose(grads[0], grads[1], atol=ATOL)
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+def test_micro_batches_in_verl_sum_to_explorls_whole_batch_objective(agg):
+    """verl splits a mini-batch into micro-batches, each normalised by the global batch; the sum of their explorl
+    losses is explorl's own loop objective on the whole batch (`policy_objective`, dual clip 3 as verl)."""
+    old, new, adv, mask = loss_inputs(3, n=8)
+    width = mask.shape[1]
+    batch = RolloutBatch(mask=mask.float(), rewards=torch.zeros(8), group=torch.zeros(8, dtype=torch.long),
+                         max_response_len=width, logprobs=old)
+    algo = replace(AlgoConfig(), loss_agg=agg, eps_low=0.2, eps_high=0.28, dual_clip_c=3.0)
+    from explorl.algos.step import PreparedBatch
+
+    prepared = PreparedBatch(advantages=adv * mask, base_advantages=adv * mask, loss_mask=mask.float(),
+                             rewards=torch.zeros(8))
+    whole, _ = policy_objective(new, None, batch, prepared, algo)
+    total = 0.0
+    info = {"dp_size": 1, "batch_num_tokens": int(mask.sum()), "global_batch_size": int((mask.sum(-1) > 0).sum()),
+            "loss_scale_factor": width}
+    for rows in (torch.arange(0, 3), torch.arange(3, 8)):
+        cfg = actor_config(loss_mode="explorl_ppo")
+        cfg.global_batch_info.update(info)
+        part, _ = core_algos.get_policy_loss_fn("explorl_ppo")(old[rows], new[rows], adv[rows], mask[rows],
+                                                                loss_agg_mode=agg, config=cfg)
+        total += float(part)
+    assert total == pytest.approx(float(whole), abs=ATOL)
+
+
+def test_unsupported_aggregation_and_bad_settings_are_named():
+    old, new, adv, mask = loss_inputs()
+    with pytest.raises(ValueError, match="loss_agg_mode='token-sum'"):
+        core_algos.get_policy_loss_fn("explorl_ppo")(old, new, adv, mask, loss_agg_mode="token-sum",
+                                                      config=actor_config(loss_mode="explorl_ppo"))
+    with pytest.raises(ConfigError, match="algorithm.explorl.shapers"):
+        algo_config({"shapers": ["nope"]})
+    assert math.isclose(algo_config({"erpo_gamma": 3}).erpo_gamma, 3.0)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# examples/verl/launch.py: every recipe is a valid verl config
+
+
+def _launcher():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "verl" / "launch.py"
+    spec = importlib.util.spec_from_file_location("verl_launch", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+LAUNCH = _launcher()
+
+
+@pytest.mark.parametrize("recipe", sorted(LAUNCH.RECIPES))
+def test_each_verl_example_composes_with_verls_hydra_config(recipe):
+    """The overrides are keys verl's schema has (Hydra refuses unknown ones), the method names are registered, the
+    explorl section passes explorl's validation and the actor section converts to verl's `ActorConfig`."""
+    from pathlib import Path
+
+    from hydra import compose, initialize_config_dir
+    from verl.utils.config import omega_conf_to_dataclass
+
+    config_dir = str(Path(verl.__file__).parent / "trainer" / "config")
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        cfg = compose(config_name="ppo_trainer", overrides=LAUNCH.COMMON + LAUNCH.RECIPES[recipe])
+    estimator = cfg.algorithm.adv_estimator
+    assert estimator in core_algos.ADV_ESTIMATOR_REGISTRY and estimator.startswith("explorl_")
+    actor = cfg.actor_rollout_ref.actor
+    policy_loss = omega_conf_to_dataclass(actor.policy_loss, PolicyLossConfig)
+    assert policy_loss.loss_mode in core_algos.POLICY_LOSS_REGISTRY
+    if policy_loss.loss_mode.startswith("explorl_"):  # the loss reads its settings from verl's actor section
+        name = policy_loss.loss_mode.removeprefix("explorl_")
+        algo_config(loss_settings(actor, name), prefix="actor_rollout_ref.actor.", loss=name,
+                    loss_agg=actor.loss_agg_mode)
+    algo = algo_config(cfg.algorithm.get("explorl"), advantage=estimator.removeprefix("explorl_"))
+    from explorl.algos import requirements
+
+    needs = requirements(algo)
+    step_window = algo.position_steps > 0
+    if needs.old_logprobs or needs.ref or step_window or algo.token_filter != "none":
+        assert cfg.trainer.v1.trainer_mode == "explorl", "this method needs explorl's verl trainer"
+    if needs.ref:
+        assert cfg.actor_rollout_ref.actor.use_kl_loss, "verl computes reference log-probs only with a KL term"
