@@ -296,6 +296,55 @@ def test_cov_weighted_drifts_toward_the_common_outcome(sign):
     assert float(A.cov_weighted(adv, lp, mask).double().sum()) == pytest.approx(-5.4153953 * sign, abs=1e-5)
 
 
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_cw_balanced_keeps_each_signs_mass_where_the_paper_form_drifts(sign):
+    # The example above: within each sign the kernel is constant (rare row exp(-1.5), common rows exp(-1/6)), so
+    # normalising per (group, sign) gives weights exactly 1 and w~ A = A: sum 0, where cw gives -5.4153953 * sign.
+    adv = sign * torch.tensor([[3.0, 3.0], [-1.0, -1.0], [-1.0, -1.0], [-1.0, -1.0]])
+    lp = torch.tensor([[0.0, -2.0]] * 4)
+    w = A.cov_weights_balanced(adv, lp, torch.zeros(4, dtype=torch.long), torch.ones(4, 2))
+    assert torch.allclose(w, torch.ones(4, 2, dtype=torch.float64), atol=1e-12)
+
+
+def slow_cw_balanced(adv, lp, group, mask):
+    """Reference by loops: paper 002's kernel per group, then w / mean(w) over each (group, sign of A)."""
+    n, t = mask.shape
+    out = torch.zeros(n, t, dtype=torch.float64)
+    for g in set(group.tolist()):
+        cells = [(i, j) for i in range(n) for j in range(t) if group[i] == g and mask[i, j] > 0]
+        if not cells:
+            continue
+        lps = [float(lp[i, j]) for i, j in cells]
+        advs = [float(adv[i, j]) for i, j in cells]
+        m_lp, m_a = statistics.fmean(lps), statistics.fmean(advs)
+        cs = [(x - m_lp) * (a - m_a) for x, a in zip(lps, advs)]
+        var = statistics.pvariance(cs)
+        ws = [math.exp(-c * c / (2 * var)) if var > 0 else 1.0 for c in cs]
+        for sgn in (-1, 0, 1):
+            idx = [k for k, a in enumerate(advs) if (a > 0) - (a < 0) == sgn]
+            if idx:
+                mean = statistics.fmean(ws[k] for k in idx)
+                for k in idx:
+                    out[cells[k]] = ws[k] / mean
+    return out
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_cw_balanced_matches_slow_reference_and_conserves_mass_per_group_and_sign(seed):
+    b = random_batch(seed + 900, binary=True)
+    adv = A.grpo(b["rewards"], b["group"], b["mask"])
+    w = A.cov_weights_balanced(adv, b["logprobs"], b["group"], b["mask"])
+    assert torch.allclose(w, slow_cw_balanced(adv, b["logprobs"], b["group"], b["mask"]), atol=1e-9)
+    assert torch.all(w[b["mask"] == 0] == 0)
+    shaped = A.get_shaper("cw_balanced")(adv, RolloutBatch(mask=b["mask"], rewards=b["rewards"], group=b["group"],
+                                                          logprobs=b["logprobs"]), AlgoConfig(), 1).double()
+    for rows in rows_by_group(b["group"]).values():
+        for positive in (True, False):
+            sel = (adv[rows] > 0) if positive else (adv[rows] < 0)
+            # binary rewards: A is constant per (group, sign), so the weighted mass equals the unweighted one
+            assert float(shaped[rows][sel].sum()) == pytest.approx(float(adv[rows][sel].double().sum()), abs=1e-5)
+
+
 # ------------------------------------------------------------------------------------------------------------
 # PPL shaping
 
@@ -592,7 +641,7 @@ def test_advantage_registry_has_erpo_and_passk():
 
 def test_shaper_registry():
     assert set(A.SHAPERS) >= {"cw", "ppl", "position", "entropy_adv"}
-    with pytest.raises(KeyError, match="cw, cw_group, entropy_adv, .*position, ppl"):
+    with pytest.raises(KeyError, match="cw, cw_balanced, cw_group, entropy_adv, .*position, ppl"):
         A.get_shaper("nope")
     with pytest.raises(ValueError, match="twice"):
         A.register_shaper("cw")(lambda *a: None)

@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "dense_ids", "segment_stats", "grpo", "erpo", "cov_weights", "cov_weighted", "ppl_shaped", "position_shaped",
-    "entropy_shaped", "passk", "SHAPERS", "register_shaper", "get_shaper",
+    "entropy_shaped", "passk", "cov_weights_grouped", "cov_weights_balanced", "SHAPERS", "register_shaper",
+    "get_shaper",
 ]
 
 
@@ -292,11 +293,9 @@ def erpo(
     return out.to(out_dtype)
 
 
-def cov_weights_grouped(advantages: Tensor, logprobs: Tensor, group: Tensor, mask: Tensor) -> Tensor:
-    """`cov_weights` computed within each prompt's group, as paper 002 section 2.3 writes it: means, sigma and the
-    normaliser `N / sum w` over the valid tokens of the group's G responses (N = that group's token count).
-    `cov_weights` takes them over the whole batch instead, explorl's reading (`cw`; docs/methods.md §4).
-    `group`: [N] prompt ids. Returns [N, T] float64 weights averaging 1 over each group's valid tokens."""
+def _group_kernel(advantages: Tensor, logprobs: Tensor, group: Tensor, mask: Tensor) -> Tensor:
+    """Paper 002's unnormalised kernel `w = exp(-c^2 / (2 sigma^2))` with `c`, its means and sigma taken over each
+    group's valid tokens (sigma 0 gives w = 1); float64 `[N, T]`, 0 on padding."""
     _check_token_inputs(mask, advantages=advantages, logprobs=logprobs)
     valid = mask.bool()
     f64 = torch.float64
@@ -304,15 +303,51 @@ def cov_weights_grouped(advantages: Tensor, logprobs: Tensor, group: Tensor, mas
     ids = group[:, None].expand(mask.shape)
     lp = torch.where(valid, logprobs.detach().to(f64), zero)
     a = torch.where(valid, advantages.detach().to(f64), zero)
-    lp_mean, _, count = segment_stats(lp, ids, valid)
+    lp_mean, _, _ = segment_stats(lp, ids, valid)
     a_mean, _, _ = segment_stats(a, ids, valid)
     c = torch.where(valid, (lp - lp_mean) * (a - a_mean), zero)
     _, c_std, _ = segment_stats(c, ids, valid)
     sigma2 = c_std.to(f64) ** 2
     w = torch.where(sigma2 > 0, torch.exp(-(c * c) / (2.0 * sigma2.clamp_min(1e-300))), torch.ones_like(c))
-    w = torch.where(valid, w, zero)
+    return torch.where(valid, w, zero)
+
+
+def _normalise_per_segment(w: Tensor, ids: Tensor, valid: Tensor) -> Tensor:
+    """`w` divided by its mean over the valid tokens of each segment `ids` (weights average 1 per segment)."""
+    zero = torch.zeros((), dtype=w.dtype, device=w.device)
     w_mean, _, _ = segment_stats(w, ids, valid)
-    return torch.where(valid, w / w_mean.to(f64).clamp_min(1e-300), zero)
+    return torch.where(valid, w / w_mean.to(w.dtype).clamp_min(1e-300), zero)
+
+
+def cov_weights_grouped(advantages: Tensor, logprobs: Tensor, group: Tensor, mask: Tensor) -> Tensor:
+    """`cov_weights` computed within each prompt's group, as paper 002 section 2.3 writes it: means, sigma and the
+    normaliser `N / sum w` over the valid tokens of the group's G responses (N = that group's token count).
+    `cov_weights` takes them over the whole batch instead, explorl's reading (`cw`; docs/methods.md §4).
+    `group`: [N] prompt ids. Returns [N, T] float64 weights averaging 1 over each group's valid tokens."""
+    w = _group_kernel(advantages, logprobs, group, mask)
+    return _normalise_per_segment(w, group[:, None].expand(mask.shape), mask.bool())
+
+
+def cov_weights_balanced(advantages: Tensor, logprobs: Tensor, group: Tensor, mask: Tensor) -> Tensor:
+    """Sign-balanced covariance weights: explorl's variant of paper 002's, not the paper's (docs/methods.md §4).
+
+    The kernel is the paper's per-group one (`cov_weights_grouped`), but the normaliser is taken separately over
+    the group's positive-, zero- and negative-advantage valid tokens, so the weights average 1 within each
+    (group, sign). Why: with the paper's single normaliser the rare outcome's low-probability tokens carry the
+    extreme covariance, so `w~ * A` loses mass of the minority sign and the token advantages drift toward the
+    common outcome's sign (measured: bench/cw_weights.py). Here, when the advantage is constant within each
+    (group, sign) (GRPO with binary rewards), `sum w~ * A` over each sign of each group equals `sum A`: the
+    down-weighting only moves credit between tokens of one sign.
+
+    Args:
+        advantages, logprobs, mask: `[N, T]`; group: `[N]` prompt ids.
+    Returns:
+        `[N, T]` float64 weights, 0 on padding, averaging 1 over the valid tokens of each (group, advantage sign).
+    """
+    w = _group_kernel(advantages, logprobs, group, mask)
+    dense, _ = dense_ids(group)
+    sign = torch.sign(advantages.detach()).to(torch.long) + 1  # 0, 1, 2 for A < 0, = 0, > 0
+    return _normalise_per_segment(w, dense[:, None] * 3 + sign, mask.bool())
 
 
 def cov_weights(advantages: Tensor, logprobs: Tensor, mask: Tensor) -> Tensor:
@@ -652,6 +687,15 @@ def _cw_group_shaper(advantages: Tensor, batch: RolloutBatch, cfg: AlgoConfig, s
     """Covariance-weighted advantages with paper 002's per-group statistics (`cov_weights_grouped`)."""
     batch.require("logprobs", by="shaper 'cw_group'")
     w = cov_weights_grouped(advantages, batch.logprobs, batch.group, batch.mask)
+    return torch.where(batch.mask.bool(), (w * advantages.detach().to(torch.float64)).to(advantages.dtype),
+                       torch.zeros((), dtype=advantages.dtype, device=advantages.device))
+
+
+@register_shaper("cw_balanced")
+def _cw_balanced_shaper(advantages: Tensor, batch: RolloutBatch, cfg: AlgoConfig, step: int) -> Tensor:
+    """Sign-balanced covariance weights (`cov_weights_balanced`): explorl's variant of paper 002, not the paper's."""
+    batch.require("logprobs", by="shaper 'cw_balanced'")
+    w = cov_weights_balanced(advantages, batch.logprobs, batch.group, batch.mask)
     return torch.where(batch.mask.bool(), (w * advantages.detach().to(torch.float64)).to(advantages.dtype),
                        torch.zeros((), dtype=advantages.dtype, device=advantages.device))
 
