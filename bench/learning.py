@@ -45,6 +45,22 @@ def interval(values: list[float]) -> tuple[float, float]:
     return stat.mean, stat.half_width or 0.0
 
 
+TESTBED = ROOT / "configs" / "testbed" / "testbed.yaml"
+
+
+def testbed_overrides(path: Path = TESTBED) -> list[str]:
+    """The testbed's shared settings as `key.sub=value` overrides (layered over each recipe)."""
+    import yaml
+
+    def flat(node: dict, prefix: str = "") -> list[str]:
+        out = []
+        for k, v in node.items():
+            out += flat(v, f"{prefix}{k}.") if isinstance(v, dict) else [f"{prefix}{k}={json.dumps(v)}"]
+        return out
+
+    return flat(yaml.safe_load(path.read_text()))
+
+
 def spec(method: str) -> tuple[str, list[str]]:
     """(recipe, overrides) of a method name: a recipe, a VARIANT, or a GRPO baseline `grpo__agg__lo-hi`."""
     if method.startswith("grpo__"):
@@ -90,7 +106,8 @@ def run_one(method: str, seed: int, out: Path, args) -> dict:
         if method == "still_position":  # the paper's window, scaled to the run: the second half
             overrides += [f"algo.position_start={args.steps // 2 + 1}", f"algo.position_steps={args.steps}"]
         recipe, extra = spec(method)
-        train(load_config(RECIPES / f"{recipe}.yaml", overrides + extra), progress=False)
+        base = testbed_overrides() if args.testbed else []
+        train(load_config(RECIPES / f"{recipe}.yaml", base + overrides + extra), progress=False)
     steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in steps if "reward/mean" in r]
     last_third = steps[len(steps) - max(1, len(steps) // 3):]
@@ -113,7 +130,14 @@ def main() -> None:
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--quick", action="store_true", help="3 steps, 1 seed, grpo/e3/ead_tis, n = 8")
+    ap.add_argument("--testbed", action="store_true",
+                    help="layer configs/testbed/testbed.yaml over each recipe (difficulties 3-7, G = 16, lr 1e-4); "
+                         "--steps then defaults to the testbed's")
     args = ap.parse_args()
+    if args.testbed and args.out == ap.get_default("out"):
+        args.out = "runs/testbed"
+    if args.testbed and args.steps == ap.get_default("steps"):
+        args.steps = int(next(o.split("=")[1] for o in testbed_overrides() if o.startswith("run.steps=")))
     if args.quick:
         args.steps, args.seeds, args.eval_n, args.eval_every, args.methods = 3, 1, 8, 0, "grpo,e3,ead_tis"
     console = Console(width=160)

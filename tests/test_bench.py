@@ -56,3 +56,17 @@ def test_learning_pairs_each_method_with_the_grpo_baseline_of_its_objective():
     assert learning.baseline("grpo__token-mean__0.2-0.28") == "grpo__token-mean__0.2-0.28"
     assert learning.with_baselines(["ead", "e3", "ead_tis"]) == ["grpo__token-mean__0.2-0.28", "grpo", "ead", "e3",
                                                                  "ead_tis"]
+
+
+def test_the_testbed_layers_over_every_recipe():
+    from explorl.config import load_config
+
+    learning = _load("learning")
+    overrides = learning.testbed_overrides()
+    assert "task.difficulties=[3, 4, 5, 6, 7]" in overrides and "sampling.group_size=16" in overrides
+    recipes = sorted(p.stem for p in learning.RECIPES.glob("*.yaml"))
+    for method in recipes + ["grpo__token-mean__0.2-0.28"]:
+        recipe, extra = learning.spec(method)
+        cfg = load_config(learning.RECIPES / f"{recipe}.yaml", overrides + extra)  # validates
+        assert cfg.task.difficulties == [3, 4, 5, 6, 7] and cfg.sampling.max_new_tokens == 96, method
+        assert cfg.sampling.group_size == 16 and cfg.optim.lr == 1e-4, method
