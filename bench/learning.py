@@ -3,7 +3,8 @@
 Runs each recipe for every seed (same steps x prompts x group size, so the same number of rollouts; DAPO's extra
 sampling rounds are counted and reported, since dynamic sampling spends more rollouts by design), evaluates the
 final policy on the held-out split with n = 32 samples per problem, and writes:
-- `OUT/<method>/seed<k>/`: the run directories;
+- `OUT/<method>/seed<k>/`: the run directories; `bench/results/<OUT name>/<method>/seed<k>.json`: each run's
+  summary, committed as it lands (a recorded run is not run again);
 - `OUT/summary.json` and a printed table: final pass@1, pass@8, pass@32 (mean and 95% interval across seeds),
   entropy at the end, all-wrong fraction over the last third of training, mean response length, rollouts used;
 - `OUT/compare/index.html`: `explorl compare` over all runs (overlaid curves, per-config intervals).
@@ -94,10 +95,18 @@ def with_baselines(methods: list[str]) -> list[str]:
     return out
 
 
+RECORDED = ROOT / "bench" / "results"
+"""Each finished run's summary is committed here (`<out name>/<method>/seed<k>.json`); a run whose summary is
+recorded is not run again, so a comparison continues across sessions even when `runs/` is gone."""
+
+
 def run_one(method: str, seed: int, out: Path, args) -> dict:
     from explorl.config import load_config
     from explorl.trainer import train
 
+    record = RECORDED / out.name / method / f"seed{seed}.json"
+    if record.exists():
+        return json.loads(record.read_text())
     run_dir = out / method / f"seed{seed}"
     if not (run_dir / "eval.json").exists():
         overrides = [f"run.seed={seed}", f"run.out_dir={run_dir}", f"run.steps={args.steps}",
@@ -112,13 +121,18 @@ def run_one(method: str, seed: int, out: Path, args) -> dict:
     steps = [r for r in steps if "reward/mean" in r]
     last_third = steps[len(steps) - max(1, len(steps) // 3):]
     final = json.loads((run_dir / "eval.json").read_text())
-    return {**{k: final[k] for k in final if k.startswith("pass@")},
+    result = {**{k: final[k] for k in final if k.startswith("pass@")},
             "entropy_start": statistics.fmean(r["entropy/mean"] for r in steps[:5]),
             "entropy_end": statistics.fmean(r["entropy/mean"] for r in last_third[-5:]),
             "all_wrong_last_third": statistics.fmean(r["reward/all_wrong_frac"] for r in last_third),
             "length": statistics.fmean(r["length/mean"] for r in steps),
             # rollouts sampled (DAPO samples groups it then drops: kept / kept fraction)
-            "rollouts": sum(r["rollouts/total"] / (r.get("rollouts/dapo_kept_frac") or 1.0) for r in steps)}
+            "rollouts": sum(r["rollouts/total"] / (r.get("rollouts/dapo_kept_frac") or 1.0) for r in steps),
+            "steps": len(steps)}
+    if not args.quick:  # smoke runs are not results
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text(json.dumps(result, indent=1) + "\n")
+    return result
 
 
 def main() -> None:
@@ -170,8 +184,10 @@ def main() -> None:
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     from explorl.report import compare
 
-    report = compare([out / m / f"seed{s}" for m in methods for s in range(args.seeds)], out=out / "compare")
-    console.print(f"wrote {out / 'summary.json'} and {report.html}")
+    present = [out / m / f"seed{s}" for m in methods for s in range(args.seeds) if (out / m / f"seed{s}").exists()]
+    if present:  # runs recorded in an earlier session may be gone from runs/: their curves are not drawn
+        report = compare(present, out=out / "compare")
+        console.print(f"wrote {out / 'summary.json'} and {report.html}")
 
 
 if __name__ == "__main__":
