@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import re
 import subprocess
 import sys
@@ -237,3 +238,159 @@ def test_train_dry_run_never_crops_the_config(monkeypatch, tmp_path, no_work):
     text = buf.getvalue()
     for name, *_ in reference():
         assert name.split(".")[-1] + ":" in text, name
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# --dry-run checks what the run reads (issue 10, item 7), before any real run too
+
+
+@pytest.fixture
+def no_weights(monkeypatch, no_work):
+    """`no_work`, and fail the test if any weights are loaded (from_pretrained of a model)."""
+    import explorl.models
+    from transformers import AutoModelForCausalLM
+
+    def boom(*a, **k):
+        raise AssertionError("weights were loaded")
+
+    monkeypatch.setattr(explorl.models, "load_causal_lm", boom, raising=False)  # (absent before issue 10)
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", boom)
+
+
+def _file_task_args(tmp_path, tiny_model_dir, *extra):
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps({"question": f"{i}+1", "answer": i + 1}) + "\n" for i in range(10)))
+    return ["train", str(QUICKSTART), f"run.out_dir={tmp_path / 'run'}", f"model.path={tiny_model_dir}",
+            "task.name=file", f"task.path={data}", "task.prompt_field=question", "task.eval_size=2", *extra]
+
+
+def test_dry_run_of_a_complete_config_lists_what_it_checked(tmp_path, tiny_model_dir, out, no_weights):
+    (tmp_path / "myreward.py").write_text("def score(completion, answer, **meta):\n    return 0.0\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        rc = cli.main(_file_task_args(tmp_path, tiny_model_dir, "task.reward=myreward:score", "--dry-run"))
+    finally:
+        sys.path.remove(str(tmp_path))
+    text = out()
+    assert rc == 0, text
+    checks = text[text.index("config is valid"):]
+    assert f"model.path: {tiny_model_dir} (Hugging Face model, qwen2)" in checks
+    assert "10 rows" in checks and "last 2 rows" in checks
+    assert "task.reward: myreward:score imports and is callable" in checks
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    (lambda t: ["model.path=" + str(t / "no_model")], ["model.path", "no_model", "config.json"]),
+    (lambda t: ["task.path=" + str(t / "missing.jsonl")], ["task.path", "missing.jsonl", "does not exist"]),
+    (lambda t: ["task.prompt_field=problem"], ["train.jsonl:1", "missing field 'problem'", "task.prompt_field"]),
+    (lambda t: ["task.eval_size=10"], ["task.eval_size", "10 rows", "task.eval_path"]),
+    (lambda t: ["task.reward=no_such_module_xyz:score"], ["task.reward", "no_such_module_xyz"]),
+    (lambda t: ["task.reward=json:__doc__"], ["task.reward", "json:__doc__", "not callable"]),
+    (lambda t: ["model.lora.enabled=true", "model.lora.target_modules=[query]"],
+     ["model.lora.target_modules", "query"]),
+    (lambda t: ["run.plugins=[no_such_plugin_xyz]"], ["run.plugins[0]", "no_such_plugin_xyz"]),
+])
+def test_dry_run_fails_on_what_the_real_run_would_fail_on(tmp_path, tiny_model_dir, out, no_weights, overrides,
+                                                          expected):
+    rc = cli.main([*_file_task_args(tmp_path, tiny_model_dir), *overrides(tmp_path), "--dry-run"])
+    text = out()
+    assert rc == 2, text
+    assert "config is valid" not in text
+    for part in expected:
+        assert part in text, (part, text)
+
+
+def test_real_run_is_checked_before_work_starts(tmp_path, tiny_model_dir, out, no_work):
+    rc = cli.main(_file_task_args(tmp_path, tiny_model_dir, f"task.path={tmp_path / 'missing.jsonl'}"))
+    assert rc == 2  # no_work: the trainer was never called
+    assert "task.path" in out() and "does not exist" in out()
+
+
+def test_dry_run_warns_when_out_dir_holds_a_run(tmp_path, tiny_model_dir, out, no_weights):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "metrics.jsonl").write_text("")
+    rc = cli.main([*_file_task_args(tmp_path, tiny_model_dir), "--dry-run"])
+    text = out()
+    assert rc == 0, text
+    assert f"run.out_dir: warning: {tmp_path / 'run'} already holds a run" in text and "--resume" in text
+
+
+def test_dry_run_of_an_adapter_checks_its_base(tmp_path, tiny_model_dir, out, no_weights):
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(tmp_path / "gone")}))
+    (adapter / "adapter_model.safetensors").write_bytes(b"")
+    rc = cli.main([*_file_task_args(tmp_path, tiny_model_dir), f"model.path={adapter}", "--dry-run"])
+    assert rc == 2
+    assert "base_model_name_or_path" in out() and str(tmp_path / "gone") in out()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# messages (issue 10, item 9)
+
+
+def test_yaml_error_keeps_brackets_and_names_the_file(tmp_path, out, no_work):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("run:\n  plugins: [myplug, other]: 1\n")
+    rc = cli.main(["train", str(bad), "--dry-run"])
+    text = out()
+    assert rc == 2
+    assert "plugins: [myplug, other]: 1" in text  # not eaten as console markup
+    assert f'in "{bad}", line 2, column 27' in text and "<unicode string>" not in text
+
+
+def test_error_messages_are_printed_as_text_not_markup(tmp_path, out, no_work):
+    rc = cli.main(["train", str(QUICKSTART), "task.name=file", f"task.path={tmp_path / '[bold]x.jsonl'}",
+                   "--dry-run"])
+    assert rc == 2
+    assert "[bold]x.jsonl" in out()
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the error raised without a GPU")
+def test_train_cuda_without_a_gpu_is_one_line(tmp_path, out, no_work):
+    rc = cli.main(["train", str(QUICKSTART), "model.device=cuda", f"run.out_dir={tmp_path / 'run'}"])
+    text = out()
+    assert rc == 2
+    last = text.strip().splitlines()[-1]  # after the resolved config, one line
+    assert last.startswith("config error: model.device='cuda' but no CUDA device is available"), text
+    assert "Traceback" not in text and not (tmp_path / "run").exists()
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the error raised without a GPU")
+def test_eval_device_cuda_without_a_gpu_is_one_line(tiny_model_dir, tmp_path, monkeypatch, out):
+    monkeypatch.chdir(tmp_path)
+    rc = cli.main(["eval", "--model", str(tiny_model_dir), "--device", "cuda", "--n", "1", "--k", "1",
+                   "--task-opt", "eval_size=2", "--task-opt", "train_size=2"])
+    assert rc == 2
+    assert "no CUDA device is available" in out() and "--device cpu" in out()
+
+
+def test_inference_time_ead_schedule_is_the_training_table_at_decay_d():
+    """`explorl eval --schedule ead --ead-d D` samples token t at EAD's tau_t with d = D (paper 003 section 5.4):
+    1.0 for t < c = 10, then max(1 + 1.2 - exp(t / D), 0.1), times --temperature."""
+    from explorl.rollout import temperature as Tm
+
+    assert cli._inference_schedule("fixed", 0.7, 32, 25.0) == 0.7
+    fn = cli._inference_schedule("ead", 0.5, 64, 40.0)
+    for t in (0, 9, 10, 20, 63):
+        want = (1.0 if t < 10 else max(1 + 1.2 - math.exp(t / 40.0), 0.1)) * 0.5
+        assert fn(t) == pytest.approx(want, rel=1e-6), t
+        assert fn(t) == pytest.approx(float(Tm.ead(t, 0, d0=40.0)) * 0.5, rel=1e-6)
+    rev = cli._inference_schedule("revead", 1.0, 64, 25.0)
+    assert rev(30) == pytest.approx(min(0.1 + math.exp(30 / 25.0), 1.2))
+    with pytest.raises(SystemExit, match="--ead-d"):
+        cli._inference_schedule("ead", 1.0, 64, 0.0)
+
+
+def test_eval_with_an_inference_schedule_records_it(tmp_path, out):
+    model_dir = make_tiny_model(tmp_path / "model")
+    dest = tmp_path / "ead.json"
+    rc = cli.main(["eval", "--model", str(model_dir), "--task", "arith", "--n", "4", "--k", "1,2,4", "--limit", "3",
+                   "--max-new-tokens", "16", "--device", "cpu", "--task-opt", "train_size=8", "--task-opt",
+                   "eval_size=8", "--schedule", "ead", "--ead-d", "10", "--analyze", "--out", str(dest)])
+    assert rc == 0, out()
+    result = json.loads(dest.read_text())
+    assert result["schedule"] == "ead" and result["ead_d"] == 10.0
+    assert {"maj@1", "maj@2", "maj@4", "pass@4"} <= set(result)  # maj@N and pass@N against N
+    assert result["branching"] >= 1.0  # branching factor under the per-token temperatures

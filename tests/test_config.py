@@ -358,6 +358,19 @@ def test_malformed_yaml(tmp_path):
     assert str(p) in msg and "not valid YAML" in msg
 
 
+def test_malformed_yaml_names_the_file_in_the_position_and_quotes_the_line(tmp_path):
+    p = write(tmp_path / "sub" / "bad.yaml", "run:\n  plugins: [myplug, other]: 1\n")
+    msg = err(path=p)
+    assert f'in "{p}", line 2, column 27' in msg and "<unicode string>" not in msg
+    assert "plugins: [myplug, other]: 1" in msg  # YAML's quote of the offending line, with its caret
+
+
+def test_malformed_yaml_in_a_base_config_names_the_base(tmp_path):
+    write(tmp_path / "base.yaml", "run: {steps: 3\n")
+    msg = err(path=write(tmp_path / "child.yaml", "base: base.yaml\n"))
+    assert f'in "{tmp_path / "base.yaml"}"' in msg
+
+
 def test_yaml_top_level_not_a_mapping(tmp_path):
     p = write(tmp_path / "list.yaml", "- model\n- task\n")
     msg = err(path=p)

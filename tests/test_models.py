@@ -91,3 +91,79 @@ def test_unknown_lora_target_module_names_the_field(tiny_model_dir):
     cfg = ModelConfig(path=str(tiny_model_dir), lora=LoraConfig(enabled=True, target_modules=["query"]))
     with pytest.raises(ValueError, match="model.lora.target_modules"):
         load_policy(cfg)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# LoRA adapter directories load wherever a model path is accepted (issue 10, item 4)
+
+
+def _save_adapter(base_dir, dest, *, with_tokenizer: bool):
+    """A peft LoRA adapter on `base_dir` with non-zero weights, saved to `dest`; returns its logits on fixed ids."""
+    from peft import LoraConfig as PeftLoraConfig, PeftModel, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(str(base_dir)),
+                           PeftLoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.5, generator=torch.Generator().manual_seed(len(n)))
+    model.save_pretrained(str(dest))
+    if with_tokenizer:
+        build_char_tokenizer().save_pretrained(str(dest))
+    reloaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(str(base_dir)), str(dest)).eval()
+    return _fixed_logits(reloaded)
+
+
+def _fixed_logits(model):
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([[7, 30, 41, 12, 9]])).logits.float()
+
+
+@pytest.mark.parametrize("with_tokenizer", [True, False])
+def test_load_policy_merges_an_adapter_directory_into_its_base(tiny_model_dir, tmp_path, with_tokenizer):
+    want = _save_adapter(tiny_model_dir, tmp_path / "adapter", with_tokenizer=with_tokenizer)
+    assert not (tmp_path / "adapter" / "config.json").exists()
+    assert resolve_model_path(str(tmp_path / "adapter")) == tmp_path / "adapter"
+    model, tok, _ = load_policy(ModelConfig(path=str(tmp_path / "adapter"), device="cpu"))
+    assert not hasattr(model, "peft_config")  # merged: a plain model, on the fused sampling path
+    base, _, _ = load_policy(ModelConfig(path=str(tiny_model_dir), device="cpu"))
+    assert not torch.allclose(_fixed_logits(base), want, atol=1e-3)
+    assert torch.allclose(_fixed_logits(model), want, atol=1e-5)
+    assert tok.encode("1 + 2\n", add_special_tokens=False) == build_char_tokenizer().encode("1 + 2\n",
+                                                                                            add_special_tokens=False)
+
+
+def test_adapter_with_lora_enabled_trains_new_adapters_on_the_merge(tiny_model_dir, tmp_path):
+    want = _save_adapter(tiny_model_dir, tmp_path / "adapter", with_tokenizer=True)
+    cfg = ModelConfig(path=str(tmp_path / "adapter"), device="cpu", lora=LoraConfig(enabled=True, rank=2))
+    model, _, _ = load_policy(cfg)
+    with reference_mode(model, make_reference(model)) as ref:
+        assert torch.allclose(_fixed_logits(ref), want, atol=1e-5)  # the reference is the merged adapter
+
+
+def test_adapter_base_relative_to_the_adapter_and_a_missing_base(tiny_model_dir, tmp_path):
+    import json
+    import shutil
+
+    shutil.copytree(tiny_model_dir, tmp_path / "models" / "base")
+    want = _save_adapter(tmp_path / "models" / "base", tmp_path / "models" / "adapter", with_tokenizer=False)
+    config_file = tmp_path / "models" / "adapter" / "adapter_config.json"
+    data = json.loads(config_file.read_text())
+    config_file.write_text(json.dumps({**data, "base_model_name_or_path": "../base"}))  # as moved with its base
+    model, _, _ = load_policy(ModelConfig(path=str(tmp_path / "models" / "adapter"), device="cpu"))
+    assert torch.allclose(_fixed_logits(model), want, atol=1e-5)
+    config_file.write_text(json.dumps({**data, "base_model_name_or_path": "Qwen/Qwen2.5-0.5B"}))
+    with pytest.raises(FileNotFoundError, match=r"base model 'Qwen/Qwen2.5-0.5B' \(adapter_config.json: "
+                                                r"base_model_name_or_path\) is not a local model directory"):
+        load_policy(ModelConfig(path=str(tmp_path / "models" / "adapter"), device="cpu"))
+
+
+def test_device_error_is_a_config_error():
+    from explorl.config import ConfigError
+    from explorl.models import DeviceError
+
+    assert issubclass(DeviceError, ConfigError) and issubclass(DeviceError, RuntimeError)
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="model.device='cuda:1'"):
+            resolve_device("cuda:1")

@@ -188,3 +188,64 @@ def test_resolve_reward():
         resolve_reward("sandbox_helpers:nope", default)
     with pytest.raises(ValueError, match="task.reward"):
         resolve_reward("sandbox_helpers:", default)
+
+
+# --------------------------------------------------------------------------- failures come back with their text
+
+import broken_rewards  # noqa: E402
+
+
+def test_runner_reports_what_each_failure_was():
+    batch = ["7", "raise", "nan", "str", "sleep", "die"]
+    res = RewardRunner(sandbox_helpers.flaky_reward, isolate=True, timeout_s=1.0, workers=2)(batch, ["7"] * 6)
+    assert res.rewards == [1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    assert [(f.index, f.kind) for f in res.failures] == [(1, "error"), (2, "value"), (3, "value"), (4, "timeout"),
+                                                         (5, "error")]
+    raised, nan, text, timeout, died = res.failures
+    assert raised.message == "RuntimeError('reward bug')"
+    assert raised.detail.startswith("Traceback (most recent call last):")
+    assert "in flaky_reward" in raised.detail and raised.detail.rstrip().endswith("RuntimeError: reward bug")
+    assert (raised.completion, raised.answer) == ("raise", "7")
+    assert nan.message.startswith("float: returned nan, not a finite number")
+    assert text.message.startswith("str: returned '1.0', not a finite number")
+    assert timeout.message == "timed out after 1 s (task.reward_timeout_s)"
+    assert died.message == "worker died (exit code 1)" and died.detail == died.message
+    assert (res.errors, res.timeouts) == (4, 1) == (len(res.failures) - 1, 1)
+
+
+def test_runner_reports_a_wrong_signature_and_in_process_tracebacks():
+    res = RewardRunner(broken_rewards.one_argument, isolate=True, timeout_s=5.0, workers=1)(["a"], ["b"])
+    (f,) = res.failures
+    assert f.kind == "error" and "TypeError" in f.message and "positional argument" in f.message
+    assert "return fn(completion, answer, **meta)" in f.detail  # the call that did not match the signature
+    here = RewardRunner(broken_rewards.divides_by_zero, isolate=False)(["ab", "c"], ["1", "1"])
+    assert [x.message for x in here.failures] == ["ZeroDivisionError('division by zero')"] * 2
+    assert "in divides_by_zero" in here.failures[0].detail
+    # one bug, two inputs: the same failure for reporting (the key ignores the message, which may quote input)
+    assert here.failures[0].key == here.failures[1].key != res.failures[0].key
+
+
+def test_failure_excerpts_are_bounded():
+    res = RewardRunner(broken_rewards.returns_text, isolate=False)(["x" * 5000], ["y" * 10])
+    (f,) = res.failures
+    assert f.completion == "x" * 300 + "... (5000 characters)" and f.answer == "y" * 10
+
+
+def test_a_batch_of_hanging_samples_runs_in_parallel_across_the_pool():
+    # Issue 10 item 2: the runner used one shared worker, so 8 hanging samples took the sum of their limits
+    # (measured before the fix: 4.75 s for 8 x 0.5 s; 16.6-16.8 s for 8 x 2 s). The default pool has one worker
+    # per CPU (2 to 16): on 2 shared cores 8 x 0.5 s now takes 2.34-2.62 s, and 8 x 2 s 8.3-8.5 s, i.e.
+    # limit x ceil(8 / 2) plus ~0.1 s per round to restart the killed workers.
+    from explorl.sandbox import default_workers
+
+    run = RewardRunner(sandbox_helpers.flaky_reward, isolate=True, timeout_s=0.5)
+    assert run.workers == default_workers() >= 2
+    run(["7"] * run.workers, ["7"] * run.workers)  # workers started (start-up is not part of any limit)
+    t = time.monotonic()
+    res = run(["sleep"] * 8, ["7"] * 8)
+    elapsed = time.monotonic() - t
+    assert res.timeouts == 8 and res.rewards == [0.0] * 8
+    rounds = math.ceil(8 / run.workers)
+    assert elapsed < 0.5 * rounds + 0.2 * rounds + 0.5, elapsed  # one at a time: >= 8 x 0.5 = 4 s
+    assert elapsed >= 0.5 * rounds - 0.05  # and the limit itself still holds: nothing returned early
+

@@ -93,3 +93,44 @@ def test_scripts_need_no_main_guard(tmp_path):
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "1.0"
+
+
+def test_concurrent_callers_each_get_the_limit_not_a_queue():
+    # Issue 10 item 2: calls from several threads used to queue behind one lock, so with one worker four threads
+    # whose item hangs finished after about 0.5, 1.1, 1.6 and 2.2 s for a 0.5 s limit. A call that finds every
+    # worker busy now starts one of its own. Measured on 2 shared cores: [0.51, 0.65, 0.65, 0.66] s (the
+    # 0.15 s is the start-up of the extra workers, which the limit does not count).
+    ends = []
+    with WorkerPool(workers=1, timeout_s=0.5) as p:
+        p.map(h.add, [(1, 2)])  # one warm worker
+        t = time.monotonic()
+
+        def call():
+            (out,) = p.map(h.sleep_forever, [()])
+            ends.append((time.monotonic() - t, out.timed_out))
+
+        threads = [threading.Thread(target=call) for _ in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(20)
+        assert len(ends) == 4 and all(timed_out for _, timed_out in ends)
+        assert max(e for e, _ in ends) < 1.5  # queued: >= 4 x 0.5 = 2.0 s for the last caller
+        assert len(p._idle) <= 1  # the extra workers are not kept beyond the pool's size
+
+
+def test_default_pool_size_follows_the_machine(monkeypatch):
+    import explorl.sandbox as sandbox
+
+    for cpus, expected in [(1, 2), (2, 2), (6, 6), (64, sandbox.MAX_DEFAULT_WORKERS)]:
+        monkeypatch.setattr(sandbox, "usable_cpus", lambda cpus=cpus: cpus)
+        assert sandbox.default_workers() == expected
+    assert sandbox.MAX_DEFAULT_WORKERS == 16
+
+
+def test_exception_comes_back_with_the_worker_traceback(pool):
+    (out,) = pool.map(h.boom, [("bad input",)])
+    assert out.traceback.startswith("Traceback (most recent call last):")
+    assert "sandbox_helpers.py" in out.traceback and "in boom" in out.traceback
+    assert out.traceback.rstrip().endswith("ValueError: bad input")
+    assert "_worker_main" not in out.traceback  # starts at the called function, not the worker loop

@@ -44,10 +44,12 @@ class LoraConfig:
 @dataclass
 class ModelConfig:
     path: str = "embedded"
-    """A local Hugging Face causal-LM directory (config, weights, tokenizer), or `embedded` for the tiny
-    default model that `explorl bootstrap` trains and caches (bootstrapped on first use)."""
+    """A local Hugging Face causal-LM directory (config, weights, tokenizer), a LoRA adapter directory (its base
+    from `adapter_config.json`, merged on load), or `embedded` for the tiny default model that `explorl bootstrap`
+    trains and caches (bootstrapped on first use)."""
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    """Parameter dtype. `auto`: bfloat16 on a GPU that supports it, float32 on the CPU."""
+    """Parameter dtype. `auto`: bfloat16 on a GPU that supports it, float32 on the CPU. Training refuses float16
+    (AdamW's moments in float16 round to zero and the first step writes inf); `explorl eval` accepts it."""
     device: str = "auto"
     """`auto` (cuda when available, else cpu), `cpu`, `cuda` or `cuda:N`."""
     attn_implementation: str = "sdpa"
@@ -87,6 +89,14 @@ class TaskConfig:
     last \\boxed{}), or `module:function` for your own `fn(completion, answer, **meta) -> float`."""
     reward_timeout_s: float = 5.0
     """Hard time limit per sample for rewards that run in a worker process; a timeout scores 0 and is counted."""
+    reward_workers: int = 0
+    """Worker processes that score a batch in parallel (each sample keeps its own time limit, so n hanging samples
+    cost about reward_timeout_s * ceil(n / workers)); 0 = one per CPU core, at least 2 and at most 16."""
+    max_reward_failure_frac: float = 0.5
+    """Stop the run, before the step's update changes the weights, when more than this fraction of a step's
+    rewards fail (raise, return something that is not a finite number) or time out; 1 = never stop. Failures
+    below it score 0 and are counted; the first one's traceback is printed and each distinct one is logged to
+    RUN/reward_errors.log."""
 
 
 @dataclass
@@ -160,8 +170,9 @@ class AlgoConfig:
     micro-batches, each padded only to its own longest row (same gradient, less compute on padding)."""
     shapers: list[str] = field(default_factory=list)
     """Advantage shapers applied in order after the estimator: `cw` (covariance weighting, paper 002, batch-wide
-    statistics, explorl's reading, docs/methods.md §4), `cw_group` (the same with paper 002's per-group statistics), `ppl`, `position`
-    (paper 004 section 4.4.2), `entropy_adv` (Cheng et al.)."""
+    statistics, explorl's reading, docs/methods.md §4), `cw_group` (the same with paper 002's per-group
+    statistics), `cw_balanced` (explorl's sign-balanced variant, not the paper's: the per-group kernel normalised
+    per advantage sign), `ppl`, `position` (paper 004 section 4.4.2), `entropy_adv` (Cheng et al.)."""
     loss: str = "ppo"
     """Per-token objective by registry name (kind `policy_loss`): `ppo` (PPO-clip), `clip_cov` or `kl_cov`
     (Cui et al. 2025; docs/methods.md §5a, §5b)."""
@@ -526,9 +537,16 @@ def _read_yaml(path: Path, depth: int = 0) -> dict[str, Any]:
     if not path.exists():
         raise ConfigError(f"config file {path} does not exist")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        loader = yaml.SafeLoader(path.read_text(encoding="utf-8"))
+        loader.name = str(path)  # YAML's messages name the file (not "<unicode string>") and quote its line
+        try:
+            data = loader.get_single_data() or {}
+        finally:
+            loader.dispose()
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not a UTF-8 text file ({e})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections (model, task, ...)")
     base = data.pop("base", None)
@@ -625,12 +643,20 @@ def validate(cfg: Config) -> None:
     need(all(1 <= k <= r.eval_n for k in r.eval_k),
          f"run.eval_k: every k must be in [1, run.eval_n={r.eval_n}], got {r.eval_k}")
     need(r.eval_temperature > 0, "run.eval_temperature: must be > 0")
+    need(cfg.model.dtype != "float16",
+         "model.dtype: float16 weights cannot be trained (AdamW keeps its moments in the weights' dtype: squared "
+         "gradients below ~2e-4 and its eps of 1e-8 round to 0 in float16, so the first step writes inf/NaN, on the "
+         "CPU and on a GPU alike); use model.dtype=float32, or bfloat16 on a GPU that supports it (`auto` picks it)")
     need(cfg.model.device == "auto" or cfg.model.device == "cpu" or cfg.model.device.startswith("cuda"),
          f"model.device: {cfg.model.device!r} is not one of auto, cpu, cuda, cuda:N")
     need(t.train_size >= 1 and t.eval_size >= 1, "task.train_size and task.eval_size must be >= 1")
     need(t.reward in ("auto", "math", "exact") or ":" in t.reward,
          f"task.reward: {t.reward!r}; valid: auto, math, exact, or module:function")
     need(t.reward_timeout_s > 0, "task.reward_timeout_s: must be > 0")
+    need(t.reward_workers >= 0, f"task.reward_workers: must be >= 0 (0 = one per CPU core), got {t.reward_workers}")
+    need(0 <= t.max_reward_failure_frac <= 1,
+         f"task.max_reward_failure_frac: must be in [0, 1] (0.5: stop when most of a step's rewards fail; 1: never "
+         f"stop), got {t.max_reward_failure_frac}")
     need("{question}" in t.prompt_template, "task.prompt_template: must contain {question}")
     if a.tis:
         need(not schedule.behavior_is_policy or s.top_p < 1.0,

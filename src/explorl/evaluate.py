@@ -71,7 +71,9 @@ def evaluate(model, tokenizer, problems: Sequence, task, *, n: int, ks: Sequence
         ent_rows = ((ro.entropy * ro.mask).sum(-1) / ro.mask.sum(-1).clamp_min(1)).tolist()
         bf_rows = None
         if analyze:
-            bf_rows = response_branching(model, ro, temperature, branching_top_p).tolist()
+            per_token = callable(temperature) or isinstance(temperature, torch.Tensor)
+            bf_rows = response_branching(model, ro, ro.temperatures if per_token else temperature,
+                                         branching_top_p).tolist()
             prof = entropy_by_position(ro.entropy, ro.mask, bins=10).double().cpu()
             seen = ~torch.isnan(prof)
             weight = float(ro.mask.sum())
@@ -107,8 +109,10 @@ def evaluate(model, tokenizer, problems: Sequence, task, *, n: int, ks: Sequence
 
 
 @torch.no_grad()
-def response_branching(model, ro, temperature: float, top_p: float = 0.95, chunk: int = 16) -> torch.Tensor:
-    """Mean rollout branching factor of each response [N] (docs/methods.md §8b), one forward pass per chunk of rows."""
+def response_branching(model, ro, temperature: float | torch.Tensor, top_p: float = 0.95,
+                       chunk: int = 16) -> torch.Tensor:
+    """Mean rollout branching factor of each response [N] (docs/methods.md §8b), one forward pass per chunk of rows.
+    `temperature`: a float, or [N, T] per-token temperatures (e.g. `ro.temperatures` of an EAD schedule)."""
     from explorl.metrics import branching_factor
     from explorl.rollout.logprobs import full_sequences
 
@@ -117,8 +121,12 @@ def response_branching(model, ro, temperature: float, top_p: float = 0.95, chunk
     for s in range(0, ro.mask.shape[0], chunk):
         rows = slice(s, s + chunk)
         ids, attn, pos = full_sequences(ro.prompt_ids[rows], ro.prompt_mask[rows], ro.response_ids[rows])
-        logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=t + 1).logits[:, :-1].float()
-        bf = branching_factor(torch.softmax(logits / temperature, dim=-1), top_p=top_p).float()
+        logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=t + 1).logits
+        logits = logits[:, :-1].float()
         mask = ro.mask[rows]
+        temp = temperature
+        if isinstance(temperature, torch.Tensor):  # per token; padding holds 0, which is never used
+            temp = temperature[rows].to(logits.device).masked_fill(mask.to(logits.device) == 0, 1.0)[..., None]
+        bf = branching_factor(torch.softmax(logits / temp, dim=-1), top_p=top_p).float()
         out.append((bf * mask).sum(-1) / mask.sum(-1).clamp_min(1))
     return torch.cat(out) if out else torch.zeros(0)

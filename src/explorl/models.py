@@ -1,6 +1,11 @@
 """Loading policies and references; the character-level tokenizer and tiny Qwen2 model of the embedded default.
 
-Any Hugging Face causal LM directory loads through `load_policy` (`AutoModelForCausalLM`, `AutoTokenizer`).
+Any Hugging Face causal LM directory loads through `load_policy` (`AutoModelForCausalLM`, `AutoTokenizer`), and
+so does a LoRA adapter directory (`adapter_config.json`, as `final/` of a LoRA run): its base model is read from
+`base_model_name_or_path` and the adapter is merged into it with peft. A run's outputs (`RUN`, `RUN/final`,
+`RUN/checkpoints/step_N`) load through `find_run_output` and `load_run_output`. `check_run_inputs` checks what a
+run reads before its first step (model directory, device, task files, reward, output directory) without
+loading weights; `explorl train` calls it before every run and for `--dry-run`.
 With LoRA the reference policy is the same module with its adapters disabled (`reference_logprobs` handles
 both cases), so a reference never costs a second copy of the weights.
 """
@@ -9,18 +14,25 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import os
 import string
+import warnings
 from pathlib import Path
 from typing import Iterator
 
 import torch
 
-from explorl.config import ModelConfig
+from explorl.config import Config, ConfigError, LoraConfig, ModelConfig
 
 CHAR_SPECIALS = ["<pad>", "<eos>"]
 # printable ASCII plus newline: enough for arithmetic, LaTeX-style \boxed{} answers and plain English
 CHAR_ALPHABET = sorted(set(string.printable[:95]) | {"\n"})
+ADAPTER_CONFIG = "adapter_config.json"  # what makes a directory a peft adapter
+
+
+class DeviceError(ConfigError, RuntimeError):
+    """The configured device cannot be used here (a config error, so the command line prints one line)."""
 
 
 def resolve_device(spec: str = "auto") -> torch.device:
@@ -28,7 +40,8 @@ def resolve_device(spec: str = "auto") -> torch.device:
     if spec == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if spec.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError(f"model.device={spec!r} but no CUDA device is available; use model.device=cpu or auto")
+        raise DeviceError(f"model.device={spec!r} but no CUDA device is available (torch.cuda.is_available() is "
+                          f"False); use model.device=cpu or auto (`explorl eval`: --device cpu)")
     return torch.device(spec)
 
 
@@ -91,11 +104,74 @@ def resolve_model_path(path: str) -> Path:
                 f"with `explorl bootstrap`, or `explorl.bootstrap.ensure_embedded()` from Python.")
         return target
     p = Path(path).expanduser()
-    if not (p / "config.json").exists():
-        raise FileNotFoundError(
-            f"model.path={path!r}: no config.json there. Give a local Hugging Face model directory "
-            f"(hub downloads are not attempted), or `embedded` for the built-in default.")
-    return p
+    if (p / "config.json").exists():
+        return p
+    if (p / ADAPTER_CONFIG).exists():
+        adapter_base(p)  # the base model must be a local directory too
+        return p
+    hint = ""
+    if (p / "trainable.safetensors").exists():
+        hint = (" It is a training checkpoint (trainable.safetensors): `explorl eval --model` and `explorl export` "
+                "take it where it lies, as RUN/checkpoints/step_N.")
+    raise FileNotFoundError(
+        f"model.path={path!r}: no config.json (a Hugging Face model) or {ADAPTER_CONFIG} (a LoRA adapter) there. "
+        f"Give a local Hugging Face model directory (hub downloads are not attempted), or `embedded` for the "
+        f"built-in default.{hint}")
+
+
+def is_adapter_dir(path: str | Path) -> bool:
+    """A peft adapter directory (adapter_config.json) that is not itself a full model (no config.json)."""
+    p = Path(path)
+    return (p / ADAPTER_CONFIG).exists() and not (p / "config.json").exists()
+
+
+def adapter_base(adapter_dir: str | Path) -> Path:
+    """The local base model directory of a LoRA adapter: `base_model_name_or_path` in its adapter_config.json, as
+    written (absolute, or relative to the working directory) or relative to the adapter directory."""
+    import json
+
+    p = Path(adapter_dir)
+    try:
+        base = json.loads((p / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
+    except (OSError, json.JSONDecodeError, AttributeError) as e:
+        raise FileNotFoundError(f"{p / ADAPTER_CONFIG}: not a readable adapter config ({e})") from None
+    if not base or not isinstance(base, str):
+        raise FileNotFoundError(f"{p / ADAPTER_CONFIG}: names no base_model_name_or_path; set it to the local "
+                                f"directory of the model the adapter was trained on")
+    candidates = [Path(base).expanduser()]
+    if not candidates[0].is_absolute():
+        candidates.append(p / base)
+    for c in candidates:
+        if (c / "config.json").exists():
+            return c
+    raise FileNotFoundError(
+        f"{p} is a LoRA adapter whose base model {base!r} ({ADAPTER_CONFIG}: base_model_name_or_path) is not a local "
+        f"model directory with config.json (hub downloads are not attempted); put the base model there or edit "
+        f"base_model_name_or_path in {p / ADAPTER_CONFIG}")
+
+
+def _has_tokenizer(path: Path) -> bool:
+    return (path / "tokenizer.json").exists() or (path / "tokenizer_config.json").exists()
+
+
+def load_causal_lm(path: str | Path, dtype, attn_implementation: str = "sdpa"):
+    """(model, tokenizer) of a model directory, or of a LoRA adapter directory merged into its base model (the
+    tokenizer from the adapter directory when it holds one, else from the base). `dtype`: a torch dtype or "auto"
+    (the dtype recorded in the model's config.json)."""
+    from transformers import AutoModelForCausalLM
+
+    path = Path(path)
+    if not is_adapter_dir(path):
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, attn_implementation=attn_implementation)
+        return model, load_tokenizer(path)
+    from peft import PeftModel
+
+    base = adapter_base(path)
+    model = AutoModelForCausalLM.from_pretrained(str(base), dtype=dtype, attn_implementation=attn_implementation)
+    with warnings.catch_warnings():  # peft calls a transformers property deprecated in v5: noise for the user
+        warnings.simplefilter("ignore", FutureWarning)
+        model = PeftModel.from_pretrained(model, str(path)).merge_and_unload()
+    return model, load_tokenizer(path if _has_tokenizer(path) else base)
 
 
 GENERIC_TOKENIZER_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")
@@ -127,14 +203,15 @@ def load_tokenizer(path: str | Path):
 
 
 def load_policy(cfg: ModelConfig):
-    """Load (model, tokenizer, device) for training: weights in `cfg.dtype` on `cfg.device`, LoRA if enabled."""
-    from transformers import AutoModelForCausalLM
+    """Load (model, tokenizer, device) for training: weights in `cfg.dtype` on `cfg.device`, LoRA if enabled.
 
+    `cfg.path` may be a LoRA adapter directory (such as `final/` of a LoRA run): the adapter is merged into its
+    base model, so the result is a plain model (with `cfg.lora.enabled`, new adapters go on top of the merge).
+    """
     device = resolve_device(cfg.device)
     dtype = resolve_dtype(cfg.dtype, device)
     path = resolve_model_path(cfg.path)
-    tok = load_tokenizer(path)
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, attn_implementation=cfg.attn_implementation)
+    model, tok = load_causal_lm(path, dtype, cfg.attn_implementation)
     model.to(device)
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable()
@@ -142,15 +219,22 @@ def load_policy(cfg: ModelConfig):
     if cfg.lora.enabled:
         from peft import LoraConfig as PeftLoraConfig, get_peft_model
 
-        names = {n.split(".")[-1] for n, _ in model.named_modules()}
-        missing = [m for m in cfg.lora.target_modules if m not in names]
-        if missing:
-            raise ValueError(f"model.lora.target_modules: {missing} not found in the model; "
-                             f"linear layers present include: {sorted(n for n in names if 'proj' in n)[:12]}")
+        check_lora_targets(model, cfg.lora.target_modules)
         peft_cfg = PeftLoraConfig(r=cfg.lora.rank, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
                                   target_modules=list(cfg.lora.target_modules), task_type="CAUSAL_LM")
-        model = get_peft_model(model, peft_cfg)
+        with warnings.catch_warnings():  # peft reads a transformers property deprecated in v5: noise for the user
+            warnings.simplefilter("ignore", FutureWarning)
+            model = get_peft_model(model, peft_cfg)
     return model, tok, device
+
+
+def check_lora_targets(model, target_modules) -> None:
+    """ValueError naming `model.lora.target_modules` when a target is not a module name of `model`."""
+    names = {n.split(".")[-1] for n, _ in model.named_modules()}
+    missing = [m for m in target_modules if m not in names]
+    if missing:
+        raise ValueError(f"model.lora.target_modules: {missing} not found in the model; "
+                         f"linear layers present include: {sorted(n for n in names if 'proj' in n)[:12]}")
 
 
 def is_peft(model) -> bool:
@@ -180,3 +264,170 @@ def reference_mode(model, ref) -> Iterator[object]:
 
 def count_parameters(model) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# a run's outputs: RUN/final (a full model, or a LoRA adapter) and RUN/checkpoints/step_N (trainable weights)
+
+
+@dataclasses.dataclass
+class RunOutput:
+    """A model written by `explorl train`: `final/` or a checkpoint of the run directory `run_dir`."""
+
+    run_dir: Path
+    model_dir: Path
+    kind: str
+    """`final` or `checkpoint`."""
+
+    @property
+    def config_path(self) -> Path:
+        return self.run_dir / "config.yaml"
+
+    @property
+    def label(self) -> str:
+        """`RUN_final` or `RUN_step_N`: names the run and the output, e.g. for `runs/eval/` files."""
+        if self.kind == "checkpoint":
+            return f"{self.run_dir.resolve().name}_step_{int(self.model_dir.name.rsplit('_', 1)[-1])}"
+        return f"{self.run_dir.resolve().name}_final"
+
+
+def _is_run_dir(p: Path) -> bool:
+    return (p / "config.yaml").is_file() and ((p / "metrics.jsonl").exists() or (p / "final").is_dir()
+                                              or (p / "checkpoints").is_dir())
+
+
+def find_run_output(path: str | Path) -> RunOutput | None:
+    """The run output `path` names: a run directory (its `final/`), `RUN/final` or `RUN/checkpoints/step_N`
+    (each with the run's config.yaml above it); None for anything else (a plain model directory)."""
+    if str(path) == "embedded":
+        return None
+    p = Path(path).expanduser()
+    if _is_run_dir(p) and not (p / "config.json").exists():
+        if (p / "final").is_dir():
+            return RunOutput(p, p / "final", "final")
+        ckpts = sorted(c for c in (p / "checkpoints").glob("step_*") if c.is_dir())
+        hint = f"; give a checkpoint instead, e.g. {ckpts[-1]}" if ckpts else " and no checkpoints"
+        raise FileNotFoundError(f"{p} is a run directory without final/ (the run has not finished){hint}")
+    if p.name == "final" and _is_run_dir(p.parent):
+        return RunOutput(p.parent, p, "final")
+    if p.parent.name == "checkpoints" and p.name.startswith("step_") and _is_run_dir(p.parent.parent):
+        if not (p / "trainable.safetensors").exists():
+            raise FileNotFoundError(f"{p}: no trainable.safetensors there; not a complete checkpoint")
+        return RunOutput(p.parent.parent, p, "checkpoint")
+    return None
+
+
+def load_trainable(model, checkpoint_dir: str | Path) -> None:
+    """Copy a checkpoint's `trainable.safetensors` (the parameters that were trained) into `model`."""
+    from safetensors.torch import load_file
+
+    path = Path(checkpoint_dir)
+    weights = load_file(str(path / "trainable.safetensors"))
+    named = dict(model.named_parameters())
+    unknown = [n for n in weights if n not in named]
+    missing = [n for n, p in named.items() if p.requires_grad and n not in weights]
+    if unknown or missing:
+        raise ValueError(f"{path}: the checkpoint does not fit the model its run's config.yaml describes "
+                         f"({len(missing)} parameters missing, e.g. {missing[:3]}; {len(unknown)} unknown, e.g. "
+                         f"{unknown[:3]}); was model.path or model.lora changed in config.yaml after the run?")
+    with torch.no_grad():
+        for n, t in weights.items():
+            named[n].copy_(t.to(named[n].device, named[n].dtype))
+
+
+def load_run_output(out: RunOutput, run_cfg: Config, device: str = "auto", dtype: str = "auto"):
+    """(model, tokenizer, device) of a run output as a plain model (LoRA adapters merged), for evaluation and
+    export. A checkpoint is the run's model (`run_cfg.model`) with the checkpoint's trainable weights; the caller
+    builds an `embedded` base first (`explorl.bootstrap.ensure_embedded`)."""
+    base = dataclasses.replace(run_cfg.model, device=device, dtype=dtype, gradient_checkpointing=False)
+    if out.kind == "final":
+        return load_policy(dataclasses.replace(base, path=str(out.model_dir), lora=LoraConfig(enabled=False)))
+    model, tok, dev = load_policy(base)
+    load_trainable(model, out.model_dir)
+    if is_peft(model):
+        model = model.merge_and_unload()
+    return model, tok, dev
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# checks before a run
+
+
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
+ADAPTER_WEIGHT_FILES = ("adapter_model.safetensors", "adapter_model.bin")
+
+
+def check_model_dir(cfg: ModelConfig) -> str:
+    """Check `model.path` without loading weights: a model directory (config.json that transformers reads, weight
+    files, a tokenizer) or a LoRA adapter with such a base, and `model.lora.target_modules` against the
+    architecture (built on the meta device). Returns a one-line description; raises naming `model.path`."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if cfg.path == "embedded":
+        target = embedded_dir()
+        if (target / "config.json").exists():
+            return f"embedded default, cached at {target}"
+        return "embedded default, not built yet: the run builds it first (as `explorl bootstrap` does)"
+    path = resolve_model_path(cfg.path)
+    adapter = is_adapter_dir(path)
+    model_dir = adapter_base(path) if adapter else path
+    try:
+        hf_cfg = AutoConfig.from_pretrained(str(model_dir))
+    except Exception as e:  # unknown model_type, malformed JSON, ...
+        raise ConfigError(f"model.path={cfg.path!r}: transformers cannot read {model_dir / 'config.json'}: "
+                          f"{type(e).__name__}: {e}") from None
+    if not any((model_dir / f).exists() for f in WEIGHT_FILES):
+        raise FileNotFoundError(f"model.path={cfg.path!r}: no weights in {model_dir} (expected one of "
+                                f"{', '.join(WEIGHT_FILES)})")
+    if adapter and not any((path / f).exists() for f in ADAPTER_WEIGHT_FILES):
+        raise FileNotFoundError(f"model.path={cfg.path!r}: the adapter directory has no "
+                                f"{' or '.join(ADAPTER_WEIGHT_FILES)}")
+    if not (_has_tokenizer(path) or _has_tokenizer(model_dir)):
+        raise FileNotFoundError(f"model.path={cfg.path!r}: no tokenizer (tokenizer.json or tokenizer_config.json) "
+                                f"in {path}" + (f" or {model_dir}" if adapter else ""))
+    if cfg.lora.enabled:
+        try:
+            with torch.device("meta"):
+                skeleton = AutoModelForCausalLM.from_config(hf_cfg)
+        except Exception:  # an architecture that cannot be built on the meta device is checked when loading
+            skeleton = None
+        if skeleton is not None:
+            check_lora_targets(skeleton, cfg.lora.target_modules)
+    kind = f"LoRA adapter on {model_dir}" if adapter else "Hugging Face model"
+    return f"{path} ({kind}, {getattr(hf_cfg, 'model_type', '?')})"
+
+
+def check_run_inputs(cfg: Config, *, resume: str | Path | None = None) -> list[tuple[str, str]]:
+    """Everything a run reads before its first step, checked without loading weights or training: the device,
+    `model.path` (`check_model_dir`), the task's data (the `file` task: files exist, their first rows parse with
+    the configured fields and the split leaves training rows; other tasks are built), `task.reward` (a
+    `module:function` imports and is callable) and `run.plugins` (imported by `load_config`'s validation).
+
+    Returns (what, result) lines for the dry run to print; a result starting with `warning:` is not an error.
+    Raises ConfigError, FileNotFoundError or ValueError naming the field and the fix. `explorl train` calls it
+    before every run, with and without `--dry-run`.
+    """
+    from explorl.algos.registry import lookup
+    from explorl.rewards import resolve_reward
+
+    lines = [("model.device", str(resolve_device(cfg.model.device)))]
+    lines.append(("model.path", check_model_dir(cfg.model)))
+    entry = lookup("task", cfg.task.name)
+    check = entry.extra.get("preflight")
+    if check is not None:
+        lines.append(("task", check(cfg.task)))
+    else:
+        train, eval_, *_ = entry.fn(cfg.task)
+        lines.append(("task", f"{cfg.task.name}: {len(train)} training and {len(eval_)} held-out problems"))
+    if cfg.task.reward not in ("auto", "math", "exact"):
+        resolve_reward(cfg.task.reward, (None, True))
+        lines.append(("task.reward", f"{cfg.task.reward} imports and is callable"))
+    if cfg.run.plugins:
+        lines.append(("run.plugins", f"{', '.join(cfg.run.plugins)} imported"))
+    out = Path(cfg.run.out_dir)
+    if resume is None and ((out / "metrics.jsonl").exists() or any(p.is_dir() for p in out.glob("checkpoints/step_*"))):
+        lines.append(("run.out_dir", f"warning: {out} already holds a run, so training would refuse to start; "
+                                     f"continue it with `explorl train --resume {out}` or choose another "
+                                     f"run.out_dir"))
+    return lines

@@ -8,7 +8,8 @@ counted instead of crashing the run.
 - `math_reward`: public API; math-verify equivalence of the last \\boxed{} with the ground truth, in the pool.
 - `math_check`: the same check run in the current process (the function the workers call).
 - `exact_reward`, `int_reward`: cheap in-process checks.
-- `RewardRunner`: scores a batch, isolated or in-process; `resolve_reward`: maps `task.reward` to a function.
+- `RewardRunner`: scores a batch, isolated (in parallel across the worker pool) or in-process; every failure
+  comes back with its text (`RewardResult.failures`); `resolve_reward`: maps `task.reward` to a function.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ import os
 import re
 import sys
 import threading
-from dataclasses import dataclass
+import traceback
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from explorl.sandbox import shared_pool
+from explorl.sandbox import Outcome, default_workers, shared_pool
 
 MAX_SCAN = 100_000
 """extract_boxed looks at the last this-many characters only: the final answer is at the end, and scanning
@@ -175,13 +177,49 @@ def int_reward(completion: str, answer: str, **meta: Any) -> float:
 # batch scoring
 
 
+FAILURE_EXCERPT = 300
+"""Characters of a failed sample's completion and answer kept in its `RewardFailure` (for the run's error log)."""
+
+
+@dataclass
+class RewardFailure:
+    """One sample whose reward failed or timed out (it scored 0): what happened and on which input."""
+
+    index: int
+    """Position of the sample in the scored batch."""
+    kind: str
+    """`error` (the function raised, or its worker died), `value` (it returned something that is not a finite
+    number) or `timeout`."""
+    message: str
+    """One line: the exception's repr, the bad value, or the time limit."""
+    detail: str
+    """The traceback of an exception (from the worker); the message itself for the other kinds."""
+    completion: str = ""
+    """The start of the completion that was scored (at most `FAILURE_EXCERPT` characters)."""
+    answer: str = ""
+    """The start of the ground-truth answer."""
+
+    @property
+    def key(self) -> str:
+        """What makes two failures the same for reporting: the kind, and for exceptions their type and the code
+        locations of the traceback (not the message, which often quotes the input)."""
+        if self.kind == "error" and self.detail != self.message:
+            where = [line for line in self.detail.splitlines() if line.startswith("  File ")]
+            return "\n".join(["error", self.message.split("(", 1)[0], *where])
+        if self.kind == "value":
+            return "value:" + self.message.split(":", 1)[0]
+        return f"{self.kind}:{self.message}"
+
+
 @dataclass
 class RewardResult:
-    """Scores of a batch plus how many samples failed (exception, bad value) or timed out; those score 0."""
+    """Scores of a batch plus how many samples failed (exception, bad value) or timed out; those score 0.
+    `failures` says what happened to each of them, in batch order."""
 
     rewards: list[float]
     errors: int = 0
     timeouts: int = 0
+    failures: list[RewardFailure] = field(default_factory=list)
 
 
 def _as_score(value: Any) -> float | None:
@@ -196,6 +234,18 @@ def _as_score(value: Any) -> float | None:
     return None
 
 
+def _bad_value(value: Any) -> str:
+    """Why a returned value is not a score, in one line."""
+    text = repr(value)
+    text = text if len(text) <= 80 else text[:77] + "..."
+    return f"{type(value).__name__}: returned {text}, not a finite number (a reward must be a float)"
+
+
+def _excerpt(text: Any) -> str:
+    text = str(text)
+    return text if len(text) <= FAILURE_EXCERPT else text[:FAILURE_EXCERPT] + f"... ({len(text)} characters)"
+
+
 def _apply(fn: Callable, completion: str, answer: str, meta: dict) -> Any:
     """Call a reward function with meta as keyword arguments (the function the pool runs)."""
     return fn(completion, answer, **meta)
@@ -204,14 +254,17 @@ def _apply(fn: Callable, completion: str, answer: str, meta: dict) -> Any:
 class RewardRunner:
     """Scores batches with `fn(completion, answer, **meta)`.
 
-    `isolate=True` runs each sample in the shared worker pool (`workers` processes) with a hard limit of
-    `timeout_s`; `isolate=False` calls `fn` here (for fast pure functions such as `int_reward`). Exceptions,
-    timeouts and values that are not finite numbers score 0.0 and are counted.
+    `isolate=True` runs the samples in parallel in the shared worker pool (`workers` processes; None or 0:
+    `sandbox.default_workers()`, one per CPU, 2 to 16) with a hard limit of `timeout_s` per sample, so a batch
+    of n hanging samples takes about `timeout_s * ceil(n / workers)`; `isolate=False` calls `fn` here (for fast
+    pure functions such as `int_reward`). Exceptions, timeouts and values that are not finite numbers score 0.0,
+    are counted, and are described in `RewardResult.failures` (with the traceback of an exception).
     """
 
-    def __init__(self, fn: Callable, *, isolate: bool, timeout_s: float = 5.0, workers: int = 1):
-        """Remember the function and how to run it; the pool is the process-wide shared one."""
-        self.fn, self.isolate, self.timeout_s, self.workers = fn, isolate, timeout_s, workers
+    def __init__(self, fn: Callable, *, isolate: bool, timeout_s: float = 5.0, workers: int | None = None):
+        """Remember the function and how to run it; the pool is the process-wide shared one of that size."""
+        self.fn, self.isolate, self.timeout_s = fn, isolate, timeout_s
+        self.workers = workers if workers else default_workers()
 
     def __call__(self, completions: list[str], answers: list[str], metas: list[dict] | None = None) -> RewardResult:
         """Score `completions[i]` against `answers[i]` with `metas[i]` as keyword arguments."""
@@ -225,22 +278,29 @@ class RewardRunner:
             outcomes = shared_pool(self.workers).map(
                 _apply, [(self.fn, c, a, m) for c, a, m in zip(completions, answers, metas)],
                 timeout_s=self.timeout_s, preload=preload)
-            raw = [(o.value, o.ok, o.timed_out) for o in outcomes]
         else:
-            raw = [self._call_here(c, a, m) for c, a, m in zip(completions, answers, metas)]
-        for value, ok, timed_out in raw:
-            score = _as_score(value) if ok else None
+            outcomes = [self._call_here(c, a, m) for c, a, m in zip(completions, answers, metas)]
+        for i, o in enumerate(outcomes):
+            score = _as_score(o.value) if o.ok else None
             result.rewards.append(0.0 if score is None else score)
-            result.timeouts += timed_out
-            result.errors += score is None and not timed_out
+            if score is not None:
+                continue
+            if o.timed_out:
+                result.timeouts += 1
+                kind, message = "timeout", f"timed out after {self.timeout_s:g} s (task.reward_timeout_s)"
+            else:
+                result.errors += 1
+                kind, message = ("error", str(o.error)) if not o.ok else ("value", _bad_value(o.value))
+            result.failures.append(RewardFailure(i, kind, message, o.traceback or message,
+                                                 _excerpt(completions[i]), _excerpt(answers[i])))
         return result
 
-    def _call_here(self, completion: str, answer: str, meta: dict) -> tuple[Any, bool, bool]:
-        """In-process call: (value, ok, timed_out)."""
+    def _call_here(self, completion: str, answer: str, meta: dict) -> Outcome:
+        """In-process call."""
         try:
-            return self.fn(completion, answer, **meta), True, False
-        except Exception:
-            return None, False, False
+            return Outcome(value=self.fn(completion, answer, **meta))
+        except Exception as e:
+            return Outcome(error=repr(e), traceback=traceback.format_exc())
 
 
 def resolve_reward(spec: str, task_default: tuple[Callable, bool]) -> tuple[Callable, bool]:

@@ -1,10 +1,11 @@
-"""A run directory and what is written to it: config.yaml, metrics.jsonl, samples.jsonl, checkpoints/, eval.json,
-final/; the per-step rollout metrics and the progress bar.
+"""A run directory and what is written to it: config.yaml, metrics.jsonl, samples.jsonl, reward_errors.log,
+checkpoints/, final/, eval.json; the per-step rollout metrics, the report of reward failures and the progress bar.
 
 Checkpoints are written to a temporary name and renamed, so a kill never leaves a half checkpoint; they hold the
 trainable weights, the optimizer and scheduler, every RNG and the loop's state (prompt stream, controllers), so
-`--resume` continues a killed run exactly. Records are flushed and fsynced each step; on resume the records of steps
-after the checkpoint are dropped (they will be recomputed identically).
+`--resume` continues a killed run exactly. Records are flushed and fsynced each step; on resume the records and
+samples of steps after the checkpoint, and the final evaluation line, are dropped (they will be recomputed
+identically). eval.json is written last, after final/: a run directory whose eval.json has the last step is complete.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import math
 import os
 import random
 import shutil
+import time
 from pathlib import Path
 
 import torch
@@ -118,6 +120,7 @@ class RunLog:
         self.dir = Path(run_dir)
         self.metrics_path = self.dir / "metrics.jsonl"
         self.samples_path = self.dir / "samples.jsonl"
+        self.reward_errors_path = self.dir / "reward_errors.log"
 
     @classmethod
     def open(cls, out_dir: str | Path, config_yaml: str, resume: str | Path | None) -> "RunLog":
@@ -142,7 +145,20 @@ class RunLog:
         return save_checkpoint(self.dir, step, model, optimizer, scheduler, state, keep)
 
     def truncate_metrics(self, done_steps: int) -> None:
-        _truncate_metrics(self.metrics_path, done_steps)
+        """Drop the step records after `done_steps` and the final evaluation line (a resume writes them again)."""
+        _truncate_jsonl(self.metrics_path, lambda r: r["step"] <= done_steps and "reward/mean" in r)
+
+    def truncate_samples(self, done_steps: int) -> None:
+        """Drop the samples of steps after `done_steps` (a resume samples them again)."""
+        _truncate_jsonl(self.samples_path, lambda r: r["step"] <= done_steps)
+
+    def is_complete(self, steps: int) -> bool:
+        """Whether this run finished all `steps`: eval.json (written last) is for that step and final/ exists."""
+        try:
+            done = json.loads((self.dir / "eval.json").read_text()).get("step") == steps
+        except (OSError, ValueError, AttributeError):
+            return False
+        return done and (self.dir / "final").is_dir()
 
     def append_metrics(self, record: dict) -> None:
         append_jsonl(self.metrics_path, _clean(record))
@@ -160,7 +176,10 @@ class RunLog:
                                     "rewards": [rewards[i] for i in rows]}) + "\n")
 
     def write_eval(self, step: int, summary: dict) -> None:
-        (self.dir / "eval.json").write_text(json.dumps({"step": step, **summary}, indent=2))
+        """eval.json, written whole under a temporary name and renamed (it marks the run complete)."""
+        tmp = self.dir / "eval.json.tmp"
+        tmp.write_text(json.dumps({"step": step, **summary}, indent=2))
+        os.replace(tmp, self.dir / "eval.json")
 
     def save_final_model(self, model, tok) -> Path:
         save_final_model(self.dir / "final", model, tok)
@@ -247,12 +266,14 @@ def _clean(record: dict) -> dict:
     return {k: fix(v) for k, v in record.items()}
 
 
-def _truncate_metrics(path: Path, done_steps: int) -> None:
-    """On resume, drop records of steps after the checkpoint: they will be recomputed identically."""
+def _truncate_jsonl(path: Path, keep) -> None:
+    """On resume, keep only the lines whose record satisfies `keep` (the rest will be recomputed identically)."""
     if not path.exists():
         return
-    keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= done_steps]
-    path.write_text("".join(line + "\n" for line in keep))
+    lines = [line for line in path.read_text().splitlines() if line.strip() and keep(json.loads(line))]
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(line + "\n" for line in lines))
+    os.replace(tmp, path)
 
 
 def save_final_model(path: Path, model, tok) -> None:
@@ -265,36 +286,155 @@ def save_final_model(path: Path, model, tok) -> None:
     os.replace(tmp, path)
 
 
-class Progress:
-    """A rich progress bar with the key metrics; plain lines every 10 steps when not on a terminal."""
+class RewardFailureLog:
+    """The reward failures of a run (`rewards.RewardFailure`s, as collected per step).
 
-    def __init__(self, console, total: int, start: int, enabled: bool = True):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    Every distinct failure (by `RewardFailure.key`, at most `MAX_DISTINCT`) is appended to RUN/reward_errors.log
+    with its step, input and traceback. On the console: the first failure's traceback once per run, with the
+    step's count; afterwards one line for each step that brings a new kind of failure; and `summary()` at the end.
+    """
+
+    MAX_DISTINCT = 100
+
+    def __init__(self, path: Path, console, start_step: int = 0):
+        self.path, self.console = Path(path), console
+        self.start_step = start_step
+        self.seen: set[str] = set()
+        self.errors = self.timeouts = self.steps = 0
+        self.first = None
+
+    def record(self, step: int, failures: list, scored: int) -> None:
+        """Report the failures of training step `step` (1-based), out of `scored` samples."""
+        from rich.markup import escape
+
+        if not failures:
+            return
+        self.steps += 1
+        timeouts = sum(f.kind == "timeout" for f in failures)
+        self.timeouts += timeouts
+        self.errors += len(failures) - timeouts
+        new: list = []  # the first failure of each kind not seen before, in batch order
+        for f in failures:
+            if f.key not in self.seen and all(f.key != x.key for x in new):
+                new.append(f)
+        logged = new[:max(0, self.MAX_DISTINCT - len(self.seen))]
+        self.seen.update(f.key for f in new)
+        if logged:
+            self._write(step, logged, len(failures), scored, truncated=len(logged) < len(new))
+        counts = f"{len(failures)} of {scored} samples ({len(failures) - timeouts} errors, {timeouts} timeouts)"
+        if self.first is None:
+            self.first = failures[0]
+            self.console.print(f"[bold red]reward function failed[/] at step {step} on {counts}; the first "
+                               f"failure (sample {self.first.index}, answer {escape(repr(self.first.answer))}):")
+            self.console.print(self.first.detail.rstrip(), markup=False, highlight=False)
+            more = f"{len(failures) - 1} more failure(s) in this step. " if len(failures) > 1 else ""
+            self.console.print(f"{more}Failed samples score 0 and are counted (reward/errors, reward/timeouts); "
+                               f"every distinct failure is logged to {escape(str(self.path))}", highlight=False)
+        elif new:
+            self.console.print(f"[red]step {step}: a new kind of reward failure[/] ({counts}): "
+                               f"{escape(new[0].message)}; see {escape(str(self.path))}", highlight=False)
+
+    def _write(self, step: int, failures: list, failed: int, scored: int, truncated: bool) -> None:
+        with open(self.path, "a") as f:
+            if self.start_step is not None:
+                f.write(f"##### {time.strftime('%Y-%m-%d %H:%M:%S')}: run started at step {self.start_step + 1}\n")
+                self.start_step = None
+            for x in failures:
+                detail = "" if x.detail == x.message else x.detail.rstrip() + "\n"
+                f.write(f"=== step {step}, sample {x.index} ({failed} of {scored} samples of the step failed): "
+                        f"{x.kind}: {x.message}\nanswer: {x.answer!r}\ncompletion: {x.completion!r}\n{detail}\n")
+            if truncated:
+                f.write(f"(more than {self.MAX_DISTINCT} distinct failures: the others are only counted)\n")
+
+    def summary(self) -> str | None:
+        """One line with the run's totals, or None when nothing failed."""
+        if not self.steps:
+            return None
+        return (f"reward failures in this run: {self.errors} errors and {self.timeouts} timeouts over {self.steps} "
+                f"step(s), {len(self.seen)} distinct; details in {self.path}")
+
+    def print_summary(self) -> None:
+        """`summary()` on the console, when anything failed."""
+        line = self.summary()
+        if line:
+            self.console.print(line, markup=False, highlight=False)
+
+
+def format_duration(seconds: float) -> str:
+    """h:mm:ss (m:ss under an hour)."""
+    s = int(round(max(0.0, seconds)))
+    h, rest = divmod(s, 3600)
+    m, sec = divmod(rest, 60)
+    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m}:{sec:02d}"
+
+
+class Progress:
+    """Training progress: steps done of the total, seconds per step smoothed over the last steps (an exponential
+    moving average with weight `EMA` on the newest step, wall time between updates, evaluations and checkpoints
+    included) and the time left at that pace, with the last step's key metrics. Each evaluation during training
+    is printed as one line with its pass@k. A rich bar on a terminal; plain lines every 10 steps otherwise."""
+
+    EMA = 0.3
+
+    def __init__(self, console, total: int, start: int, enabled: bool = True, clock=time.monotonic):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
         self.console = console
+        self.total, self.start, self.clock = total, start, clock
         self.live = enabled and console.is_terminal
         self.enabled = enabled
         self.progress = None
+        self.s_per_step: float | None = None
+        self._last = (start, clock())
         if self.live:
-            self.progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
-                                     TimeRemainingColumn(), TextColumn("{task.fields[info]}"), console=console)
+            self.progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TextColumn("steps"),
+                                     TextColumn("{task.fields[pace]}"), TextColumn("{task.fields[info]}"),
+                                     console=console)
             self.progress.start()
-            self.task = self.progress.add_task("train", total=total, completed=start, info="")
+            self.task = self.progress.add_task("train", total=total, completed=start, info="", pace=self.pace(start))
 
     @staticmethod
     def _info(rec: dict) -> str:
         def g(k):
             v = rec.get(k)
             return float("nan") if v is None else v
+        failed = (rec.get("reward/errors") or 0) + (rec.get("reward/timeouts") or 0)
         return (f"reward {g('reward/mean'):.3f}  entropy {g('entropy/mean'):.3f}  "
-                f"all-wrong {g('reward/all_wrong_frac'):.2f}  len {g('length/mean'):.1f}  "
-                f"{g('perf/step_s'):.2f}s/step")
+                f"all-wrong {g('reward/all_wrong_frac'):.2f}  len {g('length/mean'):.1f}"
+                + (f"  reward failures {failed}" if failed else ""))
+
+    def pace(self, step: int) -> str:
+        """`s/step` (smoothed) and the time left at that pace, once a step has been timed."""
+        if self.s_per_step is None:
+            return "-- s/step"
+        return f"{self.s_per_step:.2f} s/step, {format_duration(self.s_per_step * (self.total - step))} left"
+
+    def eval_line(self, step: int, rec: dict) -> str | None:
+        """One line for an evaluation during training (the step's `eval/*` metrics), or None."""
+        ks = sorted((k for k in rec if k.startswith("eval/pass@")), key=lambda k: int(k.split("@")[1]))
+        if not ks:
+            return None
+        parts = [f"{k[5:]} {rec[k]:.3f}" for k in ks]
+        if rec.get("eval/entropy") is not None:
+            parts.append(f"entropy {rec['eval/entropy']:.3f}")
+        return f"step {step}/{self.total} held-out eval: " + "  ".join(parts)
 
     def update(self, step: int, rec: dict) -> None:
+        now = self.clock()
+        last_step, last_t = self._last
+        if step > last_step:
+            dt = (now - last_t) / (step - last_step)
+            self.s_per_step = dt if self.s_per_step is None else (1 - self.EMA) * self.s_per_step + self.EMA * dt
+            self._last = (step, now)
+        if not self.enabled:
+            return
+        line = self.eval_line(step, rec)
+        if line is not None:
+            self.console.print(line, highlight=False)
         if self.live:
-            self.progress.update(self.task, completed=step, info=self._info(rec))
-        elif self.enabled and (step % 10 == 0 or step == 1):
-            self.console.print(f"step {step}: {self._info(rec)}")
+            self.progress.update(self.task, completed=step, info=self._info(rec), pace=self.pace(step))
+        elif step % 10 == 0 or step == self.start + 1 or step == self.total:
+            self.console.print(f"step {step}/{self.total}: {self._info(rec)}  {self.pace(step)}", highlight=False)
 
     def close(self) -> None:
         if self.progress is not None:

@@ -3,7 +3,9 @@
 Reward checkers (sympy through math-verify, reasoning-gym scorers, user functions) can hang, exhaust memory or
 crash on adversarial completions, and signal-based timeouts only work in the main thread and cannot interrupt
 long C calls such as a huge integer power. So each item runs in a separate process that is killed when its
-wall-clock limit passes, and restarted.
+wall-clock limit passes, and restarted. The items of a batch run in parallel across the pool (sized to the
+machine by `default_workers()`), and calls from several threads each get workers of their own, so the limit
+bounds an item's time as the caller sees it rather than queueing items behind each other.
 
     with WorkerPool(workers=2, timeout_s=5) as pool:
         outcomes = pool.map(module.function, [(arg1, arg2), ...])   # one Outcome per tuple, in order
@@ -26,6 +28,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, Pipe, wait
@@ -33,6 +36,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 STARTUP_TIMEOUT_S = 120.0
 """Limit for starting a worker and importing its modules (not counted in an item's limit; slow on a busy host)."""
+MAX_DEFAULT_WORKERS = 16
+"""Upper bound of `default_workers()`: each worker is an interpreter of its own (~60 MB with math-verify loaded)."""
 
 _CHILD = ("import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
           "from explorl.sandbox import _worker_main; _worker_main(int(sys.argv[2]), int(sys.argv[3]))")
@@ -40,11 +45,13 @@ _CHILD = ("import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
 
 @dataclass
 class Outcome:
-    """Result of one item: `value` when it returned, else `error` (a repr) and/or `timed_out`."""
+    """Result of one item: `value` when it returned, else `error` (a repr) and/or `timed_out`; `traceback` is the
+    worker's traceback of an exception (None for timeouts, crashes and normal returns)."""
 
     value: Any = None
     error: str | None = None
     timed_out: bool = False
+    traceback: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -64,8 +71,17 @@ def _vm_bytes() -> int:
     return 0
 
 
+def _user_traceback(e: BaseException) -> str:
+    """The traceback of `e` without the worker loop's own frame (it starts at the function the pool called)."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(e), e, tb))
+
+
 def _worker_main(fd: int, memory_mb: int) -> None:
-    """Child loop: ("import", names) -> ("ready",); ("call", fn, args) -> (True, value) | (False, error repr)."""
+    """Child loop: ("import", names) -> ("ready",); ("call", fn, args) -> (True, value) | (False, error repr,
+    traceback)."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it then closes the pool
@@ -100,7 +116,10 @@ def _worker_main(fd: int, memory_mb: int) -> None:
             try:
                 reply = (True, msg[1](*msg[2]))
             except BaseException as e:  # noqa: BLE001 - MemoryError, SystemExit... all become a per-item error
-                reply = (False, repr(e))
+                try:
+                    reply = (False, repr(e), _user_traceback(e))
+                except BaseException:  # noqa: BLE001 - e.g. no memory left to format it
+                    reply = (False, repr(e))
         try:
             conn.send(reply)
         except Exception as e:  # an unpicklable return value
@@ -151,12 +170,16 @@ class _Worker:
 
 
 class WorkerPool:
-    """`workers` spawned processes; each item of `map` runs in one with a hard limit of `timeout_s` seconds.
+    """Up to `workers` spawned processes; each item of `map` runs in one with a hard limit of `timeout_s` seconds.
 
-    A worker whose item times out is killed and restarted; one that dies (segfault, os._exit) gives that item
-    an error and is restarted. `memory_mb` caps each worker's additional address space with RLIMIT_AS, so a
-    memory hog gets a MemoryError instead of taking the machine down (0 = no cap). Started lazily on the first
-    `map`; safe to call from any thread (calls are serialised).
+    A batch is spread over `min(workers, len(items))` processes, so n items that all hang take about
+    `timeout_s * ceil(n / workers)`. A worker whose item times out is killed and restarted; one that dies
+    (segfault, os._exit) gives that item an error and is restarted. `memory_mb` caps each worker's additional
+    address space with RLIMIT_AS, so a memory hog gets a MemoryError instead of taking the machine down (0 = no
+    cap). Started lazily on the first `map`. Safe to call from several threads at once: each call checks out idle
+    workers (starting new ones up to `workers` in all), and a call that finds every worker busy starts one of its
+    own for the duration of the call, so the per-item limit holds from every caller's view instead of calls
+    queueing behind each other; at most `workers` idle processes are kept between calls.
     """
 
     def __init__(self, workers: int = 1, timeout_s: float = 5.0, memory_mb: int = 2048):
@@ -164,7 +187,9 @@ class WorkerPool:
         if workers < 1 or timeout_s <= 0:
             raise ValueError(f"WorkerPool: need workers >= 1 and timeout_s > 0, got {workers}, {timeout_s}")
         self.workers, self.timeout_s, self.memory_mb = workers, timeout_s, memory_mb
-        self._slots: list[_Worker | None] = [None] * workers
+        self._idle: list[_Worker] = []
+        self._busy = 0  # slots checked out by calls in progress (a slot holds a worker or will start one)
+        self._generation = 0  # bumped by close(): workers of an older generation are stopped when checked in
         self._lock = threading.Lock()
         self.restarts = 0
         """Workers replaced after a timeout or a crash (a diagnostic)."""
@@ -177,42 +202,73 @@ class WorkerPool:
         imported in each worker before its first item, so slow imports do not count against the limit.
         """
         items = [tuple(a) for a in items]
+        if not items:
+            return []
         limit = self.timeout_s if timeout_s is None else timeout_s
         modules = {fn.__module__, *preload}
         out: list[Outcome | None] = [None] * len(items)
         todo = deque(range(len(items)))
-        slots = range(min(self.workers, len(items)))
-        with self._lock:
-            try:
-                while True:
-                    for s in slots:
-                        if todo:
-                            self._dispatch(s, fn, items, todo, modules, limit)
-                    active = {w.conn: s for s, w in ((s, self._slots[s]) for s in slots)
-                              if w is not None and (w.item is not None or w.starting)}
-                    if not active:
-                        break
-                    wait_s = max(0.0, min(self._slots[s].deadline for s in active.values()) - time.monotonic())
-                    for conn in wait(list(active), timeout=wait_s):
-                        self._receive(active[conn], out)
-                    for s in active.values():
-                        self._check_deadline(s, out, limit)
-            except BaseException:
-                for s in slots:  # a half-finished item must not answer the next call
-                    w = self._slots[s]
-                    if w is not None and (w.item is not None or w.starting):
-                        self._replace(s)
-                raise
+        slots, generation = self._checkout(min(self.workers, len(items)))
+        try:
+            while True:
+                for s in range(len(slots)):
+                    if todo:
+                        self._dispatch(slots, s, fn, items, todo, modules, limit)
+                active = {w.conn: s for s, w in enumerate(slots)
+                          if w is not None and (w.item is not None or w.starting)}
+                if not active:
+                    break
+                wait_s = max(0.0, min(slots[s].deadline for s in active.values()) - time.monotonic())
+                for conn in wait(list(active), timeout=wait_s):
+                    self._receive(slots, active[conn], out)
+                for s in active.values():
+                    self._check_deadline(slots, s, out, limit)
+        except BaseException:
+            for s, w in enumerate(slots):  # a half-finished item must not answer the next call
+                if w is not None and (w.item is not None or w.starting):
+                    self._replace(slots, s)
+            raise
+        finally:
+            self._checkin(slots, generation)
         return out  # type: ignore[return-value]
 
-    def _dispatch(self, s: int, fn: Callable, items: list, todo: deque, modules: set[str], limit: float) -> None:
+    def _checkout(self, want: int) -> tuple[list[_Worker | None], int]:
+        """Reserve `want` slots for a call: idle workers first, then new ones (None: started on first use) while
+        the pool holds fewer than `workers`; at least one slot even when every worker is busy elsewhere."""
+        with self._lock:
+            taken = self._idle[len(self._idle) - min(want, len(self._idle)):]
+            del self._idle[len(self._idle) - len(taken):]
+            room = self.workers - len(self._idle) - self._busy - len(taken)
+            new = max(0, min(want - len(taken), room))
+            if not taken and not new:
+                new = 1
+            self._busy += len(taken) + new
+            return [*taken, *([None] * new)], self._generation
+
+    def _checkin(self, slots: list[_Worker | None], generation: int) -> None:
+        """Return a call's slots: live workers go back to the idle list while the pool has room, others stop."""
+        surplus = []
+        with self._lock:
+            self._busy -= len(slots)
+            for w in slots:
+                if w is None:
+                    continue
+                if generation == self._generation and w.alive() and len(self._idle) + self._busy < self.workers:
+                    self._idle.append(w)
+                else:
+                    surplus.append(w)
+        for w in surplus:
+            w.kill()
+
+    def _dispatch(self, slots: list[_Worker | None], s: int, fn: Callable, items: list, todo: deque,
+                  modules: set[str], limit: float) -> None:
         """Give slot `s` the next item if it is idle; (re)start it or have it import `modules` first."""
-        w = self._slots[s]
+        w = slots[s]
         if w is not None and w.item is None and not w.starting and not w.alive():
-            self._replace(s)  # died while idle (e.g. the OOM killer)
+            self._replace(slots, s)  # died while idle (e.g. the OOM killer)
             w = None
         if w is None:
-            w = self._slots[s] = _Worker(self.memory_mb, modules)
+            w = slots[s] = _Worker(self.memory_mb, modules)
         elif not w.starting and w.item is None and not modules <= w.modules:
             w.warm(modules - w.modules)
         if not w.starting and w.item is None:
@@ -222,20 +278,20 @@ class WorkerPool:
             except (OSError, ValueError):  # it died just now; the receive reports it
                 pass
 
-    def _check_deadline(self, s: int, out: list[Outcome | None], limit: float) -> None:
+    def _check_deadline(self, slots: list[_Worker | None], s: int, out: list[Outcome | None], limit: float) -> None:
         """Kill the worker in slot `s` if its item (or its start-up) ran past the deadline."""
-        w = self._slots[s]
+        w = slots[s]
         if w is None or time.monotonic() < w.deadline:
             return
         if w.starting:
             raise RuntimeError(f"sandbox worker did not start within {STARTUP_TIMEOUT_S:.0f} s")
         if w.item is not None:
             out[w.item] = Outcome(error=f"timed out after {limit:g} s", timed_out=True)
-            self._replace(s)
+            self._replace(slots, s)
 
-    def _receive(self, s: int, out: list[Outcome | None]) -> None:
+    def _receive(self, slots: list[_Worker | None], s: int, out: list[Outcome | None]) -> None:
         """Read one reply from worker slot `s`; a closed pipe means the worker died."""
-        w = self._slots[s]
+        w = slots[s]
         assert w is not None
         try:
             reply = w.conn.recv()
@@ -245,38 +301,39 @@ class WorkerPool:
             except subprocess.TimeoutExpired:
                 code = None
             if w.starting:
-                self._replace(s)
+                self._replace(slots, s)
                 raise RuntimeError(f"sandbox worker exited during start-up (exit code {code})") from None
             out[w.item] = Outcome(error=f"worker died (exit code {code})")
-            self._replace(s)
+            self._replace(slots, s)
             return
         if reply[0] == "ready":
             w.starting = False
         else:
-            ok, value = reply
-            out[w.item] = Outcome(value=value) if ok else Outcome(error=value)
+            ok, value, *tb = reply
+            out[w.item] = Outcome(value=value) if ok else Outcome(error=value, traceback=tb[0] if tb else None)
             w.item = None
 
-    def _replace(self, s: int) -> None:
+    def _replace(self, slots: list[_Worker | None], s: int) -> None:
         """Kill the worker in slot `s`; a fresh one is started when there is work for it."""
-        w = self._slots[s]
+        w = slots[s]
         if w is not None:
             w.kill()
-        self._slots[s] = None
+        slots[s] = None
         self.restarts += 1
 
     def close(self) -> None:
-        """Stop all workers (asking politely first); the pool restarts them if used again."""
+        """Stop the idle workers (asking politely first), and those busy in a call when that call ends; the pool
+        restarts them if used again."""
         with self._lock:
-            for w in self._slots:
-                if w is not None:
-                    try:
-                        w.conn.send(None)
-                        w.proc.wait(1)
-                    except (OSError, subprocess.TimeoutExpired):
-                        pass
-                    w.kill()
-            self._slots = [None] * self.workers
+            idle, self._idle = self._idle, []
+            self._generation += 1
+        for w in idle:
+            try:
+                w.conn.send(None)
+                w.proc.wait(1)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+            w.kill()
 
     def __enter__(self) -> WorkerPool:
         """The pool itself; workers start on the first `map`."""
@@ -291,17 +348,18 @@ _SHARED: dict[tuple[int, int], WorkerPool] = {}
 _SHARED_LOCK = threading.Lock()
 
 
-def shared_pool(workers: int = 1, memory_mb: int = 2048) -> WorkerPool:
+def shared_pool(workers: int | None = None, memory_mb: int = 2048) -> WorkerPool:
     """A process-wide pool for these settings, reused across calls so workers import sympy & co. only once.
 
-    Pass the per-call limit to `map(..., timeout_s=...)`. The pools are closed at interpreter exit.
+    `workers` None: `default_workers()`. Pass the per-call limit to `map(..., timeout_s=...)`. The pools are
+    closed at interpreter exit.
     """
-    key = (workers, memory_mb)
+    key = (default_workers() if workers is None else workers, memory_mb)
     with _SHARED_LOCK:
         if key not in _SHARED:
             if not _SHARED:
                 atexit.register(close_shared_pools)
-            _SHARED[key] = WorkerPool(workers=workers, memory_mb=memory_mb)
+            _SHARED[key] = WorkerPool(workers=key[0], memory_mb=memory_mb)
         return _SHARED[key]
 
 
@@ -313,6 +371,16 @@ def close_shared_pools() -> None:
         _SHARED.clear()
 
 
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the platform has one, else os.cpu_count())."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def default_workers() -> int:
-    """A sensible worker count for batch scoring: half the CPUs (the other half runs the model), at least 1."""
-    return max(1, (os.cpu_count() or 2) // 2)
+    """Worker count for batch scoring: one per usable CPU, at least 2 (hanging items cost no CPU, and one
+    worker would make a batch's time the sum of its timeouts), at most `MAX_DEFAULT_WORKERS`. The model waits
+    while its batch is scored, so the CPUs are free for it."""
+    return min(MAX_DEFAULT_WORKERS, max(2, usable_cpus()))

@@ -13,13 +13,23 @@ Deliberate choices, stated up front:
   `algos.step.compute_advantages` and `algos.step.policy_objective`, which the engine integrations call too.
 - A response counts as correct (for `entropy/pos`, all-correct/all-wrong fractions) when its reward > 0.5.
 - A loss or gradient that is not finite skips the rest of that step's updates before `optimizer.step`, so the
-  weights and the AdamW moments never see it; too many such steps in a row stop the run.
+  weights and the AdamW moments never see it; too many such steps in a row stop the run. The trainable weights
+  are checked after every optimizer step as well: non-finite weights stop the run before anything of them is
+  written (the last checkpoint stays the last good one). A dtype the device cannot train in is refused first.
+- Reward failures are shown (the first traceback on the console, every distinct one in RUN/reward_errors.log);
+  when more than `task.max_reward_failure_frac` of a step's samples fail or time out, the run stops before that
+  step's update.
+- SIGINT / SIGTERM: the current step finishes, a checkpoint is written and the run stops (`--resume` continues
+  it); a second signal aborts at once. A resumed run without a checkpoint restarts from step 1, and a resumed
+  run that is complete does nothing.
 """
 
 from __future__ import annotations
 
 import math
 import random
+import signal
+import threading
 import time
 from pathlib import Path
 
@@ -29,20 +39,92 @@ from explorl.algos.batch import RolloutBatch
 from explorl.algos.losses import micro_batch_share
 from explorl.algos.registry import lookup
 from explorl.algos.step import PreparedBatch, compute_advantages, policy_objective, requirements, single_update_shortcut
-from explorl.config import Config, dump_yaml, load_config
+from explorl.config import Config, ConfigError, ModelConfig, dump_yaml, load_config
 from explorl.evaluate import evaluate
-from explorl.models import load_policy, make_reference, reference_mode
+from explorl.models import check_run_inputs, load_policy, make_reference, reference_mode
 from explorl.rewards import RewardRunner
 from explorl.rollout.collect import collect_rollouts
 from explorl.rollout.controllers import Controllers, PromptStream
 from explorl.rollout.logprobs import response_logprobs
 from explorl.rollout.sampler import Rollouts
-from explorl.runlog import Progress, RunLog, load_checkpoint, restore_rng, rng_state, rollout_metrics
+from explorl.runlog import (
+    Progress, RewardFailureLog, RunLog, load_checkpoint, restore_rng, rng_state, rollout_metrics,
+)
 from explorl.tasks import load_task
 
 
 class NonFiniteError(RuntimeError):
     """The loss or the gradient norm of an update was NaN or infinite."""
+
+
+class NonFiniteWeightsError(RuntimeError):
+    """An optimizer step left NaN or infinite values in the trainable weights (they are ruined)."""
+
+
+class RunStopped(ValueError):
+    """The run stopped itself for a reason the user has to fix (a broken reward function, non-finite weights); the
+    message says what happened, what was kept and what to do. A ValueError, so `explorl train` prints it as one
+    error line."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM stopped the run after its current step, with a checkpoint; `--resume` continues it."""
+
+
+def check_trainable_dtype(model_cfg: ModelConfig) -> None:
+    """Refuse a parameter dtype the device cannot train in, with `auto` resolved for this machine: float16
+    anywhere (AdamW keeps its moments in the weights' dtype: squared gradients below ~2e-4 and its eps of 1e-8
+    round to 0 in float16, so the first step writes inf and NaN), bfloat16 on a GPU without it."""
+    from explorl.models import resolve_device, resolve_dtype
+
+    device = resolve_device(model_cfg.device)
+    dtype = resolve_dtype(model_cfg.dtype, device)
+    if dtype == torch.float16:
+        raise ConfigError(f"model.dtype: {model_cfg.dtype} resolves to float16 on {device}, which cannot be trained "
+                          f"here (AdamW's moments underflow in float16 and the first step writes inf/NaN into the "
+                          f"weights); use model.dtype=float32, or bfloat16 on a GPU that supports it (`auto` picks it)")
+    if dtype == torch.bfloat16 and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise ConfigError(f"model.dtype: bfloat16 is not supported by {torch.cuda.get_device_name(device)}; "
+                          f"use model.dtype=float32 (or auto)")
+
+
+def _nonfinite(model) -> list[str]:
+    """Names of the trainable parameters holding a NaN or an infinity (one device sync when there are none)."""
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if not named:
+        return []
+    flags = [torch.isfinite(p).all() for _, p in named]
+    if bool(torch.stack([f.to(flags[0].device) for f in flags]).all()):
+        return []
+    return [n for (n, _), ok in zip(named, flags) if not bool(ok)]
+
+
+class _StopOnSignal:
+    """While training, SIGINT (Ctrl-C) and SIGTERM ask the loop to stop at its next safe point (after the current
+    step, with a checkpoint); a second signal aborts at once (KeyboardInterrupt, no checkpoint). Handlers can only
+    be installed from the main thread; elsewhere signals keep their usual meaning."""
+
+    def __init__(self, console):
+        self.console, self.signum, self.previous = console, None, {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.previous[sig] = signal.signal(sig, self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        if self.signum is not None:
+            raise KeyboardInterrupt
+        self.signum = signum
+        self.console.print(f"[yellow]{signal.Signals(signum).name}[/]: the run stops after this step, with a "
+                           f"checkpoint (send it again to abort at once, without one)")
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name if self.signum is not None else ""
+
+    def restore(self) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        self.previous = {}
 
 
 def lr_lambda(warmup: int, total: int, min_ratio: float):
@@ -112,6 +194,11 @@ def update_policy(model, optimizer, scheduler, ro: Rollouts, batch: RolloutBatch
                 optimizer.zero_grad(set_to_none=True)
                 raise NonFiniteError(f"gradient norm is {float(grad_norm)}; update skipped")
             optimizer.step()
+            bad = _nonfinite(model)
+            if bad:
+                names = ", ".join(bad[:3]) + (", ..." if len(bad) > 3 else "")
+                raise NonFiniteWeightsError(f"the optimizer step left NaN or infinite values in {len(bad)} "
+                                            f"trainable tensor(s) ({names})")
             scheduler.step()
             stats.setdefault("optim/grad_norm", []).append(float(grad_norm))
     out = {k: sum(v) / len(v) for k, v in stats.items()}
@@ -154,15 +241,66 @@ def make_optimizer(model, cfg: Config, device: torch.device):
 # ----------------------------------------------------------------------------------------------------------------
 
 
+def _restore(log: RunLog, model, optimizer, scheduler, stream, controllers, gens, device, console,
+             steps: int) -> tuple[int, int]:
+    """Continue a run from its last checkpoint: weights, optimizer, prompt stream, controllers and every RNG;
+    the records of later steps are dropped (they are recomputed identically). Without a checkpoint the run starts
+    over from step 1. Returns (steps done, consecutive non-finite steps)."""
+    from rich.markup import escape
+
+    if not log.checkpoints():  # stopped before its first checkpoint: nothing to continue from
+        log.truncate_metrics(0)
+        log.truncate_samples(0)
+        console.print(f"[bold]restarting[/] {escape(str(log.dir))} from step 1: it has no checkpoint yet "
+                      f"(the steps it logged are dropped and done again)")
+        return 0, 0
+    state = load_checkpoint(log.checkpoints()[-1], model, optimizer, scheduler)
+    start = state["step"]
+    stream.load_state_dict(state["stream"])
+    controllers.load_state_dict(state.get("controllers", {}))
+    restore_rng(state, gens, device)
+    log.truncate_metrics(start)
+    log.truncate_samples(start)
+    console.print(f"[bold]resuming[/] {escape(str(log.dir))} from {log.checkpoints()[-1].name} "
+                  f"(step {start}/{steps})")
+    return start, state.get("nonfinite_run", 0)
+
+
+def _stop_if_rewards_failed(step: int, got, cfg: Config, log: RunLog, last_checkpoint: str) -> None:
+    """RunStopped, before the step's update, when more than `task.max_reward_failure_frac` of its samples' rewards
+    failed or timed out: such a step would train on zeros."""
+    failed = got.errors + got.timeouts
+    if failed <= cfg.task.max_reward_failure_frac * got.scored:
+        return
+    raise RunStopped(
+        f"stopping before the update of step {step}: the reward failed or timed out on {failed} of "
+        f"{got.scored} samples ({got.errors} errors, {got.timeouts} timeouts; more than "
+        f"task.max_reward_failure_frac={cfg.task.max_reward_failure_frac:g}), so the step would train "
+        f"on zeros; the weights were not changed by it. First failure: {got.failures[0].message}; "
+        f"every distinct failure, with its traceback and input, is in {log.reward_errors_path}. Fix "
+        f"task.reward={cfg.task.reward} (or raise task.reward_timeout_s), then continue with "
+        f"`explorl train --resume {log.dir}` (last checkpoint: {last_checkpoint}); or raise "
+        f"task.max_reward_failure_frac to train anyway")
+
+
 def train(cfg: Config, *, resume: str | Path | None = None, console=None, progress: bool = True) -> Path:
-    """Run GRPO-style RL as configured; returns the run directory. `resume` continues a killed run."""
+    """Run GRPO-style RL as configured; returns the run directory. `resume` continues a stopped or killed run
+    from its last checkpoint (from step 1 when it has none; a complete run is left as it is)."""
     from rich.console import Console
+    from rich.markup import escape
 
     from explorl.bootstrap import ensure_embedded
 
     console = console or Console()
     r, s = cfg.run, cfg.sampling
+    if resume is None:  # everything the run reads, before anything is written (`explorl train` checks it too)
+        check_run_inputs(cfg)
+    check_trainable_dtype(cfg.model)
     log = RunLog.open(r.out_dir, dump_yaml(cfg), resume)
+    if resume is not None and log.is_complete(r.steps):
+        console.print(f"{escape(str(log.dir))} is a complete run ({r.steps}/{r.steps} steps; final/ and eval.json "
+                      f"are written): nothing to do", highlight=False)
+        return log.dir
     if r.threads > 0:
         torch.set_num_threads(r.threads)
     torch.manual_seed(r.seed)
@@ -171,7 +309,8 @@ def train(cfg: Config, *, resume: str | Path | None = None, console=None, progre
     ensure_embedded(cfg.model.path, console=console)
     model, tok, device = load_policy(cfg.model)
     task = load_task(cfg.task)
-    runner = RewardRunner(task.reward_fn, isolate=task.isolate, timeout_s=cfg.task.reward_timeout_s)
+    runner = RewardRunner(task.reward_fn, isolate=task.isolate, timeout_s=cfg.task.reward_timeout_s,
+                          workers=cfg.task.reward_workers)
     ref = make_reference(model) if requirements(cfg.algo).ref else None
     model.train()
     optimizer, scheduler = make_optimizer(model, cfg, device)
@@ -181,19 +320,19 @@ def train(cfg: Config, *, resume: str | Path | None = None, console=None, progre
     gens = {"sampler_rng": torch.Generator(device=device).manual_seed(r.seed),
             "shuffle_rng": torch.Generator().manual_seed(r.seed + 1)}
     start, nonfinite_run = 0, 0
-    if resume is not None and log.checkpoints():
-        state = load_checkpoint(log.checkpoints()[-1], model, optimizer, scheduler)
-        start, nonfinite_run = state["step"], state.get("nonfinite_run", 0)
-        stream.load_state_dict(state["stream"])
-        controllers.load_state_dict(state.get("controllers", {}))
-        restore_rng(state, gens, device)
-        log.truncate_metrics(start)
-        console.print(f"[bold]resuming[/] {log.dir} from {log.checkpoints()[-1].name} (step {start}/{r.steps})")
+    if resume is not None:
+        start, nonfinite_run = _restore(log, model, optimizer, scheduler, stream, controllers, gens, device,
+                                        console, r.steps)
+    failures = RewardFailureLog(log.reward_errors_path, console, start)
 
     def checkpoint(step: int) -> None:
         state = {"step": step, "stream": stream.state_dict(), "nonfinite_run": nonfinite_run,
                  "controllers": controllers.state_dict(), **rng_state(gens, device)}
         log.save_checkpoint(step, model, optimizer, scheduler, state, r.keep_checkpoints)
+
+    def last_checkpoint() -> str:
+        ckpts = log.checkpoints()
+        return str(ckpts[-1]) if ckpts else "none yet, so a resume starts over from step 1"
 
     def run_eval(step: int) -> dict:
         summary, _ = evaluate(model, tok, task.eval, task, n=r.eval_n, ks=r.eval_k, temperature=r.eval_temperature,
@@ -202,6 +341,13 @@ def train(cfg: Config, *, resume: str | Path | None = None, console=None, progre
         model.train()
         return summary
 
+    def interrupted(step: int) -> Interrupted:
+        failures.print_summary()
+        console.print(f"[yellow]stopped by {stop.name}[/] after step {step}/{r.steps}; checkpoint "
+                      f"{escape(last_checkpoint())}; continue with `explorl train --resume {escape(str(log.dir))}`")
+        return Interrupted(f"stopped by {stop.name} after step {step}; checkpoint written")
+
+    stop = _StopOnSignal(console)
     bar = Progress(console, r.steps, start, enabled=progress)
     try:
         for step in range(start, r.steps):
@@ -209,6 +355,8 @@ def train(cfg: Config, *, resume: str | Path | None = None, console=None, progre
             got = collect_rollouts(model, tok, task, runner, stream, controllers, batch_size=r.batch_size,
                                    max_new_tokens=s.max_new_tokens, top_p=s.top_p, fast_path=s.fast_path,
                                    step=step, generator=gens["sampler_rng"])
+            failures.record(step + 1, got.failures, got.scored)
+            _stop_if_rewards_failed(step + 1, got, cfg, log, last_checkpoint())
             ro, t_sample = got.rollouts, time.perf_counter() - t0
             batch = rollout_batch(model, ref, ro, got.rewards, got.train_temperature, cfg, pi_old_from_update)
             prepared = compute_advantages(batch, cfg.algo, step + 1)
@@ -225,9 +373,14 @@ def train(cfg: Config, *, resume: str | Path | None = None, console=None, progre
             except NonFiniteError as e:
                 nonfinite_run += 1
                 record["loss/nonfinite"] = 1
-                console.print(f"[bold red]step {step + 1}: {e}.[/] The weights were not changed by it "
+                console.print(f"[bold red]step {step + 1}: {escape(str(e))}.[/] The weights were not changed by it "
                               f"({nonfinite_run} such step(s) in a row; limit run.max_nonfinite_steps="
                               f"{r.max_nonfinite_steps}).")
+            except NonFiniteWeightsError as e:
+                raise RunStopped(f"stopping at step {step + 1}: {e}, so the weights in memory are ruined; nothing "
+                                 f"of them is written (no record, checkpoint or final/ for this step). Last good "
+                                 f"checkpoint: {last_checkpoint()}. Lower optim.lr (or use model.dtype=float32), "
+                                 f"then continue with `explorl train --resume {log.dir} optim.lr=...`") from None
             t2 = time.perf_counter()
             record.update({"perf/step_s": t2 - t0, "perf/sample_s": t_sample, "perf/update_s": t2 - t1,
                            "perf/tokens_per_s": float(ro.mask.sum()) / max(t_sample, 1e-9)})
@@ -239,15 +392,24 @@ def train(cfg: Config, *, resume: str | Path | None = None, console=None, progre
             if nonfinite_run >= r.max_nonfinite_steps:
                 raise RuntimeError(f"stopping: {nonfinite_run} consecutive steps had a non-finite loss or "
                                    f"gradient. Lower optim.lr, check the reward function, or raise "
-                                   f"run.max_nonfinite_steps. Last good checkpoint: {log.dir / 'checkpoints'}")
-            if r.save_every > 0 and (step + 1) % r.save_every == 0 and step + 1 < r.steps:
+                                   f"run.max_nonfinite_steps. Last good checkpoint: {last_checkpoint()}")
+            saved = r.save_every > 0 and (step + 1) % r.save_every == 0 and step + 1 < r.steps
+            if saved or stop.signum is not None:  # a signal's stop is the safe point between two steps
                 checkpoint(step + 1)
+            if stop.signum is not None:
+                raise interrupted(step + 1)
+        # finishing: the last checkpoint first, then the evaluation, final/ and, last, eval.json (marks it complete)
+        if not log.checkpoints() or log.checkpoints()[-1].name != f"step_{r.steps:07d}":
+            checkpoint(r.steps)
+        if stop.signum is not None:
+            raise interrupted(r.steps)
         final = run_eval(r.steps)
-        log.write_eval(r.steps, final)
-        checkpoint(r.steps)
-        log.append_metrics({"step": r.steps, **{f"eval/{k}": v for k, v in final.items()}})
         log.save_final_model(model, tok)
+        log.append_metrics({"step": r.steps, **{f"eval/{k}": v for k, v in final.items()}})
+        log.write_eval(r.steps, final)
+        failures.print_summary()
     finally:
+        stop.restore()
         bar.close()
     return log.dir
 

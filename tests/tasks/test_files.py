@@ -62,6 +62,42 @@ def test_malformed_line_reports_its_number(tmp_path):
         load_file_task(TaskConfig(name="file", path=str(path), eval_size=1))
 
 
+@pytest.mark.parametrize("line, column", [
+    ('{"problem": "b", "answer": ', 28),          # value missing at the end of the line: just past its end
+    ('{"problem": "b" "answer": 1}', 17),         # the second key, where a comma was expected
+    ('{"problem": "b", "answer": 1}}', 30),       # extra data after the object
+])
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_malformed_line_reports_the_column_in_that_line(tmp_path, line, column, newline):
+    path = tmp_path / "data.jsonl"
+    path.write_bytes(('{"problem": "a", "answer": "1"}' + newline + line + newline).encode())
+    with pytest.raises(ValueError) as e:
+        load_file_task(TaskConfig(name="file", path=str(path), eval_size=1))
+    assert str(e.value).startswith(f"{path}:2: not valid JSON (")
+    assert str(e.value).endswith(f" at column {column})")
+
+
+def test_check_file_task_reads_only_the_first_rows(tmp_path):
+    from explorl.tasks.files import check_file_task, count_rows
+
+    rows = _rows(30) + [{"problem": "p", "solution": "no answer field"}]  # row 31 is bad, past the rows checked
+    path = _write_jsonl(tmp_path / "d.jsonl", rows, blank_after=5)
+    assert count_rows(path) == 31
+    described = check_file_task(TaskConfig(name="file", path=str(path), eval_size=4), rows=8)
+    assert "31 rows" in described and "last 4 rows" in described
+    with pytest.raises(ValueError, match="missing field 'answer'"):  # the real load reads every row
+        load_file_task(TaskConfig(name="file", path=str(path), eval_size=4))
+    bad_first = _write_jsonl(tmp_path / "e.jsonl", [{"question": "p", "answer": "1"}] * 3)
+    with pytest.raises(ValueError, match=r"e.jsonl:1: missing field 'problem' \(task.prompt_field='problem'\)"):
+        check_file_task(TaskConfig(name="file", path=str(path), eval_path=str(bad_first)))
+    with pytest.raises(ValueError, match="task.eval_size: .* has 31 rows"):
+        check_file_task(TaskConfig(name="file", path=str(path), eval_size=31))
+    pq.write_table(pa.Table.from_pylist([{"q": f"q{i}", "a": i} for i in range(50)]), tmp_path / "t.parquet")
+    assert count_rows(tmp_path / "t.parquet") == 50
+    assert "50 rows" in check_file_task(TaskConfig(name="file", path=str(tmp_path / "t.parquet"), prompt_field="q",
+                                                   answer_field="a", eval_size=10))
+
+
 def test_missing_field_message(tmp_path):
     rows = [{"problem": "p", "answer": "1"}] * 16 + [{"problem": "p", "solution": "s"}]
     path = _write_jsonl(tmp_path / "data.jsonl", rows)

@@ -27,6 +27,12 @@ class Collected:
     """Reward-function timeouts (scored 0)."""
     stats: dict = field(default_factory=dict)
     """The schedule's and budget policy's metrics."""
+    failures: list = field(default_factory=list)
+    """The reward failures and timeouts of every round (`rewards.RewardFailure`; `index` counts the samples
+    scored this step, all rounds in order)."""
+    scored: int = 0
+    """Samples scored this step, over all rounds (DAPO's dropped groups included): what `errors` and `timeouts`
+    are counted out of."""
 
 
 def collect_rollouts(model, tok, task, runner, stream: PromptStream, controllers: Controllers, *, batch_size: int,
@@ -38,7 +44,8 @@ def collect_rollouts(model, tok, task, runner, stream: PromptStream, controllers
     budget = controllers.budget
     problems: list = []
     parts, texts, rewards = [], [], []
-    errors = timeouts = rounds = sampled_groups = 0
+    errors = timeouts = rounds = sampled_groups = scored = 0
+    failures: list = []
     while True:
         epoch = stream.epoch
         ids = stream.next(batch_size - len(problems))
@@ -53,6 +60,10 @@ def collect_rollouts(model, tok, task, runner, stream: PromptStream, controllers
         group = ro.group.tolist()
         rr = runner(round_texts, [round_problems[g].answer for g in group], [round_problems[g].meta for g in group])
         errors, timeouts = errors + rr.errors, timeouts + rr.timeouts
+        for f in rr.failures:
+            f.index += scored
+        failures += rr.failures
+        scored += len(round_texts)
         per_prompt = [[rr.rewards[i] for i, g in enumerate(group) if g == j] for j in range(len(ids))]
         budget.observe_rewards(ids, per_prompt)
         sampled_groups += len(ids)
@@ -74,4 +85,4 @@ def collect_rollouts(model, tok, task, runner, stream: PromptStream, controllers
     ro = parts[0] if len(parts) == 1 else Rollouts.cat(parts, tok.pad_token_id)
     stats.update(controllers.schedule.rollout_stats(ro))
     stats.update(budget.stats(rounds, len(problems) / max(sampled_groups, 1)))
-    return Collected(problems, ro, texts, rewards, train_temp, errors, timeouts, stats)
+    return Collected(problems, ro, texts, rewards, train_temp, errors, timeouts, stats, failures, scored)

@@ -19,22 +19,39 @@ if TYPE_CHECKING:
 SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet", ".pq": "parquet"}
 
 
-def read_rows(path: str | Path, config_field: str = "task.path") -> list[tuple[int, str, Any]]:
-    """(1-based line/row number, location for messages, decoded row) per row; blank JSONL lines are skipped."""
-    p = Path(path)
+def _kind(p: Path, config_field: str) -> str:
     kind = SUFFIXES.get(p.suffix.lower())
     if kind is None:
         raise ValueError(f"{config_field}: {p} has an unsupported extension; use one of {', '.join(SUFFIXES)}")
     if not p.is_file():
         raise ValueError(f"{config_field}: {p} does not exist or is not a file")
+    return kind
+
+
+def _json_error(p: Path, n: int, line: str, e: json.JSONDecodeError) -> ValueError:
+    """`file:line: not valid JSON (... at column c)` with c the 1-based column of the error in that line (an
+    error at the end of the line, such as a missing value, points just past its last character)."""
+    return ValueError(f"{p}:{n}: not valid JSON ({e.msg} at column {min(e.pos, len(line)) + 1})")
+
+
+def read_rows(path: str | Path, config_field: str = "task.path",
+              limit: int | None = None) -> list[tuple[int, str, Any]]:
+    """(1-based line/row number, location for messages, decoded row) per row; blank JSONL lines are skipped.
+    `limit`: only the first that-many rows (JSONL and Parquet are then read only that far)."""
+    p = Path(path)
+    kind = _kind(p, config_field)
     if kind == "parquet":
         import pyarrow.parquet as pq
 
         try:
-            table = pq.read_table(p)
+            if limit is None:
+                rows = pq.read_table(p).to_pylist()
+            else:
+                batch = next(pq.ParquetFile(p).iter_batches(batch_size=max(limit, 1)), None)
+                rows = [] if batch is None else batch.to_pylist()[:limit]
         except Exception as e:
             raise ValueError(f"{config_field}: {p} is not a readable Parquet file: {e}") from None
-        return [(n, f"{p}: row {n}", row) for n, row in enumerate(table.to_pylist(), start=1)]
+        return [(n, f"{p}: row {n}", row) for n, row in enumerate(rows, start=1)]
     if kind == "json":
         try:
             data = json.loads(p.read_text(encoding="utf-8"))
@@ -42,17 +59,37 @@ def read_rows(path: str | Path, config_field: str = "task.path") -> list[tuple[i
             raise ValueError(f"{p}: not valid JSON: {e}") from None
         if not isinstance(data, list):
             raise ValueError(f"{p}: a .json file must hold a list of objects, got {type(data).__name__}")
-        return [(n, f"{p}: item {n}", row) for n, row in enumerate(data, start=1)]
+        return [(n, f"{p}: item {n}", row) for n, row in enumerate(data[:limit], start=1)]
     rows = []
     with p.open(encoding="utf-8") as f:
         for n, line in enumerate(f, start=1):
+            if limit is not None and len(rows) >= limit:
+                break
+            line = line.rstrip("\r\n")
             if not line.strip():
                 continue
             try:
                 rows.append((n, f"{p}:{n}", json.loads(line)))
             except json.JSONDecodeError as e:
-                raise ValueError(f"{p}:{n}: not valid JSON ({e.msg} at column {e.colno})") from None
+                raise _json_error(p, n, line, e) from None
     return rows
+
+
+def count_rows(path: str | Path, config_field: str = "task.path") -> int:
+    """Number of rows of a data file without decoding them (non-blank JSONL lines, Parquet metadata)."""
+    p = Path(path)
+    kind = _kind(p, config_field)
+    if kind == "parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            return pq.ParquetFile(p).metadata.num_rows
+        except Exception as e:
+            raise ValueError(f"{config_field}: {p} is not a readable Parquet file: {e}") from None
+    if kind == "json":
+        return len(read_rows(p, config_field))
+    with p.open(encoding="utf-8") as f:
+        return sum(1 for line in f if line.strip())
 
 
 def _text(value: Any) -> str | None:
@@ -110,6 +147,34 @@ def load_file_task(cfg: TaskConfig) -> tuple[list[Problem], list[Problem]]:
     return train[: cfg.train_size], eval_
 
 
+def check_file_task(cfg: TaskConfig, rows: int = 8) -> str:
+    """What `load_file_task` needs, checked cheaply before a run: the files exist, their first `rows` rows parse
+    with the configured fields and template, and the split leaves training and held-out rows. Returns a one-line
+    description; raises ValueError naming the field (and file and line) like the real load."""
+    if not cfg.path:
+        raise ValueError("task.path: the `file` task needs a .jsonl, .json or .parquet file")
+    for field, path in (("task.path", cfg.path), ("task.eval_path", cfg.eval_path)):
+        if not path:
+            continue
+        head = read_rows(path, field, limit=rows)
+        if not head:
+            raise ValueError(f"{field}: {path} holds no rows")
+        for n, where, row in head:
+            to_problem(row, where, f"{Path(path).name}:{n}", cfg)
+    total = count_rows(cfg.path, "task.path")
+    if cfg.eval_path:
+        split = f"held out: first {min(cfg.eval_size, count_rows(cfg.eval_path, 'task.eval_path'))} rows of " \
+                f"{cfg.eval_path}"
+    else:
+        if total <= cfg.eval_size:
+            raise ValueError(f"task.eval_size: {cfg.path} has {total} rows; holding out the last "
+                             f"eval_size={cfg.eval_size} would leave none for training. Lower task.eval_size "
+                             f"or give task.eval_path")
+        split = f"held out: its last {cfg.eval_size} rows"
+    fields = f"{cfg.prompt_field!r} and {cfg.answer_field!r}"
+    return f"file {cfg.path}: {total} rows, the first ones parse with fields {fields}; {split}"
+
+
 def default_reward() -> tuple[Callable, bool]:
     """(math_check, isolated): math-verify equivalence of the last \\boxed{} with the answer, in the worker pool."""
     from explorl.rewards import math_check
@@ -122,7 +187,7 @@ def _check_file(cfg) -> str | None:
 
 
 @register("task", "file", reads=("path", "eval_path", "prompt_field", "answer_field", "prompt_template", "train_size",
-                                 "eval_size"), check=_check_file)
+                                 "eval_size"), check=_check_file, preflight=check_file_task)
 def load_file(cfg: TaskConfig) -> tuple[list[Problem], list[Problem], tuple[Callable, bool], Callable]:
     """The `file` task: (train, eval, default reward, answer extractor); answers are read from the last \\boxed{}."""
     from explorl.rewards import extract_boxed
