@@ -111,7 +111,7 @@ def run_one(method: str, seed: int, out: Path, args) -> dict:
     if not (run_dir / "eval.json").exists():
         overrides = [f"run.seed={seed}", f"run.out_dir={run_dir}", f"run.steps={args.steps}",
                      f"run.eval_n={args.eval_n}", f"run.eval_k={[k for k in (1, 8, 32) if k <= args.eval_n]}",
-                     f"run.eval_every={args.eval_every}", "run.save_every=0"]
+                     f"run.eval_every={args.eval_every}", "run.save_every=0", f"run.threads={args.threads}"]
         if method == "still_position":  # the paper's window, scaled to the run: the second half
             overrides += [f"algo.position_start={args.steps // 2 + 1}", f"algo.position_steps={args.steps}"]
         recipe, extra = spec(method)
@@ -144,6 +144,8 @@ def main() -> None:
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--quick", action="store_true", help="3 steps, 1 seed, grpo/e3/ead_tis, n = 8")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch threads per run (0 = torch's default); two processes at --threads 1 use 2 cores")
     ap.add_argument("--testbed", action="store_true",
                     help="layer configs/testbed/testbed.yaml over each recipe (difficulties 3-7, G = 16, lr 1e-4); "
                          "--steps then defaults to the testbed's")
