@@ -27,6 +27,7 @@ EXPECTED_KEYS = {
     "kl_cov": {"loss/kl_cov_frac"},
     "erpo": {"kl/mean"},
     "entropy_reg": {"loss/entropy"},
+    "adaptive_temperature": {"temperature/adaptive_factor_min", "temperature/adaptive_factor_max", "is/weight_mean"},
 }
 
 

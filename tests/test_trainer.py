@@ -86,7 +86,9 @@ def test_first_update_has_ratio_exactly_one(tiny_model_dir, tmp_path):
     # controllers carry state across steps: the E3 temperature, difficulty ranks and the budget curriculum
     ["sampling.schedule=e3", "budget.policy=e3", "task.train_size=6", "sampling.e3_anneal=true"],
     ["sampling.schedule=ead", "algo.tis=true", "budget.policy=dapo", "algo.advantage=erpo"],
-], ids=["grpo", "e3", "ead_dapo_erpo"])
+    # per-prompt success rates and the E3 controller inside the adaptive schedule
+    ["sampling.schedule=adaptive", "sampling.adaptive_base=e3", "algo.tis=true", "task.train_size=6"],
+], ids=["grpo", "e3", "ead_dapo_erpo", "adaptive_e3"])
 def test_resume_reaches_the_same_metrics_as_an_uninterrupted_run(tiny_model_dir, tmp_path, monkeypatch, extra):
     from explorl.runlog import RunLog
 

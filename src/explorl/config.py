@@ -113,9 +113,11 @@ class SamplingConfig:
     """Use the fused decoding path for Llama-family models (Qwen2, Llama) when it applies; otherwise the
     generic path that calls the Hugging Face forward with a KV cache."""
     schedule: str = "fixed"
-    """Sampling temperature schedule, by registry name (kind `temperature_schedule`). `fixed`: `temperature`. `e3`: the E3 controller (paper 000 eq. 4) adapts
-    tau each step to hold the entropy at its first-step value; the optimised policy uses the same tau. `ead`:
-    annealed per-token temperature (paper 003), behaviour policy only; `revead`: its reversed ablation."""
+    """Sampling temperature schedule, by registry name (kind `temperature_schedule`). `fixed`: `temperature`.
+    `e3`: the E3 controller (paper 000 eq. 4) adapts tau each step to hold the entropy at its first-step value;
+    the optimised policy uses the same tau. `ead`: annealed per-token temperature (paper 003), behaviour policy
+    only; `revead`: its reversed ablation. `adaptive`: the `adaptive_base` schedule with a per-prompt multiplier
+    by running success rate (explorl's; behaviour policy only)."""
     e3_anneal: bool = False
     """E3 entropy-target annealing (paper 000 eq. 5, the `AN` of TS+AN) from step floor(e3_anneal_frac * steps)."""
     e3_eta: float = 0.9
@@ -140,6 +142,14 @@ class SamplingConfig:
     """EAD: the first c generated tokens are sampled at temperature 1."""
     ead_scale: float = 1.0
     """EAD: divisor scale of the exponent (1 = the paper's formula; the public code uses 20)."""
+    adaptive_base: str = "fixed"
+    """`schedule: adaptive`: the schedule whose temperature is scaled per prompt (`fixed`, `e3`, `ead`, `revead`;
+    with EAD the factor scales each prompt's tau_max). docs/methods.md §2c."""
+    adaptive_gamma: float = 0.5
+    """`schedule: adaptive`: slope of the per-prompt multiplier 1 + gamma * (target - success rate) (explorl's
+    choice; no paper gives a formula): 1.25 for a never-solved prompt, 0.75 for an always-solved one."""
+    adaptive_target: float = 0.5
+    """`schedule: adaptive`: the running success rate that keeps the base temperature."""
 
 
 @dataclass
@@ -177,7 +187,8 @@ class AlgoConfig:
     """Per-token objective by registry name (kind `policy_loss`): `ppo` (PPO-clip), `clip_cov` or `kl_cov`
     (Cui et al. 2025; docs/methods.md §5a, §5b)."""
     token_filter: str = "none"
-    """Token filter by registry name (kind `token_filter`): `none`, or `forking`: only the top `forking_top_frac` highest-entropy tokens of the batch train (Wang et al. 80/20)."""
+    """Token filter by registry name (kind `token_filter`): `none`, or `forking`: only the top `forking_top_frac`
+    highest-entropy tokens of the batch train (Wang et al. 80/20)."""
     forking_top_frac: float = 0.2
     """Fraction of valid tokens kept by the forking-token filter."""
     tis: bool = False
@@ -256,9 +267,10 @@ class AlgoConfig:
 @dataclass
 class BudgetConfig:
     policy: str = "uniform"
-    """Rollouts per prompt, by registry name (kind `budget_policy`). `uniform`: sampling.group_size each. `e3`: dynamic budgets by difficulty (paper 000
-    Algorithm 1) with the G_min/G_max curriculum. `dapo`: DAPO dynamic sampling: groups whose rewards all agree are
-    dropped and more prompts are sampled until the batch is full or `dapo_max_rounds` extra rounds are spent."""
+    """Rollouts per prompt, by registry name (kind `budget_policy`). `uniform`: sampling.group_size each. `e3`:
+    dynamic budgets by difficulty (paper 000 Algorithm 1) with the G_min/G_max curriculum. `dapo`: DAPO dynamic
+    sampling: groups whose rewards all agree are dropped and more prompts are sampled until the batch is full or
+    `dapo_max_rounds` extra rounds are spent."""
     g_min_limit: int = 4
     """E3 curriculum: G_min never goes below this (paper: 4 with G = 8)."""
     g_max_limit: int = 12

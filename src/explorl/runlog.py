@@ -67,9 +67,9 @@ STEP_METRICS: dict[str, str] = {
 }
 # Present only when configured (README lists them): kl/mean (a reference model is kept), loss/entropy
 # (algo.entropy_coef != 0), temperature/tau|h_target|h_init|clamped (E3 schedule), temperature/ead_d|ead_min|
-# at_min_frac (EAD, RevEAD), is/* (algo.tis), rollouts/dapo_rounds|dapo_kept_frac (DAPO sampling), loss/clip_cov_frac,
-# loss/kl_cov_frac (those losses), loss/dual_clip_frac (algo.dual_clip_c), eval/* (run.eval_every > 0, and once
-# after the last step).
+# at_min_frac (EAD, RevEAD), temperature/adaptive_factor_min|max (adaptive schedule), is/* (algo.tis),
+# rollouts/dapo_rounds|dapo_kept_frac (DAPO sampling), loss/clip_cov_frac, loss/kl_cov_frac (those losses),
+# loss/dual_clip_frac (algo.dual_clip_c), eval/* (run.eval_every > 0, and once after the last step).
 
 
 def rollout_metrics(ro, rewards: torch.Tensor, entropy: torch.Tensor, advantages: torch.Tensor) -> dict:

@@ -32,7 +32,7 @@ def test_every_kind_has_its_builtin_entries():
         "shaper": {"cw", "cw_group", "ppl", "position", "entropy_adv"},
         "policy_loss": {"ppo", "clip_cov", "kl_cov"},
         "token_filter": {"none", "forking"},
-        "temperature_schedule": {"fixed", "e3", "ead", "revead"},
+        "temperature_schedule": {"fixed", "e3", "ead", "revead", "adaptive"},
         "budget_policy": {"uniform", "e3", "dapo"},
         "task": {"arith", "file", "rg"},
     }
@@ -56,7 +56,7 @@ def test_unknown_names_fail_listing_the_valid_ones():
     assert lookup("task", "rg:chain_sum").name == "rg"
     with pytest.raises(ConfigError, match=r"algo.loss: unknown policy loss 'ppo2'; valid: clip_cov, kl_cov, ppo"):
         load_config(None, ["algo.loss=ppo2"])
-    with pytest.raises(ConfigError, match=r"sampling.schedule: .*valid: e3, ead, fixed, revead.*run.plugins"):
+    with pytest.raises(ConfigError, match=r"sampling.schedule: .*valid: adaptive, e3, ead, fixed, revead.*run.plugins"):
         load_config(None, ["sampling.schedule=e4"])
     with pytest.raises(ConfigError, match=r"algo.shapers\[1\]: unknown shaper 'cov'"):
         load_config(None, ["algo.shapers=[cw,cov]"])

@@ -53,9 +53,11 @@ def collect_rollouts(model, tok, task, runner, stream: PromptStream, controllers
             budget.end_of_pass()
         round_problems = [task.train[i] for i in ids]
         prompts = [tok.encode(p.prompt, add_special_tokens=False) for p in round_problems]
-        ro = sample(model, prompts, budget.budgets(ids), eos_token_id=tok.eos_token_id,
-                    pad_token_id=tok.pad_token_id, max_new_tokens=max_new_tokens, temperature=temp_arg,
-                    top_p=top_p, generator=generator, fast_path=fast_path)
+        budgets = budget.budgets(ids)
+        ro = sample(model, prompts, budgets, eos_token_id=tok.eos_token_id,
+                    pad_token_id=tok.pad_token_id, max_new_tokens=max_new_tokens,
+                    temperature=controllers.schedule.for_prompts(temp_arg, ids, budgets), top_p=top_p,
+                    generator=generator, fast_path=fast_path)
         round_texts = decode_responses(tok, ro)
         group = ro.group.tolist()
         rr = runner(round_texts, [round_problems[g].answer for g in group], [round_problems[g].meta for g in group])
@@ -66,6 +68,7 @@ def collect_rollouts(model, tok, task, runner, stream: PromptStream, controllers
         scored += len(round_texts)
         per_prompt = [[rr.rewards[i] for i, g in enumerate(group) if g == j] for j in range(len(ids))]
         budget.observe_rewards(ids, per_prompt)
+        controllers.schedule.observe_rewards(ids, per_prompt)
         sampled_groups += len(ids)
         keep = budget.keep(per_prompt, batch_size - len(problems))
         last_round = rounds >= budget.extra_rounds

@@ -21,6 +21,9 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING, Sequence
 
+import torch
+from torch import Tensor
+
 from explorl.algos.registry import lookup, register
 from explorl.rollout import temperature as Tm
 from explorl.rollout.budget import BudgetCurriculum, DifficultyTracker, allocate
@@ -73,6 +76,14 @@ class _Stateless:
         """Metrics of what the schedule did to a sampled batch (`Rollouts`)."""
         return {}
 
+    def for_prompts(self, temperature, prompt_ids: Sequence[int], budgets: Sequence[int]):
+        """The sampler's temperature for these prompts (with `budgets[j]` rollouts each): `at`'s, unless the
+        schedule sets it per prompt."""
+        return temperature
+
+    def observe_rewards(self, prompt_ids: Sequence[int], rewards_per_prompt: Sequence[Sequence[float]]) -> None:
+        pass
+
     def state_dict(self) -> dict | None:
         return None
 
@@ -101,7 +112,7 @@ def _check_e3_temperature(cfg: Config) -> str | None:
 @register("temperature_schedule", "e3", check=_check_e3_temperature,
           reads=("sampling.temperature", "sampling.e3_anneal", "sampling.e3_eta", "sampling.e3_anneal_frac",
                  "sampling.tau_floor", "sampling.tau_ceil", "run.steps"))
-class E3Temperature:
+class E3Temperature(_Stateless):
     """The E3 controller (paper 000 eqs. 4-5): tau holds the entropy at its first-step value; the optimised
     policy uses the same tau."""
 
@@ -117,9 +128,6 @@ class E3Temperature:
 
     def observe(self, step: int, entropy: float) -> None:
         self.controller.observe(step, entropy)
-
-    def rollout_stats(self, ro) -> dict[str, float]:
-        return {}
 
     def state_dict(self) -> dict:
         return self.controller.state_dict()
@@ -150,12 +158,16 @@ class _AnnealedTemperature(_Stateless):
     def __init__(self, cfg: Config, vocab_size: int):
         self.s = cfg.sampling
 
+    def table(self, step: int, tau_max: float | None = None) -> Tensor:
+        """`[max_new_tokens]` temperatures of generated tokens at 0-based step `step` (x the base temperature)."""
+        s = self.s
+        return type(self).table_fn(step, s.max_new_tokens, tau_max=s.ead_tau_max if tau_max is None else tau_max,
+                                   tau_min=s.ead_tau_min, d0=s.ead_d0, alpha=s.ead_alpha, d_max=s.ead_d_max,
+                                   c=s.ead_c, scale=s.ead_scale) * s.temperature
+
     def at(self, step: int):
         s = self.s
-        table = type(self).table_fn(step, s.max_new_tokens, tau_max=s.ead_tau_max, tau_min=s.ead_tau_min,
-                                    d0=s.ead_d0, alpha=s.ead_alpha, d_max=s.ead_d_max, c=s.ead_c,
-                                    scale=s.ead_scale) * s.temperature
-        values = table.tolist()
+        values = self.table(step).tolist()
         d_s = min(s.ead_d0 + s.ead_alpha * step, s.ead_d_max)
         return (lambda t: values[t]), s.temperature, {"temperature/ead_d": d_s, "temperature/ead_min": min(values)}
 
@@ -180,6 +192,82 @@ class RevEADTemperature(_AnnealedTemperature):
     """RevEAD (paper 003's ablation): the reversed schedule."""
 
     table_fn = staticmethod(Tm.revead_schedule)
+
+
+def _check_adaptive(cfg: Config) -> str | None:
+    s = cfg.sampling
+    if s.adaptive_base == "adaptive":
+        return "sampling.adaptive_base: the base schedule cannot itself be adaptive"
+    try:
+        base = lookup("temperature_schedule", s.adaptive_base)
+    except KeyError as e:
+        return f"sampling.adaptive_base: {e.args[0]}"
+    if not 0 <= s.adaptive_target <= 1:
+        return f"sampling.adaptive_target: a success rate in [0, 1], got {s.adaptive_target}"
+    bound = 1.0 / max(s.adaptive_target, 1.0 - s.adaptive_target)
+    if not 0 <= s.adaptive_gamma < bound:
+        return (f"sampling.adaptive_gamma: must be in [0, {bound:g}) so every prompt's multiplier stays > 0, "
+                f"got {s.adaptive_gamma}")
+    check = base.extra.get("check")
+    return check(cfg) if check is not None else None
+
+
+@register("temperature_schedule", "adaptive", behavior_is_policy=False, check=_check_adaptive,
+          reads=("sampling.adaptive_base", "sampling.adaptive_gamma", "sampling.adaptive_target",
+                 "sampling.max_new_tokens"))
+class AdaptiveTemperature(_Stateless):
+    """Per-prompt temperature by difficulty (explorl's; papers 000 and 003 name it as future work; docs/methods.md
+    §2c): the base schedule's temperature times `adaptive_factor` of the prompt's running success rate (hard
+    prompts hotter, easy ones cooler). With an EAD base the factor scales each prompt's tau_max instead. The
+    optimised policy stays at the base schedule's training temperature: the per-prompt temperatures belong to the
+    behaviour policy (truncated importance sampling applies, `algo.tis`)."""
+
+    def __init__(self, cfg: Config, vocab_size: int):
+        s = cfg.sampling
+        self.s = s
+        self.base = lookup("temperature_schedule", s.adaptive_base).fn(cfg, vocab_size)
+        self.success: dict[int, list[float]] = {}  # prompt id -> [reward sum, rollouts]
+        self.step, self.factors = 0, torch.ones(0)
+
+    def at(self, step: int):
+        self.step = step
+        return self.base.at(step)
+
+    def for_prompts(self, temperature, prompt_ids: Sequence[int], budgets: Sequence[int]):
+        rates = [self.success[p][0] / self.success[p][1] if p in self.success else None for p in prompt_ids]
+        self.factors = Tm.adaptive_factor(rates, gamma=self.s.adaptive_gamma, target=self.s.adaptive_target)
+        per_response = torch.repeat_interleave(self.factors, torch.as_tensor(list(budgets)))
+        if isinstance(self.base, _AnnealedTemperature):  # per-prompt tau_max, one table per distinct factor
+            tables = {f: self.base.table(self.step, tau_max=self.s.ead_tau_max * f) for f in set(per_response.tolist())}
+            return torch.stack([tables[f] for f in per_response.tolist()])
+        if callable(temperature):
+            table = torch.tensor([temperature(t) for t in range(self.s.max_new_tokens)], dtype=torch.float32)
+            return per_response[:, None] * table[None, :]
+        return (self.factors * float(temperature)).tolist()  # one temperature per prompt
+
+    def observe_rewards(self, prompt_ids: Sequence[int], rewards_per_prompt: Sequence[Sequence[float]]) -> None:
+        for pid, rewards in zip(prompt_ids, rewards_per_prompt):
+            total = self.success.setdefault(int(pid), [0.0, 0])
+            total[0] += float(sum(rewards))
+            total[1] += len(rewards)
+
+    def observe(self, step: int, entropy: float) -> None:
+        self.base.observe(step, entropy)
+
+    def rollout_stats(self, ro) -> dict[str, float]:
+        out = dict(self.base.rollout_stats(ro))
+        if len(self.factors):
+            out.update({"temperature/adaptive_factor_min": float(self.factors.min()),
+                        "temperature/adaptive_factor_max": float(self.factors.max())})
+        return out
+
+    def state_dict(self) -> dict:
+        return {"base": self.base.state_dict(), "success": {str(k): v for k, v in self.success.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("base") is not None:
+            self.base.load_state_dict(state["base"])
+        self.success = {int(k): [float(v[0]), int(v[1])] for k, v in state["success"].items()}
 
 
 # ----------------------------------------------------------------------------------------------------------------

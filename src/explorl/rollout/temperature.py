@@ -36,6 +36,7 @@ is left as it is and `temperature/skipped` is 1.0 (the public code would produce
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import torch
 from torch import Tensor
@@ -267,3 +268,24 @@ class E3TemperatureController:
         self.skipped = bool(d.get("skipped", False))
         self.updates = int(d["updates"])
         self.clamp_count = int(d["clamp_count"])
+
+
+def adaptive_factor(success: Sequence[float | None], *, gamma: float = 0.5, target: float = 0.5) -> Tensor:
+    """Per-prompt temperature multiplier by difficulty: `1 + gamma * (target - p_i)` (explorl's, not a paper's).
+
+    Papers 000 (conclusion) and 003 (limitations) name a per-prompt temperature by difficulty as future work and
+    give no formula; this is explorl's (docs/methods.md §2c). `p_i` is prompt i's running success rate: a prompt
+    solved less often than `target` is sampled hotter, one solved more often cooler; linear in `p_i`, so with the
+    defaults the multiplier runs from 1.25 (never solved) to 0.75 (always solved). An unseen prompt (None) gets 1.
+
+    Args:
+        success: `[B]` running success rates in [0, 1], or None for prompts without rollouts yet.
+        gamma: slope (>= 0; 0 = off).
+        target: the success rate that keeps the base temperature.
+    Returns:
+        `[B]` float32 multipliers (> 0 for gamma < 1 / max(target, 1 - target)).
+    """
+    if gamma < 0:
+        raise ValueError(f"adaptive_factor: gamma must be >= 0, got {gamma}")
+    return torch.tensor([1.0 if p is None else 1.0 + gamma * (target - float(p)) for p in success],
+                        dtype=torch.float32)
