@@ -394,3 +394,13 @@ def test_eval_with_an_inference_schedule_records_it(tmp_path, out):
     assert result["schedule"] == "ead" and result["ead_d"] == 10.0
     assert {"maj@1", "maj@2", "maj@4", "pass@4"} <= set(result)  # maj@N and pass@N against N
     assert result["branching"] >= 1.0  # branching factor under the per-token temperatures
+
+
+def test_python_dash_m_and_version():
+    from explorl import __version__
+
+    res = subprocess.run([sys.executable, "-m", "explorl", "--version"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and res.stdout.strip() == f"explorl {__version__}"
+    res = subprocess.run([sys.executable, "-m", "explorl", "train", "--help"], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0 and "--dry-run" in res.stdout

@@ -69,6 +69,9 @@ def test_few_steps_change_parameters_and_log_every_key(tiny_model_dir, tmp_path)
     assert ckpts == ["step_0000002", "step_0000004"]  # keep_checkpoints=2, no temp dirs left behind
     evaluation = json.loads((run / "eval.json").read_text())
     assert 0.0 <= evaluation["pass@1"] <= evaluation["pass@2"] <= 1.0
+    card = (run / "final" / "README.md").read_text()  # final/ is ready to upload: a model card with the result
+    assert f"RL-trained from `{tiny_model_dir}`" in card and "for 4 steps" in card
+    assert f"| pass@1 | {evaluation['pass@1']:.4f} |" in card and "advantage `grpo`" in card
 
 
 def test_first_update_has_ratio_exactly_one(tiny_model_dir, tmp_path):

@@ -438,7 +438,10 @@ def _print_table(title: str, rows: dict[str, dict], ks) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from explorl import __version__
+
     p = argparse.ArgumentParser(prog="explorl", description="RL with verifiable rewards, built around exploration")
+    p.add_argument("--version", action="version", version=f"explorl {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     t = sub.add_parser("train", help="train a policy from a YAML config")

@@ -181,8 +181,9 @@ class RunLog:
         tmp.write_text(json.dumps({"step": step, **summary}, indent=2))
         os.replace(tmp, self.dir / "eval.json")
 
-    def save_final_model(self, model, tok) -> Path:
-        save_final_model(self.dir / "final", model, tok)
+    def save_final_model(self, model, tok, card: str | None = None) -> Path:
+        """`final/`: a standard Hugging Face model directory, with `card` as its README.md (the model card)."""
+        save_final_model(self.dir / "final", model, tok, card)
         return self.dir / "final"
 
 
@@ -276,12 +277,14 @@ def _truncate_jsonl(path: Path, keep) -> None:
     os.replace(tmp, path)
 
 
-def save_final_model(path: Path, model, tok) -> None:
-    """The trained policy as a Hugging Face directory (LoRA: the adapter, loadable with peft)."""
+def save_final_model(path: Path, model, tok, card: str | None = None) -> None:
+    """The trained policy as a Hugging Face directory (LoRA: the adapter, loadable with peft), ready to upload."""
     tmp = path.with_name(path.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(str(tmp))
     tok.save_pretrained(str(tmp))
+    if card is not None:
+        (tmp / "README.md").write_text(card)
     shutil.rmtree(path, ignore_errors=True)
     os.replace(tmp, path)
 
@@ -439,3 +442,26 @@ class Progress:
     def close(self) -> None:
         if self.progress is not None:
             self.progress.stop()
+
+
+def model_card(cfg, summary: dict, steps: int) -> str:
+    """A short Hugging Face model card: base model, method, steps, held-out pass@k (the run's own eval.json)."""
+    from explorl import __version__
+
+    a, s = cfg.algo, cfg.sampling
+    method = (f"advantage `{a.advantage}`" + (f", shapers {a.shapers}" if a.shapers else "")
+              + f", loss `{a.loss}` ({a.loss_agg}, clip {a.eps_low:g}/{a.eps_high:g}"
+              + (f", KL {a.kl_coef:g}" if a.kl_coef else "") + f"), sampling schedule `{s.schedule}`, "
+              f"budget `{cfg.budget.policy}`, {s.group_size} samples per prompt")
+    rows = "\n".join(f"| {k} | {v:.4f} |" for k, v in summary.items()
+                     if k.split("@")[0] in ("pass", "maj", "avg", "worst") and isinstance(v, (int, float)))
+    lines = [
+        "---", "library_name: transformers", "tags: [explorl, reinforcement-learning, rlvr]", "---", "",
+        f"# RL-trained from `{cfg.model.path}`", "",
+        f"Trained with [explorl](https://pypi.org/project/explorl/) {__version__} for {steps} steps on the "
+        f"`{cfg.task.name}` task ({method}; lr {cfg.optim.lr:g}, {cfg.run.batch_size} prompts per step, up to "
+        f"{s.max_new_tokens} new tokens, seed {cfg.run.seed}). The run's full configuration is its `config.yaml`.",
+        "", f"Held-out evaluation after training ({summary.get('problems', '?')} problems, "
+        f"n = {summary.get('n', '?')} samples each, temperature {cfg.run.eval_temperature:g}):", "",
+        "| metric | value |", "|---|---|", rows, ""]
+    return "\n".join(lines)

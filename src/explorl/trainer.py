@@ -48,7 +48,7 @@ from explorl.rollout.controllers import Controllers, PromptStream
 from explorl.rollout.logprobs import response_logprobs
 from explorl.rollout.sampler import Rollouts
 from explorl.runlog import (
-    Progress, RewardFailureLog, RunLog, load_checkpoint, restore_rng, rng_state, rollout_metrics,
+    Progress, RewardFailureLog, RunLog, load_checkpoint, model_card, restore_rng, rng_state, rollout_metrics,
 )
 from explorl.tasks import load_task
 
@@ -404,7 +404,7 @@ def train(cfg: Config, *, resume: str | Path | None = None, console=None, progre
         if stop.signum is not None:
             raise interrupted(r.steps)
         final = run_eval(r.steps)
-        log.save_final_model(model, tok)
+        log.save_final_model(model, tok, model_card(cfg, final, r.steps))
         log.append_metrics({"step": r.steps, **{f"eval/{k}": v for k, v in final.items()}})
         log.write_eval(r.steps, final)
         failures.print_summary()
