@@ -128,6 +128,7 @@ def cmd_eval(args) -> int:
     from explorl.evaluate import evaluate
     from explorl.models import find_run_output, load_policy, load_run_output
     from explorl.tasks import load_task
+    from explorl.tasks.chat import prompt_encoder
 
     ks = _parse_ks(args.k)
     if max(ks) > args.n:
@@ -222,6 +223,7 @@ def cmd_eval(args) -> int:
     with Progress(console=console, disable=not console.is_terminal) as bar:
         job = bar.add_task("eval", total=len(problems))
         summary, per_problem = evaluate(model, tok, problems, task, n=args.n, ks=ks, temperature=sampler_temperature,
+                                        encode=prompt_encoder(tok, task_cfg),
                                         top_p=top_p, max_new_tokens=max_new_tokens, seed=args.seed,
                                         reward_timeout_s=task_cfg.reward_timeout_s, fast_path=fast_path,
                                         progress=lambda k: bar.advance(job, k), analyze=args.analyze)

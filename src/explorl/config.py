@@ -73,6 +73,12 @@ class TaskConfig:
     """`file` task: the field holding the question."""
     answer_field: str = "answer"
     """`file` task: the field holding the ground-truth answer."""
+    chat_template: Literal["auto", "on", "off"] = "auto"
+    """Prompt through the tokenizer's chat template (instruct and reasoning models): `auto` (on when the tokenizer
+    has one; the run's config.yaml records what it resolved to), `on`, `off`. The question (after
+    `prompt_template`) or a conversational row's messages become the user turn."""
+    system_prompt: str = ""
+    """A system message before the user turn (chat template on), or a line before the prompt (off)."""
     prompt_template: str = "{question}"
     """Format string that turns a question into the prompt; `{question}` is replaced (`file` and `rg:` tasks)."""
     difficulties: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5])

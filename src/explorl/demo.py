@@ -23,6 +23,7 @@ def run_demo(config: str | None, overrides: list[str], *, console) -> dict:
     from explorl.evaluate import evaluate
     from explorl.models import load_policy
     from explorl.tasks import load_task
+    from explorl.tasks.chat import prompt_encoder
     from explorl.trainer import train
 
     path = Path(config) if config else DEFAULT_CONFIG
@@ -37,7 +38,7 @@ def run_demo(config: str | None, overrides: list[str], *, console) -> dict:
     console.print(f"evaluating the base model on {len(task.eval)} held-out problems, n={cfg.run.eval_n} ...")
     base, _ = evaluate(model, tok, task.eval, task, n=cfg.run.eval_n, ks=ks, temperature=cfg.run.eval_temperature,
                        max_new_tokens=cfg.sampling.max_new_tokens, seed=cfg.run.seed + 10_007 * (cfg.run.steps + 1),
-                       reward_timeout_s=cfg.task.reward_timeout_s)
+                       reward_timeout_s=cfg.task.reward_timeout_s, encode=prompt_encoder(tok, cfg.task))
     del model
     if run_dir.exists():  # the demo always starts afresh
         shutil.rmtree(run_dir)

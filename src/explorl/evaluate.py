@@ -34,8 +34,10 @@ class ProblemResult:
 def evaluate(model, tokenizer, problems: Sequence, task, *, n: int, ks: Sequence[int], temperature: float = 1.0,
              top_p: float = 1.0, max_new_tokens: int = 64, prompts_per_batch: int = 64, seed: int = 0,
              reward_timeout_s: float = 5.0, fast_path: bool = True, progress=None,
-             analyze: bool = False, branching_top_p: float = 0.95) -> tuple[dict, list[ProblemResult]]:
-    """Sample `n` responses per problem and score them.
+             analyze: bool = False, branching_top_p: float = 0.95,
+             encode=None) -> tuple[dict, list[ProblemResult]]:
+    """Sample `n` responses per problem and score them (`encode(problem)`: the prompt's token ids, e.g. through the
+    chat template, `tasks.chat.prompt_encoder`; default the prompt text as it is).
 
     A response counts as correct when its reward is > 0.5 (the built-in rewards are binary).
     Returns (summary, per_problem). Summary keys: `pass@k` and `maj@k` for each k, `avg@n` (mean accuracy),
@@ -56,7 +58,7 @@ def evaluate(model, tokenizer, problems: Sequence, task, *, n: int, ks: Sequence
     eos = tokenizer.eos_token_id
     for start in range(0, len(problems), prompts_per_batch):
         chunk = problems[start:start + prompts_per_batch]
-        ids = [tokenizer.encode(p.prompt, add_special_tokens=False) for p in chunk]
+        ids = [encode(p) if encode else tokenizer.encode(p.prompt, add_special_tokens=False) for p in chunk]
         ro = sample(model, ids, n, eos_token_id=eos, pad_token_id=tokenizer.pad_token_id,
                     max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, generator=gen,
                     fast_path=fast_path)

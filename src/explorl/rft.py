@@ -23,6 +23,7 @@ from explorl.models import load_policy
 from explorl.rewards import RewardRunner
 from explorl.rollout.sampler import sample
 from explorl.tasks import load_task
+from explorl.tasks.chat import prompt_encoder, prompt_text
 
 
 def select_samples(candidates: list[dict], strategies: list[str], *, noisy_frac: float, select_frac: float,
@@ -84,10 +85,15 @@ def run_rft(cfg: Config, *, console) -> Path:
     gen = torch.Generator(device=device).manual_seed(r.seed)
     cpu_gen = torch.Generator().manual_seed(r.seed + 1)
 
+    encode = prompt_encoder(tok, cfg.task)  # the chat template, when the task asks for it
+
+    def text_of(problem) -> str:  # the prompt text the fine-tuning sees (the same the sampler was given)
+        return prompt_text(problem, tok, chat=encode.chat, system_prompt=cfg.task.system_prompt)
+
     def held_out(iteration: int) -> dict:
         summary, _ = evaluate(model, tok, task.eval, task, n=r.eval_n, ks=r.eval_k, temperature=r.eval_temperature,
                               max_new_tokens=s.max_new_tokens, seed=r.seed + 7919 * (iteration + 1),
-                              reward_timeout_s=cfg.task.reward_timeout_s, fast_path=s.fast_path)
+                              reward_timeout_s=cfg.task.reward_timeout_s, fast_path=s.fast_path, encode=encode)
         return summary
 
     history = [{"iteration": 0, "selected": 0, **held_out(0)}]
@@ -99,7 +105,7 @@ def run_rft(cfg: Config, *, console) -> Path:
         candidates = []
         for start in range(0, len(problems), 64):
             chunk = problems[start:start + 64]
-            ro = sample(model, [tok.encode(p.prompt, add_special_tokens=False) for p in chunk], f.samples_per_prompt,
+            ro = sample(model, [encode(p) for p in chunk], f.samples_per_prompt,
                         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
                         max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p, generator=gen,
                         fast_path=s.fast_path)
@@ -111,7 +117,7 @@ def run_rft(cfg: Config, *, console) -> Path:
                   if "branching" in f.strategies else [0.0] * len(texts))
             for i, text in enumerate(texts):
                 cut = cut_after_first_box(text)
-                candidates.append({"prompt": chunk[group[i]].prompt, "response": cut, "correct": rr.rewards[i] > 0.5,
+                candidates.append({"prompt": text_of(chunk[group[i]]), "response": cut, "correct": rr.rewards[i] > 0.5,
                                    "passes_filter": rft_filter(cut), "entropy": ent[i], "branching": bf[i]})
         chosen = select_samples(candidates, f.strategies, noisy_frac=f.noisy_frac, select_frac=f.select_frac, rng=rng)
         loss = finetune(model, tok, chosen, epochs=f.epochs, lr=f.lr, batch_size=f.batch_size,

@@ -138,6 +138,10 @@ class RunLog:
         (log.dir / "config.yaml").write_text(config_yaml)
         return log
 
+    def write_config(self, config_yaml: str) -> None:
+        """Rewrite config.yaml (a setting resolved at load time, e.g. `task.chat_template: auto`)."""
+        (self.dir / "config.yaml").write_text(config_yaml)
+
     def checkpoints(self) -> list[Path]:
         return _checkpoint_dirs(self.dir)
 

@@ -51,6 +51,7 @@ from explorl.runlog import (
     Progress, RewardFailureLog, RunLog, load_checkpoint, model_card, restore_rng, rng_state, rollout_metrics,
 )
 from explorl.tasks import load_task
+from explorl.tasks.chat import prompt_encoder
 
 
 class NonFiniteError(RuntimeError):
@@ -309,6 +310,10 @@ def train(cfg: Config, *, resume: str | Path | None = None, console=None, progre
     ensure_embedded(cfg.model.path, console=console)
     model, tok, device = load_policy(cfg.model)
     task = load_task(cfg.task)
+    encode = prompt_encoder(tok, cfg.task)
+    if cfg.task.chat_template == "auto":  # the run's config says what `auto` resolved to
+        cfg.task.chat_template = "on" if encode.chat else "off"
+        log.write_config(dump_yaml(cfg))
     runner = RewardRunner(task.reward_fn, isolate=task.isolate, timeout_s=cfg.task.reward_timeout_s,
                           workers=cfg.task.reward_workers)
     ref = make_reference(model) if requirements(cfg.algo).ref else None
@@ -337,7 +342,7 @@ def train(cfg: Config, *, resume: str | Path | None = None, console=None, progre
     def run_eval(step: int) -> dict:
         summary, _ = evaluate(model, tok, task.eval, task, n=r.eval_n, ks=r.eval_k, temperature=r.eval_temperature,
                               top_p=s.top_p, max_new_tokens=s.max_new_tokens, seed=r.seed + 10_007 * (step + 1),
-                              reward_timeout_s=cfg.task.reward_timeout_s, fast_path=s.fast_path)
+                              reward_timeout_s=cfg.task.reward_timeout_s, fast_path=s.fast_path, encode=encode)
         model.train()
         return summary
 
@@ -354,7 +359,7 @@ def train(cfg: Config, *, resume: str | Path | None = None, console=None, progre
             t0 = time.perf_counter()
             got = collect_rollouts(model, tok, task, runner, stream, controllers, batch_size=r.batch_size,
                                    max_new_tokens=s.max_new_tokens, top_p=s.top_p, fast_path=s.fast_path,
-                                   step=step, generator=gens["sampler_rng"])
+                                   step=step, generator=gens["sampler_rng"], encode=encode)
             failures.record(step + 1, got.failures, got.scored)
             _stop_if_rewards_failed(step + 1, got, cfg, log, last_checkpoint())
             ro, t_sample = got.rollouts, time.perf_counter() - t0

@@ -37,8 +37,10 @@ class Collected:
 
 def collect_rollouts(model, tok, task, runner, stream: PromptStream, controllers: Controllers, *, batch_size: int,
                      max_new_tokens: int, top_p: float, fast_path: bool, step: int,
-                     generator: torch.Generator) -> Collected:
-    """Sample and score `batch_size` prompts' groups at 0-based training step `step`."""
+                     generator: torch.Generator, encode=None) -> Collected:
+    """Sample and score `batch_size` prompts' groups at 0-based training step `step`. `encode(problem)` gives the
+    prompt's token ids (`tasks.chat.prompt_encoder`; default: the prompt text as it is)."""
+    encode = encode or (lambda p: tok.encode(p.prompt, add_special_tokens=False))
     temp_arg, train_temp, stats = controllers.schedule.at(step)
     stats = dict(stats)
     budget = controllers.budget
@@ -52,7 +54,7 @@ def collect_rollouts(model, tok, task, runner, stream: PromptStream, controllers
         if stream.epoch != epoch:
             budget.end_of_pass()
         round_problems = [task.train[i] for i in ids]
-        prompts = [tok.encode(p.prompt, add_special_tokens=False) for p in round_problems]
+        prompts = [encode(p) for p in round_problems]
         budgets = budget.budgets(ids)
         ro = sample(model, prompts, budgets, eos_token_id=tok.eos_token_id,
                     pad_token_id=tok.pad_token_id, max_new_tokens=max_new_tokens,

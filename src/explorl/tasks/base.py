@@ -17,6 +17,9 @@ class Problem:
     """Ground truth, as a string."""
     meta: dict = field(default_factory=dict)
     """JSON-serialisable extras passed to the reward function as keyword arguments (id, difficulty, ...)."""
+    messages: list[dict] | None = None
+    """A conversational row's chat messages (`{"role", "content"}` dicts), prompted through the chat template;
+    `prompt` then holds their contents as plain text, for logs."""
 
 
 @dataclass

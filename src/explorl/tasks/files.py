@@ -106,17 +106,38 @@ def to_problem(row: Any, where: str, row_id: str, cfg: TaskConfig) -> Problem:
     if not isinstance(row, dict):
         raise ValueError(f"{where}: expected an object with fields, got {type(row).__name__}")
     values = {}
+    messages = None
     for role, name in (("prompt", cfg.prompt_field), ("answer", cfg.answer_field)):
         if name not in row:
             raise ValueError(f"{where}: missing field {name!r} (task.{role}_field={name!r}); "
                              f"fields present: {', '.join(map(str, row)) or 'none'}")
+        if role == "prompt" and isinstance(row[name], list):  # a conversational row, as TRL's datasets have
+            messages = _messages(row[name], f"{where}: field {name!r} (task.prompt_field)")
+            values[role] = "\n".join(m["content"] for m in messages)
+            continue
         values[role] = _text(row[name])
         if values[role] is None:
             raise ValueError(f"{where}: field {name!r} (task.{role}_field) must be a string or a number, "
                              f"got {type(row[name]).__name__}")
-    # str.replace, not str.format: questions are full of braces (LaTeX, code).
-    prompt = cfg.prompt_template.replace("{question}", values["prompt"])
-    return Problem(prompt=prompt, answer=values["answer"].strip(), meta={"id": row_id})
+    # str.replace, not str.format: questions are full of braces (LaTeX, code). Chat messages are used as given.
+    prompt = values["prompt"] if messages else cfg.prompt_template.replace("{question}", values["prompt"])
+    return Problem(prompt=prompt, answer=values["answer"].strip(), meta={"id": row_id}, messages=messages)
+
+
+CHAT_ROLES = ("system", "user", "assistant")
+
+
+def _messages(value: list, where: str) -> list[dict]:
+    """A list of chat messages, checked: objects with a `role` in CHAT_ROLES and a string `content`."""
+    if not value:
+        raise ValueError(f"{where}: an empty list of messages")
+    out = []
+    for i, m in enumerate(value):
+        if not (isinstance(m, dict) and m.get("role") in CHAT_ROLES and isinstance(m.get("content"), str)):
+            raise ValueError(f"{where}: message {i} must be an object with a role ({', '.join(CHAT_ROLES)}) and a "
+                             f"string content, got {m!r:.80}")
+        out.append({"role": m["role"], "content": m["content"]})
+    return out
 
 
 def load_problems(path: str | Path, cfg: TaskConfig, config_field: str) -> list[Problem]:
