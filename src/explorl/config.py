@@ -358,6 +358,12 @@ class RunConfig:
     """torch CPU threads (0 = leave torch's default)."""
     max_nonfinite_steps: int = 3
     """Stop the run after this many consecutive steps whose loss or gradient was not finite."""
+    report_to: list[str] = field(default_factory=list)
+    """Experiment trackers beside metrics.jsonl: any of `tensorboard` (RUN/tensorboard) and `wandb` (its own
+    environment decides online or offline); every metric and evaluation, the resolved config, resumed runs continue
+    the same tracked run. Optional packages: `pip install "explorl[track]"`."""
+    wandb_project: str = "explorl"
+    """`report_to: [wandb]`: the W&B project."""
     plugins: list[str] = field(default_factory=list)
     """Python modules imported before the config is validated, so the estimators, shapers, losses, schedules,
     budget policies and tasks they register (`explorl.algos.registry.register`) can be named in this config."""
@@ -661,6 +667,8 @@ def validate(cfg: Config) -> None:
     need(all(1 <= k <= r.eval_n for k in r.eval_k),
          f"run.eval_k: every k must be in [1, run.eval_n={r.eval_n}], got {r.eval_k}")
     need(r.eval_temperature > 0, "run.eval_temperature: must be > 0")
+    bad = [x for x in r.report_to if x not in ("tensorboard", "wandb")]
+    need(not bad, f"run.report_to: unknown tracker(s) {bad}; valid: tensorboard, wandb")
     need(cfg.model.dtype != "float16",
          "model.dtype: float16 weights cannot be trained (AdamW keeps its moments in the weights' dtype: squared "
          "gradients below ~2e-4 and its eps of 1e-8 round to 0 in float16, so the first step writes inf/NaN, on the "

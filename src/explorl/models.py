@@ -425,6 +425,14 @@ def check_run_inputs(cfg: Config, *, resume: str | Path | None = None) -> list[t
         lines.append(("task.reward", f"{cfg.task.reward} imports and is callable"))
     if cfg.run.plugins:
         lines.append(("run.plugins", f"{', '.join(cfg.run.plugins)} imported"))
+    if cfg.run.report_to:
+        from explorl.tracking import check_installed
+
+        try:
+            check_installed(cfg.run.report_to)
+        except ImportError as e:
+            raise ConfigError(str(e)) from None
+        lines.append(("run.report_to", f"{', '.join(cfg.run.report_to)} installed"))
     out = Path(cfg.run.out_dir)
     if resume is None and ((out / "metrics.jsonl").exists() or any(p.is_dir() for p in out.glob("checkpoints/step_*"))):
         lines.append(("run.out_dir", f"warning: {out} already holds a run, so training would refuse to start; "

@@ -121,6 +121,8 @@ class RunLog:
         self.metrics_path = self.dir / "metrics.jsonl"
         self.samples_path = self.dir / "samples.jsonl"
         self.reward_errors_path = self.dir / "reward_errors.log"
+        self.trackers = None
+        """`tracking.Trackers` (run.report_to): every metrics record also goes to them."""
 
     @classmethod
     def open(cls, out_dir: str | Path, config_yaml: str, resume: str | Path | None) -> "RunLog":
@@ -166,6 +168,14 @@ class RunLog:
 
     def append_metrics(self, record: dict) -> None:
         append_jsonl(self.metrics_path, _clean(record))
+        if self.trackers is not None:
+            self.trackers.log(_clean(record))
+
+    def close(self) -> None:
+        """Finish the trackers (the files are flushed record by record)."""
+        if self.trackers is not None:
+            self.trackers.close()
+            self.trackers = None
 
     def log_samples(self, step: int, problems, ro, texts, rewards, k: int) -> None:
         """The first `k` prompts of the step with their completions and rewards."""

@@ -39,7 +39,7 @@ from explorl.algos.batch import RolloutBatch
 from explorl.algos.losses import micro_batch_share
 from explorl.algos.registry import lookup
 from explorl.algos.step import PreparedBatch, compute_advantages, policy_objective, requirements, single_update_shortcut
-from explorl.config import Config, ConfigError, ModelConfig, dump_yaml, load_config
+from explorl.config import Config, ConfigError, ModelConfig, dump_yaml, load_config, to_dict
 from explorl.evaluate import evaluate
 from explorl.models import check_run_inputs, load_policy, make_reference, reference_mode
 from explorl.rewards import RewardRunner
@@ -52,6 +52,7 @@ from explorl.runlog import (
 )
 from explorl.tasks import load_task
 from explorl.tasks.chat import prompt_encoder
+from explorl.tracking import Trackers
 
 
 class NonFiniteError(RuntimeError):
@@ -328,6 +329,9 @@ def train(cfg: Config, *, resume: str | Path | None = None, console=None, progre
     if resume is not None:
         start, nonfinite_run = _restore(log, model, optimizer, scheduler, stream, controllers, gens, device,
                                         console, r.steps)
+    if r.report_to:  # TensorBoard / W&B beside metrics.jsonl; a resumed run continues the same tracked run
+        log.trackers = Trackers(r.report_to, log.dir, to_dict(cfg), resume_step=start if resume is not None else None,
+                                project=r.wandb_project)
     failures = RewardFailureLog(log.reward_errors_path, console, start)
 
     def checkpoint(step: int) -> None:
@@ -416,6 +420,7 @@ def train(cfg: Config, *, resume: str | Path | None = None, console=None, progre
     finally:
         stop.restore()
         bar.close()
+        log.close()
     return log.dir
 
 
