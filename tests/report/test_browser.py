@@ -39,7 +39,8 @@ def _synthetic_run(path: Path, steps: int = 6) -> Path:
     for s in range(1, steps + 1):
         lines.append({"step": s, "reward/mean": 0.1 * s, "reward/all_wrong_frac": 0.5 / s, "entropy/mean": 1.0 / s,
                       "entropy/pos": None if s == 1 else 0.8 / s, "entropy/neg": 1.1 / s,
-                      "temperature/mean": 1.0, "temperature/at_min_frac": 0.1 * s, "rollouts/per_prompt_min": 4, "rollouts/per_prompt_max": 8,
+                      "temperature/mean": 1.0, "temperature/at_min_frac": 0.1 * s,
+                      "rollouts/per_prompt_min": 4, "rollouts/per_prompt_max": 8,
                       "rollouts/per_prompt_mean": 6.0, "length/mean": 20.0 + s,
                       "entropy/by_position": [0.5, 0.3, 0.2, 0.2, 0.2, 0.2, 0.2, 0.3, None, 0.6]})
         if s % 3 == 0:
