@@ -353,7 +353,8 @@ def train(cfg: Config, *, resume: str | Path | None = None, console=None, progre
     def interrupted(step: int) -> Interrupted:
         failures.print_summary()
         console.print(f"[yellow]stopped by {stop.name}[/] after step {step}/{r.steps}; checkpoint "
-                      f"{escape(last_checkpoint())}; continue with `explorl train --resume {escape(str(log.dir))}`")
+                      f"{escape(last_checkpoint())}; continue with `explorl train --resume {escape(str(log.dir))}`",
+                      soft_wrap=True)  # never break the command a user copies
         return Interrupted(f"stopped by {stop.name} after step {step}; checkpoint written")
 
     stop = _StopOnSignal(console)
