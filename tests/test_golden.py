@@ -6,8 +6,8 @@ logic moved out of trainer.py (issue 17).
 wall-clock `perf/*` keys aside): floats must be bit-identical, not close. Bit-identity across machines is not
 promised by torch (SIMD width changes rounding), so the file names the platform it was recorded on and the test
 runs only on that platform; elsewhere it skips and says how to re-record on main before a refactor.
-Keys added by later work (`temperature/at_min_frac`, issue 16) were appended by replaying the recorded configs,
-with every value recorded before checked equal.
+Keys added by later work (`temperature/at_min_frac`, issue 16; `eval/worst@k`, `eval/format_rate`, issue 14) were
+appended by replaying the recorded configs, with every value recorded before checked equal.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ from typing import Sequence
 
 import torch
 
-from explorl.metrics import maj_at_k, pass_at_k
+from explorl.analysis.text import format_issue
+from explorl.metrics import maj_at_k, pass_at_k, worst_at_k
 from explorl.rewards import RewardRunner
 from explorl.rollout.sampler import decode_responses, sample
 
@@ -29,6 +30,8 @@ class ProblemResult:
     mean_length: float
     mean_branching: float | None = None
     """Mean rollout branching factor of the responses (only with `analyze=True`)."""
+    well_formatted: int = 0
+    """Responses with exactly one `\\boxed{` (paper 004's format check, `analysis.text.format_issue`)."""
 
 
 def evaluate(model, tokenizer, problems: Sequence, task, *, n: int, ks: Sequence[int], temperature: float = 1.0,
@@ -40,7 +43,8 @@ def evaluate(model, tokenizer, problems: Sequence, task, *, n: int, ks: Sequence
     chat template, `tasks.chat.prompt_encoder`; default the prompt text as it is).
 
     A response counts as correct when its reward is > 0.5 (the built-in rewards are binary).
-    Returns (summary, per_problem). Summary keys: `pass@k` and `maj@k` for each k, `avg@n` (mean accuracy),
+    Returns (summary, per_problem). Summary keys: `pass@k`, `maj@k` and `worst@k` for each k, `avg@n` (mean
+    accuracy), `format_rate` (responses with exactly one `\\boxed{`),
     `entropy` (mean token entropy of the sampled distribution), `length` (mean response tokens), `errors`
     and `timeouts` of the reward function, `problems`, `n`. With `analyze`, also `unsolvable@n` (problems with no
     correct sample, paper 004's k-rollout unsolvable set for k = n), `branching` (mean rollout branching factor,
@@ -89,7 +93,8 @@ def evaluate(model, tokenizer, problems: Sequence, task, *, n: int, ks: Sequence
                 correct=[r > 0.5 for r in rewards], answers=[task.extract_answer(texts[i]) for i in rows],
                 rewards=rewards, mean_entropy=sum(ent_rows[i] for i in rows) / len(rows),
                 mean_length=sum(lengths[i] for i in rows) / len(rows),
-                mean_branching=None if bf_rows is None else sum(bf_rows[i] for i in rows) / len(rows)))
+                mean_branching=None if bf_rows is None else sum(bf_rows[i] for i in rows) / len(rows),
+                well_formatted=sum(not format_issue(texts[i]) for i in rows)))
         if progress is not None:
             progress(len(chunk))
     summary: dict = {"problems": len(results), "n": n}
@@ -98,6 +103,9 @@ def evaluate(model, tokenizer, problems: Sequence, task, *, n: int, ks: Sequence
     summary[f"avg@{n}"] = sum(sum(r.correct) / n for r in results) / max(len(results), 1)
     for k in ks:
         summary[f"maj@{k}"] = sum(maj_at_k(r.answers, r.correct, k, seed=seed) for r in results) / max(len(results), 1)
+    for k in ks:  # all k of k samples correct, unbiased (EAD's worst@k, paper 003 Figs. 4-5)
+        summary[f"worst@{k}"] = sum(worst_at_k(n, sum(r.correct), k) for r in results) / max(len(results), 1)
+    summary["format_rate"] = sum(r.well_formatted for r in results) / max(len(results) * n, 1)
     summary["entropy"] = ent_sum / max(tok_sum, 1.0)
     summary["length"] = tok_sum / max(len(results) * n, 1)
     if analyze:
