@@ -35,7 +35,9 @@ RECIPES = ROOT / "configs" / "recipes"
 METHODS = ["grpo", "dapo", "e3_ts", "e3_ts_an", "e3", "erpo", "cw_grpo", "cw_grpo_group", "ead", "ead_tis",
            "still_ppl", "still_position"]
 # methods run from another recipe with overrides: paper 002's per-group reading of the CW statistics
-VARIANTS = {"cw_grpo_group": ("cw_grpo", ["algo.shapers=[cw_group]"])}
+VARIANTS = {"cw_grpo_group": ("cw_grpo", ["algo.shapers=[cw_group]"]),
+            # explorl's sign-balanced covariance weights (not the paper's; docs/methods.md §4)
+            "cw_balanced": ("cw_grpo", ["algo.shapers=[cw_balanced]"])}
 
 
 def interval(values: list[float]) -> tuple[float, float]:
