@@ -37,7 +37,14 @@ METHODS = ["grpo", "dapo", "e3_ts", "e3_ts_an", "e3", "erpo", "cw_grpo", "cw_grp
 # methods run from another recipe with overrides: paper 002's per-group reading of the CW statistics
 VARIANTS = {"cw_grpo_group": ("cw_grpo", ["algo.shapers=[cw_group]"]),
             # explorl's sign-balanced covariance weights (not the paper's; docs/methods.md §4)
-            "cw_balanced": ("cw_grpo", ["algo.shapers=[cw_balanced]"])}
+            "cw_balanced": ("cw_grpo", ["algo.shapers=[cw_balanced]"]),
+            # combinations (paper 003's limitations: EAD with other exploration methods; papers 000/003's future work)
+            "ead_e3_budget": ("ead_tis", ["budget.policy=e3"]),
+            "ead_erpo": ("ead_tis", ["algo.advantage=erpo", "algo.kl_coef=0.001", "algo.erpo_beta_progress=0.1",
+                                     "algo.erpo_gamma=5.0", "algo.erpo_eta=0.2", "algo.erpo_num_buckets=10",
+                                     "algo.erpo_sigma_target=1.0", "optim.weight_decay=0.001"]),
+            "ead_forking": ("ead_tis", ["algo.token_filter=forking"]),
+            "adaptive_e3_budget": ("adaptive_temperature", ["budget.policy=e3"])}
 
 
 def interval(values: list[float]) -> tuple[float, float]:

@@ -150,7 +150,9 @@ def _trl_dataset(args):
     return Dataset.from_list(rows)
 
 
-def run_trl(args, out_dir: Path) -> dict:
+def run_trl(args, out_dir: Path, explorl_trainer: bool = False) -> dict:
+    """TRL's GRPO step; with `explorl_trainer`, the same step through `ExplorlGRPOTrainer` (explorl's GRPO
+    advantages and PPO loss, token-mean, eps 0.2: no extra forward), to measure the adapter's overhead."""
     from transformers import AutoModelForCausalLM, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
@@ -191,8 +193,16 @@ def run_trl(args, out_dir: Path) -> dict:
         gradient_checkpointing=False, shuffle_dataset=False, logging_steps=1, save_strategy="no",
         eval_strategy="no", report_to=[], dataloader_num_workers=0, disable_tqdm=True, log_completions=False,
     )
-    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=_trl_dataset(args),
-                          processing_class=tok, callbacks=[timer])
+    if explorl_trainer:
+        from explorl.integrations.trl import ExplorlGRPOTrainer
+
+        trainer = ExplorlGRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=_trl_dataset(args),
+                                     processing_class=tok, callbacks=[timer],
+                                     algo={"advantage": "grpo", "loss_agg": "token-mean", "eps_low": 0.2,
+                                           "eps_high": 0.2})
+    else:
+        trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=_trl_dataset(args),
+                              processing_class=tok, callbacks=[timer])
     from transformers.trainer_callback import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)  # no per-step dict on stdout (the logs are still computed and kept)
@@ -257,14 +267,16 @@ def main(argv=None):
     print(f"load average (1/5/15 min) at the start: {_load()}")
     sys.stdout.flush()
 
-    results = {"explorl": [], "TRL": []}
+    results = {"explorl": [], "TRL": [], "TRL+explorl": []}
+    runners = {"explorl": run_explorl, "TRL": run_trl,
+               "TRL+explorl": lambda a, o: run_trl(a, o, explorl_trainer=True)}
     with tempfile.TemporaryDirectory(prefix="explorl-bench-") as tmp:
         for rnd in range(args.rounds):
-            order = ["explorl", "TRL"] if rnd % 2 == 0 else ["TRL", "explorl"]
+            order = ["explorl", "TRL", "TRL+explorl"] if rnd % 2 == 0 else ["TRL+explorl", "TRL", "explorl"]
             for name in order:
                 out = Path(tmp) / f"{name}-{rnd}"
                 t = time.perf_counter()
-                res = (run_explorl if name == "explorl" else run_trl)(args, out)
+                res = runners[name](args, out)
                 results[name].append(res)
                 print(f"round {rnd + 1} {name}: median {_med(res['step_s']):.3f} s/step "
                       f"({len(res['step_s'])} steps, run {time.perf_counter() - t:.1f} s)")
@@ -276,7 +288,7 @@ def main(argv=None):
     base = _med(pooled("TRL", "step_s"))
     base_loop = _med(pooled("TRL", "loop_s"))
     rows = []
-    for name in ("explorl", "TRL"):
+    for name in ("explorl", "TRL", "TRL+explorl"):
         s, lp, tk = pooled(name, "step_s"), pooled(name, "loop_s"), pooled(name, "tokens")
         per_round = [_med(a["step_s"]) / _med(b["step_s"]) for a, b in zip(results[name], results["TRL"])]
         rows.append((name, _med(s), min(s), max(s), _med(lp), _med(tk), _med(s) / base, _med(lp) / base_loop,
@@ -296,7 +308,7 @@ def main(argv=None):
           f"{_med([a - b for a, b in zip(pooled('explorl', 'rollout_s'), pooled('explorl', 'sample_s'))]):.3f} s")
     print(f"load average (1/5/15 min) at the end: {_load()}")
     print(f"mean reward over timed steps: explorl {statistics.fmean(r['explorl']):.3f}, "
-          f"TRL {statistics.fmean(r['TRL']):.3f}")
+          f"TRL {statistics.fmean(r['TRL']):.3f}, TRL+explorl {statistics.fmean(r['TRL+explorl']):.3f}")
 
 
 if __name__ == "__main__":

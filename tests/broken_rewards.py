@@ -3,6 +3,8 @@ sys.path). Each is broken in one of the ways a user's reward can be."""
 
 import os
 
+from explorl.rewards import batched
+
 
 def divides_by_zero(completion, answer, **meta):
     """Raises on every sample."""
@@ -29,3 +31,26 @@ def raises_once_flag_exists(completion, answer, **meta):
     if os.path.exists(os.environ.get("EXPLORL_TEST_BREAK_FLAG", "/nonexistent")):
         raise KeyError(f"no field {completion[:5]!r}")
     return float(any(c.isdigit() for c in completion))
+
+
+@batched
+def one_score_short(completions, answers, **meta):
+    """Batched, but returns one score fewer than it was given completions."""
+    return [1.0] * (len(completions) - 1)
+
+
+@batched
+def nan_for_the_second(completions, answers, **meta):
+    """Batched: NaN for the second completion, 1 for the others."""
+    return [float("nan") if i == 1 else 1.0 for i in range(len(completions))]
+
+
+def batched_returns_a_float(completions, answers, **meta):
+    """Batched by TRL's naming, but returns one number instead of a list."""
+    return 1.0
+
+
+@batched
+def batched_raises(completions, answers, **meta):
+    """Batched, raises on every call."""
+    raise RuntimeError(f"cannot score {len(completions)} completions")

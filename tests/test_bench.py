@@ -70,3 +70,32 @@ def test_the_testbed_layers_over_every_recipe():
         cfg = load_config(learning.RECIPES / f"{recipe}.yaml", overrides + extra)  # validates
         assert cfg.task.difficulties == [3, 4, 5, 6, 7] and cfg.sampling.max_new_tokens == 96, method
         assert cfg.sampling.group_size == 16 and cfg.optim.lr == 1e-4, method
+
+
+def test_the_gpu_benchmark_models_have_the_published_qwen25_shapes():
+    gpu = _load("gpu")
+    # Qwen2.5-0.5B and -1.5B config.json: hidden 896 / 1536, layers 24 / 28, heads 14 / 12, KV heads 2 / 2,
+    # MLP 4864 / 8960, vocabulary 151936, tied input and output embeddings
+    for name, (hidden, layers, heads, mlp) in {"0.5B": (896, 24, 14, 4864), "1.5B": (1536, 28, 12, 8960)}.items():
+        cfg = gpu.qwen_config(name)
+        assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads,
+                cfg.intermediate_size, cfg.vocab_size, cfg.tie_word_embeddings) == (hidden, layers, heads, 2, mlp,
+                                                                                    151936, True), name
+    # the smoke run shrinks everything but the vocabulary
+    small = gpu.qwen_config("1.5B", smoke=True)
+    assert (small.num_hidden_layers, small.hidden_size, small.vocab_size) == (2, 64, 151936)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here: the benchmark would run, not skip")
+def test_the_gpu_benchmark_skips_with_its_reason_without_cuda(capsys):
+    gpu = _load("gpu")
+    assert gpu.main([]) == 0
+    out = capsys.readouterr().out
+    assert out.strip() == ("bench/gpu.py: skipped: no CUDA device (torch.cuda.is_available() is False): the GPU "
+                           "path is unmeasured on this machine")
+
+
+def test_the_gpu_benchmarks_word_level_tokenizer_round_trips_ids():
+    tok = _load("gpu")._id_tokenizer(151936)
+    ids = [0, 5, 151935, 77]
+    assert tok.decode(ids) == "t0 t5 t151935 t77" and tok(tok.decode(ids))["input_ids"] == ids

@@ -44,10 +44,14 @@ def write(path: Path, text: str) -> Path:
 
 def leaves(d: dict, prefix: str = ""):
     for k, v in d.items():
-        if isinstance(v, dict):
+        if isinstance(v, dict) and f"{prefix}{k}" not in MAPPING_FIELDS:
             yield from leaves(v, f"{prefix}{k}.")
         else:
             yield f"{prefix}{k}", v
+
+
+MAPPING_FIELDS = {"run.eval_sets"}
+"""Fields whose value is a mapping (a leaf of the config, not a section)."""
 
 
 def get(cfg, dotted: str):
@@ -538,3 +542,11 @@ def test_example_inherits_from_quickstart():
     want = load_config(QUICKSTART, ["algo.advantage=dr_grpo", "algo.loss_agg=seq-mean-token-sum-norm",
                                     "run.out_dir=runs/demo-dr-grpo"])
     assert load_config(example) == want
+
+
+def test_string_choices_on_the_command_line_are_taken_as_written():
+    # YAML 1.1 reads `on` / `off` as true / false; a field whose choices are strings takes the text as written
+    assert load_config(None, ["task.chat_template=off"]).task.chat_template == "off"
+    assert load_config(None, ["task.chat_template=on"]).task.chat_template == "on"
+    with pytest.raises(ConfigError, match="task.chat_template: 'maybe' is not a valid choice"):
+        load_config(None, ["task.chat_template=maybe"])

@@ -75,3 +75,24 @@ def test_worst_at_k_table_hand_values():
     assert table["worst@4"] == pytest.approx(1 / 3)
     with pytest.raises(ValueError):
         worst_at_k_table(results, [5])
+
+
+def test_vote_keys_pool_equivalent_answers_for_majority_voting():
+    from explorl.metrics import CORRECT_VOTE, maj_at_k, vote_keys
+
+    answers = ["1/2", "0.5", "3", "3.00"]
+    correct = [True, True, False, False]
+    keys = vote_keys(answers, correct)
+    assert keys == [CORRECT_VOTE, CORRECT_VOTE, "3", "3"]
+    # k = 4 (the one subset): by string the wrong "3" would win 2 votes to 1 ("3.00" is not "3" either way here
+    # after normalising); pooled, the correct class ties it 2-2: score 1/2. By raw strings: "3" 1, "3.00" 1,
+    # "1/2" 1, "0.5" 1: a four-way tie, two of them correct: also 1/2 - so check a case where pooling decides:
+    assert maj_at_k(keys, correct, 4) == 0.5
+    answers, correct = ["1/2", "\\frac{1}{2}", "0.5", "7", "7"], [True, True, True, False, False]
+    assert maj_at_k(answers, correct, 5) == 0.0  # by string "7" wins with 2 votes against 1 each
+    assert maj_at_k(vote_keys(answers, correct), correct, 5) == 1.0  # pooled: 3 correct votes against 2
+    # wrong answers: LaTeX spacing, \left/\right, $, whitespace and \dfrac are noise; None never votes
+    assert vote_keys(["$\\left( 1, 2 \\right)$", "\\dfrac{1}{3}", None, "-4.000"], [False] * 4) == \
+        ["(1,2)", "\\frac{1}{3}", None, "-4"]
+    with pytest.raises(ValueError, match="same length"):
+        vote_keys(["1"], [True, False])

@@ -9,7 +9,11 @@ Data: GSM8K as verl prepares it (`python -m verl.examples.data_preprocess.gsm8k 
 verl's `examples/data_preprocess/gsm8k.py` from its repository), the reward verl's own GSM8K scorer. Model:
 Qwen2.5-1.5B-Instruct (MODEL overrides). Install: `pip install "explorl[verl]"` in verl's environment; verl then
 imports explorl's plugin in every process. Which methods need `trainer.v1.trainer_mode=explorl`: those that read
-entropies, pi_old, reference or rollout log-probs, or the training step (README: "Scaling out with verl").
+entropies, pi_old, reference or rollout log-probs, or the training step, and those that steer sampling (E3's
+temperature and budgets, EAD, per-prompt temperature; README: "Scaling out with verl"). EAD also needs explorl's
+vLLM logits processor (vLLM's V1 model runner interface: with vLLM's Model Runner V2 set
+VLLM_USE_V2_MODEL_RUNNER=0). E3's budgets and per-prompt temperatures track prompts by the `extra_info.index`
+verl's preprocessing scripts write.
 """
 
 from __future__ import annotations
@@ -75,6 +79,34 @@ RECIPES: dict[str, list[str]] = {
     "forking_tokens": ["algorithm.adv_estimator=explorl_grpo", *EXPLORL_TRAINER,
                        "actor_rollout_ref.actor.loss_agg_mode=token-mean", "actor_rollout_ref.actor.clip_ratio_low=0.2",
                        "actor_rollout_ref.actor.clip_ratio_high=0.28", "+algorithm.explorl.token_filter=forking"],
+    # E3 (paper 000): the temperature scheduler with annealing (eqs. 4-5) and dynamic rollout budgets
+    # (Algorithm 1), G = 8 within [4, 12] widening by 2 per pass; the actor trains at the tau it sampled at
+    "e3": ["algorithm.adv_estimator=explorl_grpo", "actor_rollout_ref.actor.policy_loss.loss_mode=explorl_ppo",
+           *EXPLORL_TRAINER, *GRPO_OBJECTIVE, "+algorithm.explorl.sampling.schedule=e3",
+           "+algorithm.explorl.sampling.e3_anneal=true", "+algorithm.explorl.sampling.e3_eta=0.9",
+           "+algorithm.explorl.sampling.e3_anneal_frac=0.6", "+algorithm.explorl.budget.policy=e3",
+           "+algorithm.explorl.budget.g_min_limit=4", "+algorithm.explorl.budget.g_max_limit=12",
+           "+algorithm.explorl.budget.g_step=2"],
+    # EAD + TIS (paper 003): per-token annealed temperature in vLLM (explorl's logits processor), truncated
+    # importance weights (cap 2) from the log-probs vLLM returns, DAPO's objective
+    "ead_tis": ["algorithm.adv_estimator=explorl_grpo", *EXPLORL_TRAINER,
+                "actor_rollout_ref.actor.loss_agg_mode=token-mean", "actor_rollout_ref.actor.clip_ratio_low=0.2",
+                "actor_rollout_ref.actor.clip_ratio_high=0.28", "actor_rollout_ref.rollout.calculate_log_probs=True",
+                "+actor_rollout_ref.rollout.engine_kwargs.vllm.logits_processors="
+                "[explorl.integrations.vllm:EADLogitsProcessor]",
+                "+algorithm.explorl.sampling.schedule=ead", "+algorithm.explorl.sampling.ead_tau_max=1.2",
+                "+algorithm.explorl.sampling.ead_tau_min=0.1", "+algorithm.explorl.sampling.ead_d0=25.0",
+                "+algorithm.explorl.sampling.ead_alpha=5.0", "+algorithm.explorl.sampling.ead_c=10",
+                "+algorithm.explorl.tis=true", "+algorithm.explorl.tis_cap=2.0"],
+    # per-prompt temperature by difficulty (explorl's; papers 000 and 003 future work), TIS for the mismatch
+    "adaptive_temperature": ["algorithm.adv_estimator=explorl_grpo", *EXPLORL_TRAINER, *GRPO_OBJECTIVE,
+                             "actor_rollout_ref.actor.policy_loss.loss_mode=explorl_ppo",
+                             "actor_rollout_ref.rollout.calculate_log_probs=True",
+                             "+algorithm.explorl.sampling.schedule=adaptive",
+                             "+algorithm.explorl.sampling.adaptive_base=fixed",
+                             "+algorithm.explorl.sampling.adaptive_gamma=0.5",
+                             "+algorithm.explorl.sampling.adaptive_target=0.5",
+                             "+algorithm.explorl.tis=true", "+algorithm.explorl.tis_cap=2.0"],
     # entropy-based advantage (Cheng et al.)
     "entropy_adv": ["algorithm.adv_estimator=explorl_grpo", *EXPLORL_TRAINER, *TOKEN_MEAN,
                     "+algorithm.explorl.shapers=[entropy_adv]"],

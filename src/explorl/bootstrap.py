@@ -18,9 +18,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from explorl.models import build_char_tokenizer, count_parameters, embedded_dir, tiny_qwen2
+from explorl.supervised import sft_batch, sft_example, supervised_step
 
 
 @dataclass
@@ -61,25 +61,6 @@ class BootstrapConfig:
     """Length limit of sampled solutions during the checks."""
 
 
-def sft_example(tok, prompt: str, response: str) -> tuple[list[int], int]:
-    """Token ids of prompt + response + EOS, and where the response starts (the loss covers response and EOS)."""
-    prompt_ids = tok.encode(prompt, add_special_tokens=False)
-    return prompt_ids + tok.encode(response, add_special_tokens=False) + [tok.eos_token_id], len(prompt_ids)
-
-
-def sft_batch(seqs: list[list[int]], starts: list[int], rows: list[int], pad: int):
-    """Right-padded (input_ids, attention_mask, labels) of sequences `rows`; prompt and padding labels are -100."""
-    width = max(len(seqs[i]) for i in rows)
-    ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    attn = torch.zeros((len(rows), width), dtype=torch.long)
-    labels = torch.full((len(rows), width), -100, dtype=torch.long)
-    for j, i in enumerate(rows):
-        ids[j, :len(seqs[i])] = torch.tensor(seqs[i])
-        attn[j, :len(seqs[i])] = 1
-        labels[j, starts[i]:len(seqs[i])] = torch.tensor(seqs[i][starts[i]:])
-    return ids, attn, labels
-
-
 def _batches(seqs: list[list[int]], starts: list[int], batch: int, gen: torch.Generator, pad: int):
     """Endless shuffled `sft_batch`es."""
     while True:
@@ -110,7 +91,7 @@ def bootstrap(out_dir: str | Path, cfg: BootstrapConfig | None = None, *, consol
                 extract_answer=extract_boxed)
     seqs, starts = [], []
     for p in train:
-        seq, start = sft_example(tok, p.prompt, p.meta["solution"])
+        seq, start = sft_example(tok, p.prompt, p.solution)
         seqs.append(seq)
         starts.append(start)
     gen = torch.Generator().manual_seed(cfg.seed)
@@ -129,23 +110,17 @@ def bootstrap(out_dir: str | Path, cfg: BootstrapConfig | None = None, *, consol
         job = bar.add_task("sft", total=cfg.max_steps, info="")
         model.train()
         for step in range(1, cfg.max_steps + 1):
-            ids, attn, labels = next(batches)
-            logits = model(input_ids=ids, attention_mask=attn).logits
-            loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
+            loss = supervised_step(model, opt, [next(batches)], grad_clip=1.0)  # shared with `explorl sft` and rft
             sched.step()
             if step % cfg.eval_every == 0:
                 summary, _ = evaluate(model, tok, held_out, task, n=1, ks=[1], temperature=1.0,
                                       max_new_tokens=cfg.max_new_tokens, seed=cfg.seed + step)
                 model.train()
                 pass1 = summary["pass@1"]
-                history.append({"step": step, "loss": float(loss.detach()), "pass@1": pass1})
-                bar.update(job, completed=step, info=f"loss {float(loss.detach()):.3f}  held-out pass@1 {pass1:.3f}")
+                history.append({"step": step, "loss": loss, "pass@1": pass1})
+                bar.update(job, completed=step, info=f"loss {loss:.3f}  held-out pass@1 {pass1:.3f}")
                 if not console.is_terminal:
-                    console.print(f"  step {step}: loss {float(loss.detach()):.3f}, held-out pass@1 {pass1:.3f}")
+                    console.print(f"  step {step}: loss {loss:.3f}, held-out pass@1 {pass1:.3f}")
                 if pass1 >= cfg.target_pass1:
                     break
             else:

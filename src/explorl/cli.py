@@ -1,4 +1,4 @@
-"""The `explorl` command: train, eval, bootstrap, demo, config."""
+"""The `explorl` command: train, eval, sft, rft, bootstrap, demo, config, ..."""
 
 from __future__ import annotations
 
@@ -122,6 +122,31 @@ def _inference_schedule(schedule: str, temperature: float, max_new_tokens: int, 
     return sampler_temperature
 
 
+def _eval_sets(flags: list[str], task_cfg, run_cfg) -> dict:
+    """More held-out sets for `explorl eval`: `--eval-set NAME=MAPPING` (task settings as YAML, layered over the
+    evaluated task's), or without flags the evaluated run's `run.eval_sets`."""
+    import yaml
+
+    from explorl.config import TaskConfig, eval_set_task, from_dict, to_dict
+
+    if run_cfg is not None:
+        return {name: eval_set_task(run_cfg, name) for name in run_cfg.run.eval_sets}
+    out = {}
+    for flag in flags:
+        name, eq, raw = flag.partition("=")
+        try:
+            fields = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            fields = None
+        if not name or not isinstance(fields, dict):
+            raise SystemExit(f"--eval-set {flag!r}: expected NAME={{field: value, ...}} (task settings over the "
+                             f"evaluated task's), e.g. --eval-set 'ood={{difficulties: [8, 9]}}'")
+        if "path" in fields and "eval_path" not in fields:
+            fields["eval_path"] = fields["path"]  # a file named alone is evaluated on every row
+        out[name] = from_dict(TaskConfig, {**to_dict(task_cfg), **fields}, f"--eval-set {name}: task.")
+    return out
+
+
 def cmd_eval(args) -> int:
     from explorl.bootstrap import ensure_embedded
     from explorl.config import ModelConfig, TaskConfig, apply_override, from_dict, to_dict
@@ -185,6 +210,8 @@ def cmd_eval(args) -> int:
             raise
         raise ValueError(f"{e} (the task settings come from {run.config_path}; override them with --task-opt "
                          f"FIELD=VALUE or --task)") from None
+    # checked before the model loads: more held-out sets (--eval-set, else the run's run.eval_sets)
+    extra_sets = _eval_sets(args.eval_set, task_cfg, run_cfg if not args.eval_set else None)
     problems = task.eval[: args.limit] if args.limit else task.eval
     split = _eval_split(task_cfg, len(task.eval), whole_file and "eval_size" not in opts)
     if args.limit and args.limit < len(task.eval):
@@ -226,12 +253,30 @@ def cmd_eval(args) -> int:
                                         encode=prompt_encoder(tok, task_cfg),
                                         top_p=top_p, max_new_tokens=max_new_tokens, seed=args.seed,
                                         reward_timeout_s=task_cfg.reward_timeout_s, fast_path=fast_path,
-                                        progress=lambda k: bar.advance(job, k), analyze=args.analyze)
+                                        progress=lambda k: bar.advance(job, k), analyze=args.analyze,
+                                        keep_completions=bool(args.save_completions))
+        sets = {}  # each extra held-out set reported on its own
+        for set_name, set_cfg in extra_sets.items():
+            set_task = load_task(set_cfg)
+            set_problems = set_task.eval[: args.limit] if args.limit else set_task.eval
+            job = bar.add_task(f"eval {set_name}", total=len(set_problems))
+            sets[set_name], _ = evaluate(model, tok, set_problems, set_task, n=args.n, ks=ks,
+                                         temperature=sampler_temperature, encode=prompt_encoder(tok, set_cfg),
+                                         top_p=top_p, max_new_tokens=max_new_tokens, seed=args.seed,
+                                         reward_timeout_s=set_cfg.reward_timeout_s, fast_path=fast_path,
+                                         progress=lambda k, j=job: bar.advance(j, k))
+    if args.curve:
+        from explorl.evaluate import k_curves
+
+        summary["curve"] = k_curves(per_problem, seed=args.seed)
+    if sets:
+        summary["sets"] = sets
     out = {"model": args.model, "label": label, "run_config": str(run.config_path) if run is not None else None,
            "task": task_cfg.name, "temperature": temperature, "schedule": args.schedule,
            "ead_d": args.ead_d if args.schedule != "fixed" else None,
            "settings": {name: {"value": value, "from": where} for name, value, where in settings}, **summary}
-    _print_table(f"{task_cfg.name} ({len(problems)} problems, n={args.n})", {label: summary}, ks)
+    _print_table(f"{task_cfg.name} ({len(problems)} problems, n={args.n})",
+                 {label: summary, **{f"{label} on {k}": v for k, v in sets.items()}}, ks)
     if args.out:
         out_path = Path(args.out)
         if out_path.exists():
@@ -257,10 +302,22 @@ def cmd_eval(args) -> int:
                       f"{out['answer_diversity']:.2f}\nentropy by relative position (10 bins): {profile}")
     out_path.write_text(json.dumps(out, indent=2))
     console.print(Text(f"wrote {out_path}"))
+    if args.save_completions:
+        from explorl.analysis.completions import COMPLETION_FIELDS
+
+        completions_path = Path(args.save_completions)
+        completions_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(completions_path, "w") as f:
+            for r in per_problem:
+                for i, text in enumerate(r.completions):
+                    row = (r.id, i, r.prompt, r.answer, text, r.answers[i], r.rewards[i], r.correct[i])
+                    f.write(json.dumps(dict(zip(COMPLETION_FIELDS, row))) + "\n")
+        console.print(Text(f"wrote {completions_path} ({sum(len(r.completions) for r in per_problem)} completions; "
+                           f"`explorl analyze {completions_path}` reports on them)"))
     if per_problem_path is not None:
         with open(per_problem_path, "w") as f:
             for r in per_problem:
-                f.write(json.dumps(r.__dict__) + "\n")
+                f.write(json.dumps({k: v for k, v in r.__dict__.items() if k != "completions"}) + "\n")
         console.print(Text(f"wrote {per_problem_path} (one line per problem)"))
     return 0
 
@@ -337,6 +394,49 @@ def cmd_venn(args) -> int:
     return 0
 
 
+def cmd_curves(args) -> int:
+    from explorl.report.plots import crossings, plot_k_curves
+
+    curves = {}
+    labels = args.labels.split(",") if args.labels else []
+    if labels and len(labels) != len(args.files):
+        raise SystemExit(f"--labels: {len(labels)} names for {len(args.files)} files")
+    for i, f in enumerate(args.files):
+        path = Path(f)
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: no such file (write one with `explorl eval --curve`)")
+        summary = json.loads(path.read_text())
+        if "curve" not in summary:
+            raise ValueError(f"{path}: has no `curve`; evaluate with `explorl eval --curve` (n >= 2k for the "
+                             f"largest k you want)")
+        name = labels[i] if labels else summary.get("label") or path.stem
+        curves[name if name not in curves else f"{name}-{i}"] = summary["curve"]
+    out = plot_k_curves(curves, args.out, args.metric)
+    names = list(curves)
+    table = Table(title=f"{args.metric} against k")
+    table.add_column("k", justify="right")
+    for name in names:
+        table.add_column(name, justify="right")
+    ks = curves[names[0]]["k"]
+    for j, k in enumerate(ks):
+        cells = []
+        for name in names:
+            c = curves[name]
+            if k in c["k"]:
+                mean, lo, hi = c[args.metric][c["k"].index(k)]
+                cells.append(f"{mean:.3f} [{lo:.3f}, {hi:.3f}]")
+            else:
+                cells.append("-")
+        table.add_row(str(k), *cells)
+    console.print(table)
+    for name in names[1:]:
+        cross = crossings(curves[names[0]], curves[name], args.metric)
+        console.print(f"{name} crosses {names[0]} at k = {', '.join(map(str, cross))}" if cross
+                      else f"{name} does not cross {names[0]} at the k evaluated")
+    console.print(f"wrote {out}")
+    return 0
+
+
 def cmd_rft(args) -> int:
     from explorl.rft import run_rft
 
@@ -352,6 +452,32 @@ def cmd_rft(args) -> int:
         return 0
     run_dir = run_rft(cfg, console=console)
     console.print(f"run directory: {run_dir} (per-iteration results in rft.json)")
+    return 0
+
+
+def cmd_sft(args) -> int:
+    cfg = load_config(args.config, args.overrides)
+    console.rule("resolved config")
+    console.print(Syntax(dump_yaml(cfg), "yaml", background_color="default", word_wrap=True))
+    from explorl.models import check_run_inputs
+
+    checks = check_run_inputs(cfg)
+    if args.dry_run:
+        from explorl.sft import worked_solutions
+        from explorl.tasks import load_task
+
+        with_solution, missing = worked_solutions(load_task(cfg.task), cfg.task.name, cfg.task.solution_field)
+        checks.append(("sft data", f"{len(with_solution)} training problems with a worked solution"
+                                   + (f" ({missing} without one are skipped)" if missing else "")))
+        console.print("[green]config is valid[/] (dry run: nothing trained); checked without loading weights:")
+        _print_checks(checks)
+        return 0
+    from explorl.sft import run_sft
+
+    run_dir = run_sft(cfg, console=console)
+    result = json.loads((run_dir / "eval.json").read_text())
+    _print_table("held-out evaluation", {"sft": result}, cfg.run.eval_k)
+    console.print(f"run directory: {run_dir} (evaluate it with `explorl eval --model {run_dir / 'final'}`)")
     return 0
 
 
@@ -419,13 +545,82 @@ def _show_report(report) -> int:
 def cmd_analyze(args) -> int:
     from explorl.report import analyze
 
-    return _show_report(analyze(args.run, out=args.out))
+    if Path(args.run).is_file():
+        return analyze_completions(Path(args.run), Path(args.out) if args.out else None)
+
+    return _show_report(analyze(args.run, out=args.out, smooth=args.smooth))
+
+
+def analyze_completions(path: Path, out: Path | None) -> int:
+    from explorl.analysis.completions import completions_report, read_completions
+
+    report = completions_report(read_completions(path))
+    table = Table(title=f"{path.name}: {report['n']} completions, accuracy {report['accuracy']:.3f}, "
+                        f"format rate {report['format_rate']:.3f}")
+    table.add_column("responses")
+    for col in ("n", "format issue", "repetition", "language mixing", "any issue"):
+        table.add_column(col, justify="right")
+    for name, q in report["quality"].items():
+        if q is not None:
+            table.add_row(name, str(q["n"]), *[f"{q[k]:.3f}" for k in ("format", "repetition", "language_mixing",
+                                                                        "any")])
+    console.print(table)
+    cats = Table(title="word categories (share of words)")
+    cats.add_column("responses")
+    for c in report["categories"]["correct"]:
+        cats.add_column(c, justify="right")
+    for name, counts in report["categories"].items():
+        cats.add_row(name, *[f"{v['share']:.3f}" for v in counts.values()])
+    console.print(cats)
+    for issue, examples in report["cases"].items():
+        for ex in examples[:1]:
+            console.print(Text(f"case ({issue}): problem {ex['problem']}, sample {ex['sample']}, reward "
+                               f"{ex['reward']}: {ex['excerpt'][:200]!r}"))
+    out = out or path.with_name(path.name.removesuffix(".jsonl") + ".report.json")
+    out.write_text(json.dumps(report, indent=2))
+    console.print(Text(f"wrote {out}"))
+    return 0
 
 
 def cmd_compare(args) -> int:
     from explorl.report import compare
 
-    return _show_report(compare(args.runs, out=args.out))
+    return _show_report(compare(args.runs, out=args.out, smooth=args.smooth, band=args.band, diff=args.diff))
+
+
+def _parse_list(text: str, flag: str, kind=int) -> list:
+    """Comma-separated numbers of a flag, e.g. --cuts 0,8,16; SystemExit naming the flag otherwise."""
+    try:
+        values = [kind(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SystemExit(f"{flag}: expected comma-separated numbers such as 0,8,16, got {text!r}") from None
+    if not values:
+        raise SystemExit(f"{flag}: give at least one value")
+    return values
+
+
+def cmd_probe(args) -> int:
+    """`explorl probe PROBE`: the papers' analyses on a model (`explorl.probe_commands`; docs/methods.md §8e)."""
+    from explorl.probe_commands import run
+
+    if args.probe == "branch":
+        args.cuts = _parse_list(args.cuts, "--cuts")
+        if any(t < 0 for t in args.cuts):
+            raise SystemExit(f"--cuts: positions must be >= 0, got {args.cuts}")
+    if args.probe == "covariance":
+        args.percentiles = _parse_list(args.percentiles, "--percentiles", float)
+        if any(not 0 < x <= 100 for x in args.percentiles):
+            raise SystemExit(f"--percentiles: each must lie in (0, 100], got {args.percentiles}")
+    if args.probe == "perturb":
+        args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+        if not args.modes or any(m not in ("replace", "truncate") for m in args.modes):
+            raise SystemExit(f"--modes: comma-separated replace and/or truncate, got {args.modes}")
+        if not 0 < args.frac <= 0.5:
+            raise SystemExit(f"--frac: the share of tokens perturbed on each side must lie in (0, 0.5], got "
+                             f"{args.frac}")
+    if args.probe == "update" and not 0 < args.top_frac <= 1:
+        raise SystemExit(f"--top-frac: must lie in (0, 1], got {args.top_frac}")
+    return run(args, _task_opts(args.task_opt), console)
 
 
 def _print_table(title: str, rows: dict[str, dict], ks) -> None:
@@ -480,6 +675,16 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--out", help="summary JSON path (default runs/eval/MODEL-TASK.json, MODEL = RUN_final or "
                                  "RUN_step_N for a run's output; a taken name gets -2, -3, ...)")
     e.add_argument("--per-problem", help="write one JSON line per problem here")
+    e.add_argument("--eval-set", action="append", default=[], metavar="NAME=MAPPING",
+                   help="also evaluate on another held-out set, reported on its own: task settings layered over "
+                        "the evaluated task's, e.g. --eval-set 'ood={difficulties: [8, 9]}' or --eval-set "
+                        "'math500={name: file, path: math500.jsonl}' (repeatable; default: a run's run.eval_sets)")
+    e.add_argument("--save-completions", metavar="FILE",
+                   help="write every sampled completion with its problem, reward and extracted answer, one JSON "
+                        "line each (read by `explorl analyze FILE`)")
+    e.add_argument("--curve", action="store_true",
+                   help="also pass@k and maj@k against k = 1, 2, 4, ..., n with 95%% bootstrap intervals over "
+                        "problems (the summary's `curve`; plot several with `explorl curves`)")
     e.add_argument("--analyze", action="store_true",
                    help="also the unsolvable set, rollout branching factor, entropy profile, answer diversity, "
                         "and per-problem results (default MODEL-TASK.problems.jsonl beside --out)")
@@ -512,25 +717,109 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--dry-run", action="store_true", help="validate and print the resolved config, then exit")
     f.set_defaults(fn=cmd_rft)
 
+    sf = sub.add_parser("sft", help="supervised fine-tuning on the task's worked solutions (the SFT baselines of "
+                                    "papers 001 and 004); writes a run directory like train")
+    sf.add_argument("config", help="YAML config (e.g. configs/sft.yaml)")
+    sf.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. sft.epochs=1 optim.lr=1e-4")
+    sf.add_argument("--dry-run", action="store_true", help="validate and print the resolved config, then exit")
+    sf.set_defaults(fn=cmd_sft)
+
     v = sub.add_parser("venn", help="Venn diagram of the k-rollout unsolvable sets of 2-3 models")
     v.add_argument("files", nargs="+", help="per-problem files of `explorl eval --analyze` (MODEL-TASK.problems.jsonl)")
     v.add_argument("--k", type=int, default=8, help="samples per problem that define unsolvable (first k)")
     v.add_argument("--out", default="runs/venn.png", help="PNG path")
     v.set_defaults(fn=cmd_venn)
 
+    cv = sub.add_parser("curves", help="plot pass@k (or maj@k) against k of several `explorl eval --curve` "
+                                       "summaries, and each minus the first (where they cross)")
+    cv.add_argument("files", nargs="+", metavar="EVAL_JSON", help="summaries of `explorl eval --curve`; the first "
+                                                                   "is the reference (e.g. the base model)")
+    cv.add_argument("--labels", help="comma-separated names (default: each summary's label)")
+    cv.add_argument("--metric", choices=["pass@k", "maj@k"], default="pass@k")
+    cv.add_argument("--out", default="runs/curves.png", help="PNG path")
+    cv.set_defaults(fn=cmd_curves)
+
     c = sub.add_parser("config", help="list every config field with its type, default and meaning")
     c.add_argument("--markdown", action="store_true", help="print a Markdown table (for the README)")
     c.set_defaults(fn=cmd_config)
 
-    a = sub.add_parser("analyze", help="plots and an HTML report of a run directory (written to RUN/report/)")
-    a.add_argument("run", help="run directory made by `explorl train`")
-    a.add_argument("--out", help="output directory (default RUN/report)")
+    a = sub.add_parser("analyze", help="plots and an HTML report of a run directory (written to RUN/report/), or "
+                                       "the quality issues, token categories and case studies of a completions "
+                                       "file of `explorl eval --save-completions`")
+    a.add_argument("run", help="run directory made by `explorl train`, or a completions JSONL file")
+    a.add_argument("--out", help="output directory (default RUN/report), or for a completions file the report "
+                                 "JSON (default FILE.report.json)")
+    a.add_argument("--smooth", type=float, default=0.0, help="EMA weight of the per-step curves, in [0, 1) "
+                                                                "(0 = raw; 0.9 smooths strongly)")
     a.set_defaults(fn=cmd_analyze)
 
     cm = sub.add_parser("compare", help="overlay several runs; final pass@k with 95%% CIs across seeds")
     cm.add_argument("runs", nargs="+", metavar="RUN", help="run directories (seeds of one config are pooled)")
     cm.add_argument("--out", default="runs/compare", help="output directory (default runs/compare)")
+    cm.add_argument("--smooth", type=float, default=0.0, help="EMA weight of the per-step curves, in [0, 1)")
+    cm.add_argument("--band", choices=["minmax", "ci95"], default="minmax",
+                    help="spread of several seeds of a config: min-max, or the 95%% t-interval of the mean")
+    cm.add_argument("--diff", action="append", default=[], metavar="METRIC",
+                    help="also plot METRIC of each config minus the first's, e.g. reward/all_wrong_frac "
+                         "(paper 000 Fig. 8; repeatable)")
     cm.set_defaults(fn=cmd_compare)
+
+    pr = sub.add_parser("probe", help="the papers' analyses on a model: entropy by position, token covariance, "
+                                      "branching, perturbation, one-update token shifts (JSON + PNG + table)")
+    prs = pr.add_subparsers(dest="probe", required=True)
+
+    def probe_parser(name: str, help_text: str, n: int | None = None) -> argparse.ArgumentParser:
+        q = prs.add_parser(name, help=help_text)
+        q.add_argument("--model", default="embedded",
+                       help="model directory, `embedded`, or a run's output (RUN, RUN/final, RUN/checkpoints/step_N: "
+                            "task, length limit, temperature and top_p then come from RUN/config.yaml)")
+        q.add_argument("--task", default=None, help="arith, file or rg:<name> (default: the run's task, else arith)")
+        q.add_argument("--task-opt", action="append", default=[], metavar="FIELD=VALUE",
+                       help="task.* setting, e.g. --task-opt path=test.jsonl (repeatable)")
+        q.add_argument("--split", choices=["eval", "train"], default="eval", help="which problems (default eval)")
+        q.add_argument("--limit", type=int, default=16, help="the first N problems of the split (0 = all)")
+        if n is not None:
+            q.add_argument("--n", type=int, default=n, help=f"samples per problem (default {n})")
+        q.add_argument("--temperature", type=float, default=None,
+                       help="sampling temperature (default: the run's run.eval_temperature, else 1.0)")
+        q.add_argument("--top-p", type=float, default=None, help="nucleus mass (default: the run's, else 1.0)")
+        q.add_argument("--max-new-tokens", type=int, default=None,
+                       help="length limit (default: the run's sampling.max_new_tokens, else 64)")
+        q.add_argument("--seed", type=int, default=0)
+        q.add_argument("--device", default="auto")
+        q.add_argument("--dtype", default="auto")
+        q.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+        q.add_argument("--out", help=f"result JSON (default runs/probe/{name}-MODEL.json; the PNG goes beside it)")
+        q.add_argument("--no-plot", action="store_true", help="write no PNG")
+        q.set_defaults(fn=cmd_probe)
+        return q
+
+    q = probe_parser("position", "mean token entropy at each absolute output position (EAD Fig. 1)", n=8)
+    q.add_argument("--bin-size", type=int, default=1, help="positions per bin")
+    q = probe_parser("covariance", "percentiles and cumulative share of the token covariance c of covariance "
+                                   "weighting (CW Fig. 3, Table 1)", n=8)
+    q.add_argument("--scope", choices=["group", "batch"], default="group",
+                   help="means of c per prompt group (the paper's, cw_group) or over the batch (cw)")
+    q.add_argument("--percentiles", default="0.01,1,20,40,100", help="percentile thresholds (Table 1's rows)")
+    q = probe_parser("branch", "continuations from prefixes of a base response cut at several positions: success "
+                               "by cut position (EAD Fig. 2, the forking experiment)")
+    q.add_argument("--cuts", default="0,4,8,16,32", help="response positions to branch at (tokens kept)")
+    q.add_argument("--k", type=int, default=8, help="continuations per cut (maj@k votes over them)")
+    q = probe_parser("perturb", "random replacement / truncation at the top and bottom entropy tokens of correct "
+                                "responses, with Fisher and z tests (ERPO Fig. 1b)")
+    q.add_argument("--frac", type=float, default=0.05, help="share of each response's tokens on each side (5%%)")
+    q.add_argument("--k", type=int, default=4, help="continuations per perturbed position")
+    q.add_argument("--modes", default="replace,truncate", help="perturbations: replace and/or truncate")
+    q.add_argument("--attempts", type=int, default=4,
+                   help="samples per problem to find a correct base response (problems without one are skipped)")
+    q.add_argument("--any-response", action="store_true",
+                   help="perturb the first sampled response whether correct or not")
+    q = probe_parser("update", "probability shift of every token after one policy update, by outcome, entropy, "
+                               "token category and PPL (STILL Figs. 3b, 4, 5a)", n=8)
+    q.add_argument("--lr", type=float, default=None, help="learning rate of the update (default: optim.lr)")
+    q.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="training-config override, e.g. --set algo.advantage=dr_grpo (repeatable)")
+    q.add_argument("--top-frac", type=float, default=0.2, help="share of tokens with the largest |shift| (20%%)")
     return p
 
 

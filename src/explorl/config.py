@@ -13,6 +13,7 @@ import dataclasses
 import difflib
 import inspect
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -73,6 +74,9 @@ class TaskConfig:
     """`file` task: the field holding the question."""
     answer_field: str = "answer"
     """`file` task: the field holding the ground-truth answer."""
+    solution_field: str = "solution"
+    """`file` task: the field holding a worked solution (MATH's `solution`), the target text of `explorl sft`;
+    optional for the other commands (rows without it have none)."""
     chat_template: Literal["auto", "on", "off"] = "auto"
     """Prompt through the tokenizer's chat template (instruct and reasoning models): `auto` (on when the tokenizer
     has one; the run's config.yaml records what it resolved to), `on`, `off`. The question (after
@@ -90,9 +94,16 @@ class TaskConfig:
     """Number of held-out problems."""
     data_seed: int = 1234
     """Seed of the procedural generators; independent of the training seed so runs share data."""
-    reward: str = "auto"
+    reward: str | list[str] = "auto"
     """`auto` (the task's own checker), `math` (math-verify on the last \\boxed{}), `exact` (string match of the
-    last \\boxed{}), or `module:function` for your own `fn(completion, answer, **meta) -> float`."""
+    last \\boxed{}), or `module:function` for your own `fn(completion, answer, **meta) -> float`; or a list of these
+    (`[math, my_rewards:fmt]`, TRL's `reward_funcs`): the reward is their weighted sum (`reward_weights`), and each
+    function's mean is logged as `reward/<entry>` (`:` written `.`). A function marked `@explorl.rewards.batched`,
+    or whose first parameter is named `completions`, is called once per batch as `fn(completions, answers, **meta)
+    -> list[float]`, each meta key a list."""
+    reward_weights: list[float] | None = None
+    """Weights of the `reward` functions, one per entry, in order (TRL's `reward_weights`): reward = sum_i w_i * r_i,
+    a failed function scoring 0 for that sample. null: every weight is 1."""
     reward_timeout_s: float = 5.0
     """Hard time limit per sample for rewards that run in a worker process; a timeout scores 0 and is counted."""
     reward_workers: int = 0
@@ -189,6 +200,10 @@ class AlgoConfig:
     statistics, explorl's reading, docs/methods.md §4), `cw_group` (the same with paper 002's per-group
     statistics), `cw_balanced` (explorl's sign-balanced variant, not the paper's: the per-group kernel normalised
     per advantage sign), `ppl`, `position` (paper 004 section 4.4.2), `entropy_adv` (Cheng et al.)."""
+    cw_bandwidth: float = 1.0
+    """Covariance weighting (`cw`, `cw_group`, `cw_balanced`): width of the Gaussian kernel as a multiple of sigma,
+    w = exp(-c^2 / (2 (cw_bandwidth * sigma)^2)). 1 = paper 002 (section 2.3 sets the bandwidth to sigma); larger
+    suppresses fewer tokens, smaller more (docs/methods.md §4)."""
     loss: str = "ppo"
     """Per-token objective by registry name (kind `policy_loss`): `ppo` (PPO-clip), `clip_cov` or `kl_cov`
     (Cui et al. 2025; docs/methods.md §5a, §5b)."""
@@ -246,6 +261,10 @@ class AlgoConfig:
     """Position shaping: sigmoid steepness m."""
     position_d: float = 1.0
     """Position shaping: direction d (+1 favours later tokens)."""
+    position_n: float = 0.5
+    """Position shaping: centre shift n of the sigmoid, r = m * (l - n) (docs/methods.md §7b). 0.5 (explorl and the
+    public code) centres it mid-response; -0.5 is the value paper 004 prints (section 4.4.2), which saturates the
+    sigmoid so that every token gets about the full bonus gamma."""
     position_start: int = 0
     """Position shaping: first training step (1-based) of its window."""
     position_steps: int = 0
@@ -283,6 +302,16 @@ class BudgetConfig:
     """E3 curriculum: G_max never goes above this (paper: 12)."""
     g_step: int = 2
     """E3 curriculum: G_min decreases and G_max increases by this after each pass over the data."""
+    curriculum: bool = True
+    """E3 curriculum on (paper 000 section 4.1: the bounds start at G and widen after each pass). false: the
+    bounds are g_min_limit / g_max_limit from the first step (Algorithm 1 without the curriculum; as ranks exist
+    only after the first pass, that pass still gives every prompt G). docs/methods.md §2a."""
+    g_min_start: int | None = None
+    """E3 curriculum: G_min during the first pass; null = sampling.group_size (the paper's). Must lie in
+    [g_min_limit, group_size]; only with `curriculum: true`."""
+    g_max_start: int | None = None
+    """E3 curriculum: G_max during the first pass; null = sampling.group_size (the paper's). Must lie in
+    [group_size, g_max_limit]; only with `curriculum: true`."""
     dapo_max_rounds: int = 3
     """DAPO dynamic sampling: extra generation rounds allowed per step to fill the batch."""
 
@@ -302,6 +331,11 @@ class RftConfig:
     """`noisy`: incorrect samples added, as a fraction of the selected correct ones (paper: 5%)."""
     select_frac: float = 0.5
     """`entropy` / `branching`: fraction of the filtered correct samples kept, highest first."""
+    select_count: int = 0
+    """A fixed number of correct samples fine-tuned on per iteration (paper 004 section 4.4.1 uses 1.1k per
+    iteration); 0 = as many as the filters and `select_frac` keep. With `entropy` / `branching` the top
+    select_count by score (in place of select_frac), otherwise a random select_count of the filtered correct ones;
+    fewer when fewer pass. `noisy` adds its fraction of them on top."""
     branching_top_p: float = 0.95
     """Mass that defines the rollout branching factor (docs/methods.md §8b)."""
     epochs: int = 1
@@ -310,6 +344,24 @@ class RftConfig:
     """AdamW learning rate of the fine-tuning."""
     batch_size: int = 32
     """Sequences per fine-tuning step."""
+    eval_top_p: float = 1.0
+    """Nucleus mass of the per-iteration held-out evaluation (temperature `run.eval_temperature`); paper 004
+    section 4.4.1 evaluates at top-p 0.95, temperature 0.6."""
+
+
+@dataclass
+class SftConfig:
+    epochs: int = 3
+    """`explorl sft`: passes over the training split's worked solutions (paper 001's SFT baseline: 3 epochs). The
+    optimizer is `optim`'s (lr 1e-5 = paper 004's SFT models; warm-up and cosine decay over all sft steps);
+    docs/methods.md §8d."""
+    batch_size: int = 96
+    """Sequences per optimizer step (paper 004 section 2.4: 96)."""
+    micro_batch_size: int = 0
+    """Sequences per forward/backward (gradient accumulation inside a step, same mean loss); 0 = the whole batch."""
+    max_length: int = 0
+    """Keep only the first this-many tokens of prompt + solution + EOS (paper 004: a 20,000-token context);
+    0 = no limit."""
 
 
 @dataclass
@@ -352,6 +404,11 @@ class RunConfig:
     """k values of pass@k reported during evaluation (each <= eval_n)."""
     eval_temperature: float = 1.0
     """Sampling temperature of evaluation."""
+    eval_sets: dict[str, dict] = field(default_factory=dict)
+    """More held-out sets, evaluated beside the task's own each time the run evaluates: name -> `task` settings
+    layered over the run's `task` section, e.g. `{ood: {difficulties: [8, 9]}}` or `{math500: {name: file, path:
+    data/math500.jsonl}}` (a file with no `eval_path` is evaluated on every row). Reported as
+    `eval/<name>/pass@k` (and every other eval metric) in metrics.jsonl, the trackers and eval.json."""
     log_samples: int = 2
     """Prompts per step whose completions go to samples.jsonl."""
     threads: int = 0
@@ -387,6 +444,8 @@ class Config:
     """Steps, batch, seed, outputs."""
     rft: RftConfig = field(default_factory=RftConfig)
     """Rejection-sampling fine-tuning (`explorl rft`)."""
+    sft: SftConfig = field(default_factory=SftConfig)
+    """Supervised fine-tuning on worked solutions (`explorl sft`)."""
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -422,9 +481,16 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
         return value
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if value is None:
+        if value is None and len(args) < len(typing.get_args(tp)):
             return None
+        if isinstance(value, (list, tuple)):  # `str | list[str]`: a list takes the list form
+            args = [a for a in args if typing.get_origin(a) is list] or args
         return _coerce(value, args[0], name)
+    if origin is dict:  # name -> a section's fields (run.eval_sets); the fields are checked by `validate`
+        if not isinstance(value, dict) or not all(isinstance(v, dict) or v is None for v in value.values()):
+            raise ConfigError(f"{name}: expected a mapping of names to mappings of fields, e.g. "
+                              f"{{ood: {{difficulties: [8, 9]}}}}, got {value!r}")
+        return {str(k): dict(v or {}) for k, v in value.items()}
     if origin is list:
         (inner,) = typing.get_args(tp)
         if isinstance(value, str):  # `a,b,c` on the command line; numbers are parsed as YAML scalars
@@ -511,7 +577,7 @@ def _field_type(parts: list[str], cls: type = Config) -> Any:
 def apply_override(data: dict[str, Any], override: str) -> None:
     """Apply one `a.b.c=value` override to a nested dict; the value is parsed as YAML (`1e-4`, `[1,2]`, `true`),
     except for plain string fields, which take the text verbatim (`task.prompt_template=Q: {question}`) unless
-    it is quoted."""
+    it is quoted, and fields whose choices are strings (`task.chat_template=off` is `off`, not YAML's false)."""
     if "=" not in override:
         raise ConfigError(f"override {override!r} must look like key.sub=value (e.g. sampling.temperature=0.7)")
     key, raw = override.split("=", 1)
@@ -522,8 +588,10 @@ def apply_override(data: dict[str, Any], override: str) -> None:
         value = raw
     parts = key.split(".")
     quoted = len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\"" and isinstance(value, str)
-    if _field_type(parts) is str and not quoted:
-        value = raw
+    tp = _field_type(parts)
+    choices = typing.get_args(tp) if typing.get_origin(tp) is Literal else ()
+    if (tp is str or (choices and all(isinstance(c, str) for c in choices))) and not quoted:
+        value = raw.strip() if choices else raw
     node = data
     for p in parts[:-1]:
         if not isinstance(node.get(p, {}), dict):
@@ -609,6 +677,19 @@ def _registered(kind: str, name: str, field_name: str):
                           f" (your own: register it in a module named in run.plugins)") from None
 
 
+EVAL_KEYS_RESERVED = ("entropy", "length", "errors", "timeouts", "format_rate", "problems", "n")
+
+
+def eval_set_task(cfg: "Config", name: str) -> "TaskConfig":
+    """The task of held-out set `name` of `run.eval_sets`: its settings layered over `cfg.task`. A file task given a
+    `path` but no `eval_path` is evaluated on every row of that file (`eval_path` = `path`)."""
+    overrides = dict(cfg.run.eval_sets[name])
+    if "path" in overrides and "eval_path" not in overrides:
+        overrides["eval_path"] = overrides["path"]
+    task = from_dict(TaskConfig, {**to_dict(cfg.task), **overrides}, f"run.eval_sets.{name}.")
+    return task
+
+
 def validate(cfg: Config) -> None:
     """Cross-field checks; raises ConfigError naming the field and the fix.
 
@@ -667,6 +748,15 @@ def validate(cfg: Config) -> None:
     need(all(1 <= k <= r.eval_n for k in r.eval_k),
          f"run.eval_k: every k must be in [1, run.eval_n={r.eval_n}], got {r.eval_k}")
     need(r.eval_temperature > 0, "run.eval_temperature: must be > 0")
+    for set_name in r.eval_sets:
+        need(re.fullmatch(r"[A-Za-z0-9_.-]+", set_name) is not None and set_name not in EVAL_KEYS_RESERVED,
+             f"run.eval_sets: {set_name!r} is not a usable name (letters, digits, '_', '-', '.'; not a metric "
+             f"name such as pass@1)")
+        # unknown or ill-typed fields raise, naming run.eval_sets.<name>.<field>; then the task's own check
+        set_task = eval_set_task(cfg, set_name)
+        check = _registered("task", set_task.name, f"run.eval_sets.{set_name}.name").extra.get("check")
+        message = check(dataclasses.replace(cfg, task=set_task)) if check is not None else None
+        need(message is None, (message or "").replace("task.", f"run.eval_sets.{set_name}."))
     bad = [x for x in r.report_to if x not in ("tensorboard", "wandb")]
     need(not bad, f"run.report_to: unknown tracker(s) {bad}; valid: tensorboard, wandb")
     need(cfg.model.dtype != "float16",
@@ -676,8 +766,7 @@ def validate(cfg: Config) -> None:
     need(cfg.model.device == "auto" or cfg.model.device == "cpu" or cfg.model.device.startswith("cuda"),
          f"model.device: {cfg.model.device!r} is not one of auto, cpu, cuda, cuda:N")
     need(t.train_size >= 1 and t.eval_size >= 1, "task.train_size and task.eval_size must be >= 1")
-    need(t.reward in ("auto", "math", "exact") or ":" in t.reward,
-         f"task.reward: {t.reward!r}; valid: auto, math, exact, or module:function")
+    _validate_rewards(t, need)
     need(t.reward_timeout_s > 0, "task.reward_timeout_s: must be > 0")
     need(t.reward_workers >= 0, f"task.reward_workers: must be >= 0 (0 = one per CPU core), got {t.reward_workers}")
     need(0 <= t.max_reward_failure_frac <= 1,
@@ -697,6 +786,10 @@ def validate(cfg: Config) -> None:
         need(len(a.ppl_clamp) == 2 and 0 <= a.ppl_clamp[0] <= a.ppl_clamp[1],
              f"algo.ppl_clamp: expected [lo, hi] with 0 <= lo <= hi, got {a.ppl_clamp}")
     need(a.position_cap_frac is None or a.position_cap_frac >= 0, "algo.position_cap_frac: must be >= 0")
+    need(math.isfinite(a.position_n), f"algo.position_n: must be a finite number (0.5 centres the bonus mid-response; "
+                                      f"the paper prints -0.5), got {a.position_n}")
+    need(0 < a.cw_bandwidth < math.inf, f"algo.cw_bandwidth: must be > 0 and finite (a multiple of sigma; 1 = paper "
+                                        f"002's kernel), got {a.cw_bandwidth}")
     for entry in chosen:
         check = entry.extra.get("check")
         message = check(cfg) if check is not None else None
@@ -709,10 +802,43 @@ def validate(cfg: Config) -> None:
     need(f.iterations >= 1 and f.prompts >= 1 and f.samples_per_prompt >= 1 and f.epochs >= 1,
          "rft.iterations, rft.prompts, rft.samples_per_prompt and rft.epochs must be >= 1")
     need(0 < f.select_frac <= 1 and 0 <= f.noisy_frac <= 1, "rft.select_frac in (0, 1] and rft.noisy_frac in [0, 1]")
+    need(f.select_count >= 0, f"rft.select_count: must be >= 0 (0 = no fixed count), got {f.select_count}")
+    sf = cfg.sft
+    need(sf.epochs >= 1, f"sft.epochs: must be >= 1, got {sf.epochs}")
+    need(sf.batch_size >= 1, f"sft.batch_size: must be >= 1, got {sf.batch_size}")
+    need(sf.micro_batch_size >= 0, f"sft.micro_batch_size: must be >= 0 (0 = the whole batch in one forward), got "
+                                   f"{sf.micro_batch_size}")
+    need(sf.max_length >= 0, f"sft.max_length: must be >= 0 (0 = no limit), got {sf.max_length}")
+    need(0 < f.eval_top_p <= 1, f"rft.eval_top_p: must be in (0, 1] (1 = off; paper 004 uses 0.95), got "
+                                f"{f.eval_top_p}")
     lo = cfg.model.lora
     if lo.enabled:
         need(lo.rank >= 1, "model.lora.rank: must be >= 1")
         need(len(lo.target_modules) > 0, "model.lora.target_modules: name at least one module")
+
+
+def _validate_rewards(t: TaskConfig, need) -> None:
+    """`task.reward` entries and `task.reward_weights` (see `validate`)."""
+    from explorl.rewards import reward_entries, reward_metric_name
+
+    entries = reward_entries(t.reward)
+    need(len(entries) > 0, "task.reward: name at least one reward function (auto, math, exact or module:function)")
+    for i, e in enumerate(entries):
+        where = "task.reward" if len(entries) == 1 else f"task.reward[{i}]"
+        need(e in ("auto", "math", "exact") or ":" in e,
+             f"{where}: {e!r}; valid: auto, math, exact, or module:function")
+    names = [reward_metric_name(e) for e in entries]
+    twice = sorted({x for x in names if names.count(x) > 1})
+    need(not twice, f"task.reward: {entries} names {', '.join(twice)} more than once; list each function once (its "
+                    f"weight in task.reward_weights can be any number)")
+    w = t.reward_weights
+    if w is not None:
+        need(len(w) == len(entries),
+             f"task.reward_weights: {len(w)} weight(s) for {len(entries)} reward function(s) in task.reward "
+             f"{entries}; give one weight per entry, in order, or null for all 1")
+        need(all(math.isfinite(x) for x in w), f"task.reward_weights: every weight must be a finite number, got {w}")
+        need(any(x != 0 for x in w), "task.reward_weights: all weights are 0, so every reward would be 0 and nothing "
+                                     "would be learned; give at least one function a nonzero weight")
 
 
 # ----------------------------------------------------------------------------------------------------------------

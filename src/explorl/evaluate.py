@@ -11,7 +11,7 @@ from typing import Sequence
 import torch
 
 from explorl.analysis.text import format_issue
-from explorl.metrics import maj_at_k, pass_at_k, worst_at_k
+from explorl.metrics import bootstrap_ci, maj_at_k, pass_at_k, vote_keys, worst_at_k
 from explorl.rewards import RewardRunner
 from explorl.rollout.sampler import decode_responses, sample
 
@@ -32,13 +32,15 @@ class ProblemResult:
     """Mean rollout branching factor of the responses (only with `analyze=True`)."""
     well_formatted: int = 0
     """Responses with exactly one `\\boxed{` (paper 004's format check, `analysis.text.format_issue`)."""
+    completions: list[str] | None = None
+    """The sampled texts (only with `keep_completions=True`)."""
 
 
 def evaluate(model, tokenizer, problems: Sequence, task, *, n: int, ks: Sequence[int], temperature: float = 1.0,
              top_p: float = 1.0, max_new_tokens: int = 64, prompts_per_batch: int = 64, seed: int = 0,
              reward_timeout_s: float = 5.0, fast_path: bool = True, progress=None,
              analyze: bool = False, branching_top_p: float = 0.95,
-             encode=None) -> tuple[dict, list[ProblemResult]]:
+             encode=None, keep_completions: bool = False) -> tuple[dict, list[ProblemResult]]:
     """Sample `n` responses per problem and score them (`encode(problem)`: the prompt's token ids, e.g. through the
     chat template, `tasks.chat.prompt_encoder`; default the prompt text as it is).
 
@@ -48,7 +50,8 @@ def evaluate(model, tokenizer, problems: Sequence, task, *, n: int, ks: Sequence
     `entropy` (mean token entropy of the sampled distribution), `length` (mean response tokens), `errors`
     and `timeouts` of the reward function, `problems`, `n`. With `analyze`, also `unsolvable@n` (problems with no
     correct sample, paper 004's k-rollout unsolvable set for k = n), `branching` (mean rollout branching factor,
-    docs/methods.md §8b) and `entropy/by_position` (mean token entropy in 10 relative-position bins).
+    docs/methods.md §8b) and `entropy/by_position` (mean token entropy in 10 relative-position bins). With
+    `keep_completions`, each `ProblemResult` keeps its sampled texts (`completions`).
     """
     from explorl.analysis.measures import entropy_by_position
 
@@ -94,7 +97,8 @@ def evaluate(model, tokenizer, problems: Sequence, task, *, n: int, ks: Sequence
                 rewards=rewards, mean_entropy=sum(ent_rows[i] for i in rows) / len(rows),
                 mean_length=sum(lengths[i] for i in rows) / len(rows),
                 mean_branching=None if bf_rows is None else sum(bf_rows[i] for i in rows) / len(rows),
-                well_formatted=sum(not format_issue(texts[i]) for i in rows)))
+                well_formatted=sum(not format_issue(texts[i]) for i in rows),
+                completions=[texts[i] for i in rows] if keep_completions else None))
         if progress is not None:
             progress(len(chunk))
     summary: dict = {"problems": len(results), "n": n}
@@ -102,7 +106,8 @@ def evaluate(model, tokenizer, problems: Sequence, task, *, n: int, ks: Sequence
         summary[f"pass@{k}"] = sum(pass_at_k(n, sum(r.correct), k) for r in results) / max(len(results), 1)
     summary[f"avg@{n}"] = sum(sum(r.correct) / n for r in results) / max(len(results), 1)
     for k in ks:
-        summary[f"maj@{k}"] = sum(maj_at_k(r.answers, r.correct, k, seed=seed) for r in results) / max(len(results), 1)
+        summary[f"maj@{k}"] = sum(maj_at_k(vote_keys(r.answers, r.correct), r.correct, k, seed=seed)
+                                  for r in results) / max(len(results), 1)
     for k in ks:  # all k of k samples correct, unbiased (EAD's worst@k, paper 003 Figs. 4-5)
         summary[f"worst@{k}"] = sum(worst_at_k(n, sum(r.correct), k) for r in results) / max(len(results), 1)
     summary["format_rate"] = sum(r.well_formatted for r in results) / max(len(results) * n, 1)
@@ -140,3 +145,34 @@ def response_branching(model, ro, temperature: float | torch.Tensor, top_p: floa
         bf = branching_factor(torch.softmax(logits / temp, dim=-1), top_p=top_p).float()
         out.append((bf * mask).sum(-1) / mask.sum(-1).clamp_min(1))
     return torch.cat(out) if out else torch.zeros(0)
+
+
+def curve_ks(n: int) -> list[int]:
+    """The k of a pass@k / maj@k curve from n samples per problem: powers of two below n, and n."""
+    ks, k = [], 1
+    while k < n:
+        ks.append(k)
+        k *= 2
+    return ks + [n]
+
+
+def k_curves(results: Sequence[ProblemResult], *, seed: int = 0, n_boot: int = 1000) -> dict:
+    """pass@k and maj@k against k (`curve_ks(n)`) with 95% percentile-bootstrap intervals over problems
+    (`metrics.bootstrap_ci`; paper 004 Fig. 1a, paper 003 Fig. 9, paper 000 Fig. 8).
+
+    pass@k is the unbiased estimator from all n samples (Chen et al.); maj@k votes over k-subsets (`maj_at_k`),
+    equivalent answers pooled (`metrics.vote_keys`).
+    Returns `{"k": [...], "pass@k": [[mean, lo, hi], ...], "maj@k": [[mean, lo, hi], ...]}`.
+    """
+    if not results:
+        raise ValueError("k_curves: no problems")
+    n = min(len(r.correct) for r in results)
+    ks = curve_ks(n)
+    out: dict = {"k": ks, "pass@k": [], "maj@k": []}
+    votes_of = [vote_keys(r.answers, r.correct) for r in results]
+    for k in ks:
+        passes = [pass_at_k(len(r.correct), sum(r.correct), k) for r in results]
+        majs = [maj_at_k(votes, r.correct, k, seed=seed) for r, votes in zip(results, votes_of)]
+        out["pass@k"].append(list(bootstrap_ci(passes, n_boot=n_boot, seed=seed)))
+        out["maj@k"].append(list(bootstrap_ci(majs, n_boot=n_boot, seed=seed)))
+    return out

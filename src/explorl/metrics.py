@@ -15,13 +15,14 @@ import itertools
 import math
 import operator
 import random
+import re
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 
 import torch
 from torch import Tensor
 
 __all__ = [
-    "pass_at_k", "worst_at_k", "avg_at_k", "maj_at_k", "pass_at_k_table", "branching_factor", "token_entropy",
+    "pass_at_k", "worst_at_k", "avg_at_k", "maj_at_k", "vote_keys", "pass_at_k_table", "branching_factor", "token_entropy",
 ]
 
 
@@ -132,6 +133,35 @@ def maj_at_k(
         subsets = (rng.sample(range(n), k) for _ in range(max_subsets))
         count = max_subsets
     return sum(_majority_score(answers, correct, s) for s in subsets) / count
+
+
+CORRECT_VOTE = "\x00correct"
+"""The vote of every sample graded correct (`vote_keys`)."""
+_LATEX_NOISE = re.compile(r"\\left|\\right|\\[,!;: ]|\\displaystyle|\$|\s+")
+
+
+def vote_keys(answers: Sequence[str | None], correct: Sequence[bool]) -> list[str | None]:
+    """What each sample votes for in maj@k: equivalent answers must pool their votes.
+
+    Every answer graded correct is equivalent to the ground truth (that is what the grader checked, with
+    math-verify for the math reward), so they all vote `CORRECT_VOTE`, whatever their form (`1/2`, `0.5`,
+    `\\frac{1}{2}`). Wrong answers vote for their text with LaTeX spacing, `\\left`/`\\right`, `$` and
+    whitespace removed, `\\dfrac`/`\\tfrac` read as `\\frac`, and a trailing `.0...` dropped from a number. A
+    sample with no extracted answer (`None`) never votes, even when a custom reward graded it correct. Linear in
+    the answers' length (no parsing of model output).
+    """
+    if len(answers) != len(correct):
+        raise ValueError(f"answers and correct must have the same length, got {len(answers)} and {len(correct)}")
+    keys: list[str | None] = []
+    for a, c in zip(answers, correct):
+        if a is None:
+            keys.append(None)  # nothing extracted: no vote, even when a custom reward graded it correct
+        elif c:
+            keys.append(CORRECT_VOTE)
+        else:
+            text = _LATEX_NOISE.sub("", str(a)).replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+            keys.append(re.sub(r"^([+-]?\d+)\.0+$", r"\1", text))
+    return keys
 
 
 def pass_at_k_table(results: Mapping[Hashable, Sequence[bool]], ks: Iterable[int]) -> dict[str, float]:

@@ -409,7 +409,7 @@ def check_run_inputs(cfg: Config, *, resume: str | Path | None = None) -> list[t
     before every run, with and without `--dry-run`.
     """
     from explorl.algos.registry import lookup
-    from explorl.rewards import resolve_reward
+    from explorl.rewards import resolve_reward, reward_entries
 
     lines = [("model.device", str(resolve_device(cfg.model.device)))]
     lines.append(("model.path", check_model_dir(cfg.model)))
@@ -420,9 +420,10 @@ def check_run_inputs(cfg: Config, *, resume: str | Path | None = None) -> list[t
     else:
         train, eval_, *_ = entry.fn(cfg.task)
         lines.append(("task", f"{cfg.task.name}: {len(train)} training and {len(eval_)} held-out problems"))
-    if cfg.task.reward not in ("auto", "math", "exact"):
-        resolve_reward(cfg.task.reward, (None, True))
-        lines.append(("task.reward", f"{cfg.task.reward} imports and is callable"))
+    for entry in reward_entries(cfg.task.reward):
+        if entry not in ("auto", "math", "exact"):
+            resolve_reward(entry, (None, True))
+            lines.append(("task.reward", f"{entry} imports and is callable"))
     if cfg.run.plugins:
         lines.append(("run.plugins", f"{', '.join(cfg.run.plugins)} imported"))
     if cfg.run.report_to:

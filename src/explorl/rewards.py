@@ -9,13 +9,18 @@ counted instead of crashing the run.
 - `math_check`: the same check run in the current process (the function the workers call).
 - `exact_reward`, `int_reward`: cheap in-process checks.
 - `RewardRunner`: scores a batch, isolated (in parallel across the worker pool) or in-process; every failure
-  comes back with its text (`RewardResult.failures`); `resolve_reward`: maps `task.reward` to a function.
+  comes back with its text (`RewardResult.failures`); `resolve_reward`: maps one `task.reward` entry to a function.
+- Rewards as TRL users write them: `WeightedRewards`, several functions scored as their weighted sum (TRL's
+  `reward_funcs` with `reward_weights`; `resolve_rewards` builds it from `task.reward` and `task.reward_weights`),
+  each function's scores kept apart for the `reward/<name>` metrics; `batched`, the mark of a reward called once
+  per batch as `fn(completions, answers, **meta) -> list[float]`.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import math
 import numbers
 import os
@@ -206,8 +211,8 @@ class RewardFailure:
         if self.kind == "error" and self.detail != self.message:
             where = [line for line in self.detail.splitlines() if line.startswith("  File ")]
             return "\n".join(["error", self.message.split("(", 1)[0], *where])
-        if self.kind == "value":
-            return "value:" + self.message.split(":", 1)[0]
+        if self.kind == "value":  # the function's name (several rewards) and the type of the bad value
+            return "value:" + self.message.split(": returned", 1)[0]
         return f"{self.kind}:{self.message}"
 
 
@@ -220,6 +225,9 @@ class RewardResult:
     errors: int = 0
     timeouts: int = 0
     failures: list[RewardFailure] = field(default_factory=list)
+    by_function: dict[str, list[float]] = field(default_factory=dict)
+    """With several reward functions (`WeightedRewards`): each function's own scores (unweighted, failures 0),
+    by metric name; empty for a single function."""
 
 
 def _as_score(value: Any) -> float | None:
@@ -234,11 +242,14 @@ def _as_score(value: Any) -> float | None:
     return None
 
 
+def _short_repr(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _bad_value(value: Any) -> str:
     """Why a returned value is not a score, in one line."""
-    text = repr(value)
-    text = text if len(text) <= 80 else text[:77] + "..."
-    return f"{type(value).__name__}: returned {text}, not a finite number (a reward must be a float)"
+    return f"{type(value).__name__}: returned {_short_repr(value)}, not a finite number (a reward must be a float)"
 
 
 def _excerpt(text: Any) -> str:
@@ -251,14 +262,37 @@ def _apply(fn: Callable, completion: str, answer: str, meta: dict) -> Any:
     return fn(completion, answer, **meta)
 
 
+def _apply_batched(fn: Callable, completions: list[str], answers: list[str], columns: dict) -> Any:
+    """Call a batched reward function once on the whole batch (the function the pool runs for one)."""
+    return fn(completions, answers, **columns)
+
+
+def _as_scores(value: Any) -> list | None:
+    """A batched reward's return value as a list (list, tuple, 1-d array or tensor), or None if it is not one."""
+    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__len__") or getattr(value, "shape", None) == ():
+        return None
+    try:
+        return list(value)
+    except TypeError:
+        return None
+
+
 class RewardRunner:
-    """Scores batches with `fn(completion, answer, **meta)`.
+    """Scores batches with `fn(completion, answer, **meta)`, a batched `fn` or a `WeightedRewards`.
 
     `isolate=True` runs the samples in parallel in the shared worker pool (`workers` processes; None or 0:
     `sandbox.default_workers()`, one per CPU, 2 to 16) with a hard limit of `timeout_s` per sample, so a batch
     of n hanging samples takes about `timeout_s * ceil(n / workers)`; `isolate=False` calls `fn` here (for fast
     pure functions such as `int_reward`). Exceptions, timeouts and values that are not finite numbers score 0.0,
     are counted, and are described in `RewardResult.failures` (with the traceback of an exception).
+
+    A batched function (`is_batched`) is called once per batch, in one worker with the limit of the whole batch,
+    `timeout_s * ceil(n / workers)` (or here); if it raises or times out every sample fails, if it returns the
+    wrong number of scores every sample fails as a `value` failure, and each score that is not a finite number
+    fails on its own. A `WeightedRewards` scores each of its functions as above, each isolated or not as its
+    `RewardPart.isolate` says (the runner's `isolate` applies to a plain function only), one function after the
+    other; the reward is the weighted sum, and `errors` and `timeouts` count failed calls (a sample on which two
+    functions fail counts twice), each failure's message starting with its function's name.
     """
 
     def __init__(self, fn: Callable, *, isolate: bool, timeout_s: float = 5.0, workers: int | None = None):
@@ -272,35 +306,210 @@ class RewardRunner:
         if not len(completions) == len(answers) == len(metas):
             raise ValueError(f"RewardRunner: {len(completions)} completions, {len(answers)} answers, "
                              f"{len(metas)} metas")
-        result = RewardResult(rewards=[])
-        if self.isolate:
-            preload = (self.fn.__module__, *getattr(self.fn, "preload", ()))
+        if not isinstance(self.fn, WeightedRewards):
+            rewards, failures = self._score(self.fn, self.isolate, completions, answers, metas)
+            return self._result(rewards, failures)
+        parts = self.fn.parts
+        total: list[float] = []
+        failures, by_function = [], {}
+        for k, part in enumerate(parts):
+            scores, failed = self._score(part.fn, part.isolate, completions, answers, metas)
+            weighted = [part.weight * x for x in scores]
+            total = weighted if k == 0 else [t + x for t, x in zip(total, weighted)]
+            if len(parts) > 1:
+                by_function[part.name] = scores
+                for f in failed:
+                    f.message = f"{part.name}: {f.message}"
+            failures += failed
+        failures.sort(key=lambda f: f.index)  # batch order; stable, so function order within a sample
+        result = self._result(total, failures)
+        result.by_function = by_function
+        return result
+
+    @staticmethod
+    def _result(rewards: list[float], failures: list[RewardFailure]) -> RewardResult:
+        timeouts = sum(f.kind == "timeout" for f in failures)
+        return RewardResult(rewards, len(failures) - timeouts, timeouts, failures)
+
+    def _score(self, fn: Callable, isolate: bool, completions: list[str], answers: list[str],
+               metas: list[dict]) -> tuple[list[float], list[RewardFailure]]:
+        """One function's scores of the batch (0.0 where it failed) and its failures, in batch order."""
+        if not completions:
+            return [], []
+        if is_batched(fn):
+            return self._score_batched(fn, isolate, completions, answers, metas)
+        if isolate:
+            preload = (fn.__module__, *getattr(fn, "preload", ()))
             outcomes = shared_pool(self.workers).map(
-                _apply, [(self.fn, c, a, m) for c, a, m in zip(completions, answers, metas)],
+                _apply, [(fn, c, a, m) for c, a, m in zip(completions, answers, metas)],
                 timeout_s=self.timeout_s, preload=preload)
         else:
-            outcomes = [self._call_here(c, a, m) for c, a, m in zip(completions, answers, metas)]
+            outcomes = [self._call_here(fn, (c, a), m) for c, a, m in zip(completions, answers, metas)]
+        scores, failures = [], []
         for i, o in enumerate(outcomes):
             score = _as_score(o.value) if o.ok else None
-            result.rewards.append(0.0 if score is None else score)
+            scores.append(0.0 if score is None else score)
             if score is not None:
                 continue
             if o.timed_out:
-                result.timeouts += 1
                 kind, message = "timeout", f"timed out after {self.timeout_s:g} s (task.reward_timeout_s)"
             else:
-                result.errors += 1
                 kind, message = ("error", str(o.error)) if not o.ok else ("value", _bad_value(o.value))
-            result.failures.append(RewardFailure(i, kind, message, o.traceback or message,
-                                                 _excerpt(completions[i]), _excerpt(answers[i])))
-        return result
+            failures.append(RewardFailure(i, kind, message, o.traceback or message,
+                                          _excerpt(completions[i]), _excerpt(answers[i])))
+        return scores, failures
 
-    def _call_here(self, completion: str, answer: str, meta: dict) -> Outcome:
+    def _score_batched(self, fn: Callable, isolate: bool, completions: list[str], answers: list[str],
+                       metas: list[dict]) -> tuple[list[float], list[RewardFailure]]:
+        """`_score` of a batched function: one call with the whole batch; meta as one list per key (None where a
+        sample lacks the key), as TRL passes dataset columns."""
+        n = len(completions)
+        keys = dict.fromkeys(k for m in metas for k in m)
+        columns = {k: [m.get(k) for m in metas] for k in keys}
+        limit = self.timeout_s * math.ceil(n / self.workers)
+        if isolate:
+            preload = (fn.__module__, *getattr(fn, "preload", ()))
+            (o,) = shared_pool(self.workers).map(_apply_batched, [(fn, list(completions), list(answers), columns)],
+                                                 timeout_s=limit, preload=preload)
+        else:
+            o = self._call_here(fn, (list(completions), list(answers)), columns)
+
+        def all_fail(kind: str, message: str, detail: str) -> tuple[list[float], list[RewardFailure]]:
+            return [0.0] * n, [RewardFailure(i, kind, message, detail, _excerpt(completions[i]),
+                                             _excerpt(answers[i])) for i in range(n)]
+
+        if o.timed_out:
+            message = (f"batched reward timed out after {limit:g} s (task.reward_timeout_s x ceil({n} samples / "
+                       f"{self.workers} workers))")
+            return all_fail("timeout", message, message)
+        if not o.ok:
+            return all_fail("error", str(o.error), o.traceback or str(o.error))
+        values = _as_scores(o.value)
+        if values is None or len(values) != n:
+            what = f"{len(values)} scores" if values is not None else _short_repr(o.value)
+            message = (f"{type(o.value).__name__}: returned {what} for {n} completions; a batched reward must "
+                       f"return a list of {n} finite numbers, one per completion, in order")
+            return all_fail("value", message, message)
+        scores, failures = [], []
+        for i, v in enumerate(values):
+            score = _as_score(v)
+            scores.append(0.0 if score is None else score)
+            if score is None:
+                message = f"{_bad_value(v)} (score {i} of a batched reward)"
+                failures.append(RewardFailure(i, "value", message, message, _excerpt(completions[i]),
+                                              _excerpt(answers[i])))
+        return scores, failures
+
+    @staticmethod
+    def _call_here(fn: Callable, args: tuple, meta: dict) -> Outcome:
         """In-process call."""
         try:
-            return Outcome(value=self.fn(completion, answer, **meta))
+            return Outcome(value=fn(*args, **meta))
         except Exception as e:
             return Outcome(error=repr(e), traceback=traceback.format_exc())
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# several reward functions, batched ones
+
+
+def batched(fn: Callable) -> Callable:
+    """Mark `fn` as a batched reward, called once per batch: `fn(completions: list[str], answers: list[str],
+    **meta) -> list[float]`, one score per completion in order; each meta key holds one value per completion
+    (None where a sample lacks it), as TRL passes dataset columns. Returns `fn` itself (with `fn.batched = True`),
+    so it stays importable by name for the worker pool."""
+    fn.batched = True  # type: ignore[attr-defined]
+    return fn
+
+
+def is_batched(fn: Callable) -> bool:
+    """Whether `fn` scores a whole batch per call: marked with `@batched` (a true `batched` attribute), or its first
+    parameter is named `completions`, as TRL's reward functions are written."""
+    if getattr(fn, "batched", False):
+        return True
+    try:
+        params = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return False
+    return bool(params) and params[0] == "completions"
+
+
+@dataclass(frozen=True)
+class RewardPart:
+    """One function of a `WeightedRewards`."""
+
+    name: str
+    """Metric name, logged as `reward/<name>` (`reward_metric_name` of its `task.reward` entry)."""
+    fn: Callable
+    """`fn(completion, answer, **meta) -> float`, or a batched function (`is_batched`)."""
+    isolate: bool
+    """Whether `fn` runs in the worker pool."""
+    weight: float = 1.0
+    """Its weight in the sum."""
+
+
+class WeightedRewards:
+    """Several reward functions scored as one: reward = sum_i weight_i * r_i, r_i the score of function i (0.0 where
+    it failed), as TRL's `reward_funcs` with `reward_weights`. `RewardRunner` scores each function on the batch
+    and keeps each one's scores (`RewardResult.by_function`); calling the object scores one sample here."""
+
+    def __init__(self, parts: list[RewardPart]):
+        if not parts:
+            raise ValueError("WeightedRewards: no reward functions")
+        self.parts = list(parts)
+
+    @property
+    def isolate(self) -> bool:
+        """True when any of the functions runs in the worker pool."""
+        return any(p.isolate for p in self.parts)
+
+    def __call__(self, completion: str, answer: str, **meta: Any) -> float:
+        """The weighted sum for one sample, every function called in this process, without time limit; an exception
+        propagates (for direct use such as `analysis.impact`; training and evaluation use `RewardRunner`)."""
+        total = 0.0
+        for k, p in enumerate(self.parts):
+            if is_batched(p.fn):
+                value = p.fn([completion], [answer], **{key: [v] for key, v in meta.items()})[0]
+            else:
+                value = p.fn(completion, answer, **meta)
+            total = p.weight * float(value) if k == 0 else total + p.weight * float(value)
+        return total
+
+    def __repr__(self) -> str:
+        return "WeightedRewards(" + ", ".join(f"{p.weight:g} * {p.name}" for p in self.parts) + ")"
+
+
+def reward_entries(spec: str | list[str]) -> list[str]:
+    """The entries of `task.reward`: a list as it is, a string split at commas (`math,my_rewards:fmt`)."""
+    if isinstance(spec, str):
+        return [x.strip() for x in spec.split(",")] if "," in spec else [spec]
+    return list(spec)
+
+
+def reward_metric_name(entry: str) -> str:
+    """The `<name>` of a reward's `reward/<name>` metric: its `task.reward` entry with `:` written `.` and anything
+    other than letters, digits, `_`, `.` and `-` written `_` (`my_rewards:fmt` -> `my_rewards.fmt`)."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", entry.strip().replace(":", "."))
+
+
+def resolve_rewards(spec: str | list[str], weights: list[float] | None,
+                    task_default: tuple[Callable, bool]) -> tuple[Callable, bool]:
+    """Map `task.reward` and `task.reward_weights` to (fn, isolate): a single unweighted per-sample function as
+    `resolve_reward` gives it, anything else (several functions, a weight other than 1, a batched function) as a
+    `WeightedRewards`. ValueError names the field."""
+    entries = reward_entries(spec)
+    if not entries:
+        raise ValueError("task.reward: name at least one reward function (auto, math, exact or module:function)")
+    weights = [1.0] * len(entries) if weights is None else [float(w) for w in weights]
+    if len(weights) != len(entries):
+        raise ValueError(f"task.reward_weights: {len(weights)} weight(s) for {len(entries)} reward function(s) in "
+                         f"task.reward; give one weight per entry, in order (or null for all 1)")
+    resolved = [resolve_reward(e, task_default) for e in entries]
+    if len(entries) == 1 and weights[0] == 1.0 and not is_batched(resolved[0][0]):
+        return resolved[0]
+    combined = WeightedRewards([RewardPart(reward_metric_name(e), fn, isolate, w)
+                                for e, (fn, isolate), w in zip(entries, resolved, weights)])
+    return combined, combined.isolate
 
 
 def resolve_reward(spec: str, task_default: tuple[Callable, bool]) -> tuple[Callable, bool]:

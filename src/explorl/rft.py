@@ -14,30 +14,37 @@ import random
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
-from explorl.bootstrap import ensure_embedded, sft_batch, sft_example
+from explorl.bootstrap import ensure_embedded
 from explorl.config import Config, dump_yaml
 from explorl.evaluate import decode_responses, evaluate, response_branching
 from explorl.models import load_policy
 from explorl.rewards import RewardRunner
 from explorl.rollout.sampler import sample
+from explorl.supervised import sft_batch, sft_example, supervised_step
 from explorl.tasks import load_task
 from explorl.tasks.chat import prompt_encoder, prompt_text
 
 
 def select_samples(candidates: list[dict], strategies: list[str], *, noisy_frac: float, select_frac: float,
-                   rng: random.Random) -> list[dict]:
+                   rng: random.Random, select_count: int = 0) -> list[dict]:
     """Choose the fine-tuning data of one iteration from scored candidates.
 
     Each candidate has `correct`, `passes_filter`, `entropy`, `branching`. Correct samples that pass the rule
-    filters are the base set; `entropy` / `branching` keep the top `select_frac` of them by that score; `noisy` adds
-    incorrect filtered samples numbering `noisy_frac` of the kept correct ones (at least one when any exist).
+    filters are the base set; `entropy` / `branching` keep the top `select_frac` of them by that score, or the top
+    `select_count` when it is > 0; without those strategies `select_count > 0` keeps a random `select_count` of
+    them (all when fewer). `noisy` adds incorrect filtered samples numbering `noisy_frac` of the kept correct ones
+    (at least one when any exist).
     """
     good = [c for c in candidates if c["correct"] and c["passes_filter"]]
+    ranked = False
     for key in ("entropy", "branching"):
         if key in strategies and good:
-            good = sorted(good, key=lambda c: -c[key])[:max(1, int(round(select_frac * len(good))))]
+            keep = select_count if select_count > 0 else max(1, int(round(select_frac * len(good))))
+            good = sorted(good, key=lambda c: -c[key])[:keep]
+            ranked = True
+    if select_count > 0 and not ranked and len(good) > select_count:
+        good = rng.sample(good, select_count)
     chosen = list(good)
     if "noisy" in strategies:
         wrong = [c for c in candidates if not c["correct"] and c["passes_filter"]]
@@ -48,22 +55,18 @@ def select_samples(candidates: list[dict], strategies: list[str], *, noisy_frac:
 
 def finetune(model, tok, samples: list[dict], *, epochs: int, lr: float, batch_size: int,
              generator: torch.Generator) -> float:
-    """Supervised fine-tuning on (prompt, response) pairs, loss on response tokens and EOS. Returns the last loss."""
+    """Supervised fine-tuning on (prompt, response) pairs, loss on response tokens and EOS (the supervised step of
+    `explorl sft`, constant `lr`, gradient norm clipped at 1). Returns the last loss."""
     device = next(model.parameters()).device
     seqs, starts = map(list, zip(*[sft_example(tok, c["prompt"], c["response"]) for c in samples]))
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
     model.train()
-    loss = torch.tensor(0.0)
+    loss = 0.0
     for _ in range(epochs):
         for idx in torch.randperm(len(seqs), generator=generator).split(batch_size):
-            ids, attn, labels = (x.to(device) for x in sft_batch(seqs, starts, idx.tolist(), tok.pad_token_id))
-            logits = model(input_ids=ids, attention_mask=attn).logits
-            loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(), labels[:, 1:].reshape(-1))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-    return float(loss.detach())
+            batch = tuple(x.to(device) for x in sft_batch(seqs, starts, idx.tolist(), tok.pad_token_id))
+            loss = supervised_step(model, opt, [batch], grad_clip=1.0)
+    return loss
 
 
 def run_rft(cfg: Config, *, console) -> Path:
@@ -92,7 +95,8 @@ def run_rft(cfg: Config, *, console) -> Path:
 
     def held_out(iteration: int) -> dict:
         summary, _ = evaluate(model, tok, task.eval, task, n=r.eval_n, ks=r.eval_k, temperature=r.eval_temperature,
-                              max_new_tokens=s.max_new_tokens, seed=r.seed + 7919 * (iteration + 1),
+                              top_p=f.eval_top_p, max_new_tokens=s.max_new_tokens,
+                              seed=r.seed + 7919 * (iteration + 1),
                               reward_timeout_s=cfg.task.reward_timeout_s, fast_path=s.fast_path, encode=encode)
         return summary
 
@@ -119,7 +123,8 @@ def run_rft(cfg: Config, *, console) -> Path:
                 cut = cut_after_first_box(text)
                 candidates.append({"prompt": text_of(chunk[group[i]]), "response": cut, "correct": rr.rewards[i] > 0.5,
                                    "passes_filter": rft_filter(cut), "entropy": ent[i], "branching": bf[i]})
-        chosen = select_samples(candidates, f.strategies, noisy_frac=f.noisy_frac, select_frac=f.select_frac, rng=rng)
+        chosen = select_samples(candidates, f.strategies, noisy_frac=f.noisy_frac, select_frac=f.select_frac, rng=rng,
+                                select_count=f.select_count)
         loss = finetune(model, tok, chosen, epochs=f.epochs, lr=f.lr, batch_size=f.batch_size,
                         generator=cpu_gen) if chosen else float("nan")
         record = {"iteration": it, "selected": len(chosen),

@@ -69,7 +69,8 @@ STEP_METRICS: dict[str, str] = {
 # (algo.entropy_coef != 0), temperature/tau|h_target|h_init|clamped (E3 schedule), temperature/ead_d|ead_min|
 # at_min_frac (EAD, RevEAD), temperature/adaptive_factor_min|max (adaptive schedule), is/* (algo.tis),
 # rollouts/dapo_rounds|dapo_kept_frac (DAPO sampling), loss/clip_cov_frac, loss/kl_cov_frac (those losses),
-# loss/dual_clip_frac (algo.dual_clip_c), eval/* (run.eval_every > 0, and once after the last step).
+# loss/dual_clip_frac (algo.dual_clip_c), reward/<name> (several task.reward functions: each one's mean, unweighted),
+# eval/* (run.eval_every > 0, and once after the last step).
 
 
 def rollout_metrics(ro, rewards: torch.Tensor, entropy: torch.Tensor, advantages: torch.Tensor) -> dict:
@@ -336,9 +337,10 @@ class RewardFailureLog:
                 new.append(f)
         logged = new[:max(0, self.MAX_DISTINCT - len(self.seen))]
         self.seen.update(f.key for f in new)
+        failed = len({f.index for f in failures})  # samples (several reward functions may fail on one)
         if logged:
-            self._write(step, logged, len(failures), scored, truncated=len(logged) < len(new))
-        counts = f"{len(failures)} of {scored} samples ({len(failures) - timeouts} errors, {timeouts} timeouts)"
+            self._write(step, logged, failed, scored, truncated=len(logged) < len(new))
+        counts = f"{failed} of {scored} samples ({len(failures) - timeouts} errors, {timeouts} timeouts)"
         if self.first is None:
             self.first = failures[0]
             self.console.print(f"[bold red]reward function failed[/] at step {step} on {counts}; the first "

@@ -39,7 +39,7 @@ from explorl.algos.batch import RolloutBatch
 from explorl.algos.losses import micro_batch_share
 from explorl.algos.registry import lookup
 from explorl.algos.step import PreparedBatch, compute_advantages, policy_objective, requirements, single_update_shortcut
-from explorl.config import Config, ConfigError, ModelConfig, dump_yaml, load_config, to_dict
+from explorl.config import Config, ConfigError, ModelConfig, dump_yaml, eval_set_task, load_config, to_dict
 from explorl.evaluate import evaluate
 from explorl.models import check_run_inputs, load_policy, make_reference, reference_mode
 from explorl.rewards import RewardRunner
@@ -270,8 +270,9 @@ def _restore(log: RunLog, model, optimizer, scheduler, stream, controllers, gens
 
 def _stop_if_rewards_failed(step: int, got, cfg: Config, log: RunLog, last_checkpoint: str) -> None:
     """RunStopped, before the step's update, when more than `task.max_reward_failure_frac` of its samples' rewards
-    failed or timed out: such a step would train on zeros."""
-    failed = got.errors + got.timeouts
+    failed or timed out: such a step would train on zeros. A sample counts once however many of several reward
+    functions failed on it."""
+    failed = len({f.index for f in got.failures})
     if failed <= cfg.task.max_reward_failure_frac * got.scored:
         return
     raise RunStopped(
@@ -312,6 +313,10 @@ def train(cfg: Config, *, resume: str | Path | None = None, console=None, progre
     model, tok, device = load_policy(cfg.model)
     task = load_task(cfg.task)
     encode = prompt_encoder(tok, cfg.task)
+    eval_sets = {}  # name -> (task, prompt encoder, TaskConfig): run.eval_sets, evaluated beside task.eval
+    for name in r.eval_sets:
+        set_cfg = eval_set_task(cfg, name)
+        eval_sets[name] = (load_task(set_cfg), prompt_encoder(tok, set_cfg), set_cfg)
     if cfg.task.chat_template == "auto":  # the run's config says what `auto` resolved to
         cfg.task.chat_template = "on" if encode.chat else "off"
         log.write_config(dump_yaml(cfg))
@@ -344,9 +349,12 @@ def train(cfg: Config, *, resume: str | Path | None = None, console=None, progre
         return str(ckpts[-1]) if ckpts else "none yet, so a resume starts over from step 1"
 
     def run_eval(step: int) -> dict:
-        summary, _ = evaluate(model, tok, task.eval, task, n=r.eval_n, ks=r.eval_k, temperature=r.eval_temperature,
-                              top_p=s.top_p, max_new_tokens=s.max_new_tokens, seed=r.seed + 10_007 * (step + 1),
-                              reward_timeout_s=cfg.task.reward_timeout_s, fast_path=s.fast_path, encode=encode)
+        summary = {}
+        for name, (t, enc, t_cfg) in {"": (task, encode, cfg.task), **eval_sets}.items():
+            result, _ = evaluate(model, tok, t.eval, t, n=r.eval_n, ks=r.eval_k, temperature=r.eval_temperature,
+                                 top_p=s.top_p, max_new_tokens=s.max_new_tokens, seed=r.seed + 10_007 * (step + 1),
+                                 reward_timeout_s=t_cfg.reward_timeout_s, fast_path=s.fast_path, encode=enc)
+            summary.update({f"{name}/{k}" if name else k: v for k, v in result.items()})
         model.train()
         return summary
 

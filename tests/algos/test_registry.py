@@ -100,7 +100,10 @@ def test_the_public_functions_defaults_are_the_configs():
     pairs += [(lookup("policy_loss", name).fn, lookup("policy_loss", name).kwargs) for name in names("policy_loss")]
     pairs += [(A.ppl_shaped, {"alpha": "ppl_alpha", "iqr_filter": "ppl_iqr_filter", "clamp": "ppl_clamp"}),
               (A.position_shaped, {"gamma": "position_gamma", "m": "position_m", "d": "position_d",
-                                   "cap_frac": "position_cap_frac"}),
+                                   "n": "position_n", "cap_frac": "position_cap_frac"}),
+              (A.cov_weights, {"bandwidth": "cw_bandwidth"}), (A.cov_weighted, {"bandwidth": "cw_bandwidth"}),
+              (A.cov_weights_grouped, {"bandwidth": "cw_bandwidth"}),
+              (A.cov_weights_balanced, {"bandwidth": "cw_bandwidth"}),
               (A.entropy_shaped, {"alpha": "entropy_adv_alpha", "kappa": "entropy_adv_kappa"}),
               (A.grpo, {"eps": "adv_eps"}), (L.forking_mask, {"top_frac": "forking_top_frac"}),
               (L.tis_weights, {"cap": "tis_cap"})]
@@ -135,7 +138,7 @@ def test_an_entrys_check_runs_at_validation():
     with pytest.raises(ConfigError, match="passk_k"):
         load_config(None, ["algo.advantage=passk", "algo.passk_k=9"])
     with pytest.raises(ConfigError, match="task.difficulties"):
-        load_config(None, ["task.difficulties=[9]"])
+        load_config(None, ["task.difficulties=[13]"])
     with pytest.raises(ConfigError, match="ead_tau_min"):
         load_config(None, ["sampling.schedule=revead", "sampling.ead_tau_min=0"])
 

@@ -8,6 +8,7 @@ agree to 1e-6 absolute (sums over a few hundred tokens), gradients to 1e-6.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import replace
 
@@ -27,6 +28,8 @@ from explorl.algos.batch import MissingInputError  # noqa: E402
 from explorl.config import AlgoConfig, ConfigError  # noqa: E402
 from explorl.integrations.verl import REGISTERED, TRAINER_REGISTERED, explorl_advantages  # noqa: E402
 from explorl.integrations.verl.adapters import algo_config, loss_settings  # noqa: E402
+from explorl.integrations.verl.rollout import (RolloutControl, needs_control, observed_per_prompt,  # noqa: E402
+                                              rollout_config)
 
 ATOL = 1e-6
 
@@ -290,3 +293,241 @@ def test_each_verl_example_composes_with_verls_hydra_config(recipe):
         assert cfg.trainer.v1.trainer_mode == "explorl", "this method needs explorl's verl trainer"
     if needs.ref:
         assert cfg.actor_rollout_ref.actor.use_kl_loss, "verl computes reference log-probs only with a KL term"
+    settings = cfg.algorithm.get("explorl")
+    if needs_control(settings):  # sampling steered by explorl's controllers: validated, and in explorl's trainer
+        rollout = cfg.actor_rollout_ref.rollout
+        control = rollout_config(settings, temperature=rollout.temperature, group_size=rollout.n,
+                                 max_new_tokens=rollout.response_length, top_p=rollout.top_p, total_steps=100)
+        assert cfg.trainer.v1.trainer_mode == "explorl"
+        if control.sampling.schedule in ("ead", "revead") or control.sampling.adaptive_base in ("ead", "revead"):
+            assert "explorl.integrations.vllm:EADLogitsProcessor" in rollout.engine_kwargs.vllm.logits_processors
+        if algo.tis:
+            assert rollout.calculate_log_probs, "TIS needs the log-probs vLLM sampled with"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# explorl's rollout controllers in verl: E3's temperature and budgets, EAD, per-prompt temperature
+
+E3_SETTINGS = {"sampling": {"schedule": "e3", "e3_anneal": True},
+               "budget": {"policy": "e3", "g_min_limit": 4, "g_max_limit": 12, "g_step": 2}}
+
+
+def e3_config(settings=E3_SETTINGS, steps: int = 8):
+    return rollout_config(settings, temperature=1.0, group_size=8, max_new_tokens=32, top_p=1.0, total_steps=steps)
+
+
+def test_rollout_settings_are_validated_with_verls_names():
+    with pytest.raises(ConfigError, match=r"algorithm\.explorl\.sampling\.temperature: verl sets this; set "
+                                          r"`actor_rollout_ref\.rollout\.temperature`"):
+        rollout_config({"sampling": {"temperature": 0.7}}, temperature=1.0, group_size=8, max_new_tokens=8,
+                       top_p=1.0, total_steps=1)
+    with pytest.raises(ConfigError, match=r"algorithm\.explorl\.sampling\.e3_etaa.*e3_eta"):
+        e3_config({"sampling": {"e3_etaa": 0.5}})
+    with pytest.raises(ConfigError, match=r"budget\.policy=dapo.*explorl train"):
+        e3_config({"budget": {"policy": "dapo"}})
+    with pytest.raises(ConfigError, match=r"algorithm\.explorl\.budget: need g_min_limit <= "
+                                          r"actor_rollout_ref\.rollout\.n <= g_max_limit, got 2, 8, 6"):
+        e3_config({"budget": {"policy": "e3", "g_min_limit": 2, "g_max_limit": 6}})
+    assert not needs_control({"erpo_gamma": 5.0}) and needs_control(E3_SETTINGS)
+    # the controller sections do not reach the estimator's AlgoConfig
+    assert algo_config({**E3_SETTINGS, "shapers": ["cw_group"]}).shapers == ["cw_group"]
+
+
+def test_rollout_control_steers_as_explorls_own_loop():
+    """Six steps of E3 (temperature controller + dynamic budgets, 12 prompts, 4 per step, so a new pass begins
+    at steps 3 and 6): the plan verl gets equals what explorl's loop (`collect_rollouts`: PromptStream, end of
+    pass, budgets, schedule) samples with, fed the same rewards and entropies."""
+    from explorl.rollout.controllers import Controllers, PromptStream
+
+    cfg = e3_config()
+    control = RolloutControl(cfg, vocab_size=1000, num_prompts=12)
+    own, stream = Controllers(cfg, 1000, 12), PromptStream(12, seed=3)
+    g = torch.Generator().manual_seed(0)
+    widened = []
+    for step in range(6):
+        epoch = stream.epoch
+        ids = stream.next(4)
+        if stream.epoch != epoch:
+            own.budget.end_of_pass()
+        budgets = own.budget.budgets(ids)
+        temp_arg, train_temp, _ = own.schedule.at(step)
+        plan = control.plan(step, ids)
+        assert plan.rollout_n == budgets and plan.train_temperature == train_temp
+        assert plan.temperature == [temp_arg] * 4 and plan.anneal == [None] * 4
+        assert sum(plan.rollout_n) == 4 * 8  # E3 redistributes a fixed total: verl's mini-batches stay whole
+        widened.append(control.controllers.budget.curriculum.bounds())
+        rewards = [(torch.rand(n, generator=g) < 0.3 + 0.1 * j).float().tolist() for j, n in enumerate(budgets)]
+        entropy = 0.5 + 0.3 * float(torch.rand((), generator=g))
+        for c in (own.budget, own.schedule):
+            c.observe_rewards(ids, rewards)
+        own.schedule.observe(step + 1, entropy)
+        control.observe(step, ids, rewards, entropy)
+    assert control.state_dict()["controllers"] == own.state_dict()
+    assert widened[0] == (4, 12) or widened[0] != widened[-1]  # the curriculum moved at a pass boundary
+    assert len(set(plan.rollout_n)) > 1 and plan.train_temperature != 1.0  # budgets and tau both moved
+
+
+def test_rollout_control_state_resumes_exactly():
+    cfg = e3_config()
+    first = RolloutControl(cfg, 1000, 8)
+    for step in range(3):
+        first.plan(step, [2 * step % 8, (2 * step + 1) % 8])
+        first.observe(step, [2 * step % 8, (2 * step + 1) % 8], [[1.0, 0.0] * 4, [0.0] * 8], 0.6 - 0.1 * step)
+    resumed = RolloutControl(cfg, 1000, 8)
+    resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))  # as saved in explorl_rollout.json
+    assert resumed.plan(3, [6, 7]) == first.plan(3, [6, 7])
+
+
+def test_prompt_indices_outside_the_dataset_are_refused():
+    with pytest.raises(ValueError, match=r"extra_info\.index"):
+        RolloutControl(e3_config(), 1000, 4).plan(0, [0, 9])
+
+
+def test_observed_per_prompt_by_hand():
+    # uids a, b, a, b, c: rewards on each response's last token; entropy mean over the 6 valid tokens
+    uids = np.array(["a", "b", "a", "b", "c"], dtype=object)
+    rewards = torch.tensor([[0, 1.0], [0, 0], [1.0, 0], [0, 0], [0, 1.0]])
+    mask = torch.tensor([[1, 1], [1, 0], [1, 0], [1, 0], [1, 0]])
+    entropy = torch.tensor([[0.6, 0.3], [0.9, 5.0], [0.3, 5.0], [0.6, 5.0], [0.9, 5.0]])
+    index = {"a": 4, "b": 0, "c": 2, "z": 1}
+    ids, per_prompt, h = observed_per_prompt(uids, index, rewards, entropy, mask)
+    assert ids == [4, 0, 2] and per_prompt == [[1.0, 1.0], [0.0, 0.0], [1.0]]
+    assert h == pytest.approx((0.6 + 0.3 + 0.9 + 0.3 + 0.6 + 0.9) / 6)
+    assert index == {"z": 1}  # observed prompts leave the map
+    with pytest.raises(KeyError, match="not planned"):
+        observed_per_prompt(uids, {}, rewards, entropy, mask)
+
+
+def _trainer_without_ray(tmp_path, settings, n_prompts=6):
+    """explorl's verl trainer with only what `_next_train_batch` reads (no Ray, no workers); verl's own
+    `_next_train_batch` replaced by a dataloader stand-in giving verl's batch layout."""
+    from transformers import Qwen2Config
+    from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
+    from verl.utils import tensordict_utils as tu
+
+    Qwen2Config(vocab_size=64, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                intermediate_size=16).save_pretrained(tmp_path)
+    cls = TRAINER_REGISTRY["explorl"]
+    trainer = object.__new__(cls)
+    trainer.config = OmegaConf.create({
+        "algorithm": {"explorl": settings},
+        "actor_rollout_ref": {"model": {"path": str(tmp_path)},
+                              "rollout": {"temperature": 1.0, "n": 8, "response_length": 32, "top_p": 1.0}},
+        "trainer": {"default_local_dir": str(tmp_path / "ckpt"), "resume_mode": "auto"}})
+    OmegaConf.set_struct(trainer.config, True)  # as verl's trainer sets it
+    trainer.train_dataset, trainer.total_training_steps, trainer.global_steps = [None] * n_prompts, 10, 1
+
+    def next_batch(self, num_prompts=None):
+        return tu.get_tensordict({"index": torch.tensor([4, 1]),
+                                  "uid": np.array(["u-a", "u-b"], dtype=object),
+                                  "raw_prompt": np.array([[{"role": "user", "content": "1+1"}]] * 2, dtype=object)})
+
+    parent = cls.__mro__[1]
+    return trainer, parent, next_batch
+
+
+def _per_prompt_kwargs(batch, i):
+    # how verl's agent-loop worker turns batch row i into the agent loop's keyword arguments
+    # (verl/trainer/ppo/v1/agent_loop_tq.py, AgentLoopWorkerTQ.generate_sequences)
+    from tensordict import NonTensorData, NonTensorStack
+
+    prompt = {}
+    for k, v in batch.items():
+        if isinstance(v, torch.Tensor):
+            prompt[k] = v[i]
+        elif isinstance(v, NonTensorStack):
+            prompt[k] = v[i].data
+        elif isinstance(v, NonTensorData):
+            prompt[k] = v.data
+    return prompt
+
+
+def test_the_trainer_plans_e3_and_the_agent_loop_samples_with_it(tmp_path, monkeypatch):
+    import asyncio
+
+    from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
+
+    from explorl.integrations.verl.agent_loop import ExplorlAgentLoop
+    from explorl.integrations.verl.rollout import AGENT_LOOP, ANNEAL_FIELD, TEMPERATURE_FIELD
+
+    trainer, parent, next_batch = _trainer_without_ray(tmp_path, E3_SETTINGS)
+    monkeypatch.setattr(parent, "_next_train_batch", next_batch)
+    control = None
+    for step in range(3):  # E3 moves tau after each observed batch; the trainer applies it to the actor
+        trainer.global_steps = step + 1
+        batch = trainer._next_train_batch()
+        control = trainer._control
+        assert trainer.config.actor_rollout_ref.rollout.temperature == control.controllers.schedule.controller.tau
+        control.observe(step, [4, 1], [[1.0] * 8, [0.0] * 8], 0.8 + 0.2 * step)  # entropy rises: tau falls
+    assert trainer.config.actor_rollout_ref.rollout.temperature < 1.0
+    assert batch["__rollout_n__"].tolist() == [8, 8] and ANNEAL_FIELD not in batch.keys()
+    assert trainer._prompt_index["u-a"] == 4 and trainer._prompt_index["u-b"] == 1
+
+    seen = {}
+
+    async def fake_run(self, sampling_params, priority=0, **kwargs):
+        seen.update(params=sampling_params, kwargs=kwargs)
+        return "output"
+
+    monkeypatch.setattr(SingleTurnAgentLoop, "run", fake_run)
+    prompt = _per_prompt_kwargs(batch, 0)
+    assert prompt["agent_name"] == AGENT_LOOP and int(prompt.pop("__rollout_n__")) == 8  # verl pops it
+    prompt.pop("agent_name")
+    loop = object.__new__(ExplorlAgentLoop)
+    base = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
+    assert asyncio.run(loop.run(dict(base), **prompt)) == "output"
+    assert seen["params"] == {**base, "temperature": pytest.approx(float(batch[TEMPERATURE_FIELD][0]))}
+    assert TEMPERATURE_FIELD not in seen["kwargs"] and seen["kwargs"]["raw_prompt"][0]["content"] == "1+1"
+
+
+def test_the_trainer_gives_ead_prompts_their_annealing(tmp_path, monkeypatch):
+    import asyncio
+
+    from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
+
+    from explorl.integrations.verl.agent_loop import ExplorlAgentLoop
+    from explorl.integrations.vllm import EAD_ARG, token_factors
+    from explorl.rollout.temperature import ead_schedule
+
+    trainer, parent, next_batch = _trainer_without_ray(tmp_path, {"sampling": {"schedule": "ead"}})
+    monkeypatch.setattr(parent, "_next_train_batch", next_batch)
+    trainer.global_steps = 4
+    batch = trainer._next_train_batch()
+    assert trainer.config.actor_rollout_ref.rollout.temperature == 1.0  # EAD trains at the base temperature
+    seen = {}
+
+    async def fake_run(self, sampling_params, priority=0, **kwargs):
+        seen.update(params=sampling_params)
+
+    monkeypatch.setattr(SingleTurnAgentLoop, "run", fake_run)
+    prompt = _per_prompt_kwargs(batch, 1)
+    for k in ("__rollout_n__", "agent_name"):
+        prompt.pop(k)
+    asyncio.run(object.__new__(ExplorlAgentLoop).run({"temperature": 1.0}, **prompt))
+    anneal = seen["params"]["extra_args"][EAD_ARG]
+    assert anneal["schedule"] == "ead" and anneal["step"] == 3  # verl's step 4 is explorl's 0-based step 3
+    # what vLLM's processor applies per token is explorl's own sampler table for that step (32 tokens)
+    factors = token_factors([anneal] * 32, list(range(32))) * seen["params"]["temperature"]
+    torch.testing.assert_close(factors, ead_schedule(3, 32), rtol=1e-6, atol=0)
+
+
+def test_the_trainer_refuses_a_dataset_that_picks_its_own_agent_loop(tmp_path, monkeypatch):
+    from verl.utils import tensordict_utils as tu
+
+    trainer, parent, next_batch = _trainer_without_ray(tmp_path, E3_SETTINGS)
+
+    def with_agent(self, num_prompts=None):
+        batch = next_batch(self)
+        tu.assign_non_tensor_data(batch, "agent_name", "tool_agent")
+        return batch
+
+    monkeypatch.setattr(parent, "_next_train_batch", with_agent)
+    with pytest.raises(ValueError, match="agent_name"):
+        trainer._next_train_batch()
+
+
+def test_without_controller_settings_the_trainer_leaves_sampling_to_verl(tmp_path, monkeypatch):
+    trainer, parent, next_batch = _trainer_without_ray(tmp_path, {"shapers": ["cw_group"]})
+    monkeypatch.setattr(parent, "_next_train_batch", next_batch)
+    batch = trainer._next_train_batch()
+    assert "__rollout_n__" not in batch.keys() and "agent_name" not in batch.keys()

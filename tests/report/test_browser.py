@@ -41,7 +41,9 @@ def _synthetic_run(path: Path, steps: int = 6) -> Path:
                       "entropy/pos": None if s == 1 else 0.8 / s, "entropy/neg": 1.1 / s,
                       "temperature/mean": 1.0, "temperature/at_min_frac": 0.1 * s,
                       "rollouts/per_prompt_min": 4, "rollouts/per_prompt_max": 8,
-                      "rollouts/per_prompt_mean": 6.0, "length/mean": 20.0 + s,
+                      "rollouts/per_prompt_mean": 6.0, "length/mean": 20.0 + s, "optim/grad_norm": 1.0 / s,
+                      "kl/mean": 0.01 * s, "loss/ppo_kl": 0.001, "loss/clip_frac_low": 0.02,
+                      "loss/clip_frac_high": 0.01,
                       "entropy/by_position": [0.5, 0.3, 0.2, 0.2, 0.2, 0.2, 0.2, 0.3, None, 0.6]})
         if s % 3 == 0:
             lines[-1].update({"eval/pass@1": 0.05 * s, "eval/pass@8": 0.1 * s})

@@ -319,3 +319,45 @@ def test_an_ead_run_logs_and_plots_the_share_of_tokens_at_the_floor(tiny_model_d
         assert 0.0 <= r["temperature/at_min_frac"] <= 5 / 24 + 1e-9
     report = analyze(run)
     assert {p.key for p in report.plots if p.path} == EXPECTED | SCHEDULE_ONLY
+
+
+def test_ema_by_hand():
+    from explorl.report.plots import ema
+
+    # m1 = 1; m2 = 0.5 * 1 + 0.5 * 3 = 2; m3 = 0.5 * 2 + 0.5 * 0 = 1; smooth 0 leaves the values
+    assert ema([1.0, 3.0, 0.0], 0.5) == [1.0, 2.0, 1.0]
+    assert ema([1.0, 3.0], 0.0) == [1.0, 3.0]
+    with pytest.raises(ValueError, match="smoothing"):
+        ema([1.0], 1.0)
+
+
+def test_ci95_band_and_difference_curve(tmp_path):
+    """Seeds of a config drawn with a 95% interval band; a config minus the first over the common steps (E3's
+    Fig. 8), smoothed."""
+    from explorl.report.plots import make_plots, plot_difference
+
+    def steps(values):
+        return [{"step": i + 1, "reward/all_wrong_frac": v, "reward/mean": 1 - v} for i, v in enumerate(values)]
+
+    seeds = [_run("a/s0", steps([0.5, 0.4, 0.3])), _run("a/s1", steps([0.7, 0.4, 0.5]))]
+    mean = seed_mean(seeds, "a")
+    plots = make_plots([mean], tmp_path / "p", ["a"], smooth=0.5, band="ci95")
+    assert any(p.key == "all_wrong" and p.path is not None for p in plots)
+    with pytest.raises(ValueError, match="band"):
+        make_plots([mean], tmp_path / "p", ["a"], band="std")
+    other = _run("b", steps([0.5, 0.2, 0.1]))
+    diff = plot_difference([mean, other], ["a", "b"], "reward/all_wrong_frac", tmp_path / "d", smooth=0.0)
+    assert diff.path is not None and diff.path.read_bytes()[:8] == PNG_SIGNATURE
+    assert diff.key == "diff_reward_all_wrong_frac"
+    missing = plot_difference([mean, other], ["a", "b"], "kl/mean", tmp_path / "d")
+    assert missing.path is None and "not logged" in missing.note
+
+
+def test_compare_draws_a_difference_curve_on_request(tiny_run, tmp_path):
+    hot = _variant(tiny_run, tmp_path / "hot", temperature=0.7)
+    report = compare([tiny_run, hot], out=tmp_path / "cmp", smooth=0.5, diff=["reward/all_wrong_frac"])
+    drawn = {p.key: p for p in report.plots}
+    assert drawn["diff_reward_all_wrong_frac"].path is not None
+    assert {"grad_norm", "kl", "clip"} <= {k for k, p in drawn.items() if p.path is not None}
+    with pytest.raises(RunError, match="two configs"):
+        compare([tiny_run], out=tmp_path / "one", diff=["reward/mean"])

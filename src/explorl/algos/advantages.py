@@ -32,8 +32,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "dense_ids", "segment_stats", "grpo", "erpo", "cov_weights", "cov_weighted", "ppl_shaped", "position_shaped",
-    "entropy_shaped", "passk", "cov_weights_grouped", "cov_weights_balanced", "SHAPERS", "register_shaper",
-    "get_shaper",
+    "entropy_shaped", "passk", "cov_weights_grouped", "cov_weights_balanced", "token_covariance", "SHAPERS",
+    "register_shaper", "get_shaper",
 ]
 
 
@@ -293,21 +293,50 @@ def erpo(
     return out.to(out_dtype)
 
 
-def _group_kernel(advantages: Tensor, logprobs: Tensor, group: Tensor, mask: Tensor) -> Tensor:
-    """Paper 002's unnormalised kernel `w = exp(-c^2 / (2 sigma^2))` with `c`, its means and sigma taken over each
-    group's valid tokens (sigma 0 gives w = 1); float64 `[N, T]`, 0 on padding."""
+def token_covariance(advantages: Tensor, logprobs: Tensor, mask: Tensor, group: Tensor | None = None) -> Tensor:
+    """Token covariance `c = (logprobs - mean(logprobs)) * (A - mean(A))` of paper 002 (section 2.2, Figure 3 and
+    Table 1; docs/methods.md §4): the per-token term whose extremes covariance weighting suppresses.
+
+    Both means are over the valid tokens of the whole batch (`group` None: `cw`'s reading) or of each prompt's
+    group (`group` given: the paper's per-group form, `cw_group`). `cov_weights` and `cov_weights_grouped` build
+    their kernels on this `c`; `analysis.probes` reports its distribution.
+
+    Args:
+        advantages, logprobs, mask: `[N, T]` (old-policy log-probs of the sampled tokens; 1 on response tokens).
+        group: `[N]` prompt ids, or None for batch-wide means.
+    Returns:
+        `[N, T]` float64, 0.0 where `mask == 0`.
+    """
     _check_token_inputs(mask, advantages=advantages, logprobs=logprobs)
     valid = mask.bool()
     f64 = torch.float64
     zero = torch.zeros((), dtype=f64, device=mask.device)
-    ids = group[:, None].expand(mask.shape)
     lp = torch.where(valid, logprobs.detach().to(f64), zero)
     a = torch.where(valid, advantages.detach().to(f64), zero)
+    if group is None:
+        n_valid = int(valid.sum())
+        if n_valid == 0:
+            return torch.zeros(mask.shape, dtype=f64, device=mask.device)
+        lp_c = torch.where(valid, lp - lp.sum() / n_valid, zero)
+        a_c = torch.where(valid, a - a.sum() / n_valid, zero)
+        return lp_c * a_c
+    ids = group[:, None].expand(mask.shape)
     lp_mean, _, _ = segment_stats(lp, ids, valid)
     a_mean, _, _ = segment_stats(a, ids, valid)
-    c = torch.where(valid, (lp - lp_mean) * (a - a_mean), zero)
+    return torch.where(valid, (lp - lp_mean) * (a - a_mean), zero)
+
+
+def _group_kernel(advantages: Tensor, logprobs: Tensor, group: Tensor, mask: Tensor,
+                  bandwidth: float = 1.0) -> Tensor:
+    """Paper 002's unnormalised kernel `w = exp(-c^2 / (2 (bandwidth * sigma)^2))` with `c`, its means and sigma
+    taken over each group's valid tokens (sigma 0 gives w = 1); float64 `[N, T]`, 0 on padding."""
+    valid = mask.bool()
+    f64 = torch.float64
+    zero = torch.zeros((), dtype=f64, device=mask.device)
+    ids = group[:, None].expand(mask.shape)
+    c = token_covariance(advantages, logprobs, mask, group)
     _, c_std, _ = segment_stats(c, ids, valid)
-    sigma2 = c_std.to(f64) ** 2
+    sigma2 = c_std.to(f64) ** 2 * (bandwidth * bandwidth)  # bandwidth 1: exactly sigma^2 (x * 1.0 == x)
     w = torch.where(sigma2 > 0, torch.exp(-(c * c) / (2.0 * sigma2.clamp_min(1e-300))), torch.ones_like(c))
     return torch.where(valid, w, zero)
 
@@ -319,16 +348,19 @@ def _normalise_per_segment(w: Tensor, ids: Tensor, valid: Tensor) -> Tensor:
     return torch.where(valid, w / w_mean.to(w.dtype).clamp_min(1e-300), zero)
 
 
-def cov_weights_grouped(advantages: Tensor, logprobs: Tensor, group: Tensor, mask: Tensor) -> Tensor:
+def cov_weights_grouped(advantages: Tensor, logprobs: Tensor, group: Tensor, mask: Tensor, *,
+                        bandwidth: float = 1.0) -> Tensor:
     """`cov_weights` computed within each prompt's group, as paper 002 section 2.3 writes it: means, sigma and the
     normaliser `N / sum w` over the valid tokens of the group's G responses (N = that group's token count).
     `cov_weights` takes them over the whole batch instead, explorl's reading (`cw`; docs/methods.md §4).
-    `group`: [N] prompt ids. Returns [N, T] float64 weights averaging 1 over each group's valid tokens."""
-    w = _group_kernel(advantages, logprobs, group, mask)
+    `group`: [N] prompt ids; `bandwidth`: the kernel's width as a multiple of sigma (as in `cov_weights`).
+    Returns [N, T] float64 weights averaging 1 over each group's valid tokens."""
+    w = _group_kernel(advantages, logprobs, group, mask, bandwidth)
     return _normalise_per_segment(w, group[:, None].expand(mask.shape), mask.bool())
 
 
-def cov_weights_balanced(advantages: Tensor, logprobs: Tensor, group: Tensor, mask: Tensor) -> Tensor:
+def cov_weights_balanced(advantages: Tensor, logprobs: Tensor, group: Tensor, mask: Tensor, *,
+                         bandwidth: float = 1.0) -> Tensor:
     """Sign-balanced covariance weights: explorl's variant of paper 002's, not the paper's (docs/methods.md §4).
 
     The kernel is the paper's per-group one (`cov_weights_grouped`), but the normaliser is taken separately over
@@ -341,23 +373,25 @@ def cov_weights_balanced(advantages: Tensor, logprobs: Tensor, group: Tensor, ma
 
     Args:
         advantages, logprobs, mask: `[N, T]`; group: `[N]` prompt ids.
+        bandwidth: the kernel's width as a multiple of sigma (as in `cov_weights`).
     Returns:
         `[N, T]` float64 weights, 0 on padding, averaging 1 over the valid tokens of each (group, advantage sign).
     """
-    w = _group_kernel(advantages, logprobs, group, mask)
+    w = _group_kernel(advantages, logprobs, group, mask, bandwidth)
     dense, _ = dense_ids(group)
     sign = torch.sign(advantages.detach()).to(torch.long) + 1  # 0, 1, 2 for A < 0, = 0, > 0
     return _normalise_per_segment(w, dense[:, None] * 3 + sign, mask.bool())
 
 
-def cov_weights(advantages: Tensor, logprobs: Tensor, mask: Tensor) -> Tensor:
+def cov_weights(advantages: Tensor, logprobs: Tensor, mask: Tensor, *, bandwidth: float = 1.0) -> Tensor:
     """Normalised Gaussian-kernel covariance weights `w~` of covariance-weighted GRPO (docs/methods.md §4;
     Wang et al. 2026, "Taming Extreme Tokens: Covariance-Aware GRPO with Gaussian-Kernel Advantage Reweighting",
     section 2.3).
 
     `c = (logprobs - mean(logprobs)) * (A - mean(A))`, both means over all valid tokens of the batch;
-    `w = exp(-c^2 / (2 sigma^2))` with sigma the population std of c over the valid tokens (sigma == 0 gives
-    w = 1); `w~ = w * n_valid / sum(w)`, so `w~` averages exactly 1 over the valid tokens.
+    `w = exp(-c^2 / (2 (bandwidth * sigma)^2))` with sigma the population std of c over the valid tokens
+    (sigma == 0 gives w = 1); `w~ = w * n_valid / sum(w)`, so `w~` averages exactly 1 over the valid tokens.
+    `bandwidth` 1 is the paper's kernel (its bandwidth is sigma); larger values suppress fewer tokens, smaller more.
 
     Readings: the paper's means are "over responses" and its normaliser sums over one group's tokens; this
     function (`cw`, explorl's reading, docs/methods.md §4) takes both over the valid tokens of the whole batch;
@@ -368,23 +402,19 @@ def cov_weights(advantages: Tensor, logprobs: Tensor, mask: Tensor) -> Tensor:
         advantages: `[N, T]` token advantages (e.g. GRPO's, broadcast over tokens).
         logprobs: `[N, T]` old-policy log-probabilities of the sampled tokens.
         mask: `[N, T]` 1 on response tokens, 0 on padding.
+        bandwidth: the kernel's width as a multiple of sigma (> 0; paper 002: 1).
     Returns:
         `[N, T]` float64 weights `w~`, 0.0 where `mask == 0` (all zeros when no token is valid).
     """
-    _check_token_inputs(mask, advantages=advantages, logprobs=logprobs)
     valid = mask.bool()
     f64 = torch.float64
     zero = torch.zeros((), dtype=f64, device=mask.device)
     n_valid = int(valid.sum())
+    c = token_covariance(advantages, logprobs, mask)
     if n_valid == 0:
         return torch.zeros(mask.shape, dtype=f64, device=mask.device)
-    lp = torch.where(valid, logprobs.detach().to(f64), zero)
-    a = torch.where(valid, advantages.detach().to(f64), zero)
-    lp_c = torch.where(valid, lp - lp.sum() / n_valid, zero)
-    a_c = torch.where(valid, a - a.sum() / n_valid, zero)
-    c = lp_c * a_c
     c_mean = c.sum() / n_valid
-    sigma2 = (torch.where(valid, c - c_mean, zero) ** 2).sum() / n_valid
+    sigma2 = (torch.where(valid, c - c_mean, zero) ** 2).sum() / n_valid * (bandwidth * bandwidth)
     if float(sigma2) > 0.0:
         w = torch.exp(-(c * c) / (2.0 * sigma2))
     else:
@@ -393,19 +423,20 @@ def cov_weights(advantages: Tensor, logprobs: Tensor, mask: Tensor) -> Tensor:
     return w * (n_valid / w.sum())
 
 
-def cov_weighted(advantages: Tensor, logprobs: Tensor, mask: Tensor) -> Tensor:
+def cov_weighted(advantages: Tensor, logprobs: Tensor, mask: Tensor, *, bandwidth: float = 1.0) -> Tensor:
     """Covariance-weighted GRPO advantage `w~ * A` (docs/methods.md §4; paper 002, section 2.3, the
-    reweighted token loss). See `cov_weights` for `w~`; no hyperparameter.
+    reweighted token loss). See `cov_weights` for `w~`; the paper's only setting is its bandwidth (sigma).
 
     Args:
         advantages: `[N, T]` token advantages.
         logprobs: `[N, T]` old-policy log-probabilities of the sampled tokens.
         mask: `[N, T]` 1 on response tokens, 0 on padding.
+        bandwidth: the kernel's width as a multiple of sigma (paper 002: 1).
     Returns:
         `[N, T]` in the floating dtype of `advantages` (float32 otherwise), 0.0 where `mask == 0`.
     """
     out_dtype = _float_dtype(advantages)
-    w = cov_weights(advantages, logprobs, mask)
+    w = cov_weights(advantages, logprobs, mask, bandwidth=bandwidth)
     zero = torch.zeros((), dtype=torch.float64, device=mask.device)
     out = torch.where(mask.bool(), w * advantages.detach().to(torch.float64), zero)
     return out.to(out_dtype)
@@ -510,23 +541,26 @@ def position_shaped(
     gamma: float = 0.1,
     m: float = 15.0,
     d: float = 1.0,
+    n: float = 0.5,
     cap_frac: float | None = None,
 ) -> Tensor:
     """Position-based advantage shaping (docs/methods.md §7b; paper 004, section 4.4.2, eqs. 8 and 12).
 
     For token t (1-based, counted over valid tokens) of response i: `l = (t - 1) / |o_i|`,
-    `b = gamma * sigmoid(d * m * (l - 0.5))`, `A~ = A + sign(A) * b`. The bonus pushes each advantage further
+    `b = gamma * sigmoid(d * m * (l - n))`, `A~ = A + sign(A) * b`. The bonus pushes each advantage further
     in its own direction (sign(0) = 0, so a zero advantage stays zero); with d = +1 it grows with position.
     `cap_frac` (optional, as the public code with 0.5) caps the bonus: `b <= cap_frac * |A|`.
 
     Reading: the paper prints the shift n = -0.5 (`r = m * (l - n)`), under which the sigmoid is saturated for
-    every l in [0, 1]; explorl (docs/methods.md §7b) and the public code centre it at 0.5. The step window of the
+    every l in [0, 1]; explorl's default (docs/methods.md §7b) and the public code centre it at n = 0.5; `n=-0.5`
+    gives the printed formula. The step window of the
     recipe (from step 200 for 100 steps) is applied by the registry adapter, not here.
 
     Args:
         advantages: `[N, T]` token advantages.
         mask: `[N, T]` 1 on response tokens, 0 on padding.
         gamma: bonus scale (paper: 0.1). m: sigmoid steepness (15). d: direction (+1 later tokens, -1 earlier).
+        n: centre of the sigmoid in relative position (0.5; the paper prints -0.5).
         cap_frac: optional cap of the bonus as a fraction of |A|.
     Returns:
         `[N, T]` in the floating dtype of `advantages` (float32 otherwise), 0.0 where `mask == 0`.
@@ -538,7 +572,7 @@ def position_shaped(
     valid = mask.bool()
     pos, length = _positions(valid)
     rel = (pos - 1).to(f64) / length.clamp_min(1).to(f64)
-    bonus = gamma * torch.sigmoid(d * m * (rel - 0.5))
+    bonus = gamma * torch.sigmoid(d * m * (rel - n))
     a = advantages.detach().to(f64)
     if cap_frac is not None:
         bonus = torch.minimum(bonus, cap_frac * a.abs())
@@ -675,27 +709,27 @@ def get_shaper(name: str) -> Callable[..., Tensor]:
     return get("shaper", name)
 
 
-@register_shaper("cw")
+@register_shaper("cw", reads=("cw_bandwidth",))
 def _cw_shaper(advantages: Tensor, batch: RolloutBatch, cfg: AlgoConfig, step: int) -> Tensor:
-    """Covariance-weighted advantages (paper 002); no hyperparameter."""
+    """Covariance-weighted advantages (paper 002), batch-wide statistics; kernel width `cw_bandwidth` * sigma."""
     batch.require("logprobs", by="shaper 'cw'")
-    return cov_weighted(advantages, batch.logprobs, batch.mask)
+    return cov_weighted(advantages, batch.logprobs, batch.mask, bandwidth=cfg.cw_bandwidth)
 
 
-@register_shaper("cw_group")
+@register_shaper("cw_group", reads=("cw_bandwidth",))
 def _cw_group_shaper(advantages: Tensor, batch: RolloutBatch, cfg: AlgoConfig, step: int) -> Tensor:
     """Covariance-weighted advantages with paper 002's per-group statistics (`cov_weights_grouped`)."""
     batch.require("logprobs", by="shaper 'cw_group'")
-    w = cov_weights_grouped(advantages, batch.logprobs, batch.group, batch.mask)
+    w = cov_weights_grouped(advantages, batch.logprobs, batch.group, batch.mask, bandwidth=cfg.cw_bandwidth)
     return torch.where(batch.mask.bool(), (w * advantages.detach().to(torch.float64)).to(advantages.dtype),
                        torch.zeros((), dtype=advantages.dtype, device=advantages.device))
 
 
-@register_shaper("cw_balanced")
+@register_shaper("cw_balanced", reads=("cw_bandwidth",))
 def _cw_balanced_shaper(advantages: Tensor, batch: RolloutBatch, cfg: AlgoConfig, step: int) -> Tensor:
     """Sign-balanced covariance weights (`cov_weights_balanced`): explorl's variant of paper 002, not the paper's."""
     batch.require("logprobs", by="shaper 'cw_balanced'")
-    w = cov_weights_balanced(advantages, batch.logprobs, batch.group, batch.mask)
+    w = cov_weights_balanced(advantages, batch.logprobs, batch.group, batch.mask, bandwidth=cfg.cw_bandwidth)
     return torch.where(batch.mask.bool(), (w * advantages.detach().to(torch.float64)).to(advantages.dtype),
                        torch.zeros((), dtype=advantages.dtype, device=advantages.device))
 
@@ -710,8 +744,8 @@ def _ppl_shaper(advantages: Tensor, batch: RolloutBatch, cfg: AlgoConfig, step: 
 
 
 @register_shaper("position", needs_old_logprobs=False,
-                 reads=("position_gamma", "position_m", "position_d", "position_cap_frac", "position_start",
-                        "position_steps"))
+                 reads=("position_gamma", "position_m", "position_d", "position_n", "position_cap_frac",
+                        "position_start", "position_steps"))
 def _position_shaper(advantages: Tensor, batch: RolloutBatch, cfg: AlgoConfig, step: int) -> Tensor:
     """Position shaping (paper 004, section 4.4.2) inside its step window: `position_start <= step <
     position_start + position_steps`, or every step when `position_steps == 0`; the identity outside it."""
@@ -719,7 +753,7 @@ def _position_shaper(advantages: Tensor, batch: RolloutBatch, cfg: AlgoConfig, s
     if steps > 0 and not (start <= step < start + steps):
         return advantages
     return position_shaped(advantages, batch.mask, gamma=cfg.position_gamma, m=cfg.position_m, d=cfg.position_d,
-                           cap_frac=cfg.position_cap_frac)
+                           n=cfg.position_n, cap_frac=cfg.position_cap_frac)
 
 
 @register_shaper("entropy_adv", needs_old_logprobs=False, reads=("entropy_adv_alpha", "entropy_adv_kappa"))

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from explorl.report.html import HtmlTable, Page, write_page
-from explorl.report.plots import PLOTS, PlotFile, make_plots, run_labels
+from explorl.report.plots import PLOTS, PlotFile, make_plots, plot_difference, run_labels
 from explorl.report.runs import (Run, RunError, SeedStat, config_differences, group_by_config, group_labels,
                                  load_run, seed_mean, seed_stat)
 
@@ -128,11 +128,11 @@ def compare_tables(runs: list[Run]) -> list[HtmlTable]:
     return [by_config, HtmlTable("final held-out evaluation by run", run_headers, run_rows)]
 
 
-def analyze(run_path: str | Path, out: str | Path | None = None) -> Report:
-    """Plots and index.html of one run, written to RUN/report/ (or `out`)."""
+def analyze(run_path: str | Path, out: str | Path | None = None, *, smooth: float = 0.0) -> Report:
+    """Plots and index.html of one run, written to RUN/report/ (or `out`); `smooth`: EMA weight of the curves."""
     run = load_run(run_path)
     out_dir = Path(out) if out is not None else run.path / "report"
-    plots = make_plots([run], out_dir)
+    plots = make_plots([run], out_dir, smooth=smooth)
     tables = [final_table(run), fit_table(run)]
     notes = [f"{run.skipped_lines} unreadable line(s) of metrics.jsonl skipped"] if run.skipped_lines else []
     steps = run.steps[-1]["step"] if run.steps else 0
@@ -142,8 +142,13 @@ def analyze(run_path: str | Path, out: str | Path | None = None) -> Report:
     return Report(out_dir, html, plots, tables, [run])
 
 
-def compare(run_paths: list[str | Path], out: str | Path = "runs/compare") -> Report:
-    """Overlaid curves and a side-by-side table of several runs, written to `out` (PNGs and index.html)."""
+def compare(run_paths: list[str | Path], out: str | Path = "runs/compare", *, smooth: float = 0.0,
+            band: str = "minmax", diff: list[str] | tuple = ()) -> Report:
+    """Overlaid curves and a side-by-side table of several runs, written to `out` (PNGs and index.html).
+
+    `smooth`: EMA weight of the per-step curves; `band`: the spread of several seeds of a config (`minmax` or
+    `ci95`); `diff`: metrics drawn as each config's curve minus the first's (paper 000 Fig. 8).
+    """
     if not run_paths:
         raise RunError("compare: give at least one run directory")
     runs = [load_run(p) for p in run_paths]
@@ -155,12 +160,18 @@ def compare(run_paths: list[str | Path], out: str | Path = "runs/compare") -> Re
              for r in runs if r.skipped_lines]
     if any(len(g) > 1 for g in groups):  # one curve per config: seeds averaged, their spread shaded
         names = group_labels(groups, label_of)
-        plots = make_plots([seed_mean(g, n) for g, n in zip(groups, names)], out_dir, names)
+        curves = [seed_mean(g, n) for g, n in zip(groups, names)]
+        plots = make_plots(curves, out_dir, names, smooth=smooth, band=band)
         notes.insert(0, "Curves: one per config, the mean over its seeds at the steps all of them logged; shaded: "
                         "the min-max range across seeds (first series of each plot). Legend names: "
                         + "; ".join(f"{n} = {', '.join(label_of[id(r)] for r in g)}" for n, g in zip(names, groups)))
     else:
-        plots = make_plots(runs, out_dir, labels)
+        curves, names = runs, labels
+        plots = make_plots(runs, out_dir, labels, smooth=smooth, band=band)
+    for metric in diff:
+        if len(curves) < 2:
+            raise RunError(f"--diff {metric}: needs two configs (or runs) to subtract")
+        plots.append(plot_difference(curves, names, metric, out_dir, smooth))
     tables = compare_tables(runs)
     configs = [(f"config {gi + 1}: {', '.join(label_of[id(r)] for r in g)} (shown: {label_of[id(g[0])]})",
                 g[0].config_text) for gi, g in enumerate(groups)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -10,6 +11,7 @@ from matplotlib import colormaps
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import ScalarFormatter
 
 from explorl.report.runs import Run
 
@@ -40,10 +42,25 @@ def run_labels(runs: list[Run]) -> list[str]:
     return labels
 
 
-class _Drawer:
-    """Colours and labels for `series` of every run: by series for one run, by run (line style by series) else."""
+def ema(values: list[float], smooth: float) -> list[float]:
+    """Exponential moving average `m_t = smooth * m_{t-1} + (1 - smooth) * x_t`, started at the first value and
+    debiased as TensorBoard's smoothing is not (a plain running average over the first points); `smooth` 0 = off."""
+    if not 0 <= smooth < 1:
+        raise ValueError(f"smoothing must be in [0, 1), got {smooth}")
+    out, m = [], None
+    for x in values:
+        m = x if m is None else smooth * m + (1 - smooth) * x
+        out.append(m)
+    return out
 
-    def __init__(self, ax: Axes, labels: list[str]):
+
+class _Drawer:
+    """Colours and labels for `series` of every run: by series for one run, by run (line style by series) else.
+    `smooth`: EMA weight applied to the per-step training curves; `band`: the spread shown for several seeds
+    (`minmax`, or `ci95`: the 95% t-interval of the mean over seeds at each step)."""
+
+    def __init__(self, ax: Axes, labels: list[str], smooth: float = 0.0, band: str = "minmax"):
+        self.smooth, self.band = smooth, band
         self.ax, self.labels, self.single = ax, labels, len(labels) == 1
         self.many = len(labels) > MANY
         # tab10 repeats after 10 runs; tab20 keeps up to 20 apart
@@ -74,7 +91,7 @@ def _metric_lines(keys: list[tuple[str, str | None]], marker: str | None = None)
             for j, (key, series) in enumerate(keys[:1] if d.many else keys):
                 xs, ys = run.series(key)
                 if xs:
-                    d.line(i, j, None if d.many else series, xs, ys, marker=marker, markersize=3)
+                    d.line(i, j, None if d.many else series, xs, ema(ys, d.smooth), marker=marker, markersize=3)
                     if len(run.members) > 1 and j == 0:  # seeds of one config: their min-max band
                         _seed_band(d, i, run, key, xs)
                     drawn = True
@@ -86,12 +103,21 @@ def _metric_lines(keys: list[tuple[str, str | None]], marker: str | None = None)
 
 
 def _seed_band(d: _Drawer, run_i: int, run: Run, key: str, xs: list[int]) -> None:
-    per_seed = [dict(zip(*m.series(key))) for m in run.members]
+    from explorl.report.runs import seed_stat
+
+    per_seed = []
+    for m in run.members:
+        sx, sy = m.series(key)
+        per_seed.append(dict(zip(sx, ema(sy, d.smooth))))  # each seed smoothed as its mean curve is
     band = [x for x in xs if all(x in p for p in per_seed)]
-    if band:
-        d.ax.fill_between(band, [min(p[x] for p in per_seed) for x in band],
-                          [max(p[x] for p in per_seed) for x in band], color=d.style(run_i, 0)["color"],
-                          alpha=0.15, linewidth=0)
+    if not band:
+        return
+    if d.band == "ci95":
+        stats = [seed_stat([p[x] for p in per_seed]) for x in band]
+        lo, hi = [st.low for st in stats], [st.high for st in stats]
+    else:
+        lo, hi = [min(p[x] for p in per_seed) for x in band], [max(p[x] for p in per_seed) for x in band]
+    d.ax.fill_between(band, lo, hi, color=d.style(run_i, 0)["color"], alpha=0.15, linewidth=0)
 
 
 def _draw_pass_at_k(d: _Drawer, runs: list[Run]) -> list[int]:
@@ -171,14 +197,27 @@ PLOTS: list[PlotSpec] = [
     PlotSpec("all_wrong", "Prompts with every response wrong", "fraction of prompts",
              _metric_lines([("reward/all_wrong_frac", None)]), "reward/all_wrong_frac"),
     PlotSpec("length", "Mean response length", "tokens", _metric_lines([("length/mean", None)]), "length/mean"),
+    PlotSpec("grad_norm", "Gradient norm before clipping", "global L2 norm",
+             _metric_lines([("optim/grad_norm", None)]), "optim/grad_norm"),
+    PlotSpec("kl", "KL to the reference and between pi_old and pi_new", "KL (nats per token)",
+             _metric_lines([("kl/mean", "k3 to the reference"), ("loss/ppo_kl", "pi_old vs pi_new")]), "kl/mean",
+             title_many="KL to the reference"),
+    PlotSpec("clip", "Tokens clipped by the PPO ratio", "fraction of tokens",
+             _metric_lines([("loss/clip_frac_low", "at 1 - eps_low (A < 0)"),
+                            ("loss/clip_frac_high", "at 1 + eps_high (A > 0)")]), "loss/clip_frac_low",
+             title_many="Tokens clipped at 1 - eps_low"),
     PlotSpec("entropy_by_position", f"Entropy by relative position (last {POSITION_TAIL:.0%} of steps)",
              "mean token entropy (nats)", _draw_position, "entropy/by_position",
              xlabel="relative position in the response (%)"),
 ]
 
 
-def make_plots(runs: list[Run], out_dir: str | Path, labels: list[str] | None = None) -> list[PlotFile]:
-    """Write one PNG per plot of PLOTS into `out_dir` (overlaying `runs`); plots with no data are skipped."""
+def make_plots(runs: list[Run], out_dir: str | Path, labels: list[str] | None = None, *, smooth: float = 0.0,
+               band: str = "minmax") -> list[PlotFile]:
+    """Write one PNG per plot of PLOTS into `out_dir` (overlaying `runs`); plots with no data are skipped.
+    `smooth`: EMA weight for the per-step curves (`ema`); `band`: the seeds' spread, `minmax` or `ci95`."""
+    if band not in ("minmax", "ci95"):
+        raise ValueError(f"band: {band!r} is not one of minmax, ci95")
     if not runs:
         raise ValueError("make_plots: no runs given")
     out_dir = Path(out_dir)
@@ -189,7 +228,7 @@ def make_plots(runs: list[Run], out_dir: str | Path, labels: list[str] | None = 
         fig = Figure(figsize=(10.0, 4.8) if len(runs) > MANY else (7.5, 4.2), dpi=100, layout="constrained")
         FigureCanvasAgg(fig)
         ax = fig.add_subplot()
-        drawer = _Drawer(ax, labels)
+        drawer = _Drawer(ax, labels, smooth, band)
         lacking = spec.draw(drawer, runs)
         target = out_dir / f"{spec.key}.png"
         if len(lacking) == len(runs):
@@ -255,3 +294,84 @@ def plot_venn(sets: dict[str, set], path: str | Path, title: str = "unsolvable p
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110, bbox_inches="tight")
     return path
+
+
+def crossings(base: dict, other: dict, metric: str = "pass@k") -> list[int]:
+    """The k (of both curves) at which `other`'s mean moves from above `base`'s to at or below it, or back:
+    where a trained model's curve crosses the base model's (papers 000, 003, 004)."""
+    common = [k for k in base["k"] if k in other["k"]]
+    diff = [other[metric][other["k"].index(k)][0] - base[metric][base["k"].index(k)][0] for k in common]
+    return [k for k, before, now in zip(common[1:], diff, diff[1:]) if (before > 0) != (now > 0)]
+
+
+def plot_k_curves(curves: dict[str, dict], path: str | Path, metric: str = "pass@k") -> Path:
+    """`metric` (pass@k or maj@k) against k on a log-2 axis, one line per evaluation with its 95% interval over
+    problems shaded (`evaluate.k_curves`); with two or more, a second panel shows each curve minus the first
+    (the base model's), so a crossing is where the difference meets 0 (paper 000 Fig. 8, paper 004 Fig. 1a)."""
+    if not curves:
+        raise ValueError("plot_k_curves: no curves")
+    names = list(curves)
+    panels = 2 if len(names) > 1 else 1
+    fig = Figure(figsize=(7.5, 4.2 * panels), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = [fig.add_subplot(panels, 1, i + 1) for i in range(panels)]
+    colours = colormaps["tab10"]
+    for i, name in enumerate(names):
+        c = curves[name]
+        mean, lo, hi = zip(*c[metric])
+        axes[0].plot(c["k"], mean, marker="o", ms=3, color=colours(i % 10), label=name)
+        axes[0].fill_between(c["k"], lo, hi, color=colours(i % 10), alpha=0.15, linewidth=0)
+    axes[0].set_ylabel(metric)
+    axes[0].set_title(f"{metric} against k (95% intervals over problems)")
+    if panels == 2:
+        base = curves[names[0]]
+        axes[1].axhline(0.0, color="black", linewidth=0.8)
+        for i, name in enumerate(names[1:], 1):
+            c = curves[name]
+            ks = [k for k in c["k"] if k in base["k"]]
+            diff = [c[metric][c["k"].index(k)][0] - base[metric][base["k"].index(k)][0] for k in ks]
+            axes[1].plot(ks, diff, marker="o", ms=3, color=colours(i % 10), label=f"{name} - {names[0]}")
+        axes[1].set_ylabel(f"{metric} minus {names[0]}")
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(ScalarFormatter())  # 1, 2, 4, ... rather than 2^0, 2^1, ...
+        ax.set_xlabel("k")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize="small", loc="best")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png", metadata={"Software": None})
+    return path
+
+
+def plot_difference(runs: list[Run], labels: list[str], metric: str, out_dir: str | Path,
+                    smooth: float = 0.0) -> PlotFile:
+    """`metric` of each run minus the first run's, over the training steps both logged, EMA-smoothed (paper 000
+    Fig. 8: the all-wrong fraction with dynamic budgets minus without), as `out_dir/diff_<metric>.png`. Skipped
+    (path None) when the runs lack it."""
+    base = dict(zip(*runs[0].series(metric)))
+    fig = Figure(figsize=(7.5, 4.2), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    ax.axhline(0.0, color="black", linewidth=0.8)
+    title = f"{metric}: difference to {labels[0]}" + (f" (EMA {smooth:g})" if smooth else "")
+    drawn = []
+    for i, run in enumerate(runs[1:], 1):
+        xs, ys = run.series(metric)
+        common = [(x, y - base[x]) for x, y in zip(xs, ys) if x in base]
+        if common:
+            ax.plot([x for x, _ in common], ema([v for _, v in common], smooth), color=f"C{i % 10}",
+                    label=f"{labels[i]} - {labels[0]}")
+            drawn.append(labels[i])
+    key = "diff_" + re.sub(r"[^A-Za-z0-9_]+", "_", metric).strip("_")
+    if not base or not drawn:
+        return PlotFile(key, title, None, f"skipped: {metric} not logged by {labels[0] if not base else 'the others'}")
+    ax.set_title(title)
+    ax.set_xlabel("training step")
+    ax.set_ylabel(f"difference in {metric}")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small", loc="best")
+    path = Path(out_dir) / f"{key}.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png", metadata={"Software": None})
+    return PlotFile(key, title, path)

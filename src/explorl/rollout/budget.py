@@ -4,8 +4,9 @@ Three small pieces the trainer wires together:
 - `DifficultyTracker` keeps each prompt's cumulative reward and rollout count over the whole run and, at the
   end of each pass over the dataset, ranks prompts by average reward (descending, 1-based, easiest = 1):
   `k_i = rank_i / |D|`, so a larger k is a harder prompt. Prompts never seen keep k = 0 until ranked.
-- `BudgetCurriculum` widens `[G_min, G_max]` after each pass: `G_min = G_max = G` during the first pass,
-  then `G_min -= step`, `G_max += step` up to configured limits (paper: G = 8, limits 4 and 12).
+- `BudgetCurriculum` widens `[G_min, G_max]` after each pass: `G_min = G_max = G` during the first pass (or
+  configured starting bounds), then `G_min -= step`, `G_max += step` up to configured limits (paper: G = 8,
+  limits 4 and 12). A step of 0 with the limits as starting bounds is the allocation without the curriculum.
 - `allocate(k, G, G_min, G_max)` turns a batch's k values into rollouts per prompt.
 
 The trainer detects the end of a pass from its prompt stream's epoch counter and then calls
@@ -156,21 +157,28 @@ class DifficultyTracker:
 class BudgetCurriculum:
     """Bounds `(G_min, G_max)` for `allocate` (paper 000, section 4.1 and 5.2).
 
-    `G_min = G_max = G` during the first pass; after each pass `G_max += step_size` and `G_min -= step_size`,
-    bounded by `g_max_limit` and `g_min_limit` (paper: G = 8, step 2, limits 4 and 12: 8/8, 6/10, 4/12, 4/12...).
+    `G_min = G_max = G` during the first pass (the paper's; `g_min_start` / `g_max_start` start elsewhere); after
+    each pass `G_max += step_size` and `G_min -= step_size`, bounded by `g_max_limit` and `g_min_limit` (paper:
+    G = 8, step 2, limits 4 and 12: 8/8, 6/10, 4/12, 4/12...). `step_size=0` keeps the starting bounds.
     """
 
-    def __init__(self, G: int, g_min_limit: int = 4, g_max_limit: int = 12, step_size: int = 2):
+    def __init__(self, G: int, g_min_limit: int = 4, g_max_limit: int = 12, step_size: int = 2,
+                 g_min_start: int | None = None, g_max_start: int | None = None):
         if not 1 <= g_min_limit <= G <= g_max_limit:
             raise ValueError(f"need 1 <= g_min_limit <= G <= g_max_limit, got {g_min_limit}, {G}, {g_max_limit}")
         if step_size < 0:
             raise ValueError(f"step_size must be >= 0, got {step_size}")
+        start_min = G if g_min_start is None else int(g_min_start)
+        start_max = G if g_max_start is None else int(g_max_start)
+        if not (g_min_limit <= start_min <= G <= start_max <= g_max_limit):
+            raise ValueError(f"need g_min_limit <= g_min_start <= G <= g_max_start <= g_max_limit, got "
+                             f"{g_min_limit}, {start_min}, {G}, {start_max}, {g_max_limit}")
         self.G = int(G)
         self.g_min_limit = int(g_min_limit)
         self.g_max_limit = int(g_max_limit)
         self.step_size = int(step_size)
-        self.g_min = self.G
-        self.g_max = self.G
+        self.g_min = start_min
+        self.g_max = start_max
         self.passes = 0
 
     def bounds(self) -> tuple[int, int]:

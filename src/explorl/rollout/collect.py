@@ -26,7 +26,8 @@ class Collected:
     timeouts: int
     """Reward-function timeouts (scored 0)."""
     stats: dict = field(default_factory=dict)
-    """The schedule's and budget policy's metrics."""
+    """The schedule's and budget policy's metrics, and with several reward functions each one's mean over the
+    batch, `reward/<name>`."""
     failures: list = field(default_factory=list)
     """The reward failures and timeouts of every round (`rewards.RewardFailure`; `index` counts the samples
     scored this step, all rounds in order)."""
@@ -48,6 +49,7 @@ def collect_rollouts(model, tok, task, runner, stream: PromptStream, controllers
     parts, texts, rewards = [], [], []
     errors = timeouts = rounds = sampled_groups = scored = 0
     failures: list = []
+    by_function: dict[str, list[float]] = {}  # several reward functions: each one's scores of the kept rows
     while True:
         epoch = stream.epoch
         ids = stream.next(batch_size - len(problems))
@@ -84,10 +86,13 @@ def collect_rollouts(model, tok, task, runner, stream: PromptStream, controllers
         problems += [round_problems[j] for j in keep]
         texts += [round_texts[i] for i in rows]
         rewards += [rr.rewards[i] for i in rows]
+        for name, scores in rr.by_function.items():
+            by_function.setdefault(name, []).extend(scores[i] for i in rows)
         if len(problems) >= batch_size or last_round:
             break
         rounds += 1
     ro = parts[0] if len(parts) == 1 else Rollouts.cat(parts, tok.pad_token_id)
     stats.update(controllers.schedule.rollout_stats(ro))
     stats.update(budget.stats(rounds, len(problems) / max(sampled_groups, 1)))
+    stats.update({f"reward/{name}": sum(v) / max(len(v), 1) for name, v in by_function.items()})
     return Collected(problems, ro, texts, rewards, train_temp, errors, timeouts, stats, failures, scored)

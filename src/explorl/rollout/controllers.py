@@ -8,7 +8,8 @@ checkpoint, so a resumed run continues exactly.
 A temperature schedule has `at(step) -> (sampler temperature, training temperature, stats)` for the 0-based step
 (the sampler temperature may be a function of the token position: EAD), `rollout_stats(rollouts)` (metrics of the
 sampled batch), `observe(step, entropy)` with the 1-based step and the batch's mean token entropy at the training
-temperature, `state_dict` / `load_state_dict`. Its registry
+temperature, `per_prompt(step, temperature, prompt_ids)` (the same sampling described for an inference engine:
+a request temperature and annealing arguments per prompt), `state_dict` / `load_state_dict`. Its registry
 entry says whether the sampled distribution is the optimised policy (`behavior_is_policy`).
 
 A budget policy has `budgets(prompt_ids) -> rollouts per prompt`, `observe_rewards`, `end_of_pass`,
@@ -19,6 +20,7 @@ groups of a round enter the batch), `stats(rounds, kept_frac)`, and state.
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 import torch
@@ -68,6 +70,16 @@ class PromptStream:
 # temperature schedules
 
 
+@dataclass(frozen=True)
+class PromptTemperature:
+    """How one prompt's rollouts are sampled, in the terms an inference engine takes: a request temperature and,
+    for an annealed schedule, the keyword arguments of `rollout.temperature.ead` / `revead` (`anneal`, with the
+    schedule's name under `"schedule"`), whose per-token value multiplies `temperature` (docs/methods.md §6a)."""
+
+    temperature: float
+    anneal: dict | None = None
+
+
 class _Stateless:
     def observe(self, step: int, entropy: float) -> None:
         pass
@@ -80,6 +92,13 @@ class _Stateless:
         """The sampler's temperature for these prompts (with `budgets[j]` rollouts each): `at`'s, unless the
         schedule sets it per prompt."""
         return temperature
+
+    def per_prompt(self, step: int, temperature, prompt_ids: Sequence[int]) -> list[PromptTemperature]:
+        """The same sampling as `for_prompts`, described for an inference engine (verl + vLLM): one
+        `PromptTemperature` per prompt. `temperature` is `at(step)`'s sampler temperature."""
+        if callable(temperature):
+            raise TypeError(f"{type(self).__name__}: a per-token temperature needs the schedule's own per_prompt")
+        return [PromptTemperature(float(temperature))] * len(prompt_ids)
 
     def observe_rewards(self, prompt_ids: Sequence[int], rewards_per_prompt: Sequence[Sequence[float]]) -> None:
         pass
@@ -165,6 +184,17 @@ class _AnnealedTemperature(_Stateless):
                                    tau_min=s.ead_tau_min, d0=s.ead_d0, alpha=s.ead_alpha, d_max=s.ead_d_max,
                                    c=s.ead_c, scale=s.ead_scale) * s.temperature
 
+    def anneal_args(self, step: int, tau_max: float | None = None) -> dict:
+        """`table`'s schedule as keyword arguments of `Tm.ead` / `Tm.revead` (`"schedule"`: which), for an
+        engine that evaluates it per token (`explorl.integrations.vllm`)."""
+        s = self.s
+        return {"schedule": type(self).table_fn.__name__.removesuffix("_schedule"), "step": int(step),
+                "tau_max": s.ead_tau_max if tau_max is None else float(tau_max), "tau_min": s.ead_tau_min,
+                "d0": s.ead_d0, "alpha": s.ead_alpha, "d_max": s.ead_d_max, "c": s.ead_c, "scale": s.ead_scale}
+
+    def per_prompt(self, step: int, temperature, prompt_ids: Sequence[int]) -> list[PromptTemperature]:
+        return [PromptTemperature(self.s.temperature, self.anneal_args(step))] * len(prompt_ids)
+
     def at(self, step: int):
         s = self.s
         values = self.table(step).tolist()
@@ -245,6 +275,13 @@ class AdaptiveTemperature(_Stateless):
             return per_response[:, None] * table[None, :]
         return (self.factors * float(temperature)).tolist()  # one temperature per prompt
 
+    def per_prompt(self, step: int, temperature, prompt_ids: Sequence[int]) -> list[PromptTemperature]:
+        self.for_prompts(temperature, prompt_ids, [1] * len(prompt_ids))  # sets self.factors, one per prompt
+        if isinstance(self.base, _AnnealedTemperature):
+            return [PromptTemperature(self.s.temperature, self.base.anneal_args(step, self.s.ead_tau_max * f))
+                    for f in self.factors.tolist()]
+        return [PromptTemperature(t) for t in (self.factors * float(temperature)).tolist()]  # as for_prompts
+
     def observe_rewards(self, prompt_ids: Sequence[int], rewards_per_prompt: Sequence[Sequence[float]]) -> None:
         for pid, rewards in zip(prompt_ids, rewards_per_prompt):
             total = self.success.setdefault(int(pid), [0.0, 0])
@@ -311,20 +348,36 @@ def _check_e3_budget(cfg: Config) -> str | None:
     if not 1 <= b.g_min_limit <= s.group_size <= b.g_max_limit:
         return (f"budget: need g_min_limit <= sampling.group_size <= g_max_limit, got {b.g_min_limit}, "
                 f"{s.group_size}, {b.g_max_limit}")
+    for name, value in (("g_min_start", b.g_min_start), ("g_max_start", b.g_max_start)):
+        if value is not None and not b.curriculum:
+            return (f"budget.{name}: a starting bound needs the curriculum; with budget.curriculum=false the bounds "
+                    f"are g_min_limit/g_max_limit throughout. Set budget.{name}=null or budget.curriculum=true")
+    if b.g_min_start is not None and not b.g_min_limit <= b.g_min_start <= s.group_size:
+        return (f"budget.g_min_start: must lie in [budget.g_min_limit={b.g_min_limit}, sampling.group_size="
+                f"{s.group_size}], got {b.g_min_start}")
+    if b.g_max_start is not None and not s.group_size <= b.g_max_start <= b.g_max_limit:
+        return (f"budget.g_max_start: must lie in [sampling.group_size={s.group_size}, budget.g_max_limit="
+                f"{b.g_max_limit}], got {b.g_max_start}")
     return None if b.g_step >= 1 else "budget.g_step: must be >= 1"
 
 
 @register("budget_policy", "e3", check=_check_e3_budget,
-          reads=("sampling.group_size", "budget.g_min_limit", "budget.g_max_limit", "budget.g_step"))
+          reads=("sampling.group_size", "budget.g_min_limit", "budget.g_max_limit", "budget.g_step",
+                 "budget.curriculum", "budget.g_min_start", "budget.g_max_start"))
 class E3Budget(UniformBudget):
     """E3 dynamic budgets (paper 000 Algorithm 1): more rollouts for harder prompts, within a G_min/G_max
-    curriculum that widens after each pass over the data."""
+    curriculum that widens after each pass over the data (`budget.curriculum: false`: fixed at the limits)."""
 
     def __init__(self, cfg: Config, num_prompts: int):
         super().__init__(cfg, num_prompts)
         b = cfg.budget
         self.difficulty = DifficultyTracker(num_prompts)
-        self.curriculum = BudgetCurriculum(self.group_size, b.g_min_limit, b.g_max_limit, b.g_step)
+        if b.curriculum:
+            self.curriculum = BudgetCurriculum(self.group_size, b.g_min_limit, b.g_max_limit, b.g_step,
+                                               b.g_min_start, b.g_max_start)
+        else:  # no curriculum: the limits from the first step, never moved
+            self.curriculum = BudgetCurriculum(self.group_size, b.g_min_limit, b.g_max_limit, 0,
+                                               b.g_min_limit, b.g_max_limit)
 
     def budgets(self, prompt_ids: Sequence[int]) -> list[int]:
         g_min, g_max = self.curriculum.bounds()

@@ -22,11 +22,12 @@ __all__ = ["Problem", "Task", "load_task"]
 
 
 def load_task(cfg: TaskConfig) -> Task:
-    """Build the task named by `cfg.name` and apply `cfg.reward`; ValueError names the bad config field."""
-    from explorl.rewards import resolve_reward
+    """Build the task named by `cfg.name` and apply `cfg.reward` (with `cfg.reward_weights`); ValueError names the
+    bad config field."""
+    from explorl.rewards import resolve_rewards
 
     train, eval_, default, extract = _task_entry(cfg.name).fn(cfg)
-    reward_fn, isolate = resolve_reward(cfg.reward, default)
+    reward_fn, isolate = resolve_rewards(cfg.reward, cfg.reward_weights, default)
     return Task(name=cfg.name, train=train, eval=eval_, reward_fn=reward_fn, isolate=isolate,
                 extract_answer=extract)
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from explorl.config import TaskConfig
 
 OPERAND_MAX = 20
+MAX_DIFFICULTY = 12
 _EXPR_RE = re.compile(r"\d+(?:[+-]\d+)*")
 _TOKEN_RE = re.compile(r"\d+|[+-]")
 
@@ -37,9 +38,9 @@ def from_expression(expr: str) -> Problem:
         lines.append(f"{value}{op}{operand}={new}")
         value = new
     lines.append(f"\\boxed{{{value}}}")
-    prompt = f"{expr}=?\n"
+    prompt, solution = f"{expr}=?\n", "\n".join(lines)
     return Problem(prompt=prompt, answer=str(value),
-                   meta={"difficulty": len(tokens) // 2, "solution": "\n".join(lines), "id": prompt})
+                   meta={"difficulty": len(tokens) // 2, "solution": solution, "id": prompt}, solution=solution)
 
 
 def make_problem(rng: random.Random, difficulty: int) -> Problem:
@@ -106,7 +107,9 @@ def default_reward() -> tuple[Callable, bool]:
 
 def _check_arith(cfg) -> str | None:
     d = cfg.task.difficulties
-    return None if d and all(1 <= x <= 8 for x in d) else f"task.difficulties: levels must be in 1..8, got {d}"
+    # 12 operations: a prompt of 13 operands and a 12-line solution stay far inside the embedded model's 512 positions
+    return None if d and all(1 <= x <= MAX_DIFFICULTY for x in d) else \
+        f"task.difficulties: levels (operations per problem) must be in 1..{MAX_DIFFICULTY}, got {d}"
 
 
 @register("task", "arith", reads=("difficulties", "train_size", "eval_size", "data_seed"), check=_check_arith)

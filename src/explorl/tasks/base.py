@@ -20,6 +20,9 @@ class Problem:
     messages: list[dict] | None = None
     """A conversational row's chat messages (`{"role", "content"}` dicts), prompted through the chat template;
     `prompt` then holds their contents as plain text, for logs."""
+    solution: str | None = None
+    """A worked solution ending in the answer (the completion a perfect model writes), the target of `explorl sft`;
+    None when the task gives none."""
 
 
 @dataclass
@@ -30,8 +33,10 @@ class Task:
     train: list[Problem]
     eval: list[Problem]
     reward_fn: Callable
-    """`fn(completion, answer, **meta) -> float`."""
+    """`fn(completion, answer, **meta) -> float`, or a `rewards.WeightedRewards` (several functions, weights, a
+    batched function): score it with `rewards.RewardRunner`."""
     isolate: bool
-    """Whether `reward_fn` must run in the sandbox's worker pool (slow or unsafe checkers)."""
+    """Whether `reward_fn` must run in the sandbox's worker pool (slow or unsafe checkers); for a
+    `WeightedRewards`, whether any of its functions does."""
     extract_answer: Callable[[str], str | None]
     """The final answer of a completion (for majority voting); None when there is none."""

@@ -121,7 +121,9 @@ def to_problem(row: Any, where: str, row_id: str, cfg: TaskConfig) -> Problem:
                              f"got {type(row[name]).__name__}")
     # str.replace, not str.format: questions are full of braces (LaTeX, code). Chat messages are used as given.
     prompt = values["prompt"] if messages else cfg.prompt_template.replace("{question}", values["prompt"])
-    return Problem(prompt=prompt, answer=values["answer"].strip(), meta={"id": row_id}, messages=messages)
+    solution = _text(row.get(cfg.solution_field))  # optional: the worked solution `explorl sft` trains on
+    return Problem(prompt=prompt, answer=values["answer"].strip(), meta={"id": row_id}, messages=messages,
+                   solution=solution)
 
 
 CHAT_ROLES = ("system", "user", "assistant")
@@ -207,8 +209,9 @@ def _check_file(cfg) -> str | None:
     return None if cfg.task.path else "task.path: the `file` task needs a path to a .jsonl or .parquet file"
 
 
-@register("task", "file", reads=("path", "eval_path", "prompt_field", "answer_field", "prompt_template", "train_size",
-                                 "eval_size"), check=_check_file, preflight=check_file_task)
+@register("task", "file", reads=("path", "eval_path", "prompt_field", "answer_field", "solution_field",
+                                 "prompt_template", "train_size", "eval_size"),
+          check=_check_file, preflight=check_file_task)
 def load_file(cfg: TaskConfig) -> tuple[list[Problem], list[Problem], tuple[Callable, bool], Callable]:
     """The `file` task: (train, eval, default reward, answer extractor); answers are read from the last \\boxed{}."""
     from explorl.rewards import extract_boxed

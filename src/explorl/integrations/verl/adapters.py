@@ -31,6 +31,7 @@ from explorl.algos import RolloutBatch, compute_advantages
 from explorl.algos.batch import MissingInputError
 from explorl.algos.registry import entries, lookup
 from explorl.config import AlgoConfig, Config, ConfigError, SamplingConfig, from_dict, validate
+from explorl.integrations.verl.rollout import BUDGET_KEY, SAMPLING_KEY
 
 PREFIX = "explorl_"
 CONFIG_KEY = "explorl"
@@ -64,7 +65,8 @@ def algo_config(settings: Mapping | None, prefix: str = f"algorithm.{CONFIG_KEY}
     In verl the behaviour policy is the inference engine's (vLLM, SGLang): it differs from the trainer's forward
     numerically even at one fixed temperature, so truncated importance weights are accepted without EAD.
     """
-    data = {**_plain(settings), **fixed}
+    # the controllers' sampling and budget sections are read by `rollout.rollout_config`
+    data = {k: v for k, v in {**_plain(settings), **fixed}.items() if k not in (SAMPLING_KEY, BUDGET_KEY)}
     try:
         algo = from_dict(AlgoConfig, data, prefix)
         sampling = SamplingConfig(group_size=max(group_size, 1), top_p=0.999 if algo.tis else 1.0)

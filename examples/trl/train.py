@@ -1,0 +1,111 @@
+"""Train an explorl recipe with TRL's GRPOTrainer (`ExplorlGRPOTrainer`), on one process or many.
+
+    python examples/trl/train.py configs/recipes/cw_grpo.yaml run.steps=2 run.out_dir=runs/trl-cw
+    torchrun --nproc_per_node 2 examples/trl/train.py configs/recipes/grpo.yaml run.steps=2 run.batch_size=4
+    accelerate launch --config_file deepspeed_zero2.yaml examples/trl/train.py RECIPE   # GPUs
+
+RECIPE is an explorl config and the `key=value` arguments are explorl's overrides (`explorl config` lists every
+field). The recipe's task, model and reward come from explorl (`explorl.tasks`, `explorl.models`), its method
+from `algo`, `sampling` and `budget`; the TRL settings are derived from it:
+- run.batch_size prompts x sampling.group_size completions per step, split evenly over the processes
+  (per_device_train_batch_size = batch_size * group_size / processes), one optimizer step per algo.mini_batches
+  share of it (steps_per_generation = algo.mini_batches), algo.epochs passes (num_iterations);
+- optim.* -> AdamW, warm-up, cosine decay to optim.min_lr_ratio, gradient clipping;
+- model.dtype auto -> bfloat16 on a GPU that has it, float32 on the CPU; model.device cpu -> use_cpu.
+Not mapped: LoRA (`model.lora`), evaluation during training and checkpoints of explorl's own format.
+
+On the CPU, launch several processes with torchrun (`accelerate launch --cpu --num_processes N` starts one
+process without mpirun, silently). Rank 0 writes RUN/trl_run.json: the world size it ran with and TRL's log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+
+def grpo_args(cfg, world: int):
+    """TRL's GRPOConfig for an explorl config run on `world` processes."""
+    from trl import GRPOConfig
+
+    from explorl.config import ConfigError
+    from explorl.models import resolve_device, resolve_dtype
+
+    s, a, o, r = cfg.sampling, cfg.algo, cfg.optim, cfg.run
+    total = r.batch_size * s.group_size
+    if total % (world * a.mini_batches):
+        raise ConfigError(f"run.batch_size={r.batch_size} x sampling.group_size={s.group_size} = {total} completions "
+                          f"must split evenly over {world} processes x algo.mini_batches={a.mini_batches}; change "
+                          f"run.batch_size")
+    device = resolve_device(cfg.model.device)
+    dtype = resolve_dtype(cfg.model.dtype, device)
+    return GRPOConfig(
+        output_dir=r.out_dir, seed=r.seed, max_steps=r.steps, use_cpu=device.type == "cpu",
+        bf16=dtype == torch.bfloat16, fp16=False,
+        per_device_train_batch_size=total // (world * a.mini_batches), steps_per_generation=a.mini_batches,
+        gradient_accumulation_steps=1, num_iterations=a.epochs, num_generations=s.group_size,
+        max_completion_length=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p, top_k=0,
+        learning_rate=o.lr, weight_decay=o.weight_decay, adam_beta1=o.beta1, adam_beta2=o.beta2,
+        warmup_steps=o.warmup_steps, lr_scheduler_type="cosine_with_min_lr",
+        lr_scheduler_kwargs={"min_lr_rate": o.min_lr_ratio}, max_grad_norm=o.grad_clip,
+        activation_checkpointing=cfg.model.gradient_checkpointing, logging_steps=1,
+        save_strategy="steps" if r.save_every > 0 else "no", save_steps=max(r.save_every, 1),
+        save_total_limit=r.keep_checkpoints, report_to=list(r.report_to), log_completions=False, disable_tqdm=True,
+        dataloader_num_workers=0)
+
+
+def main(argv: list[str] | None = None) -> Path:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        raise SystemExit(0 if argv else 2)
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM
+
+    from explorl.bootstrap import ensure_embedded
+    from explorl.config import load_config
+    from explorl.integrations.trl import ExplorlGRPOTrainer
+    from explorl.models import load_tokenizer, resolve_dtype, resolve_device, resolve_model_path
+    from explorl.tasks import load_task
+    from explorl.tasks.chat import prompt_text, resolve_chat_template
+
+    cfg = load_config(argv[0], argv[1:])
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if cfg.run.threads > 0:
+        torch.set_num_threads(cfg.run.threads)
+    path = resolve_model_path(ensure_embedded(cfg.model.path))
+    tok = load_tokenizer(path)
+    device = resolve_device(cfg.model.device)
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=resolve_dtype(cfg.model.dtype, device),
+                                                 attn_implementation=cfg.model.attn_implementation)
+    task = load_task(cfg.task)
+    chat = resolve_chat_template(cfg.task.chat_template, tok)
+    rows = [{"prompt": prompt_text(p, tok, chat=chat, system_prompt=cfg.task.system_prompt), "answer": p.answer,
+             "meta": json.dumps(p.meta)} for p in task.train]
+
+    def reward(prompts, completions, answer, meta, **kw):
+        """The task's reward (explorl's `task.reward`), in-process."""
+        return [float(task.reward_fn(c, a, **json.loads(m))) for c, a, m in zip(completions, answer, meta)]
+
+    reward.__name__ = f"explorl_{cfg.task.name.replace(':', '_')}"
+    trainer = ExplorlGRPOTrainer(model, reward, args=grpo_args(cfg, world), train_dataset=Dataset.from_list(rows),
+                                 processing_class=tok, algo=cfg.algo, sampling=cfg.sampling, budget=cfg.budget)
+    if trainer.accelerator.num_processes != world:
+        raise RuntimeError(f"launched as {world} processes (WORLD_SIZE) but accelerate sees "
+                           f"{trainer.accelerator.num_processes}")
+    trainer.train()
+    out = Path(cfg.run.out_dir)
+    if trainer.accelerator.is_main_process:
+        out.mkdir(parents=True, exist_ok=True)
+        record = {"world_size": trainer.accelerator.num_processes, "recipe": argv[0], "overrides": argv[1:],
+                  "steps": trainer.state.global_step, "log_history": trainer.state.log_history}
+        (out / "trl_run.json").write_text(json.dumps(record, indent=1))
+    return out
+
+
+if __name__ == "__main__":
+    main()

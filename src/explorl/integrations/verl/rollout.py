@@ -1,0 +1,187 @@
+"""explorl's rollout controllers inside verl: E3's temperature and budgets, EAD, per-prompt temperature.
+
+explorl's own loop asks its temperature schedule and budget policy (`explorl.rollout.controllers`) what to sample
+at each step and tells them what came back. `RolloutControl` does the same for verl's v1 trainer (`ExplorlTrainer`
+in `trainer.py`), in verl's terms:
+- before a batch is generated: per prompt, the rollout count (verl's agent loop reads `__rollout_n__`), the
+  request temperature and, for EAD / RevEAD, the annealing arguments that `explorl.integrations.vllm`'s logits
+  processor evaluates per token; and the training temperature the actor's log-probs use (E3 trains at the tau it
+  sampled at; EAD and per-prompt temperatures leave the optimised policy at the base temperature,
+  docs/methods.md §6a, §2c);
+- after rewards and entropies are known: each prompt's rewards (E3's difficulty ranks, per-prompt success rates)
+  and the batch's mean token entropy (E3's controller).
+
+The settings are explorl's `SamplingConfig` and `BudgetConfig` fields under `algorithm.explorl.sampling` and
+`algorithm.explorl.budget`; what verl already sets (the base temperature, `n`, the response length, the number of
+steps) is taken from verl's config and may not be set twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from explorl.config import BudgetConfig, Config, ConfigError, RunConfig, SamplingConfig, from_dict, validate
+from explorl.rollout.controllers import Controllers
+
+SAMPLING_KEY, BUDGET_KEY = "sampling", "budget"
+"""The sub-mappings of `algorithm.explorl` holding explorl's sampling and budget fields."""
+AGENT_LOOP = "explorl_single_turn"
+"""verl agent loop that applies the per-prompt temperature and annealing (`agent_loop.py`)."""
+TEMPERATURE_FIELD = "__explorl_temperature__"
+ANNEAL_FIELD = "__explorl_anneal__"
+"""Per-prompt fields of the batch verl hands its agent loop workers."""
+VERL_OWNED = {"temperature": "actor_rollout_ref.rollout.temperature", "group_size": "actor_rollout_ref.rollout.n",
+              "max_new_tokens": "actor_rollout_ref.rollout.response_length",
+              "top_p": "actor_rollout_ref.rollout.top_p"}
+"""explorl sampling fields whose value is verl's, and the verl key a user sets instead."""
+
+
+def rollout_config(settings: Mapping | None, *, temperature: float, group_size: int, max_new_tokens: int,
+                   top_p: float, total_steps: int, prefix: str = "algorithm.explorl.") -> Config:
+    """An explorl `Config` whose sampling and budget sections come from `settings` (verl's `algorithm.explorl`:
+    its `sampling` and `budget` mappings) and verl's own values, validated by explorl's rules; errors name the
+    verl key (`algorithm.explorl.sampling.e3_eta`)."""
+    settings = dict(settings or {})
+    sampling = dict(settings.get(SAMPLING_KEY) or {})
+    for field, verl_key in VERL_OWNED.items():
+        if field in sampling:
+            raise ConfigError(f"{prefix}{SAMPLING_KEY}.{field}: verl sets this; set `{verl_key}` instead")
+    budget = dict(settings.get(BUDGET_KEY) or {})
+    try:
+        cfg = Config(sampling=from_dict(SamplingConfig, sampling, f"{SAMPLING_KEY}."),
+                     budget=from_dict(BudgetConfig, budget, f"{BUDGET_KEY}."),
+                     run=dataclasses.replace(RunConfig(), steps=max(int(total_steps), 1)))
+        cfg.sampling = dataclasses.replace(cfg.sampling, temperature=float(temperature), group_size=int(group_size),
+                                           max_new_tokens=int(max_new_tokens), top_p=float(top_p))
+        if cfg.budget.policy == "dapo":
+            raise ConfigError(f"{BUDGET_KEY}.policy=dapo: DAPO's dynamic sampling re-samples prompts until a batch "
+                              f"is full, which verl's v1 trainer does not do; use explorl's own loop "
+                              f"(`explorl train`), or `uniform` / `e3` here")
+        validate(cfg)
+    except ConfigError as e:
+        raise ConfigError(_rename(str(e), prefix)) from None
+    return cfg
+
+
+def _rename(message: str, prefix: str) -> str:
+    """explorl's field names in a validation message as a verl user writes them."""
+    for field, verl_key in VERL_OWNED.items():
+        message = message.replace(f"{SAMPLING_KEY}.{field}", verl_key)
+    return re.sub(rf"(?<![\w.])({SAMPLING_KEY}|{BUDGET_KEY})(?=[.:])", lambda m: prefix + m.group(1), message)
+
+
+def needs_control(settings: Mapping | None) -> bool:
+    """Whether `algorithm.explorl` asks for anything beyond verl's fixed temperature and `n` (a schedule other than
+    `fixed`, a budget policy other than `uniform`)."""
+    settings = dict(settings or {})
+    schedule = (settings.get(SAMPLING_KEY) or {}).get("schedule", SamplingConfig.schedule)
+    policy = (settings.get(BUDGET_KEY) or {}).get("policy", BudgetConfig.policy)
+    return schedule != "fixed" or policy != "uniform"
+
+
+@dataclass
+class RolloutPlan:
+    """What one step samples, per prompt of the batch (in the batch's order)."""
+
+    rollout_n: list[int]
+    """`__rollout_n__`: responses per prompt (E3: by difficulty; otherwise verl's `n`)."""
+    temperature: list[float]
+    """The request temperature per prompt."""
+    anneal: list[dict | None]
+    """Per prompt: the annealing arguments for `explorl.integrations.vllm` (EAD, RevEAD), or None."""
+    train_temperature: float
+    """The temperature of the optimised policy for this batch (verl's actor divides its logits by it)."""
+    stats: dict[str, float]
+    """The schedule's and budget's metrics for the step (explorl's names)."""
+
+
+class RolloutControl:
+    """explorl's configured temperature schedule and budget policy, driven from verl's trainer.
+
+    `prompt_ids` are dataset row indices in `[0, num_prompts)` (verl's `index` from each row's `extra_info`,
+    which verl's data preprocessing scripts write). A new pass over the data (E3's curriculum widens) begins with
+    the batch after every `num_prompts` planned prompts, as in explorl's loop (`PromptStream`).
+    """
+
+    def __init__(self, cfg: Config, vocab_size: int, num_prompts: int):
+        self.cfg, self.num_prompts = cfg, int(num_prompts)
+        self.controllers = Controllers(cfg, vocab_size, self.num_prompts)
+        self.planned = 0
+
+    @property
+    def behavior_is_policy(self) -> bool:
+        return self.controllers.behavior_is_policy
+
+    def plan(self, step: int, prompt_ids: Sequence[int]) -> RolloutPlan:
+        """The plan for the batch of 0-based training step `step` (explorl's `collect_rollouts` numbering)."""
+        ids = [int(i) for i in prompt_ids]
+        bad = [i for i in ids if not 0 <= i < self.num_prompts]
+        if bad:
+            raise ValueError(f"prompt index {bad[0]} is outside [0, {self.num_prompts}): explorl's budgets and "
+                             f"per-prompt temperatures track prompts by their dataset row index (verl's "
+                             f"`extra_info.index`); give every row its index")
+        schedule, budget = self.controllers.schedule, self.controllers.budget
+        def pass_of(count: int) -> int:  # the pass the count-th planned prompt belongs to (as PromptStream)
+            return (count - 1) // self.num_prompts if count > 0 else 0
+
+        for _ in range(pass_of(self.planned + len(ids)) - pass_of(self.planned)):
+            budget.end_of_pass()
+        self.planned += len(ids)
+        temp_arg, train_temp, stats = schedule.at(step)
+        per_prompt = schedule.per_prompt(step, temp_arg, ids)
+        return RolloutPlan(rollout_n=budget.budgets(ids), temperature=[p.temperature for p in per_prompt],
+                           anneal=[p.anneal for p in per_prompt], train_temperature=float(train_temp),
+                           stats=dict(stats))
+
+    def observe(self, step: int, prompt_ids: Sequence[int], rewards_per_prompt: Sequence[Sequence[float]],
+                mean_entropy: float) -> None:
+        """Tell the controllers what the batch of 0-based step `step` gave: each prompt's rewards and the mean
+        token entropy of the batch's responses at the training temperature."""
+        ids = [int(i) for i in prompt_ids]
+        self.controllers.budget.observe_rewards(ids, rewards_per_prompt)
+        self.controllers.schedule.observe_rewards(ids, rewards_per_prompt)
+        self.controllers.schedule.observe(step + 1, float(mean_entropy))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"controllers": self.controllers.state_dict(), "planned": self.planned}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.controllers.load_state_dict(dict(state["controllers"]))
+        self.planned = int(state["planned"])
+
+
+def request_sampling_params(sampling_params: Mapping[str, Any], temperature: float | None,
+                            anneal: Mapping | None) -> dict[str, Any]:
+    """verl's per-request sampling parameters with a prompt's temperature and annealing arguments (the latter in
+    vLLM's `extra_args`, read by `explorl.integrations.vllm.EADLogitsProcessor`)."""
+    from explorl.integrations.vllm import EAD_ARG
+
+    out = dict(sampling_params)
+    if temperature is not None:
+        out["temperature"] = float(temperature)
+    if anneal is not None:
+        out["extra_args"] = {**dict(out.get("extra_args") or {}), EAD_ARG: dict(anneal)}
+    return out
+
+
+def observed_per_prompt(uids: Sequence, prompt_index: dict[str, int], token_level_rewards, entropy,
+                        response_mask) -> tuple[list[int], list[list[float]], float]:
+    """What the controllers observe from a verl batch: the prompts' dataset indices (in order of first
+    appearance), each prompt's response rewards (`token_level_rewards [N, T]` summed over tokens) and the mean token
+    entropy over all valid response tokens (`entropy`, `response_mask` `[N, T]`). `prompt_index` maps verl's
+    per-prompt `uid` to the dataset index recorded when the batch was planned; observed uids leave it."""
+    rewards = token_level_rewards.sum(-1).tolist()
+    order: dict[str, list[float]] = {}
+    for uid, r in zip((str(u) for u in uids), rewards):
+        order.setdefault(uid, []).append(float(r))
+    missing = [u for u in order if u not in prompt_index]
+    if missing:
+        raise KeyError(f"uid {missing[0]!r} was not planned by explorl's rollout control (a batch generated "
+                       f"before the trainer started, or by another trainer)")
+    ids = [prompt_index.pop(u) for u in order]
+    mask = response_mask.to(entropy.dtype)
+    mean_entropy = float((entropy * mask).sum() / mask.sum().clamp_min(1))
+    return ids, list(order.values()), mean_entropy

@@ -1,0 +1,372 @@
+"""The `explorl probe` subcommands: the papers' analyses run on a model (`analysis.probes`; docs/methods.md §8e).
+
+`explorl probe position | covariance | branch | perturb | update`, each reading `--model` and the task flags as
+`explorl eval` does (a model directory, `embedded`, or a run's output, whose config then supplies the task, the
+length limit, the temperature and top_p unless given), writing a JSON result (default
+`runs/probe/PROBE-MODEL.json`) and a PNG beside it, and printing a table. `explorl.cli` parses the flags and
+calls `run(args, task_opts, console)`; this module never imports the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from rich.progress import Progress
+from rich.table import Table
+from rich.text import Text
+
+from explorl.analysis import probes as P
+
+__all__ = ["run", "PROBES"]
+
+PROBES = ("position", "covariance", "branch", "perturb", "update")
+
+
+@dataclass
+class Context:
+    """What every probe starts from: the model, the task's problems, how to prompt and score them, and the
+    sampling settings (`settings` records each value and where it came from)."""
+
+    model: object
+    tok: object
+    task: object
+    task_cfg: object
+    problems: list
+    encode: object
+    runner: object
+    run_cfg: object
+    run_config_path: Path | None
+    label: str
+    max_new_tokens: int
+    temperature: float
+    top_p: float
+    fast_path: bool
+    settings: dict
+
+    def score_fn(self, problem) -> P.Score:
+        """Rewards of texts answering `problem`."""
+        return lambda texts: self.runner(texts, [problem.answer] * len(texts), [problem.meta] * len(texts)).rewards
+
+    def generator(self, seed: int) -> torch.Generator:
+        return torch.Generator(device=next(self.model.parameters()).device).manual_seed(seed)
+
+    def sample(self, problems, n: int, generator: torch.Generator):
+        """Rollouts of n samples per problem (one `sample` call) and their rewards."""
+        from explorl.rollout.sampler import decode_responses, sample
+
+        ro = sample(self.model, [self.encode(p) for p in problems], n, eos_token_id=self.tok.eos_token_id,
+                    pad_token_id=self.tok.pad_token_id, max_new_tokens=self.max_new_tokens,
+                    temperature=self.temperature, top_p=self.top_p, generator=generator, fast_path=self.fast_path)
+        texts = decode_responses(self.tok, ro)
+        group = ro.group.tolist()
+        rewards = self.runner(texts, [problems[g].answer for g in group], [problems[g].meta for g in group]).rewards
+        return ro, rewards
+
+
+def _setup(args, task_opts: dict, console) -> Context:
+    """Load the model and the task as `explorl eval` does (run outputs included)."""
+    from explorl.bootstrap import ensure_embedded
+    from explorl.config import ModelConfig, TaskConfig, apply_override, from_dict, load_config, to_dict
+    from explorl.models import find_run_output, load_policy, load_run_output
+    from explorl.rewards import RewardRunner
+    from explorl.tasks import load_task
+    from explorl.tasks.chat import prompt_encoder
+
+    if not (args.device in ("auto", "cpu") or args.device.startswith("cuda")):
+        raise SystemExit(f"--device: {args.device!r} is not one of auto, cpu, cuda, cuda:N")
+    for flag in ("limit", "n", "k", "attempts"):
+        if getattr(args, flag, 1) is not None and getattr(args, flag, 1) < (0 if flag == "limit" else 1):
+            raise SystemExit(f"--{flag}: must be >= {0 if flag == 'limit' else 1}, got {getattr(args, flag)}")
+    run = find_run_output(args.model)
+    run_cfg = load_config(run.config_path) if run is not None else None
+    if run_cfg is not None and args.task in (None, run_cfg.task.name):
+        data: dict = {"task": to_dict(run_cfg.task)}
+    else:
+        data = {"task": {"name": args.task or "arith"}}
+    for k, v in task_opts.items():
+        apply_override(data, f"task.{k}={v}")
+    task_cfg = from_dict(TaskConfig, data["task"], "task.")
+    task = load_task(task_cfg)
+    pool = task.eval if args.split == "eval" else task.train
+    problems = pool[: args.limit] if args.limit else list(pool)
+    if not problems:
+        raise SystemExit(f"--split {args.split}: task {task_cfg.name} has no {args.split} problems; use "
+                         f"--split {'train' if args.split == 'eval' else 'eval'} or set its size with --task-opt")
+    if run is not None:
+        if run.kind == "checkpoint":
+            ensure_embedded(run_cfg.model.path, console=console)
+        model, tok, _ = load_run_output(run, run_cfg, device=args.device, dtype=args.dtype)
+    else:
+        ensure_embedded(args.model, console=console)
+        model, tok, _ = load_policy(from_dict(ModelConfig, {"path": args.model, "device": args.device,
+                                                            "dtype": args.dtype}))
+    model.eval()
+    r = run_cfg
+
+    def pick(flag: str, given, from_run, default):
+        if given is not None:
+            return given, f"--{flag}"
+        return (from_run, "run config") if r is not None else (default, "default")
+
+    max_new, max_from = pick("max-new-tokens", args.max_new_tokens, r and r.sampling.max_new_tokens, 64)
+    temp, temp_from = pick("temperature", args.temperature, r and r.run.eval_temperature, 1.0)
+    top_p, top_p_from = pick("top-p", args.top_p, r and r.sampling.top_p, 1.0)
+    settings = {"model": {"value": str(run.model_dir) if run is not None else args.model, "from": "--model"},
+                "task": {"value": task_cfg.name, "from": "--task" if args.task else ("run config" if r else "default")},
+                "problems": {"value": len(problems), "from": f"{args.split} split, --limit {args.limit or 'all'}"},
+                "max_new_tokens": {"value": max_new, "from": max_from},
+                "temperature": {"value": temp, "from": temp_from}, "top_p": {"value": top_p, "from": top_p_from},
+                "seed": {"value": args.seed, "from": "--seed"}}
+    runner = RewardRunner(task.reward_fn, isolate=task.isolate, timeout_s=task_cfg.reward_timeout_s)
+    return Context(model=model, tok=tok, task=task, task_cfg=task_cfg, problems=problems,
+                   encode=prompt_encoder(tok, task_cfg), runner=runner, run_cfg=run_cfg,
+                   run_config_path=run.config_path if run is not None else None,
+                   label=run.label if run is not None else Path(args.model).name, max_new_tokens=max_new,
+                   temperature=temp, top_p=top_p, fast_path=r.sampling.fast_path if r is not None else True,
+                   settings=settings)
+
+
+def _clean(x):
+    """JSON-ready: tensors as lists, NaN as None."""
+    if isinstance(x, torch.Tensor):
+        return _clean(x.tolist())
+    if isinstance(x, float):
+        return None if math.isnan(x) else x
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    return x
+
+
+def _fmt(x, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
+
+
+def _write(args, ctx: Context, probe: str, result: dict, console) -> Path:
+    out = Path(args.out) if args.out else Path(f"runs/probe/{probe}-{ctx.label}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(_clean({"probe": probe, "label": ctx.label, "settings": ctx.settings, **result}),
+                              indent=2))
+    console.print(Text(f"wrote {out}"))
+    return out
+
+
+def _bar(console):
+    return Progress(console=console, disable=not console.is_terminal)
+
+
+# --- the probes ---------------------------------------------------------------------------------------------------
+
+def _position(args, ctx: Context, console) -> dict:
+    from explorl.analysis.measures import entropy_by_position
+
+    gen = ctx.generator(args.seed)
+    rows: list[torch.Tensor] = []
+    with _bar(console) as bar:
+        job = bar.add_task("sampling", total=len(ctx.problems))
+        for s in range(0, len(ctx.problems), 32):
+            chunk = ctx.problems[s:s + 32]
+            ro, _ = ctx.sample(chunk, args.n, gen)
+            rows += [e[m > 0].cpu() for e, m in zip(ro.entropy, ro.mask)]
+            bar.advance(job, len(chunk))
+    width = max(1, max(len(r) for r in rows))
+    ent = torch.zeros((len(rows), width))
+    mask = torch.zeros((len(rows), width))
+    for i, r in enumerate(rows):
+        ent[i, :len(r)], mask[i, :len(r)] = r, 1.0
+    res = P.entropy_by_absolute_position(ent, mask, bin_size=args.bin_size)
+    res["bin_size"] = args.bin_size
+    res["relative_10_bins"] = entropy_by_position(ent, mask, bins=10)
+    res["responses"] = len(rows)
+    table = Table(title=f"entropy by absolute position ({len(rows)} responses, bins of {args.bin_size} tokens)")
+    for col in ("positions", "tokens", "mean entropy"):
+        table.add_column(col, justify="right")
+    nb = len(res["start"])
+    for i in sorted({round(j * (nb - 1) / 11) for j in range(12)} if nb > 12 else range(nb)):
+        start = res["start"][i]
+        table.add_row(f"{start}-{start + args.bin_size - 1}", str(int(res["count"][i])), _fmt(float(res["mean"][i])))
+    console.print(table)
+    return res
+
+
+def _covariance(args, ctx: Context, console) -> dict:
+    ro, rewards = ctx.sample(ctx.problems, args.n, ctx.generator(args.seed))
+    c = P.batch_covariance(ctx.model, ro, rewards, temperature=ctx.temperature, per_group=args.scope == "group")
+    pct = P.covariance_percentiles(c, ro.mask, args.percentiles)
+    table_fracs = [p / 100 for p in args.percentiles]
+    grid = sorted(set([10 ** (-4 + 4 * i / 120) for i in range(121)] + table_fracs))
+    res = {"scope": args.scope, "responses": int(ro.mask.shape[0]), "mean_reward": sum(rewards) / len(rewards),
+           "percentiles": pct, "cumulative": P.covariance_cumulative(c, ro.mask, table_fracs),
+           "curve": P.covariance_cumulative(c, ro.mask, grid)}
+    table = Table(title=f"token covariance c ({pct['n_positive']} positive, {pct['n_negative']} negative, "
+                        f"{pct['n_zero']} zero tokens; means per {args.scope})")
+    for col in ("percentile", "positive c", "negative c", "share of |c+|", "share of |c-|"):
+        table.add_column(col, justify="right")
+    cum = res["cumulative"]
+    for i, p in enumerate(args.percentiles):
+        table.add_row(f"{p:g}%", _fmt(pct["positive"][i], 4), _fmt(pct["negative"][i], 4),
+                      _fmt(cum["positive"][i]), _fmt(cum["negative"][i]))
+    console.print(table)
+    if pct["n_positive"] + pct["n_negative"] == 0:
+        console.print("[yellow]every token has c = 0: each group's rewards are all equal (GRPO advantage 0); raise "
+                      "--n or choose problems the model solves sometimes[/]")
+    return res
+
+
+def _branch(args, ctx: Context, console) -> dict:
+    cuts = sorted(set(args.cuts))
+    gen = ctx.generator(args.seed)
+    per_problem, records = [], []
+    with _bar(console) as bar:
+        job = bar.add_task("branching", total=len(ctx.problems))
+        for p in ctx.problems:
+            ro, base_reward = ctx.sample([p], 1, gen)
+            length = int(ro.lengths[0])
+            response = ro.response_ids[0, :length].tolist()
+            entropy = ro.entropy[0, :length].tolist()
+            results = P.branch_probe(ctx.model, ctx.tok, ctx.encode(p), response, cuts, k=args.k,
+                                     score=ctx.score_fn(p), max_new_tokens=ctx.max_new_tokens,
+                                     extract_answer=ctx.task.extract_answer, entropy=entropy,
+                                     temperature=ctx.temperature, top_p=ctx.top_p, generator=gen,
+                                     fast_path=ctx.fast_path)
+            per_problem.append(results)
+            records.append({"id": str(p.meta.get("id", len(records))), "base_reward": base_reward[0],
+                            "base_length": length,
+                            "cuts": [{k: v for k, v in r.items() if k != "texts"} for r in results]})
+            bar.advance(job)
+    summary = P.branch_summary(per_problem, cuts)
+    table = Table(title=f"branching from a base response ({len(ctx.problems)} problems, k={args.k} continuations)")
+    for col in ("cut", "problems", "accuracy", f"maj@{args.k}", "entropy at cut"):
+        table.add_column(col, justify="right")
+    for r in summary:
+        table.add_row(str(r["cut"]), str(r["problems"]), _fmt(r["accuracy"]), _fmt(r["maj"]), _fmt(r["entropy"]))
+    console.print(table)
+    return {"cuts": cuts, "k": args.k, "summary": summary, "problems": records}
+
+
+def _perturb(args, ctx: Context, console) -> dict:
+    gen = ctx.generator(args.seed)
+    token_gen = torch.Generator().manual_seed(args.seed + 1)
+    counts = {m: {"high": [0, 0], "low": [0, 0]} for m in args.modes}
+    records, skipped = [], 0
+    with _bar(console) as bar:
+        job = bar.add_task("perturbing", total=len(ctx.problems))
+        for p in ctx.problems:
+            ro, rewards = ctx.sample([p], args.attempts, gen)
+            pick = next((i for i, r in enumerate(rewards) if r > 0.5 or args.any_response), None)
+            bar.advance(job)
+            if pick is None:
+                skipped += 1
+                continue
+            length = int(ro.lengths[pick])
+            res = P.perturb_probe(ctx.model, ctx.tok, ctx.encode(p), ro.response_ids[pick, :length].tolist(),
+                                  ro.entropy[pick, :length].tolist(), k=args.k, score=ctx.score_fn(p),
+                                  max_new_tokens=ctx.max_new_tokens, frac=args.frac, modes=args.modes,
+                                  temperature=ctx.temperature, top_p=ctx.top_p, generator=gen,
+                                  token_generator=token_gen, fast_path=ctx.fast_path)
+            for mode, sides in res.items():
+                for side, got in sides.items():
+                    counts[mode][side][0] += sum(r > 0.5 for r in got["rewards"])
+                    counts[mode][side][1] += len(got["rewards"])
+            records.append({"id": str(p.meta.get("id", len(records))), "base_reward": rewards[pick], **res})
+    if not records:
+        raise ValueError(f"perturb: no problem had a correct response among --attempts {args.attempts} samples "
+                         f"(the paper perturbs responses the model gets right); raise --attempts, choose easier "
+                         f"problems, or pass --any-response")
+    tests = {}
+    for mode, c in counts.items():
+        (sh, nh), (sl, nl) = c["high"], c["low"]
+        t = P.compare_proportions(sh, nh, sl, nl)
+        tests[mode] = {"accuracy_high": t["rate_1"], "n_high": nh, "accuracy_low": t["rate_2"], "n_low": nl,
+                       "drop": t["rate_2"] - t["rate_1"], "fisher_p": t["fisher_p"], "z": t["z"], "z_p": t["z_p"]}
+    table = Table(title=f"perturbing the top / bottom {args.frac:.0%} entropy tokens ({len(records)} responses, "
+                        f"{skipped} problems without a usable response, k={args.k})")
+    for col in ("mode", "high-entropy acc", "low-entropy acc", "low - high", "Fisher p", "z-test p"):
+        table.add_column(col, justify="right")
+    for mode, t in tests.items():
+        table.add_row(mode, f"{_fmt(t['accuracy_high'])} ({t['n_high']})", f"{_fmt(t['accuracy_low'])} ({t['n_low']})",
+                      _fmt(t["drop"]), f"{t['fisher_p']:.3g}", f"{t['z_p']:.3g}")
+    console.print(table)
+    return {"frac": args.frac, "k": args.k, "modes": list(args.modes), "skipped": skipped, "tests": tests,
+            "responses": records}
+
+
+def _update(args, ctx: Context, console) -> dict:
+    from explorl.algos.step import requirements
+    from explorl.analysis.measures import response_perplexity
+    from explorl.config import load_config
+    from explorl.models import make_reference
+
+    # the step takes the full lr (no warm-up); --set and --lr override the run's config or the defaults
+    overrides = ["optim.warmup_steps=0", *args.set] + ([f"optim.lr={args.lr}"] if args.lr is not None else [])
+    cfg = load_config(ctx.run_config_path, overrides)  # the run's training config, or the defaults
+    ro, rewards = ctx.sample(ctx.problems, args.n, ctx.generator(args.seed))
+    ref = make_reference(ctx.model) if requirements(cfg.algo).ref else None
+    eff = P.one_update_effects(ctx.model, ro, rewards, cfg, temperature=ctx.temperature, ref=ref, seed=args.seed)
+    mask = ro.mask
+    delta = (eff["logprobs_after"].exp() - eff["logprobs_before"].exp()) * mask
+    tokens = [[ctx.tok.decode([i]) for i in row[:int(n)]] for row, n in zip(ro.response_ids.tolist(), ro.lengths)]
+    correct = [r > 0.5 for r in rewards]
+    ppl = response_perplexity(eff["logprobs_before"], mask)
+    summary = P.update_shift_summary(delta, eff["entropy_before"], mask, correct=correct, tokens=tokens, ppl=ppl,
+                                     top_frac=args.top_frac)
+    drops = P.entropy_change_by_token(eff["entropy_before"], eff["entropy_after"], mask, tokens)
+    o = summary["overall"]
+    console.print(Text(f"one update (lr {cfg.optim.lr:g}, {cfg.algo.advantage}, {len(rewards)} responses, mean "
+                       f"reward {sum(rewards) / len(rewards):.3f}): {o['tokens']} tokens, mean |dp| "
+                       f"{o['mean_abs_shift']:.3g}, top {args.top_frac:.0%} from |dp| >= {o['top_threshold']:.3g}; "
+                       f"mean entropy of the top tokens {o['mean_entropy_top']:.3f} vs {o['mean_entropy_all']:.3f}"))
+    table = Table(title="probability shift by outcome (STILL Fig. 4a)")
+    for col in ("responses", "tokens", "mean dp", "share raised", "share in top"):
+        table.add_column(col, justify="right")
+    for name, r in summary["by_outcome"].items():
+        table.add_row(name, str(r["tokens"]), _fmt(r["mean_shift"], 4), _fmt(r["share_raised"]),
+                      _fmt(r["share_in_top"]))
+    console.print(table)
+    cats = Table(title="by token category (STILL 3.2.2) and entropy bin (Fig. 4b)")
+    for col in ("group", "tokens / range", "mean |dp|", "share in top"):
+        cats.add_column(col, justify="right")
+    for name, r in summary["by_category"].items():
+        cats.add_row(name, str(r["tokens"]), _fmt(r["mean_abs_shift"], 4), _fmt(r["share_in_top"]))
+    for i, r in enumerate(summary["by_entropy"]):
+        cats.add_row(f"entropy bin {i + 1}", f"{r['low']:.2f}-{r['high']:.2f}", _fmt(r["mean_abs_shift"], 4),
+                     _fmt(r["share_in_top"]))
+    console.print(cats)
+    return {"lr": cfg.optim.lr, "algo": cfg.algo.advantage, "shapers": list(cfg.algo.shapers),
+            "responses": len(rewards), "mean_reward": sum(rewards) / len(rewards), "summary": summary,
+            "entropy_drop_tokens": drops, "update_stats": eff["stats"]}
+
+
+DRAW = {"position": lambda res, path: _draw("plot_position", res, path),
+        "covariance": lambda res, path: _draw("plot_covariance", res["curve"], path),
+        "branch": lambda res, path: _draw("plot_branch", res["summary"], path),
+        "perturb": lambda res, path: _draw("plot_perturb", res["tests"], path),
+        "update": lambda res, path: _draw("plot_update", res["summary"], path)}
+
+
+def _draw(name: str, data, path: Path) -> Path:
+    from explorl.report import probe_plots
+
+    return getattr(probe_plots, name)(_clean(data), path)
+
+
+def run(args, task_opts: dict, console) -> int:
+    """Run probe `args.probe`: set up, probe, print, write the JSON and the PNG."""
+    fn = {"position": _position, "covariance": _covariance, "branch": _branch, "perturb": _perturb,
+          "update": _update}[args.probe]
+    ctx = _setup(args, task_opts, console)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    result = fn(args, ctx, console)
+    out = _write(args, ctx, args.probe, result, console)
+    if not args.no_plot:
+        png = DRAW[args.probe](result, out.with_suffix(".png"))
+        console.print(Text(f"wrote {png}"))
+    return 0

@@ -1,0 +1,159 @@
+"""`explorl sft`: supervised fine-tuning on a task's worked solutions.
+
+The SFT baseline of paper 001 (section 5.2, Tables 1-2: the MATH training set's solutions, 3 epochs) and the SFT
+models of paper 004 (section 2.4, Figure 1: SFT-Math / SFT-All, lr 1e-5, batch 96) are this command on their data
+(docs/methods.md §8d). Each training problem's prompt (as the sampler would see it: template, chat template,
+system prompt) is followed by its worked solution and EOS; the loss is the next-token cross-entropy over the
+solution and EOS tokens only, averaged over all such tokens of an optimizer step (gradient accumulation over
+micro-batches gives the same mean). The output is a run directory like `explorl train`'s: config.yaml,
+metrics.jsonl (one record per optimizer step), checkpoints/, final/ (a Hugging Face model directory) and
+eval.json (held-out pass@k after training), so `explorl eval --model RUN/final` evaluates it as the run did.
+
+The supervised step (`explorl.supervised`) is the one `explorl rft` fine-tunes with and `explorl bootstrap` trains
+the embedded model with.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from explorl.supervised import labelled_tokens, sft_batch, sft_example, supervised_step
+
+if TYPE_CHECKING:
+    from explorl.config import Config
+    from explorl.tasks import Problem, Task
+
+
+def worked_solutions(task: Task, task_name: str, solution_field: str) -> tuple[list[Problem], int]:
+    """The training problems that carry a worked solution, and how many lack one. Raises ValueError naming the field
+    when none does."""
+    with_solution = [p for p in task.train if p.solution]
+    missing = len(task.train) - len(with_solution)
+    if with_solution:
+        return with_solution, missing
+    if task_name == "file":
+        first = task.train[0].meta.get("id", "?") if task.train else "?"
+        raise ValueError(f"task.solution_field: no training row has a worked solution in the field "
+                         f"{solution_field!r} (first row: {first}); `explorl sft` trains on worked solutions. Name "
+                         f"the field that holds them with task.solution_field=FIELD")
+    raise ValueError(f"task.name: the task {task_name!r} gives no worked solutions, which `explorl sft` trains on; use "
+                     f"`arith`, or a `file` task whose rows hold one (task.solution_field, default 'solution')")
+
+
+def sft_model_card(cfg: Config, summary: dict, steps: int, examples: int) -> str:
+    """A short Hugging Face model card for `final/`."""
+    from explorl import __version__
+
+    rows = "\n".join(f"| {k} | {v:.4f} |" for k, v in summary.items()
+                     if k.split("@")[0] in ("pass", "maj", "avg", "worst") and isinstance(v, (int, float)))
+    return "\n".join([
+        "---", "library_name: transformers", "tags: [explorl, sft]", "---", "",
+        f"# Supervised fine-tuning of `{cfg.model.path}`", "",
+        f"Fine-tuned with [explorl](https://pypi.org/project/explorl/) {__version__} (`explorl sft`) on {examples} "
+        f"worked solutions of the `{cfg.task.name}` task: {cfg.sft.epochs} epochs, {steps} optimizer steps of "
+        f"{cfg.sft.batch_size} sequences, lr {cfg.optim.lr:g}, seed {cfg.run.seed}. The full configuration is the "
+        f"run's `config.yaml`.", "",
+        f"Held-out evaluation ({summary.get('problems', '?')} problems, n = {summary.get('n', '?')} samples each, "
+        f"temperature {cfg.run.eval_temperature:g}):", "", "| metric | value |", "|---|---|", rows, ""])
+
+
+def run_sft(cfg: Config, *, console=None) -> Path:
+    """Fine-tune `cfg.model` on the worked solutions of `cfg.task`'s training split as `cfg.sft` and `cfg.optim`
+    say; returns the run directory (`cfg.run.out_dir`, which must not hold a run yet)."""
+    import random
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from explorl.bootstrap import ensure_embedded
+    from explorl.config import dump_yaml
+    from explorl.evaluate import evaluate
+    from explorl.models import load_policy
+    from explorl.runlog import RunLog, format_duration
+    from explorl.tasks import load_task
+    from explorl.tasks.chat import prompt_encoder, prompt_text
+    from explorl.trainer import check_trainable_dtype, lr_lambda
+
+    console = console or Console()
+    s, r, o, f = cfg.sampling, cfg.run, cfg.optim, cfg.sft
+    check_trainable_dtype(cfg.model)
+    task = load_task(cfg.task)
+    problems, missing = worked_solutions(task, cfg.task.name, cfg.task.solution_field)  # before anything is written
+    log = RunLog.open(r.out_dir, dump_yaml(cfg), None)
+    if r.threads > 0:
+        torch.set_num_threads(r.threads)
+    torch.manual_seed(r.seed)
+    random.seed(r.seed)
+    ensure_embedded(cfg.model.path, console=console)
+    model, tok, device = load_policy(cfg.model)
+    encode = prompt_encoder(tok, cfg.task)
+    if cfg.task.chat_template == "auto":  # the run's config says what `auto` resolved to
+        cfg.task.chat_template = "on" if encode.chat else "off"
+        log.write_config(dump_yaml(cfg))
+    pairs = [sft_example(tok, prompt_text(p, tok, chat=encode.chat, system_prompt=cfg.task.system_prompt),
+                         p.solution, f.max_length) for p in problems]
+    seqs, starts = [q for q, _ in pairs], [st for _, st in pairs]
+    per_epoch = math.ceil(len(seqs) / f.batch_size)
+    total = f.epochs * per_epoch
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay,
+                                  foreach=device.type == "cuda")
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(o.warmup_steps, total, o.min_lr_ratio))
+    shuffle = torch.Generator().manual_seed(r.seed)
+    skipped = f" ({missing} training problems without one skipped)" if missing else ""
+    console.print(f"[bold]sft[/]: {len(seqs)} worked solutions{skipped}, {f.epochs} epoch(s), {total} optimizer steps "
+                  f"of {f.batch_size} sequences", highlight=False)
+
+    def held_out(step: int) -> dict:
+        model.eval()
+        summary, _ = evaluate(model, tok, task.eval, task, n=r.eval_n, ks=r.eval_k, temperature=r.eval_temperature,
+                              top_p=s.top_p, max_new_tokens=s.max_new_tokens, seed=r.seed + 10_007 * (step + 1),
+                              reward_timeout_s=cfg.task.reward_timeout_s, fast_path=s.fast_path, encode=encode)
+        model.train()
+        return summary
+
+    def checkpoint(step: int) -> None:
+        log.save_checkpoint(step, model, optimizer, scheduler, {"step": step}, r.keep_checkpoints)
+
+    t0 = time.monotonic()
+    step = 0
+    model.train()
+    with Progress(TextColumn("[bold]sft"), BarColumn(), MofNCompleteColumn(), TextColumn("steps"),
+                  TimeElapsedColumn(), TextColumn("{task.fields[info]}"), console=console,
+                  disable=not console.is_terminal) as bar:
+        job = bar.add_task("sft", total=total, info="")
+        for epoch in range(1, f.epochs + 1):
+            for idx in torch.randperm(len(seqs), generator=shuffle).split(f.batch_size):
+                rows = idx.tolist()
+                size = f.micro_batch_size or len(rows)
+                batches = [tuple(x.to(device) for x in sft_batch(seqs, starts, rows[i:i + size], tok.pad_token_id))
+                           for i in range(0, len(rows), size)]
+                lr = scheduler.get_last_lr()[0]
+                loss = supervised_step(model, optimizer, batches, grad_clip=o.grad_clip)
+                scheduler.step()
+                step += 1
+                if not math.isfinite(loss) and any(labelled_tokens(b[2]) for b in batches):
+                    raise RuntimeError(f"sft step {step}: the loss is not finite; lower optim.lr")
+                record = {"step": step, "epoch": epoch, "sft/loss": loss, "lr": lr,
+                          "sft/tokens": sum(labelled_tokens(b[2]) for b in batches)}
+                if r.eval_every > 0 and step % r.eval_every == 0 and step < total:
+                    record.update({f"eval/{k}": v for k, v in held_out(step).items()})
+                log.append_metrics(record)
+                if r.save_every > 0 and step % r.save_every == 0 and step < total:
+                    checkpoint(step)
+                bar.update(job, completed=step, info=f"epoch {epoch}/{f.epochs}  loss {loss:.4f}")
+                if not console.is_terminal and (step % max(1, total // 10) == 0 or step == total):
+                    console.print(f"step {step}/{total}: epoch {epoch}, loss {loss:.4f}, "
+                                  f"{format_duration(time.monotonic() - t0)} elapsed", highlight=False)
+    checkpoint(total)
+    final = held_out(total)
+    log.save_final_model(model, tok, sft_model_card(cfg, final, total, len(seqs)))
+    log.append_metrics({"step": total, **{f"eval/{k}": v for k, v in final.items()}})
+    log.write_eval(total, final)
+    log.close()
+    return log.dir

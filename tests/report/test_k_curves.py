@@ -1,0 +1,78 @@
+"""pass@k / maj@k against k with intervals over problems (`evaluate.k_curves`), their crossings and plot, and the
+`explorl curves` command."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from explorl.cli import main
+from explorl.evaluate import ProblemResult, curve_ks, k_curves
+from explorl.report.plots import crossings, plot_k_curves
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def problem(i: int, correct: list[bool], answers: list[str | None]) -> ProblemResult:
+    return ProblemResult(id=str(i), prompt="p", answer="7", correct=correct, answers=answers,
+                         rewards=[float(c) for c in correct], mean_entropy=0.1, mean_length=5.0)
+
+
+def test_curve_ks():
+    assert curve_ks(1) == [1] and curve_ks(8) == [1, 2, 4, 8] and curve_ks(12) == [1, 2, 4, 8, 12]
+
+
+def test_k_curves_by_hand():
+    # two problems, n = 4. Problem A: 1 correct of 4 -> pass@1 1/4, pass@2 = 1 - C(3,2)/C(4,2) = 1/2, pass@4 = 1.
+    # Problem B: 4 of 4 -> 1 at every k. Means: 5/8, 3/4, 1. maj@4: A's answers 7, 3, 3, None -> 3 wins -> 0;
+    # B's all 7 -> 1; mean 1/2. The bootstrap interval over the two problems brackets the mean.
+    results = [problem(0, [True, False, False, False], ["7", "3", "3", None]),
+               problem(1, [True] * 4, ["7"] * 4)]
+    c = k_curves(results, n_boot=200)
+    assert c["k"] == [1, 2, 4]
+    assert [m for m, _, _ in c["pass@k"]] == pytest.approx([5 / 8, 3 / 4, 1.0])
+    assert c["maj@k"][-1][0] == pytest.approx(0.5)
+    for mean, lo, hi in c["pass@k"] + c["maj@k"]:
+        assert lo <= mean <= hi
+    assert c["pass@k"][-1][1:] == [1.0, 1.0]  # every resample solves both at k = 4: a zero-width interval
+
+
+def curve(values: list[float]) -> dict:
+    ks = [2 ** i for i in range(len(values))]
+    return {"k": ks, "pass@k": [[v, v - 0.05, v + 0.05] for v in values],
+            "maj@k": [[v / 2, v / 2, v / 2] for v in values]}
+
+
+def test_crossings_are_where_the_difference_changes_sign():
+    base = curve([0.1, 0.3, 0.5, 0.7, 0.8])
+    trained = curve([0.2, 0.4, 0.5, 0.6, 0.85])  # above, above, equal (not above), below, above
+    assert crossings(base, trained) == [4, 16]
+    assert crossings(base, base) == []
+
+
+def test_plot_and_command(tmp_path, capsys):
+    base, trained = tmp_path / "base.json", tmp_path / "grpo.json"
+    base.write_text(json.dumps({"label": "base", "curve": curve([0.1, 0.3, 0.5, 0.7])}))
+    trained.write_text(json.dumps({"label": "grpo", "curve": curve([0.2, 0.4, 0.5, 0.6])}))
+    assert plot_k_curves({"a": curve([0.1, 0.2])}, tmp_path / "one.png").read_bytes()[:8] == PNG
+    out = tmp_path / "curves.png"
+    assert main(["curves", str(base), str(trained), "--out", str(out)]) == 0
+    assert out.read_bytes()[:8] == PNG
+    text = capsys.readouterr().out
+    assert "grpo crosses base at k = 4" in text and "0.700 [0.650, 0.750]" in text
+    assert main(["curves", str(base), str(trained), "--metric", "maj@k", "--labels", "B,T",
+                 "--out", str(out)]) == 0
+    # maj@k (half of pass@k here): differences +0.05, +0.05, 0, -0.05: the crossing is at k = 4 again
+    assert "T crosses B at k = 4" in capsys.readouterr().out
+
+
+def test_command_errors_name_the_fix(tmp_path, capsys):
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps({"label": "x", "pass@1": 0.1}))
+    assert main(["curves", str(plain)]) != 0
+    assert "explorl eval --curve" in " ".join(capsys.readouterr().out.split())
+    assert main(["curves", str(tmp_path / "missing.json")]) != 0
+    assert "no such file" in " ".join(capsys.readouterr().out.split())
+    with pytest.raises(SystemExit, match="--labels"):
+        main(["curves", str(plain), "--labels", "a,b"])
