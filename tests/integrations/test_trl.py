@@ -434,3 +434,25 @@ def test_example_trains_a_recipe_on_two_processes(tmp_path, tiny_model_dir):
     assert record["world_size"] == 2 and record["steps"] == 2
     steps = [h for h in record["log_history"] if "explorl/loss/pg" in h]
     assert len(steps) == 2 and all("explorl/tokens/downweighted_frac" in h for h in steps)
+
+
+def test_e3_state_is_saved_with_trls_checkpoint_and_resumed(tiny_model_dir, tmp_path):
+    """A resumed run continues the E3 controller where it stopped: the schedule's state, the round count and the
+    training temperature are written beside TRL's checkpoint and read back by `_load_from_checkpoint`."""
+    sampling = {"schedule": "e3", "group_size": G, "max_new_tokens": MAX_LEN, "temperature": 1.0}
+    first = make_trainer(tiny_model_dir, tmp_path / "a", {}, sampling)
+    for step in (1, 2):
+        trl_step(first)
+        perturb(first.model, seed=20 + step)
+    first._begin_round()  # tau moves (round 3 begins)
+    assert first._train_tau != 1.0
+    first.state.global_step = 2
+    first.create_optimizer_and_scheduler(num_training_steps=4)  # as train() does before its first save
+    first._save_checkpoint(first.model, None)
+    checkpoint = tmp_path / "a" / "trl" / "checkpoint-2"
+    assert (checkpoint / ExplorlGRPOTrainer.SCHEDULE_FILE).exists()
+    resumed = make_trainer(tiny_model_dir, tmp_path / "b", {}, sampling)
+    resumed._load_from_checkpoint(str(checkpoint))
+    assert resumed._round == first._round == 3
+    assert resumed.explorl_schedule.state_dict() == first.explorl_schedule.state_dict()
+    assert resumed._train_tau == first._train_tau and resumed._entropy_sum is None

@@ -46,7 +46,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import math
+import os
 from typing import Any, Mapping
 
 import torch
@@ -340,6 +342,37 @@ class ExplorlGRPOTrainer(GRPOTrainer):
         with _with_logits_processor(self.accelerator.unwrap_model(self.model), PerTokenTemperature(self._ead_table)):
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
                                                  has_tool_images)
+
+    # ------------------------------------------------------------------------------------------------------------
+    # checkpoints: the schedule's state travels with TRL's, so a resumed run continues its temperature exactly
+
+    SCHEDULE_FILE = "explorl_schedule.json"
+
+    def _schedule_state(self) -> dict:
+        pending = None if self._entropy_sum is None else [float(x) for x in self._entropy_sum]
+        return {"round": self._round, "schedule": self.explorl_schedule.state_dict(), "train_tau": self._train_tau,
+                "entropy_sum": pending}
+
+    def _save_checkpoint(self, model, trial) -> None:
+        super()._save_checkpoint(model, trial)
+        if self.args.should_save:
+            folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
+            with open(os.path.join(folder, self.SCHEDULE_FILE), "w") as f:
+                json.dump(self._schedule_state(), f)
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
+        super()._load_from_checkpoint(resume_from_checkpoint, model)
+        path = os.path.join(resume_from_checkpoint, self.SCHEDULE_FILE)
+        if not os.path.exists(path):
+            return  # a checkpoint of plain TRL, or of a schedule without state: the schedule starts afresh
+        with open(path) as f:
+            state = json.load(f)
+        if state["schedule"] is not None:
+            self.explorl_schedule.load_state_dict(state["schedule"])
+        self._round = int(state["round"])
+        self._set_train_temperature(float(state["train_tau"]))
+        pending = state.get("entropy_sum")
+        self._entropy_sum = None if pending is None else [torch.tensor(x, dtype=torch.float64) for x in pending]
 
     # ------------------------------------------------------------------------------------------------------------
     # advantages
