@@ -151,3 +151,19 @@ def ensure_embedded(path: str = "embedded", console=None) -> str:
     if path == "embedded" and not (target / "config.json").exists():
         bootstrap(target, console=console)
     return path
+
+
+def load_model_under_test(run, run_cfg, model_cfg, console=None):
+    """(model, tokenizer) of what `explorl eval` / `explorl probe` evaluate: a run's output (`models.find_run_output`:
+    RUN, RUN/final, RUN/checkpoints/step_N, with `run_cfg` its config) or the model directory / `embedded` of
+    `model_cfg` (built on first use)."""
+    from explorl.models import load_policy, load_run_output
+
+    if run is not None:
+        if run.kind == "checkpoint":
+            ensure_embedded(run_cfg.model.path, console=console)
+        model, tok, _ = load_run_output(run, run_cfg, device=model_cfg.device, dtype=model_cfg.dtype)
+    else:
+        ensure_embedded(model_cfg.path, console=console)
+        model, tok, _ = load_policy(model_cfg)
+    return model, tok

@@ -148,10 +148,10 @@ def _eval_sets(flags: list[str], task_cfg, run_cfg) -> dict:
 
 
 def cmd_eval(args) -> int:
-    from explorl.bootstrap import ensure_embedded
     from explorl.config import ModelConfig, TaskConfig, apply_override, from_dict, to_dict
+    from explorl.bootstrap import load_model_under_test
     from explorl.evaluate import evaluate
-    from explorl.models import find_run_output, load_policy, load_run_output
+    from explorl.models import find_run_output
     from explorl.tasks import load_task
     from explorl.tasks.chat import prompt_encoder
 
@@ -237,13 +237,7 @@ def cmd_eval(args) -> int:
     for name, value, where in settings:
         shown.add_row(Text(name), Text(repr(value) if name == "prompt template" else str(value)), Text(where))
     console.print(shown)
-    if run is not None:
-        if run.kind == "checkpoint":
-            ensure_embedded(run_cfg.model.path, console=console)
-        model, tok, _ = load_run_output(run, run_cfg, device=model_cfg.device, dtype=model_cfg.dtype)
-    else:
-        ensure_embedded(model_cfg.path, console=console)
-        model, tok, _ = load_policy(model_cfg)
+    model, tok = load_model_under_test(run, run_cfg, model_cfg, console)
     label = run.label if run is not None else Path(args.model).name
     from rich.progress import Progress
 

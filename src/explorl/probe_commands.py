@@ -69,9 +69,9 @@ class Context:
 
 def _setup(args, task_opts: dict, console) -> Context:
     """Load the model and the task as `explorl eval` does (run outputs included)."""
-    from explorl.bootstrap import ensure_embedded
     from explorl.config import ModelConfig, TaskConfig, apply_override, from_dict, load_config, to_dict
-    from explorl.models import find_run_output, load_policy, load_run_output
+    from explorl.bootstrap import load_model_under_test
+    from explorl.models import find_run_output
     from explorl.rewards import RewardRunner
     from explorl.tasks import load_task
     from explorl.tasks.chat import prompt_encoder
@@ -96,14 +96,9 @@ def _setup(args, task_opts: dict, console) -> Context:
     if not problems:
         raise SystemExit(f"--split {args.split}: task {task_cfg.name} has no {args.split} problems; use "
                          f"--split {'train' if args.split == 'eval' else 'eval'} or set its size with --task-opt")
-    if run is not None:
-        if run.kind == "checkpoint":
-            ensure_embedded(run_cfg.model.path, console=console)
-        model, tok, _ = load_run_output(run, run_cfg, device=args.device, dtype=args.dtype)
-    else:
-        ensure_embedded(args.model, console=console)
-        model, tok, _ = load_policy(from_dict(ModelConfig, {"path": args.model, "device": args.device,
-                                                            "dtype": args.dtype}))
+    model, tok = load_model_under_test(
+        run, run_cfg, from_dict(ModelConfig, {"path": args.model, "device": args.device, "dtype": args.dtype}),
+        console)
     model.eval()
     r = run_cfg
 
