@@ -11,7 +11,7 @@ from matplotlib import colormaps
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import ScalarFormatter
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from explorl.report.runs import Run
 
@@ -334,7 +334,8 @@ def plot_k_curves(curves: dict[str, dict], path: str | Path, metric: str = "pass
         axes[1].set_ylabel(f"{metric} minus {names[0]}")
     for ax in axes:
         ax.set_xscale("log", base=2)
-        ax.xaxis.set_major_formatter(ScalarFormatter())  # 1, 2, 4, ... rather than 2^0, 2^1, ...
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))  # 1, 2, 4, ... rather than 2^0, 2^1
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("k")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="small", loc="best")
