@@ -22,7 +22,7 @@ $(STAMP_VERL): pyproject.toml
 	$(PYTHON) -m venv $(VENV_VERL)
 	$(VENV_VERL)/bin/python -m pip install -q --upgrade pip
 	$(VENV_VERL)/bin/python -m pip install -q "torch==2.13.0" || $(VENV_VERL)/bin/python -m pip install -q "torch>=2.3"
-	$(VENV_VERL)/bin/python -m pip install -q -e ".[verl,dev]"
+	$(VENV_VERL)/bin/python -m pip install -q -e ".[verl,test]"
 	touch $(STAMP_VERL)
 
 install: $(STAMP)

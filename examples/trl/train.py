@@ -33,6 +33,7 @@ def grpo_args(cfg, world: int):
     from trl import GRPOConfig
 
     from explorl.config import ConfigError
+    from explorl.integrations.trl import checkpointing_field
     from explorl.models import resolve_device, resolve_dtype
 
     s, a, o, r = cfg.sampling, cfg.algo, cfg.optim, cfg.run
@@ -52,7 +53,7 @@ def grpo_args(cfg, world: int):
         learning_rate=o.lr, weight_decay=o.weight_decay, adam_beta1=o.beta1, adam_beta2=o.beta2,
         warmup_steps=o.warmup_steps, lr_scheduler_type="cosine_with_min_lr",
         lr_scheduler_kwargs={"min_lr_rate": o.min_lr_ratio}, max_grad_norm=o.grad_clip,
-        activation_checkpointing=cfg.model.gradient_checkpointing, logging_steps=1,
+        **{checkpointing_field(): cfg.model.gradient_checkpointing}, logging_steps=1,
         save_strategy="steps" if r.save_every > 0 else "no", save_steps=max(r.save_every, 1),
         save_total_limit=r.keep_checkpoints, report_to=list(r.report_to), log_completions=False, disable_tqdm=True,
         dataloader_num_workers=0)

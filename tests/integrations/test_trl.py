@@ -32,7 +32,7 @@ from trl import GRPOConfig  # noqa: E402
 
 from explorl.algos import compute_advantages, policy_objective  # noqa: E402
 from explorl.config import ConfigError  # noqa: E402
-from explorl.integrations.trl import ExplorlGRPOTrainer, PerTokenTemperature  # noqa: E402
+from explorl.integrations.trl import ExplorlGRPOTrainer, PerTokenTemperature, checkpointing_field  # noqa: E402
 from explorl.models import make_reference  # noqa: E402
 from explorl.rollout.logprobs import response_logprobs  # noqa: E402
 from explorl.rollout.sampler import Rollouts  # noqa: E402
@@ -66,7 +66,7 @@ def reward(prompts, completions, completion_ids, **kw):
 def grpo_args(tmp_path, **kw) -> GRPOConfig:
     base = dict(output_dir=str(tmp_path / "trl"), use_cpu=True, bf16=False, per_device_train_batch_size=G * len(PROMPTS),
                 num_generations=G, max_completion_length=MAX_LEN, temperature=1.0, top_k=0, seed=0,
-                activation_checkpointing=False, report_to=[], logging_steps=1, save_strategy="no", max_steps=4,
+                **{checkpointing_field(): False}, report_to=[], logging_steps=1, save_strategy="no", max_steps=4,
                 log_completions=False, disable_tqdm=True, learning_rate=1e-3)
     base.update(kw)
     return GRPOConfig(**base)

@@ -11,7 +11,7 @@ temperature through a transformers logits processor). The conversions are in `tr
 re-implemented here.
 """
 
-from explorl.integrations.trl.trainer import (ExplorlGRPOTrainer, PerTokenTemperature, explorl_config,
-                                              gather_rows)
+from explorl.integrations.trl.trainer import (ExplorlGRPOTrainer, PerTokenTemperature, checkpointing_field,
+                                              explorl_config, gather_rows)
 
-__all__ = ["ExplorlGRPOTrainer", "PerTokenTemperature", "explorl_config", "gather_rows"]
+__all__ = ["ExplorlGRPOTrainer", "PerTokenTemperature", "checkpointing_field", "explorl_config", "gather_rows"]

@@ -170,6 +170,13 @@ def _check_against_trl(cfg: Config, args: GRPOConfig) -> None:
              f"applies the temperature first); set them off (top_p=1, top_k=0, min_p=None, repetition_penalty=1)")
 
 
+def checkpointing_field() -> str:
+    """The `GRPOConfig` field that turns activation (gradient) checkpointing on: `activation_checkpointing` in
+    recent transformers, `gradient_checkpointing` in earlier ones (verl's pin, for instance)."""
+    fields = getattr(GRPOConfig, "__dataclass_fields__", {})
+    return "activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing"
+
+
 def vllm_anneal_args(cfg: Config, step: int) -> dict:
     """`SamplingParams.extra_args` that make `explorl.integrations.vllm.EADLogitsProcessor` anneal a request at the
     0-based training step `step` (the keyword arguments of `rollout.temperature.ead` / `revead`)."""
