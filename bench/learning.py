@@ -44,7 +44,10 @@ VARIANTS = {"cw_grpo_group": ("cw_grpo", ["algo.shapers=[cw_group]"]),
                                      "algo.erpo_gamma=5.0", "algo.erpo_eta=0.2", "algo.erpo_num_buckets=10",
                                      "algo.erpo_sigma_target=1.0", "optim.weight_decay=0.001"]),
             "ead_forking": ("ead_tis", ["algo.token_filter=forking"]),
-            "adaptive_e3_budget": ("adaptive_temperature", ["budget.policy=e3"])}
+            "adaptive_e3_budget": ("adaptive_temperature", ["budget.policy=e3"]),
+            # clip-higher where it can act: 4 mini-batches per batch (the recipes update once, at ratio 1)
+            "grpo_token_mean_mb4": ("grpo", ["algo.loss_agg=token-mean", "algo.mini_batches=4"]),
+            "clip_higher_mb4": ("grpo", ["algo.loss_agg=token-mean", "algo.eps_high=0.28", "algo.mini_batches=4"])}
 
 
 def interval(values: list[float]) -> tuple[float, float]:
