@@ -405,7 +405,7 @@ def cmd_curves(args) -> int:
                              f"largest k you want)")
         name = labels[i] if labels else summary.get("label") or path.stem
         curves[name if name not in curves else f"{name}-{i}"] = summary["curve"]
-    out = plot_k_curves(curves, args.out, args.metric)
+    out = None  # drawn below, with the paired intervals when there are some
     names = list(curves)
     table = Table(title=f"{args.metric} against k")
     table.add_column("k", justify="right")
@@ -423,10 +423,26 @@ def cmd_curves(args) -> int:
                 cells.append("-")
         table.add_row(str(k), *cells)
     console.print(table)
+    paired = {}
+    if args.metric == "pass@k" and all("problems" in curves[n] for n in names):
+        from explorl.evaluate import paired_pass_difference
+
+        base = curves[names[0]]
+        paired = {name: paired_pass_difference(base, curves[name]) for name in names[1:]}
+        diff = Table(title=f"pass@k minus {names[0]}, paired over the shared problems (95% bootstrap interval)")
+        diff.add_column("k", justify="right")
+        for name in names[1:]:
+            diff.add_column(name, justify="right")
+        for k in base["k"]:
+            cells = [f"{paired[n][k][0]:+.3f} [{paired[n][k][1]:+.3f}, {paired[n][k][2]:+.3f}]" if k in paired[n]
+                     else "-" for n in names[1:]]
+            diff.add_row(str(k), *cells)
+        console.print(diff)
     for name in names[1:]:
         cross = crossings(curves[names[0]], curves[name], args.metric)
         console.print(f"{name} crosses {names[0]} at k = {', '.join(map(str, cross))}" if cross
                       else f"{name} does not cross {names[0]} at the k evaluated")
+    out = plot_k_curves(curves, args.out, args.metric, paired=paired)
     console.print(f"wrote {out}")
     return 0
 

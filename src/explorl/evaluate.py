@@ -162,17 +162,41 @@ def k_curves(results: Sequence[ProblemResult], *, seed: int = 0, n_boot: int = 1
 
     pass@k is the unbiased estimator from all n samples (Chen et al.); maj@k votes over k-subsets (`maj_at_k`),
     equivalent answers pooled (`metrics.vote_keys`).
-    Returns `{"k": [...], "pass@k": [[mean, lo, hi], ...], "maj@k": [[mean, lo, hi], ...]}`.
+    Returns `{"k": [...], "pass@k": [[mean, lo, hi], ...], "maj@k": [[mean, lo, hi], ...], "problems": {"id",
+    "n", "correct"}}`, the last with each problem's sample and correct counts, so that two curves on the same
+    problems can be compared pairwise (`paired_pass_difference`).
     """
     if not results:
         raise ValueError("k_curves: no problems")
     n = min(len(r.correct) for r in results)
     ks = curve_ks(n)
-    out: dict = {"k": ks, "pass@k": [], "maj@k": []}
+    out: dict = {"k": ks, "pass@k": [], "maj@k": [],
+                 "problems": {"id": [r.id for r in results], "n": [len(r.correct) for r in results],
+                              "correct": [sum(r.correct) for r in results]}}
     votes_of = [vote_keys(r.answers, r.correct) for r in results]
     for k in ks:
         passes = [pass_at_k(len(r.correct), sum(r.correct), k) for r in results]
         majs = [maj_at_k(votes, r.correct, k, seed=seed) for r, votes in zip(results, votes_of)]
         out["pass@k"].append(list(bootstrap_ci(passes, n_boot=n_boot, seed=seed)))
         out["maj@k"].append(list(bootstrap_ci(majs, n_boot=n_boot, seed=seed)))
+    return out
+
+
+def paired_pass_difference(base: dict, other: dict, *, n_boot: int = 1000, seed: int = 0) -> dict[int, list[float]]:
+    """pass@k of `other` minus `base` on the problems both evaluated, with a 95% paired bootstrap interval: the
+    problems are resampled and the mean per-problem difference taken, so the shared difficulty of each problem
+    cancels (tighter than comparing two independent intervals). `base` and `other` are `k_curves` results with
+    `problems`; returns `{k: [mean, lo, hi]}` for the k both curves have.
+    """
+    if "problems" not in base or "problems" not in other:
+        raise ValueError("paired_pass_difference: both curves need their per-problem counts (explorl eval --curve)")
+    b = {pid: (n, c) for pid, n, c in zip(*(base["problems"][f] for f in ("id", "n", "correct")))}
+    o = {pid: (n, c) for pid, n, c in zip(*(other["problems"][f] for f in ("id", "n", "correct")))}
+    common = [pid for pid in b if pid in o]
+    if not common:
+        raise ValueError("paired_pass_difference: the two evaluations share no problem")
+    out = {}
+    for k in (k for k in base["k"] if k in other["k"]):
+        diffs = [pass_at_k(*o[pid], k) - pass_at_k(*b[pid], k) for pid in common]
+        out[k] = list(bootstrap_ci(diffs, n_boot=n_boot, seed=seed))
     return out

@@ -76,3 +76,26 @@ def test_command_errors_name_the_fix(tmp_path, capsys):
     assert "no such file" in " ".join(capsys.readouterr().out.split())
     with pytest.raises(SystemExit, match="--labels"):
         main(["curves", str(plain), "--labels", "a,b"])
+
+
+def test_paired_difference_by_hand(tmp_path, capsys):
+    from explorl.evaluate import paired_pass_difference
+
+    # base: A 1 of 4 correct, B 0 of 4; other: A 2 of 4, B 1 of 4 (and a problem C only the other has).
+    # k = 1: differences 2/4 - 1/4 and 1/4 - 0, both 1/4: mean 1/4 with a zero-width interval.
+    # k = 2: A 1 - C(2,2)/C(4,2) - (1 - C(3,2)/C(4,2)) = 5/6 - 1/2 = 1/3; B 1/2 - 0: mean (1/3 + 1/2) / 2 = 5/12.
+    base = k_curves([problem("A", [True, False, False, False], ["1"] * 4), problem("B", [False] * 4, ["1"] * 4)])
+    other = k_curves([problem("A", [True, True, False, False], ["1"] * 4),
+                      problem("B", [True, False, False, False], ["1"] * 4), problem("C", [True] * 4, ["7"] * 4)])
+    got = paired_pass_difference(base, other, n_boot=200)
+    assert got[1] == pytest.approx([0.25, 0.25, 0.25])
+    assert got[2][0] == pytest.approx(5 / 12) and got[2][1] <= 5 / 12 <= got[2][2]
+    assert set(got) == {1, 2, 4}
+    with pytest.raises(ValueError, match="share no problem"):
+        paired_pass_difference(base, k_curves([problem("Z", [True] * 4, ["1"] * 4)]))
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps({"label": "base", "curve": base}))
+    b.write_text(json.dumps({"label": "rl", "curve": other}))
+    assert main(["curves", str(a), str(b), "--out", str(tmp_path / "c.png")]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "paired over the shared problems" in text and "+0.250 [+0.250, +0.250]" in text

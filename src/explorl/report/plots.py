@@ -304,10 +304,12 @@ def crossings(base: dict, other: dict, metric: str = "pass@k") -> list[int]:
     return [k for k, before, now in zip(common[1:], diff, diff[1:]) if (before > 0) != (now > 0)]
 
 
-def plot_k_curves(curves: dict[str, dict], path: str | Path, metric: str = "pass@k") -> Path:
+def plot_k_curves(curves: dict[str, dict], path: str | Path, metric: str = "pass@k",
+                  paired: dict[str, dict] | None = None) -> Path:
     """`metric` (pass@k or maj@k) against k on a log-2 axis, one line per evaluation with its 95% interval over
     problems shaded (`evaluate.k_curves`); with two or more, a second panel shows each curve minus the first
-    (the base model's), so a crossing is where the difference meets 0 (paper 000 Fig. 8, paper 004 Fig. 1a)."""
+    (the base model's), so a crossing is where the difference meets 0 (paper 000 Fig. 8, paper 004 Fig. 1a),
+    shaded with its paired interval where `paired[name]` gives one (`evaluate.paired_pass_difference`)."""
     if not curves:
         raise ValueError("plot_k_curves: no curves")
     names = list(curves)
@@ -331,6 +333,11 @@ def plot_k_curves(curves: dict[str, dict], path: str | Path, metric: str = "pass
             ks = [k for k in c["k"] if k in base["k"]]
             diff = [c[metric][c["k"].index(k)][0] - base[metric][base["k"].index(k)][0] for k in ks]
             axes[1].plot(ks, diff, marker="o", ms=3, color=colours(i % 10), label=f"{name} - {names[0]}")
+            band = (paired or {}).get(name)
+            if band:
+                shown = [k for k in ks if k in band]
+                axes[1].fill_between(shown, [band[k][1] for k in shown], [band[k][2] for k in shown],
+                                     color=colours(i % 10), alpha=0.15, linewidth=0)
         axes[1].set_ylabel(f"{metric} minus {names[0]}")
     for ax in axes:
         ax.set_xscale("log", base=2)
