@@ -405,14 +405,13 @@ def cmd_curves(args) -> int:
                              f"largest k you want)")
         name = labels[i] if labels else summary.get("label") or path.stem
         curves[name if name not in curves else f"{name}-{i}"] = summary["curve"]
-    out = None  # drawn below, with the paired intervals when there are some
     names = list(curves)
     table = Table(title=f"{args.metric} against k")
     table.add_column("k", justify="right")
     for name in names:
         table.add_column(name, justify="right")
     ks = curves[names[0]]["k"]
-    for j, k in enumerate(ks):
+    for k in ks:
         cells = []
         for name in names:
             c = curves[name]

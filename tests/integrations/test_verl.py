@@ -381,6 +381,8 @@ def test_rollout_control_state_resumes_exactly():
 def test_prompt_indices_outside_the_dataset_are_refused():
     with pytest.raises(ValueError, match=r"extra_info\.index"):
         RolloutControl(e3_config(), 1000, 4).plan(0, [0, 9])
+    with pytest.raises(ValueError, match=r"every prompt of the batch has dataset index 0"):
+        RolloutControl(e3_config(), 1000, 4).plan(0, [0, 0, 0])  # rows without extra_info.index
 
 
 def test_observed_per_prompt_by_hand():

@@ -123,6 +123,10 @@ class RolloutControl:
             raise ValueError(f"prompt index {bad[0]} is outside [0, {self.num_prompts}): explorl's budgets and "
                              f"per-prompt temperatures track prompts by their dataset row index (verl's "
                              f"`extra_info.index`); give every row its index")
+        if len(ids) > 1 and len(set(ids)) == 1:  # verl's dataset gives index 0 to rows without extra_info.index
+            raise ValueError(f"every prompt of the batch has dataset index {ids[0]}: explorl's budgets and per-prompt "
+                             f"temperatures need each row's own `extra_info.index` (verl's preprocessing scripts "
+                             f"write it)")
         schedule, budget = self.controllers.schedule, self.controllers.budget
         def pass_of(count: int) -> int:  # the pass the count-th planned prompt belongs to (as PromptStream)
             return (count - 1) // self.num_prompts if count > 0 else 0
