@@ -197,3 +197,20 @@ def test_sft_settings_are_validated(override):
 
     with pytest.raises(ConfigError, match=f"^{override.split('=')[0]}"):
         load_config(None, [override])
+
+
+def test_sft_reports_to_tensorboard(tiny_model_dir, tmp_path):
+    """`run.report_to: [tensorboard]` gets every sft step and the final evaluation, as for `explorl train`."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from explorl.sft import run_sft
+
+    run = tmp_path / "sft"
+    overrides = [f"model.path={tiny_model_dir}", f"run.out_dir={run}", *SMALL, "sft.epochs=1",
+                 "run.report_to=[tensorboard]"]
+    run_sft(load_config(None, overrides), console=Console(file=io.StringIO()))
+    events = EventAccumulator(str(run / "tensorboard"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("sft/loss")] == [1, 2, 3]  # 24 solutions in batches of 8
+    assert [e.step for e in events.Scalars("eval/pass@1")] == [3]

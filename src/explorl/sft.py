@@ -71,7 +71,7 @@ def run_sft(cfg: Config, *, console=None) -> Path:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from explorl.bootstrap import ensure_embedded
-    from explorl.config import dump_yaml
+    from explorl.config import dump_yaml, to_dict
     from explorl.evaluate import evaluate
     from explorl.models import load_policy
     from explorl.runlog import RunLog, format_duration
@@ -105,6 +105,10 @@ def run_sft(cfg: Config, *, console=None) -> Path:
                                   foreach=device.type == "cuda")
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(o.warmup_steps, total, o.min_lr_ratio))
     shuffle = torch.Generator().manual_seed(r.seed)
+    if r.report_to:  # TensorBoard / W&B beside metrics.jsonl, as `explorl train`
+        from explorl.tracking import Trackers
+
+        log.trackers = Trackers(r.report_to, log.dir, to_dict(cfg), resume_step=None, project=r.wandb_project)
     skipped = f" ({missing} training problems without one skipped)" if missing else ""
     console.print(f"[bold]sft[/]: {len(seqs)} worked solutions{skipped}, {f.epochs} epoch(s), {total} optimizer steps "
                   f"of {f.batch_size} sequences", highlight=False)
