@@ -214,3 +214,44 @@ def test_sft_reports_to_tensorboard(tiny_model_dir, tmp_path):
     events.Reload()
     assert [e.step for e in events.Scalars("sft/loss")] == [1, 2, 3]  # 24 solutions in batches of 8
     assert [e.step for e in events.Scalars("eval/pass@1")] == [3]
+
+
+def test_a_killed_sft_run_resumes_to_the_same_model(tiny_model_dir, tmp_path, monkeypatch):
+    """Killed during step 6 (checkpoint at 4), `--resume` redoes steps 5-9 with the same batches: the final weights
+    and the loss of every step equal an uninterrupted run's."""
+    from safetensors.torch import load_file
+
+    import explorl.sft as sft_module
+
+    def run(out: Path, kill_at: int | None = None, resume: bool = False):
+        overrides = [f"model.path={tiny_model_dir}", f"run.out_dir={out}", *SMALL]
+        real, calls = sft_module.supervised_step, []
+
+        def step(*a, **k):
+            calls.append(1)
+            if kill_at is not None and len(calls) == kill_at:
+                raise KeyboardInterrupt
+            return real(*a, **k)
+
+        monkeypatch.setattr(sft_module, "supervised_step", step)
+        sft_module.run_sft(load_config(None, overrides), console=Console(file=io.StringIO()),
+                           resume=out if resume else None)
+        monkeypatch.setattr(sft_module, "supervised_step", real)
+        return len(calls)
+
+    def losses(out: Path):
+        return [r["sft/loss"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
+                if "sft/loss" in r]
+
+    run(tmp_path / "whole")
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "killed", kill_at=6)
+    assert losses(tmp_path / "killed") == losses(tmp_path / "whole")[:5]
+    assert run(tmp_path / "killed", resume=True) == 5  # steps 5-9 only
+    assert losses(tmp_path / "killed") == losses(tmp_path / "whole")
+    a, b = load_file(str(tmp_path / "whole" / "final" / "model.safetensors")), \
+        load_file(str(tmp_path / "killed" / "final" / "model.safetensors"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert run(tmp_path / "killed", resume=True) == 0  # complete: nothing to do
+    monkeypatch.setattr(cli, "console", Console(file=io.StringIO(), width=200))
+    assert cli.main(["sft", "--resume", str(tmp_path / "killed")]) == 0  # the command takes the run's config

@@ -28,22 +28,27 @@ def _parse_ks(text: str) -> list[int]:
     return ks
 
 
-def cmd_train(args) -> int:
+def _run_config(args, command: str, example: str):
+    """The config of `explorl train` / `explorl sft`: CONFIG with overrides, or with `--resume RUN` the run's own
+    config.yaml (overrides still apply)."""
     if args.resume:
         run = Path(args.resume)
         if not (run / "config.yaml").exists():
-            raise ConfigError(f"--resume {run}: no config.yaml there; give a run directory made by `explorl train`")
+            raise ConfigError(f"--resume {run}: no config.yaml there; give a run directory made by `explorl {command}`")
         overrides = list(args.overrides)
         if args.config is not None:  # argparse puts the first override in the CONFIG slot
             if "=" not in args.config:
-                raise ConfigError(f"explorl train: give a CONFIG file or --resume RUN, not both "
+                raise ConfigError(f"explorl {command}: give a CONFIG file or --resume RUN, not both "
                                   f"(a resumed run uses {run / 'config.yaml'}; change it with key=value overrides)")
             overrides.insert(0, args.config)
-        cfg = load_config(run / "config.yaml", overrides)
-    else:
-        if args.config is None:
-            raise ConfigError("explorl train: give a CONFIG file (e.g. configs/quickstart.yaml) or --resume RUN")
-        cfg = load_config(args.config, args.overrides)
+        return load_config(run / "config.yaml", overrides)
+    if args.config is None:
+        raise ConfigError(f"explorl {command}: give a CONFIG file (e.g. {example}) or --resume RUN")
+    return load_config(args.config, args.overrides)
+
+
+def cmd_train(args) -> int:
+    cfg = _run_config(args, "train", "configs/quickstart.yaml")
     console.rule("resolved config")
     console.print(Syntax(dump_yaml(cfg), "yaml", background_color="default", word_wrap=True))  # never crop
     from explorl.models import check_run_inputs
@@ -465,7 +470,7 @@ def cmd_rft(args) -> int:
 
 
 def cmd_sft(args) -> int:
-    cfg = load_config(args.config, args.overrides)
+    cfg = _run_config(args, "sft", "configs/sft.yaml")
     console.rule("resolved config")
     console.print(Syntax(dump_yaml(cfg), "yaml", background_color="default", word_wrap=True))
     from explorl.models import check_run_inputs
@@ -483,7 +488,7 @@ def cmd_sft(args) -> int:
         return 0
     from explorl.sft import run_sft
 
-    run_dir = run_sft(cfg, console=console)
+    run_dir = run_sft(cfg, console=console, resume=args.resume)
     result = json.loads((run_dir / "eval.json").read_text())
     _print_table("held-out evaluation", {"sft": result}, cfg.run.eval_k)
     console.print(f"run directory: {run_dir} (evaluate it with `explorl eval --model {run_dir / 'final'}`)")
@@ -728,9 +733,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     sf = sub.add_parser("sft", help="supervised fine-tuning on the task's worked solutions (the SFT baselines of "
                                     "papers 001 and 004); writes a run directory like train")
-    sf.add_argument("config", help="YAML config (e.g. configs/sft.yaml)")
+    sf.add_argument("config", nargs="?", help="YAML config (e.g. configs/sft.yaml)")
     sf.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. sft.epochs=1 optim.lr=1e-4")
     sf.add_argument("--dry-run", action="store_true", help="validate and print the resolved config, then exit")
+    sf.add_argument("--resume", metavar="RUN", help="continue the SFT run in RUN from its last checkpoint")
     sf.set_defaults(fn=cmd_sft)
 
     v = sub.add_parser("venn", help="Venn diagram of the k-rollout unsolvable sets of 2-3 models")

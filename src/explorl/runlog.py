@@ -151,9 +151,10 @@ class RunLog:
     def save_checkpoint(self, step: int, model, optimizer, scheduler, state: dict, keep: int) -> Path:
         return save_checkpoint(self.dir, step, model, optimizer, scheduler, state, keep)
 
-    def truncate_metrics(self, done_steps: int) -> None:
-        """Drop the step records after `done_steps` and the final evaluation line (a resume writes them again)."""
-        _truncate_jsonl(self.metrics_path, lambda r: r["step"] <= done_steps and "reward/mean" in r)
+    def truncate_metrics(self, done_steps: int, step_key: str = "reward/mean") -> None:
+        """Drop the step records after `done_steps` and the final evaluation line (a resume writes them again);
+        `step_key` is a key every step record has (`sft/loss` for `explorl sft`)."""
+        _truncate_jsonl(self.metrics_path, lambda r: r["step"] <= done_steps and step_key in r)
 
     def truncate_samples(self, done_steps: int) -> None:
         """Drop the samples of steps after `done_steps` (a resume samples them again)."""

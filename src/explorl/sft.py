@@ -62,9 +62,10 @@ def sft_model_card(cfg: Config, summary: dict, steps: int, examples: int) -> str
         f"temperature {cfg.run.eval_temperature:g}):", "", "| metric | value |", "|---|---|", rows, ""])
 
 
-def run_sft(cfg: Config, *, console=None) -> Path:
+def run_sft(cfg: Config, *, console=None, resume: str | Path | None = None) -> Path:
     """Fine-tune `cfg.model` on the worked solutions of `cfg.task`'s training split as `cfg.sft` and `cfg.optim`
-    say; returns the run directory (`cfg.run.out_dir`, which must not hold a run yet)."""
+    say; returns the run directory (`cfg.run.out_dir`, which must not hold a run yet, or `resume`: a run of this
+    command continued from its last checkpoint, with the same batches as an uninterrupted run)."""
     import random
 
     from rich.console import Console
@@ -84,7 +85,7 @@ def run_sft(cfg: Config, *, console=None) -> Path:
     check_trainable_dtype(cfg.model)
     task = load_task(cfg.task)
     problems, missing = worked_solutions(task, cfg.task.name, cfg.task.solution_field)  # before anything is written
-    log = RunLog.open(r.out_dir, dump_yaml(cfg), None)
+    log = RunLog.open(r.out_dir, dump_yaml(cfg), resume)
     if r.threads > 0:
         torch.set_num_threads(r.threads)
     torch.manual_seed(r.seed)
@@ -124,6 +125,16 @@ def run_sft(cfg: Config, *, console=None) -> Path:
     def checkpoint(step: int) -> None:
         log.save_checkpoint(step, model, optimizer, scheduler, {"step": step}, r.keep_checkpoints)
 
+    start = 0
+    if resume is not None and log.is_complete(total):
+        console.print(f"{log.dir} is a complete SFT run ({total}/{total} steps): nothing to do", highlight=False)
+        return log.dir
+    if resume is not None and log.checkpoints():
+        from explorl.runlog import load_checkpoint
+
+        start = int(load_checkpoint(log.checkpoints()[-1], model, optimizer, scheduler)["step"])
+        log.truncate_metrics(start, step_key="sft/loss")
+        console.print(f"resuming {log.dir} after step {start} of {total}", highlight=False)
     t0 = time.monotonic()
     step = 0
     model.train()
@@ -133,6 +144,9 @@ def run_sft(cfg: Config, *, console=None) -> Path:
         job = bar.add_task("sft", total=total, info="")
         for epoch in range(1, f.epochs + 1):
             for idx in torch.randperm(len(seqs), generator=shuffle).split(f.batch_size):
+                if step < start:  # done before the resume: the same permutations are drawn, the batches skipped
+                    step += 1
+                    continue
                 rows = idx.tolist()
                 size = f.micro_batch_size or len(rows)
                 batches = [tuple(x.to(device) for x in sft_batch(seqs, starts, rows[i:i + size], tok.pad_token_id))
