@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 from pathlib import Path
 
@@ -120,6 +121,9 @@ def run_one(method: str, seed: int, out: Path, args) -> dict:
     if record.exists():
         return json.loads(record.read_text())
     run_dir = out / method / f"seed{seed}"
+    if run_dir.exists() and not (run_dir / "eval.json").exists():  # killed mid-run (no checkpoints: save_every=0)
+        print(f"{run_dir}: an unfinished run, started again", flush=True)
+        shutil.rmtree(run_dir)
     if not (run_dir / "eval.json").exists():
         overrides = [f"run.seed={seed}", f"run.out_dir={run_dir}", f"run.steps={args.steps}",
                      f"run.eval_n={args.eval_n}", f"run.eval_k={[k for k in (1, 8, 32) if k <= args.eval_n]}",
