@@ -45,6 +45,12 @@ def test_training_reports_each_set_on_its_own(tiny_model_dir, tmp_path):
         assert r["eval/hard/problems"] == 3 and r["eval/problems"] == 4  # each set on its own problems
     final = json.loads((run / "eval.json").read_text())
     assert "hard/pass@1" in json.dumps(final)
+    # `explorl eval` of the run's output evaluates the run's own sets too
+    from explorl import cli
+
+    out = tmp_path / "eval.json"
+    assert cli.main(["eval", "--model", str(run / "final"), "--n", "2", "--k", "1,2", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["sets"]["hard"]["problems"] == 3
 
 
 def test_eval_command_takes_several_sets(tiny_model_dir, tmp_path, capsys):
