@@ -68,3 +68,20 @@ def test_eval_command_takes_several_sets(tiny_model_dir, tmp_path, capsys):
     assert "on hard" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="NAME="):  # refused before any model loads
         cli.main(["eval", "--model", str(tmp_path / "none"), "--n", "1", "--k", "1", "--eval-set", "bad"])
+
+
+def test_sft_reports_the_eval_sets_as_train_does(tiny_model_dir, tmp_path):
+    """`explorl sft` evaluates through the same held-out evaluator as `explorl train` (`held_out_evaluator`)."""
+    import io
+
+    from rich.console import Console
+
+    from explorl.sft import run_sft
+
+    cfg = load_config(None, [
+        f"model.path={tiny_model_dir}", f"run.out_dir={tmp_path / 'sft'}", *BASE, "sampling.max_new_tokens=8",
+        "run.eval_n=2", "run.eval_k=[1,2]", "sft.epochs=1", "sft.batch_size=32",
+        "run.eval_sets={hard: {difficulties: [3], eval_size: 3}}"])
+    run = run_sft(cfg, console=Console(file=io.StringIO()))
+    final = json.loads((run / "eval.json").read_text())
+    assert final["problems"] == 4 and final["hard/problems"] == 3

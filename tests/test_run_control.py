@@ -13,6 +13,7 @@ import pytest
 import torch
 from rich.console import Console
 
+import explorl.evaluate as evaluate_module
 import explorl.trainer as trainer
 from explorl.config import ConfigError, load_config
 from explorl.runlog import Progress, RunLog
@@ -283,7 +284,8 @@ def test_resume_after_samples_were_written_does_not_repeat_them(tiny_model_dir, 
 def test_resuming_a_finished_run_does_nothing(tiny_model_dir, tmp_path, monkeypatch):
     run = train(_cfg(tiny_model_dir, tmp_path / "run", "run.steps=2"), progress=False)
     files = {name: (run / name).read_bytes() for name in ("metrics.jsonl", "samples.jsonl", "eval.json")}
-    monkeypatch.setattr(trainer, "evaluate", lambda *a, **k: pytest.fail("a finished run was evaluated again"))
+    # the run's evaluations go through explorl.evaluate.held_out_evaluator, which calls evaluate.evaluate
+    monkeypatch.setattr(evaluate_module, "evaluate", lambda *a, **k: pytest.fail("a finished run was evaluated again"))
     monkeypatch.setattr(trainer, "load_policy", lambda *a, **k: pytest.fail("a finished run was loaded again"))
     console, out = _console()
     assert train(load_config(run / "config.yaml"), resume=run, console=console, progress=False) == run
@@ -293,17 +295,17 @@ def test_resuming_a_finished_run_does_nothing(tiny_model_dir, tmp_path, monkeypa
 
 def test_a_run_killed_during_its_final_evaluation_finishes_with_one_final_line(tiny_model_dir, tmp_path,
                                                                                monkeypatch, full):
-    real_eval = trainer.evaluate
+    real_eval = evaluate_module.evaluate
 
     def killed(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(trainer, "evaluate", killed)
+    monkeypatch.setattr(evaluate_module, "evaluate", killed)
     run = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
         train(_cfg(tiny_model_dir, run), progress=False)
     assert (run / "checkpoints" / "step_0000004").is_dir() and not (run / "eval.json").exists()
-    monkeypatch.setattr(trainer, "evaluate", real_eval)
+    monkeypatch.setattr(evaluate_module, "evaluate", real_eval)
     resumed = train(load_config(run / "config.yaml"), resume=run, progress=False)
     _same_run(full, resumed)
     assert sum("reward/mean" not in r for r in _records(resumed)) == 1  # one final evaluation line

@@ -18,12 +18,20 @@ from explorl.config import ConfigError, dump_yaml, load_config, reference
 console = Console()
 
 
-def _parse_ks(text: str) -> list[int]:
+def _parse_list(text: str, flag: str, kind=int, example: str = "0,8,16") -> list:
+    """Comma-separated numbers of a flag, e.g. --cuts 0,8,16; SystemExit naming the flag otherwise."""
     try:
-        ks = [int(k) for k in text.split(",") if k.strip()]
+        values = [kind(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise SystemExit(f"--k: expected comma-separated integers such as 1,2,4,8, got {text!r}") from None
-    if not ks or any(k < 1 for k in ks):
+        raise SystemExit(f"{flag}: expected comma-separated numbers such as {example}, got {text!r}") from None
+    if not values:
+        raise SystemExit(f"{flag}: give at least one value")
+    return values
+
+
+def _parse_ks(text: str) -> list[int]:
+    ks = _parse_list(text, "--k", example="1,2,4,8")
+    if any(k < 1 for k in ks):
         raise SystemExit(f"--k: every k must be >= 1, got {text!r}")
     return ks
 
@@ -129,16 +137,16 @@ def _inference_schedule(schedule: str, temperature: float, max_new_tokens: int, 
 
 def _eval_sets(flags: list[str], task_cfg, run_cfg) -> dict:
     """More held-out sets for `explorl eval`: `--eval-set NAME=MAPPING` (task settings as YAML, layered over the
-    evaluated task's), or without flags the evaluated run's `run.eval_sets`."""
+    evaluated task's, `config.held_out_task`), or without flags the evaluated run's `run.eval_sets`."""
     import yaml
 
-    from explorl.config import TaskConfig, eval_set_task, from_dict, to_dict
+    from explorl.config import eval_set_task, held_out_task
 
     if run_cfg is not None:
         return {name: eval_set_task(run_cfg, name) for name in run_cfg.run.eval_sets}
     out = {}
     for flag in flags:
-        name, eq, raw = flag.partition("=")
+        name, _, raw = flag.partition("=")
         try:
             fields = yaml.safe_load(raw) if raw.strip() else None
         except yaml.YAMLError:
@@ -146,15 +154,13 @@ def _eval_sets(flags: list[str], task_cfg, run_cfg) -> dict:
         if not name or not isinstance(fields, dict):
             raise SystemExit(f"--eval-set {flag!r}: expected NAME={{field: value, ...}} (task settings over the "
                              f"evaluated task's), e.g. --eval-set 'ood={{difficulties: [8, 9]}}'")
-        if "path" in fields and "eval_path" not in fields:
-            fields["eval_path"] = fields["path"]  # a file named alone is evaluated on every row
-        out[name] = from_dict(TaskConfig, {**to_dict(task_cfg), **fields}, f"--eval-set {name}: task.")
+        out[name] = held_out_task(task_cfg, fields, f"--eval-set {name}: task.")
     return out
 
 
 def cmd_eval(args) -> int:
-    from explorl.config import ModelConfig, TaskConfig, apply_override, from_dict, to_dict
     from explorl.bootstrap import load_model_under_test
+    from explorl.config import DEVICES, ModelConfig, command_task, from_dict, valid_device
     from explorl.evaluate import evaluate
     from explorl.models import find_run_output
     from explorl.tasks import load_task
@@ -164,30 +170,20 @@ def cmd_eval(args) -> int:
     if max(ks) > args.n:
         raise SystemExit(f"--k: k={max(ks)} exceeds --n={args.n}; pass@k needs at least k samples per problem")
     opts = _task_opts(args.task_opt)
-    if not (args.device in ("auto", "cpu") or args.device.startswith("cuda")):
-        raise SystemExit(f"--device: {args.device!r} is not one of auto, cpu, cuda, cuda:N")
+    if not valid_device(args.device):
+        raise SystemExit(f"--device: {args.device!r} is not one of {DEVICES}")
     model_cfg = from_dict(ModelConfig, {"path": args.model, "device": args.device, "dtype": args.dtype})
     # a run's output (RUN, RUN/final, RUN/checkpoints/step_N): evaluate it as the run did, flags override
     run = find_run_output(args.model)
     run_cfg = load_config(run.config_path) if run is not None else None
     from_run = "run config" if run is not None else ""
     if run_cfg is not None and args.task in (None, run_cfg.task.name):
-        data: dict = {"task": to_dict(run_cfg.task)}
         task_from = from_run
     else:
-        data = {"task": {"name": args.task or "arith"}}
         task_from = "--task" if args.task else "default"
-    for k, v in opts.items():
-        apply_override(data, f"task.{k}={v}")
-    task_cfg = from_dict(TaskConfig, data["task"], "task.")
+    task_cfg = command_task(run_cfg, args.task, opts)
     # `--task-opt path=test.jsonl` alone names the file to evaluate on: all of its rows, not a training split
     whole_file = task_cfg.name == "file" and "path" in opts and "eval_path" not in opts
-    if whole_file:
-        from explorl.tasks.files import count_rows
-
-        task_cfg.eval_path = task_cfg.path
-        if "eval_size" not in opts:
-            task_cfg.eval_size = max(count_rows(task_cfg.eval_path, "--task-opt path"), 1)
 
     def origin(flag_given: bool, flag: str, run_field: str) -> str:
         if flag_given:
@@ -600,17 +596,6 @@ def cmd_compare(args) -> int:
     from explorl.report import compare
 
     return _show_report(compare(args.runs, out=args.out, smooth=args.smooth, band=args.band, diff=args.diff))
-
-
-def _parse_list(text: str, flag: str, kind=int) -> list:
-    """Comma-separated numbers of a flag, e.g. --cuts 0,8,16; SystemExit naming the flag otherwise."""
-    try:
-        values = [kind(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise SystemExit(f"{flag}: expected comma-separated numbers such as 0,8,16, got {text!r}") from None
-    if not values:
-        raise SystemExit(f"{flag}: give at least one value")
-    return values
 
 
 def cmd_probe(args) -> int:

@@ -18,7 +18,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Mapping
 
 import yaml
 
@@ -407,7 +407,7 @@ class RunConfig:
     eval_sets: dict[str, dict] = field(default_factory=dict)
     """More held-out sets, evaluated beside the task's own each time the run evaluates: name -> `task` settings
     layered over the run's `task` section, e.g. `{ood: {difficulties: [8, 9]}}` or `{math500: {name: file, path:
-    data/math500.jsonl}}` (a file with no `eval_path` is evaluated on every row). Reported as
+    data/math500.jsonl}}` (a file named by `path` alone is held out from: its first `eval_size` rows). Reported as
     `eval/<name>/pass@k` (and every other eval metric) in metrics.jsonl, the trackers and eval.json."""
     log_samples: int = 2
     """Prompts per step whose completions go to samples.jsonl."""
@@ -680,14 +680,46 @@ def _registered(kind: str, name: str, field_name: str):
 EVAL_KEYS_RESERVED = ("entropy", "length", "errors", "timeouts", "format_rate", "problems", "n")
 
 
-def eval_set_task(cfg: "Config", name: str) -> "TaskConfig":
-    """The task of held-out set `name` of `run.eval_sets`: its settings layered over `cfg.task`. A file task given a
-    `path` but no `eval_path` is evaluated on every row of that file (`eval_path` = `path`)."""
-    overrides = dict(cfg.run.eval_sets[name])
-    if "path" in overrides and "eval_path" not in overrides:
-        overrides["eval_path"] = overrides["path"]
-    task = from_dict(TaskConfig, {**to_dict(cfg.task), **overrides}, f"run.eval_sets.{name}.")
+def held_out_task(base: TaskConfig, fields: Mapping[str, Any], prefix: str) -> TaskConfig:
+    """Task settings `fields` over `base`, each checked (errors name `prefix` + the field). A `file` task named by
+    `path` alone is held out from that file: `eval_path` = `path` (its first `eval_size` rows)."""
+    task = from_dict(TaskConfig, {**to_dict(base), **fields}, prefix)
+    if task.name == "file" and "path" in fields and "eval_path" not in fields:
+        task.eval_path = task.path
     return task
+
+
+def eval_set_task(cfg: "Config", name: str) -> "TaskConfig":
+    """The task of held-out set `name` of `run.eval_sets`: its settings layered over `cfg.task` (`held_out_task`)."""
+    return held_out_task(cfg.task, cfg.run.eval_sets[name], f"run.eval_sets.{name}.")
+
+
+def command_task(run_cfg: "Config | None", name: str | None, opts: Mapping[str, str]) -> TaskConfig:
+    """The task `explorl eval` and `explorl probe` use: an evaluated run's own `task` section when there is a run and
+    `name` is None or its task's name, else task `name` (default `arith`) with its defaults; `opts` (`field=value`
+    text, as `--task-opt` gives it) on top. A `file` named by `path` alone is evaluated on all of its rows (unless
+    `eval_size` is given)."""
+    if run_cfg is not None and name in (None, run_cfg.task.name):
+        base = run_cfg.task
+    else:
+        base = from_dict(TaskConfig, {"name": name or "arith"}, "task.")
+    data: dict = {"task": {}}
+    for k, v in opts.items():
+        apply_override(data, f"task.{k}={v}")
+    task = held_out_task(base, data["task"], "task.")
+    if task.name == "file" and "path" in opts and "eval_path" not in opts and "eval_size" not in opts:
+        from explorl.tasks.files import count_rows
+
+        task.eval_size = max(count_rows(task.eval_path, "--task-opt path"), 1)
+    return task
+
+
+DEVICES = "auto, cpu, cuda, cuda:N"
+
+
+def valid_device(device: str) -> bool:
+    """Whether `device` is one of DEVICES (`model.device`, the commands' `--device`)."""
+    return device in ("auto", "cpu") or device.startswith("cuda")
 
 
 def validate(cfg: Config) -> None:
@@ -763,8 +795,7 @@ def validate(cfg: Config) -> None:
          "model.dtype: float16 weights cannot be trained (AdamW keeps its moments in the weights' dtype: squared "
          "gradients below ~2e-4 and its eps of 1e-8 round to 0 in float16, so the first step writes inf/NaN, on the "
          "CPU and on a GPU alike); use model.dtype=float32, or bfloat16 on a GPU that supports it (`auto` picks it)")
-    need(cfg.model.device == "auto" or cfg.model.device == "cpu" or cfg.model.device.startswith("cuda"),
-         f"model.device: {cfg.model.device!r} is not one of auto, cpu, cuda, cuda:N")
+    need(valid_device(cfg.model.device), f"model.device: {cfg.model.device!r} is not one of {DEVICES}")
     need(t.train_size >= 1 and t.eval_size >= 1, "task.train_size and task.eval_size must be >= 1")
     _validate_rewards(t, need)
     need(t.reward_timeout_s > 0, "task.reward_timeout_s: must be > 0")

@@ -11,7 +11,7 @@ from typing import Sequence
 import torch
 
 from explorl.analysis.text import format_issue
-from explorl.metrics import bootstrap_ci, maj_at_k, pass_at_k, vote_keys, worst_at_k
+from explorl.metrics import bootstrap_ci, maj_at_k, pass_at_k, pass_at_k_curve, vote_keys, worst_at_k
 from explorl.rewards import RewardRunner
 from explorl.rollout.sampler import decode_responses, sample
 
@@ -160,8 +160,8 @@ def k_curves(results: Sequence[ProblemResult], *, seed: int = 0, n_boot: int = 1
     """pass@k and maj@k against k (`curve_ks(n)`) with 95% percentile-bootstrap intervals over problems
     (`metrics.bootstrap_ci`; paper 004 Fig. 1a, paper 003 Fig. 9, paper 000 Fig. 8).
 
-    pass@k is the unbiased estimator from all n samples (Chen et al.); maj@k votes over k-subsets (`maj_at_k`),
-    equivalent answers pooled (`metrics.vote_keys`).
+    pass@k is the unbiased estimator from all n samples (Chen et al.; `metrics.pass_at_k_curve`); maj@k votes over
+    k-subsets (`maj_at_k`), equivalent answers pooled (`metrics.vote_keys`).
     Returns `{"k": [...], "pass@k": [[mean, lo, hi], ...], "maj@k": [[mean, lo, hi], ...], "problems": {"id",
     "n", "correct"}}`, the last with each problem's sample and correct counts, so that two curves on the same
     problems can be compared pairwise (`paired_pass_difference`).
@@ -173,11 +173,11 @@ def k_curves(results: Sequence[ProblemResult], *, seed: int = 0, n_boot: int = 1
     out: dict = {"k": ks, "pass@k": [], "maj@k": [],
                  "problems": {"id": [r.id for r in results], "n": [len(r.correct) for r in results],
                               "correct": [sum(r.correct) for r in results]}}
+    passes = pass_at_k_curve({i: r.correct for i, r in enumerate(results)}, ks, n_boot=n_boot, seed=seed)
     votes_of = [vote_keys(r.answers, r.correct) for r in results]
     for k in ks:
-        passes = [pass_at_k(len(r.correct), sum(r.correct), k) for r in results]
         majs = [maj_at_k(votes, r.correct, k, seed=seed) for r, votes in zip(results, votes_of)]
-        out["pass@k"].append(list(bootstrap_ci(passes, n_boot=n_boot, seed=seed)))
+        out["pass@k"].append(list(passes[k]))
         out["maj@k"].append(list(bootstrap_ci(majs, n_boot=n_boot, seed=seed)))
     return out
 
@@ -200,3 +200,30 @@ def paired_pass_difference(base: dict, other: dict, *, n_boot: int = 1000, seed:
         diffs = [pass_at_k(*o[pid], k) - pass_at_k(*b[pid], k) for pid in common]
         out[k] = list(bootstrap_ci(diffs, n_boot=n_boot, seed=seed))
     return out
+
+
+def held_out_evaluator(model, tokenizer, cfg, task, encode):
+    """`step -> summary`: a run's held-out evaluation (`run.eval_n`, `eval_k`, `eval_temperature`, the sampling
+    settings, seeded by the step) on the task's own split and on every set of `run.eval_sets` (keys
+    `<name>/<metric>`), as `explorl train` and `explorl sft` report it. The sets are loaded once, here."""
+    from explorl.config import eval_set_task
+    from explorl.tasks import load_task
+    from explorl.tasks.chat import prompt_encoder
+
+    r, s = cfg.run, cfg.sampling
+    sets = {"": (task, encode, cfg.task)}
+    for name in r.eval_sets:
+        set_cfg = eval_set_task(cfg, name)
+        sets[name] = (load_task(set_cfg), prompt_encoder(tokenizer, set_cfg), set_cfg)
+
+    def run(step: int) -> dict:
+        summary = {}
+        for name, (t, enc, t_cfg) in sets.items():
+            result, _ = evaluate(model, tokenizer, t.eval, t, n=r.eval_n, ks=r.eval_k, temperature=r.eval_temperature,
+                                 top_p=s.top_p, max_new_tokens=s.max_new_tokens, seed=r.seed + 10_007 * (step + 1),
+                                 reward_timeout_s=t_cfg.reward_timeout_s, fast_path=s.fast_path, encode=enc)
+            summary.update({f"{name}/{k}" if name else k: v for k, v in result.items()})
+        model.train()
+        return summary
+
+    return run

@@ -22,7 +22,8 @@ import torch
 from torch import Tensor
 
 __all__ = [
-    "pass_at_k", "worst_at_k", "avg_at_k", "maj_at_k", "vote_keys", "pass_at_k_table", "branching_factor", "token_entropy",
+    "pass_at_k", "worst_at_k", "avg_at_k", "maj_at_k", "vote_keys", "pass_at_k_table", "branching_factor",
+    "token_entropy",
 ]
 
 

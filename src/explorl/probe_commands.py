@@ -69,27 +69,21 @@ class Context:
 
 def _setup(args, task_opts: dict, console) -> Context:
     """Load the model and the task as `explorl eval` does (run outputs included)."""
-    from explorl.config import ModelConfig, TaskConfig, apply_override, from_dict, load_config, to_dict
     from explorl.bootstrap import load_model_under_test
+    from explorl.config import DEVICES, ModelConfig, command_task, from_dict, load_config, valid_device
     from explorl.models import find_run_output
     from explorl.rewards import RewardRunner
     from explorl.tasks import load_task
     from explorl.tasks.chat import prompt_encoder
 
-    if not (args.device in ("auto", "cpu") or args.device.startswith("cuda")):
-        raise SystemExit(f"--device: {args.device!r} is not one of auto, cpu, cuda, cuda:N")
+    if not valid_device(args.device):
+        raise SystemExit(f"--device: {args.device!r} is not one of {DEVICES}")
     for flag in ("limit", "n", "k", "attempts"):
         if getattr(args, flag, 1) is not None and getattr(args, flag, 1) < (0 if flag == "limit" else 1):
             raise SystemExit(f"--{flag}: must be >= {0 if flag == 'limit' else 1}, got {getattr(args, flag)}")
     run = find_run_output(args.model)
     run_cfg = load_config(run.config_path) if run is not None else None
-    if run_cfg is not None and args.task in (None, run_cfg.task.name):
-        data: dict = {"task": to_dict(run_cfg.task)}
-    else:
-        data = {"task": {"name": args.task or "arith"}}
-    for k, v in task_opts.items():
-        apply_override(data, f"task.{k}={v}")
-    task_cfg = from_dict(TaskConfig, data["task"], "task.")
+    task_cfg = command_task(run_cfg, args.task, task_opts)
     task = load_task(task_cfg)
     pool = task.eval if args.split == "eval" else task.train
     problems = pool[: args.limit] if args.limit else list(pool)

@@ -173,6 +173,15 @@ class RunLog:
         if self.trackers is not None:
             self.trackers.log(_clean(record))
 
+    def start_trackers(self, run, config: dict, resume_step: int | None) -> None:
+        """TensorBoard / W&B beside metrics.jsonl as `run.report_to` (a `RunConfig`) asks, with `config` as the tracked
+        run's config; `resume_step` (a resumed run's last done step, else None) continues the same tracked run."""
+        if run.report_to:
+            from explorl.tracking import Trackers
+
+            self.trackers = Trackers(run.report_to, self.dir, config, resume_step=resume_step,
+                                     project=run.wandb_project)
+
     def close(self) -> None:
         """Finish the trackers (the files are flushed record by record)."""
         if self.trackers is not None:

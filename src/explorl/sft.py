@@ -73,7 +73,7 @@ def run_sft(cfg: Config, *, console=None, resume: str | Path | None = None) -> P
 
     from explorl.bootstrap import ensure_embedded
     from explorl.config import dump_yaml, to_dict
-    from explorl.evaluate import evaluate
+    from explorl.evaluate import held_out_evaluator
     from explorl.models import load_policy
     from explorl.runlog import RunLog, format_duration
     from explorl.tasks import load_task
@@ -81,7 +81,7 @@ def run_sft(cfg: Config, *, console=None, resume: str | Path | None = None) -> P
     from explorl.trainer import check_trainable_dtype, lr_lambda
 
     console = console or Console()
-    s, r, o, f = cfg.sampling, cfg.run, cfg.optim, cfg.sft
+    r, o, f = cfg.run, cfg.optim, cfg.sft
     check_trainable_dtype(cfg.model)
     task = load_task(cfg.task)
     problems, missing = worked_solutions(task, cfg.task.name, cfg.task.solution_field)  # before anything is written
@@ -106,21 +106,11 @@ def run_sft(cfg: Config, *, console=None, resume: str | Path | None = None) -> P
                                   foreach=device.type == "cuda")
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(o.warmup_steps, total, o.min_lr_ratio))
     shuffle = torch.Generator().manual_seed(r.seed)
-    if r.report_to:  # TensorBoard / W&B beside metrics.jsonl, as `explorl train`
-        from explorl.tracking import Trackers
-
-        log.trackers = Trackers(r.report_to, log.dir, to_dict(cfg), resume_step=None, project=r.wandb_project)
     skipped = f" ({missing} training problems without one skipped)" if missing else ""
     console.print(f"[bold]sft[/]: {len(seqs)} worked solutions{skipped}, {f.epochs} epoch(s), {total} optimizer steps "
                   f"of {f.batch_size} sequences", highlight=False)
 
-    def held_out(step: int) -> dict:
-        model.eval()
-        summary, _ = evaluate(model, tok, task.eval, task, n=r.eval_n, ks=r.eval_k, temperature=r.eval_temperature,
-                              top_p=s.top_p, max_new_tokens=s.max_new_tokens, seed=r.seed + 10_007 * (step + 1),
-                              reward_timeout_s=cfg.task.reward_timeout_s, fast_path=s.fast_path, encode=encode)
-        model.train()
-        return summary
+    held_out = held_out_evaluator(model, tok, cfg, task, encode)  # as `explorl train` evaluates, eval sets included
 
     def checkpoint(step: int) -> None:
         log.save_checkpoint(step, model, optimizer, scheduler, {"step": step}, r.keep_checkpoints)
@@ -135,6 +125,7 @@ def run_sft(cfg: Config, *, console=None, resume: str | Path | None = None) -> P
         start = int(load_checkpoint(log.checkpoints()[-1], model, optimizer, scheduler)["step"])
         log.truncate_metrics(start, step_key="sft/loss")
         console.print(f"resuming {log.dir} after step {start} of {total}", highlight=False)
+    log.start_trackers(r, to_dict(cfg), resume_step=start if resume is not None else None)  # as `explorl train`
     t0 = time.monotonic()
     step = 0
     model.train()

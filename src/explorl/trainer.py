@@ -39,8 +39,8 @@ from explorl.algos.batch import RolloutBatch
 from explorl.algos.losses import micro_batch_share
 from explorl.algos.registry import lookup
 from explorl.algos.step import PreparedBatch, compute_advantages, policy_objective, requirements, single_update_shortcut
-from explorl.config import Config, ConfigError, ModelConfig, dump_yaml, eval_set_task, load_config, to_dict
-from explorl.evaluate import evaluate
+from explorl.config import Config, ConfigError, ModelConfig, dump_yaml, load_config, to_dict
+from explorl.evaluate import held_out_evaluator
 from explorl.models import check_run_inputs, load_policy, make_reference, reference_mode
 from explorl.rewards import RewardRunner
 from explorl.rollout.collect import collect_rollouts
@@ -52,7 +52,6 @@ from explorl.runlog import (
 )
 from explorl.tasks import load_task
 from explorl.tasks.chat import prompt_encoder
-from explorl.tracking import Trackers
 
 
 class NonFiniteError(RuntimeError):
@@ -313,10 +312,6 @@ def train(cfg: Config, *, resume: str | Path | None = None, console=None, progre
     model, tok, device = load_policy(cfg.model)
     task = load_task(cfg.task)
     encode = prompt_encoder(tok, cfg.task)
-    eval_sets = {}  # name -> (task, prompt encoder, TaskConfig): run.eval_sets, evaluated beside task.eval
-    for name in r.eval_sets:
-        set_cfg = eval_set_task(cfg, name)
-        eval_sets[name] = (load_task(set_cfg), prompt_encoder(tok, set_cfg), set_cfg)
     if cfg.task.chat_template == "auto":  # the run's config says what `auto` resolved to
         cfg.task.chat_template = "on" if encode.chat else "off"
         log.write_config(dump_yaml(cfg))
@@ -334,9 +329,7 @@ def train(cfg: Config, *, resume: str | Path | None = None, console=None, progre
     if resume is not None:
         start, nonfinite_run = _restore(log, model, optimizer, scheduler, stream, controllers, gens, device,
                                         console, r.steps)
-    if r.report_to:  # TensorBoard / W&B beside metrics.jsonl; a resumed run continues the same tracked run
-        log.trackers = Trackers(r.report_to, log.dir, to_dict(cfg), resume_step=start if resume is not None else None,
-                                project=r.wandb_project)
+    log.start_trackers(r, to_dict(cfg), resume_step=start if resume is not None else None)
     failures = RewardFailureLog(log.reward_errors_path, console, start)
 
     def checkpoint(step: int) -> None:
@@ -348,15 +341,7 @@ def train(cfg: Config, *, resume: str | Path | None = None, console=None, progre
         ckpts = log.checkpoints()
         return str(ckpts[-1]) if ckpts else "none yet, so a resume starts over from step 1"
 
-    def run_eval(step: int) -> dict:
-        summary = {}
-        for name, (t, enc, t_cfg) in {"": (task, encode, cfg.task), **eval_sets}.items():
-            result, _ = evaluate(model, tok, t.eval, t, n=r.eval_n, ks=r.eval_k, temperature=r.eval_temperature,
-                                 top_p=s.top_p, max_new_tokens=s.max_new_tokens, seed=r.seed + 10_007 * (step + 1),
-                                 reward_timeout_s=t_cfg.reward_timeout_s, fast_path=s.fast_path, encode=enc)
-            summary.update({f"{name}/{k}" if name else k: v for k, v in result.items()})
-        model.train()
-        return summary
+    run_eval = held_out_evaluator(model, tok, cfg, task, encode)  # the task's split and run.eval_sets
 
     def interrupted(step: int) -> Interrupted:
         failures.print_summary()

@@ -43,7 +43,7 @@ from explorl.algos.registry import get, register, table_view
 __all__ = [
     "LOSS_AGG_MODES", "masked_sum", "masked_mean", "aggregate", "kl_k3", "policy_loss",
     "tis_weights", "tis_stats", "TIS_LEVELS", "forking_mask", "clip_cov_loss", "kl_cov_loss", "overlong_penalty",
-    "POLICY_LOSSES", "get_policy_loss", "micro_batch_share",
+    "POLICY_LOSSES", "get_policy_loss", "aggregation_count", "micro_batch_share",
 ]
 
 LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
@@ -698,22 +698,27 @@ def overlong_penalty(
     return torch.where(over, torch.full((), -float(penalty), dtype=dtype, device=length.device), out)
 
 
+def aggregation_count(mask: Tensor, agg: str) -> float:
+    """What aggregation `agg` divides a batch's summed loss by: its valid tokens (token-mean), non-empty responses
+    (seq-mean-token-mean) or responses (seq-mean-token-sum-norm). `mask`: `[N, T]` the batch's loss mask."""
+    if agg == "token-mean":
+        return float(mask.sum())
+    if agg == "seq-mean-token-mean":
+        return float((mask.sum(-1) > 0).sum())
+    return float(mask.shape[0])
+
+
 def micro_batch_share(mask: Tensor, rows: Tensor, agg: str) -> float:
     """Share of micro-batch `rows` in the normaliser of its mini-batch under aggregation `agg`.
 
     Weighting each micro-batch's aggregated loss by this share and summing the gradients gives exactly the
-    gradient of the whole mini-batch's loss (gradient accumulation): token-mean divides by the valid tokens,
-    seq-mean-token-mean by the non-empty responses, seq-mean-token-sum-norm by the responses.
+    gradient of the whole mini-batch's loss (gradient accumulation): the micro-batch's `aggregation_count` over
+    the mini-batch's.
 
     Args:
         mask: `[M, T]` the mini-batch's loss mask; rows: indices into its rows.
     """
-    if agg == "token-mean":
-        return float(mask[rows].sum()) / max(float(mask.sum()), 1.0)
-    if agg == "seq-mean-token-mean":
-        nonempty = mask.sum(-1) > 0
-        return float(nonempty[rows].sum()) / max(float(nonempty.sum()), 1.0)
-    return len(rows) / mask.shape[0]
+    return aggregation_count(mask[rows], agg) / max(aggregation_count(mask, agg), 1.0)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -296,12 +296,25 @@ def plot_venn(sets: dict[str, set], path: str | Path, title: str = "unsolvable p
     return path
 
 
+def save_png(fig: Figure, path: str | Path) -> Path:
+    """Write `fig` as a PNG at `path` (parents created; no software tag, so equal figures give equal bytes)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png", metadata={"Software": None})
+    return path
+
+
+def curve_difference(base: dict, other: dict, metric: str = "pass@k") -> tuple[list[int], list[float]]:
+    """(k, `other`'s mean minus `base`'s) at the k both curves have (`evaluate.k_curves` results)."""
+    ks = [k for k in other["k"] if k in base["k"]]
+    return ks, [other[metric][other["k"].index(k)][0] - base[metric][base["k"].index(k)][0] for k in ks]
+
+
 def crossings(base: dict, other: dict, metric: str = "pass@k") -> list[int]:
     """The k (of both curves) at which `other`'s mean moves from above `base`'s to at or below it, or back:
     where a trained model's curve crosses the base model's (papers 000, 003, 004)."""
-    common = [k for k in base["k"] if k in other["k"]]
-    diff = [other[metric][other["k"].index(k)][0] - base[metric][base["k"].index(k)][0] for k in common]
-    return [k for k, before, now in zip(common[1:], diff, diff[1:]) if (before > 0) != (now > 0)]
+    ks, diff = curve_difference(base, other, metric)
+    return [k for k, before, now in zip(ks[1:], diff, diff[1:]) if (before > 0) != (now > 0)]
 
 
 def plot_k_curves(curves: dict[str, dict], path: str | Path, metric: str = "pass@k",
@@ -329,9 +342,7 @@ def plot_k_curves(curves: dict[str, dict], path: str | Path, metric: str = "pass
         base = curves[names[0]]
         axes[1].axhline(0.0, color="black", linewidth=0.8)
         for i, name in enumerate(names[1:], 1):
-            c = curves[name]
-            ks = [k for k in c["k"] if k in base["k"]]
-            diff = [c[metric][c["k"].index(k)][0] - base[metric][base["k"].index(k)][0] for k in ks]
+            ks, diff = curve_difference(base, curves[name], metric)
             axes[1].plot(ks, diff, marker="o", ms=3, color=colours(i % 10), label=f"{name} - {names[0]}")
             band = (paired or {}).get(name)
             if band:
@@ -346,10 +357,7 @@ def plot_k_curves(curves: dict[str, dict], path: str | Path, metric: str = "pass
         ax.set_xlabel("k")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="small", loc="best")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png", metadata={"Software": None})
-    return path
+    return save_png(fig, path)
 
 
 def plot_difference(runs: list[Run], labels: list[str], metric: str, out_dir: str | Path,
@@ -379,7 +387,4 @@ def plot_difference(runs: list[Run], labels: list[str], metric: str, out_dir: st
     ax.set_ylabel(f"difference in {metric}")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize="small", loc="best")
-    path = Path(out_dir) / f"{key}.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png", metadata={"Software": None})
-    return PlotFile(key, title, path)
+    return PlotFile(key, title, save_png(fig, Path(out_dir) / f"{key}.png"))

@@ -9,6 +9,8 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from explorl.report.plots import save_png
+
 __all__ = ["plot_position", "plot_covariance", "plot_branch", "plot_perturb", "plot_update"]
 
 
@@ -16,13 +18,6 @@ def _figure(panels: int = 1, width: float = 6.5):
     fig = Figure(figsize=(width * panels, 4.2), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
     return fig, [fig.add_subplot(1, panels, i + 1) for i in range(panels)]
-
-
-def _save(fig: Figure, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png", metadata={"Software": None})
-    return path
 
 
 def _num(x) -> float:
@@ -49,7 +44,7 @@ def plot_position(result: dict, path: str | Path) -> Path:
     ax.set_zorder(twin.get_zorder() + 1)
     ax.patch.set_visible(False)
     ax.set_title("entropy by absolute position (EAD Fig. 1)")
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def plot_covariance(cumulative: dict, path: str | Path) -> Path:
@@ -65,7 +60,7 @@ def plot_covariance(cumulative: dict, path: str | Path) -> Path:
     ax.grid(True, alpha=0.3)
     ax.legend()
     ax.set_title("cumulative contribution of covariance (CW Fig. 3)")
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def plot_branch(summary: list[dict], path: str | Path) -> Path:
@@ -86,7 +81,7 @@ def plot_branch(summary: list[dict], path: str | Path) -> Path:
     more = twin.get_legend_handles_labels()
     ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize="small")
     ax.set_title("forking: success by branch position (EAD Fig. 2)")
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def plot_perturb(tests: dict, path: str | Path) -> Path:
@@ -105,7 +100,7 @@ def plot_perturb(tests: dict, path: str | Path) -> Path:
     ax.set_ylabel("accuracy after the perturbation")
     ax.legend(fontsize="small", loc="lower right")
     ax.set_title("perturbing high- vs low-entropy tokens (ERPO Fig. 1b)")
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def plot_update(summary: dict, path: str | Path) -> Path:
@@ -125,4 +120,4 @@ def plot_update(summary: dict, path: str | Path) -> Path:
         axes[1].set_xticks(range(len(names)), names)
         axes[1].set_ylabel("share of the category's tokens in the top shifts")
         axes[1].set_title("top shifts by token category (STILL 3.2.2)")
-    return _save(fig, path)
+    return save_png(fig, path)

@@ -47,7 +47,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import math
 import os
 from typing import Any, Mapping
 
@@ -57,6 +56,7 @@ from torch import Tensor
 
 from explorl.algos import PreparedBatch, RolloutBatch, compute_advantages, policy_objective, requirements
 from explorl.algos.batch import MissingInputError
+from explorl.algos.losses import aggregation_count
 from explorl.algos.registry import lookup
 from explorl.algos.step import single_update_shortcut
 from explorl.config import (AlgoConfig, BudgetConfig, Config, ConfigError, RunConfig, SamplingConfig, from_dict,
@@ -333,7 +333,8 @@ class ExplorlGRPOTrainer(GRPOTrainer):
                 kwargs = self.vllm_generation.generation_kwargs
                 if kwargs is None:
                     kwargs = self.vllm_generation.generation_kwargs = {}
-                kwargs["extra_args"] = {**kwargs.get("extra_args", {}), **vllm_anneal_args(self.explorl, self._round - 1)}
+                kwargs["extra_args"] = {**kwargs.get("extra_args", {}),
+                                        **vllm_anneal_args(self.explorl, self._round - 1)}
             else:  # the table holds T * tau(t) already
                 self._set_sampling_temperature(1.0)
         else:
@@ -490,11 +491,8 @@ class ExplorlGRPOTrainer(GRPOTrainer):
         window = (self._step % spg) // ga
         key = (self._round, self._step // spg, window, agg)
         if key not in self._window_totals:
-            total = 0.0
-            for inputs in self._buffered_inputs[window * ga:(window + 1) * ga]:
-                m = inputs["explorl_loss_mask"]
-                total += float(m.sum() if agg == "token-mean" else (m.sum(-1) > 0).sum() if
-                               agg == "seq-mean-token-mean" else m.shape[0])
+            total = sum(aggregation_count(inputs["explorl_loss_mask"], agg)
+                        for inputs in self._buffered_inputs[window * ga:(window + 1) * ga])
             t = torch.tensor(total, dtype=torch.float64, device=self.accelerator.device)
             self._window_totals = {key: float(self.accelerator.reduce(t, reduction="sum"))
                                    if self.accelerator.num_processes > 1 else total}
@@ -529,10 +527,7 @@ class ExplorlGRPOTrainer(GRPOTrainer):
         loss, stats = policy_objective(lp, entropy, batch, prepared, algo, generator=self.explorl_generator)
         total = self._window_total(algo.loss_agg) if train else None
         if total is not None:  # this micro-batch's share of its window (explorl's micro_batch_share)
-            m = prepared.loss_mask
-            mine = float(m.sum() if algo.loss_agg == "token-mean" else (m.sum(-1) > 0).sum()
-                         if algo.loss_agg == "seq-mean-token-mean" else m.shape[0])
-            loss = loss * (mine / max(total, 1.0))
+            loss = loss * (aggregation_count(prepared.loss_mask, algo.loss_agg) / max(total, 1.0))
         # DDP / DeepSpeed / FSDP average the ranks' gradients; each rank's loss holds only its own rows' gradient
         loss = loss * world
         if self.aux_loss_enabled:
