@@ -4,7 +4,7 @@
 GRPO's pass@k at large k falls below the base model's (bench/RESULTS.md, "Narrowing").
 
 Writes `bench/results/testbed/<method>/seed<k>.ood.json` (and `base.ood.json`) and skips what is recorded, so it
-continues across sessions; prints a table of what is recorded. Usage: `python bench/testbed_ood.py [--threads 1]`.
+continues across sessions; prints a table of what is recorded. Usage: `python bench/testbed_ood.py [--threads 1] [--shard 0/2]`.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ def evaluate(model: str, out: Path, threads: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--shard", default="0/1",
+                    help="I/N: evaluate every N-th missing model from the I-th (two processes: 0/2 and 1/2)")
     args = ap.parse_args()
     jobs = [("embedded", RESULTS / "base.ood.json")]
     for record in sorted(RESULTS.glob("*/seed*.json")):
@@ -42,7 +44,8 @@ def main() -> None:
         final = RUNS / record.parent.name / record.stem / "final"
         if (final / "config.json").exists():
             jobs.append((str(final), record.with_suffix(".ood.json")))
-    for model, out in jobs:
+    index, count = (int(x) for x in args.shard.split("/"))
+    for model, out in [job for job in jobs if not job[1].exists()][index::count]:
         if not out.exists():
             print(f"evaluating {model}", flush=True)
             evaluate(model, out, args.threads)
