@@ -15,7 +15,7 @@ EXPLORL=${EXPLORL:-.venv/bin/explorl}
 N=${N:-256}
 SPLITS=${SPLITS:-d3-7 d8-9}
 TASK=(--task arith --task-opt train_size=4096 --task-opt eval_size=256)
-KS=$(for k in 1 2 4 8 16 32 64 128 256; do [ "$k" -le "$N" ] && printf '%s,' "$k"; done)
+KS=$(for k in 1 2 4 8 16 32 64 128 256; do if [ "$k" -le "$N" ]; then printf "%s," "$k"; fi; done)
 suffix=$([ "$N" = 256 ] && echo "" || echo "_n$N")
 evaluate() {  # name split_name difficulties max_new_tokens model
   local out="$OUT/$1__$2$suffix.json"
