@@ -10,7 +10,8 @@ so the tables can be rebuilt at any time and always say what was measured.
 - Out of distribution (difficulties 8-9, never trained on; `bench/testbed_ood.py`): pass@32 over seeds and its
   difference to the base model.
 
-    python bench/testbed_table.py            # markdown on stdout
+    python bench/testbed_table.py            # markdown on stdout, every recorded method
+    python bench/testbed_table.py --methods ead_tis,ead_e3_budget   # those rows only, in that order
 """
 
 from __future__ import annotations
@@ -31,8 +32,10 @@ ORDER = ["grpo", "grpo__token-mean__0.2-0.2", "grpo__token-mean__0.2-0.28", "grp
          "still_ppl", "still_position", "adaptive_temperature",
          "ead_e3_budget", "ead_erpo", "ead_forking", "adaptive_e3_budget", "grpo_token_mean_mb4", "clip_higher_mb4"]
 CURVE_N = 128
-# where a closer control than the objective's GRPO baseline was run: clip-higher against the same 4 mini-batches
-CONTROL = {"clip_higher_mb4": "grpo_token_mean_mb4"}
+# where a closer control than the objective's GRPO baseline was run: clip-higher against the same 4 mini-batches,
+# each combination against the method it adds to (same seed)
+CONTROL = {"clip_higher_mb4": "grpo_token_mean_mb4", "ead_e3_budget": "ead_tis", "ead_erpo": "ead_tis",
+           "ead_forking": "ead_tis", "adaptive_e3_budget": "adaptive_temperature"}
 
 
 def load(path: Path) -> dict | None:
@@ -91,8 +94,18 @@ def curve_cells(method: str, base_curve: dict | None) -> tuple[str, str]:
 
 
 def main() -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--methods", default="", help="comma-separated rows to print, in order (default: every method)")
+    args = ap.parse_args()
     methods = [m for m in ORDER if seeds_of(m)]
     methods += sorted(p.name for p in RESULTS.iterdir() if p.is_dir() and p.name not in ORDER and seeds_of(p.name))
+    if args.methods:
+        methods = [m for m in args.methods.split(",") if m]
+        missing = [m for m in methods if not seeds_of(m)]
+        if missing:
+            raise SystemExit(f"--methods: nothing recorded for {', '.join(missing)} under {RESULTS}")
     base = load(RESULTS / "base_n32.json")
     base_ood = load(RESULTS / "base.ood.json")
     base_curve = load(RESULTS / "curves" / f"base__d3-7_n{CURVE_N}.json")
