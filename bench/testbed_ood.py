@@ -4,7 +4,8 @@
 GRPO's pass@k at large k falls below the base model's (bench/RESULTS.md, "Narrowing").
 
 Writes `bench/results/testbed/<method>/seed<k>.ood.json` (and `base.ood.json`) and skips what is recorded, so it
-continues across sessions; prints a table of what is recorded. Usage: `python bench/testbed_ood.py [--threads 1] [--shard 0/2]`.
+continues across sessions; prints a table of what is recorded.
+Usage: `python bench/testbed_ood.py [--threads 1] [--shard 0/2]` (two processes: `--shard 0/2` and `--shard 1/2`).
 """
 
 from __future__ import annotations
