@@ -12,6 +12,8 @@ so the tables can be rebuilt at any time and always say what was measured.
 
     python bench/testbed_table.py            # markdown on stdout, every recorded method
     python bench/testbed_table.py --methods ead_tis,ead_e3_budget   # those rows only, in that order
+    python bench/testbed_table.py --paired base__d8-9.json grpo_seed{0,1,2}__d8-9.json   # the narrowing table:
+        # each curve (under curves/) minus the first, paired over problems, and the mean ± t-interval over them
 """
 
 from __future__ import annotations
@@ -93,12 +95,31 @@ def curve_cells(method: str, base_curve: dict | None) -> tuple[str, str]:
     return cell, f"{d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}]{star}"
 
 
+def paired_seeds(files: list[str]) -> None:
+    """pass@k of each curve minus the first's, paired over the problems (`evaluate.paired_pass_difference`), and
+    the mean ± 95% t-interval of those differences over the curves (seeds)."""
+    from explorl.evaluate import paired_pass_difference
+
+    curves = [json.loads((RESULTS / "curves" / f).read_text())["curve"] for f in files]
+    diffs = [paired_pass_difference(curves[0], c) for c in curves[1:]]
+    print("| k | " + " | ".join(Path(f).stem for f in files[1:]) + " | mean ± 95% t-interval over them |")
+    print("|---:|" + "---:|" * len(diffs) + "---:|")
+    for k in curves[0]["k"]:
+        if all(k in d for d in diffs):
+            values = [d[k][0] for d in diffs]
+            print(f"| {k} | " + " | ".join(f"{v:+.3f}" for v in values) + f" | {fmt_delta(values)} |")
+
+
 def main() -> None:
     import argparse
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--methods", default="", help="comma-separated rows to print, in order (default: every method)")
+    ap.add_argument("--paired", nargs="+", metavar="CURVE_JSON",
+                    help="instead: curves/ files, the first the reference; each minus it and the mean over them")
     args = ap.parse_args()
+    if args.paired:
+        return paired_seeds(args.paired)
     methods = [m for m in ORDER if seeds_of(m)]
     methods += sorted(p.name for p in RESULTS.iterdir() if p.is_dir() and p.name not in ORDER and seeds_of(p.name))
     if args.methods:
