@@ -27,7 +27,6 @@ from rich.console import Console
 from rich.table import Table
 
 from explorl.algos.advantages import cov_weights, cov_weights_grouped, grpo
-from explorl.bootstrap import ensure_embedded
 from explorl.config import ModelConfig, TaskConfig
 from explorl.evaluate import decode_responses
 from explorl.models import load_policy
@@ -84,7 +83,7 @@ def main() -> None:
     ap.add_argument("--json", help="also write the rows to this file")
     args = ap.parse_args()
     torch.manual_seed(args.seed)
-    model, tok, _ = load_policy(ModelConfig(path=ensure_embedded(args.model)))
+    model, tok, _ = load_policy(ModelConfig(path=args.model))
     model.eval()
     table = Table(title=f"CW-GRPO weights on {args.model}: {args.prompts} prompts x {args.n} samples per level")
     cols = ["w+", "w-", "w+lo", "w-lo", "kept+", "kept-", "mean w~A"]

@@ -124,7 +124,6 @@ class ForwardProbe:
     """Times one no-grad `response_logprobs` forward over a batch shaped like the recipes' (the extra pass)."""
 
     def __init__(self, threads: int):
-        from explorl.bootstrap import ensure_embedded
         from explorl.config import load_config
         from explorl.models import load_policy
         from explorl.rollout.sampler import sample
@@ -133,7 +132,6 @@ class ForwardProbe:
         cfg = load_config(RECIPES / "grpo.yaml", ["model.path=embedded", "task.eval_size=4"])
         if threads > 0:
             torch.set_num_threads(threads)
-        ensure_embedded(cfg.model.path)
         self.model, tok, _ = load_policy(cfg.model)
         self.model.train()  # as in the trainer, which scores old and reference log-probs in train mode
         task = load_task(cfg.task)

@@ -67,10 +67,9 @@ def _cpu_name() -> str:
 
 
 def _model_dir() -> Path:
-    from explorl.bootstrap import ensure_embedded
     from explorl.models import resolve_model_path
 
-    return resolve_model_path(ensure_embedded("embedded"))
+    return resolve_model_path("embedded")
 
 
 def _task_cfg():

@@ -37,11 +37,11 @@ def test_missing_model_directory_is_a_clear_error(tmp_path):
         resolve_model_path(str(tmp_path / "nope"))
 
 
-def test_loading_a_missing_embedded_default_fails_without_training(tmp_path, monkeypatch):
-    monkeypatch.setenv("EXPLORL_HOME", str(tmp_path / "home"))
-    with pytest.raises(FileNotFoundError, match="explorl bootstrap"):
+def test_a_missing_embedded_default_fails_without_training(tmp_path, monkeypatch):
+    monkeypatch.setenv("EXPLORL_EMBEDDED", str(tmp_path / "elsewhere"))
+    with pytest.raises(FileNotFoundError, match="EXPLORL_EMBEDDED.*explorl bootstrap --out"):
         resolve_model_path("embedded")
-    assert not (tmp_path / "home").exists()  # nothing was built or even started
+    assert not (tmp_path / "elsewhere").exists()  # nothing was built or even started
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error raised without a GPU")

@@ -67,7 +67,6 @@ def main(argv: list[str] | None = None) -> Path:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM
 
-    from explorl.bootstrap import ensure_embedded
     from explorl.config import load_config
     from explorl.integrations.trl import ExplorlGRPOTrainer
     from explorl.models import load_tokenizer, resolve_dtype, resolve_device, resolve_model_path
@@ -78,7 +77,7 @@ def main(argv: list[str] | None = None) -> Path:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if cfg.run.threads > 0:
         torch.set_num_threads(cfg.run.threads)
-    path = resolve_model_path(ensure_embedded(cfg.model.path))
+    path = resolve_model_path(cfg.model.path)
     tok = load_tokenizer(path)
     device = resolve_device(cfg.model.device)
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=resolve_dtype(cfg.model.dtype, device),

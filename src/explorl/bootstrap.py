@@ -4,14 +4,17 @@ Supervised training on the built-in arithmetic task's worked solutions, stopped 
 still imperfect: every `eval_every` steps the held-out pass@1 (one sample per problem at temperature 1) is
 measured, and training stops at the first measurement at or above `target_pass1`. RL then has room to improve.
 The result is saved with `save_pretrained`, so it loads through the same path as any Hugging Face model.
-Deterministic for a seed and a thread count. Entry points build it on demand through `ensure_embedded`; loading
-a model (`explorl.models`) never trains one.
+Deterministic for a seed and a thread count on one machine, but not across CPU models (kernels round differently),
+so the embedded default is not trained on the user's machine: its weights ship with the package
+(`explorl/embedded/`, with this command's `bootstrap.json` and the weights' fingerprint), and this command is how
+they were made and how to make another (`explorl bootstrap --out DIR`, then `EXPLORL_EMBEDDED=DIR`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import platform
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
@@ -19,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from explorl.models import build_char_tokenizer, count_parameters, embedded_dir, tiny_qwen2
+from explorl.models import build_char_tokenizer, count_parameters, tiny_qwen2, weights_fingerprint
 from explorl.supervised import sft_batch, sft_example, supervised_step
 
 
@@ -132,38 +135,29 @@ def bootstrap(out_dir: str | Path, cfg: BootstrapConfig | None = None, *, consol
     tok.save_pretrained(str(tmp))
     info = {"config": asdict(cfg), "steps": step, "held_out_pass@1": pass1, "parameters": count_parameters(model),
             "seconds": time.perf_counter() - t_start, "history": history}
+    info["fingerprint"] = weights_fingerprint(tmp)
+    info["torch"], info["threads"] = torch.__version__, torch.get_num_threads()
+    info["machine"] = f"{platform.machine()} {torch.backends.cpu.get_cpu_capability()}, {time.strftime('%Y-%m-%d')}"
     (tmp / "bootstrap.json").write_text(json.dumps(info, indent=2))
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(out_dir, ignore_errors=True)
     os.replace(tmp, out_dir)
     console.print(f"[bold]bootstrap[/]: saved to {out_dir} after {step} steps, held-out pass@1 {pass1:.3f}, "
-                  f"{info['seconds']:.0f}s")
+                  f"{info['seconds']:.0f}s, fingerprint {info['fingerprint']}")
     return out_dir
-
-
-def ensure_embedded(path: str = "embedded", console=None) -> str:
-    """Build the embedded default when `path` is `embedded` and the cache has none yet; returns `path` unchanged.
-
-    The one explicit place where `embedded` gets trained: entry points call it before `load_policy`, so that
-    loading a model never trains one as a side effect. Any other path is left to `load_policy` to check.
-    """
-    target = embedded_dir()
-    if path == "embedded" and not (target / "config.json").exists():
-        bootstrap(target, console=console)
-    return path
 
 
 def load_model_under_test(run, run_cfg, model_cfg, console=None):
     """(model, tokenizer) of what `explorl eval` / `explorl probe` evaluate: a run's output (`models.find_run_output`:
     RUN, RUN/final, RUN/checkpoints/step_N, with `run_cfg` its config) or the model directory / `embedded` of
-    `model_cfg` (built on first use)."""
-    from explorl.models import load_policy, load_run_output
+    `model_cfg`. A checkpoint is its run's base model plus the trained weights: the base must still be the model the
+    run started from (`model.fingerprint` of its config.yaml)."""
+    from explorl.models import check_fingerprint, load_policy, load_run_output
 
     if run is not None:
         if run.kind == "checkpoint":
-            ensure_embedded(run_cfg.model.path, console=console)
+            check_fingerprint(run_cfg.model)
         model, tok, _ = load_run_output(run, run_cfg, device=model_cfg.device, dtype=model_cfg.dtype)
     else:
-        ensure_embedded(model_cfg.path, console=console)
         model, tok, _ = load_policy(model_cfg)
     return model, tok

@@ -267,6 +267,7 @@ def cmd_eval(args) -> int:
     if sets:
         summary["sets"] = sets
     out = {"model": args.model, "label": label, "run_config": str(run.config_path) if run is not None else None,
+           **_fingerprints(run, run_cfg, args.model),
            "task": task_cfg.name, "temperature": temperature, "schedule": args.schedule,
            "ead_d": args.ead_d if args.schedule != "fixed" else None,
            "settings": {name: {"value": value, "from": where} for name, value, where in settings}, **summary}
@@ -317,12 +318,24 @@ def cmd_eval(args) -> int:
     return 0
 
 
+def _fingerprints(run, run_cfg, model_path: str) -> dict:
+    """What an evaluation record says about the weights: `model_fingerprint` of the evaluated weights (None for a
+    training checkpoint, which holds only the trained tensors) and `base_fingerprint`, the model a run started from
+    (its config's `model.fingerprint`) or, for a plain model, the model itself (`evaluate.check_same_base`)."""
+    from explorl.models import weights_fingerprint
+
+    if run is None:
+        fingerprint = weights_fingerprint(model_path)
+        return {"model_fingerprint": fingerprint, "base_fingerprint": fingerprint}
+    return {"model_fingerprint": weights_fingerprint(run.model_dir) if run.kind == "final" else None,
+            "base_fingerprint": run_cfg.model.fingerprint or None}
+
+
 def cmd_export(args) -> int:
     import os
     import shutil
 
-    from explorl.bootstrap import ensure_embedded
-    from explorl.models import (adapter_base, find_run_output, is_adapter_dir, load_causal_lm, load_run_output,
+    from explorl.models import (adapter_base, check_fingerprint, find_run_output, is_adapter_dir, load_causal_lm, load_run_output,
                                 resolve_dtype, resolve_model_path)
 
     out = Path(args.out)
@@ -343,7 +356,7 @@ def cmd_export(args) -> int:
                           f"model with the adapters merged into its weights")
     if run is not None:
         if run.kind == "checkpoint":
-            ensure_embedded(run_cfg.model.path, console=console)
+            check_fingerprint(run_cfg.model)
         model, tok, _ = load_run_output(run, run_cfg, device="cpu", dtype=args.dtype)
     else:
         import torch
@@ -392,7 +405,7 @@ def cmd_venn(args) -> int:
 def cmd_curves(args) -> int:
     from explorl.report.plots import crossings, plot_k_curves
 
-    curves = {}
+    curves, summaries = {}, {}
     labels = args.labels.split(",") if args.labels else []
     if labels and len(labels) != len(args.files):
         raise SystemExit(f"--labels: {len(labels)} names for {len(args.files)} files")
@@ -405,7 +418,8 @@ def cmd_curves(args) -> int:
             raise ValueError(f"{path}: has no `curve`; evaluate with `explorl eval --curve` (n >= 2k for the "
                              f"largest k you want)")
         name = labels[i] if labels else summary.get("label") or path.stem
-        curves[name if name not in curves else f"{name}-{i}"] = summary["curve"]
+        name = name if name not in curves else f"{name}-{i}"
+        curves[name], summaries[name] = summary["curve"], summary
     names = list(curves)
     table = Table(title=f"{args.metric} against k")
     table.add_column("k", justify="right")
@@ -425,7 +439,10 @@ def cmd_curves(args) -> int:
     console.print(table)
     paired = {}
     if args.metric == "pass@k" and all("problems" in curves[n] for n in names):
-        from explorl.evaluate import paired_pass_difference
+        from explorl.evaluate import check_same_base, paired_pass_difference
+
+        for warning in check_same_base(summaries):
+            console.print(Text(f"warning: {warning}"), style="yellow")
 
         base = curves[names[0]]
         paired = {name: paired_pass_difference(base, curves[name]) for name in names[1:]}
@@ -493,13 +510,14 @@ def cmd_sft(args) -> int:
 
 def cmd_bootstrap(args) -> int:
     from explorl.bootstrap import bootstrap
-    from explorl.models import embedded_dir
 
-    target = Path(args.out) if args.out else embedded_dir()
+    target = Path(args.out)
     if (target / "config.json").exists() and not args.force:
-        console.print(f"embedded model already at {target} (use --force to retrain)")
+        console.print(f"a model is already at {target} (use --force to retrain)")
         return 0
     bootstrap(target, console=console)
+    console.print(Text(f"use it with EXPLORL_EMBEDDED={target} (model.path=embedded) or model.path={target}; the "
+                       f"embedded default that ships with explorl is unchanged"))
     return 0
 
 
@@ -700,8 +718,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="dtype of the written weights (auto: float32, as loaded on the CPU)")
     x.set_defaults(fn=cmd_export)
 
-    b = sub.add_parser("bootstrap", help="train and cache the embedded tiny default model")
-    b.add_argument("--out", help="directory (default: the cache, see EXPLORL_HOME)")
+    b = sub.add_parser("bootstrap", help="train a tiny default model as the shipped embedded one was trained")
+    b.add_argument("--out", required=True, help="directory to write (the shipped model lies in explorl/embedded/)")
     b.add_argument("--force", action="store_true", help="retrain even if cached")
     b.set_defaults(fn=cmd_bootstrap)
 

@@ -46,8 +46,12 @@ class LoraConfig:
 class ModelConfig:
     path: str = "embedded"
     """A local Hugging Face causal-LM directory (config, weights, tokenizer), a LoRA adapter directory (its base
-    from `adapter_config.json`, merged on load), or `embedded` for the tiny default model that `explorl bootstrap`
-    trains and caches (bootstrapped on first use)."""
+    from `adapter_config.json`, merged on load), or `embedded` for the tiny default model shipped with explorl
+    (`explorl bootstrap` regenerates one)."""
+    fingerprint: str = ""
+    """A hash of `path`'s weights (`explorl.models.weights_fingerprint`). Empty: not checked. A run writes it into its
+    config.yaml; when set, a run refuses a model whose weights hash differently (a resumed or replayed run stays on
+    the model it was made with), and results with different fingerprints refuse to be paired."""
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     """Parameter dtype. `auto`: bfloat16 on a GPU that supports it, float32 on the CPU. Training refuses float16
     (AdamW's moments in float16 round to zero and the first step writes inf); `explorl eval` accepts it."""

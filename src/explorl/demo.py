@@ -19,7 +19,6 @@ DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "quickstart.y
 def run_demo(config: str | None, overrides: list[str], *, console) -> dict:
     from rich.table import Table
 
-    from explorl.bootstrap import ensure_embedded
     from explorl.evaluate import evaluate
     from explorl.models import load_policy
     from explorl.tasks import load_task
@@ -31,7 +30,6 @@ def run_demo(config: str | None, overrides: list[str], *, console) -> dict:
     run_dir = Path(cfg.run.out_dir)
     t0 = time.perf_counter()
     console.rule("explorl demo")
-    ensure_embedded(cfg.model.path, console=console)
     model, tok, _ = load_policy(cfg.model)
     task = load_task(cfg.task)
     ks = sorted(set(cfg.run.eval_k) | {1})

@@ -182,6 +182,28 @@ def k_curves(results: Sequence[ProblemResult], *, seed: int = 0, n_boot: int = 1
     return out
 
 
+class MixedModelsError(ValueError):
+    """Evaluation records of models that come from different base weights, asked to be paired or pooled."""
+
+
+def check_same_base(records: dict[str, dict]) -> list[str]:
+    """Refuse to pair evaluation records (`explorl eval` outputs, keyed by a display name) whose `base_fingerprint`
+    differ: two runs started from two different embedded models are two experiments, whatever their configs say.
+    Records written before fingerprints were recorded have none; they are not refused, but named in the returned
+    warnings, so a caller can print them. Raises `MixedModelsError` naming each record's fingerprint."""
+    bases = {name: r.get("base_fingerprint") for name, r in records.items()}
+    known = {fp for fp in bases.values() if fp}
+    if len(known) > 1:
+        listing = ", ".join(f"{name}: {fp or 'not recorded'}" for name, fp in bases.items())
+        raise MixedModelsError(f"these evaluations start from different base models ({listing}); paired "
+                               f"differences between them would mix two models. Compare runs of one base model.")
+    unknown = [name for name, fp in bases.items() if not fp]
+    if unknown and known:
+        return [f"{', '.join(unknown)}: no base-model fingerprint recorded (written before fingerprints were); "
+                f"the others start from {known.pop()}; pairing assumes they are the same model"]
+    return []
+
+
 def paired_pass_difference(base: dict, other: dict, *, n_boot: int = 1000, seed: int = 0) -> dict[int, list[float]]:
     """pass@k of `other` minus `base` on the problems both evaluated, with a 95% paired bootstrap interval: the
     problems are resampled and the mean per-problem difference taken, so the shared difficulty of each problem

@@ -84,24 +84,69 @@ def tiny_qwen2(vocab_size: int, *, hidden: int = 128, layers: int = 4, heads: in
     return model
 
 
+EMBEDDED_PACKAGE_DIR = Path(__file__).parent / "embedded"
+
+
 def embedded_dir() -> Path:
-    """Where `explorl bootstrap` caches the embedded default model (`EXPLORL_HOME` overrides ~/.cache/explorl)."""
-    home = os.environ.get("EXPLORL_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "explorl")
-    return Path(home) / "embedded-v1"
+    """The embedded default model: the directory shipped inside the package (`explorl/embedded/`: weights,
+    tokenizer, `bootstrap.json`), so it is one model on every machine. `EXPLORL_EMBEDDED` names another directory,
+    e.g. one regenerated with `explorl bootstrap --out DIR`."""
+    return Path(os.environ.get("EXPLORL_EMBEDDED") or EMBEDDED_PACKAGE_DIR)
+
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+_FINGERPRINTS: dict[tuple, str] = {}
+
+
+def weights_fingerprint(path: str | Path) -> str:
+    """A hash of a model's weights: sha256 (first 16 hex digits) over the weight files of the model directory
+    `path` (or `embedded`), in name order, each file's name and bytes; a LoRA adapter's hash covers its base's
+    fingerprint too. Recorded in `bootstrap.json`, in every run's `config.yaml` (`model.fingerprint`) and in every
+    evaluation record, so results of two different models are never paired or pooled silently. Memoised per
+    process by (path, file sizes, modification times); a 15 GB checkpoint takes some seconds the first time."""
+    import hashlib
+
+    path = resolve_model_path(str(path))
+    files = sorted(f for f in path.iterdir() if f.is_file() and f.name.endswith(WEIGHT_SUFFIXES)
+                   and f.name not in ("training_args.bin", "optimizer.pt", "scheduler.pt", "rng_state.pth"))
+    if not files:
+        raise FileNotFoundError(f"{path}: no weight files ({', '.join(WEIGHT_SUFFIXES)}) to fingerprint")
+    key = (str(path.resolve()), *((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files))
+    if key not in _FINGERPRINTS:
+        h = hashlib.sha256()
+        if is_adapter_dir(path):
+            h.update(weights_fingerprint(adapter_base(path)).encode())
+        for f in files:
+            h.update(f.name.encode() + b"\0")
+            with open(f, "rb") as stream:
+                while chunk := stream.read(1 << 24):
+                    h.update(chunk)
+        _FINGERPRINTS[key] = h.hexdigest()[:16]
+    return _FINGERPRINTS[key]
+
+
+def check_fingerprint(cfg: ModelConfig) -> str:
+    """The fingerprint of `cfg.path`'s weights (`weights_fingerprint`); raises ConfigError naming `model.fingerprint`
+    when the config records another one (a resumed or replayed run whose model changed under it)."""
+    fingerprint = weights_fingerprint(cfg.path)
+    if cfg.fingerprint and cfg.fingerprint != fingerprint:
+        raise ConfigError(
+            f"model.fingerprint: the config was made with the weights {cfg.fingerprint}, but model.path={cfg.path!r} "
+            f"now holds {fingerprint}; continuing would mix two models in one run. Point model.path at the model it "
+            f"was made with, or drop model.fingerprint to start a new run on this one.")
+    return fingerprint
 
 
 def resolve_model_path(path: str) -> Path:
-    """`embedded` names the cached tiny default; anything else must be a local directory.
-
-    Loading never trains: a missing embedded default is an error, built explicitly by `explorl bootstrap` or
-    `explorl.bootstrap.ensure_embedded()` (which the entry points call before loading).
-    """
+    """`embedded` names the tiny default shipped with the package; anything else must be a local directory.
+    Loading never trains a model."""
     if path == "embedded":
         target = embedded_dir()
         if not (target / "config.json").exists():
+            where = "EXPLORL_EMBEDDED" if os.environ.get("EXPLORL_EMBEDDED") else "the installed package"
             raise FileNotFoundError(
-                f"model.path='embedded': the embedded default is not built yet (nothing at {target}). Build it "
-                f"with `explorl bootstrap`, or `explorl.bootstrap.ensure_embedded()` from Python.")
+                f"model.path='embedded': no model at {target} ({where}). Reinstall explorl (the weights ship with "
+                f"it), or point EXPLORL_EMBEDDED at a directory written by `explorl bootstrap --out DIR`.")
         return target
     p = Path(path).expanduser()
     if (p / "config.json").exists():
@@ -338,7 +383,7 @@ def load_trainable(model, checkpoint_dir: str | Path) -> None:
 def load_run_output(out: RunOutput, run_cfg: Config, device: str = "auto", dtype: str = "auto"):
     """(model, tokenizer, device) of a run output as a plain model (LoRA adapters merged), for evaluation and
     export. A checkpoint is the run's model (`run_cfg.model`) with the checkpoint's trainable weights; the caller
-    builds an `embedded` base first (`explorl.bootstrap.ensure_embedded`)."""
+    has checked the base's fingerprint (`check_fingerprint`)."""
     base = dataclasses.replace(run_cfg.model, device=device, dtype=dtype, gradient_checkpointing=False)
     if out.kind == "final":
         return load_policy(dataclasses.replace(base, path=str(out.model_dir), lora=LoraConfig(enabled=False)))
@@ -365,10 +410,7 @@ def check_model_dir(cfg: ModelConfig) -> str:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     if cfg.path == "embedded":
-        target = embedded_dir()
-        if (target / "config.json").exists():
-            return f"embedded default, cached at {target}"
-        return "embedded default, not built yet: the run builds it first (as `explorl bootstrap` does)"
+        return f"embedded default at {resolve_model_path('embedded')}, fingerprint {weights_fingerprint('embedded')}"
     path = resolve_model_path(cfg.path)
     adapter = is_adapter_dir(path)
     model_dir = adapter_base(path) if adapter else path

@@ -15,10 +15,9 @@ from pathlib import Path
 
 import torch
 
-from explorl.bootstrap import ensure_embedded
 from explorl.config import Config, dump_yaml
 from explorl.evaluate import decode_responses, evaluate, response_branching
-from explorl.models import load_policy
+from explorl.models import check_fingerprint, load_policy
 from explorl.rewards import RewardRunner
 from explorl.rollout.sampler import sample
 from explorl.supervised import sft_batch, sft_example, supervised_step
@@ -78,10 +77,10 @@ def run_rft(cfg: Config, *, console) -> Path:
     f, s, r = cfg.rft, cfg.sampling, cfg.run
     run_dir = Path(r.out_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    cfg.model.fingerprint = check_fingerprint(cfg.model)  # config.yaml records which weights it started from
     (run_dir / "config.yaml").write_text(dump_yaml(cfg))
     torch.manual_seed(r.seed)
     rng = random.Random(r.seed)
-    ensure_embedded(cfg.model.path, console=console)
     model, tok, device = load_policy(cfg.model)
     task = load_task(cfg.task)
     runner = RewardRunner(task.reward_fn, isolate=task.isolate, timeout_s=cfg.task.reward_timeout_s)

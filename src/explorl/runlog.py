@@ -200,10 +200,11 @@ class RunLog:
                                     "completions": [texts[i] for i in rows],
                                     "rewards": [rewards[i] for i in rows]}) + "\n")
 
-    def write_eval(self, step: int, summary: dict) -> None:
-        """eval.json, written whole under a temporary name and renamed (it marks the run complete)."""
+    def write_eval(self, step: int, summary: dict, base_fingerprint: str) -> None:
+        """eval.json, written whole under a temporary name and renamed (it marks the run complete); it names the
+        weights the run started from (`base_fingerprint`, `evaluate.check_same_base`)."""
         tmp = self.dir / "eval.json.tmp"
-        tmp.write_text(json.dumps({"step": step, **summary}, indent=2))
+        tmp.write_text(json.dumps({"step": step, "base_fingerprint": base_fingerprint, **summary}, indent=2))
         os.replace(tmp, self.dir / "eval.json")
 
     def save_final_model(self, model, tok, card: str | None = None) -> Path:

@@ -71,10 +71,9 @@ def run_sft(cfg: Config, *, console=None, resume: str | Path | None = None) -> P
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from explorl.bootstrap import ensure_embedded
     from explorl.config import dump_yaml, to_dict
     from explorl.evaluate import held_out_evaluator
-    from explorl.models import load_policy
+    from explorl.models import check_fingerprint, load_policy
     from explorl.runlog import RunLog, format_duration
     from explorl.tasks import load_task
     from explorl.tasks.chat import prompt_encoder, prompt_text
@@ -85,12 +84,12 @@ def run_sft(cfg: Config, *, console=None, resume: str | Path | None = None) -> P
     check_trainable_dtype(cfg.model)
     task = load_task(cfg.task)
     problems, missing = worked_solutions(task, cfg.task.name, cfg.task.solution_field)  # before anything is written
+    cfg.model.fingerprint = check_fingerprint(cfg.model)  # config.yaml records which weights it started from
     log = RunLog.open(r.out_dir, dump_yaml(cfg), resume)
     if r.threads > 0:
         torch.set_num_threads(r.threads)
     torch.manual_seed(r.seed)
     random.seed(r.seed)
-    ensure_embedded(cfg.model.path, console=console)
     model, tok, device = load_policy(cfg.model)
     encode = prompt_encoder(tok, cfg.task)
     if cfg.task.chat_template == "auto":  # the run's config says what `auto` resolved to
@@ -163,6 +162,6 @@ def run_sft(cfg: Config, *, console=None, resume: str | Path | None = None) -> P
     final = held_out(total)
     log.save_final_model(model, tok, sft_model_card(cfg, final, total, len(seqs)))
     log.append_metrics({"step": total, **{f"eval/{k}": v for k, v in final.items()}})
-    log.write_eval(total, final)
+    log.write_eval(total, final, cfg.model.fingerprint)
     log.close()
     return log.dir

@@ -41,7 +41,7 @@ from explorl.algos.registry import lookup
 from explorl.algos.step import PreparedBatch, compute_advantages, policy_objective, requirements, single_update_shortcut
 from explorl.config import Config, ConfigError, ModelConfig, dump_yaml, load_config, to_dict
 from explorl.evaluate import held_out_evaluator
-from explorl.models import check_run_inputs, load_policy, make_reference, reference_mode
+from explorl.models import check_fingerprint, check_run_inputs, load_policy, make_reference, reference_mode
 from explorl.rewards import RewardRunner
 from explorl.rollout.collect import collect_rollouts
 from explorl.rollout.controllers import Controllers, PromptStream
@@ -291,13 +291,12 @@ def train(cfg: Config, *, resume: str | Path | None = None, console=None, progre
     from rich.console import Console
     from rich.markup import escape
 
-    from explorl.bootstrap import ensure_embedded
-
     console = console or Console()
     r, s = cfg.run, cfg.sampling
     if resume is None:  # everything the run reads, before anything is written (`explorl train` checks it too)
         check_run_inputs(cfg)
     check_trainable_dtype(cfg.model)
+    cfg.model.fingerprint = check_fingerprint(cfg.model)  # config.yaml records which weights it started from
     log = RunLog.open(r.out_dir, dump_yaml(cfg), resume)
     if resume is not None and log.is_complete(r.steps):
         console.print(f"{escape(str(log.dir))} is a complete run ({r.steps}/{r.steps} steps; final/ and eval.json "
@@ -308,7 +307,6 @@ def train(cfg: Config, *, resume: str | Path | None = None, console=None, progre
     torch.manual_seed(r.seed)
     random.seed(r.seed)
 
-    ensure_embedded(cfg.model.path, console=console)
     model, tok, device = load_policy(cfg.model)
     task = load_task(cfg.task)
     encode = prompt_encoder(tok, cfg.task)
@@ -409,7 +407,7 @@ def train(cfg: Config, *, resume: str | Path | None = None, console=None, progre
         final = run_eval(r.steps)
         log.save_final_model(model, tok, model_card(cfg, final, r.steps))
         log.append_metrics({"step": r.steps, **{f"eval/{k}": v for k, v in final.items()}})
-        log.write_eval(r.steps, final)
+        log.write_eval(r.steps, final, cfg.model.fingerprint)
         failures.print_summary()
     finally:
         stop.restore()
