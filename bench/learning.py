@@ -41,9 +41,9 @@ VARIANTS = {"cw_grpo_group": ("cw_grpo", ["algo.shapers=[cw_group]"]),
             "cw_balanced": ("cw_grpo", ["algo.shapers=[cw_balanced]"]),
             # combinations (paper 003's limitations: EAD with other exploration methods; papers 000/003's future work)
             "ead_e3_budget": ("ead_tis", ["budget.policy=e3"]),
-            "ead_erpo": ("ead_tis", ["algo.advantage=erpo", "algo.kl_coef=0.001", "algo.erpo_beta_progress=0.1",
-                                     "algo.erpo_gamma=5.0", "algo.erpo_eta=0.2", "algo.erpo_num_buckets=10",
-                                     "algo.erpo_sigma_target=1.0", "optim.weight_decay=0.001"]),
+            "ead_erpo": ("ead_tis", ["algo.advantage=erpo", "algo.kl_coef=0.001", "algo.erpo.beta_progress=0.1",
+                                     "algo.erpo.gamma=5.0", "algo.erpo.eta=0.2", "algo.erpo.num_buckets=10",
+                                     "algo.erpo.sigma_target=1.0", "optim.weight_decay=0.001"]),
             "ead_forking": ("ead_tis", ["algo.token_filter=forking"]),
             "adaptive_e3_budget": ("adaptive_temperature", ["budget.policy=e3"]),
             # clip-higher where it can act: 4 mini-batches per batch (the recipes update once, at ratio 1)
@@ -129,7 +129,7 @@ def run_one(method: str, seed: int, out: Path, args) -> dict:
                      f"run.eval_n={args.eval_n}", f"run.eval_k={[k for k in (1, 8, 32) if k <= args.eval_n]}",
                      f"run.eval_every={args.eval_every}", "run.save_every=0", f"run.threads={args.threads}"]
         if method == "still_position":  # the paper's window, scaled to the run: the second half
-            overrides += [f"algo.position_start={args.steps // 2 + 1}", f"algo.position_steps={args.steps}"]
+            overrides += [f"algo.position.start={args.steps // 2 + 1}", f"algo.position.steps={args.steps}"]
         recipe, extra = spec(method)
         base = testbed_overrides() if args.testbed else []
         train(load_config(RECIPES / f"{recipe}.yaml", base + overrides + extra), progress=False)

@@ -53,7 +53,7 @@ METHODS = [
     ("cw_grpo", "cw_grpo", []),
     ("ead_tis", "ead_tis", []),
     ("still_ppl", "still_ppl", []),
-    ("still_position", "still_position", ["algo.position_start=1"]),  # shaping active from the first step
+    ("still_position", "still_position", ["algo.position.start=1"]),  # shaping active from the first step
     ("clip_cov", "clip_cov", []),
     ("kl_cov", "kl_cov", []),
     ("dapo", "dapo", []),

@@ -18,6 +18,6 @@ evaluate() {  # name, then the schedule flags
     --out "$out.tmp" && mv "$out.tmp" "$out"
 }
 evaluate fixed
-evaluate ead_d25 --schedule ead --ead-d 25
-evaluate ead_d50 --schedule ead --ead-d 50
-evaluate revead_d25 --schedule revead --ead-d 25
+evaluate ead_d25 --schedule ead --schedule-opt d0=25
+evaluate ead_d50 --schedule ead --schedule-opt d0=50
+evaluate revead_d25 --schedule revead --schedule-opt d0=25

@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from explorl.algos.losses import PpoOptions
 from explorl.config import (
     AlgoConfig,
+    to_dict,
     Config,
     ConfigError,
     LoraConfig,
@@ -75,6 +77,8 @@ def dataclass_tree(cls=Config):
 
 def test_defaults_load():
     cfg = load_config(None)
+    assert cfg.algo.options == {"ppo": PpoOptions()}  # the selected loss's options, filled in with their defaults
+    cfg.algo.options = {}
     assert cfg == Config()
     assert cfg.algo.advantage == "grpo"
     assert cfg.model.lora == LoraConfig()
@@ -240,12 +244,12 @@ def test_literal_violation_lists_modes():
 
 
 def test_unknown_advantage_lists_registered():
-    from explorl.algos import ADVANTAGES
+    from explorl.algos.registry import names
 
     msg = err(["algo.advantage=ppo"])
     assert "algo.advantage" in msg and "'ppo'" in msg
-    assert {"grpo", "dr_grpo"} <= set(ADVANTAGES)
-    for name in ADVANTAGES:
+    assert {"grpo", "dr_grpo"} <= set(names("estimator"))
+    for name in names("estimator"):
         assert name in msg
 
 
@@ -278,12 +282,12 @@ def test_impossible_combinations(overrides, field):
 @pytest.mark.parametrize("overrides, field, words", [
     (["algo.tis_level=seq"], "algo.tis_level", "token, sequence"),
     (["algo.tis_level=response", "algo.tis=true", "sampling.schedule=ead"], "algo.tis_level", "sequence"),
-    (["algo.dual_clip_c=1.0"], "algo.dual_clip_c", "> 1"),
-    (["algo.dual_clip_c=0.5"], "algo.dual_clip_c", "> 1"),
-    (["algo.dual_clip_c=-3"], "algo.dual_clip_c", "> 1"),
-    (["algo.dual_clip_c=abc"], "algo.dual_clip_c", "number"),
-    (["algo.dual_clip_c=3", "algo.loss=clip_cov"], "algo.dual_clip_c", "clip_cov"),
-    (["algo.dual_clip_c=3", "algo.loss=kl_cov"], "algo.dual_clip_c", "kl_cov"),
+    (["algo.ppo.dual_clip_c=1.0"], "algo.ppo.dual_clip_c", "> 1"),
+    (["algo.ppo.dual_clip_c=0.5"], "algo.ppo.dual_clip_c", "> 1"),
+    (["algo.ppo.dual_clip_c=-3"], "algo.ppo.dual_clip_c", "> 1"),
+    (["algo.ppo.dual_clip_c=abc"], "algo.ppo.dual_clip_c", "number"),
+    (["algo.ppo.dual_clip_c=3", "algo.loss=clip_cov"], "algo.ppo", "not selected (algo.loss is 'clip_cov')"),
+    (["algo.ppo.dual_clip_c=3", "algo.loss=kl_cov"], "algo.ppo", "not selected (algo.loss is 'kl_cov')"),
     (["algo.kl_clamp=0"], "algo.kl_clamp", "> 0"),
     (["algo.kl_clamp=-10"], "algo.kl_clamp", "> 0"),
     (["algo.kl_clamp=.nan"], "algo.kl_clamp", "number"),
@@ -298,19 +302,20 @@ def test_convention_options_default_off_and_accept_good_values():
     from explorl.config import validate
 
     a = AlgoConfig()
-    assert (a.tis_level, a.dual_clip_c, a.kl_clamp) == ("token", None, None)  # explorl's defaults: off
+    assert (a.tis_level, PpoOptions().dual_clip_c, a.kl_clamp) == ("token", None, None)  # explorl's defaults: off
     cfg = load_config(None, ["algo.tis=true", "sampling.schedule=ead", "algo.tis_level=sequence",
-                             "algo.dual_clip_c=3", "algo.kl_clamp=10", "algo.kl_coef=0.01"])
-    assert cfg.algo.tis_level == "sequence" and cfg.algo.dual_clip_c == 3.0 and cfg.algo.kl_clamp == 10.0
-    assert isinstance(cfg.algo.dual_clip_c, float) and isinstance(cfg.algo.kl_clamp, float)
-    assert load_config(None, ["algo.dual_clip_c=null", "algo.kl_clamp=null"]) == Config()
+                             "algo.ppo.dual_clip_c=3", "algo.kl_clamp=10", "algo.kl_coef=0.01"])
+    dual_clip_c = cfg.algo.options["ppo"].dual_clip_c
+    assert cfg.algo.tis_level == "sequence" and dual_clip_c == 3.0 and cfg.algo.kl_clamp == 10.0
+    assert isinstance(dual_clip_c, float) and isinstance(cfg.algo.kl_clamp, float)
+    assert load_config(None, ["algo.ppo.dual_clip_c=null", "algo.kl_clamp=null"]) == load_config(None)
     # a value set in code, past the YAML coercion, is still caught by validate
     bad = Config()
     bad.algo = dataclasses.replace(bad.algo, tis_level="seq")
     with pytest.raises(ConfigError, match="^algo.tis_level"):
         validate(bad)
     docs = field_docs(AlgoConfig)
-    assert "clip_ratio_c" in docs["dual_clip_c"] and "low_var_kl" in docs["kl_clamp"]
+    assert "clip_ratio_c" in field_docs(PpoOptions)["dual_clip_c"] and "low_var_kl" in docs["kl_clamp"]
     assert "B.2" in docs["tis_level"]
 
 
@@ -337,7 +342,7 @@ def test_section_given_a_scalar_in_yaml(tmp_path):
 
 def test_empty_section_in_yaml_means_defaults(tmp_path):
     cfg = load_config(write(tmp_path / "c.yaml", "model:\n  lora:\nrun:\n"))
-    assert cfg == Config()
+    assert cfg == load_config(None)
 
 
 def test_override_through_a_scalar_is_an_error():
@@ -382,7 +387,7 @@ def test_yaml_top_level_not_a_mapping(tmp_path):
 
 
 def test_empty_yaml_file_is_defaults(tmp_path):
-    assert load_config(write(tmp_path / "empty.yaml", "")) == Config()
+    assert load_config(write(tmp_path / "empty.yaml", "")) == load_config(None)
 
 
 def test_missing_file(tmp_path):
@@ -430,7 +435,8 @@ run:
     assert cfg.sampling.group_size == 4  # sibling key of the parent survives (nested merge)
     assert cfg.run.steps == 10 and cfg.run.eval_n == 4
     assert cfg.run.eval_k == [1, 2]  # lists are replaced, not concatenated
-    assert cfg.algo == AlgoConfig(advantage="dr_grpo", loss_agg="seq-mean-token-sum-norm")
+    assert cfg.algo == AlgoConfig(advantage="dr_grpo", loss_agg="seq-mean-token-sum-norm",
+                                  options={"ppo": PpoOptions()})  # the selected loss's options, at their defaults
     assert cfg.optim == Config().optim  # neither file names it
     # command-line overrides beat both files
     cfg = load_config(child, ["sampling.temperature=0.3", "sampling.group_size=2"])
@@ -483,10 +489,14 @@ def test_every_leaf_field_has_a_docstring():
     rows = reference()
     missing = [name for name, _, _, doc in rows if not doc.strip()]
     assert not missing, f"fields without a docstring: {missing}"
-    # every leaf of Config appears once
+    # every leaf of Config appears once, and after them every registered method's options
     names = [name for name, *_ in rows]
     assert len(names) == len(set(names))
-    assert set(names) == {name for name, _ in leaves(dataclasses.asdict(Config()))}
+    core = {name for name, _ in leaves(to_dict(Config()))}
+    assert set(names[:len(core)]) == core
+    options = set(names[len(core):])
+    assert {"algo.erpo.gamma", "algo.cw.bandwidth", "sampling.ead.tau_max", "budget.e3.g_step"} <= options
+    assert not {"algo.cw_group.bandwidth", "sampling.revead.tau_max"} & options  # shared: listed under the owner
 
 
 def test_every_section_field_has_a_docstring():
@@ -532,7 +542,15 @@ def test_dump_yaml_round_trips(tmp_path, base, overrides):
 
 def test_dump_is_complete(tmp_path):
     data = yaml.safe_load(dump_yaml(load_config(QUICKSTART)))
-    assert {name for name, _ in leaves(data)} == {name for name, *_ in reference()}
+    # every core field, and the options of every selected method (the quickstart's PPO loss) with their defaults
+    core = {name for name, *_ in reference() if name.count(".") == 1 or name.startswith(("model.lora.",))}
+    selected = {name for name, *_ in reference() if name.startswith("algo.ppo.")}
+    assert {name for name, _ in leaves(data)} == core | selected
+    assert data["algo"]["ppo"] == {"dual_clip_c": None}
+    cfg = load_config(QUICKSTART, ["algo.advantage=erpo", "sampling.schedule=ead", "budget.policy=e3"])
+    data = yaml.safe_load(dump_yaml(cfg))
+    assert data["algo"]["erpo"]["gamma"] == 5.0 and data["sampling"]["ead"]["tau_max"] == 1.2
+    assert data["budget"]["e3"]["g_min_limit"] is None and "e3" not in data["sampling"]
     want = float(yaml.safe_load(QUICKSTART.read_text())["optim"]["lr"])
     assert isinstance(data["optim"]["lr"], float) and math.isclose(data["optim"]["lr"], want)
 
@@ -550,3 +568,46 @@ def test_string_choices_on_the_command_line_are_taken_as_written():
     assert load_config(None, ["task.chat_template=on"]).task.chat_template == "on"
     with pytest.raises(ConfigError, match="task.chat_template: 'maybe' is not a valid choice"):
         load_config(None, ["task.chat_template=maybe"])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# every method owns its options (docs/methods.md, "Where a default lives")
+
+
+def test_the_core_sections_hold_only_what_every_method_shares():
+    from explorl.algos.registry import SECTIONS, entries
+    from explorl.config import BudgetConfig, SamplingConfig
+    from explorl.config.validation import fill_registry
+
+    fill_registry()
+    methods = {name for kind in SECTIONS for name in entries(kind)} - {"none"}
+    fields = {cls: [f.name for f in dataclasses.fields(cls) if f.name != "options"]
+              for cls in (AlgoConfig, SamplingConfig, BudgetConfig)}
+    assert len(fields[AlgoConfig]) <= 25
+    named = [f"{cls.__name__}.{f}" for cls, names in fields.items() for f in names
+             if any(f == m or f.startswith(m + "_") for m in methods)]
+    assert not named, f"fields named after a method (they belong in its options): {named}"
+
+
+def test_a_methods_option_is_set_and_refused_by_its_full_key():
+    cfg = load_config(None, ["algo.advantage=erpo", "algo.erpo.gamma=5"])
+    assert cfg.algo.options["erpo"].gamma == 5.0 and isinstance(cfg.algo.options["erpo"].gamma, float)
+    for wrong in ("algo.erpo.gama=5", "algo.erpo_gamma=5"):
+        msg = err(["algo.advantage=erpo", wrong])
+        assert "algo.erpo.gamma" in msg, msg
+    assert "did you mean 'algo.erpo.gamma'" in err(["algo.advantage=erpo", "algo.erpo.gama=5"]).lower()
+    assert err(["algo.advantage=erpo", "algo.erpo.gamma=high"]).startswith("algo.erpo.gamma: expected a number")
+    # options of a method that is not selected say so, with the way out on the command line
+    msg = err(["algo.erpo.gamma=5"])
+    assert "algo.erpo: options of the estimator 'erpo', which is not selected" in msg and "algo.erpo=null" in msg
+    assert load_config(None, ["algo.erpo.gamma=5", "algo.erpo=null"]).algo.options == {"ppo": PpoOptions()}
+    # YAML: the same keys, and a method's options alone in a layered file
+    assert load_config(None, ["algo.advantage=erpo", "algo.erpo={gamma: 3, eta: 0.5}"]).algo.options["erpo"].eta == 0.5
+
+
+def test_a_recipe_layered_with_another_method_is_told_to_drop_the_first_ones_options(tmp_path):
+    # e3.yaml configures sampling.e3; switching the schedule asks for sampling.e3=null rather than ignoring them
+    e3 = Path(__file__).resolve().parents[1] / "configs" / "recipes" / "e3_ts_an.yaml"
+    msg = err(["sampling.schedule=fixed"], path=e3)
+    assert msg.startswith("sampling.e3: options of the temperature schedule 'e3', which is not selected")
+    assert load_config(e3, ["sampling.schedule=fixed", "sampling.e3=null"]).sampling.options == {}

@@ -1,6 +1,7 @@
 """The import graph of explorl: no circles, and the layers of issue 17 (algos: torch only; rollout on algos; the
-loop and the commands on top), read from the source with `ast` (imports under `if TYPE_CHECKING:` are typing
-only and do not count) and checked at run time in a fresh interpreter."""
+pure measures of analysis on metrics and rewards only; the loop, the experiments and the commands on top), read
+from the source with `ast` (imports under `if TYPE_CHECKING:` are typing only and do not count in `GRAPH`; they do
+in `TYPED_GRAPH`) and checked at run time in a fresh interpreter."""
 
 from __future__ import annotations
 
@@ -29,13 +30,13 @@ def _is_type_checking(test: ast.expr) -> bool:
         (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def imports_of(path: Path) -> tuple[set[str], set[str]]:
+def imports_of(path: Path, typing: bool = False) -> tuple[set[str], set[str]]:
     """(explorl modules, top-level third-party or stdlib packages) that the file imports at run time, anywhere in
-    it (function-level imports count: they run when called)."""
+    it (function-level imports count: they run when called); with `typing`, also those under `if TYPE_CHECKING:`."""
     internal, external = set(), set()
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
+        if not typing and isinstance(node, ast.If) and _is_type_checking(node.test):
             for child in node.orelse:
                 visit(child)
             return
@@ -56,6 +57,7 @@ def imports_of(path: Path) -> tuple[set[str], set[str]]:
 
 
 GRAPH = {name: imports_of(path)[0] - {name} for name, path in MODULES.items()}
+TYPED_GRAPH = {name: imports_of(path, typing=True)[0] - {name} for name, path in MODULES.items()}
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -90,6 +92,21 @@ def test_the_import_graph_has_no_circle():
     assert find_cycle(GRAPH) is None, f"import circle: {' -> '.join(find_cycle(GRAPH))}"
 
 
+def test_typing_only_imports_count_only_in_the_typed_graph(tmp_path):
+    src = tmp_path / "m.py"
+    src.write_text("import typing\nfrom typing import TYPE_CHECKING\nimport explorl.metrics\n"
+                   "if TYPE_CHECKING:\n    from explorl.config import RunConfig\n"
+                   "if typing.TYPE_CHECKING:\n    import explorl.trainer\nelse:\n    import explorl.rewards\n")
+    assert imports_of(src)[0] == {"explorl.metrics", "explorl.rewards"}
+    assert imports_of(src, typing=True)[0] == {"explorl.metrics", "explorl.rewards", "explorl.config",
+                                               "explorl.trainer"}
+    assert all(GRAPH[m] <= TYPED_GRAPH[m] for m in GRAPH)
+
+
+def test_the_import_graph_has_no_circle_counting_typing_only_imports():
+    assert find_cycle(TYPED_GRAPH) is None, f"import circle: {' -> '.join(find_cycle(TYPED_GRAPH))}"
+
+
 def _layer_violations(prefix: str, allowed: tuple[str, ...]) -> dict[str, set[str]]:
     return {m: {d for d in deps if not d.startswith(allowed)} for m, deps in GRAPH.items()
             if (m == prefix or m.startswith(prefix + ".")) and any(not d.startswith(allowed) for d in deps)}
@@ -116,6 +133,54 @@ def test_lower_layers_never_import_the_loop(lower):
     assert bad == {}
 
 
+def _within(name: str, prefixes: tuple[str, ...]) -> bool:
+    """`name` is one of `prefixes` or a module inside one (`explorl.metrics` does not cover `explorl.metricsx`)."""
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module that importing `start` can load through `graph` (not `start` itself unless on a circle)."""
+    seen: set[str] = set()
+    todo = list(graph[start])
+    while todo:
+        if (m := todo.pop()) not in seen:
+            seen.add(m)
+            todo.extend(graph[m])
+    return seen
+
+
+# explorl.analysis holds the pure measures: functions of counts, tensors and strings that load no model. Besides its
+# own modules it may use the pure metric functions and the reward module (`analysis.text.cut_after_first_box`
+# matches braces with `rewards.closing_brace`); the loop, the models, the rollout and the experiments sit above it.
+ANALYSIS = tuple(m for m in MODULES if _within(m, ("explorl.analysis",)))
+ANALYSIS_MAY_IMPORT = ("explorl.analysis", "explorl.metrics", "explorl.rewards")
+ABOVE_ANALYSIS = ("explorl.trainer", "explorl.runlog", "explorl.rollout", "explorl.models", "explorl.experiments",
+                  "explorl.commands", "explorl.cli")
+
+
+def test_analysis_imports_only_itself_metrics_and_rewards():
+    # typing-only imports count too: a type named from the loop would still tie the measures to it
+    assert {"explorl.analysis", "explorl.analysis.measures", "explorl.analysis.text",
+            "explorl.analysis.completions"} <= set(ANALYSIS)
+    bad = {m: {d for d in TYPED_GRAPH[m] if not _within(d, ANALYSIS_MAY_IMPORT)} for m in ANALYSIS}
+    assert {m: deps for m, deps in bad.items() if deps} == {}
+
+
+@pytest.mark.parametrize("module", ANALYSIS)
+def test_analysis_reaches_nothing_of_the_loop_models_rollout_or_experiments(module):
+    reached = _reachable(TYPED_GRAPH, module)
+    assert {m for m in reached if _within(m, ABOVE_ANALYSIS)} == set()
+
+
+def test_only_the_commands_import_the_experiments():
+    # the experiments load and train models (probes run the loop's update): the probe command uses them, nothing
+    # below it does
+    users = {m for m, deps in TYPED_GRAPH.items()
+             if not _within(m, ("explorl.experiments",)) and any(_within(d, ("explorl.experiments",)) for d in deps)}
+    assert {m for m in users if not _within(m, ("explorl.commands", "explorl.cli"))} == set()
+    assert "explorl.trainer" in GRAPH["explorl.experiments.probes"]  # what keeps them out of explorl.analysis
+
+
 def test_models_never_imports_bootstrap():
     assert "explorl.bootstrap" not in GRAPH["explorl.models"]
 
@@ -128,3 +193,39 @@ def test_importing_the_algorithm_step_loads_no_other_part_of_explorl():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     loaded = set(json.loads(out))
     assert loaded and all(m == "explorl" or m.startswith("explorl.algos") for m in loaded), loaded
+
+
+def test_importing_the_measures_loads_no_model_code():
+    """`import explorl.analysis` (and the completions reader) in a fresh interpreter, then a measure that uses the
+    reward module: explorl.analysis.*, explorl.rewards and its sandbox at most; not transformers, the loop, the
+    rollout, the config or the experiments."""
+    code = ("import json, sys, explorl.analysis, explorl.analysis.completions; "
+            "explorl.analysis.cut_after_first_box('so \\\\boxed{1} and more'); "
+            "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('explorl', 'transformers', 'yaml')))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    loaded = set(json.loads(out))
+    allowed = ("explorl.analysis", "explorl.metrics", "explorl.rewards", "explorl.sandbox")
+    assert "explorl.analysis.measures" in loaded and "explorl.rewards" in loaded, loaded
+    assert all(m == "explorl" or _within(m, allowed) for m in loaded), loaded
+
+
+def test_the_registry_is_the_bottom_and_the_config_schema_imports_no_method():
+    """`algos.registry` and `config.schema` import nothing of explorl (typing-only imports counted), so every method
+    module can import them; `config.validation`, which checks a config against the registry, sits above both."""
+    assert TYPED_GRAPH["explorl.algos.registry"] == set()
+    assert TYPED_GRAPH["explorl.config.schema"] == set()
+    assert {"explorl.algos.registry", "explorl.config.schema", "explorl.config.loading"} <= \
+        GRAPH["explorl.config.validation"]
+    methods = ("explorl.algos", "explorl.rollout", "explorl.tasks")
+    assert not {d for d in TYPED_GRAPH["explorl.config.loading"] if d.startswith(methods)}
+
+
+def test_the_loop_reads_as_a_page():
+    """The training loop stays one readable page: `train()` at most 60 lines, trainer.py at most 300 (the update
+    is `explorl.update`, the guards `explorl.guards`, the set-up shared with `explorl sft` `explorl.run_setup`)."""
+    path = PACKAGE / "trainer.py"
+    tree = ast.parse(path.read_text())
+    (train,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "train"]
+    assert train.end_lineno - train.lineno + 1 <= 60
+    assert len(path.read_text().splitlines()) <= 300
+    assert {"explorl.run_setup"} <= GRAPH["explorl.trainer"] and {"explorl.run_setup"} <= GRAPH["explorl.sft"]

@@ -9,7 +9,6 @@ import io
 import json
 import math
 import random
-from dataclasses import replace
 
 import pytest
 import torch
@@ -17,6 +16,7 @@ from rich.console import Console
 
 from explorl.algos import advantages as A
 from explorl.algos.batch import RolloutBatch
+from explorl.algos.registry import lookup
 from explorl.config import AlgoConfig, ConfigError, load_config
 from explorl.rollout import budget as B
 from explorl.rollout.controllers import Controllers
@@ -27,7 +27,7 @@ def sigmoid(x: float) -> float:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# covariance weighting: algo.cw_bandwidth (docs/methods.md §4)
+# covariance weighting: algo.cw.bandwidth (docs/methods.md §4)
 
 # The batch of test_cov_weighted_hand_values: valid tokens A = [[1, 1], [-1, -1]], logp = [[0, -2], [-1, -1]]
 # (third column padding). mean logp = -1, mean A = 0 -> c = (logp + 1) * A = [[1, -1], [0, 0]], sigma^2 = 0.5.
@@ -62,7 +62,7 @@ def test_cw_bandwidth_default_is_the_papers_kernel():
     # bandwidth 1 (paper 002: the bandwidth is sigma): e^-1 -> w~ = 2/e / (1 + 1/e) = 0.5378828, 1.4621172 -- the
     # numbers of test_cov_weighted_hand_values; the registered shapers with the default config give them exactly as
     # the functions without the keyword do
-    assert AlgoConfig().cw_bandwidth == 1.0
+    assert A.CwOptions().bandwidth == 1.0
     assert _hand_weights(1.0) == pytest.approx((0.5378828, 1.4621172), abs=1e-7)
     lo, hi = _hand_weights(1.0)
     assert torch.allclose(A.cov_weights(ADV, LP, MASK), torch.tensor([[lo, lo, 0.0], [hi, hi, 0.0]],
@@ -73,18 +73,19 @@ def test_cw_bandwidth_default_is_the_papers_kernel():
     lp = -torch.rand(6, 5, generator=g) * 3
     group = torch.tensor([0, 0, 0, 4, 4, 4])
     batch = RolloutBatch(mask=mask, rewards=torch.zeros(6), group=group, logprobs=lp)
-    cfg = AlgoConfig()
-    assert torch.equal(A.get_shaper("cw")(adv, batch, cfg, 1), A.cov_weighted(adv, lp, mask))
+    def shaper(name: str, *options: str):  # the shaper as the step calls it: options from a loaded config
+        algo = load_config(None, [f"algo.shapers=[{name}]", *options]).algo
+        return lambda: lookup("shaper", name).bind(algo)(adv, batch, algo, 1)
+
+    assert torch.equal(shaper("cw")(), A.cov_weighted(adv, lp, mask))
     for name, fn in (("cw_group", A.cov_weights_grouped), ("cw_balanced", A.cov_weights_balanced)):
         plain = torch.where(mask.bool(), (fn(adv, lp, group, mask) * adv.double()).float(), 0.0)
-        assert torch.equal(A.get_shaper(name)(adv, batch, cfg, 1), plain), name
-        # and the shaper passes the configured bandwidth on (a wider kernel changes the weights)
-        wide = replace(cfg, cw_bandwidth=3.0)
+        assert torch.equal(shaper(name)(), plain), name
+        # and the shaper passes the configured bandwidth (algo.cw.bandwidth, cw's options) on
         shaped = torch.where(mask.bool(), (fn(adv, lp, group, mask, bandwidth=3.0) * adv.double()).float(), 0.0)
-        assert torch.equal(A.get_shaper(name)(adv, batch, wide, 1), shaped), name
+        assert torch.equal(shaper(name, "algo.cw.bandwidth=3.0")(), shaped), name
         assert not torch.allclose(shaped, plain), name
-    assert torch.equal(A.get_shaper("cw")(adv, batch, replace(cfg, cw_bandwidth=3.0), 1),
-                       A.cov_weighted(adv, lp, mask, bandwidth=3.0))
+    assert torch.equal(shaper("cw", "algo.cw.bandwidth=3.0")(), A.cov_weighted(adv, lp, mask, bandwidth=3.0))
 
 
 def test_cw_bandwidth_wide_kernel_tends_to_plain_grpo():
@@ -94,7 +95,7 @@ def test_cw_bandwidth_wide_kernel_tends_to_plain_grpo():
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# position shaping: algo.position_n (docs/methods.md §7b)
+# position shaping: algo.position.n (docs/methods.md §7b)
 
 
 def test_position_n_hand_values():
@@ -107,23 +108,25 @@ def test_position_n_hand_values():
     assert torch.allclose(printed, torch.tensor([[1.099944722, 1.099999627, 1.099999997]]), atol=1e-7)
     zero = A.position_shaped(adv, mask, n=0.0)
     assert torch.allclose(zero, torch.tensor([[1.05, 1.099330715, 1.099995460]]), atol=1e-7)
-    cfg = replace(AlgoConfig(), position_n=-0.5)
     batch = RolloutBatch(mask=mask, rewards=torch.zeros(1), group=torch.zeros(1, dtype=torch.long))
-    assert torch.equal(A.get_shaper("position")(adv, batch, cfg, 1), printed)
+    assert torch.equal(A.get_shaper("position")(adv, batch, AlgoConfig(), 1, options=A.PositionOptions(n=-0.5)),
+                       printed)
 
 
 def test_position_n_default_is_the_public_codes_centre():
     # default n = 0.5: b = 0.1 * sigmoid(15 (l - 0.5)) = 0.1 * sigmoid(-7.5, -2.5, 2.5) (test_position_hand_values)
-    assert AlgoConfig().position_n == 0.5
+    assert A.PositionOptions().n == 0.5
     adv, mask = torch.ones(1, 3), torch.ones(1, 3)
     expected = [1 + 0.1 * sigmoid(-7.5), 1 + 0.1 * sigmoid(-2.5), 1 + 0.1 * sigmoid(2.5)]
     assert torch.allclose(A.position_shaped(adv, mask), torch.tensor([expected]), atol=1e-7)
     batch = RolloutBatch(mask=mask, rewards=torch.zeros(1), group=torch.zeros(1, dtype=torch.long))
-    assert torch.equal(A.get_shaper("position")(adv, batch, AlgoConfig(), 1), A.position_shaped(adv, mask))
+    options = load_config(None, ["algo.shapers=[position]"]).algo.options["position"]
+    assert torch.equal(A.get_shaper("position")(adv, batch, AlgoConfig(), 1, options=options),
+                       A.position_shaped(adv, mask))
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# E3 budget curriculum: budget.curriculum, budget.g_min_start, budget.g_max_start (docs/methods.md §2a)
+# E3 budget curriculum: budget.e3.curriculum, budget.e3.g_min_start, budget.e3.g_max_start (docs/methods.md §2a)
 
 
 def test_curriculum_starting_bounds():
@@ -161,25 +164,25 @@ def test_curriculum_off_uses_the_limits_from_the_start():
     # After one pass: prompt 0 (mean 1) has rank 1, prompt 1 (mean 0) rank 2, |D| = 2 -> k = [0.5, 1.0], sum 1.5.
     # Curriculum off, bounds 4 / 12: N_rem = 16 - 8 = 8; G = 4 + floor(8 * 0.5 / 1.5) = 4 + 2 = 6 and
     #   4 + floor(8 / 1.5) = 4 + 5 = 9; one rollout left goes to the harder prompt -> [6, 10].
-    cfg = load_config(None, ["budget.policy=e3", "budget.curriculum=false"])
+    cfg = load_config(None, ["budget.policy=e3", "budget.e3.curriculum=false"])
     assert Controllers(cfg, vocab_size=10, num_prompts=2).budget.curriculum.bounds() == (4, 12)  # from step 1
-    first, after, bounds = _budgets_after_one_pass(["budget.curriculum=false"])
+    first, after, bounds = _budgets_after_one_pass(["budget.e3.curriculum=false"])
     assert first == [8, 8]  # no ranks during the first pass (sum k = 0): everyone gets G, curriculum or not
     assert (after, bounds) == ([6, 10], (4, 12))
     # the default (the paper's curriculum) after one pass: bounds 6 / 10, N_rem = 16 - 12 = 4;
     #   G = 6 + floor(4 * 0.5 / 1.5) = 7 and 6 + floor(4 / 1.5) = 8; one left to the harder prompt -> [7, 9]
     assert _budgets_after_one_pass([]) == ([8, 8], [7, 9], (6, 10))
     # starting bounds 5 / 11 widen to the limits 4 / 12 after a pass, so the result equals the curriculum off here
-    assert _budgets_after_one_pass(["budget.g_min_start=5", "budget.g_max_start=11"]) == ([8, 8], [6, 10], (4, 12))
+    assert _budgets_after_one_pass(["budget.e3.g_min_start=5", "budget.e3.g_max_start=11"]) == ([8, 8], [6, 10], (4, 12))
 
 
 @pytest.mark.parametrize("overrides, field", [
-    (["budget.g_min_start=9"], "budget.g_min_start"),  # above G = 8
-    (["budget.g_min_start=3"], "budget.g_min_start"),  # below g_min_limit = 4
-    (["budget.g_max_start=7"], "budget.g_max_start"),  # below G
-    (["budget.g_max_start=13"], "budget.g_max_start"),  # above g_max_limit = 12
-    (["budget.curriculum=false", "budget.g_max_start=10"], "budget.g_max_start"),  # no curriculum to start
-    (["budget.curriculum=maybe"], "budget.curriculum"),
+    (["budget.e3.g_min_start=9"], "budget.e3.g_min_start"),  # above G = 8
+    (["budget.e3.g_min_start=3"], "budget.e3.g_min_start"),  # below g_min_limit = 4
+    (["budget.e3.g_max_start=7"], "budget.e3.g_max_start"),  # below G
+    (["budget.e3.g_max_start=13"], "budget.e3.g_max_start"),  # above g_max_limit = 12
+    (["budget.e3.curriculum=false", "budget.e3.g_max_start=10"], "budget.e3.g_max_start"),  # no curriculum to start
+    (["budget.e3.curriculum=maybe"], "budget.e3.curriculum"),
 ])
 def test_budget_options_are_validated(overrides, field):
     with pytest.raises(ConfigError, match=f"^{field}"):
@@ -247,11 +250,11 @@ def test_rft_evaluates_at_its_top_p(tiny_model_dir, tmp_path, monkeypatch, top_p
     ("rft.select_count=-1", "rft.select_count"),
     ("rft.eval_top_p=0", "rft.eval_top_p"),
     ("rft.eval_top_p=1.5", "rft.eval_top_p"),
-    ("algo.cw_bandwidth=0", "algo.cw_bandwidth"),
-    ("algo.cw_bandwidth=-1", "algo.cw_bandwidth"),
-    ("algo.position_n=.inf", "algo.position_n"),
-    ("algo.position_n=x", "algo.position_n"),
+    ("algo.shapers=[cw] algo.cw.bandwidth=0", "algo.cw.bandwidth"),
+    ("algo.shapers=[cw_group] algo.cw.bandwidth=-1", "algo.cw.bandwidth"),
+    ("algo.shapers=[position] algo.position.n=.inf", "algo.position.n"),
+    ("algo.shapers=[position] algo.position.n=x", "algo.position.n"),
 ])
 def test_options_are_validated(override, field):
     with pytest.raises(ConfigError, match=f"^{field}"):
-        load_config(None, [override])
+        load_config(None, override.split())

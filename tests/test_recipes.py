@@ -42,13 +42,17 @@ def test_recipe_dry_run_is_accepted(recipe, tmp_path, capsys):
     assert not (tmp_path / "x").exists()
 
 
+# the position shaper's window opens at step 100 in its recipe: from the first step in these short runs
+POSITION_NOW = {"still_position": ["algo.position.start=1"]}
+
+
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
 def test_recipe_runs_end_to_end(recipe, tiny_model_dir, tmp_path):
     cfg = load_config(recipe, [
         f"model.path={tiny_model_dir}", f"run.out_dir={tmp_path / 'run'}", "run.steps=3", "run.batch_size=3",
         "sampling.max_new_tokens=16", "task.train_size=6", "task.eval_size=3", "task.difficulties=[1]",
         "run.eval_n=2", "run.eval_k=[1,2]", "run.eval_every=0", "run.save_every=0",
-        "task.reward=rewards_for_tests:contains_digit", "algo.position_start=1"])
+        "task.reward=rewards_for_tests:contains_digit", *POSITION_NOW.get(recipe.stem, [])])
     run = train(cfg, progress=False)
     records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in records if "reward/mean" in r]
@@ -80,8 +84,9 @@ def test_methods_compose_in_one_run(tiny_model_dir, tmp_path):
     (["algo.tis=true"], "algo.tis"),  # no behaviour/policy mismatch to correct under a fixed schedule
     (["algo.shapers=[cw,cw]"], "twice"),
     (["algo.shapers=[cov]"], "valid: cw"),
-    (["budget.policy=e3", "budget.g_max_limit=6"], "g_max_limit"),
-    (["algo.advantage=passk", "algo.passk_k=16"], "passk_k"),
+    (["budget.policy=e3", "budget.e3.g_max_limit=6"], "g_max_limit"),
+    (["algo.advantage=passk", "algo.passk.k=16"], "algo.passk.k"),
+    (["algo.erpo.gamma=3"], "algo.erpo: options of the estimator 'erpo', which is not selected"),
 ])
 def test_combinations_that_make_no_sense_are_refused(overrides, message):
     from explorl.config import ConfigError

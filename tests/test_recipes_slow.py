@@ -11,6 +11,7 @@ from explorl.config import load_config
 from explorl.trainer import train
 
 RECIPES = sorted((Path(__file__).resolve().parents[1] / "configs" / "recipes").glob("*.yaml"))
+POSITION_NOW = {"still_position": ["algo.position.start=1"]}  # its window opens at step 100 in the recipe
 
 
 @pytest.mark.slow
@@ -18,7 +19,7 @@ RECIPES = sorted((Path(__file__).resolve().parents[1] / "configs" / "recipes").g
 def test_recipe_on_the_embedded_default(recipe, tmp_path):
     cfg = load_config(recipe, [f"run.out_dir={tmp_path / 'run'}", "run.steps=4", "run.batch_size=8",
                                "task.eval_size=16", "run.eval_every=0", "run.save_every=0",
-                               "algo.position_start=1", "task.train_size=16"])
+                               "task.train_size=16", *POSITION_NOW.get(recipe.stem, [])])
     run = train(cfg, progress=False)
     steps = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if "reward/mean" in x]
     assert len(steps) == 4 and all(r["loss/nonfinite"] == 0 for r in steps)

@@ -40,7 +40,7 @@ def test_the_reward_is_the_weighted_sum_and_each_function_is_kept_apart():
                                "rewards_for_tests.has_equals": [1.0, 0.0, 0.0],
                                "rewards_for_tests.digit_share": pytest.approx([0.6, 0.0, 1.0], abs=1e-12)}
     assert res.errors == res.timeouts == 0 and res.failures == []
-    # called directly (as analysis.impact does) the object gives the same sum for one sample
+    # called directly (as experiments.impact does) the object gives the same sum for one sample
     assert fn("1+1=2", "2") == pytest.approx(1.7, abs=1e-12)
 
 

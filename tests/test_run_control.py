@@ -286,7 +286,9 @@ def test_resuming_a_finished_run_does_nothing(tiny_model_dir, tmp_path, monkeypa
     files = {name: (run / name).read_bytes() for name in ("metrics.jsonl", "samples.jsonl", "eval.json")}
     # the run's evaluations go through explorl.evaluate.held_out_evaluator, which calls evaluate.evaluate
     monkeypatch.setattr(evaluate_module, "evaluate", lambda *a, **k: pytest.fail("a finished run was evaluated again"))
-    monkeypatch.setattr(trainer, "load_policy", lambda *a, **k: pytest.fail("a finished run was loaded again"))
+    import explorl.run_setup
+
+    monkeypatch.setattr(explorl.run_setup, "load_policy", lambda *a, **k: pytest.fail("a finished run was loaded again"))
     console, out = _console()
     assert train(load_config(run / "config.yaml"), resume=run, console=console, progress=False) == run
     assert f"{run} is a complete run (2/2 steps; final/ and eval.json are written): nothing to do" in out.getvalue()

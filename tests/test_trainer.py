@@ -8,7 +8,8 @@ import math
 import pytest
 import torch
 
-from explorl.algos import ADVANTAGES, register_advantage
+from explorl.algos import register_advantage
+from explorl.algos.registry import names
 from explorl.algos.batch import RolloutBatch
 from explorl.algos.step import PreparedBatch
 from explorl.config import load_config
@@ -87,10 +88,10 @@ def test_first_update_has_ratio_exactly_one(tiny_model_dir, tmp_path):
 @pytest.mark.parametrize("extra", [
     [],
     # controllers carry state across steps: the E3 temperature, difficulty ranks and the budget curriculum
-    ["sampling.schedule=e3", "budget.policy=e3", "task.train_size=6", "sampling.e3_anneal=true"],
+    ["sampling.schedule=e3", "budget.policy=e3", "task.train_size=6", "sampling.e3.anneal=true"],
     ["sampling.schedule=ead", "algo.tis=true", "budget.policy=dapo", "algo.advantage=erpo"],
     # per-prompt success rates and the E3 controller inside the adaptive schedule
-    ["sampling.schedule=adaptive", "sampling.adaptive_base=e3", "algo.tis=true", "task.train_size=6"],
+    ["sampling.schedule=adaptive", "sampling.adaptive.base=e3", "algo.tis=true", "task.train_size=6"],
 ], ids=["grpo", "e3", "ead_dapo_erpo", "adaptive_e3"])
 def test_resume_reaches_the_same_metrics_as_an_uninterrupted_run(tiny_model_dir, tmp_path, monkeypatch, extra):
     from explorl.runlog import RunLog
@@ -132,7 +133,7 @@ def _nan_advantage(batch, cfg):
 
 
 def test_nonfinite_loss_skips_the_update_and_stops_the_run(tiny_model_dir, tmp_path):
-    if "test_nan" not in ADVANTAGES:
+    if "test_nan" not in names("estimator"):
         register_advantage("test_nan", needs_old_logprobs=False)(_nan_advantage)
     cfg = _cfg(tiny_model_dir, tmp_path / "run", "algo.advantage=test_nan", "run.max_nonfinite_steps=2")
     with pytest.raises(RuntimeError, match="consecutive steps"):

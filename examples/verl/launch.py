@@ -52,17 +52,17 @@ RECIPES: dict[str, list[str]] = {
     "erpo": ["algorithm.adv_estimator=explorl_erpo", *EXPLORL_TRAINER, *TOKEN_MEAN,
              "actor_rollout_ref.actor.use_kl_loss=True", "actor_rollout_ref.actor.kl_loss_coef=0.001",
              "actor_rollout_ref.actor.kl_loss_type=low_var_kl", "actor_rollout_ref.actor.optim.weight_decay=0.001",
-             "+algorithm.explorl.erpo_gamma=5.0", "+algorithm.explorl.erpo_eta=0.2",
-             "+algorithm.explorl.erpo_beta_progress=0.1"],
+             "+algorithm.explorl.erpo.gamma=5.0", "+algorithm.explorl.erpo.eta=0.2",
+             "+algorithm.explorl.erpo.beta_progress=0.1"],
     # covariance-weighted GRPO (paper 002): per-group statistics from pi_old's log-probs
     "cw_grpo": ["algorithm.adv_estimator=explorl_grpo", *EXPLORL_TRAINER, *GRPO_OBJECTIVE,
                 "+algorithm.explorl.shapers=[cw_group]"],
     # STILL shaping (paper 004 section 4.4.2); the position window needs the training step
     "still_ppl": ["algorithm.adv_estimator=explorl_grpo", *EXPLORL_TRAINER, *TOKEN_MEAN,
-                  "+algorithm.explorl.shapers=[ppl]", "+algorithm.explorl.ppl_alpha=0.01"],
+                  "+algorithm.explorl.shapers=[ppl]", "+algorithm.explorl.ppl.alpha=0.01"],
     "still_position": ["algorithm.adv_estimator=explorl_grpo", *EXPLORL_TRAINER, *TOKEN_MEAN,
-                       "+algorithm.explorl.shapers=[position]", "+algorithm.explorl.position_start=200",
-                       "+algorithm.explorl.position_steps=100"],
+                       "+algorithm.explorl.shapers=[position]", "+algorithm.explorl.position.start=200",
+                       "+algorithm.explorl.position.steps=100"],
     # Clip-Cov and KL-Cov (Cui et al.): verl's own policy_loss fields, explorl's functions
     "clip_cov": ["algorithm.adv_estimator=explorl_grpo", *TOKEN_MEAN,
                  "actor_rollout_ref.actor.policy_loss.loss_mode=explorl_clip_cov",
@@ -74,7 +74,7 @@ RECIPES: dict[str, list[str]] = {
                "actor_rollout_ref.actor.policy_loss.kl_cov_ratio=0.002",
                "actor_rollout_ref.actor.policy_loss.ppo_kl_coef=1.0"],
     # pass@k training (Chen et al.), k = 4 of 8
-    "passk": ["algorithm.adv_estimator=explorl_passk", *TOKEN_MEAN, "+algorithm.explorl.passk_k=4"],
+    "passk": ["algorithm.adv_estimator=explorl_passk", *TOKEN_MEAN, "+algorithm.explorl.passk.k=4"],
     # forking tokens (Wang et al.): DAPO's objective, the 20% highest-entropy tokens train
     "forking_tokens": ["algorithm.adv_estimator=explorl_grpo", *EXPLORL_TRAINER,
                        "actor_rollout_ref.actor.loss_agg_mode=token-mean", "actor_rollout_ref.actor.clip_ratio_low=0.2",
@@ -83,10 +83,10 @@ RECIPES: dict[str, list[str]] = {
     # (Algorithm 1), G = 8 within [4, 12] widening by 2 per pass; the actor trains at the tau it sampled at
     "e3": ["algorithm.adv_estimator=explorl_grpo", "actor_rollout_ref.actor.policy_loss.loss_mode=explorl_ppo",
            *EXPLORL_TRAINER, *GRPO_OBJECTIVE, "+algorithm.explorl.sampling.schedule=e3",
-           "+algorithm.explorl.sampling.e3_anneal=true", "+algorithm.explorl.sampling.e3_eta=0.9",
-           "+algorithm.explorl.sampling.e3_anneal_frac=0.6", "+algorithm.explorl.budget.policy=e3",
-           "+algorithm.explorl.budget.g_min_limit=4", "+algorithm.explorl.budget.g_max_limit=12",
-           "+algorithm.explorl.budget.g_step=2"],
+           "+algorithm.explorl.sampling.e3.anneal=true", "+algorithm.explorl.sampling.e3.eta=0.9",
+           "+algorithm.explorl.sampling.e3.anneal_frac=0.6", "+algorithm.explorl.budget.policy=e3",
+           "+algorithm.explorl.budget.e3.g_min_limit=4", "+algorithm.explorl.budget.e3.g_max_limit=12",
+           "+algorithm.explorl.budget.e3.g_step=2"],
     # EAD + TIS (paper 003): per-token annealed temperature in vLLM (explorl's logits processor), truncated
     # importance weights (cap 2) from the log-probs vLLM returns, DAPO's objective
     "ead_tis": ["algorithm.adv_estimator=explorl_grpo", *EXPLORL_TRAINER,
@@ -94,18 +94,18 @@ RECIPES: dict[str, list[str]] = {
                 "actor_rollout_ref.actor.clip_ratio_high=0.28", "actor_rollout_ref.rollout.calculate_log_probs=True",
                 "+actor_rollout_ref.rollout.engine_kwargs.vllm.logits_processors="
                 "[explorl.integrations.vllm:EADLogitsProcessor]",
-                "+algorithm.explorl.sampling.schedule=ead", "+algorithm.explorl.sampling.ead_tau_max=1.2",
-                "+algorithm.explorl.sampling.ead_tau_min=0.1", "+algorithm.explorl.sampling.ead_d0=25.0",
-                "+algorithm.explorl.sampling.ead_alpha=5.0", "+algorithm.explorl.sampling.ead_c=10",
+                "+algorithm.explorl.sampling.schedule=ead", "+algorithm.explorl.sampling.ead.tau_max=1.2",
+                "+algorithm.explorl.sampling.ead.tau_min=0.1", "+algorithm.explorl.sampling.ead.d0=25.0",
+                "+algorithm.explorl.sampling.ead.alpha=5.0", "+algorithm.explorl.sampling.ead.c=10",
                 "+algorithm.explorl.tis=true", "+algorithm.explorl.tis_cap=2.0"],
     # per-prompt temperature by difficulty (explorl's; papers 000 and 003 future work), TIS for the mismatch
     "adaptive_temperature": ["algorithm.adv_estimator=explorl_grpo", *EXPLORL_TRAINER, *GRPO_OBJECTIVE,
                              "actor_rollout_ref.actor.policy_loss.loss_mode=explorl_ppo",
                              "actor_rollout_ref.rollout.calculate_log_probs=True",
                              "+algorithm.explorl.sampling.schedule=adaptive",
-                             "+algorithm.explorl.sampling.adaptive_base=fixed",
-                             "+algorithm.explorl.sampling.adaptive_gamma=0.5",
-                             "+algorithm.explorl.sampling.adaptive_target=0.5",
+                             "+algorithm.explorl.sampling.adaptive.base=fixed",
+                             "+algorithm.explorl.sampling.adaptive.gamma=0.5",
+                             "+algorithm.explorl.sampling.adaptive.target=0.5",
                              "+algorithm.explorl.tis=true", "+algorithm.explorl.tis_cap=2.0"],
     # entropy-based advantage (Cheng et al.)
     "entropy_adv": ["algorithm.adv_estimator=explorl_grpo", *EXPLORL_TRAINER, *TOKEN_MEAN,

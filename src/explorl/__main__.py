@@ -2,6 +2,6 @@
 
 import sys
 
-from explorl.cli import main
+from explorl.commands import main
 
 sys.exit(main())

@@ -465,7 +465,7 @@ class WeightedRewards:
 
     def __call__(self, completion: str, answer: str, **meta: Any) -> float:
         """The weighted sum for one sample, every function called in this process, without time limit; an exception
-        propagates (for direct use such as `analysis.impact`; training and evaluation use `RewardRunner`)."""
+        propagates (for direct use such as `experiments.impact`; training and evaluation use `RewardRunner`)."""
         total = 0.0
         for k, p in enumerate(self.parts):
             if is_batched(p.fn):

@@ -69,8 +69,8 @@ STEP_METRICS: dict[str, str] = {
 # (algo.entropy_coef != 0), temperature/tau|h_target|h_init|clamped (E3 schedule), temperature/ead_d|ead_min|
 # at_min_frac (EAD, RevEAD), temperature/adaptive_factor_min|max (adaptive schedule), is/* (algo.tis),
 # rollouts/dapo_rounds|dapo_kept_frac (DAPO sampling), loss/clip_cov_frac, loss/kl_cov_frac (those losses),
-# loss/dual_clip_frac (algo.dual_clip_c), reward/<name> (several task.reward functions: each one's mean, unweighted),
-# eval/* (run.eval_every > 0, and once after the last step).
+# loss/dual_clip_frac (algo.ppo.dual_clip_c), reward/<name> (several task.reward functions: each one's mean,
+# unweighted), eval/* (run.eval_every > 0, and once after the last step).
 
 
 def rollout_metrics(ro, rewards: torch.Tensor, entropy: torch.Tensor, advantages: torch.Tensor) -> dict:

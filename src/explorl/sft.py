@@ -66,35 +66,23 @@ def run_sft(cfg: Config, *, console=None, resume: str | Path | None = None) -> P
     """Fine-tune `cfg.model` on the worked solutions of `cfg.task`'s training split as `cfg.sft` and `cfg.optim`
     say; returns the run directory (`cfg.run.out_dir`, which must not hold a run yet, or `resume`: a run of this
     command continued from its last checkpoint, with the same batches as an uninterrupted run)."""
-    import random
-
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from explorl.config import dump_yaml, to_dict
+    from explorl.config import to_dict
     from explorl.evaluate import held_out_evaluator
-    from explorl.models import check_fingerprint, load_policy
-    from explorl.runlog import RunLog, format_duration
+    from explorl.run_setup import load_run_model, open_run_dir
+    from explorl.runlog import format_duration
     from explorl.tasks import load_task
-    from explorl.tasks.chat import prompt_encoder, prompt_text
-    from explorl.trainer import check_trainable_dtype, lr_lambda
+    from explorl.tasks.chat import prompt_text
+    from explorl.update import lr_lambda
 
     console = console or Console()
     r, o, f = cfg.run, cfg.optim, cfg.sft
-    check_trainable_dtype(cfg.model)
     task = load_task(cfg.task)
     problems, missing = worked_solutions(task, cfg.task.name, cfg.task.solution_field)  # before anything is written
-    cfg.model.fingerprint = check_fingerprint(cfg.model)  # config.yaml records which weights it started from
-    log = RunLog.open(r.out_dir, dump_yaml(cfg), resume)
-    if r.threads > 0:
-        torch.set_num_threads(r.threads)
-    torch.manual_seed(r.seed)
-    random.seed(r.seed)
-    model, tok, device = load_policy(cfg.model)
-    encode = prompt_encoder(tok, cfg.task)
-    if cfg.task.chat_template == "auto":  # the run's config says what `auto` resolved to
-        cfg.task.chat_template = "on" if encode.chat else "off"
-        log.write_config(dump_yaml(cfg))
+    log = open_run_dir(cfg, resume)  # the same set-up as `explorl train` (explorl.run_setup)
+    model, tok, device, encode = load_run_model(cfg, log)
     pairs = [sft_example(tok, prompt_text(p, tok, chat=encode.chat, system_prompt=cfg.task.system_prompt),
                          p.solution, f.max_length) for p in problems]
     seqs, starts = [q for q, _ in pairs], [st for _, st in pairs]

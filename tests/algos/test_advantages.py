@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from explorl.algos import ADVANTAGES, get_advantage
+from explorl.algos import get_advantage
+from explorl.algos.registry import names
 from explorl.algos.batch import RolloutBatch
 from explorl.algos import advantages as A
 from explorl.config import AlgoConfig
@@ -132,7 +133,7 @@ def test_segment_stats_over_tokens():
 
 
 def test_registry_adapters():
-    assert {"grpo", "dr_grpo"} <= set(ADVANTAGES)
+    assert {"grpo", "dr_grpo"} <= set(names("estimator"))
     batch = RolloutBatch(rewards=torch.tensor([1.0, 0.0]), group=torch.tensor([3, 3]), mask=torch.ones(2, 2))
     cfg = AlgoConfig(adv_eps=0.5)
     # mean 0.5, unbiased std sqrt(0.5) = 0.7071068; A = 0.5 / (0.7071068 + 0.5) = 0.4142136

@@ -6,15 +6,15 @@ on random batches with variable group sizes and unsorted ids, and the properties
 
 import math
 import statistics
-from dataclasses import replace
 
 import pytest
 import torch
 
-from explorl.algos import ADVANTAGES, get_advantage
-from explorl.algos.batch import RolloutBatch
 from explorl.algos import advantages as A
-from explorl.config import AlgoConfig
+from explorl.algos import get_advantage
+from explorl.algos.batch import RolloutBatch
+from explorl.algos.registry import lookup, names
+from explorl.config import AlgoConfig, load_config
 
 DELTA = 1e-6
 
@@ -337,7 +337,8 @@ def test_cw_balanced_matches_slow_reference_and_conserves_mass_per_group_and_sig
     assert torch.allclose(w, slow_cw_balanced(adv, b["logprobs"], b["group"], b["mask"]), atol=1e-9)
     assert torch.all(w[b["mask"] == 0] == 0)
     shaped = A.get_shaper("cw_balanced")(adv, RolloutBatch(mask=b["mask"], rewards=b["rewards"], group=b["group"],
-                                                          logprobs=b["logprobs"]), AlgoConfig(), 1).double()
+                                                          logprobs=b["logprobs"]), AlgoConfig(), 1,
+                                              options=A.CwOptions()).double()
     for rows in rows_by_group(b["group"]).values():
         for positive in (True, False):
             sel = (adv[rows] > 0) if positive else (adv[rows] < 0)
@@ -624,23 +625,29 @@ def test_passk_matches_slow_reference_and_sums_to_zero(seed):
 
 
 def test_advantage_registry_has_erpo_and_passk():
-    assert {"grpo", "dr_grpo", "erpo", "passk"} <= set(ADVANTAGES)
+    assert {"grpo", "dr_grpo", "erpo", "passk"} <= set(names("estimator"))
     b = random_batch(7, binary=True)
     keys = ("rewards", "group", "mask", "entropy", "logprobs", "ref_logprobs")
     batch = RolloutBatch(**{k: b[k] for k in keys})
-    cfg = AlgoConfig()  # the config's defaults = METHODS defaults = the functions' defaults
-    assert torch.equal(get_advantage("erpo")(batch, cfg), A.erpo(*(b[k] for k in keys)))
-    assert torch.equal(get_advantage("passk")(batch, cfg), A.passk(b["rewards"], b["group"], b["mask"], k=4))
-    cfg = replace(AlgoConfig(), erpo_num_buckets=2, erpo_eta=1.0, passk_k=2)
-    assert torch.equal(get_advantage("erpo")(batch, cfg), A.erpo(*(b[k] for k in keys), num_buckets=2, eta=1.0))
-    assert torch.equal(get_advantage("passk")(batch, cfg), A.passk(b["rewards"], b["group"], b["mask"], k=2))
+    cfg = AlgoConfig()
+    # the options' defaults = METHODS defaults = the functions' defaults
+    assert torch.equal(get_advantage("erpo")(batch, cfg, options=A.ErpoOptions()), A.erpo(*(b[k] for k in keys)))
+    assert torch.equal(get_advantage("passk")(batch, cfg, options=A.PasskOptions()),
+                       A.passk(b["rewards"], b["group"], b["mask"], k=4))
+    # options set in a config reach the functions (algo.erpo.*, algo.passk.k)
+    erpo = load_config(None, ["algo.advantage=erpo", "algo.erpo.num_buckets=2", "algo.erpo.eta=1.0"]).algo
+    passk = load_config(None, ["algo.advantage=passk", "algo.passk.k=2"]).algo
+    assert torch.equal(lookup("estimator", "erpo").bind(erpo)(batch, erpo),
+                       A.erpo(*(b[k] for k in keys), num_buckets=2, eta=1.0))
+    assert torch.equal(lookup("estimator", "passk").bind(passk)(batch, passk),
+                       A.passk(b["rewards"], b["group"], b["mask"], k=2))
     batch = batch.replace(ref_logprobs=None)
     with pytest.raises(KeyError, match="ref_logprobs"):
-        get_advantage("erpo")(batch, cfg)
+        get_advantage("erpo")(batch, cfg, options=A.ErpoOptions())
 
 
 def test_shaper_registry():
-    assert set(A.SHAPERS) >= {"cw", "ppl", "position", "entropy_adv"}
+    assert set(names("shaper")) >= {"cw", "ppl", "position", "entropy_adv"}
     with pytest.raises(KeyError, match="cw, cw_balanced, cw_group, entropy_adv, .*position, ppl"):
         A.get_shaper("nope")
     with pytest.raises(ValueError, match="twice"):
@@ -648,15 +655,22 @@ def test_shaper_registry():
     b = random_batch(8)
     batch = RolloutBatch(**{k: b[k] for k in ("rewards", "group", "mask", "entropy", "logprobs")})
     adv, mask = b["adv"], b["mask"]
-    cfg = AlgoConfig()
-    assert torch.equal(A.get_shaper("cw")(adv, batch, cfg, 1), A.cov_weighted(adv, b["logprobs"], mask))
-    assert torch.equal(A.get_shaper("ppl")(adv, batch, cfg, 1), A.ppl_shaped(adv, b["logprobs"], b["group"], mask))
-    assert torch.equal(A.get_shaper("ppl")(adv, batch, replace(cfg, ppl_alpha=0.2, ppl_iqr_filter=True), 1),
+    def shaper(name: str, *options: str):  # as the step calls it: the options of a loaded config
+        algo = load_config(None, [f"algo.shapers=[{name}]", *options]).algo
+        return lookup("shaper", name).bind(algo), algo
+
+    fn, cfg = shaper("cw")
+    assert torch.equal(fn(adv, batch, cfg, 1), A.cov_weighted(adv, b["logprobs"], mask))
+    fn, cfg = shaper("ppl")
+    assert torch.equal(fn(adv, batch, cfg, 1), A.ppl_shaped(adv, b["logprobs"], b["group"], mask))
+    fn, cfg = shaper("ppl", "algo.ppl.alpha=0.2", "algo.ppl.iqr_filter=true")
+    assert torch.equal(fn(adv, batch, cfg, 1),
                        A.ppl_shaped(adv, b["logprobs"], b["group"], mask, alpha=0.2, iqr_filter=True))
-    assert torch.equal(A.get_shaper("entropy_adv")(adv, batch, replace(cfg, entropy_adv_alpha=0.1), 3),
-                       A.entropy_shaped(adv, b["entropy"], mask, alpha=0.1, kappa=2.0))
-    for name in A.SHAPERS:  # the real config works with every shaper
-        A.get_shaper(name)(adv, batch, AlgoConfig(), 1)
+    fn, cfg = shaper("entropy_adv", "algo.entropy_adv.alpha=0.1")
+    assert torch.equal(fn(adv, batch, cfg, 3), A.entropy_shaped(adv, b["entropy"], mask, alpha=0.1, kappa=2.0))
+    for name in names("shaper"):  # the real config works with every shaper
+        fn, cfg = shaper(name)
+        fn(adv, batch, cfg, 1)
 
 
 def test_position_shaper_step_window():
@@ -665,12 +679,12 @@ def test_position_shaper_step_window():
     batch = RolloutBatch(mask=b["mask"], rewards=torch.zeros(n), group=torch.zeros(n, dtype=torch.long))
     adv = torch.where(b["mask"].bool(), b["adv"], 0.0)
     shaped = A.position_shaped(adv, b["mask"], gamma=0.3)
-    always = replace(AlgoConfig(), position_gamma=0.3)  # position_steps = 0: every step
+    always = A.PositionOptions(gamma=0.3)  # steps = 0: every step
     for step in (1, 200, 10_000):
-        assert torch.equal(A.get_shaper("position")(adv, batch, always, step), shaped)
-    window = replace(AlgoConfig(), position_gamma=0.3, position_start=200, position_steps=100)  # the paper's recipe
+        assert torch.equal(A.get_shaper("position")(adv, batch, AlgoConfig(), step, options=always), shaped)
+    window = A.PositionOptions(gamma=0.3, start=200, steps=100)  # the paper's recipe
     for step, applied in [(1, False), (199, False), (200, True), (299, True), (300, False)]:
-        got = A.get_shaper("position")(adv, batch, window, step)
+        got = A.get_shaper("position")(adv, batch, AlgoConfig(), step, options=window)
         assert torch.equal(got, shaped if applied else adv), step
 
 

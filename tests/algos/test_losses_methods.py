@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from explorl.algos import losses as L
+from explorl.algos.registry import names
 
 NAN = float("nan")
 LN2 = math.log(2.0)
@@ -316,7 +317,7 @@ def test_registry_names_and_unknown():
         L.get_policy_loss("grpo_loss")
 
 
-@pytest.mark.parametrize("name", sorted(L.POLICY_LOSSES))
+@pytest.mark.parametrize("name", names("policy_loss"))
 @pytest.mark.parametrize("agg", L.LOSS_AGG_MODES)
 def test_empty_mask_gives_zero_not_nan(name, agg):
     logp_new = torch.randn(2, 3).requires_grad_(True)
@@ -330,7 +331,7 @@ def test_empty_mask_gives_zero_not_nan(name, agg):
     assert all(math.isfinite(v) for v in stats.values())
 
 
-@pytest.mark.parametrize("name", sorted(L.POLICY_LOSSES))
+@pytest.mark.parametrize("name", names("policy_loss"))
 def test_trainer_style_call_on_policy(name):
     # ratio 1 and no weights: every variant gives -token-mean(A). Clip-Cov gets bounds no cov reaches (passed the
     # way the trainer passes variant kwargs), so nothing is a candidate; KL-Cov's penalty is |log 1| = 0.

@@ -11,8 +11,10 @@ import pytest
 import torch
 
 from explorl.algos import MissingInputError, RolloutBatch, compute_advantages, policy_objective, requirements
+from explorl.algos.advantages import PositionOptions
+from explorl.algos.losses import ForkingOptions, PpoOptions
 from explorl.algos.step import single_update_shortcut
-from explorl.config import AlgoConfig, load_config
+from explorl.config import AlgoConfig, ConfigError, load_config
 from explorl.trainer import on_policy_single_update
 
 RECIPES = sorted((Path(__file__).resolve().parents[2] / "configs" / "recipes").glob("*.yaml"))
@@ -86,7 +88,8 @@ def test_shapers_run_in_order_and_missing_inputs_are_named():
                            replace(AlgoConfig(), advantage="erpo"), step=1)
     # entropy_adv (A + min(alpha H, |A| / kappa)) then position outside its window (identity): the base stays GRPO
     h = torch.full((4, 3), 0.5)
-    cfg = replace(AlgoConfig(), shapers=["entropy_adv", "position"], position_start=10, position_steps=5)
+    cfg = replace(AlgoConfig(), shapers=["entropy_adv", "position"], options={"position": PositionOptions(start=10,
+                                                                                                   steps=5)})
     out = compute_advantages(_batch(entropy=h), cfg, step=1)
     a = 0.5 / (math.sqrt(0.5) + 1e-6)
     assert out.base_advantages[0, 0].item() == pytest.approx(a, abs=1e-6)
@@ -98,7 +101,8 @@ def test_tis_weights_and_forking_filter():
     lp = torch.log(torch.full((4, 3), 0.5))
     behavior = torch.log(torch.tensor([[0.1, 0.5, 0.5], [0.5, 0.5, 0.5], [1.0, 0.5, 0.5], [0.5, 0.5, 0.5]]))
     entropy = torch.tensor([[0.1, 0.9, 0.0], [0.2, 0, 0], [0.3, 0.4, 0.5], [0.6, 0.7, 0.8]])
-    cfg = replace(AlgoConfig(), tis=True, tis_cap=2.0, token_filter="forking", forking_top_frac=0.25)
+    cfg = replace(AlgoConfig(), tis=True, tis_cap=2.0, token_filter="forking",
+                  options={"forking": ForkingOptions(top_frac=0.25)})
     out = compute_advantages(_batch(logprobs=lp, behavior_logprobs=behavior, entropy=entropy), cfg, step=1)
     # w = min(0.5 / mu, 2): 0.5 / 0.1 = 5 -> 2; 0.5 / 1.0 = 0.5; 1 elsewhere on valid tokens
     assert out.is_weights[0].tolist() == pytest.approx([2.0, 1.0, 0.0])
@@ -161,6 +165,22 @@ def test_requirements_come_from_the_registry():
     assert requirements(replace(AlgoConfig(), entropy_coef=1e-4)).update_entropy
 
 
+def load_reselected(recipe, extra: list[str]):
+    """`load_config(recipe, extra)`, where an override that selects another method drops the options the recipe
+    gave the method it replaced (`<section>.<name>=null`), as a user does."""
+    import re
+
+    for _ in range(5):
+        try:
+            return load_config(recipe, extra)
+        except ConfigError as e:
+            stray = re.match(r"^(\w+\.\w+): options of .* which is not selected", str(e))
+            if stray is None:
+                raise
+            extra = [*extra, f"{stray.group(1)}=null"]
+    raise AssertionError(f"{recipe}: options kept refusing {extra}")
+
+
 def _rule_before_issue_17(cfg) -> bool:
     """`trainer.on_policy_single_update` as it was written before the registry (method names in the trainer)."""
     a, s = cfg.algo, cfg.sampling
@@ -172,14 +192,14 @@ def _rule_before_issue_17(cfg) -> bool:
 @pytest.mark.parametrize("extra", [[], ["algo.epochs=2"], ["algo.shapers=[entropy_adv,position]"],
                                    ["sampling.schedule=ead"], ["algo.token_filter=forking", "algo.loss=kl_cov"]])
 def test_the_single_update_shortcut_is_the_rule_it_replaced(recipe, extra):
-    cfg = load_config(recipe, extra)
+    cfg = load_reselected(recipe, extra)
     assert on_policy_single_update(cfg) == _rule_before_issue_17(cfg)
     assert single_update_shortcut(cfg.algo, True) == (cfg.algo.epochs == 1 and cfg.algo.mini_batches == 1
                                                       and not requirements(cfg.algo).old_logprobs)
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# the engines' conventions as options (docs/methods.md §6, §9): the step passes algo.tis_level, algo.dual_clip_c
+# the engines' conventions as options (docs/methods.md §6, §9): the step passes algo.tis_level, algo.ppo.dual_clip_c
 # and algo.kl_clamp on; the formulas themselves are tested in test_conventions.py
 
 
@@ -210,7 +230,7 @@ def test_dual_clip_and_kl_clamp_through_the_step():
     ref[3] = new[3] - 30.0
     batch = _batch(logprobs=lp, ref_logprobs=ref)
     base = replace(AlgoConfig(), kl_coef=0.1)
-    cfg = replace(base, dual_clip_c=3.0, kl_clamp=10.0)
+    cfg = replace(base, kl_clamp=10.0, options={"ppo": PpoOptions(dual_clip_c=3.0)})
     prepared0, prepared1 = compute_advantages(batch, base, step=1), compute_advantages(batch, cfg, step=1)
     loss0, stats0 = policy_objective(new, None, batch, prepared0, base)
     loss1, stats1 = policy_objective(new, None, batch, prepared1, cfg)
@@ -236,8 +256,8 @@ def test_new_options_at_their_defaults_change_nothing():
     ref = lp + torch.randn(4, 3, generator=g)
     batch = _batch(logprobs=lp, behavior_logprobs=behavior, ref_logprobs=ref)
     cfg = replace(AlgoConfig(), tis=True, tis_cap=1.5, kl_coef=0.05)
-    explicit = replace(cfg, tis_level="token", dual_clip_c=None, kl_clamp=None)
-    assert AlgoConfig().tis_level == "token" and AlgoConfig().dual_clip_c is None and AlgoConfig().kl_clamp is None
+    explicit = replace(cfg, tis_level="token", kl_clamp=None, options={"ppo": PpoOptions(dual_clip_c=None)})
+    assert AlgoConfig().tis_level == "token" and PpoOptions().dual_clip_c is None and AlgoConfig().kl_clamp is None
     p0, p1 = compute_advantages(batch, cfg, step=1), compute_advantages(batch, explicit, step=1)
     assert torch.equal(p0.is_weights, p1.is_weights) and p0.stats == p1.stats
     new = lp + 0.2 * torch.randn(4, 3, generator=g)

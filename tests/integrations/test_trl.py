@@ -157,23 +157,23 @@ METHODS = {
     "grpo": ({}, None),
     "grpo-seq-mean": ({"loss_agg": "seq-mean-token-mean"}, None),
     "dr_grpo": ({"advantage": "dr_grpo", "loss_agg": "seq-mean-token-sum-norm"}, None),
-    "passk": ({"advantage": "passk", "passk_k": 2}, None),
+    "passk": ({"advantage": "passk", "passk": {"k": 2}}, None),
     "erpo": ({"advantage": "erpo"}, None),
     "cw": ({"shapers": ["cw"]}, None),
     "cw_group": ({"shapers": ["cw_group"]}, None),
-    "ppl+position": ({"shapers": ["ppl", "position"], "position_cap_frac": 0.5}, None),
+    "ppl+position": ({"shapers": ["ppl", "position"], "position": {"cap_frac": 0.5}}, None),
     "entropy_adv": ({"shapers": ["entropy_adv"]}, None),
-    "forking": ({"token_filter": "forking", "forking_top_frac": 0.3}, None),
+    "forking": ({"token_filter": "forking", "forking": {"top_frac": 0.3}}, None),
     # every candidate is selected (ratio 1), so the random draw cannot differ between the two sides
-    "clip_cov": ({"loss": "clip_cov", "clip_cov_ratio": 1.0, "clip_cov_lb": 0.0, "clip_cov_ub": 5.0}, None),
-    "kl_cov": ({"loss": "kl_cov", "kl_cov_k_percent": 20.0}, None),
-    "kl+clamp+dual_clip": ({"kl_coef": 0.1, "kl_clamp": 10.0, "dual_clip_c": 3.0}, None),
+    "clip_cov": ({"loss": "clip_cov", "clip_cov": {"ratio": 1.0, "lb": 0.0, "ub": 5.0}}, None),
+    "kl_cov": ({"loss": "kl_cov", "kl_cov": {"k_percent": 20.0}}, None),
+    "kl+clamp+dual_clip": ({"kl_coef": 0.1, "kl_clamp": 10.0, "ppo": {"dual_clip_c": 3.0}}, None),
     "entropy_bonus": ({"entropy_coef": 0.01}, None),
     "overlong_penalty": ({"overlong": "penalty", "overlong_buffer": 2}, None),
     "overlong_mask": ({"overlong": "mask"}, None),
     "e3": ({}, {"schedule": "e3"}),
     "ead+tis": ({"tis": True, "tis_cap": 2.0},
-                {"schedule": "ead", "ead_d0": 2.0, "ead_c": 1, "ead_tau_max": 1.5, "ead_tau_min": 0.5}),
+                {"schedule": "ead", "ead": {"d0": 2.0, "c": 1, "tau_max": 1.5, "tau_min": 0.5}}),
 }
 
 
@@ -254,7 +254,7 @@ def test_e3_drives_sampling_and_training_temperature(tiny_model_dir, tmp_path):
 
 
 def test_ead_logits_processor_follows_the_schedule(tiny_model_dir, tmp_path):
-    s = {"schedule": "ead", "ead_d0": 3.0, "ead_c": 2, "ead_alpha": 5.0, "temperature": 1.0, "group_size": G,
+    s = {"schedule": "ead", "ead": {"d0": 3.0, "c": 2, "alpha": 5.0}, "temperature": 1.0, "group_size": G,
          "max_new_tokens": MAX_LEN}
     trainer = make_trainer(tiny_model_dir, tmp_path, {}, s)
     for step0 in (0, 1):
@@ -290,7 +290,7 @@ def test_ead_on_vllm_requests_carry_the_processors_arguments(tiny_model_dir, tmp
 
     from explorl.integrations.vllm import EAD_ARG, check_anneal_args, token_factors
 
-    s = {"schedule": "ead", "ead_d0": 3.0, "ead_c": 2, "temperature": 0.8, "group_size": G, "max_new_tokens": MAX_LEN}
+    s = {"schedule": "ead", "ead": {"d0": 3.0, "c": 2}, "temperature": 0.8, "group_size": G, "max_new_tokens": MAX_LEN}
     trainer = make_trainer(tiny_model_dir, tmp_path, {}, s, temperature=0.8)
     trainer.use_vllm, trainer.vllm_generation = True, SimpleNamespace(temperature=0.8, generation_kwargs=None)
     for _ in range(2):
@@ -333,8 +333,8 @@ def test_explorl_validation_errors_come_through(tiny_model_dir, tmp_path):
     model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))
     with pytest.raises(ConfigError, match="algo.advantage"):
         ExplorlGRPOTrainer(model, reward, args=grpo_args(tmp_path), algo={"advantage": "nope"})
-    with pytest.raises(ConfigError, match="algo.passk_k"):
-        ExplorlGRPOTrainer(model, reward, args=grpo_args(tmp_path), algo={"advantage": "passk", "passk_k": 9})
+    with pytest.raises(ConfigError, match="algo.passk.k"):
+        ExplorlGRPOTrainer(model, reward, args=grpo_args(tmp_path), algo={"advantage": "passk", "passk": {"k": 9}})
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -343,9 +343,9 @@ def test_explorl_validation_errors_come_through(tiny_model_dir, tmp_path):
 
 DIST_METHODS = {
     "cw": {"shapers": ["cw"]},  # batch-wide covariance
-    "forking": {"token_filter": "forking", "forking_top_frac": 0.3},  # batch-wide entropy quantile
-    "clip_cov": {"loss": "clip_cov", "clip_cov_ratio": 0.05, "clip_cov_lb": 0.0, "clip_cov_ub": 5.0},  # selection
-    "kl_cov": {"loss": "kl_cov", "kl_cov_k_percent": 10.0},
+    "forking": {"token_filter": "forking", "forking": {"top_frac": 0.3}},  # batch-wide entropy quantile
+    "clip_cov": {"loss": "clip_cov", "clip_cov": {"ratio": 0.05, "lb": 0.0, "ub": 5.0}},  # selection
+    "kl_cov": {"loss": "kl_cov", "kl_cov": {"k_percent": 10.0}},
     "token-mean": {},  # the normaliser: tokens of both ranks
     "seq-mean": {"loss_agg": "seq-mean-token-mean", "shapers": ["cw_group"]},
 }
@@ -456,3 +456,28 @@ def test_e3_state_is_saved_with_trls_checkpoint_and_resumed(tiny_model_dir, tmp_
     assert resumed._round == first._round == 3
     assert resumed.explorl_schedule.state_dict() == first.explorl_schedule.state_dict()
     assert resumed._train_tau == first._train_tau and resumed._entropy_sum is None
+
+
+def test_a_users_per_token_schedule_runs_in_trl_unchanged(tiny_model_dir, tmp_path, monkeypatch):
+    """A per-token schedule registered in the user's module (tests/schedule_for_tests.py): TRL's generation gets its
+    table through the same logits processor as EAD's, and vLLM requests its processor arguments, with no change to
+    explorl.integrations (the entry declares `per_token`)."""
+    from types import SimpleNamespace
+
+    from explorl.integrations.vllm import EAD_ARG, check_anneal_args, token_factors
+
+    monkeypatch.syspath_prepend(str(ROOT / "tests"))
+    import schedule_for_tests  # noqa: F401  (registers `test_warm_start`)
+
+    s = {"schedule": "test_warm_start", "test_warm_start": {"hot": 2.0, "until": 4}, "temperature": 1.0,
+         "group_size": G, "max_new_tokens": MAX_LEN}
+    trainer = make_trainer(tiny_model_dir, tmp_path, {}, s)
+    trainer._begin_round()
+    # 1.0 * max(2 - t / 4, 1) for t = 0..5: 2, 1.75, 1.5, 1.25, 1, 1
+    assert trainer._ead_table.tolist() == pytest.approx([2.0, 1.75, 1.5, 1.25, 1.0, 1.0])
+    trainer.use_vllm, trainer.vllm_generation = True, SimpleNamespace(temperature=1.0, generation_kwargs=None)
+    trainer._begin_round()
+    args = check_anneal_args(trainer.vllm_generation.generation_kwargs["extra_args"][EAD_ARG])
+    assert args == {"schedule": "test_warm_start", "step": 1, "hot": 2.0, "until": 4}
+    factors = torch.stack([token_factors([args], [t])[0] for t in range(MAX_LEN)])
+    assert torch.allclose(factors, trainer._ead_table)

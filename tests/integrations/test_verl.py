@@ -25,13 +25,23 @@ from verl.workers.config.actor import ActorConfig, PolicyLossConfig  # noqa: E40
 
 from explorl.algos import RolloutBatch, compute_advantages, policy_objective  # noqa: E402
 from explorl.algos.batch import MissingInputError  # noqa: E402
-from explorl.config import AlgoConfig, ConfigError  # noqa: E402
+from explorl.algos.losses import PpoOptions  # noqa: E402
+from explorl.config import AlgoConfig, Config, ConfigError, SamplingConfig, from_dict, validate  # noqa: E402
 from explorl.integrations.verl import REGISTERED, TRAINER_REGISTERED, explorl_advantages  # noqa: E402
 from explorl.integrations.verl.adapters import algo_config, loss_settings  # noqa: E402
 from explorl.integrations.verl.rollout import (RolloutControl, needs_control, observed_per_prompt,  # noqa: E402
                                               rollout_config)
 
 ATOL = 1e-6
+
+
+def validated_algo(**fields) -> AlgoConfig:
+    """explorl's `algo` section from its fields (each method's options under its name), validated as a config is."""
+    algo = from_dict(AlgoConfig, fields, "algo.")
+    # as in verl (`adapters.algo_config`): the engine's sampler differs from the trainer's forward, so TIS may act
+    cfg = Config(algo=algo, sampling=SamplingConfig(top_p=0.999 if algo.tis else 1.0))
+    validate(cfg)
+    return cfg.algo
 
 
 def make_batch(seed: int = 0, n_groups: int = 4, width: int = 7):
@@ -81,7 +91,7 @@ def test_the_plugin_loads_through_verls_entry_point():
 
 @pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize("name, settings", [
-    ("grpo", {}), ("dr_grpo", {}), ("passk", {"passk_k": 2}),
+    ("grpo", {}), ("dr_grpo", {}), ("passk", {"passk": {"k": 2}}),
     ("grpo", {"shapers": ["position"], "overlong": "penalty", "overlong_buffer": 3}),
     ("grpo", {"overlong": "mask"}),
 ])
@@ -89,7 +99,7 @@ def test_estimators_through_verls_compute_advantage_equal_explorls_step(seed, na
     data, batch = make_batch(seed)
     config = OmegaConf.create({"adv_estimator": f"explorl_{name}", "explorl": settings})
     out = compute_advantage(data, adv_estimator=f"explorl_{name}", config=config)
-    want = compute_advantages(batch, replace(AlgoConfig(), advantage=name, **settings), step=1).advantages
+    want = compute_advantages(batch, validated_algo(advantage=name, **settings), step=1).advantages
     assert torch.allclose(out.batch["advantages"], want, atol=ATOL)
     assert torch.equal(out.batch["returns"], out.batch["advantages"])
 
@@ -113,16 +123,16 @@ def test_methods_that_need_more_than_verls_estimator_call_say_which_trainer_to_u
         compute_advantage(data, adv_estimator="explorl_erpo", config=OmegaConf.create({}))
     with pytest.raises(ValueError, match="trainer.v1.trainer_mode=explorl"):
         compute_advantage(make_batch(0)[0], adv_estimator="explorl_grpo",
-                          config=OmegaConf.create({"explorl": {"position_steps": 5, "shapers": ["position"]}}))
-    with pytest.raises(ConfigError, match=r"algorithm.explorl.passk_k"):
+                          config=OmegaConf.create({"explorl": {"position": {"steps": 5}, "shapers": ["position"]}}))
+    with pytest.raises(ConfigError, match=r"algorithm.explorl.passk.k"):
         compute_advantage(make_batch(0)[0], adv_estimator="explorl_passk",
-                          config=OmegaConf.create({"explorl": {"passk_k": 99}}))
+                          config=OmegaConf.create({"explorl": {"passk": {"k": 99}}}))
 
 
 @pytest.mark.parametrize("settings", [
     {"advantage": "erpo"}, {"shapers": ["cw_group", "ppl", "entropy_adv"]}, {"shapers": ["cw"]},
     {"token_filter": "forking", "tis": True, "tis_cap": 2.0}, {"tis": True, "tis_level": "sequence"},
-    {"advantage": "erpo", "shapers": ["position"], "position_start": 3, "position_steps": 2},
+    {"advantage": "erpo", "shapers": ["position"], "position": {"start": 3, "steps": 2}},
 ])
 def test_the_explorl_trainer_step_equals_explorls_step(settings):
     """`explorl_advantages` (what `trainer.v1.trainer_mode=explorl` runs) on a DataProto with verl's entropies and
@@ -130,7 +140,7 @@ def test_the_explorl_trainer_step_equals_explorls_step(settings):
     data, batch = make_batch(2)
     algorithm = OmegaConf.create({"explorl": settings})
     metrics = explorl_advantages(data, algorithm, step=4)
-    want = compute_advantages(batch, replace(AlgoConfig(), **settings), step=4)
+    want = compute_advantages(batch, validated_algo(**settings), step=4)
     assert torch.allclose(data.batch["advantages"], want.advantages, atol=ATOL)
     weights = None
     for w in (want.is_weights, want.token_weights):
@@ -217,7 +227,8 @@ def test_micro_batches_in_verl_sum_to_explorls_whole_batch_objective(agg):
     width = mask.shape[1]
     batch = RolloutBatch(mask=mask.float(), rewards=torch.zeros(8), group=torch.zeros(8, dtype=torch.long),
                          max_response_len=width, logprobs=old)
-    algo = replace(AlgoConfig(), loss_agg=agg, eps_low=0.2, eps_high=0.28, dual_clip_c=3.0)
+    algo = replace(AlgoConfig(), loss_agg=agg, eps_low=0.2, eps_high=0.28,
+                   options={"ppo": PpoOptions(dual_clip_c=3.0)})
     from explorl.algos.step import PreparedBatch
 
     prepared = PreparedBatch(advantages=adv * mask, base_advantages=adv * mask, loss_mask=mask.float(),
@@ -242,7 +253,9 @@ def test_unsupported_aggregation_and_bad_settings_are_named():
                                                       config=actor_config(loss_mode="explorl_ppo"))
     with pytest.raises(ConfigError, match="algorithm.explorl.shapers"):
         algo_config({"shapers": ["nope"]})
-    assert math.isclose(algo_config({"erpo_gamma": 3}).erpo_gamma, 3.0)
+    assert math.isclose(algo_config({"advantage": "erpo", "erpo": {"gamma": 3}}).options["erpo"].gamma, 3.0)
+    with pytest.raises(ConfigError, match=r"algorithm\.explorl\.erpo_gamma.*algorithm\.explorl\.erpo\.gamma"):
+        algo_config({"erpo_gamma": 3})
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -288,7 +301,10 @@ def test_each_verl_example_composes_with_verls_hydra_config(recipe):
     from explorl.algos import requirements
 
     needs = requirements(algo)
-    step_window = algo.position_steps > 0
+    from explorl.algos.registry import lookup
+
+    step_window = any(lookup("shaper", x).extra.get("needs_step", lambda o: False)(lookup("shaper", x).options_in(algo))
+                      for x in algo.shapers)
     if needs.old_logprobs or needs.ref or step_window or algo.token_filter != "none":
         assert cfg.trainer.v1.trainer_mode == "explorl", "this method needs explorl's verl trainer"
     if needs.ref:
@@ -299,7 +315,8 @@ def test_each_verl_example_composes_with_verls_hydra_config(recipe):
         control = rollout_config(settings, temperature=rollout.temperature, group_size=rollout.n,
                                  max_new_tokens=rollout.response_length, top_p=rollout.top_p, total_steps=100)
         assert cfg.trainer.v1.trainer_mode == "explorl"
-        if control.sampling.schedule in ("ead", "revead") or control.sampling.adaptive_base in ("ead", "revead"):
+        base = getattr(control.sampling.options.get("adaptive"), "base", None)
+        if control.sampling.schedule in ("ead", "revead") or base in ("ead", "revead"):
             assert "explorl.integrations.vllm:EADLogitsProcessor" in rollout.engine_kwargs.vllm.logits_processors
         if algo.tis:
             assert rollout.calculate_log_probs, "TIS needs the log-probs vLLM sampled with"
@@ -308,8 +325,8 @@ def test_each_verl_example_composes_with_verls_hydra_config(recipe):
 # ---------------------------------------------------------------------------------------------------------------
 # explorl's rollout controllers in verl: E3's temperature and budgets, EAD, per-prompt temperature
 
-E3_SETTINGS = {"sampling": {"schedule": "e3", "e3_anneal": True},
-               "budget": {"policy": "e3", "g_min_limit": 4, "g_max_limit": 12, "g_step": 2}}
+E3_SETTINGS = {"sampling": {"schedule": "e3", "e3": {"anneal": True}},
+               "budget": {"policy": "e3", "e3": {"g_min_limit": 4, "g_max_limit": 12, "g_step": 2}}}
 
 
 def e3_config(settings=E3_SETTINGS, steps: int = 8):
@@ -321,13 +338,13 @@ def test_rollout_settings_are_validated_with_verls_names():
                                           r"`actor_rollout_ref\.rollout\.temperature`"):
         rollout_config({"sampling": {"temperature": 0.7}}, temperature=1.0, group_size=8, max_new_tokens=8,
                        top_p=1.0, total_steps=1)
-    with pytest.raises(ConfigError, match=r"algorithm\.explorl\.sampling\.e3_etaa.*e3_eta"):
-        e3_config({"sampling": {"e3_etaa": 0.5}})
+    with pytest.raises(ConfigError, match=r"algorithm\.explorl\.sampling\.e3\.etaa.*algorithm\.explorl\.sampling\.e3\.eta"):
+        e3_config({"sampling": {"schedule": "e3", "e3": {"etaa": 0.5}}})
     with pytest.raises(ConfigError, match=r"budget\.policy=dapo.*explorl train"):
         e3_config({"budget": {"policy": "dapo"}})
-    with pytest.raises(ConfigError, match=r"algorithm\.explorl\.budget: need g_min_limit <= "
+    with pytest.raises(ConfigError, match=r"algorithm\.explorl\.budget\.e3: need 1 <= g_min_limit <= "
                                           r"actor_rollout_ref\.rollout\.n <= g_max_limit, got 2, 8, 6"):
-        e3_config({"budget": {"policy": "e3", "g_min_limit": 2, "g_max_limit": 6}})
+        e3_config({"budget": {"policy": "e3", "e3": {"g_min_limit": 2, "g_max_limit": 6}}})
     assert not needs_control({"erpo_gamma": 5.0}) and needs_control(E3_SETTINGS)
     # the controller sections do not reach the estimator's AlgoConfig
     assert algo_config({**E3_SETTINGS, "shapers": ["cw_group"]}).shapers == ["cw_group"]
@@ -533,3 +550,21 @@ def test_without_controller_settings_the_trainer_leaves_sampling_to_verl(tmp_pat
     monkeypatch.setattr(parent, "_next_train_batch", next_batch)
     batch = trainer._next_train_batch()
     assert "__rollout_n__" not in batch.keys() and "agent_name" not in batch.keys()
+
+
+def test_a_users_per_token_schedule_is_planned_for_verls_agent_loop(monkeypatch):
+    """A per-token schedule registered in the user's module (tests/schedule_for_tests.py) reaches verl's requests
+    with the processor's arguments, and needs control, with no change to explorl.integrations."""
+    from pathlib import Path
+
+    from explorl.integrations.vllm import check_anneal_args
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))
+    import schedule_for_tests  # noqa: F401  (registers `test_warm_start`)
+
+    settings = {"sampling": {"schedule": "test_warm_start", "test_warm_start": {"until": 4}}}
+    assert needs_control(settings)
+    plan = RolloutControl(e3_config(settings), 1000, 4).plan(3, [0, 1])
+    assert plan.rollout_n == [8, 8] and plan.temperature == [1.0, 1.0] and plan.train_temperature == 1.0
+    assert [check_anneal_args(a) for a in plan.anneal] == [{"schedule": "test_warm_start", "step": 3, "hot": 2.0,
+                                                             "until": 4}] * 2

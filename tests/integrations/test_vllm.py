@@ -14,13 +14,15 @@ import torch
 
 from explorl.config import Config
 from explorl.integrations.vllm import EAD_ARG, AnnealedRows, check_anneal_args, token_factors
-from explorl.rollout import temperature as Tm
-from explorl.rollout.controllers import AdaptiveTemperature, EADTemperature, PromptTemperature, RevEADTemperature
+from explorl.rollout.controllers import (AdaptiveOptions, AdaptiveTemperature, EADOptions, EADTemperature,
+                                         PromptTemperature, RevEADTemperature)
 
 
-def ead_cfg(**sampling) -> Config:
+def ead_cfg(temperature: float = 1.0, **ead) -> Config:
+    """A config with the EAD schedule (its options `sampling.ead.*` from `ead`)."""
     cfg = Config()
-    cfg.sampling = replace(cfg.sampling, schedule="ead", max_new_tokens=48, **sampling)
+    cfg.sampling = replace(cfg.sampling, schedule="ead", max_new_tokens=48, temperature=temperature,
+                           options={"ead": EADOptions(**ead)})
     return cfg
 
 
@@ -29,8 +31,8 @@ def ead_cfg(**sampling) -> Config:
 def test_per_token_factors_equal_the_samplers_table(schedule_cls, step):
     # explorl's sampler draws token t at table[t] = ead(t, step) * T; vLLM samples at the request temperature T
     # and the processor divides by token_factors(...)[t]: the same temperature at every position
-    cfg = ead_cfg(temperature=0.9, ead_c=3, ead_scale=2.0)
-    schedule = schedule_cls(cfg, vocab_size=100)
+    cfg = ead_cfg(temperature=0.9, c=3, scale=2.0)
+    schedule = schedule_cls(cfg, vocab_size=100, options=cfg.sampling.options["ead"])
     table = schedule.table(step)
     (prompt,) = schedule.per_prompt(step, schedule.at(step)[0], [5])
     positions = list(range(cfg.sampling.max_new_tokens))
@@ -117,8 +119,9 @@ def test_invalid_arguments_on_an_added_request_raise():
 def test_adaptive_per_prompt_equals_its_own_sampling():
     # per-prompt temperature by difficulty: per_prompt gives each prompt what for_prompts samples it with
     cfg = Config()
-    cfg.sampling = replace(cfg.sampling, schedule="adaptive", adaptive_base="fixed", temperature=0.8, max_new_tokens=16)
-    schedule = AdaptiveTemperature(cfg, vocab_size=50)
+    cfg.sampling = replace(cfg.sampling, schedule="adaptive", temperature=0.8, max_new_tokens=16,
+                           options={"adaptive": AdaptiveOptions(base="fixed")})
+    schedule = AdaptiveTemperature(cfg, vocab_size=50, options=cfg.sampling.options["adaptive"])
     schedule.observe_rewards([0, 1], [[1.0, 1.0, 0.0], [0.0, 0.0]])
     temp = schedule.at(0)[0]
     described = schedule.per_prompt(0, temp, [0, 1, 2])
@@ -131,8 +134,9 @@ def test_adaptive_per_prompt_equals_its_own_sampling():
 
 def test_adaptive_over_ead_scales_each_prompts_tau_max():
     cfg = ead_cfg(temperature=1.0)
-    cfg.sampling = replace(cfg.sampling, schedule="adaptive", adaptive_base="ead")
-    schedule = AdaptiveTemperature(cfg, vocab_size=50)
+    cfg.sampling = replace(cfg.sampling, schedule="adaptive",
+                           options={**cfg.sampling.options, "adaptive": AdaptiveOptions(base="ead")})
+    schedule = AdaptiveTemperature(cfg, vocab_size=50, options=cfg.sampling.options["adaptive"])
     schedule.observe_rewards([3], [[0.0, 0.0, 0.0, 0.0]])
     temp = schedule.at(2)[0]
     described = schedule.per_prompt(2, temp, [3, 4])

@@ -309,7 +309,7 @@ def test_an_ead_run_logs_and_plots_the_share_of_tokens_at_the_floor(tiny_model_d
         f"model.path={tiny_model_dir}", f"run.out_dir={tmp_path / 'run'}", "run.steps=2", "run.batch_size=2",
         "sampling.group_size=2", "sampling.max_new_tokens=24", "task.eval_size=2", "task.train_size=8",
         "task.difficulties=[1]", "run.eval_n=1", "run.eval_k=[1]", "run.save_every=0",
-        "task.reward=rewards_for_tests:contains_digit", "sampling.schedule=ead", "sampling.ead_c=2"])
+        "task.reward=rewards_for_tests:contains_digit", "sampling.schedule=ead", "sampling.ead.c=2"])
     run = train(cfg, progress=False)
     steps = load_run(run).steps
     assert len(steps) == 2

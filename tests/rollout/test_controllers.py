@@ -23,7 +23,7 @@ def test_adaptive_factor_by_hand():
 
 
 def _adaptive(base: str, *extra: str) -> Controllers:
-    cfg = load_config(None, ["sampling.schedule=adaptive", f"sampling.adaptive_base={base}",
+    cfg = load_config(None, ["sampling.schedule=adaptive", f"sampling.adaptive.base={base}",
                              "sampling.max_new_tokens=16", "sampling.temperature=0.8", *extra])
     return Controllers(cfg, vocab_size=98, num_prompts=10)
 
@@ -42,7 +42,7 @@ def test_fixed_base_gives_one_temperature_per_prompt_from_its_success_rate():
 
 
 def test_ead_base_scales_each_prompts_tau_max():
-    c = _adaptive("ead", "sampling.ead_c=2")
+    c = _adaptive("ead", "sampling.ead.c=2")
     temp, train, _ = c.schedule.at(0)
     c.schedule.observe_rewards([0], [[0, 0]])  # p = 0 -> factor 1.25 -> tau_max 1.5
     per_token = c.schedule.for_prompts(temp, [0, 1], [2, 1])
@@ -71,11 +71,11 @@ def test_e3_base_keeps_its_controller_and_the_state_round_trips():
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["sampling.adaptive_base=adaptive"], "cannot itself be adaptive"),
-    (["sampling.adaptive_base=nope"], "adaptive_base"),
-    (["sampling.adaptive_gamma=2.5"], "adaptive_gamma"),
-    (["sampling.adaptive_target=1.5"], "adaptive_target"),
-    (["sampling.adaptive_base=ead", "sampling.ead_tau_min=0"], "ead_tau_min"),  # the base's own check runs too
+    (["sampling.adaptive.base=adaptive"], "cannot itself be adaptive"),
+    (["sampling.adaptive.base=nope"], "sampling.adaptive.base: unknown temperature schedule 'nope'"),
+    (["sampling.adaptive.gamma=2.5"], "sampling.adaptive.gamma"),
+    (["sampling.adaptive.target=1.5"], "sampling.adaptive.target"),
+    (["sampling.adaptive.base=ead", "sampling.ead.tau_min=0"], "sampling.ead.tau_min"),  # the base's check runs too
 ])
 def test_adaptive_settings_are_validated(extra, message):
     with pytest.raises(ConfigError, match=message):

@@ -16,17 +16,15 @@ import torch
 
 from explorl.algos import advantages, losses  # noqa: F401  (fill the registry)
 from explorl.algos.batch import MissingInputError, RolloutBatch
-from explorl.algos.registry import get, register, table_view
+from explorl.algos.registry import get, register
 from explorl.algos.step import (PreparedBatch, Requirements, compute_advantages, policy_objective, requirements,
                                 single_update_shortcut)
 
-ADVANTAGES = table_view("estimator")
-"""Read-only view name -> estimator `fn(batch: RolloutBatch, cfg: AlgoConfig) -> Tensor[N, T]` of the registry."""
-
 
 def register_advantage(name: str, **needs) -> Callable:
-    """Register an estimator `fn(batch: RolloutBatch, cfg: AlgoConfig) -> Tensor[N, T]` under `name`
-    (`register("estimator", name, ...)`; see `explorl.algos.registry` for what `needs` may record)."""
+    """Register an estimator `fn(batch: RolloutBatch, cfg: AlgoConfig[, *, options]) -> Tensor[N, T]` under `name`
+    (`register("estimator", name, ...)`; see `explorl.algos.registry` for what `needs` may record, and how an
+    estimator declares options of its own)."""
     return register("estimator", name, **needs)
 
 
@@ -35,6 +33,6 @@ def get_advantage(name: str) -> Callable[..., torch.Tensor]:
     return get("estimator", name)
 
 
-__all__ = ["ADVANTAGES", "register_advantage", "get_advantage", "register", "RolloutBatch", "MissingInputError",
+__all__ = ["register_advantage", "get_advantage", "register", "RolloutBatch", "MissingInputError",
            "PreparedBatch", "Requirements", "compute_advantages", "policy_objective", "requirements",
            "single_update_shortcut"]

@@ -6,10 +6,11 @@ per response. Groups may have different sizes; nothing here assumes `N = B * G`.
 exactly 0.0 where `mask == 0`.
 
 Each estimator is also registered by config name (`explorl.algos.registry`, kind `estimator`:
-`fn(batch: RolloutBatch, cfg: AlgoConfig) -> Tensor[N, T]`) through a thin adapter that reads the batch and the
-config; shapers, which map an advantage tensor to a new one (covariance weighting, PPL, position, entropy), are kind
-`shaper`: `fn(advantages, batch, cfg, step)`, applied in the order of `cfg.shapers`. Each entry records what it
-needs (a reference model, pi_old's log-probs) and the config fields it reads; the defaults are the config's.
+`fn(batch: RolloutBatch, cfg: AlgoConfig[, *, options]) -> Tensor[N, T]`) through a thin adapter that reads the
+batch, the core config and the method's own options (a dataclass declared beside it: `ErpoOptions`, ...,
+configured as `algo.<name>.<field>`); shapers, which map an advantage tensor to a new one (covariance weighting,
+PPL, position, entropy), are kind `shaper`: `fn(advantages, batch, cfg, step[, *, options])`, applied in the order
+of `cfg.shapers`. Each entry records what it needs (a reference model, pi_old's log-probs).
 No gradient flows through any of these functions: they detach their inputs and compute in float64.
 
 Shared pieces for estimators that need group statistics (ERPO's per-group token gates, PPL shaping, ...):
@@ -19,21 +20,24 @@ broadcast back to every element, without a Python loop over groups.
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 import torch
 from torch import Tensor
 
-from explorl.algos.registry import get, register, table_view
+from explorl.algos.registry import get, register
 
 if TYPE_CHECKING:
     from explorl.algos.batch import RolloutBatch
-    from explorl.config import AlgoConfig
+    from explorl.config.schema import AlgoConfig
 
 __all__ = [
     "dense_ids", "segment_stats", "grpo", "erpo", "cov_weights", "cov_weighted", "ppl_shaped", "position_shaped",
-    "entropy_shaped", "passk", "cov_weights_grouped", "cov_weights_balanced", "token_covariance", "SHAPERS",
-    "register_shaper", "get_shaper",
+    "entropy_shaped", "passk", "cov_weights_grouped", "cov_weights_balanced", "token_covariance",
+    "register_shaper", "get_shaper", "ErpoOptions", "PasskOptions", "CwOptions", "PplOptions", "PositionOptions",
+    "EntropyAdvOptions",
 ]
 
 
@@ -299,7 +303,7 @@ def token_covariance(advantages: Tensor, logprobs: Tensor, mask: Tensor, group: 
 
     Both means are over the valid tokens of the whole batch (`group` None: `cw`'s reading) or of each prompt's
     group (`group` given: the paper's per-group form, `cw_group`). `cov_weights` and `cov_weights_grouped` build
-    their kernels on this `c`; `analysis.probes` reports its distribution.
+    their kernels on this `c`; `experiments.probes` reports its distribution.
 
     Args:
         advantages, logprobs, mask: `[N, T]` (old-policy log-probs of the sampled tokens; 1 on response tokens).
@@ -667,40 +671,62 @@ def passk(rewards: Tensor, group: Tensor, mask: Tensor, *, k: int) -> Tensor:
     return torch.where(mask.bool(), adv[:, None], torch.zeros((), dtype=out_dtype, device=adv.device))
 
 
-ERPO_FIELDS = {"beta_progress": "erpo_beta_progress", "gamma": "erpo_gamma", "eta": "erpo_eta",
-               "num_buckets": "erpo_num_buckets", "sigma_target": "erpo_sigma_target"}
+@dataclass
+class ErpoOptions:
+    """ERPO's options, `algo.erpo.<field>` (paper 001; docs/methods.md §3)."""
+
+    beta_progress: float = 0.1
+    """beta of the implicit progress signal s = beta * (logp - ref_logp) (eq. 7)."""
+    gamma: float = 5.0
+    """Sharpness gamma of the entropy gate (eq. 8)."""
+    eta: float = 0.2
+    """Weight eta of the token-level term in A_group + eta * Psi."""
+    num_buckets: int = 10
+    """Relative-position buckets K of the progress normalisation (eq. 9)."""
+    sigma_target: float = 1.0
+    """Target scale of the token-level term."""
 
 
-@register("estimator", "erpo", needs_ref=True, reads=tuple(ERPO_FIELDS.values()))
-def _erpo_adapter(batch: RolloutBatch, cfg: AlgoConfig) -> Tensor:
+def _check_erpo(cfg) -> str | None:
+    o = cfg.algo.options["erpo"]
+    return None if o.num_buckets >= 1 else f"algo.erpo.num_buckets: must be >= 1, got {o.num_buckets}"
+
+
+@register("estimator", "erpo", needs_ref=True, options=ErpoOptions, check=_check_erpo)
+def _erpo_adapter(batch: RolloutBatch, cfg: AlgoConfig, *, options: ErpoOptions) -> Tensor:
     """ERPO (paper 001): GRPO plus the entropy-gated, bucket-normalised implicit progress term; needs a reference."""
     batch.require("entropy", "logprobs", "ref_logprobs", by="advantage 'erpo' (it compares the policy with a frozen "
                   "reference model)")
     return erpo(batch.rewards, batch.group, batch.mask, batch.entropy, batch.logprobs, batch.ref_logprobs,
-                **{kw: getattr(cfg, name) for kw, name in ERPO_FIELDS.items()})
+                beta_progress=options.beta_progress, gamma=options.gamma, eta=options.eta,
+                num_buckets=options.num_buckets, sigma_target=options.sigma_target)
+
+
+@dataclass
+class PasskOptions:
+    """Pass@k training's options, `algo.passk.<field>` (Chen et al.; docs/methods.md §5)."""
+
+    k: int = 4
+    """The k of the pass@k objective (binary rewards); at most sampling.group_size."""
 
 
 def _check_passk(cfg) -> str | None:
-    k, g = cfg.algo.passk_k, cfg.sampling.group_size
-    return None if 1 <= k <= g else f"algo.passk_k: must be in [1, sampling.group_size={g}], got {k}"
+    k, g = cfg.algo.options["passk"].k, cfg.sampling.group_size
+    return None if 1 <= k <= g else f"algo.passk.k: must be in [1, sampling.group_size={g}], got {k}"
 
 
-@register("estimator", "passk", needs_old_logprobs=False, reads=("passk_k",), check=_check_passk)
-def _passk_adapter(batch: RolloutBatch, cfg: AlgoConfig) -> Tensor:
+@register("estimator", "passk", needs_old_logprobs=False, options=PasskOptions, check=_check_passk)
+def _passk_adapter(batch: RolloutBatch, cfg: AlgoConfig, *, options: PasskOptions) -> Tensor:
     """Pass@k training (Chen et al.): analytic group advantage of the pass@k objective, binary rewards."""
-    return passk(batch.rewards, batch.group, batch.mask, k=cfg.passk_k)
+    return passk(batch.rewards, batch.group, batch.mask, k=options.k)
 
 
 # ------------------------------------------------------------------------------------------------------------
 # shapers: fn(advantages[N, T], batch, cfg, step) -> advantages[N, T], applied in `cfg.shapers` order
 
-SHAPERS = table_view("shaper")
-"""Read-only view name -> shaper of the registry (kind `shaper`)."""
-
-
 def register_shaper(name: str, **needs) -> Callable:
-    """Register `fn(advantages: Tensor[N, T], batch: RolloutBatch, cfg: AlgoConfig, step: int) -> Tensor[N, T]`
-    under `name` (`register("shaper", name, ...)`); `step` is the 1-based training step."""
+    """Register `fn(advantages: Tensor[N, T], batch: RolloutBatch, cfg: AlgoConfig, step: int[, *, options]) ->
+    Tensor[N, T]` under `name` (`register("shaper", name, ...)`); `step` is the 1-based training step."""
     return register("shaper", name, **needs)
 
 
@@ -709,56 +735,140 @@ def get_shaper(name: str) -> Callable[..., Tensor]:
     return get("shaper", name)
 
 
-@register_shaper("cw", reads=("cw_bandwidth",))
-def _cw_shaper(advantages: Tensor, batch: RolloutBatch, cfg: AlgoConfig, step: int) -> Tensor:
-    """Covariance-weighted advantages (paper 002), batch-wide statistics; kernel width `cw_bandwidth` * sigma."""
+@dataclass
+class CwOptions:
+    """Covariance weighting's options, `algo.cw.<field>`, shared by `cw`, `cw_group` and `cw_balanced` (paper 002;
+    docs/methods.md §4)."""
+
+    bandwidth: float = 1.0
+    """Width of the Gaussian kernel as a multiple of sigma, w = exp(-c^2 / (2 (bandwidth * sigma)^2)). 1 = paper
+    002 (section 2.3 sets the bandwidth to sigma); larger suppresses fewer tokens, smaller more."""
+
+
+def _check_cw(cfg) -> str | None:
+    b = cfg.algo.options["cw"].bandwidth
+    return None if 0 < b < math.inf else (f"algo.cw.bandwidth: must be > 0 and finite (a multiple of sigma; 1 = "
+                                          f"paper 002's kernel), got {b}")
+
+
+@register_shaper("cw", options=CwOptions, check=_check_cw)
+def _cw_shaper(advantages: Tensor, batch: RolloutBatch, cfg: AlgoConfig, step: int, *, options: CwOptions) -> Tensor:
+    """Covariance-weighted advantages (paper 002), batch-wide statistics; kernel width `bandwidth` * sigma."""
     batch.require("logprobs", by="shaper 'cw'")
-    return cov_weighted(advantages, batch.logprobs, batch.mask, bandwidth=cfg.cw_bandwidth)
+    return cov_weighted(advantages, batch.logprobs, batch.mask, bandwidth=options.bandwidth)
 
 
-@register_shaper("cw_group", reads=("cw_bandwidth",))
-def _cw_group_shaper(advantages: Tensor, batch: RolloutBatch, cfg: AlgoConfig, step: int) -> Tensor:
+def _masked(weights: Tensor, advantages: Tensor, mask: Tensor) -> Tensor:
+    """`weights * advantages` on valid tokens (computed in float64), exactly 0 elsewhere."""
+    return torch.where(mask.bool(), (weights * advantages.detach().to(torch.float64)).to(advantages.dtype),
+                       torch.zeros((), dtype=advantages.dtype, device=advantages.device))
+
+
+@register_shaper("cw_group", options_from="cw", check=_check_cw)
+def _cw_group_shaper(advantages: Tensor, batch: RolloutBatch, cfg: AlgoConfig, step: int, *,
+                     options: CwOptions) -> Tensor:
     """Covariance-weighted advantages with paper 002's per-group statistics (`cov_weights_grouped`)."""
     batch.require("logprobs", by="shaper 'cw_group'")
-    w = cov_weights_grouped(advantages, batch.logprobs, batch.group, batch.mask, bandwidth=cfg.cw_bandwidth)
-    return torch.where(batch.mask.bool(), (w * advantages.detach().to(torch.float64)).to(advantages.dtype),
-                       torch.zeros((), dtype=advantages.dtype, device=advantages.device))
+    w = cov_weights_grouped(advantages, batch.logprobs, batch.group, batch.mask, bandwidth=options.bandwidth)
+    return _masked(w, advantages, batch.mask)
 
 
-@register_shaper("cw_balanced", reads=("cw_bandwidth",))
-def _cw_balanced_shaper(advantages: Tensor, batch: RolloutBatch, cfg: AlgoConfig, step: int) -> Tensor:
+@register_shaper("cw_balanced", options_from="cw", check=_check_cw)
+def _cw_balanced_shaper(advantages: Tensor, batch: RolloutBatch, cfg: AlgoConfig, step: int, *,
+                        options: CwOptions) -> Tensor:
     """Sign-balanced covariance weights (`cov_weights_balanced`): explorl's variant of paper 002, not the paper's."""
     batch.require("logprobs", by="shaper 'cw_balanced'")
-    w = cov_weights_balanced(advantages, batch.logprobs, batch.group, batch.mask, bandwidth=cfg.cw_bandwidth)
-    return torch.where(batch.mask.bool(), (w * advantages.detach().to(torch.float64)).to(advantages.dtype),
-                       torch.zeros((), dtype=advantages.dtype, device=advantages.device))
+    w = cov_weights_balanced(advantages, batch.logprobs, batch.group, batch.mask, bandwidth=options.bandwidth)
+    return _masked(w, advantages, batch.mask)
 
 
-@register_shaper("ppl", reads=("ppl_alpha", "ppl_iqr_filter", "ppl_clamp"))
-def _ppl_shaper(advantages: Tensor, batch: RolloutBatch, cfg: AlgoConfig, step: int) -> Tensor:
+@dataclass
+class PplOptions:
+    """PPL shaping's options, `algo.ppl.<field>` (paper 004 section 4.4.2; docs/methods.md §7)."""
+
+    alpha: float = 0.01
+    """alpha in A * (1 - alpha * w_ppl)."""
+    iqr_filter: bool = False
+    """Drop 1.5-IQR outliers from the group statistics (as the public code does)."""
+    clamp: list[float] | None = None
+    """Optional [lo, hi] clamp of the factor 1 - alpha * w (the public code uses [0.8, 1.2])."""
+
+
+def _check_ppl(cfg) -> str | None:
+    c = cfg.algo.options["ppl"].clamp
+    if c is None or (len(c) == 2 and 0 <= c[0] <= c[1]):
+        return None
+    return f"algo.ppl.clamp: expected [lo, hi] with 0 <= lo <= hi, got {c}"
+
+
+@register_shaper("ppl", options=PplOptions, check=_check_ppl)
+def _ppl_shaper(advantages: Tensor, batch: RolloutBatch, cfg: AlgoConfig, step: int, *,
+                options: PplOptions) -> Tensor:
     """PPL shaping (paper 004, section 4.4.2): favours low-perplexity responses of each group, every step."""
     batch.require("logprobs", by="shaper 'ppl'")
-    clamp = None if cfg.ppl_clamp is None else tuple(cfg.ppl_clamp)
-    return ppl_shaped(advantages, batch.logprobs, batch.group, batch.mask, alpha=cfg.ppl_alpha,
-                      iqr_filter=cfg.ppl_iqr_filter, clamp=clamp)
+    clamp = None if options.clamp is None else tuple(options.clamp)
+    return ppl_shaped(advantages, batch.logprobs, batch.group, batch.mask, alpha=options.alpha,
+                      iqr_filter=options.iqr_filter, clamp=clamp)
 
 
-@register_shaper("position", needs_old_logprobs=False,
-                 reads=("position_gamma", "position_m", "position_d", "position_n", "position_cap_frac",
-                        "position_start", "position_steps"))
-def _position_shaper(advantages: Tensor, batch: RolloutBatch, cfg: AlgoConfig, step: int) -> Tensor:
-    """Position shaping (paper 004, section 4.4.2) inside its step window: `position_start <= step <
-    position_start + position_steps`, or every step when `position_steps == 0`; the identity outside it."""
-    start, steps = cfg.position_start, cfg.position_steps
+@dataclass
+class PositionOptions:
+    """Position shaping's options, `algo.position.<field>` (paper 004 section 4.4.2; docs/methods.md §7)."""
+
+    gamma: float = 0.1
+    """Bonus scale gamma."""
+    m: float = 15.0
+    """Sigmoid steepness m."""
+    d: float = 1.0
+    """Direction d (+1 favours later tokens)."""
+    n: float = 0.5
+    """Centre shift n of the sigmoid, r = m * (l - n) (docs/methods.md §7b). 0.5 (explorl and the public code)
+    centres it mid-response; -0.5 is the value paper 004 prints (section 4.4.2), which saturates the sigmoid so
+    that every token gets about the full bonus gamma."""
+    start: int = 0
+    """First training step (1-based) of its window."""
+    steps: int = 0
+    """Length of its window in steps (0 = every step)."""
+    cap_frac: float | None = None
+    """Optional cap of the bonus as a fraction of |A| (the public code uses 0.5)."""
+
+
+def _check_position(cfg) -> str | None:
+    o = cfg.algo.options["position"]
+    if o.cap_frac is not None and o.cap_frac < 0:
+        return f"algo.position.cap_frac: must be >= 0, got {o.cap_frac}"
+    if not math.isfinite(o.n):
+        return (f"algo.position.n: must be a finite number (0.5 centres the bonus mid-response; the paper prints "
+                f"-0.5), got {o.n}")
+    return None if o.steps >= 0 else f"algo.position.steps: must be >= 0 (0 = every step), got {o.steps}"
+
+
+@register_shaper("position", needs_old_logprobs=False, options=PositionOptions, check=_check_position,
+                 needs_step=lambda o: o.steps > 0)
+def _position_shaper(advantages: Tensor, batch: RolloutBatch, cfg: AlgoConfig, step: int, *,
+                     options: PositionOptions) -> Tensor:
+    """Position shaping (paper 004, section 4.4.2) inside its step window: `start <= step < start + steps`, or
+    every step when `steps == 0`; the identity outside it."""
+    start, steps = options.start, options.steps
     if steps > 0 and not (start <= step < start + steps):
         return advantages
-    return position_shaped(advantages, batch.mask, gamma=cfg.position_gamma, m=cfg.position_m, d=cfg.position_d,
-                           n=cfg.position_n, cap_frac=cfg.position_cap_frac)
+    return position_shaped(advantages, batch.mask, gamma=options.gamma, m=options.m, d=options.d, n=options.n,
+                           cap_frac=options.cap_frac)
 
 
-@register_shaper("entropy_adv", needs_old_logprobs=False, reads=("entropy_adv_alpha", "entropy_adv_kappa"))
-def _entropy_adv_shaper(advantages: Tensor, batch: RolloutBatch, cfg: AlgoConfig, step: int) -> Tensor:
+@dataclass
+class EntropyAdvOptions:
+    """Entropy-based advantage's options, `algo.entropy_adv.<field>` (Cheng et al.; docs/methods.md §5)."""
+
+    alpha: float = 0.4
+    """alpha in A + min(alpha * H, |A| / kappa)."""
+    kappa: float = 2.0
+    """kappa."""
+
+
+@register_shaper("entropy_adv", needs_old_logprobs=False, options=EntropyAdvOptions)
+def _entropy_adv_shaper(advantages: Tensor, batch: RolloutBatch, cfg: AlgoConfig, step: int, *,
+                        options: EntropyAdvOptions) -> Tensor:
     """Entropy-based advantage (Cheng et al.): A + min(alpha * H, |A| / kappa)."""
     batch.require("entropy", by="shaper 'entropy_adv'")
-    return entropy_shaped(advantages, batch.entropy, batch.mask, alpha=cfg.entropy_adv_alpha,
-                          kappa=cfg.entropy_adv_kappa)
+    return entropy_shaped(advantages, batch.entropy, batch.mask, alpha=options.alpha, kappa=options.kappa)

@@ -12,7 +12,7 @@ Deliberate difference from the bare formula: the log-ratio `logp_new - logp_old`
 before `exp` (as verl does), a numerical guard that only acts on ratios beyond 4.8e8 or below 2e-9.
 
 Besides the PPO-clip loss (`policy_loss`), this module holds the loss variants of the baselines in docs/methods.md
-§5 (`clip_cov_loss`, `kl_cov_loss`, registered in `POLICY_LOSSES`), the token selection of the forking-token
+§5 (`clip_cov_loss`, `kl_cov_loss`, registered as kind `policy_loss`), the token selection of the forking-token
 baseline (`forking_mask`, fed to the losses as `token_weights`), the truncated importance weights of EAD
 (`tis_weights`, docs/methods.md §6c, fed as `is_weights`) and DAPO's soft overlong punishment (`overlong_penalty`).
 
@@ -33,17 +33,19 @@ gradient (Cui et al. 2025; the token's term becomes 0, the denominator stays).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
 from torch import Tensor
 
-from explorl.algos.registry import get, register, table_view
+from explorl.algos.registry import get, register
 
 __all__ = [
     "LOSS_AGG_MODES", "masked_sum", "masked_mean", "aggregate", "kl_k3", "policy_loss",
     "tis_weights", "tis_stats", "TIS_LEVELS", "forking_mask", "clip_cov_loss", "kl_cov_loss", "overlong_penalty",
-    "POLICY_LOSSES", "get_policy_loss", "aggregation_count", "micro_batch_share",
+    "get_policy_loss", "aggregation_count", "micro_batch_share", "PpoOptions", "ClipCovOptions", "KlCovOptions",
+    "ForkingOptions",
 ]
 
 LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
@@ -401,8 +403,8 @@ def clip_cov_loss(
     call: the trainer's micro-batches each select their own tokens.
 
     No dual clip: this loss shares the PPO token loss of `policy_loss` (`_ppo_token_loss`) but not its optional
-    dual clip, because verl's Clip-Cov loss (`compute_policy_loss_clip_cov`) has none; the config validation
-    rejects `algo.dual_clip_c` with `algo.loss=clip_cov` rather than ignore it (docs/methods.md §9).
+    dual clip, because verl's Clip-Cov loss (`compute_policy_loss_clip_cov`) has none; the dual clip is an option of
+    the `ppo` loss only (`algo.ppo.dual_clip_c`), refused with `algo.loss=clip_cov` (docs/methods.md §9).
 
     Args:
         logprobs_new, logprobs_old, advantages, mask: `[N, T]`, as in `policy_loss`.
@@ -722,30 +724,71 @@ def micro_batch_share(mask: Tensor, rows: Tensor, agg: str) -> float:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Registry: kind `policy_loss` (explorl.algos.registry); `kwargs` maps each keyword to the config field supplying it
+# Registry: kind `policy_loss`; `kwargs` maps each keyword to the option (or core `algo` field) supplying it
+
+
+@dataclass
+class PpoOptions:
+    """The PPO-clip loss's options, `algo.ppo.<field>` (docs/methods.md §1, §9)."""
+
+    dual_clip_c: float | None = None
+    """Dual-clip PPO as verl 0.9 applies it (its `actor.clip_ratio_c`, default 3.0, always on; Ye et al. 2020): for
+    tokens with A < 0 the token loss is min(-A * c, PPO-clip loss), so a huge ratio cannot drive it further. Must be
+    > 1. null (explorl's default): off. verl's Clip-Cov has none, so `clip_cov` has no such option."""
+
+
+def _check_ppo(cfg) -> str | None:
+    c = cfg.algo.options["ppo"].dual_clip_c
+    return None if c is None or c > 1 else (f"algo.ppo.dual_clip_c: must be > 1 (verl's clip_ratio_c is 3.0) or null "
+                                            f"for no dual clip, got {c}")
+
+
+@dataclass
+class ClipCovOptions:
+    """Clip-Cov's options, `algo.clip_cov.<field>` (Cui et al. 2025; docs/methods.md §5a)."""
+
+    ratio: float = 2e-4
+    """Fraction of tokens whose gradient is removed."""
+    lb: float = 1.0
+    """Lower covariance bound of the candidates."""
+    ub: float = 5.0
+    """Upper covariance bound of the candidates."""
+
+
+@dataclass
+class KlCovOptions:
+    """KL-Cov's options, `algo.kl_cov.<field>` (Cui et al. 2025; docs/methods.md §5b)."""
+
+    k_percent: float = 0.2
+    """Percentage (not fraction) of tokens with the largest covariance that get the KL penalty."""
+    coef: float = 1.0
+    """Coefficient of |logp - logp_old| on the selected tokens."""
+
 
 _PPO_KWARGS = {"eps_low": "eps_low", "eps_high": "eps_high"}
-# dual clip: `ppo` only (verl's Clip-Cov has none; see `clip_cov_loss`); the config validation rejects
-# `algo.dual_clip_c` for a loss whose entry does not map it
-register("policy_loss", "ppo", needs_old_logprobs=False,
-         kwargs={**_PPO_KWARGS, "dual_clip_c": "dual_clip_c"})(policy_loss)
-register("policy_loss", "clip_cov", needs_old_logprobs=False, needs_generator=True,
-         kwargs={**_PPO_KWARGS, "clip_ratio": "clip_cov_ratio", "lb": "clip_cov_lb", "ub": "clip_cov_ub"})(clip_cov_loss)
-register("policy_loss", "kl_cov", needs_old_logprobs=False,
-         kwargs={"k_percent": "kl_cov_k_percent", "kl_coef": "kl_cov_coef"})(kl_cov_loss)
-
-POLICY_LOSSES = table_view("policy_loss")
-"""Policy-loss variants by config name (read-only view of the registry). Each is called as `fn(logprobs_new,
-logprobs_old, advantages, mask, agg=..., max_response_len=..., is_weights=..., token_weights=..., **variant_kwargs)`
-and returns `(loss, stats)`."""
+# `verl_fields`: option -> (key of verl's actor config, factor, verl's default), how verl 0.9 spells each option
+# (`explorl.integrations.verl` reads them from there; verl applies its dual clip always, at 3.0 by default)
+register("policy_loss", "ppo", needs_old_logprobs=False, options=PpoOptions, check=_check_ppo,
+         kwargs={**_PPO_KWARGS, "dual_clip_c": "dual_clip_c"},
+         verl_fields={"dual_clip_c": ("clip_ratio_c", 1.0, 3.0)})(policy_loss)
+register("policy_loss", "clip_cov", needs_old_logprobs=False, needs_generator=True, options=ClipCovOptions,
+         kwargs={**_PPO_KWARGS, "clip_ratio": "ratio", "lb": "lb", "ub": "ub"},
+         verl_fields={"ratio": ("policy_loss.clip_cov_ratio", 1.0, 2e-4), "lb": ("policy_loss.clip_cov_lb", 1.0, 1.0),
+                      "ub": ("policy_loss.clip_cov_ub", 1.0, 5.0)})(clip_cov_loss)
+register("policy_loss", "kl_cov", needs_old_logprobs=False, options=KlCovOptions,
+         kwargs={"k_percent": "k_percent", "kl_coef": "coef"},  # verl's kl_cov_ratio is a fraction, ours a percentage
+         verl_fields={"k_percent": ("policy_loss.kl_cov_ratio", 100.0, 2e-3),
+                      "coef": ("policy_loss.ppo_kl_coef", 1.0, 1.0)})(kl_cov_loss)
 
 
 def get_policy_loss(name: str) -> Callable[..., tuple[Tensor, dict[str, float]]]:
-    """The policy loss registered as `name`; KeyError listing the valid names otherwise."""
+    """The policy loss registered as `name`, called as `fn(logprobs_new, logprobs_old, advantages, mask, agg=...,
+    max_response_len=..., is_weights=..., token_weights=..., **variant_kwargs) -> (loss, stats)`; KeyError listing
+    the valid names otherwise."""
     return get("policy_loss", name)
 
 
-# Token filters: kind `token_filter`, fn(batch, loss_mask, cfg) -> per-token weights [N, T] or None (no filter)
+# Token filters: kind `token_filter`, fn(batch, loss_mask, cfg[, *, options]) -> per-token weights [N, T] or None
 
 @register("token_filter", "none", needs_old_logprobs=False)
 def _no_token_filter(batch, loss_mask: Tensor, cfg) -> None:
@@ -753,8 +796,21 @@ def _no_token_filter(batch, loss_mask: Tensor, cfg) -> None:
     return None
 
 
-@register("token_filter", "forking", needs_old_logprobs=False, reads=("forking_top_frac",))
-def _forking_filter(batch, loss_mask: Tensor, cfg) -> Tensor:
-    """Only the top `forking_top_frac` highest-entropy tokens of the batch train (Wang et al., 80/20)."""
+@dataclass
+class ForkingOptions:
+    """The forking-token filter's options, `algo.forking.<field>` (Wang et al. 80/20; docs/methods.md §5)."""
+
+    top_frac: float = 0.2
+    """Fraction of the batch's valid tokens kept: those of highest entropy."""
+
+
+def _check_forking(cfg) -> str | None:
+    f = cfg.algo.options["forking"].top_frac
+    return None if 0 < f <= 1 else f"algo.forking.top_frac: must be in (0, 1], got {f}"
+
+
+@register("token_filter", "forking", needs_old_logprobs=False, options=ForkingOptions, check=_check_forking)
+def _forking_filter(batch, loss_mask: Tensor, cfg, *, options: ForkingOptions) -> Tensor:
+    """Only the top `top_frac` highest-entropy tokens of the batch train (Wang et al., 80/20)."""
     batch.require("entropy", by="token_filter 'forking'")
-    return forking_mask(batch.entropy, loss_mask, top_frac=cfg.forking_top_frac)
+    return forking_mask(batch.entropy, loss_mask, top_frac=options.top_frac)

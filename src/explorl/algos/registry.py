@@ -1,11 +1,22 @@
 """One registry for every pluggable kind of explorl: estimators, shapers, policy losses, token filters, temperature
 schedules, budget policies and tasks.
 
-    @register("estimator", "my_adv", reads=("adv_eps",))
-    def my_adv(batch, cfg): ...          # selected in YAML as `algo.advantage: my_adv`
+    @dataclass
+    class MyAdvOptions:
+        scale: float = 1.0   # (with its docstring below it, as in the core config)
+
+    @register("estimator", "my_adv", options=MyAdvOptions)
+    def my_adv(batch, cfg, *, options: MyAdvOptions): ...   # `algo.advantage: my_adv`, `algo.my_adv.scale: 2`
 
 `register` refuses a name that is already taken and records, beside the function, what the method needs, so the
-training loop and the config validation ask the registry instead of naming methods:
+training loop, the config validation and the engines (TRL, verl, vLLM) ask the registry instead of naming methods:
+- `options`: a dataclass of the entry's own settings (a docstring and one default per field, as the core config
+  has). They live in the config under the section of the entry's kind and the entry's name (`algo.erpo.gamma`,
+  `sampling.ead.tau_max`, `budget.e3.g_step`; `SECTIONS`), are validated and filled with their defaults when the
+  entry is selected, and reach the function as the keyword `options` (`Entry.bind`). `options_from="cw"`: the
+  entry reads the options of entry `cw` of its kind (one owns shared options, the other says so).
+- `selects` (optional): `fn(options) -> {option field: entry name}`, other entries of the same kind that the
+  entry's options select and whose options are then in use too (the `adaptive` schedule's `base`);
 - `needs_ref`: a frozen reference policy must be kept (its log-probs fill `RolloutBatch.ref_logprobs`);
 - `needs_old_logprobs`: pi_old's log-probs are read before the update (so they cannot be taken from the update's
   own forward; see `explorl.algos.step.single_update_shortcut`). True unless an entry says otherwise: an entry
@@ -13,35 +24,67 @@ training loop and the config validation ask the registry instead of naming metho
 - `needs_behavior`: the sampler's behaviour log-probs are read;
 - `behavior_is_policy` (temperature schedules): the distribution sampled from is the optimised policy itself, so
   the sampler's entropies are the policy's and the one-update shortcut is safe;
-- `reads`: the config fields the entry reads: fields of `AlgoConfig` for the algorithm kinds, of `TaskConfig` for
-  tasks, dotted paths of `Config` for schedules and budget policies (documentation; a test checks each exists);
+- `reads`: the core config fields the entry reads besides its options: fields of `AlgoConfig` for the algorithm
+  kinds, of `TaskConfig` for tasks, dotted paths of `Config` for schedules and budget policies (documentation; a
+  test checks each exists);
+- `kwargs` (policy losses): keyword of the loss function -> the option or core field that supplies it;
 - `check` (optional, keyword): `fn(cfg: Config) -> error message or None`, run by the config validation when the
-  entry is chosen, so a method validates its own settings before any work starts.
+  entry is chosen, so a method validates its own settings before any work starts;
+- `needs_step` (shapers, optional): `fn(options) -> bool`, whether the entry reads the training step (a step
+  window), which an engine must then pass;
+- `verl_fields` (policy losses, optional): option -> (key of verl's actor config, factor, verl's default), how
+  verl spells the option, so the verl adapter reads it without naming the method.
 
-The calling convention of each kind is in `KINDS`. This module imports nothing (it is the bottom of the import
-graph): registering happens when the module that defines an entry is imported, and `explorl.algos`,
+What an engine (TRL, verl, vLLM, the CLI) must be able to do for an entry, so that it asks instead of naming
+methods (`CAPABILITIES`; each is an `extra` keyword of `register`, absent = False):
+- `static` (schedules, budget policies): nothing changes from step to step or prompt to prompt (`fixed`,
+  `uniform`): an engine can sample with its own fixed temperature and group size;
+- `per_token` (schedules): the temperature varies with the output position; the value is the pure function
+  `fn(t, step, **anneal) -> factor` that an engine evaluates per token (the keyword arguments come from the
+  schedule's `per_prompt(...).anneal`, `explorl.integrations.vllm`);
+- `per_prompt_temperature` (schedules): each prompt of a batch gets its own temperature;
+- `per_prompt_budget` (budget policies): each prompt gets its own number of responses;
+- `resamples` (budget policies): the batch is filled by further generation rounds that drop groups.
+
+The calling convention of each kind is in `KINDS`. This module imports nothing of explorl (it is the bottom of the
+import graph): registering happens when the module that defines an entry is imported, and `explorl.algos`,
 `explorl.rollout.controllers` and `explorl.tasks` import theirs. A user's own module is imported by naming it in
 `run.plugins`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import functools
+from dataclasses import dataclass, field, is_dataclass
 from typing import Any, Callable
 
 KINDS: dict[str, str] = {
-    "estimator": "fn(batch: RolloutBatch, cfg: AlgoConfig) -> Tensor[N, T]; chosen by `algo.advantage`",
-    "shaper": "fn(advantages: Tensor[N, T], batch: RolloutBatch, cfg: AlgoConfig, step: int) -> Tensor[N, T]; "
-              "`algo.shapers`, applied in order (step is 1-based)",
+    "estimator": "fn(batch: RolloutBatch, cfg: AlgoConfig[, *, options]) -> Tensor[N, T]; chosen by "
+                 "`algo.advantage`",
+    "shaper": "fn(advantages: Tensor[N, T], batch: RolloutBatch, cfg: AlgoConfig, step: int[, *, options]) -> "
+              "Tensor[N, T]; `algo.shapers`, applied in order (step is 1-based)",
     "policy_loss": "fn(logprobs_new, logprobs_old, advantages, mask, *, agg, max_response_len, is_weights, "
-                   "token_weights, **kwargs) -> (loss, stats); `algo.loss`; `kwargs` maps keywords to config fields",
-    "token_filter": "fn(batch: RolloutBatch, loss_mask: Tensor[N, T], cfg: AlgoConfig) -> Tensor[N, T] | None "
-                    "(per-token weights, 1 keeps, 0 drops); `algo.token_filter`",
-    "temperature_schedule": "factory(cfg: Config, vocab_size: int) -> schedule object; `sampling.schedule`",
-    "budget_policy": "factory(cfg: Config, num_prompts: int) -> budget object; `budget.policy`",
+                   "token_weights, **kwargs) -> (loss, stats); `algo.loss`; `kwargs` maps keywords to option or "
+                   "core fields",
+    "token_filter": "fn(batch: RolloutBatch, loss_mask: Tensor[N, T], cfg: AlgoConfig[, *, options]) -> "
+                    "Tensor[N, T] | None (per-token weights, 1 keeps, 0 drops); `algo.token_filter`",
+    "temperature_schedule": "factory(cfg: Config, vocab_size: int[, *, options]) -> schedule object; "
+                            "`sampling.schedule`",
+    "budget_policy": "factory(cfg: Config, num_prompts: int[, *, options]) -> budget object; `budget.policy`",
     "task": "fn(cfg: TaskConfig) -> (train problems, eval problems, default reward, answer extractor); "
             "`task.name` (an entry with `takes_argument` is named `name:<argument>`)",
 }
+
+# what an engine must support for an entry (see the module docstring); each an `extra` keyword of `register`
+CAPABILITIES: dict[str, str] = {
+    "static": "the same sampling every step and prompt", "per_token": "a per-token temperature (fn(t, step, **anneal))",
+    "per_prompt_temperature": "a temperature per prompt", "per_prompt_budget": "a number of responses per prompt",
+    "resamples": "further generation rounds that refill the batch",
+}
+
+# the config section that holds the selection and the options of each kind (tasks keep theirs in `task`)
+SECTIONS: dict[str, str] = {"estimator": "algo", "shaper": "algo", "policy_loss": "algo", "token_filter": "algo",
+                            "temperature_schedule": "sampling", "budget_policy": "budget"}
 
 
 @dataclass(frozen=True)
@@ -58,9 +101,53 @@ class Entry:
     takes_argument: bool = False
     reads: tuple[str, ...] = ()
     kwargs: dict[str, str] = field(default_factory=dict)
-    """policy_loss: keyword of the loss function -> the config field that supplies it."""
+    """policy_loss: keyword of the loss function -> the option (first) or core field that supplies it."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Anything else a kind records (e.g. a policy loss that needs a random generator)."""
+    options: type | None = None
+    """The dataclass of the entry's own settings (`algo.<name>.<field>`, ...), or None."""
+    options_from: str | None = None
+    """The entry of the same kind whose options this one reads (`cw_group` reads `cw`'s), or None (its own)."""
+    selects: Callable[[Any], dict[str, str]] | None = None
+    """`fn(options) -> {option field: entry name}`: further entries of the same kind in use with this one."""
+
+    @property
+    def options_owner(self) -> str:
+        """The name the options are found under in the config: `options_from`, else the entry's own name."""
+        return self.options_from or self.name
+
+    def options_in(self, section: Any) -> Any:
+        """This entry's options as the config section (`algo`, `sampling`, `budget`) holds them in its `options`
+        mapping, or their defaults when it holds none; None for an entry without options."""
+        owner = lookup(self.kind, self.options_owner) if self.options_from else self
+        if owner.options is None:
+            return None
+        value = (getattr(section, "options", None) or {}).get(owner.name)
+        if value is None:
+            return owner.options()
+        if not isinstance(value, owner.options):  # a raw mapping: the config was not validated (`validate`)
+            raise TypeError(f"{SECTIONS.get(self.kind, self.kind)}.{owner.name}: options not validated yet "
+                            f"({type(value).__name__}); build the config with load_config / validate")
+        return value
+
+    def bind(self, section: Any) -> Callable:
+        """`fn` with its options taken from the config section as the keyword `options`; `fn` itself for an
+        entry without options."""
+        options = self.options_in(section)
+        return self.fn if options is None else functools.partial(self.fn, options=options)
+
+    def can(self, capability: str) -> Any:
+        """The entry's value of `capability` (`CAPABILITIES`; False when it does not declare it)."""
+        if capability not in CAPABILITIES:
+            raise KeyError(f"unknown capability {capability!r}; valid: {', '.join(CAPABILITIES)}")
+        return self.extra.get(capability, False)
+
+    def keyword_values(self, section: Any) -> dict[str, Any]:
+        """policy_loss: the values of `kwargs`, each from the entry's options when they have the field, else
+        from the core section."""
+        options = self.options_in(section)
+        return {kw: getattr(options, name) if options is not None and hasattr(options, name)
+                else getattr(section, name) for kw, name in self.kwargs.items()}
 
 
 _REGISTRY: dict[str, dict[str, Entry]] = {kind: {} for kind in KINDS}
@@ -68,18 +155,34 @@ _REGISTRY: dict[str, dict[str, Entry]] = {kind: {} for kind in KINDS}
 
 def register(kind: str, name: str, *, needs_ref: bool = False, needs_old_logprobs: bool = True,
              needs_behavior: bool = False, behavior_is_policy: bool = True, takes_argument: bool = False,
-             reads: tuple[str, ...] = (), kwargs: dict[str, str] | None = None, **extra: Any) -> Callable:
-    """Decorator: register `fn` as `kind` `name`; ValueError if the name is taken or the kind unknown."""
+             reads: tuple[str, ...] = (), kwargs: dict[str, str] | None = None, options: type | None = None,
+             options_from: str | None = None, selects: Callable | None = None, **extra: Any) -> Callable:
+    """Decorator: register `fn` as `kind` `name`; ValueError if the name is taken, the kind unknown, `options` not a
+    dataclass, or `options_from` names no entry with options."""
     if kind not in _REGISTRY:
         raise ValueError(f"unknown registry kind {kind!r}; valid: {', '.join(KINDS)}")
+    if options is not None and not (isinstance(options, type) and is_dataclass(options)):
+        raise ValueError(f"{kind} {name!r}: options must be a dataclass type, got {options!r}")
+    if options is not None and options_from is not None:
+        raise ValueError(f"{kind} {name!r}: declare options or options_from, not both")
+    if options_from is not None and getattr(_REGISTRY[kind].get(options_from), "options", None) is None:
+        raise ValueError(f"{kind} {name!r}: options_from={options_from!r} names no {kind} with options")
+    section = SECTIONS.get(kind)
+    clash = [k for k, sec in SECTIONS.items() if sec == section and k != kind and name in _REGISTRY[k]
+             and (options or options_from) and (_REGISTRY[k][name].options or _REGISTRY[k][name].options_from)]
+    if clash:  # both would keep their options under `<section>.<name>`
+        raise ValueError(f"{kind} {name!r}: the {clash[0]} {name!r} already keeps options under {section}.{name}; "
+                         f"choose another name")
     kwargs = dict(kwargs or {})
-    reads = tuple(reads) + tuple(f for f in kwargs.values() if f not in reads)
+    option_fields = set(getattr(options, "__dataclass_fields__", {}))
+    reads = tuple(reads) + tuple(f for f in kwargs.values() if f not in reads and f not in option_fields)
 
     def wrap(fn: Callable) -> Callable:
         if name in _REGISTRY[kind]:
             raise ValueError(f"{kind} {name!r} registered twice (first by {_REGISTRY[kind][name].fn.__module__})")
         _REGISTRY[kind][name] = Entry(kind, name, fn, needs_ref, needs_old_logprobs, needs_behavior,
-                                      behavior_is_policy, takes_argument, reads, kwargs, extra)
+                                      behavior_is_policy, takes_argument, reads, kwargs, extra, options,
+                                      options_from, selects)
         return fn
 
     return wrap
@@ -110,36 +213,3 @@ def names(kind: str) -> list[str]:
 def entries(kind: str) -> dict[str, Entry]:
     """A copy of the table of `kind`."""
     return dict(_REGISTRY[kind])
-
-
-def table_view(kind: str) -> "RegistryView":
-    """A read-only mapping name -> function of `kind` (the old per-kind dicts, e.g. `ADVANTAGES`)."""
-    return RegistryView(kind)
-
-
-class RegistryView:
-    """Read-only `Mapping[str, Callable]` over one kind of the registry; it always shows the current entries."""
-
-    def __init__(self, kind: str):
-        self.kind = kind
-
-    def __getitem__(self, name: str) -> Callable:
-        return get(self.kind, name)
-
-    def __contains__(self, name: object) -> bool:
-        return name in _REGISTRY[self.kind]
-
-    def __iter__(self):
-        return iter(_REGISTRY[self.kind])
-
-    def __len__(self) -> int:
-        return len(_REGISTRY[self.kind])
-
-    def keys(self):
-        return _REGISTRY[self.kind].keys()
-
-    def items(self):
-        return ((n, e.fn) for n, e in _REGISTRY[self.kind].items())
-
-    def __repr__(self) -> str:
-        return f"<{self.kind} registry: {', '.join(sorted(self))}>"

@@ -11,7 +11,7 @@ logic exists twice. The pipeline, in order (docs/methods.md):
 3. the shapers (`algo.shapers`) in order;
 4. the token filter (`algo.token_filter`, per-token weights) and truncated importance weights (`algo.tis`, per
    token or per sequence by `algo.tis_level`, docs/methods.md §6);
-5. per micro-batch: the policy loss (`algo.loss`; verl's dual clip by `algo.dual_clip_c`) plus the k3 KL
+5. per micro-batch: the policy loss (`algo.loss`; verl's dual clip by `algo.ppo.dual_clip_c`) plus the k3 KL
    (`algo.kl_coef`; clamped as verl's `low_var_kl` by `algo.kl_clamp`, docs/methods.md §9) minus the entropy
    bonus (`algo.entropy_coef`), each aggregated by `algo.loss_agg`.
 Which function serves a name is the registry's business (`explorl.algos.registry`); this file names no method.
@@ -32,7 +32,7 @@ from explorl.algos.losses import aggregate, kl_k3, masked_mean, overlong_penalty
 from explorl.algos.registry import lookup
 
 if TYPE_CHECKING:
-    from explorl.config import AlgoConfig
+    from explorl.config.schema import AlgoConfig
 
 __all__ = ["Requirements", "requirements", "single_update_shortcut", "PreparedBatch", "compute_advantages",
            "policy_objective"]
@@ -139,11 +139,11 @@ def compute_advantages(batch: RolloutBatch, cfg: AlgoConfig, step: int) -> Prepa
                          entropy=_masked(batch.entropy, loss_mask),
                          behavior_logprobs=_masked(batch.behavior_logprobs, loss_mask),
                          ref_logprobs=_masked(batch.ref_logprobs, loss_mask))
-    advantages = lookup("estimator", cfg.advantage).fn(seen, cfg)
+    advantages = lookup("estimator", cfg.advantage).bind(cfg)(seen, cfg)
     base = advantages
     for name in cfg.shapers:
-        advantages = lookup("shaper", name).fn(advantages, seen, cfg, step)
-    token_weights = lookup("token_filter", cfg.token_filter).fn(seen, loss_mask, cfg)
+        advantages = lookup("shaper", name).bind(cfg)(advantages, seen, cfg, step)
+    token_weights = lookup("token_filter", cfg.token_filter).bind(cfg)(seen, loss_mask, cfg)
     is_weights = None
     if cfg.tis:
         seen.require("logprobs", "behavior_logprobs", by="algo.tis")
@@ -184,7 +184,7 @@ def policy_objective(logprobs: Tensor, entropy: Tensor | None, batch: RolloutBat
         (scalar loss, stats): the loss variant's statistics plus `kl/mean` and `loss/entropy` when those terms act.
     """
     entry = lookup("policy_loss", cfg.loss)
-    kwargs = {kw: getattr(cfg, name) for kw, name in entry.kwargs.items()}
+    kwargs = entry.keyword_values(cfg)
     if entry.extra.get("needs_generator"):
         kwargs["generator"] = generator
     mask = prepared.loss_mask

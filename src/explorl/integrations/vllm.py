@@ -3,9 +3,12 @@
 EAD (paper 003; docs/methods.md §6a) samples token t of a response at `T * tau(t)`, where `T` is the request's
 temperature and `tau` the annealed schedule of the training step. vLLM takes one temperature per request, so the
 per-token factor is a logits processor: a request that carries `SamplingParams(extra_args={"explorl_ead": args})`
-(`args`: the keyword arguments of `explorl.rollout.temperature.ead` / `revead` plus `"schedule"`, exactly what
-`rollout.controllers` schedules give as `PromptTemperature.anneal`) has its logits divided by `tau(t)` at output
-position t; other requests are untouched.
+(`args`: `"schedule"`, the name of a registered temperature schedule that declares a per-token temperature
+(`per_token`: EAD, RevEAD, or a user's own), `"step"`, and that function's keyword arguments: exactly what the
+schedule gives as `PromptTemperature.anneal`) has its logits divided by `tau(t)` at output position t; other
+requests are untouched. The processor asks the registry for the function, so a per-token schedule registered
+in a user's module (imported in the engine's process, e.g. through `run.plugins`' modules on its PYTHONPATH)
+works here without a change to this file.
 
 Load it with `--logits-processors explorl.integrations.vllm:EADLogitsProcessor` (in verl:
 `+actor_rollout_ref.rollout.engine_kwargs.vllm.logits_processors='["explorl.integrations.vllm:EADLogitsProcessor"]'`).
@@ -24,34 +27,52 @@ CPU; `EADLogitsProcessor` is a thin class built on first access, where vLLM impo
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import inspect
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import Tensor
 
-from explorl.rollout import temperature as Tm
+from explorl.algos.registry import entries
 
 EAD_ARG = "explorl_ead"
 """The `SamplingParams.extra_args` key holding a request's annealing arguments."""
-SCHEDULES = {"ead": Tm.ead, "revead": Tm.revead}
-_KWARGS = ("tau_max", "tau_min", "d0", "alpha", "d_max", "c", "scale")
+
+
+def per_token_schedules() -> dict[str, Callable]:
+    """Registered temperature schedules with a per-token temperature: name -> `fn(t, step, **anneal) -> factor`."""
+    import explorl.rollout.controllers  # noqa: F401  (registers explorl's schedules)
+
+    return {name: e.can("per_token") for name, e in entries("temperature_schedule").items() if e.can("per_token")}
+
+
+def _keywords(fn: Callable) -> tuple[str, ...]:
+    """The keyword arguments of a per-token function besides the position and the step."""
+    return tuple(n for n, p in inspect.signature(fn).parameters.items()
+                 if p.kind is p.KEYWORD_ONLY or (p.default is not p.empty and n not in ("t", "step")))
 
 
 def check_anneal_args(args: Any) -> dict:
-    """A request's annealing arguments, checked: a mapping with `schedule` (ead or revead), `step` (int >= 0) and
-    the schedule's keyword arguments; raises ValueError naming what is wrong (vLLM rejects the request)."""
+    """A request's annealing arguments, checked: a mapping with `schedule` (a registered per-token schedule),
+    `step` (int >= 0) and the schedule's keyword arguments; raises ValueError naming what is wrong (vLLM rejects
+    the request)."""
     if not isinstance(args, dict):
         raise ValueError(f"extra_args[{EAD_ARG!r}] must be a dict, got {type(args).__name__}")
-    if args.get("schedule") not in SCHEDULES:
-        raise ValueError(f"extra_args[{EAD_ARG!r}]['schedule'] must be one of {sorted(SCHEDULES)}, "
+    schedules = per_token_schedules()
+    if args.get("schedule") not in schedules:
+        raise ValueError(f"extra_args[{EAD_ARG!r}]['schedule'] must be one of {sorted(schedules)}, "
                          f"got {args.get('schedule')!r}")
-    unknown = set(args) - {"schedule", "step", *_KWARGS}
+    keywords = _keywords(schedules[args["schedule"]])
+    unknown = set(args) - {"schedule", "step", *keywords}
     if unknown:
         raise ValueError(f"extra_args[{EAD_ARG!r}]: unknown keys {sorted(unknown)}; valid: schedule, step, "
-                         f"{', '.join(_KWARGS)}")
+                         f"{', '.join(keywords)}")
     if not isinstance(args.get("step"), int) or args["step"] < 0:
         raise ValueError(f"extra_args[{EAD_ARG!r}]['step'] must be an int >= 0 (the 0-based training step)")
     return args
+
+
+_KWARGS_OF: dict[Callable, tuple[str, ...]] = {}
 
 
 def token_factors(args: Sequence[dict | None], positions: Sequence[int]) -> Tensor:
@@ -61,10 +82,12 @@ def token_factors(args: Sequence[dict | None], positions: Sequence[int]) -> Tens
     Equals `explorl`'s sampler table: `Tm.ead_schedule(step, T_max, **kw)[t] == token_factors([args], [t])[0]`.
     """
     out = torch.ones(len(args), dtype=torch.float32)
+    schedules = per_token_schedules() if any(a is not None for a in args) else {}
     for b, (a, t) in enumerate(zip(args, positions)):
         if a is not None:
-            kw = {k: a[k] for k in _KWARGS if k in a}
-            out[b] = SCHEDULES[a["schedule"]](int(t), a["step"], **kw)
+            fn = schedules[a["schedule"]]
+            kw = {k: a[k] for k in _KWARGS_OF.setdefault(fn, _keywords(fn)) if k in a}
+            out[b] = fn(int(t), a["step"], **kw)
     return out
 
 

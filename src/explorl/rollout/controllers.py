@@ -1,8 +1,9 @@
 """What steers sampling from step to step: the prompt order, the temperature schedule and the budget policy.
 
 Temperature schedules (`sampling.schedule`) and budget policies (`budget.policy`) register in
-`explorl.algos.registry` as factories `(cfg: Config, ...) -> object`; `Controllers` asks the registry for the
-configured ones, so the loop never names one. Every object here keeps plain state with `state_dict`, saved in each
+`explorl.algos.registry` as factories `(cfg: Config, ...[, *, options]) -> object`, each with its options dataclass
+(`sampling.<schedule>.<field>`, `budget.<policy>.<field>`); `Controllers` asks the registry for the configured
+ones, so the loop never names one. Every object here keeps plain state with `state_dict`, saved in each
 checkpoint, so a resumed run continues exactly.
 
 A temperature schedule has `at(step) -> (sampler temperature, training temperature, stats)` for the 0-based step
@@ -31,7 +32,7 @@ from explorl.rollout import temperature as Tm
 from explorl.rollout.budget import BudgetCurriculum, DifficultyTracker, allocate
 
 if TYPE_CHECKING:
-    from explorl.config import Config
+    from explorl.config.schema import Config
 
 
 class PromptStream:
@@ -110,7 +111,7 @@ class _Stateless:
         pass
 
 
-@register("temperature_schedule", "fixed", reads=("sampling.temperature",))
+@register("temperature_schedule", "fixed", reads=("sampling.temperature",), static=True)
 class FixedTemperature(_Stateless):
     """`sampling.temperature` for sampling and training."""
 
@@ -121,25 +122,41 @@ class FixedTemperature(_Stateless):
         return self.temperature, self.temperature, {}
 
 
+@dataclass
+class E3TemperatureOptions:
+    """The E3 temperature scheduler's options, `sampling.e3.<field>` (paper 000 eqs. 4-5; docs/methods.md §2b)."""
+
+    anneal: bool = False
+    """Entropy-target annealing (eq. 5, the `AN` of TS+AN) from step floor(anneal_frac * run.steps)."""
+    eta: float = 0.9
+    """Annealing floor: the target ends at eta * H_init."""
+    anneal_frac: float = 0.6
+    """Annealing start as a fraction of run.steps."""
+    tau_floor: float = 0.05
+    """Lower clamp of the temperature (explorl's safety bound; the public code has none, docs/methods.md §2b)."""
+    tau_ceil: float = 4.0
+    """Upper clamp of the temperature."""
+
+
 def _check_e3_temperature(cfg: Config) -> str | None:
-    s = cfg.sampling
-    if 0 < s.tau_floor <= s.temperature <= s.tau_ceil:
+    s, o = cfg.sampling, cfg.sampling.options["e3"]
+    if 0 < o.tau_floor <= s.temperature <= o.tau_ceil:
         return None
-    return f"sampling.temperature={s.temperature} must lie in [tau_floor={s.tau_floor}, tau_ceil={s.tau_ceil}]"
+    return (f"sampling.temperature={s.temperature} must lie in [sampling.e3.tau_floor={o.tau_floor}, "
+            f"sampling.e3.tau_ceil={o.tau_ceil}]")
 
 
-@register("temperature_schedule", "e3", check=_check_e3_temperature,
-          reads=("sampling.temperature", "sampling.e3_anneal", "sampling.e3_eta", "sampling.e3_anneal_frac",
-                 "sampling.tau_floor", "sampling.tau_ceil", "run.steps"))
+@register("temperature_schedule", "e3", check=_check_e3_temperature, options=E3TemperatureOptions,
+          reads=("sampling.temperature", "run.steps"))
 class E3Temperature(_Stateless):
     """The E3 controller (paper 000 eqs. 4-5): tau holds the entropy at its first-step value; the optimised
     policy uses the same tau."""
 
-    def __init__(self, cfg: Config, vocab_size: int):
-        s = cfg.sampling
+    def __init__(self, cfg: Config, vocab_size: int, *, options: E3TemperatureOptions):
+        o = options
         self.controller = Tm.E3TemperatureController(
-            s.temperature, vocab_size, t_max=cfg.run.steps, anneal=s.e3_anneal, eta=s.e3_eta,
-            anneal_frac=s.e3_anneal_frac, tau_floor=s.tau_floor, tau_ceil=s.tau_ceil)
+            cfg.sampling.temperature, vocab_size, t_max=cfg.run.steps, anneal=o.anneal, eta=o.eta,
+            anneal_frac=o.anneal_frac, tau_floor=o.tau_floor, tau_ceil=o.tau_ceil)
 
     def at(self, step: int):
         tau = self.controller.tau
@@ -155,16 +172,32 @@ class E3Temperature(_Stateless):
         self.controller.load_state_dict(state)
 
 
-_EAD_READS = ("sampling.temperature", "sampling.max_new_tokens", "sampling.ead_tau_max", "sampling.ead_tau_min",
-              "sampling.ead_d0", "sampling.ead_alpha", "sampling.ead_d_max", "sampling.ead_c", "sampling.ead_scale")
+@dataclass
+class EADOptions:
+    """EAD's options, `sampling.ead.<field>`, shared by `ead` and `revead` (paper 003; docs/methods.md §6)."""
+
+    tau_max: float = 1.2
+    """Starting temperature tau_max."""
+    tau_min: float = 0.1
+    """Floor tau_min."""
+    d0: float = 25.0
+    """Initial decay constant d_0."""
+    alpha: float = 5.0
+    """Growth of the decay constant per training step (d_s = min(d0 + alpha * s, d_max))."""
+    d_max: float = 40000.0
+    """Cap of the decay constant."""
+    c: int = 10
+    """The first c generated tokens are sampled at temperature 1."""
+    scale: float = 1.0
+    """Divisor scale of the exponent (1 = the paper's formula; the public code uses 20)."""
 
 
 def _check_ead(cfg: Config) -> str | None:
-    s = cfg.sampling
-    if not (s.ead_tau_min > 0 and s.ead_tau_max >= s.ead_tau_min):
-        return "sampling.ead_tau_min / ead_tau_max: need 0 < tau_min <= tau_max"
-    if not (s.ead_d0 > 0 and s.ead_scale > 0):
-        return "sampling.ead_d0 and sampling.ead_scale must be > 0"
+    o = cfg.sampling.options["ead"]
+    if not (o.tau_min > 0 and o.tau_max >= o.tau_min):
+        return f"sampling.ead.tau_min / tau_max: need 0 < tau_min <= tau_max, got {o.tau_min}, {o.tau_max}"
+    if not (o.d0 > 0 and o.scale > 0):
+        return f"sampling.ead.d0 and sampling.ead.scale must be > 0, got {o.d0}, {o.scale}"
     return None
 
 
@@ -174,77 +207,95 @@ class _AnnealedTemperature(_Stateless):
 
     table_fn = None
 
-    def __init__(self, cfg: Config, vocab_size: int):
-        self.s = cfg.sampling
+    def __init__(self, cfg: Config, vocab_size: int, *, options: EADOptions):
+        self.s, self.o = cfg.sampling, options
 
     def table(self, step: int, tau_max: float | None = None) -> Tensor:
         """`[max_new_tokens]` temperatures of generated tokens at 0-based step `step` (x the base temperature)."""
-        s = self.s
-        return type(self).table_fn(step, s.max_new_tokens, tau_max=s.ead_tau_max if tau_max is None else tau_max,
-                                   tau_min=s.ead_tau_min, d0=s.ead_d0, alpha=s.ead_alpha, d_max=s.ead_d_max,
-                                   c=s.ead_c, scale=s.ead_scale) * s.temperature
+        s, o = self.s, self.o
+        return type(self).table_fn(step, s.max_new_tokens, tau_max=o.tau_max if tau_max is None else tau_max,
+                                   tau_min=o.tau_min, d0=o.d0, alpha=o.alpha, d_max=o.d_max, c=o.c,
+                                   scale=o.scale) * s.temperature
 
     def anneal_args(self, step: int, tau_max: float | None = None) -> dict:
         """`table`'s schedule as keyword arguments of `Tm.ead` / `Tm.revead` (`"schedule"`: which), for an
         engine that evaluates it per token (`explorl.integrations.vllm`)."""
-        s = self.s
-        return {"schedule": type(self).table_fn.__name__.removesuffix("_schedule"), "step": int(step),
-                "tau_max": s.ead_tau_max if tau_max is None else float(tau_max), "tau_min": s.ead_tau_min,
-                "d0": s.ead_d0, "alpha": s.ead_alpha, "d_max": s.ead_d_max, "c": s.ead_c, "scale": s.ead_scale}
+        o = self.o
+        return {"schedule": self.name, "step": int(step),
+                "tau_max": o.tau_max if tau_max is None else float(tau_max), "tau_min": o.tau_min,
+                "d0": o.d0, "alpha": o.alpha, "d_max": o.d_max, "c": o.c, "scale": o.scale}
 
     def per_prompt(self, step: int, temperature, prompt_ids: Sequence[int]) -> list[PromptTemperature]:
         return [PromptTemperature(self.s.temperature, self.anneal_args(step))] * len(prompt_ids)
 
     def at(self, step: int):
-        s = self.s
+        s, o = self.s, self.o
         values = self.table(step).tolist()
-        d_s = min(s.ead_d0 + s.ead_alpha * step, s.ead_d_max)
+        d_s = min(o.d0 + o.alpha * step, o.d_max)
         return (lambda t: values[t]), s.temperature, {"temperature/ead_d": d_s, "temperature/ead_min": min(values)}
 
     def rollout_stats(self, ro) -> dict[str, float]:
         """`temperature/at_min_frac`: the share of generated tokens sampled at the floor tau_min (x the base
         temperature); with d0 = 25 and scale 1 most tokens past ~0.74 d_s are (docs/methods.md §6)."""
-        floor = self.s.ead_tau_min * self.s.temperature
+        floor = self.o.tau_min * self.s.temperature
         valid = ro.mask > 0
         at_floor = (ro.temperatures <= floor * (1 + 1e-6)) & valid
         return {"temperature/at_min_frac": float(at_floor.sum()) / max(int(valid.sum()), 1)}
 
 
-@register("temperature_schedule", "ead", behavior_is_policy=False, reads=_EAD_READS, check=_check_ead)
+@register("temperature_schedule", "ead", behavior_is_policy=False, options=EADOptions, check=_check_ead,
+          reads=("sampling.temperature", "sampling.max_new_tokens"), per_token=Tm.ead)
 class EADTemperature(_AnnealedTemperature):
     """EAD (paper 003): annealed per-token temperature, hot early in the response."""
+
+    name = "ead"
 
     table_fn = staticmethod(Tm.ead_schedule)
 
 
-@register("temperature_schedule", "revead", behavior_is_policy=False, reads=_EAD_READS, check=_check_ead)
+@register("temperature_schedule", "revead", behavior_is_policy=False, options_from="ead", check=_check_ead,
+          reads=("sampling.temperature", "sampling.max_new_tokens"), per_token=Tm.revead)
 class RevEADTemperature(_AnnealedTemperature):
     """RevEAD (paper 003's ablation): the reversed schedule."""
+
+    name = "revead"
 
     table_fn = staticmethod(Tm.revead_schedule)
 
 
+@dataclass
+class AdaptiveOptions:
+    """The per-prompt temperature schedule's options, `sampling.adaptive.<field>` (explorl's; docs/methods.md §2c).
+    The base schedule's own options stay under its name (`sampling.ead.tau_max`, ...)."""
+
+    base: str = "fixed"
+    """The schedule whose temperature is scaled per prompt (`fixed`, `e3`, `ead`, `revead`; with EAD the factor
+    scales each prompt's tau_max)."""
+    gamma: float = 0.5
+    """Slope of the per-prompt multiplier 1 + gamma * (target - success rate) (explorl's choice; no paper gives a
+    formula): 1.25 for a never-solved prompt, 0.75 for an always-solved one."""
+    target: float = 0.5
+    """The running success rate that keeps the base temperature."""
+
+
 def _check_adaptive(cfg: Config) -> str | None:
-    s = cfg.sampling
-    if s.adaptive_base == "adaptive":
-        return "sampling.adaptive_base: the base schedule cannot itself be adaptive"
-    try:
-        base = lookup("temperature_schedule", s.adaptive_base)
-    except KeyError as e:
-        return f"sampling.adaptive_base: {e.args[0]}"
-    if not 0 <= s.adaptive_target <= 1:
-        return f"sampling.adaptive_target: a success rate in [0, 1], got {s.adaptive_target}"
-    bound = 1.0 / max(s.adaptive_target, 1.0 - s.adaptive_target)
-    if not 0 <= s.adaptive_gamma < bound:
-        return (f"sampling.adaptive_gamma: must be in [0, {bound:g}) so every prompt's multiplier stays > 0, "
-                f"got {s.adaptive_gamma}")
+    o = cfg.sampling.options["adaptive"]
+    if o.base == "adaptive":
+        return "sampling.adaptive.base: the base schedule cannot itself be adaptive"
+    base = lookup("temperature_schedule", o.base)  # registered: the config validation resolved it (`selects`)
+    if not 0 <= o.target <= 1:
+        return f"sampling.adaptive.target: a success rate in [0, 1], got {o.target}"
+    bound = 1.0 / max(o.target, 1.0 - o.target)
+    if not 0 <= o.gamma < bound:
+        return (f"sampling.adaptive.gamma: must be in [0, {bound:g}) so every prompt's multiplier stays > 0, "
+                f"got {o.gamma}")
     check = base.extra.get("check")
     return check(cfg) if check is not None else None
 
 
 @register("temperature_schedule", "adaptive", behavior_is_policy=False, check=_check_adaptive,
-          reads=("sampling.adaptive_base", "sampling.adaptive_gamma", "sampling.adaptive_target",
-                 "sampling.max_new_tokens"))
+          options=AdaptiveOptions, selects=lambda o: {"base": o.base}, reads=("sampling.max_new_tokens",),
+          per_prompt_temperature=True)
 class AdaptiveTemperature(_Stateless):
     """Per-prompt temperature by difficulty (explorl's; papers 000 and 003 name it as future work; docs/methods.md
     §2c): the base schedule's temperature times `adaptive_factor` of the prompt's running success rate (hard
@@ -252,10 +303,9 @@ class AdaptiveTemperature(_Stateless):
     optimised policy stays at the base schedule's training temperature: the per-prompt temperatures belong to the
     behaviour policy (truncated importance sampling applies, `algo.tis`)."""
 
-    def __init__(self, cfg: Config, vocab_size: int):
-        s = cfg.sampling
-        self.s = s
-        self.base = lookup("temperature_schedule", s.adaptive_base).fn(cfg, vocab_size)
+    def __init__(self, cfg: Config, vocab_size: int, *, options: AdaptiveOptions):
+        self.s, self.o = cfg.sampling, options
+        self.base = lookup("temperature_schedule", options.base).bind(cfg.sampling)(cfg, vocab_size)
         self.success: dict[int, list[float]] = {}  # prompt id -> [reward sum, rollouts]
         self.step, self.factors = 0, torch.ones(0)
 
@@ -265,10 +315,11 @@ class AdaptiveTemperature(_Stateless):
 
     def for_prompts(self, temperature, prompt_ids: Sequence[int], budgets: Sequence[int]):
         rates = [self.success[p][0] / self.success[p][1] if p in self.success else None for p in prompt_ids]
-        self.factors = Tm.adaptive_factor(rates, gamma=self.s.adaptive_gamma, target=self.s.adaptive_target)
+        self.factors = Tm.adaptive_factor(rates, gamma=self.o.gamma, target=self.o.target)
         per_response = torch.repeat_interleave(self.factors, torch.as_tensor(list(budgets)))
         if isinstance(self.base, _AnnealedTemperature):  # per-prompt tau_max, one table per distinct factor
-            tables = {f: self.base.table(self.step, tau_max=self.s.ead_tau_max * f) for f in set(per_response.tolist())}
+            tau_max = self.base.o.tau_max
+            tables = {f: self.base.table(self.step, tau_max=tau_max * f) for f in set(per_response.tolist())}
             return torch.stack([tables[f] for f in per_response.tolist()])
         if callable(temperature):
             table = torch.tensor([temperature(t) for t in range(self.s.max_new_tokens)], dtype=torch.float32)
@@ -278,7 +329,7 @@ class AdaptiveTemperature(_Stateless):
     def per_prompt(self, step: int, temperature, prompt_ids: Sequence[int]) -> list[PromptTemperature]:
         self.for_prompts(temperature, prompt_ids, [1] * len(prompt_ids))  # sets self.factors, one per prompt
         if isinstance(self.base, _AnnealedTemperature):
-            return [PromptTemperature(self.s.temperature, self.base.anneal_args(step, self.s.ead_tau_max * f))
+            return [PromptTemperature(self.s.temperature, self.base.anneal_args(step, self.base.o.tau_max * f))
                     for f in self.factors.tolist()]
         return [PromptTemperature(t) for t in (self.factors * float(temperature)).tolist()]  # as for_prompts
 
@@ -311,7 +362,7 @@ class AdaptiveTemperature(_Stateless):
 # budget policies
 
 
-@register("budget_policy", "uniform", reads=("sampling.group_size",))
+@register("budget_policy", "uniform", reads=("sampling.group_size",), static=True)
 class UniformBudget:
     """`sampling.group_size` rollouts for every prompt; every sampled group trains."""
 
@@ -343,41 +394,72 @@ class UniformBudget:
         pass
 
 
+@dataclass
+class E3BudgetOptions:
+    """E3's dynamic budget options, `budget.e3.<field>` (paper 000 Algorithm 1; docs/methods.md §2a)."""
+
+    g_min_limit: int | None = None
+    """G_min never goes below this. null: sampling.group_size / 2 (rounded down, at least 1), the paper's ratio
+    (4 with G = 8), so the policy keeps its paper setting at any group size."""
+    g_max_limit: int | None = None
+    """G_max never goes above this. null: 3 * sampling.group_size / 2 (rounded down), the paper's 12 with G = 8."""
+    g_step: int | None = None
+    """G_min decreases and G_max increases by this after each pass over the data. null: sampling.group_size / 4
+    (rounded down, at least 1), the paper's 2 with G = 8."""
+
+    def limits(self, group_size: int) -> tuple[int, int, int]:
+        """(g_min_limit, g_max_limit, g_step) with the nulls resolved for `group_size`."""
+        return (max(group_size // 2, 1) if self.g_min_limit is None else self.g_min_limit,
+                3 * group_size // 2 if self.g_max_limit is None else self.g_max_limit,
+                max(group_size // 4, 1) if self.g_step is None else self.g_step)
+    curriculum: bool = True
+    """The curriculum on (paper 000 section 4.1: the bounds start at G and widen after each pass). false: the
+    bounds are g_min_limit / g_max_limit from the first step (Algorithm 1 without the curriculum; as ranks exist
+    only after the first pass, that pass still gives every prompt G). docs/methods.md §2a."""
+    g_min_start: int | None = None
+    """G_min during the first pass; null = sampling.group_size (the paper's). Must lie in [g_min_limit,
+    group_size]; only with `curriculum: true`."""
+    g_max_start: int | None = None
+    """G_max during the first pass; null = sampling.group_size (the paper's). Must lie in [group_size,
+    g_max_limit]; only with `curriculum: true`."""
+
+
 def _check_e3_budget(cfg: Config) -> str | None:
-    s, b = cfg.sampling, cfg.budget
-    if not 1 <= b.g_min_limit <= s.group_size <= b.g_max_limit:
-        return (f"budget: need g_min_limit <= sampling.group_size <= g_max_limit, got {b.g_min_limit}, "
-                f"{s.group_size}, {b.g_max_limit}")
+    s, b = cfg.sampling, cfg.budget.options["e3"]
+    g_min_limit, g_max_limit, g_step = b.limits(s.group_size)
+    if not 1 <= g_min_limit <= s.group_size <= g_max_limit:
+        return (f"budget.e3: need 1 <= g_min_limit <= sampling.group_size <= g_max_limit, got {g_min_limit}, "
+                f"{s.group_size}, {g_max_limit}")
     for name, value in (("g_min_start", b.g_min_start), ("g_max_start", b.g_max_start)):
         if value is not None and not b.curriculum:
-            return (f"budget.{name}: a starting bound needs the curriculum; with budget.curriculum=false the bounds "
-                    f"are g_min_limit/g_max_limit throughout. Set budget.{name}=null or budget.curriculum=true")
-    if b.g_min_start is not None and not b.g_min_limit <= b.g_min_start <= s.group_size:
-        return (f"budget.g_min_start: must lie in [budget.g_min_limit={b.g_min_limit}, sampling.group_size="
+            return (f"budget.e3.{name}: a starting bound needs the curriculum; with budget.e3.curriculum=false the "
+                    f"bounds are g_min_limit/g_max_limit throughout. Set budget.e3.{name}=null or "
+                    f"budget.e3.curriculum=true")
+    if b.g_min_start is not None and not g_min_limit <= b.g_min_start <= s.group_size:
+        return (f"budget.e3.g_min_start: must lie in [budget.e3.g_min_limit={g_min_limit}, sampling.group_size="
                 f"{s.group_size}], got {b.g_min_start}")
-    if b.g_max_start is not None and not s.group_size <= b.g_max_start <= b.g_max_limit:
-        return (f"budget.g_max_start: must lie in [sampling.group_size={s.group_size}, budget.g_max_limit="
-                f"{b.g_max_limit}], got {b.g_max_start}")
-    return None if b.g_step >= 1 else "budget.g_step: must be >= 1"
+    if b.g_max_start is not None and not s.group_size <= b.g_max_start <= g_max_limit:
+        return (f"budget.e3.g_max_start: must lie in [sampling.group_size={s.group_size}, budget.e3.g_max_limit="
+                f"{g_max_limit}], got {b.g_max_start}")
+    return None if g_step >= 1 else "budget.e3.g_step: must be >= 1"
 
 
-@register("budget_policy", "e3", check=_check_e3_budget,
-          reads=("sampling.group_size", "budget.g_min_limit", "budget.g_max_limit", "budget.g_step",
-                 "budget.curriculum", "budget.g_min_start", "budget.g_max_start"))
+@register("budget_policy", "e3", check=_check_e3_budget, options=E3BudgetOptions, reads=("sampling.group_size",),
+          per_prompt_budget=True)
 class E3Budget(UniformBudget):
     """E3 dynamic budgets (paper 000 Algorithm 1): more rollouts for harder prompts, within a G_min/G_max
-    curriculum that widens after each pass over the data (`budget.curriculum: false`: fixed at the limits)."""
+    curriculum that widens after each pass over the data (`budget.e3.curriculum: false`: fixed at the limits)."""
 
-    def __init__(self, cfg: Config, num_prompts: int):
+    def __init__(self, cfg: Config, num_prompts: int, *, options: E3BudgetOptions):
         super().__init__(cfg, num_prompts)
-        b = cfg.budget
+        b = options
+        g_min_limit, g_max_limit, g_step = b.limits(self.group_size)
         self.difficulty = DifficultyTracker(num_prompts)
         if b.curriculum:
-            self.curriculum = BudgetCurriculum(self.group_size, b.g_min_limit, b.g_max_limit, b.g_step,
+            self.curriculum = BudgetCurriculum(self.group_size, g_min_limit, g_max_limit, g_step,
                                                b.g_min_start, b.g_max_start)
         else:  # no curriculum: the limits from the first step, never moved
-            self.curriculum = BudgetCurriculum(self.group_size, b.g_min_limit, b.g_max_limit, 0,
-                                               b.g_min_limit, b.g_max_limit)
+            self.curriculum = BudgetCurriculum(self.group_size, g_min_limit, g_max_limit, 0, g_min_limit, g_max_limit)
 
     def budgets(self, prompt_ids: Sequence[int]) -> list[int]:
         g_min, g_max = self.curriculum.bounds()
@@ -398,22 +480,31 @@ class E3Budget(UniformBudget):
         self.curriculum.load_state_dict(state["curriculum"])
 
 
+@dataclass
+class DAPOBudgetOptions:
+    """DAPO dynamic sampling's options, `budget.dapo.<field>` (docs/methods.md §5)."""
+
+    max_rounds: int = 3
+    """Extra generation rounds allowed per step to fill the batch."""
+
+
 def _check_dapo(cfg: Config) -> str | None:
-    if cfg.budget.dapo_max_rounds < 0:
-        return "budget.dapo_max_rounds: must be >= 0"
+    if cfg.budget.options["dapo"].max_rounds < 0:
+        return "budget.dapo.max_rounds: must be >= 0"
     if cfg.sampling.group_size < 2:
         return "budget.policy=dapo: groups of one response always have zero reward spread"
     return None
 
 
-@register("budget_policy", "dapo", reads=("sampling.group_size", "budget.dapo_max_rounds"), check=_check_dapo)
+@register("budget_policy", "dapo", options=DAPOBudgetOptions, reads=("sampling.group_size",), check=_check_dapo,
+          resamples=True)
 class DAPOBudget(UniformBudget):
     """DAPO dynamic sampling: groups whose rewards all agree (zero GRPO advantage) are dropped, and more prompts
-    are sampled until the batch is full or `budget.dapo_max_rounds` extra rounds are spent."""
+    are sampled until the batch is full or `budget.dapo.max_rounds` extra rounds are spent."""
 
-    def __init__(self, cfg: Config, num_prompts: int):
+    def __init__(self, cfg: Config, num_prompts: int, *, options: DAPOBudgetOptions):
         super().__init__(cfg, num_prompts)
-        self.extra_rounds = cfg.budget.dapo_max_rounds
+        self.extra_rounds = options.max_rounds
 
     def keep(self, rewards_per_prompt: Sequence[Sequence[float]], room: int) -> list[int]:
         return [j for j, r in enumerate(rewards_per_prompt) if r and max(r) > min(r)][:room]
@@ -431,8 +522,8 @@ class Controllers:
     def __init__(self, cfg: Config, vocab_size: int, num_prompts: int):
         entry = lookup("temperature_schedule", cfg.sampling.schedule)
         self.behavior_is_policy = entry.behavior_is_policy
-        self.schedule = entry.fn(cfg, vocab_size)
-        self.budget = lookup("budget_policy", cfg.budget.policy).fn(cfg, num_prompts)
+        self.schedule = entry.bind(cfg.sampling)(cfg, vocab_size)
+        self.budget = lookup("budget_policy", cfg.budget.policy).bind(cfg.budget)(cfg, num_prompts)
 
     def state_dict(self) -> dict:
         # the layout of earlier versions' checkpoints: {"temperature": ..., "difficulty": ..., "curriculum": ...}

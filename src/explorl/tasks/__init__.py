@@ -16,7 +16,7 @@ from explorl.tasks import arith, files, rg  # noqa: F401  (fill the task registr
 from explorl.tasks.base import Problem, Task
 
 if TYPE_CHECKING:
-    from explorl.config import TaskConfig
+    from explorl.config.schema import TaskConfig
 
 __all__ = ["Problem", "Task", "load_task"]
 

@@ -18,7 +18,7 @@ from explorl.algos.registry import register
 from explorl.tasks.base import Problem
 
 if TYPE_CHECKING:
-    from explorl.config import TaskConfig
+    from explorl.config.schema import TaskConfig
 
 OPERAND_MAX = 20
 MAX_DIFFICULTY = 12

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
-    from explorl.config import TaskConfig
+    from explorl.config.schema import TaskConfig
     from explorl.tasks.base import Problem
 
 

@@ -14,7 +14,7 @@ from explorl.algos.registry import register
 from explorl.tasks.base import Problem
 
 if TYPE_CHECKING:
-    from explorl.config import TaskConfig
+    from explorl.config.schema import TaskConfig
 
 SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet", ".pq": "parquet"}
 

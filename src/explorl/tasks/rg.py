@@ -15,7 +15,7 @@ from explorl.rewards import extract_boxed
 from explorl.tasks.base import Problem
 
 if TYPE_CHECKING:
-    from explorl.config import TaskConfig
+    from explorl.config.schema import TaskConfig
 
 DEFAULT_TEMPLATE = "{question}\n\nPut your final answer within \\boxed{}."
 """Used when `task.prompt_template` is the default "{question}": the reward reads the last \\boxed{}."""

@@ -59,6 +59,7 @@ from explorl.algos.batch import MissingInputError
 from explorl.algos.losses import aggregation_count
 from explorl.algos.registry import lookup
 from explorl.algos.step import single_update_shortcut
+from explorl.config.validation import fill_registry
 from explorl.config import (AlgoConfig, BudgetConfig, Config, ConfigError, RunConfig, SamplingConfig, from_dict,
                             validate)
 
@@ -108,10 +109,15 @@ def explorl_config(args: GRPOConfig, algo: AlgoConfig | Mapping | None = None,
         if getattr(s, ours) != getattr(args, theirs):
             raise ConfigError(f"sampling.{ours}={getattr(s, ours)} differs from GRPOConfig.{theirs}="
                               f"{getattr(args, theirs)}: set both to the same value (TRL samples with its own)")
-    if b.policy != "uniform":
-        raise ConfigError(f"budget.policy={b.policy}: dynamic rollout budgets change the number of responses per "
-                          f"prompt from step to step, which TRL's fixed `num_generations` rules out; train this "
-                          f"method with {ELSEWHERE}, or set budget.policy=uniform")
+    fill_registry()
+    try:
+        budget = lookup("budget_policy", b.policy)
+    except KeyError as e:
+        raise ConfigError(f"budget.policy: {e.args[0]}") from None
+    if not budget.can("static"):
+        raise ConfigError(f"budget.policy={b.policy}: this budget policy changes the number of responses per prompt "
+                          f"or re-samples prompts, which TRL's fixed `num_generations` rules out; train this method "
+                          f"with {ELSEWHERE}, or use a budget policy without per-prompt budgets")
     gen_batch = args.generation_batch_size or args.per_device_train_batch_size * args.steps_per_generation
     cfg = Config(algo=a, sampling=s, budget=b,
                  run=RunConfig(steps=max(int(args.max_steps), 1), batch_size=max(gen_batch // s.group_size, 1),
@@ -145,7 +151,7 @@ def _check_against_trl(cfg: Config, args: GRPOConfig) -> None:
     need(not args.mask_truncated_completions,
          "GRPOConfig.mask_truncated_completions: use algo.overlong=mask (DAPO's overlong filtering in explorl's step)")
     need(args.top_entropy_quantile == 1.0,
-         "GRPOConfig.top_entropy_quantile: use algo.token_filter=forking with algo.forking_top_frac (the share kept)")
+         "GRPOConfig.top_entropy_quantile: use algo.token_filter=forking with algo.forking.top_frac (the share kept)")
     need(args.entropy_coef == 0 and not args.use_adaptive_entropy,
          "GRPOConfig.entropy_coef / use_adaptive_entropy: use algo.entropy_coef (explorl's entropy bonus)")
     need(args.importance_sampling_level == "token",
@@ -158,8 +164,9 @@ def _check_against_trl(cfg: Config, args: GRPOConfig) -> None:
          "truncated importance weights on vLLM's log-probs, cap algo.tis_cap) or vllm_importance_sampling_correction="
          "False")
     schedule = lookup("temperature_schedule", s.schedule)
-    need(s.schedule != "adaptive", f"sampling.schedule=adaptive: per-prompt temperatures are not wired into TRL's "
-                                   f"generation; use {ELSEWHERE}")
+    need(not schedule.can("per_prompt_temperature"),
+         f"sampling.schedule={s.schedule}: per-prompt temperatures are not wired into TRL's generation; use "
+         f"{ELSEWHERE}")
     if not schedule.behavior_is_policy:  # a per-token temperature table (EAD, RevEAD)
         need(not args.use_transformers_continuous_batching,
              f"sampling.schedule={s.schedule}: transformers' continuous batching takes no logits processor; set "
@@ -177,14 +184,14 @@ def checkpointing_field() -> str:
     return "activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing"
 
 
-def vllm_anneal_args(cfg: Config, step: int) -> dict:
+def vllm_anneal_args(schedule, step: int, temperature) -> dict:
     """`SamplingParams.extra_args` that make `explorl.integrations.vllm.EADLogitsProcessor` anneal a request at the
-    0-based training step `step` (the keyword arguments of `rollout.temperature.ead` / `revead`)."""
+    0-based training step `step`: the schedule's own description of its per-token temperature (`per_prompt`);
+    `temperature` is its sampler temperature at that step (`at(step)[0]`)."""
     from explorl.integrations.vllm import EAD_ARG
 
-    s = cfg.sampling
-    return {EAD_ARG: {"schedule": s.schedule, "step": int(step), "tau_max": s.ead_tau_max, "tau_min": s.ead_tau_min,
-                      "d0": s.ead_d0, "alpha": s.ead_alpha, "d_max": s.ead_d_max, "c": s.ead_c, "scale": s.ead_scale}}
+    anneal = schedule.per_prompt(step, temperature, [0])[0].anneal
+    return {EAD_ARG: dict(anneal)} if anneal is not None else {}
 
 
 def gather_rows(accelerator, x: Tensor | None) -> Tensor | None:
@@ -271,7 +278,7 @@ class ExplorlGRPOTrainer(GRPOTrainer):
         self.explorl_needs = need
         entry = lookup("temperature_schedule", cfg.sampling.schedule)
         vocab = self.accelerator.unwrap_model(self.model).config.get_text_config().vocab_size
-        self.explorl_schedule = entry.fn(cfg, vocab)
+        self.explorl_schedule = entry.bind(cfg.sampling)(cfg, vocab)
         self._behavior_is_policy = entry.behavior_is_policy
         self._shortcut = single_update_shortcut(cfg.algo, entry.behavior_is_policy)
         self._pre_forward = not self._shortcut
@@ -334,7 +341,7 @@ class ExplorlGRPOTrainer(GRPOTrainer):
                 if kwargs is None:
                     kwargs = self.vllm_generation.generation_kwargs = {}
                 kwargs["extra_args"] = {**kwargs.get("extra_args", {}),
-                                        **vllm_anneal_args(self.explorl, self._round - 1)}
+                                        **vllm_anneal_args(self.explorl_schedule, self._round - 1, sampler)}
             else:  # the table holds T * tau(t) already
                 self._set_sampling_temperature(1.0)
         else:

@@ -13,15 +13,14 @@ Conventions (docs/methods.md §9):
 - Loss aggregation: verl normalises each micro-batch by the global batch (`config.global_batch_info`: data-parallel
   size, tokens and sequences of the global batch, `loss_scale_factor`); the explorl loss of the micro-batch is
   rescaled to that normaliser, so a verl step sums to the same gradient as explorl's whole-batch loss.
-- Dual clip: verl's plain PPO always applies `clip_ratio_c` (default 3); `explorl_ppo` takes it from the same field,
-  so it equals verl's `vanilla` loss. Clip-Cov and KL-Cov read verl's `policy_loss` fields (`clip_cov_ratio`,
-  `clip_cov_lb`, `clip_cov_ub`; `kl_cov_ratio` is a fraction, explorl's `kl_cov_k_percent` a percentage;
-  `ppo_kl_coef`).
+- Loss options: each loss's registry entry says where verl keeps its options (`verl_fields`): verl's plain PPO
+  always applies `clip_ratio_c` (default 3), which `explorl_ppo` takes as its dual clip, so it equals verl's
+  `vanilla` loss; Clip-Cov and KL-Cov read verl's `policy_loss` fields (KL-Cov's `kl_cov_ratio` is a fraction,
+  explorl's `algo.kl_cov.k_percent` a percentage).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Mapping
 
 import numpy as np
@@ -31,7 +30,7 @@ from explorl.algos import RolloutBatch, compute_advantages
 from explorl.algos.batch import MissingInputError
 from explorl.algos.registry import entries, lookup
 from explorl.config import AlgoConfig, Config, ConfigError, SamplingConfig, from_dict, validate
-from explorl.integrations.verl.rollout import BUDGET_KEY, SAMPLING_KEY
+from explorl.integrations.verl.rollout import BUDGET_KEY, SAMPLING_KEY, plain as _plain
 
 PREFIX = "explorl_"
 CONFIG_KEY = "explorl"
@@ -40,28 +39,12 @@ TRAINER_HINT = ("select explorl's verl trainer (`trainer.v1.trainer_mode=explorl
                 "verl's entropies, old, reference and rollout log-probs")
 
 
-def _plain(section: Any) -> dict:
-    """A mapping from verl's config (OmegaConf DictConfig, a dataclass or a dict) as a plain dict."""
-    if section is None:
-        return {}
-    try:
-        from omegaconf import DictConfig, OmegaConf
-
-        if isinstance(section, DictConfig):
-            return OmegaConf.to_container(section, resolve=True)
-    except ImportError:  # omegaconf comes with verl; plain dicts work without it
-        pass
-    if dataclasses.is_dataclass(section):
-        return dataclasses.asdict(section)
-    return dict(section)
-
-
 def algo_config(settings: Mapping | None, prefix: str = f"algorithm.{CONFIG_KEY}.", group_size: int = 8,
                 **fixed) -> AlgoConfig:
     """An explorl `AlgoConfig` from a mapping of its fields (`fixed` overrides), validated by explorl's rules
     (`group_size`: the largest group of the batch, for checks such as pass@k's k <= G).
 
-    Errors are explorl's `ConfigError`, naming the field under `prefix` (e.g. `algorithm.explorl.passk_k`).
+    Errors are explorl's `ConfigError`, naming the field under `prefix` (e.g. `algorithm.explorl.passk.k`).
     In verl the behaviour policy is the inference engine's (vLLM, SGLang): it differs from the trainer's forward
     numerically even at one fixed temperature, so truncated importance weights are accepted without EAD.
     """
@@ -103,8 +86,10 @@ def estimator_for(name: str):
         batch = rollout_batch(token_level_rewards, response_mask, index, old_log_probs=kwargs.get("old_log_probs"))
         algo = algo_config((config or {}).get(CONFIG_KEY), group_size=int(torch.bincount(batch.group).max()),
                            advantage=name)
-        if algo.position_steps > 0 and "step" not in kwargs:
-            raise ValueError(f"{PREFIX}{name}: the position shaper's step window needs the training step; "
+        windowed = [x for x in algo.shapers if lookup("shaper", x).extra.get("needs_step", lambda o: False)(
+            lookup("shaper", x).options_in(algo))]
+        if windowed and "step" not in kwargs:
+            raise ValueError(f"{PREFIX}{name}: the step window of shaper {windowed[0]!r} needs the training step; "
                              + TRAINER_HINT)
         try:
             prepared = compute_advantages(batch, algo, step=int(kwargs.get("step", 1)))
@@ -122,18 +107,26 @@ def estimator_for(name: str):
     return estimator
 
 
+def _verl_value(config, key: str, default):
+    """`config[a][b]` for the dotted `key` `a.b` of verl's actor config (a mapping or DictConfig), or `default`."""
+    value = config
+    for part in key.split("."):
+        value = (value or {}).get(part) if hasattr(value or {}, "get") else None
+    return default if value is None else value
+
+
 def loss_settings(config, name: str) -> dict:
-    """explorl's fields for loss `name` from verl's actor config (`ActorConfig` or its DictConfig, with
-    `policy_loss`). The dual clip goes only to losses that take it (verl's Clip-Cov and KL-Cov have none)."""
+    """explorl's `algo` settings for loss `name` from verl's actor config (`ActorConfig` or its DictConfig, with
+    `policy_loss`): the clip range, and the loss's options where its registry entry says verl keeps them
+    (`verl_fields`; e.g. the dual clip only for losses that take one: verl's Clip-Cov and KL-Cov have none)."""
     clip = config.get("clip_ratio", 0.2)
     low, high = config.get("clip_ratio_low"), config.get("clip_ratio_high")
-    pl = config.get("policy_loss") or {}
-    settings = {"eps_low": clip if low is None else low, "eps_high": clip if high is None else high,
-                "clip_cov_ratio": pl.get("clip_cov_ratio", 2e-4), "clip_cov_lb": pl.get("clip_cov_lb", 1.0),
-                "clip_cov_ub": pl.get("clip_cov_ub", 5.0), "kl_cov_k_percent": 100.0 * pl.get("kl_cov_ratio", 2e-3),
-                "kl_cov_coef": pl.get("ppo_kl_coef", 1.0)}
-    if "dual_clip_c" in lookup("policy_loss", name).kwargs.values():
-        settings["dual_clip_c"] = config.get("clip_ratio_c", 3.0)
+    settings: dict = {"eps_low": clip if low is None else low, "eps_high": clip if high is None else high}
+    entry = lookup("policy_loss", name)
+    fields = entry.extra.get("verl_fields") or {}
+    if fields:
+        settings[entry.options_owner] = {option: factor * _verl_value(config, key, default)
+                                         for option, (key, factor, default) in fields.items()}
     return settings
 
 
@@ -170,7 +163,7 @@ def policy_loss_for(name: str):
                              f"aggregations {', '.join(SUPPORTED_AGG)}")
         algo = algo_config(loss_settings(config, name), prefix="actor_rollout_ref.actor.", loss=name,
                            loss_agg=loss_agg_mode)
-        kwargs = {kw: getattr(algo, f) for kw, f in entry.kwargs.items()}
+        kwargs = entry.keyword_values(algo)
         info = _plain(config.get("global_batch_info") or {})
         mask = response_mask.to(log_prob.dtype)
         max_len = info.get("loss_scale_factor") or mask.shape[-1]  # verl's seq-mean-token-sum-norm horizon

@@ -23,7 +23,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from explorl.algos.registry import lookup
 from explorl.config import BudgetConfig, Config, ConfigError, RunConfig, SamplingConfig, from_dict, validate
+from explorl.config.validation import fill_registry
 from explorl.rollout.controllers import Controllers
 
 SAMPLING_KEY, BUDGET_KEY = "sampling", "budget"
@@ -39,12 +41,28 @@ VERL_OWNED = {"temperature": "actor_rollout_ref.rollout.temperature", "group_siz
 """explorl sampling fields whose value is verl's, and the verl key a user sets instead."""
 
 
+def plain(section: Any) -> dict:
+    """A mapping from verl's config (OmegaConf DictConfig, a dataclass or a dict) as a plain dict."""
+    if section is None:
+        return {}
+    try:
+        from omegaconf import DictConfig, OmegaConf
+
+        if isinstance(section, DictConfig):
+            return OmegaConf.to_container(section, resolve=True)
+    except ImportError:  # omegaconf comes with verl; plain dicts work without it
+        pass
+    if dataclasses.is_dataclass(section):
+        return dataclasses.asdict(section)
+    return dict(section)
+
+
 def rollout_config(settings: Mapping | None, *, temperature: float, group_size: int, max_new_tokens: int,
                    top_p: float, total_steps: int, prefix: str = "algorithm.explorl.") -> Config:
     """An explorl `Config` whose sampling and budget sections come from `settings` (verl's `algorithm.explorl`:
     its `sampling` and `budget` mappings) and verl's own values, validated by explorl's rules; errors name the
-    verl key (`algorithm.explorl.sampling.e3_eta`)."""
-    settings = dict(settings or {})
+    verl key (`algorithm.explorl.sampling.e3.eta`)."""
+    settings = plain(settings)
     sampling = dict(settings.get(SAMPLING_KEY) or {})
     for field, verl_key in VERL_OWNED.items():
         if field in sampling:
@@ -56,11 +74,11 @@ def rollout_config(settings: Mapping | None, *, temperature: float, group_size: 
                      run=dataclasses.replace(RunConfig(), steps=max(int(total_steps), 1)))
         cfg.sampling = dataclasses.replace(cfg.sampling, temperature=float(temperature), group_size=int(group_size),
                                            max_new_tokens=int(max_new_tokens), top_p=float(top_p))
-        if cfg.budget.policy == "dapo":
-            raise ConfigError(f"{BUDGET_KEY}.policy=dapo: DAPO's dynamic sampling re-samples prompts until a batch "
-                              f"is full, which verl's v1 trainer does not do; use explorl's own loop "
-                              f"(`explorl train`), or `uniform` / `e3` here")
         validate(cfg)
+        if lookup("budget_policy", cfg.budget.policy).can("resamples"):
+            raise ConfigError(f"{BUDGET_KEY}.policy={cfg.budget.policy}: this budget policy re-samples prompts until "
+                              f"a batch is full, which verl's v1 trainer does not do; use explorl's own loop "
+                              f"(`explorl train`), or a policy without re-sampling here")
     except ConfigError as e:
         raise ConfigError(_rename(str(e), prefix)) from None
     return cfg
@@ -74,12 +92,17 @@ def _rename(message: str, prefix: str) -> str:
 
 
 def needs_control(settings: Mapping | None) -> bool:
-    """Whether `algorithm.explorl` asks for anything beyond verl's fixed temperature and `n` (a schedule other than
-    `fixed`, a budget policy other than `uniform`)."""
+    """Whether `algorithm.explorl` asks for anything beyond verl's fixed temperature and `n`: a temperature schedule
+    or a budget policy that is not `static` in the registry (so `fixed` and `uniform` need no control)."""
+    fill_registry()
     settings = dict(settings or {})
     schedule = (settings.get(SAMPLING_KEY) or {}).get("schedule", SamplingConfig.schedule)
     policy = (settings.get(BUDGET_KEY) or {}).get("policy", BudgetConfig.policy)
-    return schedule != "fixed" or policy != "uniform"
+    try:
+        return not (lookup("temperature_schedule", schedule).can("static")
+                    and lookup("budget_policy", policy).can("static"))
+    except KeyError:  # an unknown name: controlled, so that `rollout_config` reports it with explorl's message
+        return True
 
 
 @dataclass

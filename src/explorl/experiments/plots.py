@@ -1,4 +1,4 @@
-"""Pictures of `explorl probe` results (`analysis.probes`; docs/methods.md §8e), one PNG each, drawn with
+"""Pictures of `explorl probe` results (`experiments.probes`; docs/methods.md §8e), one PNG each, drawn with
 matplotlib's Agg renderer (no pyplot state), as `report.plots`."""
 
 from __future__ import annotations

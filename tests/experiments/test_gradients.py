@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from explorl.analysis.gradients import logit_gradient_norm, token_gradient_norms
+from explorl.experiments.gradients import logit_gradient_norm, token_gradient_norms
 
 PAD = 0
 PROMPTS = [[5, 9, 12], [20, 21, 22, 23, 24], [7]]

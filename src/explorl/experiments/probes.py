@@ -13,7 +13,7 @@
 
 Every function is deterministic given its generators. Readings chosen here (the papers leave them open):
 - A continuation is scored on the whole response text, `decode(head + continuation)` without special tokens (as
-  `analysis.impact`); a response is correct when its reward is > 0.5 (as `evaluate`).
+  `experiments.impact`); a response is correct when its reward is > 0.5 (as `evaluate`).
 - Cut and perturbation positions index response tokens (0-based). A cut at t keeps `o_<t` and samples the rest,
   so a cut at 0 is sampling from the prompt. "Truncation" (ERPO) is read the same way: the response is cut before
   the chosen token and regenerated from there; "random replacement" puts a token drawn uniformly from the

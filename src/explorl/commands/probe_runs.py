@@ -1,15 +1,11 @@
-"""The `explorl probe` subcommands: the papers' analyses run on a model (`analysis.probes`; docs/methods.md §8e).
-
-`explorl probe position | covariance | branch | perturb | update`, each reading `--model` and the task flags as
-`explorl eval` does (a model directory, `embedded`, or a run's output, whose config then supplies the task, the
-length limit, the temperature and top_p unless given), writing a JSON result (default
-`runs/probe/PROBE-MODEL.json`) and a PNG beside it, and printing a table. `explorl.cli` parses the flags and
-calls `run(args, task_opts, console)`; this module never imports the CLI.
+"""The work of `explorl probe position | covariance | branch | perturb | update` (`explorl.commands.probe` has
+the flags and writes the results): load the model and the task as `explorl eval` does (`setup`, a `Context`), then
+each probe samples, measures through `explorl.experiments.probes` (docs/methods.md §8e), prints its table and
+returns its JSON-ready result. Imported only when a probe runs: it loads torch and the training loop.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,11 +15,7 @@ from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
-from explorl.analysis import probes as P
-
-__all__ = ["run", "PROBES"]
-
-PROBES = ("position", "covariance", "branch", "perturb", "update")
+from explorl.experiments import probes as P
 
 
 @dataclass
@@ -67,7 +59,7 @@ class Context:
         return ro, rewards
 
 
-def _setup(args, task_opts: dict, console) -> Context:
+def setup(args, task_opts: dict, console) -> Context:
     """Load the model and the task as `explorl eval` does (run outputs included)."""
     from explorl.bootstrap import load_model_under_test
     from explorl.config import DEVICES, ModelConfig, command_task, from_dict, load_config, valid_device
@@ -119,32 +111,10 @@ def _setup(args, task_opts: dict, console) -> Context:
                    settings=settings)
 
 
-def _clean(x):
-    """JSON-ready: tensors as lists, NaN as None."""
-    if isinstance(x, torch.Tensor):
-        return _clean(x.tolist())
-    if isinstance(x, float):
-        return None if math.isnan(x) else x
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    return x
-
-
 def _fmt(x, digits: int = 3) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"
     return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
-
-
-def _write(args, ctx: Context, probe: str, result: dict, console) -> Path:
-    out = Path(args.out) if args.out else Path(f"runs/probe/{probe}-{ctx.label}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(_clean({"probe": probe, "label": ctx.label, "settings": ctx.settings, **result}),
-                              indent=2))
-    console.print(Text(f"wrote {out}"))
-    return out
 
 
 def _bar(console):
@@ -333,29 +303,5 @@ def _update(args, ctx: Context, console) -> dict:
             "entropy_drop_tokens": drops, "update_stats": eff["stats"]}
 
 
-DRAW = {"position": lambda res, path: _draw("plot_position", res, path),
-        "covariance": lambda res, path: _draw("plot_covariance", res["curve"], path),
-        "branch": lambda res, path: _draw("plot_branch", res["summary"], path),
-        "perturb": lambda res, path: _draw("plot_perturb", res["tests"], path),
-        "update": lambda res, path: _draw("plot_update", res["summary"], path)}
-
-
-def _draw(name: str, data, path: Path) -> Path:
-    from explorl.report import probe_plots
-
-    return getattr(probe_plots, name)(_clean(data), path)
-
-
-def run(args, task_opts: dict, console) -> int:
-    """Run probe `args.probe`: set up, probe, print, write the JSON and the PNG."""
-    fn = {"position": _position, "covariance": _covariance, "branch": _branch, "perturb": _perturb,
-          "update": _update}[args.probe]
-    ctx = _setup(args, task_opts, console)
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
-    result = fn(args, ctx, console)
-    out = _write(args, ctx, args.probe, result, console)
-    if not args.no_plot:
-        png = DRAW[args.probe](result, out.with_suffix(".png"))
-        console.print(Text(f"wrote {png}"))
-    return 0
+RUNS = {"position": _position, "covariance": _covariance, "branch": _branch, "perturb": _perturb, "update": _update}
+"""Each probe's function: (args, Context, console) -> its result."""

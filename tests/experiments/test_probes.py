@@ -1,4 +1,4 @@
-"""Probes of the papers' analyses (`explorl.analysis.probes`, `explorl probe`; docs/methods.md §8e): hand-derived
+"""Probes of the papers' analyses (`explorl.experiments.probes`, `explorl probe`; docs/methods.md §8e): hand-derived
 numbers, identities on the tiny models of conftest, and one tiny run of each subcommand."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch
 
 from explorl import cli
 from explorl.algos.advantages import grpo, token_covariance
-from explorl.analysis import probes as P
+from explorl.experiments import probes as P
 from explorl.rollout.logprobs import response_logprobs
 from explorl.rollout.sampler import decode_responses, sample
 

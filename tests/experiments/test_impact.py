@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-import explorl.analysis.impact as impact_mod
-from explorl.analysis.impact import alternative_tokens, token_impact
+import explorl.experiments.impact as impact_mod
+from explorl.experiments.impact import alternative_tokens, token_impact
 
 PROMPT = "Q: 12+34=?\nA: "
 RESPONSE = "46, so \\boxed{46}"

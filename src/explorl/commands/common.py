@@ -1,0 +1,116 @@
+"""What several `explorl` commands share: the console they print to, flag parsing, and the tables they print.
+
+The commands read `common.console` when they run (never `from ... import console` at import time), so a caller or a
+test may replace it, e.g. by a `Console(file=...)` that records the output; `explorl.cli.console` is the same object.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from explorl.config import ConfigError, load_config
+
+console = Console()
+
+
+def _parse_list(text: str, flag: str, kind=int, example: str = "0,8,16") -> list:
+    """Comma-separated numbers of a flag, e.g. --cuts 0,8,16; SystemExit naming the flag otherwise."""
+    try:
+        values = [kind(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SystemExit(f"{flag}: expected comma-separated numbers such as {example}, got {text!r}") from None
+    if not values:
+        raise SystemExit(f"{flag}: give at least one value")
+    return values
+
+
+def _parse_ks(text: str) -> list[int]:
+    ks = _parse_list(text, "--k", example="1,2,4,8")
+    if any(k < 1 for k in ks):
+        raise SystemExit(f"--k: every k must be >= 1, got {text!r}")
+    return ks
+
+
+def _task_opts(items: list[str]) -> dict[str, str]:
+    opts = {}
+    for item in items:
+        if "=" not in item:
+            raise SystemExit(f"--task-opt {item!r}: expected field=value (a task.* field such as path=data.jsonl)")
+        k, v = item.split("=", 1)
+        opts[k.strip()] = v
+    return opts
+
+
+def _run_config(args, command: str, example: str):
+    """The config of `explorl train` / `explorl sft`: CONFIG with overrides, or with `--resume RUN` the run's own
+    config.yaml (overrides still apply)."""
+    if args.resume:
+        run = Path(args.resume)
+        if not (run / "config.yaml").exists():
+            raise ConfigError(f"--resume {run}: no config.yaml there; give a run directory made by `explorl {command}`")
+        overrides = list(args.overrides)
+        if args.config is not None:  # argparse puts the first override in the CONFIG slot
+            if "=" not in args.config:
+                raise ConfigError(f"explorl {command}: give a CONFIG file or --resume RUN, not both "
+                                  f"(a resumed run uses {run / 'config.yaml'}; change it with key=value overrides)")
+            overrides.insert(0, args.config)
+        return load_config(run / "config.yaml", overrides)
+    if args.config is None:
+        raise ConfigError(f"explorl {command}: give a CONFIG file (e.g. {example}) or --resume RUN")
+    return load_config(args.config, args.overrides)
+
+
+def _unused_path(path: Path) -> Path:
+    """`path`, or `stem-2.json`, `stem-3.json`, ... beside it if taken (with the .problems.jsonl file of each)."""
+    def free(p: Path) -> bool:
+        return not p.exists() and not p.with_suffix(".problems.jsonl").exists()
+
+    i = 2
+    candidate = path
+    while not free(candidate):
+        candidate = path.with_name(f"{path.stem}-{i}{path.suffix}")
+        i += 1
+    return candidate
+
+
+def _print_checks(checks) -> None:
+    for what, result in checks:
+        style = "yellow" if result.startswith("warning:") else "green"
+        console.print(Text.assemble(("  ok " if style == "green" else "  !! ", style), f"{what}: {result}"))
+
+
+def _print_table(title: str, rows: dict[str, dict], ks) -> None:
+    table = Table(title=title)
+    table.add_column("model")
+    cols = [f"pass@{k}" for k in ks] + [f"maj@{k}" for k in ks if k > 1] + ["entropy", "length"]
+    for c in cols:
+        table.add_column(c, justify="right")
+    for name, summary in rows.items():
+        table.add_row(name, *[f"{summary[c]:.3f}" if c in summary else "-" for c in cols])
+    console.print(table)
+
+
+def _print_html_table(t) -> None:
+    table = Table(title=t.caption)
+    for i, h in enumerate(t.headers):
+        table.add_column(h, justify="left" if i == 0 else "right", overflow="fold")
+    for row in t.rows:
+        table.add_row(*row)
+    console.print(table)
+    if t.note:
+        console.print(f"[dim]{t.note}[/]")
+
+
+def _show_report(report) -> int:
+    """Print a report's notes and tables (`explorl analyze`, `explorl compare`) and where its page is."""
+    for plot in report.plots:
+        if plot.note:
+            console.print(f"[yellow]{plot.title}[/]: {plot.note}")
+    for t in report.tables:
+        _print_html_table(t)
+    console.print(f"report: {report.html}")
+    return 0

@@ -1,0 +1,230 @@
+"""`explorl eval --model MODEL`: pass@k / maj@k of a model on a task's held-out split (`explorl.evaluate`), with
+the settings resolved by `explorl.eval_settings` (a run's output is evaluated as the run did; flags override)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.table import Table
+from rich.text import Text
+
+import explorl.commands.common as common
+from explorl.commands.common import _parse_ks, _print_table, _task_opts, _unused_path
+
+
+def add_parser(sub) -> None:
+    e = sub.add_parser("eval", help="pass@k / maj@k of a model on a task's held-out split")
+    e.add_argument("--model", default="embedded",
+                   help="model directory, LoRA adapter directory, `embedded`, or a run's output (RUN, RUN/final, "
+                        "RUN/checkpoints/step_N: task, template, length limit, eval split, temperature and top_p "
+                        "then come from RUN/config.yaml unless given here)")
+    e.add_argument("--task", default=None, help="arith, file or rg:<name> (default: the run's task, else arith)")
+    e.add_argument("--task-opt", action="append", default=[], metavar="FIELD=VALUE",
+                   help="task.* setting, e.g. --task-opt path=test.jsonl (repeatable; `path` alone evaluates on "
+                        "every row of that file)")
+    e.add_argument("--n", type=int, default=16, help="samples per problem")
+    e.add_argument("--k", default="1,2,4,8,16", help="comma-separated k values of pass@k")
+    e.add_argument("--temperature", type=float, default=None,
+                   help="sampling temperature (default: the run's run.eval_temperature, else 1.0)")
+    e.add_argument("--top-p", type=float, default=None, help="nucleus mass (default: the run's, else 1.0)")
+    e.add_argument("--max-new-tokens", type=int, default=None,
+                   help="length limit (default: the run's sampling.max_new_tokens, else 64)")
+    e.add_argument("--schedule", default=None,
+                   help="sampling temperature schedule: the default samples at --temperature; a registered schedule "
+                        "with a per-token temperature anneals each response as at training step 0, e.g. paper 003's "
+                        "EAD at inference time (section 5.4) with --schedule-opt d0=D for its decay constant")
+    e.add_argument("--schedule-opt", action="append", default=[], metavar="FIELD=VALUE",
+                   help="an option of --schedule (its sampling.<schedule>.<field>), e.g. d0=25 (repeatable)")
+    e.add_argument("--limit", type=int, default=0, help="evaluate only the first N problems (0 = all)")
+    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--device", default="auto")
+    e.add_argument("--dtype", default="auto")
+    e.add_argument("--out", help="summary JSON path (default runs/eval/MODEL-TASK.json, MODEL = RUN_final or "
+                                 "RUN_step_N for a run's output; a taken name gets -2, -3, ...)")
+    e.add_argument("--per-problem", help="write one JSON line per problem here")
+    e.add_argument("--eval-set", action="append", default=[], metavar="NAME=MAPPING",
+                   help="also evaluate on another held-out set, reported on its own: task settings layered over "
+                        "the evaluated task's, e.g. --eval-set 'ood={difficulties: [8, 9]}' or --eval-set "
+                        "'math500={name: file, path: math500.jsonl}' (repeatable; default: a run's run.eval_sets)")
+    e.add_argument("--save-completions", metavar="FILE",
+                   help="write every sampled completion with its problem, reward and extracted answer, one JSON "
+                        "line each (read by `explorl analyze FILE`)")
+    e.add_argument("--curve", action="store_true",
+                   help="also pass@k and maj@k against k = 1, 2, 4, ..., n with 95%% bootstrap intervals over "
+                        "problems (the summary's `curve`; plot several with `explorl curves`)")
+    e.add_argument("--analyze", action="store_true",
+                   help="also the unsolvable set, rollout branching factor, entropy profile, answer diversity, "
+                        "and per-problem results (default MODEL-TASK.problems.jsonl beside --out)")
+    e.set_defaults(fn=cmd_eval)
+
+
+def _schedule_opts(items: list[str]) -> dict:
+    """`--schedule-opt FIELD=VALUE` flags as a mapping, each value read as YAML (`d0=25` is the number 25)."""
+    import yaml
+
+    out = {}
+    for item in items:
+        field, sep, raw = item.partition("=")
+        if not sep or not field.strip():
+            raise SystemExit(f"--schedule-opt {item!r}: expected FIELD=VALUE, an option of --schedule (e.g. d0=25)")
+        try:
+            out[field.strip()] = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            out[field.strip()] = raw
+    return out
+
+
+def _eval_sets(flags: list[str], task_cfg, run_cfg) -> dict:
+    """More held-out sets for `explorl eval`: `--eval-set NAME=MAPPING` (task settings as YAML, layered over the
+    evaluated task's, `config.held_out_task`), or without flags the evaluated run's `run.eval_sets`."""
+    import yaml
+
+    from explorl.config import eval_set_task, held_out_task
+
+    if run_cfg is not None:
+        return {name: eval_set_task(run_cfg, name) for name in run_cfg.run.eval_sets}
+    out = {}
+    for flag in flags:
+        name, _, raw = flag.partition("=")
+        try:
+            fields = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            fields = None
+        if not name or not isinstance(fields, dict):
+            raise SystemExit(f"--eval-set {flag!r}: expected NAME={{field: value, ...}} (task settings over the "
+                             f"evaluated task's), e.g. --eval-set 'ood={{difficulties: [8, 9]}}'")
+        out[name] = held_out_task(task_cfg, fields, f"--eval-set {name}: task.")
+    return out
+
+
+def _fingerprints(run, run_cfg, model_path: str) -> dict:
+    """What an evaluation record says about the weights: `model_fingerprint` of the evaluated weights (None for a
+    training checkpoint, which holds only the trained tensors) and `base_fingerprint`, the model a run started from
+    (its config's `model.fingerprint`) or, for a plain model, the model itself (`evaluate.check_same_base`)."""
+    from explorl.models import weights_fingerprint
+
+    if run is None:
+        fingerprint = weights_fingerprint(model_path)
+        return {"model_fingerprint": fingerprint, "base_fingerprint": fingerprint}
+    return {"model_fingerprint": weights_fingerprint(run.model_dir) if run.kind == "final" else None,
+            "base_fingerprint": run_cfg.model.fingerprint or None}
+
+
+def cmd_eval(args) -> int:
+    from explorl.bootstrap import load_model_under_test
+    from explorl.config import DEVICES, ModelConfig, from_dict, valid_device
+    from explorl.eval_settings import resolve_eval_settings
+    from explorl.evaluate import evaluate
+    from explorl.tasks import load_task
+    from explorl.tasks.chat import prompt_encoder
+
+    console = common.console
+    ks = _parse_ks(args.k)
+    if max(ks) > args.n:
+        raise SystemExit(f"--k: k={max(ks)} exceeds --n={args.n}; pass@k needs at least k samples per problem")
+    opts = _task_opts(args.task_opt)
+    if not valid_device(args.device):
+        raise SystemExit(f"--device: {args.device!r} is not one of {DEVICES}")
+    model_cfg = from_dict(ModelConfig, {"path": args.model, "device": args.device, "dtype": args.dtype})
+    s = resolve_eval_settings(args.model, args.task, opts, max_new_tokens=args.max_new_tokens,
+                              temperature=args.temperature, top_p=args.top_p, schedule=args.schedule,
+                              schedule_options=_schedule_opts(args.schedule_opt), limit=args.limit)
+    run, run_cfg, task_cfg, problems = s.run, s.run_cfg, s.task_cfg, s.problems
+    # checked before the model loads: more held-out sets (--eval-set, else the run's run.eval_sets)
+    extra_sets = _eval_sets(args.eval_set, task_cfg, run_cfg if not args.eval_set else None)
+    shown = Table(title=Text("eval settings" + (f" (run config: {run.config_path}; flags override it)"
+                                                if run is not None else "")))
+    for col in ("setting", "value", "from"):
+        shown.add_column(col, overflow="fold")
+    for name, value, where in s.settings:
+        shown.add_row(Text(name), Text(repr(value) if name == "prompt template" else str(value)), Text(where))
+    console.print(shown)
+    model, tok = load_model_under_test(run, run_cfg, model_cfg, console)
+    label = run.label if run is not None else Path(args.model).name
+    from rich.progress import Progress
+
+    with Progress(console=console, disable=not console.is_terminal) as bar:
+        job = bar.add_task("eval", total=len(problems))
+        summary, per_problem = evaluate(model, tok, problems, s.task, n=args.n, ks=ks,
+                                        temperature=s.sampler_temperature, encode=prompt_encoder(tok, task_cfg),
+                                        top_p=s.top_p, max_new_tokens=s.max_new_tokens, seed=args.seed,
+                                        reward_timeout_s=task_cfg.reward_timeout_s, fast_path=s.fast_path,
+                                        progress=lambda k: bar.advance(job, k), analyze=args.analyze,
+                                        keep_completions=bool(args.save_completions))
+        sets = {}  # each extra held-out set reported on its own
+        for set_name, set_cfg in extra_sets.items():
+            set_task = load_task(set_cfg)
+            set_problems = set_task.eval[: args.limit] if args.limit else set_task.eval
+            job = bar.add_task(f"eval {set_name}", total=len(set_problems))
+            sets[set_name], _ = evaluate(model, tok, set_problems, set_task, n=args.n, ks=ks,
+                                         temperature=s.sampler_temperature, encode=prompt_encoder(tok, set_cfg),
+                                         top_p=s.top_p, max_new_tokens=s.max_new_tokens, seed=args.seed,
+                                         reward_timeout_s=set_cfg.reward_timeout_s, fast_path=s.fast_path,
+                                         progress=lambda k, j=job: bar.advance(j, k))
+    if args.curve:
+        from explorl.evaluate import k_curves
+
+        summary["curve"] = k_curves(per_problem, seed=args.seed)
+    if sets:
+        summary["sets"] = sets
+    out = {"model": args.model, "label": label, "run_config": str(run.config_path) if run is not None else None,
+           **_fingerprints(run, run_cfg, args.model),
+           "task": task_cfg.name, "temperature": s.temperature, "schedule": s.schedule,
+           "schedule_options": s.schedule_options, "settings": s.record(), **summary}
+    _print_table(f"{task_cfg.name} ({len(problems)} problems, n={args.n})",
+                 {label: summary, **{f"{label} on {k}": v for k, v in sets.items()}}, ks)
+    out_path = _out_path(args.out, label, task_cfg.name)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    per_problem_path = Path(args.per_problem) if args.per_problem else None
+    if args.analyze:
+        from explorl.analysis.measures import mean_answer_diversity
+
+        unsolvable = sorted(r.id for r in per_problem if not any(r.correct))
+        out["unsolvable"] = unsolvable
+        out["answer_diversity"] = mean_answer_diversity({r.id: r.answers for r in per_problem})
+        per_problem_path = per_problem_path or out_path.with_suffix(".problems.jsonl")
+        profile = ", ".join("-" if v is None else f"{v:.3f}" for v in summary["entropy/by_position"])
+        console.print(f"unsolvable with n={args.n}: {len(unsolvable)} of {len(per_problem)} problems; "
+                      f"mean rollout branching factor {summary['branching']:.3f}; distinct answers per problem "
+                      f"{out['answer_diversity']:.2f}\nentropy by relative position (10 bins): {profile}")
+    out_path.write_text(json.dumps(out, indent=2))
+    console.print(Text(f"wrote {out_path}"))
+    if args.save_completions:
+        _write_completions(Path(args.save_completions), per_problem)
+    if per_problem_path is not None:
+        with open(per_problem_path, "w") as f:
+            for r in per_problem:
+                f.write(json.dumps({k: v for k, v in r.__dict__.items() if k != "completions"}) + "\n")
+        console.print(Text(f"wrote {per_problem_path} (one line per problem)"))
+    return 0
+
+
+def _out_path(given: str | None, label: str, task_name: str) -> Path:
+    """The summary's path: `--out` (replaced if it exists), or runs/eval/LABEL-TASK.json named apart from any
+    earlier evaluation (an earlier result is never overwritten)."""
+    if given:
+        out_path = Path(given)
+        if out_path.exists():
+            common.console.print(Text(f"--out {out_path} exists: replacing it"), style="yellow")
+        return out_path
+    default = Path(f"runs/eval/{label}-{task_name.replace(':', '_')}.json")
+    out_path = _unused_path(default)
+    if out_path != default:
+        common.console.print(Text(f"{default} exists (an earlier evaluation): writing {out_path} instead"),
+                             style="yellow")
+    return out_path
+
+
+def _write_completions(path: Path, per_problem) -> None:
+    """Every sampled completion with its problem, reward and extracted answer, one JSON line each."""
+    from explorl.analysis.completions import COMPLETION_FIELDS
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        for r in per_problem:
+            for i, text in enumerate(r.completions):
+                row = (r.id, i, r.prompt, r.answer, text, r.answers[i], r.rewards[i], r.correct[i])
+                f.write(json.dumps(dict(zip(COMPLETION_FIELDS, row))) + "\n")
+    common.console.print(Text(f"wrote {path} ({sum(len(r.completions) for r in per_problem)} completions; "
+                              f"`explorl analyze {path}` reports on them)"))

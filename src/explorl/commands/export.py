@@ -1,0 +1,69 @@
+"""`explorl export RUN_OR_DIR --out DIR [--merge]`: a run's model (or a LoRA adapter merged into its base) as a
+standard Hugging Face model directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.text import Text
+
+import explorl.commands.common as common
+from explorl.config import ConfigError, load_config
+
+
+def add_parser(sub) -> None:
+    x = sub.add_parser("export", help="write a run's model (or a LoRA adapter merged into its base) as a standard "
+                                      "Hugging Face model directory")
+    x.add_argument("source", metavar="RUN_OR_DIR",
+                   help="a run directory (its final/), RUN/final, RUN/checkpoints/step_N, or an adapter directory")
+    x.add_argument("--out", required=True, help="new directory for the model (weights + tokenizer)")
+    x.add_argument("--merge", action="store_true", help="merge LoRA adapters into the base weights (required for "
+                                                        "LoRA runs and adapter directories)")
+    x.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                   help="dtype of the written weights (auto: float32, as loaded on the CPU)")
+    x.set_defaults(fn=cmd_export)
+
+
+def cmd_export(args) -> int:
+    import os
+    import shutil
+
+    from explorl.models import (adapter_base, check_fingerprint, find_run_output, is_adapter_dir, load_causal_lm,
+                                load_run_output, resolve_dtype, resolve_model_path)
+
+    out = Path(args.out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise FileExistsError(f"--out {out}: already exists and is not an empty directory; export never overwrites, "
+                              f"choose a new directory")
+    run = find_run_output(args.source)
+    if run is not None:
+        run_cfg = load_config(run.config_path)
+        lora = is_adapter_dir(run.model_dir) or (run.kind == "checkpoint" and run_cfg.model.lora.enabled)
+        what = f"{run.kind} of the run {run.run_dir}"
+    else:
+        path = resolve_model_path(args.source)
+        lora = is_adapter_dir(path)
+        what = f"LoRA adapter {path} on {adapter_base(path)}" if lora else f"model {path}"
+    if lora and not args.merge:
+        raise ConfigError(f"{args.source}: holds LoRA adapters, not a standalone model; add --merge to write the base "
+                          f"model with the adapters merged into its weights")
+    if run is not None:
+        if run.kind == "checkpoint":
+            check_fingerprint(run_cfg.model)
+        model, tok, _ = load_run_output(run, run_cfg, device="cpu", dtype=args.dtype)
+    else:
+        import torch
+
+        model, tok = load_causal_lm(path, resolve_dtype(args.dtype, torch.device("cpu")))
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(str(tmp))
+    tok.save_pretrained(str(tmp))
+    if out.exists():
+        out.rmdir()  # empty, checked above
+    os.replace(tmp, out)
+    merged = " (LoRA adapters merged)" if lora else ""
+    common.console.print(Text(f"wrote {out}: {what}{merged} as a standard Hugging Face model directory, weights and "
+                              f"tokenizer (AutoModelForCausalLM.from_pretrained; `model.path` or `--model` of "
+                              f"explorl)"))
+    return 0

@@ -1,0 +1,48 @@
+"""`explorl sft CONFIG [key=value ...]`: supervised fine-tuning on the task's worked solutions (`explorl.sft`)."""
+
+from __future__ import annotations
+
+import json
+
+from rich.syntax import Syntax
+
+import explorl.commands.common as common
+from explorl.commands.common import _print_checks, _print_table, _run_config
+from explorl.config import dump_yaml
+
+
+def add_parser(sub) -> None:
+    sf = sub.add_parser("sft", help="supervised fine-tuning on the task's worked solutions (the SFT baselines of "
+                                    "papers 001 and 004); writes a run directory like train")
+    sf.add_argument("config", nargs="?", help="YAML config (e.g. configs/sft.yaml)")
+    sf.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. sft.epochs=1 optim.lr=1e-4")
+    sf.add_argument("--dry-run", action="store_true", help="validate and print the resolved config, then exit")
+    sf.add_argument("--resume", metavar="RUN", help="continue the SFT run in RUN from its last checkpoint")
+    sf.set_defaults(fn=cmd_sft)
+
+
+def cmd_sft(args) -> int:
+    console = common.console
+    cfg = _run_config(args, "sft", "configs/sft.yaml")
+    console.rule("resolved config")
+    console.print(Syntax(dump_yaml(cfg), "yaml", background_color="default", word_wrap=True))
+    from explorl.models import check_run_inputs
+
+    checks = check_run_inputs(cfg)
+    if args.dry_run:
+        from explorl.sft import worked_solutions
+        from explorl.tasks import load_task
+
+        with_solution, missing = worked_solutions(load_task(cfg.task), cfg.task.name, cfg.task.solution_field)
+        checks.append(("sft data", f"{len(with_solution)} training problems with a worked solution"
+                                   + (f" ({missing} without one are skipped)" if missing else "")))
+        console.print("[green]config is valid[/] (dry run: nothing trained); checked without loading weights:")
+        _print_checks(checks)
+        return 0
+    from explorl.sft import run_sft
+
+    run_dir = run_sft(cfg, console=console, resume=args.resume)
+    result = json.loads((run_dir / "eval.json").read_text())
+    _print_table("held-out evaluation", {"sft": result}, cfg.run.eval_k)
+    console.print(f"run directory: {run_dir} (evaluate it with `explorl eval --model {run_dir / 'final'}`)")
+    return 0

@@ -1,0 +1,387 @@
+"""The configuration schema: one dataclass per concern, one docstring and one default per field.
+
+The core sections hold what every method shares; each registered method's own options are a dataclass beside
+the method (`explorl.algos.registry`), held in its section's `options` and written `algo.<name>.<field>`,
+`sampling.<schedule>.<field>`, `budget.<policy>.<field>`. This module imports nothing of explorl: loading and
+overrides are `explorl.config.loading`, the checks against the registry `explorl.config.validation`.
+Field docstrings are read from this file's source (`field_docs`) for `explorl config` and the README.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+
+class ConfigError(ValueError):
+    """A configuration problem, named by the dotted field it concerns."""
+
+
+@dataclass
+class LoraConfig:
+    enabled: bool = False
+    """Train low-rank adapters (peft) instead of all weights. The frozen reference is then the base model with
+    adapters disabled, not a second copy."""
+    rank: int = 8
+    """LoRA rank r."""
+    alpha: float = 16.0
+    """LoRA scaling alpha (the update is scaled by alpha / rank)."""
+    dropout: float = 0.0
+    """Dropout on the adapter input."""
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    """Names of the linear modules that get adapters (Qwen2/Llama naming)."""
+
+
+@dataclass
+class ModelConfig:
+    path: str = "embedded"
+    """A local Hugging Face causal-LM directory (config, weights, tokenizer), a LoRA adapter directory (its base
+    from `adapter_config.json`, merged on load), or `embedded` for the tiny default model shipped with explorl
+    (`explorl bootstrap` regenerates one)."""
+    fingerprint: str = ""
+    """A hash of `path`'s weights (`explorl.models.weights_fingerprint`). Empty: not checked. A run writes it into its
+    config.yaml; when set, a run refuses a model whose weights hash differently (a resumed or replayed run stays on
+    the model it was made with), and results with different fingerprints refuse to be paired."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """Parameter dtype. `auto`: bfloat16 on a GPU that supports it, float32 on the CPU. Training refuses float16
+    (AdamW's moments in float16 round to zero and the first step writes inf); `explorl eval` accepts it."""
+    device: str = "auto"
+    """`auto` (cuda when available, else cpu), `cpu`, `cuda` or `cuda:N`."""
+    attn_implementation: str = "sdpa"
+    """Attention kernel passed to `from_pretrained` (`sdpa`, `eager`, `flash_attention_2`)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass to save memory on large models."""
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    """Optional LoRA adapters."""
+
+
+@dataclass
+class TaskConfig:
+    name: str = "arith"
+    """`arith` (built-in procedural arithmetic with worked solutions), `file` (question/answer JSONL or
+    Parquet at `path`), or `rg:<dataset>` for a reasoning-gym task such as `rg:chain_sum`."""
+    path: str = ""
+    """`file` task: training data (.jsonl, .json or .parquet)."""
+    eval_path: str = ""
+    """`file` task: held-out data. Empty: the last `eval_size` rows of `path` are held out."""
+    prompt_field: str = "problem"
+    """`file` task: the field holding the question."""
+    answer_field: str = "answer"
+    """`file` task: the field holding the ground-truth answer."""
+    solution_field: str = "solution"
+    """`file` task: the field holding a worked solution (MATH's `solution`), the target text of `explorl sft`;
+    optional for the other commands (rows without it have none)."""
+    chat_template: Literal["auto", "on", "off"] = "auto"
+    """Prompt through the tokenizer's chat template (instruct and reasoning models): `auto` (on when the tokenizer
+    has one; the run's config.yaml records what it resolved to), `on`, `off`. The question (after
+    `prompt_template`) or a conversational row's messages become the user turn."""
+    system_prompt: str = ""
+    """A system message before the user turn (chat template on), or a line before the prompt (off)."""
+    prompt_template: str = "{question}"
+    """Format string that turns a question into the prompt; `{question}` is replaced (`file` and `rg:` tasks)."""
+    difficulties: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5])
+    """`arith`: difficulty levels mixed in one dataset (level d has d operations), so some prompts are easy
+    and some hard. `rg:` tasks ignore it."""
+    train_size: int = 4096
+    """Number of training problems: generated for `arith` and `rg:`, a cap on the rows used for `file`."""
+    eval_size: int = 256
+    """Number of held-out problems."""
+    data_seed: int = 1234
+    """Seed of the procedural generators; independent of the training seed so runs share data."""
+    reward: str | list[str] = "auto"
+    """`auto` (the task's own checker), `math` (math-verify on the last \\boxed{}), `exact` (string match of the
+    last \\boxed{}), or `module:function` for your own `fn(completion, answer, **meta) -> float`; or a list of these
+    (`[math, my_rewards:fmt]`, TRL's `reward_funcs`): the reward is their weighted sum (`reward_weights`), and each
+    function's mean is logged as `reward/<entry>` (`:` written `.`). A function marked `@explorl.rewards.batched`,
+    or whose first parameter is named `completions`, is called once per batch as `fn(completions, answers, **meta)
+    -> list[float]`, each meta key a list."""
+    reward_weights: list[float] | None = None
+    """Weights of the `reward` functions, one per entry, in order (TRL's `reward_weights`): reward = sum_i w_i * r_i,
+    a failed function scoring 0 for that sample. null: every weight is 1."""
+    reward_timeout_s: float = 5.0
+    """Hard time limit per sample for rewards that run in a worker process; a timeout scores 0 and is counted."""
+    reward_workers: int = 0
+    """Worker processes that score a batch in parallel (each sample keeps its own time limit, so n hanging samples
+    cost about reward_timeout_s * ceil(n / workers)); 0 = one per CPU core, at least 2 and at most 16."""
+    max_reward_failure_frac: float = 0.5
+    """Stop the run, before the step's update changes the weights, when more than this fraction of a step's
+    rewards fail (raise, return something that is not a finite number) or time out; 1 = never stop. Failures
+    below it score 0 and are counted; the first one's traceback is printed and each distinct one is logged to
+    RUN/reward_errors.log."""
+
+
+@dataclass
+class SamplingConfig:
+    group_size: int = 8
+    """G: responses sampled per prompt (the group of GRPO)."""
+    temperature: float = 1.0
+    """Sampling temperature; the optimised policy is the logits divided by it as well (docs/methods.md §1)."""
+    top_p: float = 1.0
+    """Nucleus sampling mass (1.0 = off). Behaviour log-probs are taken under the truncated distribution."""
+    max_new_tokens: int = 64
+    """Length limit of a response; responses that hit it are flagged truncated."""
+    fast_path: bool = True
+    """Use the fused decoding path for Llama-family models (Qwen2, Llama) when it applies; otherwise the
+    generic path that calls the Hugging Face forward with a KV cache."""
+    schedule: str = "fixed"
+    """Sampling temperature schedule, by registry name (kind `temperature_schedule`). `fixed`: `temperature`.
+    `e3`: the E3 controller (paper 000 eq. 4) adapts tau each step to hold the entropy at its first-step value;
+    the optimised policy uses the same tau. `ead`: annealed per-token temperature (paper 003), behaviour policy
+    only; `revead`: its reversed ablation. `adaptive`: a base schedule (`sampling.adaptive.base`) with a per-prompt
+    multiplier by running success rate (explorl's; behaviour policy only). Its options: `sampling.<schedule>.*`."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """The temperature schedule's options, under its name: `sampling.<name>.<field>` in YAML and on the command
+    line (e.g. `sampling.ead.tau_max=1.5`). Validation fills in the defaults of every selected entry and refuses
+    options of entries that are not selected; `explorl config` lists every entry's options."""
+
+
+@dataclass
+class AlgoConfig:
+    advantage: str = "grpo"
+    """Advantage estimator by registry name (`grpo`, `dr_grpo`, ...; `explorl config` lists them)."""
+    adv_eps: float = 1e-6
+    """eps in the GRPO normalisation (r - mean) / (std + eps)."""
+    eps_low: float = 0.2
+    """PPO clip: lower bound of the ratio is 1 - eps_low."""
+    eps_high: float = 0.2
+    """PPO clip: upper bound of the ratio is 1 + eps_high (DAPO's clip-higher uses 0.28)."""
+    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
+    """Aggregation of token losses (docs/methods.md §1d): token-mean (DAPO), seq-mean-token-mean (GRPO paper),
+    seq-mean-token-sum-norm (Dr.GRPO, divides by N * max_new_tokens)."""
+    kl_coef: float = 0.0
+    """beta of the k3 KL penalty to the frozen reference model (0 = no reference model is kept)."""
+    entropy_coef: float = 0.0
+    """lambda of the entropy bonus: subtracts lambda * H per token (paper 000 eq. 3 uses 1e-4)."""
+    epochs: int = 1
+    """Optimisation passes over each batch of rollouts."""
+    mini_batches: int = 1
+    """Optimizer steps per epoch: the batch's responses are shuffled and split into this many mini-batches."""
+    micro_batch_size: int = 0
+    """Responses per forward/backward (gradient accumulation inside a mini-batch); 0 = split by length_buckets."""
+    length_buckets: int = 4
+    """With micro_batch_size 0: each mini-batch's responses are sorted by length and cut into this many
+    micro-batches, each padded only to its own longest row (same gradient, less compute on padding)."""
+    shapers: list[str] = field(default_factory=list)
+    """Advantage shapers applied in order after the estimator: `cw` (covariance weighting, paper 002, batch-wide
+    statistics, explorl's reading, docs/methods.md §4), `cw_group` (the same with paper 002's per-group
+    statistics), `cw_balanced` (explorl's sign-balanced variant, not the paper's: the per-group kernel normalised
+    per advantage sign), `ppl`, `position` (paper 004 section 4.4.2), `entropy_adv` (Cheng et al.)."""
+    loss: str = "ppo"
+    """Per-token objective by registry name (kind `policy_loss`): `ppo` (PPO-clip), `clip_cov` or `kl_cov`
+    (Cui et al. 2025; docs/methods.md §5a, §5b)."""
+    token_filter: str = "none"
+    """Token filter by registry name (kind `token_filter`): `none`, or `forking`: only the top `algo.forking.top_frac`
+    highest-entropy tokens of the batch train (Wang et al. 80/20)."""
+    tis: bool = False
+    """Truncated importance sampling (paper 003): weight each token loss by min(pi_old / mu, tis_cap), mu the
+    distribution actually sampled from (EAD's per-token temperatures, top-p)."""
+    tis_cap: float = 2.0
+    """Cap C of the truncated importance weights."""
+    tis_level: Literal["token", "sequence"] = "token"
+    """Level of the truncated importance weights (docs/methods.md §6). `token` (explorl's default): each token's
+    own min(pi_old / mu, tis_cap). `sequence`: the truncated ratio of whole sequences that paper 003 writes
+    (App. B.2, min(pi_old(y|x) / pi_EAD(y|x), C)), the same weight on every token of a response, computed in log
+    space."""
+    kl_clamp: float | None = None
+    """Clamp of the per-token k3 KL estimate to [-kl_clamp, kl_clamp], with its log-ratio clamped to [-20, 20]
+    before exp, as verl 0.9's `low_var_kl` (`kl_penalty` in verl/trainer/ppo/core_algos.py, clamp 10); no gradient
+    where a clamp acts. Acts on the KL term and the `kl/mean` statistic. Must be > 0. null (explorl's default):
+    off. docs/methods.md §1, §9."""
+    overlong: Literal["none", "mask", "penalty"] = "none"
+    """DAPO overlong handling of responses that hit the length limit: drop them from the loss (`mask`) or
+    the soft length penalty (`penalty`, DAPO eq. 13) added to the reward."""
+    overlong_buffer: int = 16
+    """DAPO: tokens before the limit where the soft penalty ramps from 0 to -overlong_penalty."""
+    overlong_penalty: float = 1.0
+    """DAPO: size of the overlong penalty."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """The options of the estimator, shapers, loss and token filter, each under its name: `algo.<name>.<field>` in
+    YAML and on the command line (e.g. `algo.erpo.gamma=5`). Validation fills in the defaults of every selected
+    entry and refuses options of entries that are not selected; `explorl config` lists every entry's options."""
+
+
+@dataclass
+class BudgetConfig:
+    policy: str = "uniform"
+    """Rollouts per prompt, by registry name (kind `budget_policy`). `uniform`: sampling.group_size each. `e3`:
+    dynamic budgets by difficulty (paper 000 Algorithm 1) with the G_min/G_max curriculum. `dapo`: DAPO dynamic
+    sampling: groups whose rewards all agree are dropped and more prompts are sampled until the batch is full or
+    `budget.dapo.max_rounds` extra rounds are spent."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """The budget policy's options, under its name: `budget.<name>.<field>` in YAML and on the command line (e.g.
+    `budget.e3.g_step=2`). Validation fills in the defaults of every selected entry and refuses options of entries
+    that are not selected; `explorl config` lists every entry's options."""
+
+
+@dataclass
+class RftConfig:
+    iterations: int = 3
+    """`explorl rft`: rejection-sampling fine-tuning iterations (paper 004 section 4.4.1)."""
+    prompts: int = 256
+    """Training prompts sampled per iteration."""
+    samples_per_prompt: int = 8
+    """Responses sampled per prompt."""
+    strategies: list[str] = field(default_factory=list)
+    """Exploration-aware data selection on top of the rule filters, any of `noisy` (add incorrect samples),
+    `entropy` (highest mean token entropy), `branching` (highest mean rollout branching factor)."""
+    noisy_frac: float = 0.05
+    """`noisy`: incorrect samples added, as a fraction of the selected correct ones (paper: 5%)."""
+    select_frac: float = 0.5
+    """`entropy` / `branching`: fraction of the filtered correct samples kept, highest first."""
+    select_count: int = 0
+    """A fixed number of correct samples fine-tuned on per iteration (paper 004 section 4.4.1 uses 1.1k per
+    iteration); 0 = as many as the filters and `select_frac` keep. With `entropy` / `branching` the top
+    select_count by score (in place of select_frac), otherwise a random select_count of the filtered correct ones;
+    fewer when fewer pass. `noisy` adds its fraction of them on top."""
+    branching_top_p: float = 0.95
+    """Mass that defines the rollout branching factor (docs/methods.md §8b)."""
+    epochs: int = 1
+    """Supervised passes over each iteration's selected samples."""
+    lr: float = 5e-4
+    """AdamW learning rate of the fine-tuning."""
+    batch_size: int = 32
+    """Sequences per fine-tuning step."""
+    eval_top_p: float = 1.0
+    """Nucleus mass of the per-iteration held-out evaluation (temperature `run.eval_temperature`); paper 004
+    section 4.4.1 evaluates at top-p 0.95, temperature 0.6."""
+
+
+@dataclass
+class SftConfig:
+    epochs: int = 3
+    """`explorl sft`: passes over the training split's worked solutions (paper 001's SFT baseline: 3 epochs). The
+    optimizer is `optim`'s (lr 1e-5 = paper 004's SFT models; warm-up and cosine decay over all sft steps);
+    docs/methods.md §8d."""
+    batch_size: int = 96
+    """Sequences per optimizer step (paper 004 section 2.4: 96)."""
+    micro_batch_size: int = 0
+    """Sequences per forward/backward (gradient accumulation inside a step, same mean loss); 0 = the whole batch."""
+    max_length: int = 0
+    """Keep only the first this-many tokens of prompt + solution + EOS (paper 004: a 20,000-token context);
+    0 = no limit."""
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-5
+    """Peak learning rate of AdamW."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    beta1: float = 0.9
+    """AdamW beta1."""
+    beta2: float = 0.999
+    """AdamW beta2."""
+    warmup_steps: int = 0
+    """Linear warm-up, in optimizer steps."""
+    min_lr_ratio: float = 0.1
+    """Cosine decay ends at lr * min_lr_ratio after all optimizer steps."""
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this value (0 = off)."""
+
+
+@dataclass
+class RunConfig:
+    steps: int = 100
+    """Training steps (one batch of prompts sampled, scored and optimised per step)."""
+    batch_size: int = 16
+    """Prompts per step (B)."""
+    seed: int = 0
+    """Seed of sampling, data order and initialisation; a run is reproducible for a seed."""
+    out_dir: str = "runs/default"
+    """Run directory: config.yaml, metrics.jsonl, samples.jsonl, checkpoints/, eval.json."""
+    save_every: int = 25
+    """Write a checkpoint every this many steps (and at the end); 0 = only at the end."""
+    keep_checkpoints: int = 2
+    """How many of the newest checkpoints to keep."""
+    eval_every: int = 0
+    """Evaluate on the held-out split every this many steps (0 = only at the end)."""
+    eval_n: int = 8
+    """Samples per held-out problem during evaluation."""
+    eval_k: list[int] = field(default_factory=lambda: [1, 8])
+    """k values of pass@k reported during evaluation (each <= eval_n)."""
+    eval_temperature: float = 1.0
+    """Sampling temperature of evaluation."""
+    eval_sets: dict[str, dict] = field(default_factory=dict)
+    """More held-out sets, evaluated beside the task's own each time the run evaluates: name -> `task` settings
+    layered over the run's `task` section, e.g. `{ood: {difficulties: [8, 9]}}` or `{math500: {name: file, path:
+    data/math500.jsonl}}` (a file named by `path` alone is held out from: its first `eval_size` rows). Reported as
+    `eval/<name>/pass@k` (and every other eval metric) in metrics.jsonl, the trackers and eval.json."""
+    log_samples: int = 2
+    """Prompts per step whose completions go to samples.jsonl."""
+    threads: int = 0
+    """torch CPU threads (0 = leave torch's default)."""
+    max_nonfinite_steps: int = 3
+    """Stop the run after this many consecutive steps whose loss or gradient was not finite."""
+    report_to: list[str] = field(default_factory=list)
+    """Experiment trackers beside metrics.jsonl: any of `tensorboard` (RUN/tensorboard) and `wandb` (its own
+    environment decides online or offline); every metric and evaluation, the resolved config, resumed runs continue
+    the same tracked run. Optional packages: `pip install "explorl[track]"`."""
+    wandb_project: str = "explorl"
+    """`report_to: [wandb]`: the W&B project."""
+    plugins: list[str] = field(default_factory=list)
+    """Python modules imported before the config is validated, so the estimators, shapers, losses, schedules,
+    budget policies and tasks they register (`explorl.algos.registry.register`) can be named in this config."""
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The policy."""
+    task: TaskConfig = field(default_factory=TaskConfig)
+    """Prompts, answers and rewards."""
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    """Rollouts."""
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    """Rollouts per prompt."""
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    """Advantage estimator and policy loss."""
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    """Optimizer and schedule."""
+    run: RunConfig = field(default_factory=RunConfig)
+    """Steps, batch, seed, outputs."""
+    rft: RftConfig = field(default_factory=RftConfig)
+    """Rejection-sampling fine-tuning (`explorl rft`)."""
+    sft: SftConfig = field(default_factory=SftConfig)
+    """Supervised fine-tuning on worked solutions (`explorl sft`)."""
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# building from dicts, with errors that name the field
+
+
+# Keys of earlier versions, where each method's options were flat fields of the core sections: refused with the
+# new key (`explorl.config.loading.from_dict`).
+MOVED_KEYS: dict[str, str] = {
+    **{f"algo.erpo_{f}": f"algo.erpo.{f}" for f in ("beta_progress", "gamma", "eta", "num_buckets", "sigma_target")},
+    "algo.cw_bandwidth": "algo.cw.bandwidth",
+    **{f"algo.ppl_{f}": f"algo.ppl.{f}" for f in ("alpha", "iqr_filter", "clamp")},
+    **{f"algo.position_{f}": f"algo.position.{f}" for f in ("gamma", "m", "d", "n", "start", "steps", "cap_frac")},
+    **{f"algo.entropy_adv_{f}": f"algo.entropy_adv.{f}" for f in ("alpha", "kappa")},
+    "algo.passk_k": "algo.passk.k",
+    **{f"algo.clip_cov_{f}": f"algo.clip_cov.{f}" for f in ("ratio", "lb", "ub")},
+    "algo.kl_cov_k_percent": "algo.kl_cov.k_percent", "algo.kl_cov_coef": "algo.kl_cov.coef",
+    "algo.forking_top_frac": "algo.forking.top_frac", "algo.dual_clip_c": "algo.ppo.dual_clip_c",
+    "sampling.e3_anneal": "sampling.e3.anneal", "sampling.e3_eta": "sampling.e3.eta",
+    "sampling.e3_anneal_frac": "sampling.e3.anneal_frac", "sampling.tau_floor": "sampling.e3.tau_floor",
+    "sampling.tau_ceil": "sampling.e3.tau_ceil",
+    **{f"sampling.ead_{f}": f"sampling.ead.{f}" for f in ("tau_max", "tau_min", "d0", "alpha", "d_max", "c", "scale")},
+    **{f"sampling.adaptive_{f}": f"sampling.adaptive.{f}" for f in ("base", "gamma", "target")},
+    **{f"budget.{f}": f"budget.e3.{f}" for f in ("g_min_limit", "g_max_limit", "g_step", "curriculum", "g_min_start",
+                                                 "g_max_start")},
+    "budget.dapo_max_rounds": "budget.dapo.max_rounds",
+}
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """Map each field of dataclass `cls` to the docstring written under it."""
+    src = inspect.getsource(cls)
+    tree = ast.parse(src)
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs: dict[str, str] = {}
+    for prev, node in zip(body, body[1:]):
+        if (isinstance(prev, ast.AnnAssign) and isinstance(prev.target, ast.Name) and isinstance(node, ast.Expr)
+                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+            docs[prev.target.id] = " ".join(node.value.value.split())
+    return docs

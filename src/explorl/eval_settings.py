@@ -1,0 +1,169 @@
+"""What `explorl eval` evaluates with, and where each value came from.
+
+`resolve_eval_settings` turns plain values (a model path, a task name, task options, the sampling flags or None)
+into the task, its held-out problems and the sampling settings of an evaluation. A run's output (RUN, RUN/final,
+RUN/checkpoints/step_N) is evaluated as the run was: its config.yaml supplies the task, the prompt template, the
+length limit, the held-out split, the temperature and top_p, and any value given overrides it. `settings` lists
+each value with its origin (`--temperature`, `run config: run.eval_temperature`, `default`, ...): the "eval
+settings" table of `explorl eval` and the `settings` of its JSON summary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping
+
+from explorl.config import ConfigError, SamplingConfig, load_config
+
+if TYPE_CHECKING:
+    from explorl.config import Config, TaskConfig
+    from explorl.models import RunOutput
+    from explorl.tasks import Task
+
+
+@dataclass
+class EvalSettings:
+    """An evaluation's task, problems and sampling settings (`resolve_eval_settings`)."""
+
+    run: RunOutput | None
+    """The run output evaluated, or None for a plain model."""
+    run_cfg: Config | None
+    """The run's config, or None."""
+    task_cfg: TaskConfig
+    """The task's settings: the run's, or the named task's defaults; the task options on top."""
+    task: Task
+    """The loaded task."""
+    problems: list
+    """The held-out problems evaluated (the first `limit` of `task.eval`, or all)."""
+    max_new_tokens: int
+    temperature: float
+    top_p: float
+    schedule: str
+    """The inference-time temperature schedule (a registered `static` or `per_token` one)."""
+    schedule_options: dict
+    """Its options as given (`--schedule-opt FIELD=VALUE`), the rest at their defaults."""
+    sampler_temperature: Any
+    """The sampler's temperature: `temperature`, or for a per-token schedule a function of the token position."""
+    fast_path: bool
+    settings: list[tuple[str, Any, str]]
+    """(setting, value, where it came from) of each setting, in the order shown."""
+
+    def record(self) -> dict[str, dict]:
+        """`settings` as the eval summary stores them: {setting: {"value": ..., "from": ...}}."""
+        return {name: {"value": value, "from": where} for name, value, where in self.settings}
+
+
+def inference_schedule(schedule: str | None, temperature: float, max_new_tokens: int,
+                       options: Mapping[str, Any] | None = None):
+    """The sampler's temperature for an inference-time schedule (paper 003 section 5.4, EAD at inference): a
+    registered temperature schedule that is `static` (the default, `sampling.schedule`'s: `temperature`) or has a
+    `per_token` temperature, at training step 0 with `options` (its `sampling.<name>.*` fields, e.g. EAD's decay
+    constant `d0`), times `temperature`: then a function of the generated token's position. A schedule that adapts
+    during training (E3's controller, per-prompt temperatures) is refused."""
+    from explorl.algos.registry import lookup, names
+    from explorl.config import Config, validate
+    from explorl.config.validation import fill_registry
+
+    fill_registry()
+    schedule = schedule or SamplingConfig.schedule
+    usable = [n for n in names("temperature_schedule")
+              if lookup("temperature_schedule", n).can("static") or lookup("temperature_schedule", n).can("per_token")]
+    if schedule not in usable:
+        raise SystemExit(f"--schedule {schedule}: not a schedule that samples without training (a registered "
+                         f"temperature schedule that is static or per-token); valid: {', '.join(usable)}")
+    entry = lookup("temperature_schedule", schedule)
+    cfg = Config(sampling=SamplingConfig(schedule=schedule, temperature=temperature, max_new_tokens=max_new_tokens,
+                                         options={entry.options_owner: dict(options)} if options else {}))
+    try:
+        validate(cfg)
+    except ConfigError as e:
+        raise SystemExit(f"--schedule {schedule} / --schedule-opt: {e}") from None
+    sampler_temperature, _, _ = entry.bind(cfg.sampling)(cfg, 2).at(0)
+    return sampler_temperature
+
+
+def eval_split(task_cfg, count: int, all_rows: bool) -> str:
+    """The held-out problems an evaluation uses, in words."""
+    if task_cfg.name == "file":
+        if all_rows:
+            return f"all {count} rows of {task_cfg.eval_path}"
+        if task_cfg.eval_path:
+            return f"first {count} rows of {task_cfg.eval_path} (task.eval_size={task_cfg.eval_size})"
+        return f"last {count} rows of {task_cfg.path} (task.eval_size={task_cfg.eval_size}; the rest trains)"
+    return f"{count} held-out problems (task.eval_size={task_cfg.eval_size}, task.data_seed={task_cfg.data_seed})"
+
+
+def resolve_eval_settings(model: str, task: str | None = None, task_opts: Mapping[str, str] | None = None, *,
+                          max_new_tokens: int | None = None, temperature: float | None = None,
+                          top_p: float | None = None, schedule: str | None = None,
+                          schedule_options: Mapping[str, Any] | None = None, limit: int = 0) -> EvalSettings:
+    """The settings of evaluating `model` (a model directory, `embedded`, or a run's output) on task `task` (None:
+    the run's task, else arith) with `task_opts` (`field=value` text of task.* fields, as `--task-opt` gives it);
+    `max_new_tokens`, `temperature` and `top_p` override the run's values (None: the run's, else 64, 1.0, 1.0);
+    `schedule` (None: the default, static) with `schedule_options` the inference-time temperature schedule
+    (`inference_schedule`); `limit` keeps the first N problems (0 = all).
+    Loads the task (not the model); raises ValueError if its data cannot be read, naming the run's config."""
+    from explorl.config import command_task
+    from explorl.models import find_run_output
+    from explorl.tasks import load_task
+
+    opts = dict(task_opts or {})
+    # a run's output (RUN, RUN/final, RUN/checkpoints/step_N): evaluate it as the run did, flags override
+    run = find_run_output(model)
+    run_cfg = load_config(run.config_path) if run is not None else None
+    from_run = "run config" if run is not None else ""
+    if run_cfg is not None and task in (None, run_cfg.task.name):
+        task_from = from_run
+    else:
+        task_from = "--task" if task else "default"
+    task_cfg = command_task(run_cfg, task, opts)
+    # `--task-opt path=test.jsonl` alone names the file to evaluate on: all of its rows, not a training split
+    whole_file = task_cfg.name == "file" and "path" in opts and "eval_path" not in opts
+
+    def origin(flag_given: bool, flag: str, run_field: str) -> str:
+        if flag_given:
+            return flag
+        return f"{from_run}: {run_field}" if run_cfg is not None else "default"
+
+    def task_origin(*fields: str) -> str:
+        given = [f for f in fields if f in opts]
+        if given:
+            return ", ".join(f"--task-opt {f}" for f in given)
+        return f"{from_run}: task.{', task.'.join(fields)}" if task_from == from_run and from_run else "default"
+
+    r = run_cfg
+    max_new = max_new_tokens if max_new_tokens is not None else (r.sampling.max_new_tokens if r is not None else 64)
+    temp = temperature if temperature is not None else (r.run.eval_temperature if r is not None else 1.0)
+    nucleus = top_p if top_p is not None else (r.sampling.top_p if r is not None else 1.0)
+    sampler_temperature = inference_schedule(schedule, temp, max_new, schedule_options)
+    fast_path = r.sampling.fast_path if r is not None else True
+    try:
+        loaded = load_task(task_cfg)
+    except ValueError as e:
+        if run is None:
+            raise
+        raise ValueError(f"{e} (the task settings come from {run.config_path}; override them with --task-opt "
+                         f"FIELD=VALUE or --task)") from None
+    problems = loaded.eval[:limit] if limit else loaded.eval
+    split = eval_split(task_cfg, len(loaded.eval), whole_file and "eval_size" not in opts)
+    if limit and limit < len(loaded.eval):
+        split += f"; the first {len(problems)} of them (--limit)"
+    settings = [
+        ("model", str(run.model_dir) if run is not None else model,
+         f"{run.kind} of the run {run.run_dir}" if run is not None else "--model"),
+        ("task", task_cfg.name, "--task" if task else task_origin("name")),
+        ("prompt template", task_cfg.prompt_template, task_origin("prompt_template")),
+        ("eval split", split, "--task-opt path" if whole_file else task_origin("path", "eval_path", "eval_size")),
+        ("reward", task_cfg.reward, task_origin("reward")),
+        ("max_new_tokens", max_new, origin(max_new_tokens is not None, "--max-new-tokens",
+                                           "sampling.max_new_tokens")),
+        ("temperature", temp, origin(temperature is not None, "--temperature", "run.eval_temperature")),
+        ("top_p", nucleus, origin(top_p is not None, "--top-p", "sampling.top_p")),
+        ("schedule", (schedule or SamplingConfig.schedule) + "".join(
+            f", {k} = {v}" for k, v in (schedule_options or {}).items()),
+         "--schedule" if schedule is not None else "default"),
+    ]
+    return EvalSettings(run=run, run_cfg=run_cfg, task_cfg=task_cfg, task=loaded, problems=problems,
+                        max_new_tokens=max_new, temperature=temp, top_p=nucleus,
+                        schedule=schedule or SamplingConfig.schedule, schedule_options=dict(schedule_options or {}),
+                        sampler_temperature=sampler_temperature, fast_path=fast_path, settings=settings)

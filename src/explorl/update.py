@@ -1,0 +1,150 @@
+"""The policy update of one batch: pi_old's and the reference's log-probs (`rollout_batch`), then epochs x
+mini-batches x micro-batches of the configured objective (`update_policy`), AdamW with warm-up and cosine decay
+(`make_optimizer`). A loss or gradient that is not finite skips the rest of the step's updates before
+`optimizer.step` (`NonFiniteError`); weights left non-finite by a step raise `NonFiniteWeightsError`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from explorl.algos.batch import RolloutBatch
+from explorl.algos.losses import micro_batch_share
+from explorl.algos.registry import lookup
+from explorl.algos.step import PreparedBatch, policy_objective, requirements, single_update_shortcut
+from explorl.config import Config
+from explorl.models import reference_mode
+from explorl.rollout.logprobs import response_logprobs
+from explorl.rollout.sampler import Rollouts
+
+
+class NonFiniteError(RuntimeError):
+    """The loss or the gradient norm of an update was NaN or infinite."""
+
+
+class NonFiniteWeightsError(RuntimeError):
+    """An optimizer step left NaN or infinite values in the trainable weights (they are ruined)."""
+
+
+def _nonfinite(model) -> list[str]:
+    """Names of the trainable parameters holding a NaN or an infinity (one device sync when there are none)."""
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if not named:
+        return []
+    flags = [torch.isfinite(p).all() for _, p in named]
+    if bool(torch.stack([f.to(flags[0].device) for f in flags]).all()):
+        return []
+    return [n for (n, _), ok in zip(named, flags) if not bool(ok)]
+
+
+def lr_lambda(warmup: int, total: int, min_ratio: float):
+    """Linear warm-up then cosine decay to `min_ratio` of the peak, as a LambdaLR multiplier."""
+
+    def fn(i: int) -> float:
+        if i < warmup:
+            return (i + 1) / warmup
+        progress = min(1.0, (i - warmup) / max(1, total - warmup))
+        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return fn
+
+
+def on_policy_single_update(cfg: Config) -> bool:
+    """`single_update_shortcut` for a whole config: the schedule's registry entry says whether the sampled
+    distribution is the optimised policy."""
+    return single_update_shortcut(cfg.algo, lookup("temperature_schedule", cfg.sampling.schedule).behavior_is_policy)
+
+
+def _micro_batches(mb: torch.Tensor, lengths: torch.Tensor, a) -> list[torch.Tensor]:
+    """Positions in mini-batch `mb` of each micro-batch: rows sorted by length (longest first) and cut into
+    `micro_batch_size` rows, or into `length_buckets` parts, so each forward pads only to its own longest row.
+    The accumulated gradient is the mini-batch's (`micro_batch_share`); only the padding compute changes."""
+    order = torch.sort(lengths[mb], descending=True, stable=True).indices
+    size = a.micro_batch_size if a.micro_batch_size > 0 else math.ceil(len(mb) / max(1, a.length_buckets))
+    return list(order.split(max(1, size)))
+
+
+def update_policy(model, optimizer, scheduler, ro: Rollouts, batch: RolloutBatch, prepared: PreparedBatch,
+                  cfg: Config, shuffle: torch.Generator, temperature: float | None = None) -> dict:
+    """Epochs x mini-batches of policy-gradient updates on one batch of rollouts. Returns mean stats.
+
+    `ro` holds the token ids for the forward; `batch` and `prepared` what `compute_advantages` saw and made.
+    `temperature` is the training temperature of the batch (the optimised policy is softmax(logits / it)).
+    """
+    a = cfg.algo
+    params = [p for p in model.parameters() if p.requires_grad]
+    n = prepared.loss_mask.shape[0]
+    stats: dict[str, list[float]] = {}
+    temp = cfg.sampling.temperature if temperature is None else temperature
+    need_entropy = requirements(a).update_entropy
+    lengths = ro.prompt_mask.sum(-1) + prepared.loss_mask.sum(-1)
+    for _ in range(a.epochs):
+        perm = torch.randperm(n, generator=shuffle)
+        for mb in perm.chunk(a.mini_batches):
+            mb_mask = prepared.loss_mask[mb]
+            optimizer.zero_grad(set_to_none=True)
+            for local in _micro_batches(mb, lengths, a):
+                rows = mb[local]
+                width = max(int(prepared.loss_mask[rows].sum(-1).max()), 1)  # padding columns no row here uses
+                micro = prepared.select(rows, width)
+                prompt_mask = ro.prompt_mask[rows]
+                lead = int((prompt_mask.cumsum(-1) == 0).sum(-1).min())  # left-padding columns common to all rows
+                lp, ent = response_logprobs(model, ro.prompt_ids[rows, lead:], prompt_mask[:, lead:],
+                                            ro.response_ids[rows, :width], micro.loss_mask, temp,
+                                            with_entropy=need_entropy)
+                loss, st = policy_objective(lp, ent, batch.select(rows, width), micro, a, generator=shuffle)
+                if not torch.isfinite(loss):
+                    raise NonFiniteError(f"loss is {float(loss.detach())} (pg={st.get('loss/pg')}); update skipped")
+                (loss * micro_batch_share(mb_mask, local, a.loss_agg)).backward()
+                for k, v in st.items():
+                    stats.setdefault(k, []).append(float(v))
+            clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
+            if not torch.isfinite(grad_norm):
+                optimizer.zero_grad(set_to_none=True)
+                raise NonFiniteError(f"gradient norm is {float(grad_norm)}; update skipped")
+            optimizer.step()
+            bad = _nonfinite(model)
+            if bad:
+                names = ", ".join(bad[:3]) + (", ..." if len(bad) > 3 else "")
+                raise NonFiniteWeightsError(f"the optimizer step left NaN or infinite values in {len(bad)} "
+                                            f"trainable tensor(s) ({names})")
+            scheduler.step()
+            stats.setdefault("optim/grad_norm", []).append(float(grad_norm))
+    out = {k: sum(v) / len(v) for k, v in stats.items()}
+    out["optim/lr"] = scheduler.get_last_lr()[0]
+    return out
+
+
+@torch.no_grad()
+def rollout_batch(model, ref, ro: Rollouts, rewards: list[float], temperature: float, cfg: Config,
+                  pi_old_from_update: bool) -> RolloutBatch:
+    """The `RolloutBatch` of a step: pi_old's log-probs and entropies (a forward pass, unless the update's own
+    forward serves as pi_old) and the reference's log-probs when the method needs them."""
+    if pi_old_from_update:  # the sampler's entropies are the policy's at this temperature (behaviour = policy)
+        old_lp, old_ent = None, ro.entropy
+    else:
+        old_lp, old_ent = response_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.mask,
+                                            temperature)
+    ref_lp = None
+    if requirements(cfg.algo).ref:
+        with reference_mode(model, ref) as ref_model:
+            ref_lp, _ = response_logprobs(ref_model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.mask,
+                                          temperature, with_entropy=False)
+    return RolloutBatch(mask=ro.mask, rewards=torch.tensor(rewards, dtype=torch.float32, device=ro.mask.device),
+                        group=ro.group, max_response_len=cfg.sampling.max_new_tokens, logprobs=old_lp,
+                        behavior_logprobs=ro.behavior_logprobs, ref_logprobs=ref_lp, entropy=old_ent,
+                        lengths=ro.lengths, truncated=ro.truncated)
+
+
+def make_optimizer(model, cfg: Config, device: torch.device):
+    """AdamW on the trainable parameters with warm-up and cosine decay over all optimizer steps."""
+    o = cfg.optim
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay,
+                                  foreach=device.type == "cuda")
+    total_updates = cfg.run.steps * cfg.algo.epochs * cfg.algo.mini_batches
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(o.warmup_steps, total_updates, o.min_lr_ratio))
+    return optimizer, scheduler
