@@ -76,27 +76,34 @@ def testbed_overrides(path: Path = TESTBED) -> list[str]:
 
 
 def spec(method: str) -> tuple[str, list[str]]:
-    """(recipe, overrides) of a method name: a recipe, a VARIANT, or a GRPO baseline `grpo__agg__lo-hi`."""
+    """(recipe, overrides) of a method name: a recipe, a VARIANT, or a GRPO baseline `grpo__agg__lo-hi` (with
+    `__uN` when it takes N policy updates per rollout batch: N mini-batches)."""
     if method.startswith("grpo__"):
-        _, agg, clip = method.split("__")
+        _, agg, clip, *updates = method.split("__")
         lo, hi = clip.split("-")
-        return "grpo", [f"algo.loss_agg={agg}", f"algo.eps_low={lo}", f"algo.eps_high={hi}"]
+        extra = [f"algo.mini_batches={int(updates[0][1:])}"] if updates else []
+        return "grpo", [f"algo.loss_agg={agg}", f"algo.eps_low={lo}", f"algo.eps_high={hi}", *extra]
     return VARIANTS.get(method, (method, []))
 
 
-def objective(method: str) -> tuple[str, float, float]:
-    """The policy objective a method trains with: (loss aggregation, eps_low, eps_high)."""
+def objective(method: str) -> tuple[str, float, float, int]:
+    """The policy objective a method trains with: (loss aggregation, eps_low, eps_high, policy updates per rollout
+    batch). E3's per-question aggregation is GRPO's seq-mean-token-mean when every question has G rollouts, as a
+    GRPO baseline has."""
     from explorl.config import load_config
 
     recipe, extra = spec(method)
     a = load_config(RECIPES / f"{recipe}.yaml", extra).algo
-    return a.loss_agg, a.eps_low, a.eps_high
+    agg = "seq-mean-token-mean" if a.loss_agg == "seq-mean-token-mean-per-question" else a.loss_agg
+    return agg, a.eps_low, a.eps_high, a.epochs * a.mini_batches
 
 
 def baseline(method: str) -> str:
     """The GRPO run of the same objective as `method`: `grpo` when the objective is the GRPO recipe's."""
     obj = objective(method)
-    return "grpo" if obj == objective("grpo") else f"grpo__{obj[0]}__{obj[1]:g}-{obj[2]:g}"
+    if obj == objective("grpo"):
+        return "grpo"
+    return f"grpo__{obj[0]}__{obj[1]:g}-{obj[2]:g}" + (f"__u{obj[3]}" if obj[3] != 1 else "")
 
 
 def with_baselines(methods: list[str]) -> list[str]:
@@ -188,11 +195,12 @@ def main() -> None:
                                                           "all_wrong_last_third", "length", "rollouts"]}
         base = baseline(m)
         deltas = {k: interval([r[k] - b[k] for r, b in zip(rs, results[base])]) for k in delta_keys}
-        agg, lo, hi = objective(m)
+        agg, lo, hi, updates = objective(m)
         summary[m] = {k: {"mean": v[0], "ci95": v[1]} for k, v in row.items()} | {
-            "objective": {"loss_agg": agg, "eps_low": lo, "eps_high": hi}, "baseline": base,
+            "objective": {"loss_agg": agg, "eps_low": lo, "eps_high": hi, "updates": updates}, "baseline": base,
             "vs_baseline": {k: {"mean": v[0], "ci95": v[1]} for k, v in deltas.items()}, "per_seed": rs}
-        table.add_row(m, f"{agg} {lo:g}/{hi:g}", *[f"{row[k][0]:.3f} ± {row[k][1]:.3f}" for k in keys],
+        shown = f"{agg} {lo:g}/{hi:g}" + (f" x{updates}" if updates != 1 else "")
+        table.add_row(m, shown, *[f"{row[k][0]:.3f} ± {row[k][1]:.3f}" for k in keys],
                       f"{row['entropy_start'][0]:.3f}", f"{row['entropy_end'][0]:.3f}",
                       f"{row['all_wrong_last_third'][0]:.3f}", f"{row['length'][0]:.1f}", f"{row['rollouts'][0]:.0f}",
                       "-" if base == m else base,

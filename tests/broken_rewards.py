@@ -54,3 +54,16 @@ def batched_returns_a_float(completions, answers, **meta):
 def batched_raises(completions, answers, **meta):
     """Batched, raises on every call."""
     raise RuntimeError(f"cannot score {len(completions)} completions")
+
+
+def returns_none(completion, answer, **meta):
+    """Forgets to return its score."""
+    score = float(str(answer) in completion)  # noqa: F841
+
+
+def hangs(completion, answer, **meta):
+    """Never returns (until its worker is killed)."""
+    import time
+
+    while True:
+        time.sleep(1)

@@ -44,18 +44,24 @@ def test_cw_weight_stats_on_the_hand_example():
 
 def test_learning_pairs_each_method_with_the_grpo_baseline_of_its_objective():
     learning = _load("learning")
-    assert learning.objective("grpo") == ("seq-mean-token-mean", 0.2, 0.2)
-    # recipes on GRPO's own objective compare with `grpo`; the others with GRPO at their aggregation and clip
+    assert learning.objective("grpo") == ("seq-mean-token-mean", 0.2, 0.2, 1)
+    # recipes on GRPO's own objective compare with `grpo` (E3's per-question aggregation is GRPO's with equal
+    # groups); the others with GRPO at their aggregation, clip and number of policy updates per rollout batch
     assert [learning.baseline(m) for m in ("grpo", "e3", "e3_ts", "cw_grpo")] == ["grpo"] * 4
-    assert learning.baseline("ead") == learning.baseline("dapo") == "grpo__token-mean__0.2-0.28"
+    assert learning.baseline("dapo") == learning.baseline("forking_tokens") == "grpo__token-mean__0.2-0.28__u16"
+    assert learning.baseline("ead") == learning.baseline("ead_tis") == "grpo__token-mean__0.2-0.28__u4"
+    assert learning.baseline("clip_cov") == "grpo__token-mean__1-1__u8"
+    assert learning.baseline("kl_cov") == "grpo__token-mean__0.2-0.2__u8"
     assert learning.baseline("erpo") == learning.baseline("still_ppl") == "grpo__token-mean__0.2-0.2"
     # a baseline run is GRPO with exactly that objective, and is its own baseline
     assert learning.spec("grpo__token-mean__0.2-0.28") == (
         "grpo", ["algo.loss_agg=token-mean", "algo.eps_low=0.2", "algo.eps_high=0.28"])
-    assert learning.objective("grpo__token-mean__0.2-0.28") == ("token-mean", 0.2, 0.28)
-    assert learning.baseline("grpo__token-mean__0.2-0.28") == "grpo__token-mean__0.2-0.28"
-    assert learning.with_baselines(["ead", "e3", "ead_tis"]) == ["grpo__token-mean__0.2-0.28", "grpo", "ead", "e3",
-                                                                 "ead_tis"]
+    assert learning.spec("grpo__token-mean__0.2-0.28__u16") == (
+        "grpo", ["algo.loss_agg=token-mean", "algo.eps_low=0.2", "algo.eps_high=0.28", "algo.mini_batches=16"])
+    assert learning.objective("grpo__token-mean__0.2-0.28__u16") == ("token-mean", 0.2, 0.28, 16)
+    assert learning.baseline("grpo__token-mean__0.2-0.28__u4") == "grpo__token-mean__0.2-0.28__u4"
+    assert learning.with_baselines(["ead", "e3", "ead_tis"]) == ["grpo__token-mean__0.2-0.28__u4", "grpo", "ead",
+                                                                 "e3", "ead_tis"]
 
 
 def test_the_testbed_layers_over_every_recipe():
@@ -65,7 +71,7 @@ def test_the_testbed_layers_over_every_recipe():
     overrides = learning.testbed_overrides()
     assert "task.difficulties=[3, 4, 5, 6, 7]" in overrides and "sampling.group_size=16" in overrides
     recipes = sorted(p.stem for p in learning.RECIPES.glob("*.yaml"))
-    for method in recipes + ["grpo__token-mean__0.2-0.28"]:
+    for method in recipes + ["grpo__token-mean__0.2-0.28", "grpo__token-mean__0.2-0.28__u16"]:
         recipe, extra = learning.spec(method)
         cfg = load_config(learning.RECIPES / f"{recipe}.yaml", overrides + extra)  # validates
         assert cfg.task.difficulties == [3, 4, 5, 6, 7] and cfg.sampling.max_new_tokens == 96, method

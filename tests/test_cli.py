@@ -267,18 +267,15 @@ def _file_task_args(tmp_path, tiny_model_dir, *extra):
 
 
 def test_dry_run_of_a_complete_config_lists_what_it_checked(tmp_path, tiny_model_dir, out, no_weights):
-    (tmp_path / "myreward.py").write_text("def score(completion, answer, **meta):\n    return 0.0\n")
-    sys.path.insert(0, str(tmp_path))
-    try:
-        rc = cli.main(_file_task_args(tmp_path, tiny_model_dir, "task.reward=myreward:score", "--dry-run"))
-    finally:
-        sys.path.remove(str(tmp_path))
+    rc = cli.main(_file_task_args(tmp_path, tiny_model_dir, "task.reward=rewards_for_tests:has_equals", "--dry-run"))
     text = out()
     assert rc == 0, text
     checks = text[text.index("config is valid"):]
     assert f"model.path: {tiny_model_dir} (Hugging Face model, qwen2)" in checks
-    assert "10 rows" in checks and "last 2 rows" in checks
-    assert "task.reward: myreward:score imports and is callable" in checks
+    assert (f"task: file {tmp_path / 'train.jsonl'}: 10 rows, every one parses with fields 'question' and 'answer'; "
+            f"held out: its last 2 rows") in checks
+    # called on the first row's answer (1) with "The answer is \\boxed{1}." (the rows have no worked solution)
+    assert "task.reward[0]: rewards_for_tests:has_equals returned 0.0 on a sample completion" in checks
     assert not (tmp_path / "run").exists()
 
 
@@ -326,6 +323,128 @@ def test_dry_run_of_an_adapter_checks_its_base(tmp_path, tiny_model_dir, out, no
     rc = cli.main([*_file_task_args(tmp_path, tiny_model_dir), f"model.path={adapter}", "--dry-run"])
     assert rc == 2
     assert "base_model_name_or_path" in out() and str(tmp_path / "gone") in out()
+
+
+def _config_file(tmp_path, tiny_model_dir, data, task=None, run=None) -> Path:
+    """cfg.yaml in tmp_path: the tiny model, the `file` task on `data` (fields question/answer), a run directory."""
+    cfg = {"model": {"path": str(tiny_model_dir)},
+           "task": {"name": "file", "path": str(data), "prompt_field": "question", "eval_size": 2, **(task or {})},
+           "run": {"out_dir": str(tmp_path / "run"), **(run or {})}}
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _question_rows(n, without_answer=()):
+    """`n` rows {"question", "answer"}; the 1-based rows in `without_answer` lack the answer."""
+    return [{"question": f"{i}+1"} if i + 1 in without_answer else {"question": f"{i}+1", "answer": i + 1}
+            for i in range(n)]
+
+
+def test_dry_run_reads_every_row_and_names_the_bad_line(tmp_path, tiny_model_dir, out, no_weights):
+    from explorl.tasks import load_task
+
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in _question_rows(40, without_answer={20})))
+    config = _config_file(tmp_path, tiny_model_dir, data)
+    expected = f"{data}:20: missing field 'answer' (task.answer_field='answer'); fields present: question"
+    rc = cli.main(["train", str(config), "--dry-run"])
+    text = out()
+    assert rc == 2 and "config is valid" not in text, text
+    assert f"error: {expected}" in text
+    assert not (tmp_path / "run").exists()
+    # a real run stops at the same check, before any work (no_work), and the task's own load says the same
+    rc = cli.main(["train", str(config)])
+    assert rc == 2 and out().count(f"error: {expected}") == 2
+    with pytest.raises(ValueError) as e:
+        load_task(load_config(config).task)
+    assert str(e.value) == expected
+
+
+def test_dry_run_names_the_bad_row_of_a_parquet_file(tmp_path, tiny_model_dir, out, no_weights):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = _question_rows(40)
+    rows[19]["answer"] = None  # row 20 has no answer (Parquet: null)
+    data = tmp_path / "train.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), data)
+    rc = cli.main(["train", str(_config_file(tmp_path, tiny_model_dir, data)), "--dry-run"])
+    text = out()
+    assert rc == 2 and "config is valid" not in text, text
+    assert (f"error: {data}: row 20 (index 19): field 'answer' (task.answer_field) must be a string or a number, got "
+            f"null (the row has no value there)") in text
+
+
+def test_dry_run_reads_every_row_of_the_eval_files(tmp_path, tiny_model_dir, out, no_weights):
+    data, held_out, extra = tmp_path / "train.jsonl", tmp_path / "test.jsonl", tmp_path / "extra.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in _question_rows(10)))
+    held_out.write_text("".join(json.dumps(r) + "\n" for r in _question_rows(30, without_answer={25})))
+    rc = cli.main(["train", str(_config_file(tmp_path, tiny_model_dir, data, {"eval_path": str(held_out)})),
+                   "--dry-run"])
+    assert rc == 2 and f"error: {held_out}:25: missing field 'answer'" in out()
+    extra.write_text("".join(json.dumps(r) + "\n" for r in _question_rows(30, without_answer={21})))
+    config = _config_file(tmp_path, tiny_model_dir, data, run={"eval_sets": {"extra": {"path": str(extra)}}})
+    rc = cli.main(["train", str(config), "--dry-run"])
+    text = out()
+    assert rc == 2, text
+    assert (f"error: run.eval_sets.extra: {extra}:21: missing field 'answer' (task.answer_field='answer'); fields "
+            f"present: question") in text
+    extra.write_text("".join(json.dumps(r) + "\n" for r in _question_rows(30)))
+    rc = cli.main(["train", str(config), "--dry-run"])
+    text = out()
+    assert rc == 0, text
+    assert f"run.eval_sets.extra: file {extra}: 30 rows, every one parses" in text
+
+
+def test_dry_run_calls_each_reward_on_a_sample(tmp_path, tiny_model_dir, out, no_weights):
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in _question_rows(10)))
+    rewards = ["math", "rewards_for_tests:contains_digit", "rewards_for_tests:digit_share"]
+    rc = cli.main(["train", str(_config_file(tmp_path, tiny_model_dir, data, {"reward": rewards})), "--dry-run"])
+    text = out()
+    assert rc == 0, text
+    sample = "The answer is \\boxed{1}."  # the first row's answer, boxed (the rows have no worked solution)
+    assert "task.reward[0]: math (explorl.rewards:math_check) returned 1.0 on a sample completion" in text
+    assert "task.reward[1]: rewards_for_tests:contains_digit returned 1.0 on a sample completion" in text
+    assert f"task.reward[2]: rewards_for_tests:digit_share returned {1 / len(sample)!r} on a sample completion" in text
+    # a worked solution is the sample completion when the rows have one: its box (7) is not the answer (1)
+    data.write_text("".join(json.dumps({**r, "solution": "\\boxed{7}"}) + "\n" for r in _question_rows(10)))
+    rc = cli.main(["train", str(_config_file(tmp_path, tiny_model_dir, data, {"reward": "exact"})), "--dry-run"])
+    assert rc == 0
+    assert "task.reward[0]: exact (explorl.rewards:exact_reward) returned 0.0 on a sample completion" in out()
+    # the arith task's own reward (auto), on its first problem's worked solution
+    rc = cli.main(["train", str(QUICKSTART), f"run.out_dir={tmp_path / 'q'}", "--dry-run"])
+    assert rc == 0 and "task.reward[0]: auto (explorl.rewards:int_reward) returned 1.0 on a sample completion" in out()
+
+
+@pytest.mark.parametrize("reward, extra, expected", [
+    ("broken_rewards:divides_by_zero", [],
+     [("task.reward[0]: broken_rewards:divides_by_zero raised ZeroDivisionError('division by zero') when called as "
+       "training calls it (fn(completion, answer, **meta)) on a sample completion (completion 'The answer is "
+       "\\\\boxed{1}.', answer '1')"), "Traceback (most recent call last)", "in divides_by_zero",
+      "return len(completion) / 0", "ZeroDivisionError: division by zero"]),
+    ("broken_rewards:returns_none", [],
+     ["task.reward[0]: broken_rewards:returns_none returned a value that is not a score on a sample completion",
+      "NoneType: returned None, not a finite number (a reward must be a float)"]),
+    ("broken_rewards:one_argument", [],
+     ["task.reward[0]: broken_rewards:one_argument raised TypeError", "Traceback (most recent call last)",
+      "TypeError: one_argument() got an unexpected keyword argument 'id'"]),
+    ("[rewards_for_tests:contains_digit, broken_rewards:batched_raises]", [],
+     ["task.reward[1]: broken_rewards:batched_raises raised RuntimeError('cannot score 1 completions')",
+      "(fn(completions, answers, **meta), batched)", "in batched_raises"]),
+    ("broken_rewards:hangs", ["task.reward_timeout_s=0.5"],
+     ["task.reward[0]: broken_rewards:hangs timed out after 0.5 s (task.reward_timeout_s) on a sample completion",
+      "raise task.reward_timeout_s"]),
+])
+def test_dry_run_fails_on_a_reward_that_fails_on_a_sample(tmp_path, tiny_model_dir, out, no_weights, reward, extra,
+                                                          expected):
+    rc = cli.main(_file_task_args(tmp_path, tiny_model_dir, f"task.reward={reward}", *extra, "--dry-run"))
+    text = out()
+    assert rc == 2 and "config is valid" not in text, text
+    for part in expected:
+        assert part in text, (part, text)
+    assert not (tmp_path / "run").exists()
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -413,3 +532,19 @@ def test_python_dash_m_and_version():
     res = subprocess.run([sys.executable, "-m", "explorl", "train", "--help"], capture_output=True, text=True,
                          timeout=120)
     assert res.returncode == 0 and "--dry-run" in res.stdout
+
+
+def test_an_evaluation_whose_rewards_fail_says_so_and_fails_when_most_do(tmp_path, out):
+    model_dir = make_tiny_model(tmp_path / "model")
+    base = ["eval", "--model", str(model_dir), "--task", "arith", "--n", "2", "--k", "1", "--limit", "3",
+            "--max-new-tokens", "8", "--device", "cpu", "--task-opt", "train_size=8", "--task-opt", "eval_size=8"]
+    rc = cli.main([*base, "--task-opt", "reward=broken_rewards:divides_by_zero", "--out", str(tmp_path / "a.json")])
+    said = out()
+    assert rc == 1, said
+    assert "most reward calls failed: 6 of 6 reward calls failed" in said and "ZeroDivisionError" in said
+    assert "'broken_rewards:divides_by_zero' (from --task-opt reward)" in said
+    assert json.loads((tmp_path / "a.json").read_text())["errors"] == 6  # the record is still written
+    # one function of two failing on every sample: half the calls, a warning, exit 0
+    rc = cli.main([*base, "--task-opt", "reward=[rewards_for_tests:contains_digit,broken_rewards:divides_by_zero]",
+                   "--out", str(tmp_path / "b.json")])
+    assert rc == 0 and "warning: 6 of 12 reward calls failed" in out()

@@ -160,7 +160,7 @@ def test_string_fields_take_override_text_verbatim():
     cfg = load_config(None, ["task.prompt_template=Q: {question}\nA: # step by step"])
     assert cfg.task.prompt_template == "Q: {question}\nA: # step by step"
     assert load_config(None, ["run.out_dir=runs/a: b"]).run.out_dir == "runs/a: b"
-    assert load_config(None, ["model.path=123"]).model.path == "123"
+    assert load_config(None, ["model.path=123"]).model.path == str(Path.cwd() / "123")  # a path: made absolute
     assert load_config(None, ["model.attn_implementation=null"]).model.attn_implementation == "null"
     # a quoted value is unquoted
     assert load_config(None, ["run.out_dir='runs/x y'"]).run.out_dir == "runs/x y"
@@ -269,7 +269,7 @@ def test_unknown_advantage_lists_registered():
     (["sampling.group_size=0"], "sampling.group_size"),
     (["optim.lr=0"], "optim.lr"),
     (["run.steps=0"], "run.steps"),
-    (["algo.eps_low=1.0"], "algo.eps_low"),
+    (["algo.eps_low=1.5"], "algo.eps_low"),
     (["algo.mini_batches=9", "run.batch_size=2", "sampling.group_size=4"], "algo.mini_batches"),
     (["model.device=gpu"], "model.device"),
     (["model.lora.enabled=true", "model.lora.rank=0"], "model.lora.rank"),
@@ -326,7 +326,7 @@ def test_eval_k_message_names_eval_n():
 
 def test_file_task_with_path_is_valid():
     cfg = load_config(None, ["task.name=file", "task.path=data.jsonl"])
-    assert cfg.task.name == "file" and cfg.task.path == "data.jsonl"
+    assert cfg.task.name == "file" and cfg.task.path == str(Path.cwd() / "data.jsonl")
     assert load_config(None, ["task.name=rg:chain_sum"]).task.name == "rg:chain_sum"
 
 
@@ -513,7 +513,8 @@ def test_every_section_field_has_a_docstring():
 
 def test_reference_rows_carry_type_and_default():
     rows = {name: (tp, default) for name, tp, default, _ in reference()}
-    assert rows["algo.loss_agg"][0] == "'token-mean' | 'seq-mean-token-mean' | 'seq-mean-token-sum-norm'"
+    assert rows["algo.loss_agg"][0] == ("'token-mean' | 'seq-mean-token-mean' | 'seq-mean-token-sum-norm' | "
+                                        "'seq-mean-token-mean-per-question'")
     assert rows["run.eval_k"] == ("list of int", "[1, 8]")
     assert rows["sampling.temperature"] == ("float", "1.0")
     assert rows["model.lora.enabled"] == ("bool", "False")
@@ -611,3 +612,34 @@ def test_a_recipe_layered_with_another_method_is_told_to_drop_the_first_ones_opt
     msg = err(["sampling.schedule=fixed"], path=e3)
     assert msg.startswith("sampling.e3: options of the temperature schedule 'e3', which is not selected")
     assert load_config(e3, ["sampling.schedule=fixed", "sampling.e3=null"]).sampling.options == {}
+
+
+def test_paths_and_modules_resolve_relative_to_the_config_file(tmp_path, monkeypatch):
+    """`cd /tmp && explorl train /path/to/my_run.yaml`: the data, the model and the reward/plugin modules named in a
+    file are found next to that file, from any working directory; a base's paths relative to the base; overrides
+    relative to the working directory; config.yaml records them resolved."""
+    project = tmp_path / "project"
+    (project / "data").mkdir(parents=True)
+    (project / "data" / "train.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n' * 4)
+    (project / "myrewards_rel.py").write_text("def digits(completion, answer, **meta):\n    return 1.0\n")
+    (project / "recipes").mkdir()
+    (project / "recipes" / "base.yaml").write_text("task: {name: file, path: ../data/train.jsonl, eval_size: 1}\n")
+    (project / "my_run.yaml").write_text("base: recipes/base.yaml\nmodel: {path: models/mine}\n"
+                                         "task: {reward: 'myrewards_rel:digits', eval_path: data/train.jsonl}\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    cfg = load_config(project / "my_run.yaml", ["task.system_prompt=x"])
+    assert cfg.task.path == str(project / "recipes" / ".." / "data" / "train.jsonl")  # relative to base.yaml
+    assert Path(cfg.task.path).resolve() == (project / "data" / "train.jsonl").resolve()
+    assert cfg.task.eval_path == str(project / "data" / "train.jsonl")  # relative to my_run.yaml
+    assert cfg.model.path == str(project / "models" / "mine")
+    assert cfg.run.python_path == [str(project)]
+    from explorl.tasks import load_task
+
+    assert load_task(cfg.task).reward_fn.__module__ == "myrewards_rel"  # imported from next to the config
+    # the recorded config reads back the same, from anywhere; an override's path is relative to the cwd
+    again = load_config(write(tmp_path / "dumped" / "config.yaml", dump_yaml(cfg)))
+    assert again == cfg
+    assert load_config(None, ["task.name=file", "task.path=d.jsonl"]).task.path == str(elsewhere / "d.jsonl")
+    assert load_config(None, ["model.path=embedded"]).model.path == "embedded"

@@ -4,6 +4,7 @@ checkpoint on several sets, each reported on its own)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -16,7 +17,8 @@ def test_eval_sets_layer_over_the_task_and_are_validated_by_name():
     cfg = load_config(None, [*BASE, "run.eval_sets={hard: {difficulties: [9]}, all: {name: file, path: x.jsonl}}"])
     hard = eval_set_task(cfg, "hard")
     assert hard.difficulties == [9] and hard.train_size == 64 and hard.eval_size == 4  # the rest is the task's
-    assert eval_set_task(cfg, "all").eval_path == "x.jsonl"  # a file named alone: every row is held out
+    # a file named alone: every row is held out (its path made absolute, from the working directory)
+    assert eval_set_task(cfg, "all").eval_path == str(Path.cwd() / "x.jsonl")
     with pytest.raises(ConfigError, match=r"run\.eval_sets\.hard\.difficultiez.*difficulties"):
         load_config(None, ["run.eval_sets={hard: {difficultiez: [9]}}"])
     with pytest.raises(ConfigError, match=r"run\.eval_sets\.hard\.difficulties: levels"):

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from explorl.cli import main
 from explorl.config import load_config
@@ -123,18 +124,70 @@ def test_recipe_matches_the_documented_table(recipe):
     assert int(row["group_size"]) == s.group_size
     assert row["schedule"] == _code(s.schedule) and row["budget"] == _code(b.policy)
     assert row["tis"] == (_code(a.tis_level) if a.tis else "-")
+    assert int(row["updates"]) == a.epochs * a.mini_batches  # policy updates per rollout batch
+
+
+METHODS = sorted((Path(__file__).resolve().parents[1] / "src" / "explorl" / "methods").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
-def test_recipe_header_names_its_objective_and_its_changes(recipe):
+def test_recipe_header_names_its_method_and_its_changes(recipe):
+    """A recipe is its method's layer (the paper's settings, whose header names the objective and the paper's
+    section) at the embedded default's scale, whose changes its own header lists."""
     header = recipe.read_text().split("\nbase:")[0]
-    assert "Paper objective:" in header and "Changed for this model:" in header
-    assert "docs/methods.md §" in header
+    assert "Changed for this model:" in header
+    layer = yaml.safe_load(recipe.read_text())["methods"]
+    assert layer == [recipe.stem]
+    method = METHODS[[m.stem for m in METHODS].index(recipe.stem)].read_text()
+    assert "Paper objective:" in method and "docs/methods.md §" in method
+
+
+@pytest.mark.parametrize("method", METHODS, ids=lambda p: p.stem)
+def test_a_method_layer_holds_its_method_and_nothing_of_a_models_scale(method):
+    """Only what the paper fixes for the method: algo, the sampling schedule and its options, the budget policy,
+    and an optimizer setting the paper fixes (weight decay); never a model, task, lr, warm-up, length or run."""
+    data = yaml.safe_load(method.read_text())
+    assert set(data) <= {"algo", "sampling", "budget", "optim"}, set(data)
+    assert set(data.get("optim", {})) <= {"weight_decay"}
+    assert not {"group_size", "max_new_tokens"} & set(data.get("sampling", {}))
+
+
+def test_a_method_layered_over_your_own_config_keeps_your_scale(tmp_path):
+    """`methods: [e3]` over a user's config brings E3 (its schedule, annealing, budget policy and objective) and
+    nothing of the embedded model's scale: the user's lr, warm-up, model and length stay theirs."""
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("methods: [e3]\nmodel: {path: embedded}\noptim: {lr: 1.0e-6}\n"
+                    "sampling: {max_new_tokens: 1024, group_size: 8}\nalgo: {eps_high: 0.25}\n")
+    cfg = load_config(mine)
+    assert cfg.optim.lr == 1e-6 and cfg.optim.warmup_steps == 0 and cfg.sampling.max_new_tokens == 1024
+    assert cfg.sampling.schedule == "e3" and cfg.sampling.options["e3"].anneal is True
+    assert cfg.budget.policy == "e3" and cfg.algo.loss_agg == "seq-mean-token-mean-per-question"
+    assert cfg.algo.eps_high == 0.25  # the file's own keys win over its methods'
+    # the same method from the recipe: the recipe adds the embedded model's scale on top of the same layer
+    recipe = load_config(RECIPES[0].parent / "e3.yaml")
+    assert recipe.optim.lr == 5e-4 and recipe.sampling.options == cfg.sampling.options
+
+
+def test_methods_that_disagree_are_refused_and_unknown_ones_named(tmp_path):
+    from explorl.config import ConfigError
+
+    both = tmp_path / "both.yaml"
+    both.write_text("methods: [ead, e3_ts]\n")
+    with pytest.raises(ConfigError, match=r"methods 'ead' and 'e3_ts' both set algo.loss_agg .*to choose"):
+        load_config(both)
+    composed = tmp_path / "composed.yaml"  # methods that touch different keys compose (EAD's TIS + forking)
+    composed.write_text("methods: [ead_tis]\nalgo: {token_filter: forking}\n")
+    assert load_config(composed).algo.token_filter == "forking"
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("methods: [erp]\n")
+    with pytest.raises(ConfigError, match=r"'erp' is not a method layer. Did you mean 'erpo'"):
+        load_config(typo)
 
 
 @pytest.mark.parametrize("name, agg, kl, extra", [
     ("cw_grpo", "seq-mean-token-mean", 0.0, {"shapers": ["cw_group"]}),  # paper 002 section 2.3, per-group normaliser
-    ("e3", "seq-mean-token-mean", 0.0, {}), ("e3_ts", "seq-mean-token-mean", 0.0, {}),  # paper 000 eq. 1
+    ("e3", "seq-mean-token-mean-per-question", 0.0, {}),  # paper 000 eq. 1 with dynamic budgets
+    ("e3_ts", "seq-mean-token-mean", 0.0, {}),  # eq. 1 with equal groups
     ("e3_ts_an", "seq-mean-token-mean", 0.0, {}),
     ("erpo", "token-mean", 0.001, {}),  # paper 001 eq. 5 and App. A
     ("ead", "token-mean", 0.0, {"eps_high": 0.28, "overlong": "none"}),  # paper 003 section 5.1: DAPO's objective

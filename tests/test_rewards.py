@@ -249,3 +249,33 @@ def test_a_batch_of_hanging_samples_runs_in_parallel_across_the_pool():
     assert elapsed < 0.5 * rounds + 0.2 * rounds + 0.5, elapsed  # one at a time: >= 8 x 0.5 = 4 s
     assert elapsed >= 0.5 * rounds - 0.05  # and the limit itself still holds: nothing returned early
 
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# check_rewards: every task.reward entry called once on a sample before a run (the dry run's, tests/test_cli.py)
+
+
+def test_check_rewards_imports_every_entry_before_a_worker_starts(tmp_path, monkeypatch):
+    """A `module:function` next to the config is found through the working directory, which `resolve_reward`
+    puts on sys.path; workers copy sys.path when they start, so a worker started for `math` before the user's
+    module was resolved would not find it. Training resolves every entry first; so does the check."""
+    from explorl.rewards import check_rewards
+    from explorl.sandbox import close_shared_pools
+
+    (tmp_path / "check_rewards_mod.py").write_text("def fmt(completion, answer, **meta):\n"
+                                                   "    return 0.5 if 'boxed' in completion else 0.0\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])  # restored afterwards
+    close_shared_pools()  # no worker started with another sys.path
+    try:
+        lines = check_rewards(["math", "check_rewards_mod:fmt"], (exact_reward, False), "4", "so \\boxed{4}",
+                              {"id": "x"}, timeout_s=5.0, workers=1)
+    finally:
+        close_shared_pools()
+    assert lines == [("task.reward[0]", "math (explorl.rewards:math_check) returned 1.0 on a sample completion"),
+                     ("task.reward[1]", "check_rewards_mod:fmt returned 0.5 on a sample completion")]
+    # `auto` is the task's own reward; an entry that cannot be imported is named by its index
+    assert check_rewards("auto", (exact_reward, False), "4", "\\boxed{5}") == [
+        ("task.reward[0]", "auto (explorl.rewards:exact_reward) returned 0.0 on a sample completion")]
+    with pytest.raises(ValueError, match=r"task.reward\[1\]: cannot import module 'no_such_module_xyz'"):
+        check_rewards("exact,no_such_module_xyz:f", (exact_reward, False), "4", "\\boxed{4}")

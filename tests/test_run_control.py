@@ -74,6 +74,16 @@ def update_calls(monkeypatch):
     return calls
 
 
+@pytest.fixture
+def no_reward_precheck(monkeypatch):
+    """Skip the call of each reward on a sample before the run (`rewards.check_rewards`, which refuses a reward that
+    fails there before any work: tests/test_cli.py): these tests are about rewards failing on the model's own
+    completions during the run, which the trainer must still handle."""
+    import explorl.rewards
+
+    monkeypatch.setattr(explorl.rewards, "check_rewards", lambda *args, **kwargs: [])
+
+
 # --------------------------------------------------------------------------- item 1: a broken reward is shown
 
 
@@ -85,7 +95,7 @@ def update_calls(monkeypatch):
     ("returns_text", ["str: returned '1.0', not a finite number"]),
 ])
 def test_a_broken_reward_is_shown_and_stops_the_run_before_any_update(tiny_model_dir, tmp_path, update_calls,
-                                                                       reward, shown):
+                                                                       no_reward_precheck, reward, shown):
     console, out = _console()
     run = tmp_path / "run"
     with pytest.raises(RunStopped, match=r"stopping before the update of step 1: the reward failed or timed out on "
@@ -144,7 +154,7 @@ def test_failures_below_the_threshold_are_reported_once_and_counted(tiny_model_d
     assert (run / "reward_errors.log").read_text().count("=== step") == 1  # one distinct failure
 
 
-def test_the_failure_threshold_is_configurable(tiny_model_dir, tmp_path, update_calls):
+def test_the_failure_threshold_is_configurable(tiny_model_dir, tmp_path, update_calls, no_reward_precheck):
     with pytest.raises(ConfigError, match=r"task.max_reward_failure_frac: must be in \[0, 1\]"):
         _cfg(tiny_model_dir, tmp_path, "task.max_reward_failure_frac=1.5")
     with pytest.raises(ConfigError, match="task.reward_workers: must be >= 0"):
@@ -288,7 +298,8 @@ def test_resuming_a_finished_run_does_nothing(tiny_model_dir, tmp_path, monkeypa
     monkeypatch.setattr(evaluate_module, "evaluate", lambda *a, **k: pytest.fail("a finished run was evaluated again"))
     import explorl.run_setup
 
-    monkeypatch.setattr(explorl.run_setup, "load_policy", lambda *a, **k: pytest.fail("a finished run was loaded again"))
+    monkeypatch.setattr(explorl.run_setup, "load_policy",
+                        lambda *a, **k: pytest.fail("a finished run was loaded again"))
     console, out = _console()
     assert train(load_config(run / "config.yaml"), resume=run, console=console, progress=False) == run
     assert f"{run} is a complete run (2/2 steps; final/ and eval.json are written): nothing to do" in out.getvalue()
@@ -312,3 +323,24 @@ def test_a_run_killed_during_its_final_evaluation_finishes_with_one_final_line(t
     _same_run(full, resumed)
     assert sum("reward/mean" not in r for r in _records(resumed)) == 1  # one final evaluation line
     assert json.loads((resumed / "eval.json").read_text()) == json.loads((full / "eval.json").read_text())
+
+
+def test_a_resumed_run_with_overrides_rewrites_its_config_and_keeps_the_history(tiny_model_dir, tmp_path):
+    """`explorl train --resume RUN key=value`: config.yaml always describes the latest weights; each change is kept
+    in config_history.jsonl (which keys, after which step, the previous file)."""
+    run = train(_cfg(tiny_model_dir, tmp_path / "run", "run.steps=2", "run.save_every=1"), progress=False)
+    first = (run / "config.yaml").read_text()
+    assert not (run / "config_history.jsonl").exists()
+    # a longer run and another reward: the resumed run trains steps 3-4 with them
+    cli_config = load_config(run / "config.yaml", ["run.steps=4", "task.reward=rewards_for_tests:has_equals"])
+    train(cli_config, resume=run, progress=False)
+    now = load_config(run / "config.yaml")
+    assert now.run.steps == 4 and now.task.reward == "rewards_for_tests:has_equals"
+    (record,) = [json.loads(x) for x in (run / "config_history.jsonl").read_text().splitlines()]
+    assert record["resumed_after_step"] == 2 and record["previous"] == first
+    assert record["changes"] == {"run.steps": [2, 4],
+                                 "task.reward": ["rewards_for_tests:contains_digit", "rewards_for_tests:has_equals"]}
+    assert "4 steps" in (run / "final" / "README.md").read_text()  # the model card agrees with config.yaml
+    # resuming the finished run without overrides changes nothing
+    train(load_config(run / "config.yaml"), resume=run, progress=False)
+    assert len((run / "config_history.jsonl").read_text().splitlines()) == 1

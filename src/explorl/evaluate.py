@@ -10,9 +10,7 @@ from typing import Sequence
 
 import torch
 
-from explorl.analysis.text import format_issue
 from explorl.metrics import bootstrap_ci, maj_at_k, pass_at_k, pass_at_k_curve, vote_keys, worst_at_k
-from explorl.rewards import RewardRunner
 from explorl.rollout.sampler import decode_responses, sample
 
 
@@ -31,7 +29,8 @@ class ProblemResult:
     mean_branching: float | None = None
     """Mean rollout branching factor of the responses (only with `analyze=True`)."""
     well_formatted: int = 0
-    """Responses with exactly one `\\boxed{` (paper 004's format check, `analysis.text.format_issue`)."""
+    """Responses stating exactly one final answer (`Task.well_formatted`: one `\\boxed{`, paper 004's format check,
+    or one match of `task.answer_pattern`)."""
     completions: list[str] | None = None
     """The sampled texts (only with `keep_completions=True`)."""
 
@@ -40,24 +39,28 @@ def evaluate(model, tokenizer, problems: Sequence, task, *, n: int, ks: Sequence
              top_p: float = 1.0, max_new_tokens: int = 64, prompts_per_batch: int = 64, seed: int = 0,
              reward_timeout_s: float = 5.0, fast_path: bool = True, progress=None,
              analyze: bool = False, branching_top_p: float = 0.95,
-             encode=None, keep_completions: bool = False) -> tuple[dict, list[ProblemResult]]:
+             encode=None, keep_completions: bool = False,
+             failures: list | None = None) -> tuple[dict, list[ProblemResult]]:
     """Sample `n` responses per problem and score them (`encode(problem)`: the prompt's token ids, e.g. through the
     chat template, `tasks.chat.prompt_encoder`; default the prompt text as it is).
 
-    A response counts as correct when its reward is > 0.5 (the built-in rewards are binary).
+    A response counts as correct by the task's rule (`Task.correct`: the `task.correct_by` entry's own score above
+    `task.correct_threshold`, 0.5 by default), whatever the other reward functions add; its final answer (maj@k) and
+    format (`format_rate`) are read as the task says (`task.answer_pattern`, default the last `\\boxed{}`).
     Returns (summary, per_problem). Summary keys: `pass@k`, `maj@k` and `worst@k` for each k, `avg@n` (mean
     accuracy), `format_rate` (responses with exactly one `\\boxed{`),
     `entropy` (mean token entropy of the sampled distribution), `length` (mean response tokens), `errors`
     and `timeouts` of the reward function, `problems`, `n`. With `analyze`, also `unsolvable@n` (problems with no
     correct sample, paper 004's k-rollout unsolvable set for k = n), `branching` (mean rollout branching factor,
     docs/methods.md §8b) and `entropy/by_position` (mean token entropy in 10 relative-position bins). With
-    `keep_completions`, each `ProblemResult` keeps its sampled texts (`completions`).
+    `keep_completions`, each `ProblemResult` keeps its sampled texts (`completions`). `failures`, when given, gets
+    every reward failure (`rewards.RewardFailure`: what failed, with its traceback) appended.
     """
     from explorl.analysis.measures import entropy_by_position
 
     device = next(model.parameters()).device
     gen = torch.Generator(device=device).manual_seed(seed)
-    runner = RewardRunner(task.reward_fn, isolate=task.isolate, timeout_s=reward_timeout_s)
+    runner = task.reward_runner(reward_timeout_s)
     results: list[ProblemResult] = []
     errors = timeouts = 0
     ent_sum = tok_sum = 0.0
@@ -72,8 +75,11 @@ def evaluate(model, tokenizer, problems: Sequence, task, *, n: int, ks: Sequence
         texts = decode_responses(tokenizer, ro)
         group = ro.group.tolist()
         rr = runner(texts, [chunk[g].answer for g in group], [chunk[g].meta for g in group])
+        judged = task.correct(rr)
         errors += rr.errors
         timeouts += rr.timeouts
+        if failures is not None:
+            failures += rr.failures
         ent_sum += float((ro.entropy * ro.mask).sum())
         tok_sum += float(ro.mask.sum())
         lengths = ro.lengths.tolist()
@@ -93,11 +99,11 @@ def evaluate(model, tokenizer, problems: Sequence, task, *, n: int, ks: Sequence
             rewards = [rr.rewards[i] for i in rows]
             results.append(ProblemResult(
                 id=str(p.meta.get("id", start + j)), prompt=p.prompt, answer=p.answer,
-                correct=[r > 0.5 for r in rewards], answers=[task.extract_answer(texts[i]) for i in rows],
+                correct=[judged[i] for i in rows], answers=[task.extract_answer(texts[i]) for i in rows],
                 rewards=rewards, mean_entropy=sum(ent_rows[i] for i in rows) / len(rows),
                 mean_length=sum(lengths[i] for i in rows) / len(rows),
                 mean_branching=None if bf_rows is None else sum(bf_rows[i] for i in rows) / len(rows),
-                well_formatted=sum(not format_issue(texts[i]) for i in rows),
+                well_formatted=sum(task.well_formatted(texts[i]) for i in rows),
                 completions=[texts[i] for i in rows] if keep_completions else None))
         if progress is not None:
             progress(len(chunk))

@@ -442,30 +442,51 @@ def check_model_dir(cfg: ModelConfig) -> str:
 
 def check_run_inputs(cfg: Config, *, resume: str | Path | None = None) -> list[tuple[str, str]]:
     """Everything a run reads before its first step, checked without loading weights or training: the device,
-    `model.path` (`check_model_dir`), the task's data (the `file` task: files exist, their first rows parse with
-    the configured fields and the split leaves training rows; other tasks are built), `task.reward` (a
-    `module:function` imports and is callable) and `run.plugins` (imported by `load_config`'s validation).
+    `model.path` (`check_model_dir`), the task's data (the `file` task: files exist, every row of `task.path` and
+    `task.eval_path` parses with the configured fields, streamed, and the split leaves training rows; other tasks
+    are built), the data of the `file` sets of `run.eval_sets` likewise, every `task.reward` entry (called on the
+    first training problem with a sample completion, as training calls it: `rewards.check_rewards`) and
+    `run.plugins` (imported by `load_config`'s validation).
 
     Returns (what, result) lines for the dry run to print; a result starting with `warning:` is not an error.
     Raises ConfigError, FileNotFoundError or ValueError naming the field and the fix. `explorl train` calls it
     before every run, with and without `--dry-run`.
     """
     from explorl.algos.registry import lookup
-    from explorl.rewards import resolve_reward, reward_entries
+    from explorl.config import eval_set_task
+    from explorl.rewards import check_rewards
 
     lines = [("model.device", str(resolve_device(cfg.model.device)))]
     lines.append(("model.path", check_model_dir(cfg.model)))
     entry = lookup("task", cfg.task.name)
     check = entry.extra.get("preflight")
-    if check is not None:
+    if check is not None:  # checked without building the task (the `file` task: every row, streamed)
         lines.append(("task", check(cfg.task)))
+        sample = entry.extra.get("preflight_sample")
+        if sample is not None:
+            problem, default = sample(cfg.task)
+        else:
+            train, _, default, _ = entry.fn(cfg.task)
+            problem = train[0] if train else None
     else:
-        train, eval_, *_ = entry.fn(cfg.task)
+        train, eval_, default, _ = entry.fn(cfg.task)
         lines.append(("task", f"{cfg.task.name}: {len(train)} training and {len(eval_)} held-out problems"))
-    for entry in reward_entries(cfg.task.reward):
-        if entry not in ("auto", "math", "exact"):
-            resolve_reward(entry, (None, True))
-            lines.append(("task.reward", f"{entry} imports and is callable"))
+        problem = train[0] if train else None
+    for name in cfg.run.eval_sets:  # held-out sets with a check of their own: the `file` ones, every row
+        set_cfg = eval_set_task(cfg, name)
+        set_check = lookup("task", set_cfg.name).extra.get("preflight")
+        if set_check is not None:
+            try:
+                lines.append((f"run.eval_sets.{name}", set_check(set_cfg)))
+            except ValueError as e:  # the message names task.path / task.eval_path: say which set's
+                kind = ConfigError if isinstance(e, ConfigError) else ValueError
+                raise kind(f"run.eval_sets.{name}: {e}") from None
+    if problem is None:
+        raise ValueError(f"task: {cfg.task.name} gives no training problem")
+    # every task.reward entry called once, as training calls it, on the first training problem
+    completion = problem.solution or f"The answer is \\boxed{{{problem.answer}}}."
+    lines += check_rewards(cfg.task.reward, default, problem.answer, completion, problem.meta,
+                           timeout_s=cfg.task.reward_timeout_s, workers=cfg.task.reward_workers)
     if cfg.run.plugins:
         lines.append(("run.plugins", f"{', '.join(cfg.run.plugins)} imported"))
     if cfg.run.report_to:

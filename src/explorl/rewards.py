@@ -228,6 +228,9 @@ class RewardResult:
     by_function: dict[str, list[float]] = field(default_factory=dict)
     """With several reward functions (`WeightedRewards`): each function's own scores (unweighted, failures 0),
     by metric name; empty for a single function."""
+    judged: list[float] = field(default_factory=list)
+    """The unweighted scores of the one reward entry that decides correctness (`RewardRunner`'s `judge`; failures
+    0): never the weighted sum, so a format bonus cannot make a wrong answer correct (`tasks.Task.correct`)."""
 
 
 def _as_score(value: Any) -> float | None:
@@ -295,10 +298,17 @@ class RewardRunner:
     functions fail counts twice), each failure's message starting with its function's name.
     """
 
-    def __init__(self, fn: Callable, *, isolate: bool, timeout_s: float = 5.0, workers: int | None = None):
-        """Remember the function and how to run it; the pool is the process-wide shared one of that size."""
+    def __init__(self, fn: Callable, *, isolate: bool, timeout_s: float = 5.0, workers: int | None = None,
+                 judge: str | None = None):
+        """Remember the function and how to run it; the pool is the process-wide shared one of that size. `judge`:
+        the metric name (`reward_metric_name`) of the `WeightedRewards` function whose scores are `judged`; None:
+        the first (a single function judges itself)."""
         self.fn, self.isolate, self.timeout_s = fn, isolate, timeout_s
         self.workers = workers if workers else default_workers()
+        names = [p.name for p in fn.parts] if isinstance(fn, WeightedRewards) else []
+        if judge is not None and names and judge not in names:
+            raise ValueError(f"task.correct_by: {judge!r} is not one of the reward functions {names}")
+        self.judge = judge if judge is not None else (names[0] if names else None)
 
     def __call__(self, completions: list[str], answers: list[str], metas: list[dict] | None = None) -> RewardResult:
         """Score `completions[i]` against `answers[i]` with `metas[i]` as keyword arguments."""
@@ -308,12 +318,17 @@ class RewardRunner:
                              f"{len(metas)} metas")
         if not isinstance(self.fn, WeightedRewards):
             rewards, failures = self._score(self.fn, self.isolate, completions, answers, metas)
-            return self._result(rewards, failures)
+            result = self._result(rewards, failures)
+            result.judged = list(rewards)
+            return result
         parts = self.fn.parts
         total: list[float] = []
         failures, by_function = [], {}
+        judged: list[float] = []
         for k, part in enumerate(parts):
             scores, failed = self._score(part.fn, part.isolate, completions, answers, metas)
+            if part.name == self.judge:
+                judged = list(scores)
             weighted = [part.weight * x for x in scores]
             total = weighted if k == 0 else [t + x for t, x in zip(total, weighted)]
             if len(parts) > 1:
@@ -323,7 +338,7 @@ class RewardRunner:
             failures += failed
         failures.sort(key=lambda f: f.index)  # batch order; stable, so function order within a sample
         result = self._result(total, failures)
-        result.by_function = by_function
+        result.by_function, result.judged = by_function, judged
         return result
 
     @staticmethod
@@ -536,3 +551,53 @@ def resolve_reward(spec: str, task_default: tuple[Callable, bool]) -> tuple[Call
     if not callable(fn):
         raise ValueError(f"task.reward: {spec} is not callable")
     return fn, True  # user code may be slow or unsafe: always in the pool
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the checks before a run: every reward function called once on a sample
+
+
+def check_rewards(spec: str | list[str], task_default: tuple[Callable, bool], answer: str, completion: str,
+                  meta: dict | None = None, *, timeout_s: float = 5.0,
+                  workers: int | None = None) -> list[tuple[str, str]]:
+    """Call every entry of `task.reward` (`spec`; `auto` is `task_default`, the task's own reward) once on a sample,
+    as training calls it: through a `RewardRunner` of that function alone, so per-sample as `fn(completion, answer,
+    **meta)` or batched (`is_batched`) with lists, in the worker pool or here as `resolve_reward` says, under the
+    limit `timeout_s` (`task.reward_timeout_s`). `answer` and `meta` are a training problem's, `completion` a sample
+    completion for it (its worked solution, or a boxed answer).
+
+    Returns one (`task.reward[i]`, `<entry> returned <score> on a sample completion`) per entry, for the dry run to
+    print. Raises ValueError naming `task.reward[i]` and the function when it cannot be imported, raises (with the
+    exception's traceback), returns something that is not a finite number, or times out: what would make training
+    score 0 wherever it happens."""
+    sample = f"completion {_short_repr(completion)}, answer {_short_repr(answer)}"
+    entries = reward_entries(spec)
+    resolved = []
+    for i, entry in enumerate(entries):  # all imported first, as training does, before a worker starts
+        try:
+            resolved.append(resolve_reward(entry, task_default))
+        except ValueError as e:
+            raise ValueError(str(e).replace("task.reward:", f"task.reward[{i}]:", 1)) from None
+    lines = []
+    for i, (entry, (fn, isolate)) in enumerate(zip(entries, resolved)):
+        label = f"task.reward[{i}]"
+        name = entry
+        if entry in ("auto", "math", "exact"):
+            name = f"{entry} ({getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', fn)!s})"
+        runner = RewardRunner(fn, isolate=isolate, timeout_s=timeout_s, workers=workers)
+        result = runner([completion], [answer], [dict(meta or {})])
+        if result.failures:
+            f = result.failures[0]
+            if f.kind == "timeout":
+                raise ValueError(f"{label}: {name} {f.message} on a sample completion ({sample}); training would "
+                                 f"score 0 on every sample it times out on. Make the function faster or raise "
+                                 f"task.reward_timeout_s")
+            if f.kind == "value":
+                raise ValueError(f"{label}: {name} returned a value that is not a score on a sample completion "
+                                 f"({sample}): {f.message}; training would count it as a failure and score 0")
+            detail = f"\n{f.detail.rstrip()}" if f.detail and f.detail != f.message else ""
+            call = "fn(completions, answers, **meta), batched" if is_batched(fn) else "fn(completion, answer, **meta)"
+            raise ValueError(f"{label}: {name} raised {f.message} when called as training calls it ({call}) on a "
+                             f"sample completion ({sample}); training would score 0 wherever it raises.{detail}")
+        lines.append((label, f"{name} returned {result.rewards[0]!r} on a sample completion"))
+    return lines

@@ -18,7 +18,6 @@ import torch
 from explorl.config import Config, dump_yaml
 from explorl.evaluate import decode_responses, evaluate, response_branching
 from explorl.models import check_fingerprint, load_policy
-from explorl.rewards import RewardRunner
 from explorl.rollout.sampler import sample
 from explorl.supervised import sft_batch, sft_example, supervised_step
 from explorl.tasks import load_task
@@ -83,7 +82,7 @@ def run_rft(cfg: Config, *, console) -> Path:
     rng = random.Random(r.seed)
     model, tok, device = load_policy(cfg.model)
     task = load_task(cfg.task)
-    runner = RewardRunner(task.reward_fn, isolate=task.isolate, timeout_s=cfg.task.reward_timeout_s)
+    runner = task.reward_runner(cfg.task.reward_timeout_s)
     gen = torch.Generator(device=device).manual_seed(r.seed)
     cpu_gen = torch.Generator().manual_seed(r.seed + 1)
 
@@ -115,12 +114,13 @@ def run_rft(cfg: Config, *, console) -> Path:
             texts = decode_responses(tok, ro)
             group = ro.group.tolist()
             rr = runner(texts, [chunk[g].answer for g in group], [chunk[g].meta for g in group])
+            judged = task.correct(rr)
             ent = ((ro.entropy * ro.mask).sum(-1) / ro.mask.sum(-1).clamp_min(1)).tolist()
             bf = (response_branching(model, ro, s.temperature, f.branching_top_p).tolist()
                   if "branching" in f.strategies else [0.0] * len(texts))
             for i, text in enumerate(texts):
                 cut = cut_after_first_box(text)
-                candidates.append({"prompt": text_of(chunk[group[i]]), "response": cut, "correct": rr.rewards[i] > 0.5,
+                candidates.append({"prompt": text_of(chunk[group[i]]), "response": cut, "correct": judged[i],
                                    "passes_filter": rft_filter(cut), "entropy": ent[i], "branching": bf[i]})
         chosen = select_samples(candidates, f.strategies, noisy_frac=f.noisy_frac, select_frac=f.select_frac, rng=rng,
                                 select_count=f.select_count)

@@ -27,7 +27,7 @@ STEP_METRICS: dict[str, str] = {
     "step": "training step (1-based)",
     "reward/mean": "mean reward of the step's responses",
     "reward/std": "population std of the rewards",
-    "reward/correct_frac": "fraction of responses with reward > 0.5",
+    "reward/correct_frac": "fraction of correct responses (task.correct_by's score above task.correct_threshold)",
     "reward/all_correct_frac": "fraction of prompts whose responses are all correct (zero advantage in GRPO)",
     "reward/all_wrong_frac": "fraction of prompts whose responses are all wrong (zero advantage in GRPO)",
     "reward/errors": "reward-function failures this step (scored 0)",
@@ -56,6 +56,7 @@ STEP_METRICS: dict[str, str] = {
     "loss/clip_frac_high": "fraction clipped at 1 + eps_high (A > 0)",
     "loss/ratio_mean": "mean importance ratio pi_new / pi_old (exactly 1 on the first update)",
     "loss/ratio_max": "largest importance ratio",
+    "loss/ratio_min": "smallest importance ratio (with ratio_max: whether the updates after the first move pi)",
     "loss/ppo_kl": "mean of logp_old - logp_new over tokens",
     "loss/nonfinite": "1 when this step's update was skipped for a non-finite loss or gradient",
     "optim/grad_norm": "global gradient norm before clipping",
@@ -68,15 +69,18 @@ STEP_METRICS: dict[str, str] = {
 # Present only when configured (README lists them): kl/mean (a reference model is kept), loss/entropy
 # (algo.entropy_coef != 0), temperature/tau|h_target|h_init|clamped (E3 schedule), temperature/ead_d|ead_min|
 # at_min_frac (EAD, RevEAD), temperature/adaptive_factor_min|max (adaptive schedule), is/* (algo.tis),
-# rollouts/dapo_rounds|dapo_kept_frac (DAPO sampling), loss/clip_cov_frac, loss/kl_cov_frac (those losses),
+# rollouts/dapo_rounds|dapo_kept_frac (DAPO sampling), loss/clip_cov_frac, loss/kl_cov_frac,
+# loss/kl_cov_penalty_share (those losses),
 # loss/dual_clip_frac (algo.ppo.dual_clip_c), reward/<name> (several task.reward functions: each one's mean,
 # unweighted), eval/* (run.eval_every > 0, and once after the last step).
 
 
-def rollout_metrics(ro, rewards: torch.Tensor, entropy: torch.Tensor, advantages: torch.Tensor) -> dict:
-    """Per-step statistics of a batch of rollouts (namespaced metric names, README: A run directory)."""
+def rollout_metrics(ro, rewards: torch.Tensor, entropy: torch.Tensor, advantages: torch.Tensor,
+                    correct: torch.Tensor) -> dict:
+    """Per-step statistics of a batch of rollouts (namespaced metric names, README: A run directory); `correct[N]`
+    (bool) says which responses are correct by the task's rule (`Task.correct`), not by the shaped reward."""
     mask = ro.mask
-    correct = rewards > 0.5
+    correct = correct.to(torch.bool)
     group = ro.group
     n_groups = int(group.max()) + 1 if len(group) else 0
     counts = torch.bincount(group, minlength=n_groups)
@@ -132,6 +136,7 @@ class RunLog:
             log = cls(Path(resume))
             if not (log.dir / "config.yaml").exists():
                 raise FileNotFoundError(f"--resume {log.dir}: no config.yaml there; is it a run directory?")
+            log.write_config(config_yaml, resumed=True)
             return log
         log = cls(Path(out_dir))
         if log.dir.exists() and (log.metrics_path.exists() or log.checkpoints()):
@@ -141,9 +146,28 @@ class RunLog:
         (log.dir / "config.yaml").write_text(config_yaml)
         return log
 
-    def write_config(self, config_yaml: str) -> None:
-        """Rewrite config.yaml (a setting resolved at load time, e.g. `task.chat_template: auto`)."""
-        (self.dir / "config.yaml").write_text(config_yaml)
+    def write_config(self, config_yaml: str, resumed: bool = False) -> None:
+        """Rewrite config.yaml (a setting resolved at load time, e.g. `task.chat_template: auto`, or a resumed run's
+        overrides), so it always describes the run that produces the next weights. When a resumed run's config
+        differs from the file's, the change is appended to `config_history.jsonl` first: when, after which step
+        (the checkpoint it continues from), which keys changed (old and new values) and the whole previous file."""
+        path = self.dir / "config.yaml"
+        previous = path.read_text() if path.exists() else None
+        if resumed and previous is not None and previous != config_yaml:
+            import yaml
+
+            old, new = _flatten(yaml.safe_load(previous) or {}), _flatten(yaml.safe_load(config_yaml) or {})
+            changes = {k: [old.get(k), new.get(k)] for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)}
+            ckpts = self.checkpoints()
+            record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                      "resumed_after_step": int(ckpts[-1].name.rsplit("_", 1)[-1]) if ckpts else 0,
+                      "changes": changes, "previous": previous}
+            with open(self.dir / "config_history.jsonl", "a") as f:
+                f.write(json.dumps(record) + "\n")
+        if previous != config_yaml:
+            tmp = path.with_name("config.yaml.tmp")
+            tmp.write_text(config_yaml)
+            os.replace(tmp, path)
 
     def checkpoints(self) -> list[Path]:
         return _checkpoint_dirs(self.dir)
@@ -227,6 +251,17 @@ def restore_rng(state: dict, generators: dict[str, torch.Generator], device: tor
     if device.type == "cuda" and state.get("cuda_rng") is not None:
         torch.cuda.set_rng_state(state["cuda_rng"], device)
     random.setstate(state["python_rng"])
+
+
+def _flatten(data: dict, prefix: str = "") -> dict:
+    """A nested config mapping as {dotted key: value} (lists and scalars are leaves)."""
+    out = {}
+    for k, v in data.items():
+        if isinstance(v, dict) and v:
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
 
 
 def _checkpoint_dirs(run_dir: Path) -> list[Path]:

@@ -11,7 +11,8 @@ Deliberate choices, stated up front:
 - The loop names no method: the temperature schedule and budget policy (`rollout.controllers`), the estimator,
   shapers, token filter and loss (`explorl.algos`) are looked up by name in one registry, and the method logic is
   `algos.step.compute_advantages` and `algos.step.policy_objective`, which the engine integrations call too.
-- A response counts as correct (for `entropy/pos`, all-correct/all-wrong fractions) when its reward > 0.5.
+- A response counts as correct (for `entropy/pos`, all-correct/all-wrong fractions) by the task's rule: one reward
+  entry's own score above a threshold (`task.correct_by`, `task.correct_threshold`), never the shaped reward.
 - A loss or gradient that is not finite skips the rest of that step's updates before `optimizer.step`, so the
   weights and the AdamW moments never see it; too many such steps in a row stop the run. The trainable weights
   are checked after every optimizer step as well: non-finite weights stop the run before anything of them is
@@ -37,7 +38,6 @@ from explorl.config import Config, load_config, to_dict
 from explorl.evaluate import held_out_evaluator
 from explorl.guards import Interrupted, RunGuards, RunStopped
 from explorl.models import check_run_inputs, make_reference
-from explorl.rewards import RewardRunner
 from explorl.rollout.collect import collect_rollouts
 from explorl.rollout.controllers import Controllers, PromptStream
 from explorl.run_setup import check_trainable_dtype, load_run_model, open_run_dir
@@ -118,7 +118,8 @@ def train_step(step: int, cfg: Config, st: TrainState, tok, task, runner, encode
     prepared = compute_advantages(batch, cfg.algo, step + 1)
     st.controllers.schedule.observe(step + 1, float((batch.entropy * ro.mask).sum() / ro.mask.sum().clamp_min(1)))
     t1 = time.perf_counter()
-    record = {"step": step + 1, **rollout_metrics(ro, prepared.rewards, batch.entropy, prepared.advantages),
+    correct = torch.tensor(got.correct, dtype=torch.bool, device=ro.mask.device)
+    record = {"step": step + 1, **rollout_metrics(ro, prepared.rewards, batch.entropy, prepared.advantages, correct),
               "reward/errors": got.errors, "reward/timeouts": got.timeouts, **got.stats,
               "temperature/train": got.train_temperature, **prepared.stats}
     record.update(guards.update(step + 1, lambda: update_policy(
@@ -146,8 +147,7 @@ def train(cfg: Config, *, resume: str | Path | None = None, console=None, progre
         return log.dir
     model, tok, device, encode = load_run_model(cfg, log)
     task = load_task(cfg.task)
-    runner = RewardRunner(task.reward_fn, isolate=task.isolate, timeout_s=cfg.task.reward_timeout_s,
-                          workers=cfg.task.reward_workers)
+    runner = task.reward_runner(cfg.task.reward_timeout_s, cfg.task.reward_workers)
     st = TrainState.new(cfg, model, device, len(task.train))
     start, nonfinite_run = st.restore(log, console, r.steps) if resume is not None else (0, 0)
     log.start_trackers(r, to_dict(cfg), resume_step=start if resume is not None else None)

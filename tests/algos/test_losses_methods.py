@@ -357,3 +357,22 @@ def test_variants_reject_bad_shapes_and_arguments():
         L.forking_mask(x, x, top_frac=1.5)
     with pytest.raises(ValueError, match="valid"):
         L.kl_cov_loss(x, x, x, x, agg="sum")
+
+
+def test_kl_cov_penalty_share_and_ratio_min_by_hand():
+    """The statistics that show whether the mechanism acts (issue: with one update per batch KL-Cov's penalty is 0).
+    One response, two tokens, A = 1 on both; the new policy is 0.5 nats above the old on the first token only, and
+    k_percent 100 selects both. Token-mean: penalty (|0.5| + 0) / 2 = 0.25; policy-gradient part
+    -(e^0.5 + 1) / 2 = -1.324361; share 0.25 / (1.3243606 + 0.25) = 0.1587946. Ratios: e^0.5 and 1."""
+    old = torch.zeros(1, 2)
+    new = torch.tensor([[0.5, 0.0]])
+    adv, mask = torch.ones(1, 2), torch.ones(1, 2)
+    loss, stats = L.kl_cov_loss(new, old, adv, mask, k_percent=100.0, kl_coef=1.0)
+    assert float(loss) == pytest.approx(-1.324361 + 0.25, abs=1e-6)
+    assert stats["loss/kl_cov_penalty_share"] == pytest.approx(0.1587946, abs=1e-6)
+    assert stats["loss/ratio_min"] == pytest.approx(1.0) and stats["loss/ratio_max"] == pytest.approx(math.exp(0.5))
+    # the first update of a batch: ratio 1 everywhere, so |log ratio| = 0 and the penalty does not act
+    _, first = L.kl_cov_loss(old, old, adv, mask, k_percent=100.0, kl_coef=1.0)
+    assert first["loss/kl_cov_penalty_share"] == 0.0 and first["loss/ratio_min"] == 1.0
+    _, ppo = L.policy_loss(new, old, adv, mask, eps_high=0.28)  # e^0.5 = 1.65 > 1.28 with A > 0: clipped high
+    assert ppo["loss/ratio_min"] == 1.0 and ppo["loss/clip_frac_high"] == pytest.approx(0.5)

@@ -264,3 +264,50 @@ def test_new_options_at_their_defaults_change_nothing():
     l0, s0 = policy_objective(new, None, batch, p0, cfg)
     l1, s1 = policy_objective(new, None, batch, p1, explicit)
     assert torch.equal(l0, l1) and s0 == s1
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# paper 000 eq. 1 with a rollout count per question (E3's dynamic budgets): every question weighs the same
+
+
+def test_per_question_weights_by_hand():
+    # questions of 2 and 6 responses with token means m = (1, 3) and (0, 0, 0, 0, 0, 6):
+    # eq. 1 = ((1 + 3) / 2 + 6 / 6) / 2 = (2 + 1) / 2 = 1.5; the plain seq-mean-token-mean (1 + 3 + 6) / 8 = 1.25.
+    # Weights n / (Q G_q): 8 / (2 * 2) = 2 for the first question, 8 / (2 * 6) = 2/3 for the second.
+    from explorl.algos.losses import PER_QUESTION, aggregate, question_weights
+
+    group = torch.tensor([4, 4, 9, 9, 9, 9, 9, 9])
+    w = question_weights(group, torch.ones(8, dtype=torch.bool))
+    assert w.tolist() == pytest.approx([2, 2] + [2 / 3] * 6)
+    means = torch.tensor([1.0, 3, 0, 0, 0, 0, 0, 6])
+    mask = torch.tensor([[1.0, 1, 0]] * 8)  # every response 2 tokens long
+    values = means[:, None].expand(8, 3) * mask
+    assert float(aggregate(values, mask, "seq-mean-token-mean")) == pytest.approx(1.25)
+    assert float(aggregate(values * w[:, None].float(), mask, PER_QUESTION)) == pytest.approx(1.5)
+    # equal groups: every weight 1 (the plain seq-mean-token-mean); an empty response weighs 0
+    assert question_weights(torch.tensor([0, 0, 1, 1]), torch.ones(4, dtype=torch.bool)).tolist() == [1.0] * 4
+    assert question_weights(torch.tensor([0, 0, 1]), torch.tensor([True, False, True])).tolist() == [1.0, 0.0, 1.0]
+
+
+def test_the_step_weighs_every_question_equally_under_the_per_question_aggregation():
+    """Through compute_advantages and policy_objective: the loss is eq. 1's mean over questions of the mean over
+    their responses of each response's token mean, computed here by plain loops."""
+    g = torch.Generator().manual_seed(5)
+    lengths = [2, 3, 1, 3, 2, 3, 1, 2]  # 2 responses to question 0, 6 to question 1
+    mask = torch.tensor([[1.0] * n + [0.0] * (3 - n) for n in lengths])
+    group = torch.tensor([0, 0, 1, 1, 1, 1, 1, 1])
+    rewards = torch.tensor([1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0])
+    old = -torch.rand(8, 3, generator=g) - 0.5
+    new = old + 0.05 * torch.randn(8, 3, generator=g)  # ratios within the clip: the loss is -rho * A
+    batch = RolloutBatch(mask=mask, rewards=rewards, group=group, max_response_len=3, logprobs=old)
+    cfg = replace(AlgoConfig(), loss_agg="seq-mean-token-mean-per-question", shapers=["position"])  # A varies by token
+    prepared = compute_advantages(batch, cfg, step=1)
+    loss, _ = policy_objective(new, None, batch, prepared, cfg)
+    token_loss = -torch.exp(new - old) * prepared.advantages
+    per_response = [float(token_loss[i, :lengths[i]].mean()) for i in range(8)]
+    q0, q1 = per_response[:2], per_response[2:]
+    want = (sum(q0) / 2 + sum(q1) / 6) / 2
+    assert float(loss) == pytest.approx(want, rel=1e-5)
+    plain_cfg = replace(cfg, loss_agg="seq-mean-token-mean")
+    plain, _ = policy_objective(new, None, batch, compute_advantages(batch, plain_cfg, step=1), plain_cfg)
+    assert float(plain) == pytest.approx(sum(per_response) / 8, rel=1e-5) and abs(float(plain) - want) > 1e-4

@@ -32,9 +32,10 @@ window.addEventListener("load", function () {
 
 def _synthetic_run(path: Path, steps: int = 6) -> Path:
     """A small run directory in the format `explorl train` writes (no model needed), with every plotted metric
-    (an EAD run's `temperature/at_min_frac` too)."""
+    (an EAD run's `temperature/at_min_frac` too, and each function's `reward/<name>` of two reward functions)."""
     path.mkdir(parents=True)
-    (path / "config.yaml").write_text("run:\n  seed: 0\n  out_dir: x\n  eval_every: 3\nsampling:\n  temperature: 1.0\n")
+    (path / "config.yaml").write_text("run:\n  seed: 0\n  out_dir: x\n  eval_every: 3\nsampling:\n  temperature: 1.0\n"
+                                      "task:\n  reward: [math, exact]\n")
     lines = []
     for s in range(1, steps + 1):
         lines.append({"step": s, "reward/mean": 0.1 * s, "reward/all_wrong_frac": 0.5 / s, "entropy/mean": 1.0 / s,
@@ -42,6 +43,7 @@ def _synthetic_run(path: Path, steps: int = 6) -> Path:
                       "temperature/mean": 1.0, "temperature/at_min_frac": 0.1 * s,
                       "rollouts/per_prompt_min": 4, "rollouts/per_prompt_max": 8,
                       "rollouts/per_prompt_mean": 6.0, "length/mean": 20.0 + s, "optim/grad_norm": 1.0 / s,
+                      "reward/math": 0.1 * s, "reward/exact": 0.05 * s,
                       "kl/mean": 0.01 * s, "loss/ppo_kl": 0.001, "loss/clip_frac_low": 0.02,
                       "loss/clip_frac_high": 0.01,
                       "entropy/by_position": [0.5, 0.3, 0.2, 0.2, 0.2, 0.2, 0.2, 0.3, None, 0.6]})

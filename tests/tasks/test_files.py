@@ -77,25 +77,101 @@ def test_malformed_line_reports_the_column_in_that_line(tmp_path, line, column, 
     assert str(e.value).endswith(f" at column {column})")
 
 
-def test_check_file_task_reads_only_the_first_rows(tmp_path):
+def test_check_file_task_reads_every_row(tmp_path):
     from explorl.tasks.files import check_file_task, count_rows
 
-    rows = _rows(30) + [{"problem": "p", "solution": "no answer field"}]  # row 31 is bad, past the rows checked
+    rows = _rows(30) + [{"problem": "p", "solution": "no answer field"}]  # row 31, line 32 (a blank line 6)
     path = _write_jsonl(tmp_path / "d.jsonl", rows, blank_after=5)
     assert count_rows(path) == 31
-    described = check_file_task(TaskConfig(name="file", path=str(path), eval_size=4), rows=8)
-    assert "31 rows" in described and "last 4 rows" in described
-    with pytest.raises(ValueError, match="missing field 'answer'"):  # the real load reads every row
-        load_file_task(TaskConfig(name="file", path=str(path), eval_size=4))
+    cfg = TaskConfig(name="file", path=str(path), eval_size=4)
+    expected = f"{path}:32: missing field 'answer' (task.answer_field='answer'); fields present: problem, solution"
+    with pytest.raises(ValueError) as checked:
+        check_file_task(cfg)
+    with pytest.raises(ValueError) as loaded:  # the real load: the same message, word for word
+        load_file_task(cfg)
+    assert str(checked.value) == str(loaded.value) == expected
+    good = _write_jsonl(tmp_path / "good.jsonl", _rows(30), blank_after=5)
+    described = check_file_task(TaskConfig(name="file", path=str(good), eval_size=4))
+    assert described == (f"file {good}: 30 rows, every one parses with fields 'problem' and 'answer'; "
+                         f"held out: its last 4 rows")
+    # task.eval_path: every row of it too, named as task.eval_path's file
+    with pytest.raises(ValueError, match=re.escape(f"{path}:32: missing field 'answer'")):
+        check_file_task(TaskConfig(name="file", path=str(good), eval_path=str(path)))
     bad_first = _write_jsonl(tmp_path / "e.jsonl", [{"question": "p", "answer": "1"}] * 3)
-    with pytest.raises(ValueError, match=r"e.jsonl:1: missing field 'problem' \(task.prompt_field='problem'\)"):
-        check_file_task(TaskConfig(name="file", path=str(path), eval_path=str(bad_first)))
-    with pytest.raises(ValueError, match="task.eval_size: .* has 31 rows"):
-        check_file_task(TaskConfig(name="file", path=str(path), eval_size=31))
+    with pytest.raises(ValueError, match=r"e.jsonl:1: missing field 'problem' \(task.prompt_field='problem'\); "
+                                         r"fields present: question, answer"):
+        check_file_task(TaskConfig(name="file", path=str(good), eval_path=str(bad_first)))
+    other = _write_jsonl(tmp_path / "f.jsonl", _rows(5))
+    assert check_file_task(TaskConfig(name="file", path=str(good), eval_path=str(other), eval_size=3)).endswith(
+        f"held out: first 3 rows of {other} (5 rows, every one parses)")
+    with pytest.raises(ValueError, match="task.eval_size: .* has 30 rows"):
+        check_file_task(TaskConfig(name="file", path=str(good), eval_size=30))
+    (tmp_path / "empty.jsonl").write_text("\n  \n")
+    with pytest.raises(ValueError, match="task.path: .*empty.jsonl holds no rows"):
+        check_file_task(TaskConfig(name="file", path=str(tmp_path / "empty.jsonl")))
     pq.write_table(pa.Table.from_pylist([{"q": f"q{i}", "a": i} for i in range(50)]), tmp_path / "t.parquet")
     assert count_rows(tmp_path / "t.parquet") == 50
     assert "50 rows" in check_file_task(TaskConfig(name="file", path=str(tmp_path / "t.parquet"), prompt_field="q",
                                                    answer_field="a", eval_size=10))
+
+
+def test_parquet_and_json_rows_are_named_with_their_index(tmp_path):
+    from explorl.tasks.files import check_file_task
+
+    rows = [{"q": f"q{i}", "a": i} for i in range(30)]
+    rows[19]["a"] = None  # a Parquet column has a value or null in every row: row 20 has none
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "t.parquet")
+    cfg = TaskConfig(name="file", path=str(tmp_path / "t.parquet"), prompt_field="q", answer_field="a")
+    expected = (f"{tmp_path / 't.parquet'}: row 20 (index 19): field 'a' (task.answer_field) must be a string or a "
+                f"number, got null (the row has no value there)")
+    for check in (check_file_task, load_file_task):  # the dry run's check and the real load agree
+        with pytest.raises(ValueError) as e:
+            check(cfg)
+        assert str(e.value) == expected
+    # a column the file lacks: the first row says so, with the columns it has
+    with pytest.raises(ValueError, match=re.escape("t.parquet: row 1 (index 0): missing field 'answer' "
+                                                   "(task.answer_field='answer'); fields present: q, a")):
+        check_file_task(TaskConfig(name="file", path=str(tmp_path / "t.parquet"), prompt_field="q"))
+    (tmp_path / "d.json").write_text(json.dumps([{"problem": "p", "answer": 1}] * 2 + [{"problem": "p"}]))
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'd.json'}: item 3 (index 2): missing field "
+                                                   f"'answer' (task.answer_field='answer'); fields present: problem")):
+        check_file_task(TaskConfig(name="file", path=str(tmp_path / "d.json"), eval_size=1))
+
+
+def test_rows_are_streamed_and_bad_utf8_names_its_line(tmp_path):
+    from explorl.tasks.files import RowReader
+
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(b'{"problem": "a", "answer": 1}\n{"problem": "b", "answer": 2}\n{"problem": \n')
+    reader = iter(RowReader(path))
+    assert next(reader)[2] == {"problem": "a", "answer": 1}  # rows come one by one, before the bad line is read
+    assert next(reader)[:2] == (2, f"{path}:2")
+    with pytest.raises(ValueError, match=re.escape(f"{path}:3: not valid JSON")):
+        next(reader)
+    path.write_bytes(b'{"problem": "a", "answer": 1}\n{"problem": "\xff", "answer": 2}\n')
+    with pytest.raises(ValueError, match=re.escape(f"{path}:2: not valid UTF-8 (byte 14 of the line")):
+        load_file_task(TaskConfig(name="file", path=str(path), eval_size=1))
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_a_large_file_shows_a_progress_bar_on_a_terminal(tmp_path, monkeypatch, terminal):
+    import io
+
+    from rich.console import Console
+
+    from explorl.tasks import files
+
+    path = _write_jsonl(tmp_path / "big.jsonl", _rows(3000))
+    monkeypatch.setattr(files, "LARGE_FILE_BYTES", 1000)  # "large" here: a 3000-row file of ~150 kB
+    buf = io.StringIO()
+    console = Console(file=buf, width=200, force_terminal=terminal, color_system=None)
+    assert files.check_file_task(TaskConfig(name="file", path=str(path), eval_size=4), console=console).startswith(
+        f"file {path}: 3000 rows")
+    shown = buf.getvalue()
+    if terminal:
+        assert f"checking {path}" in shown and "kB" in shown  # bytes of the file, a transient bar
+    else:
+        assert shown == ""
 
 
 def test_missing_field_message(tmp_path):

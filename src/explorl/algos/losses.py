@@ -45,11 +45,33 @@ __all__ = [
     "LOSS_AGG_MODES", "masked_sum", "masked_mean", "aggregate", "kl_k3", "policy_loss",
     "tis_weights", "tis_stats", "TIS_LEVELS", "forking_mask", "clip_cov_loss", "kl_cov_loss", "overlong_penalty",
     "get_policy_loss", "aggregation_count", "micro_batch_share", "PpoOptions", "ClipCovOptions", "KlCovOptions",
-    "ForkingOptions",
+    "ForkingOptions", "PER_QUESTION", "question_weights",
 ]
 
-LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm",
+                                   "seq-mean-token-mean-per-question")
 """Valid values of `agg` (docs/methods.md §1d)."""
+PER_QUESTION = "seq-mean-token-mean-per-question"
+"""Paper 000 eq. 1 with a group size per question: the mean over questions of the mean over the question's responses
+of each response's token mean. Aggregated as `seq-mean-token-mean` of token losses weighted per response by
+`question_weights` (the step passes them as token weights), which is the same number (docs/methods.md §1d)."""
+
+
+def question_weights(group: Tensor, valid_rows: Tensor) -> Tensor:
+    """Per-response weights `[N]` that turn `seq-mean-token-mean` into paper 000's eq. 1 with a group size per
+    question: `w_i = n / (Q * G_q(i))`, n the responses with valid tokens, Q their questions, G_q the question's
+    responses with valid tokens; so that (1/n) sum_i w_i m_i = (1/Q) sum_q (1/G_q) sum_{i in q} m_i for any response
+    means m_i. Equal groups give every weight 1. Responses without valid tokens get 0.
+
+    Args:
+        group: `[N]` int64 question ids; valid_rows: `[N]` bool, responses with at least one valid token.
+    """
+    ids = torch.unique(group, return_inverse=True)[1]
+    sizes = torch.zeros(int(ids.max()) + 1 if len(ids) else 0, dtype=torch.float64, device=group.device)
+    sizes.index_add_(0, ids, valid_rows.to(torch.float64))
+    n, q = float(valid_rows.sum()), float((sizes > 0).sum())
+    w = n / (q * sizes[ids].clamp_min(1.0)) if q > 0 else torch.zeros(len(ids), dtype=torch.float64)
+    return torch.where(valid_rows, w, torch.zeros((), dtype=torch.float64, device=group.device))
 
 _LOG_RATIO_BOUND = 20.0
 
@@ -83,6 +105,8 @@ def aggregate(
     - `seq-mean-token-sum-norm`: sum over all valid tokens / (N * max_response_len), a constant that does not
       depend on the lengths (Dr.GRPO, Liu et al. 2025). `max_response_len` (the configured length limit) is
       required in this mode and ignored in the others.
+    - `seq-mean-token-mean-per-question` (paper 000 eq. 1 with per-question group sizes): reduced here as
+      `seq-mean-token-mean`; the per-question weights come in the token values (`question_weights`).
 
     Args:
         token_values: `[N, T]` per-token values (differentiable).
@@ -101,7 +125,7 @@ def aggregate(
         )
     if agg == "token-mean":
         return masked_mean(token_values, mask)
-    if agg == "seq-mean-token-mean":
+    if agg in ("seq-mean-token-mean", PER_QUESTION):
         per_seq = masked_mean(token_values, mask, dim=-1)  # [N]; 0 for empty responses
         has_tokens = mask.bool().any(dim=-1)  # [N]
         return masked_mean(per_seq, has_tokens)
@@ -227,6 +251,7 @@ def _ratio_stats(loss: Tensor, ratio: Tensor, log_ratio: Tensor, valid: Tensor, 
         "loss/pg": float(loss),
         "loss/ratio_mean": float(masked_mean(ratio, valid)) if n_valid else 1.0,
         "loss/ratio_max": float(ratio[valid].max()) if n_valid else 1.0,
+        "loss/ratio_min": float(ratio[valid].min()) if n_valid else 1.0,
         "loss/ppo_kl": float(masked_mean(-log_ratio, valid)),
     }
 
@@ -319,7 +344,7 @@ def policy_loss(
         `(loss, stats)`: the scalar loss (0, not nan, when the mask is empty) and detached float statistics over
         valid tokens: `loss/pg` (the loss value), `loss/clip_frac` (the clipped term is active: it is strictly the
         larger loss), `loss/clip_frac_low` (rho < 1 - eps_low with A < 0), `loss/clip_frac_high`
-        (rho > 1 + eps_high with A > 0), `loss/ratio_mean`, `loss/ratio_max`, `loss/ppo_kl` (mean of
+        (rho > 1 + eps_high with A > 0), `loss/ratio_mean`, `loss/ratio_min`, `loss/ratio_max`, `loss/ppo_kl` (mean of
         `logp_old - logp_new`), `loss/is_weight_mean` when `is_weights` is given, and `loss/masked_frac` (the
         fraction of valid tokens whose token weight is 0) when `token_weights` is given; with `dual_clip_c`,
         `loss/dual_clip_frac` (fraction of valid tokens where the bound `-A * c` is the active term; verl's
@@ -359,6 +384,7 @@ def _ppo_stats(loss: Tensor, ratio: Tensor, log_ratio: Tensor, adv: Tensor, loss
         "loss/clip_frac_high": _frac((ratio > 1.0 + eps_high) & (adv > 0), valid, n_valid),
         "loss/ratio_mean": base["loss/ratio_mean"],
         "loss/ratio_max": base["loss/ratio_max"],
+        "loss/ratio_min": base["loss/ratio_min"],
         "loss/ppo_kl": base["loss/ppo_kl"],
     }
 
@@ -490,9 +516,11 @@ def kl_cov_loss(
         kl_coef: coefficient of the `|log ratio|` penalty (paper: 1), >= 0.
         agg, max_response_len, is_weights, token_weights: as in `policy_loss`.
     Returns:
-        `(loss, stats)`: `loss/pg`, `loss/ratio_mean`, `loss/ratio_max`, `loss/ppo_kl`, `loss/kl_cov_frac`
-        (fraction of valid tokens penalised), `loss/kl_cov_abs_kl` (mean `|log ratio|` over them), and the weight
-        statistics of `policy_loss` when weights are given.
+        `(loss, stats)`: `loss/pg`, `loss/ratio_mean`, `loss/ratio_min`, `loss/ratio_max`, `loss/ppo_kl`,
+        `loss/kl_cov_frac` (fraction of valid tokens penalised), `loss/kl_cov_abs_kl` (mean `|log ratio|` over them),
+        `loss/kl_cov_penalty_share` (the aggregated penalty over |policy-gradient part| + penalty: how much the
+        penalty acts; 0 at ratio 1, i.e. with one update per batch), and the weight statistics of `policy_loss`
+        when weights are given.
     """
     _check_loss_inputs("kl_cov_loss", logprobs_new, logprobs_old, advantages, mask, agg, is_weights,
                        token_weights)
@@ -516,6 +544,11 @@ def kl_cov_loss(
         stats = _ratio_stats(loss, ratio, log_ratio, valid, n_valid)
         stats["loss/kl_cov_frac"] = _frac(selected, valid, n_valid)
         stats["loss/kl_cov_abs_kl"] = float(masked_mean(log_ratio.abs(), selected))
+        # how much of the objective the penalty is: its aggregate over |pg| + it (0 with one update: |log 1| = 0)
+        penalty = aggregate(_apply_weights(torch.where(selected, kl_coef * log_ratio.abs(), 0.0), valid, is_weights,
+                                           token_weights), valid, agg, max_response_len)
+        pg_part = aggregate(_apply_weights(pg, valid, is_weights, token_weights), valid, agg, max_response_len)
+        stats["loss/kl_cov_penalty_share"] = float(penalty / (pg_part.abs() + penalty).clamp_min(1e-12))
         _weight_stats(stats, valid, n_valid, ratio.dtype, is_weights, token_weights)
     return loss, stats
 
@@ -705,7 +738,7 @@ def aggregation_count(mask: Tensor, agg: str) -> float:
     (seq-mean-token-mean) or responses (seq-mean-token-sum-norm). `mask`: `[N, T]` the batch's loss mask."""
     if agg == "token-mean":
         return float(mask.sum())
-    if agg == "seq-mean-token-mean":
+    if agg in ("seq-mean-token-mean", PER_QUESTION):
         return float((mask.sum(-1) > 0).sum())
     return float(mask.shape[0])
 

@@ -28,7 +28,8 @@ import torch
 from torch import Tensor
 
 from explorl.algos.batch import RolloutBatch
-from explorl.algos.losses import aggregate, kl_k3, masked_mean, overlong_penalty, tis_stats, tis_weights
+from explorl.algos.losses import (PER_QUESTION, aggregate, kl_k3, masked_mean, overlong_penalty, question_weights,
+                                 tis_stats, tis_weights)
 from explorl.algos.registry import lookup
 
 if TYPE_CHECKING:
@@ -130,8 +131,9 @@ def compute_advantages(batch: RolloutBatch, cfg: AlgoConfig, step: int) -> Prepa
     if cfg.overlong == "penalty":  # DAPO eq. 13: soft penalty for responses that run into the limit
         if batch.max_response_len is None:
             raise ValueError("algo.overlong=penalty needs RolloutBatch.max_response_len")
+        buffer = cfg.overlong_buffer if cfg.overlong_buffer is not None else max(1, batch.max_response_len // 5)
         rewards = rewards + overlong_penalty(batch.lengths, batch.truncated, batch.max_response_len,
-                                             buffer=cfg.overlong_buffer, penalty=cfg.overlong_penalty)
+                                             buffer=buffer, penalty=cfg.overlong_penalty)
     loss_mask = batch.mask
     if cfg.overlong == "mask":  # DAPO overlong filtering: truncated responses do not train
         loss_mask = batch.mask * (~batch.truncated).to(batch.mask.dtype)[:, None]
@@ -150,6 +152,9 @@ def compute_advantages(batch: RolloutBatch, cfg: AlgoConfig, step: int) -> Prepa
         is_weights = tis_weights(seen.logprobs, seen.behavior_logprobs, loss_mask, cap=cfg.tis_cap,
                                  level=cfg.tis_level)
     stats = _method_stats(batch.mask, loss_mask, base, advantages, token_weights)
+    if cfg.loss_agg == PER_QUESTION:  # paper 000 eq. 1: every question weighs the same, whatever its rollouts
+        weights = question_weights(batch.group, loss_mask.sum(-1) > 0).to(loss_mask.dtype)[:, None] * loss_mask
+        token_weights = weights if token_weights is None else token_weights * weights
     if is_weights is not None:
         stats.update(tis_stats(seen.logprobs, seen.behavior_logprobs, loss_mask, cap=cfg.tis_cap,
                                level=cfg.tis_level))

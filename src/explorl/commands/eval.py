@@ -24,7 +24,8 @@ def add_parser(sub) -> None:
                    help="task.* setting, e.g. --task-opt path=test.jsonl (repeatable; `path` alone evaluates on "
                         "every row of that file)")
     e.add_argument("--n", type=int, default=16, help="samples per problem")
-    e.add_argument("--k", default="1,2,4,8,16", help="comma-separated k values of pass@k")
+    e.add_argument("--k", default=None, help="comma-separated k values of pass@k (default 1,2,4,8,16; with --curve "
+                                             "1, 2, 4, ..., n: the powers of two below --n, and --n)")
     e.add_argument("--temperature", type=float, default=None,
                    help="sampling temperature (default: the run's run.eval_temperature, else 1.0)")
     e.add_argument("--top-p", type=float, default=None, help="nucleus mass (default: the run's, else 1.0)")
@@ -120,7 +121,14 @@ def cmd_eval(args) -> int:
     from explorl.tasks.chat import prompt_encoder
 
     console = common.console
-    ks = _parse_ks(args.k)
+    if args.k is not None:
+        ks = _parse_ks(args.k)
+    elif args.curve:  # the curve's own k (`evaluate.curve_ks`), never beyond n
+        from explorl.evaluate import curve_ks
+
+        ks = curve_ks(args.n)
+    else:
+        ks = _parse_ks("1,2,4,8,16")
     if max(ks) > args.n:
         raise SystemExit(f"--k: k={max(ks)} exceeds --n={args.n}; pass@k needs at least k samples per problem")
     opts = _task_opts(args.task_opt)
@@ -144,6 +152,7 @@ def cmd_eval(args) -> int:
     label = run.label if run is not None else Path(args.model).name
     from rich.progress import Progress
 
+    failures: list = []
     with Progress(console=console, disable=not console.is_terminal) as bar:
         job = bar.add_task("eval", total=len(problems))
         summary, per_problem = evaluate(model, tok, problems, s.task, n=args.n, ks=ks,
@@ -151,7 +160,7 @@ def cmd_eval(args) -> int:
                                         top_p=s.top_p, max_new_tokens=s.max_new_tokens, seed=args.seed,
                                         reward_timeout_s=task_cfg.reward_timeout_s, fast_path=s.fast_path,
                                         progress=lambda k: bar.advance(job, k), analyze=args.analyze,
-                                        keep_completions=bool(args.save_completions))
+                                        keep_completions=bool(args.save_completions), failures=failures)
         sets = {}  # each extra held-out set reported on its own
         for set_name, set_cfg in extra_sets.items():
             set_task = load_task(set_cfg)
@@ -190,6 +199,9 @@ def cmd_eval(args) -> int:
                       f"{out['answer_diversity']:.2f}\nentropy by relative position (10 bins): {profile}")
     out_path.write_text(json.dumps(out, indent=2))
     console.print(Text(f"wrote {out_path}"))
+    failed = _reward_failures(failures, summary, s)
+    if failed is not None:
+        return failed
     if args.save_completions:
         _write_completions(Path(args.save_completions), per_problem)
     if per_problem_path is not None:
@@ -198,6 +210,26 @@ def cmd_eval(args) -> int:
                 f.write(json.dumps({k: v for k, v in r.__dict__.items() if k != "completions"}) + "\n")
         console.print(Text(f"wrote {per_problem_path} (one line per problem)"))
     return 0
+
+
+def _reward_failures(failures: list, summary: dict, s) -> int | None:
+    """Say on the console when reward calls failed during the evaluation; exit code 1 when most did (pass@k then
+    measures the failures, not the model), else None. The reward and where it came from are named."""
+    if not failures:
+        return None
+    console = common.console
+    parts = getattr(s.task.reward_fn, "parts", None)
+    calls = summary["problems"] * summary["n"] * (len(parts) if parts else 1)
+    reward = next((f"{value!r} (from {where})" for name, value, where in s.settings if name == "reward"), "")
+    said = (f"{len(failures)} of {calls} reward calls failed or timed out (task.reward={reward}; they scored 0). "
+            f"First: {failures[0].message}")
+    if len(failures) > calls / 2:
+        console.print(Text(f"error: most reward calls failed: {said}. The pass@k above measures the failures, not "
+                           f"the model; fix the reward (e.g. --task-opt reward=...) and evaluate again."),
+                      style="bold red")
+        return 1
+    console.print(Text(f"warning: {said}"), style="yellow")
+    return None
 
 
 def _out_path(given: str | None, label: str, task_name: str) -> Path:

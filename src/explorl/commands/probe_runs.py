@@ -64,7 +64,6 @@ def setup(args, task_opts: dict, console) -> Context:
     from explorl.bootstrap import load_model_under_test
     from explorl.config import DEVICES, ModelConfig, command_task, from_dict, load_config, valid_device
     from explorl.models import find_run_output
-    from explorl.rewards import RewardRunner
     from explorl.tasks import load_task
     from explorl.tasks.chat import prompt_encoder
 
@@ -102,7 +101,7 @@ def setup(args, task_opts: dict, console) -> Context:
                 "max_new_tokens": {"value": max_new, "from": max_from},
                 "temperature": {"value": temp, "from": temp_from}, "top_p": {"value": top_p, "from": top_p_from},
                 "seed": {"value": args.seed, "from": "--seed"}}
-    runner = RewardRunner(task.reward_fn, isolate=task.isolate, timeout_s=task_cfg.reward_timeout_s)
+    runner = task.reward_runner(task_cfg.reward_timeout_s)
     return Context(model=model, tok=tok, task=task, task_cfg=task_cfg, problems=problems,
                    encode=prompt_encoder(tok, task_cfg), runner=runner, run_cfg=run_cfg,
                    run_config_path=run.config_path if run is not None else None,

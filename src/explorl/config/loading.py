@@ -225,7 +225,14 @@ def read_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         data = _read_yaml(Path(path))
     for ov in overrides:
         apply_override(data, ov)
+    _resolve_paths_of_overrides(data)
     return from_dict(Config, data)
+
+
+def _resolve_paths_of_overrides(data: dict) -> None:
+    """Input paths still relative after the files were read came from the command line (or a config built in
+    code): relative to the working directory, made absolute so that config.yaml records where they are."""
+    _resolve_paths(data, Path.cwd(), modules=False)  # modules named on the command line: found from the cwd
 
 
 def _read_yaml(path: Path, depth: int = 0) -> dict[str, Any]:
@@ -245,6 +252,10 @@ def _read_yaml(path: Path, depth: int = 0) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections (model, task, ...)")
     base = data.pop("base", None)
+    methods = data.pop("methods", None)
+    _resolve_paths(data, path.parent.resolve())  # this file's paths, before a base's are merged in
+    if methods is not None:  # between the base and the file's own keys: a method's layer, the file's choices on top
+        data = _merge(_method_layers(methods, path), data)
     if base is not None:
         if not isinstance(base, str) or not base:
             raise ConfigError(f"{path}: `base:` must be the path of another YAML config, got {base!r}")
@@ -252,6 +263,93 @@ def _read_yaml(path: Path, depth: int = 0) -> dict[str, Any]:
             raise ConfigError(f"{path}: `base:` chain is too deep (a cycle?)")
         data = _merge(_read_yaml(path.parent / base, depth + 1), data)
     return data
+
+
+METHODS_DIR = Path(__file__).resolve().parents[1] / "methods"
+"""The method layers shipped with explorl (`methods: [e3]`): each a method's settings as its paper gives them
+(algo, sampling, budget, and an optimizer setting the paper fixes), and nothing of a model's scale."""
+
+
+def method_names() -> list[str]:
+    """The names of the method layers shipped with explorl."""
+    return sorted(p.stem for p in METHODS_DIR.glob("*.yaml"))
+
+
+def _method_layers(methods: Any, path: Path) -> dict:
+    """The settings of `methods:` (names of shipped layers, or paths of YAML files relative to `path`), merged in
+    order; ConfigError when two set the same key to different values (choose one, or set the key yourself)."""
+    if isinstance(methods, str):
+        methods = [methods]
+    if not isinstance(methods, list) or not all(isinstance(m, str) and m for m in methods):
+        raise ConfigError(f"{path}: `methods:` must be a list of method names ({', '.join(method_names())}) or "
+                          f"YAML files, got {methods!r}")
+    merged: dict = {}
+    origin: dict[str, str] = {}
+    for name in methods:
+        file = path.parent / name if name.endswith((".yaml", ".yml")) else METHODS_DIR / f"{name}.yaml"
+        if not file.exists():
+            near = difflib.get_close_matches(name, method_names(), n=1)
+            hint = f" Did you mean '{near[0]}'?" if near else ""
+            raise ConfigError(f"{path}: methods: {name!r} is not a method layer.{hint} Shipped: "
+                              f"{', '.join(method_names())}; or give a YAML file")
+        layer = _read_yaml(file)
+        for key, value in _leaves(layer):
+            if key in origin and _get(merged, key) != value:
+                raise ConfigError(f"{path}: methods {origin[key]!r} and {name!r} both set {key} "
+                                  f"({_get(merged, key)!r} vs {value!r}); set {key} in {path.name} to choose")
+            origin[key] = name
+        merged = _merge(merged, layer)
+    return merged
+
+
+def _leaves(data: dict, prefix: str = "") -> list[tuple[str, Any]]:
+    out = []
+    for k, v in data.items():
+        if isinstance(v, dict) and v:
+            out += _leaves(v, f"{prefix}{k}.")
+        else:
+            out.append((f"{prefix}{k}", v))
+    return out
+
+
+def _get(data: dict, dotted: str) -> Any:
+    for part in dotted.split("."):
+        data = data.get(part) if isinstance(data, dict) else None
+    return data
+
+
+# the fields that name files or directories a run reads: resolved relative to the config file that sets them
+# (command-line overrides: relative to the working directory), so a config runs from any directory
+PATH_FIELDS = (("model", "path"), ("task", "path"), ("task", "eval_path"))
+
+
+def _resolve_paths(data: dict, base: Path, modules: bool = True) -> None:
+    """Make the input paths of one config file's mapping absolute, relative to `base` (its directory): model.path
+    (not `embedded`), task.path, task.eval_path, each `run.eval_sets` entry's path and eval_path; and with `modules`,
+    when the file names modules (`run.plugins`, a `module:function` in `task.reward`) and says no `run.python_path`
+    of its own (a run's recorded config.yaml does), put `base` on `run.python_path`."""
+    def resolve(section: Any, key: str) -> None:
+        value = section.get(key) if isinstance(section, dict) else None
+        if isinstance(value, str) and value and value != "embedded" and not Path(value).expanduser().is_absolute():
+            section[key] = str(base / value)
+
+    for section, key in PATH_FIELDS:
+        resolve(data.get(section), key)
+    run = data.get("run") if isinstance(data.get("run"), dict) else None
+    sets = (run or {}).get("eval_sets")
+    for entry in sets.values() if isinstance(sets, dict) else ():
+        for key in ("path", "eval_path"):
+            resolve(entry, key)
+    if not modules or (isinstance(run, dict) and "python_path" in run):
+        return
+    task = data.get("task") if isinstance(data.get("task"), dict) else {}
+    rewards = task.get("reward")
+    modules = [r for r in (rewards if isinstance(rewards, list) else [rewards]) if isinstance(r, str) and ":" in r]
+    if modules or (run or {}).get("plugins"):
+        data.setdefault("run", {})
+        if isinstance(data["run"], dict):
+            dirs = list(data["run"].get("python_path") or [])
+            data["run"]["python_path"] = dirs + [str(base)] if str(base) not in dirs else dirs
 
 
 def dump_yaml(cfg: Config) -> str:

@@ -100,6 +100,18 @@ class TaskConfig:
     reward_weights: list[float] | None = None
     """Weights of the `reward` functions, one per entry, in order (TRL's `reward_weights`): reward = sum_i w_i * r_i,
     a failed function scoring 0 for that sample. null: every weight is 1."""
+    correct_by: str = ""
+    """Which `task.reward` entry decides whether a sample is correct (pass@k, maj@k, worst@k, the unsolvable sets,
+    `reward/correct_frac`, `entropy/pos`): the entry as written (`math`, `my_rewards:fmt`) or its metric name.
+    Empty: the first entry (with `auto`, the task's own checker). Never the weighted sum, so a format bonus cannot
+    make a wrong answer correct."""
+    correct_threshold: float = 0.5
+    """A sample is correct when the `correct_by` entry's own (unweighted) score exceeds this (the built-in checkers
+    score 0 or 1)."""
+    answer_pattern: str = ""
+    """How a completion's final answer is read for maj@k (which answers agree) and the format rate (exactly one
+    answer): a regular expression whose first group is the answer, e.g. `Answer: *(-?[0-9]+)`, searched in the
+    last 4,000 characters. Empty: the task's own (the last `\\boxed{...}`)."""
     reward_timeout_s: float = 5.0
     """Hard time limit per sample for rewards that run in a worker process; a timeout scores 0 and is counted."""
     reward_workers: int = 0
@@ -147,9 +159,12 @@ class AlgoConfig:
     """PPO clip: lower bound of the ratio is 1 - eps_low."""
     eps_high: float = 0.2
     """PPO clip: upper bound of the ratio is 1 + eps_high (DAPO's clip-higher uses 0.28)."""
-    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
+    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm",
+                      "seq-mean-token-mean-per-question"] = "token-mean"
     """Aggregation of token losses (docs/methods.md §1d): token-mean (DAPO), seq-mean-token-mean (GRPO paper),
-    seq-mean-token-sum-norm (Dr.GRPO, divides by N * max_new_tokens)."""
+    seq-mean-token-sum-norm (Dr.GRPO, divides by N * max_new_tokens), seq-mean-token-mean-per-question (paper 000
+    eq. 1 when questions have different rollout counts, E3's dynamic budgets: every question weighs the same; the
+    KL and entropy terms are then aggregated as seq-mean-token-mean)."""
     kl_coef: float = 0.0
     """beta of the k3 KL penalty to the frozen reference model (0 = no reference model is kept)."""
     entropy_coef: float = 0.0
@@ -192,8 +207,9 @@ class AlgoConfig:
     overlong: Literal["none", "mask", "penalty"] = "none"
     """DAPO overlong handling of responses that hit the length limit: drop them from the loss (`mask`) or
     the soft length penalty (`penalty`, DAPO eq. 13) added to the reward."""
-    overlong_buffer: int = 16
-    """DAPO: tokens before the limit where the soft penalty ramps from 0 to -overlong_penalty."""
+    overlong_buffer: int | None = None
+    """DAPO: tokens before the limit where the soft penalty ramps from 0 to -overlong_penalty. null: a fifth of
+    sampling.max_new_tokens (DAPO's 4,096 of 20,480), so the penalty keeps the paper's shape at any length."""
     overlong_penalty: float = 1.0
     """DAPO: size of the overlong penalty."""
     options: dict[str, Any] = field(default_factory=dict)
@@ -320,6 +336,10 @@ class RunConfig:
     the same tracked run. Optional packages: `pip install "explorl[track]"`."""
     wandb_project: str = "explorl"
     """`report_to: [wandb]`: the W&B project."""
+    python_path: list[str] = field(default_factory=list)
+    """Directories searched first for the modules of `run.plugins` and `task.reward` (`module:function`): the
+    directory of each config file that names such modules, filled in when the file is read, so the modules next to
+    a config are found from any working directory (and by a resumed run)."""
     plugins: list[str] = field(default_factory=list)
     """Python modules imported before the config is validated, so the estimators, shapers, losses, schedules,
     budget policies and tasks they register (`explorl.algos.registry.register`) can be named in this config."""

@@ -24,8 +24,19 @@ SELECTED_BY = {"estimator": "algo.advantage", "shaper": "algo.shapers", "policy_
                "budget_policy": "budget.policy"}
 
 
+def use_python_path(dirs: list[str]) -> None:
+    """Put `run.python_path` at the front of sys.path (once each), so plugins and reward modules next to the config
+    are found first; worker processes inherit it."""
+    import sys
+
+    for d in reversed(dirs):
+        if d not in sys.path:
+            sys.path.insert(0, d)
+
+
 def import_plugins(modules: list[str]) -> None:
-    """Import `run.plugins` (with the working directory on sys.path, as for `task.reward: module:function`)."""
+    """Import `run.plugins` (after `use_python_path`; the working directory is searched too, as for
+    `task.reward: module:function`)."""
     import importlib
     import os
     import sys
@@ -124,6 +135,7 @@ def validate(cfg: Config) -> None:
             raise ConfigError(msg)
 
     s, a, o, r, t, b = cfg.sampling, cfg.algo, cfg.optim, cfg.run, cfg.task, cfg.budget
+    use_python_path(r.python_path)
     import_plugins(r.plugins)
     chosen = [_registered("estimator", a.advantage, "algo.advantage")]
     chosen += [_registered("shaper", x, f"algo.shapers[{i}]") for i, x in enumerate(a.shapers)]
@@ -138,7 +150,8 @@ def validate(cfg: Config) -> None:
     need(s.temperature > 0, "sampling.temperature: must be > 0 (use a small value such as 1e-3 for near-greedy)")
     need(0 < s.top_p <= 1, "sampling.top_p: must be in (0, 1]")
     need(s.max_new_tokens >= 1, "sampling.max_new_tokens: must be >= 1")
-    need(0 <= a.eps_low < 1, "algo.eps_low: must be in [0, 1)")
+    need(0 <= a.eps_low <= 1, "algo.eps_low: must be in [0, 1] (1: the ratio is never clipped from below, as the "
+                              "Clip-Cov authors run it)")
     need(a.eps_high >= 0, "algo.eps_high: must be >= 0")
     need(a.kl_coef >= 0, "algo.kl_coef: must be >= 0")
     need(a.kl_clamp is None or a.kl_clamp > 0,
@@ -191,7 +204,7 @@ def validate(cfg: Config) -> None:
              f"algo.tis: the behaviour policy equals the optimised one here (schedule {s.schedule}, top_p = 1), so "
              "every importance weight is 1; use sampling.schedule=ead or revead, or turn tis off")
         need(a.tis_cap >= 1.0, "algo.tis_cap: must be >= 1")
-    if a.overlong == "penalty":
+    if a.overlong == "penalty" and a.overlong_buffer is not None:
         need(0 < a.overlong_buffer < s.max_new_tokens,
              f"algo.overlong_buffer: must be in (0, sampling.max_new_tokens={s.max_new_tokens})")
     for entry in chosen:
@@ -235,6 +248,19 @@ def _validate_rewards(t: TaskConfig, need) -> None:
     twice = sorted({x for x in names if names.count(x) > 1})
     need(not twice, f"task.reward: {entries} names {', '.join(twice)} more than once; list each function once (its "
                     f"weight in task.reward_weights can be any number)")
+    if t.correct_by:
+        need(t.correct_by in entries or t.correct_by in names,
+             f"task.correct_by: {t.correct_by!r} is not one of the task.reward entries {entries}; name the entry that "
+             f"decides correctness (as written, or its metric name {names}), or leave it empty for the first")
+    need(math.isfinite(t.correct_threshold), f"task.correct_threshold: must be a finite number, got "
+                                             f"{t.correct_threshold}")
+    if t.answer_pattern:
+        try:
+            groups = re.compile(t.answer_pattern).groups
+        except re.error as e:
+            raise ConfigError(f"task.answer_pattern: {t.answer_pattern!r} is not a regular expression ({e})") from None
+        need(groups >= 1, f"task.answer_pattern: {t.answer_pattern!r} needs a group around the answer, e.g. "
+                          f"'Answer: *(-?[0-9]+)'")
     w = t.reward_weights
     if w is not None:
         need(len(w) == len(entries),

@@ -11,8 +11,8 @@ from typing import Any
 
 from explorl.report.html import HtmlTable, Page, write_page
 from explorl.report.plots import PLOTS, PlotFile, make_plots, plot_difference, run_labels
-from explorl.report.runs import (Run, RunError, SeedStat, config_differences, group_by_config, group_labels,
-                                 load_run, seed_mean, seed_stat)
+from explorl.report.runs import (MISSING, Run, RunError, SeedStat, config_differences, example_completions,
+                                 group_by_config, group_labels, load_run, load_samples, seed_mean, seed_stat)
 
 __all__ = ["PLOTS", "Report", "Run", "RunError", "analyze", "compare", "compare_tables", "final_table",
            "group_by_config", "load_run", "make_plots", "seed_mean", "seed_stat"]
@@ -86,9 +86,29 @@ def _stat_cells(stat: SeedStat | None) -> tuple[str, str]:
     return f"{stat.mean:.3f} ± {stat.half_width:.3f}", f"[{stat.low:.3f}, {stat.high:.3f}]"
 
 
-def _short(value: Any) -> str:
-    text = value if isinstance(value, str) else repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
+FOLD = 60  # characters of a config value shown in the "differs in" column
+
+
+def _plain(value: Any) -> str:
+    """A config value as one line: YAML's words for null and booleans, strings unquoted (an empty one as ''),
+    mappings as {key=value, ...} and lists as [a, b], nested alike; a key the config lacks as -."""
+    if value is MISSING:
+        return "-"
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    if isinstance(value, str):
+        return " ".join(value.split()) or "''"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}={_plain(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_plain(v) for v in value) + "]"
+    return str(value)
+
+
+def fold(value: Any, limit: int = FOLD) -> str:
+    """`value` as one line of at most `limit` characters (`_plain`), cut with an ellipsis when longer."""
+    text = _plain(value)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def compare_tables(runs: list[Run]) -> list[HtmlTable]:
@@ -106,12 +126,14 @@ def compare_tables(runs: list[Run]) -> list[HtmlTable]:
         row = [f"config {gi + 1}", ", ".join(labels[id(r)] for r in group),
                ", ".join(str(r.seed) for r in group)]
         if len(groups) > 1:
-            row.append("; ".join(f"{k}={_short(v)}" for k, v in diff.items()) or "-")
+            row.append("; ".join(f"{k}={fold(v)}" for k, v in diff.items()) or "-")
         for k in ks:
             value, ci = _stat_cells(seed_stat([(r.final or {}).get(f"pass@{k}") for r in group]))
             row += [value] + ([ci] if with_ci else [])
         rows.append(row)
-    note = ("Runs whose configs are equal except run.seed and run.out_dir are one config. "
+    note = ("Runs whose configs are equal except run.seed and run.out_dir are one config"
+            + ("; \"differs in\": the config keys whose values are not the same in every config compared (- where "
+               "a config lacks the key; long values cut at 60 characters)" if len(groups) > 1 else "") + ". "
             + ("With several seeds: mean ± half-width of the 95% t-interval of the mean over seeds "
                "(t with n-1 degrees of freedom, sample std; not clipped to [0, 1]). " if with_ci else "")
             + "With one seed the value is shown alone.")
@@ -136,8 +158,19 @@ def analyze(run_path: str | Path, out: str | Path | None = None, *, smooth: floa
     tables = [final_table(run), fit_table(run)]
     notes = [f"{run.skipped_lines} unreadable line(s) of metrics.jsonl skipped"] if run.skipped_lines else []
     steps = run.steps[-1]["step"] if run.steps else 0
+    examples = example_completions(load_samples(run.path / "samples.jsonl"))
+    if examples:
+        shown = sorted({ex.step for ex in examples})
+        which = "the first, middle and last step logged" if len(shown) == 3 else "every step logged"
+        said = (f"The best and the worst completion (by reward) of step{'s' if len(shown) > 1 else ''} "
+                f"{', '.join(map(str, shown))} ({which}) among the logged ones: samples.jsonl holds the first "
+                f"run.log_samples prompts of each step with all their completions.")
+    else:
+        said = ("No completions to show: no samples.jsonl in the run directory, or no scored completion in it "
+                "(the run logs them with run.log_samples > 0).")
     page = Page(title=f"explorl run report: {run.name}", subtitle=f"{run.path} ({steps} training steps)",
-                tables=tables, plots=plots, configs=[("config.yaml", run.config_text)], notes=notes)
+                tables=tables, plots=plots, configs=[("config.yaml", run.config_text)], notes=notes,
+                examples=examples, examples_note=said)
     html = write_page(page, out_dir / "index.html")
     return Report(out_dir, html, plots, tables, [run])
 

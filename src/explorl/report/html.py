@@ -8,6 +8,7 @@ from html import escape
 from pathlib import Path
 
 from explorl.report.plots import PlotFile
+from explorl.report.runs import Example
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -25,7 +26,14 @@ figure img { width: 100%; height: auto; border: 1px solid #eee; }
 figcaption { font-size: 0.85em; color: #555; }
 pre { background: #f7f7f7; padding: 0.8em; overflow-x: auto; font-size: 0.85em; }
 .note { color: #8a5a00; font-size: 0.9em; } .muted { color: #666; font-size: 0.9em; }
+.example { border: 1px solid #ddd; border-radius: 4px; padding: 0.2em 0.9em 0.6em; margin: 0.8em 0; }
+.example h3 { font-size: 1em; margin: 0.5em 0 0.3em; }
+.example .label { font-size: 0.85em; color: #555; margin: 0.4em 0 0.1em; }
+.example pre { white-space: pre-wrap; overflow-wrap: anywhere; margin: 0; max-height: 24em; overflow-y: auto; }
+.best { border-left: 4px solid #2a7d2a; } .worst { border-left: 4px solid #b03030; }
+.only { border-left: 4px solid #888; }
 """
+EXAMPLE_CHARS = 3000  # a longer prompt or completion is cut there (its length said)
 
 
 @dataclass
@@ -45,6 +53,10 @@ class Page:
     configs: list[tuple[str, str]] = field(default_factory=list)
     """(label, YAML text) of each config shown."""
     notes: list[str] = field(default_factory=list)
+    examples: list[Example] | None = None
+    """Example completions (`runs.example_completions`); None: no such section (`compare`)."""
+    examples_note: str = ""
+    """Said above the examples: where they come from, or why there are none."""
 
 
 def png_data_uri(path: str | Path) -> str:
@@ -60,6 +72,25 @@ def _table(t: HtmlTable) -> str:
     note = f'<p class="muted">{escape(t.note)}</p>' if t.note else ""
     return (f"<table><caption>{escape(t.caption)}</caption><thead><tr>{head}</tr></thead>"
             f"<tbody>{body}</tbody></table>{note}")
+
+
+def _cut(text: str, limit: int = EXAMPLE_CHARS) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text) - limit} more characters)"
+
+
+def _examples(page: Page) -> list[str]:
+    parts = ['<h2 id="examples">Example completions</h2>']
+    if page.examples_note:
+        parts.append(f'<p class="muted">{escape(page.examples_note)}</p>')
+    for ex in page.examples or []:
+        which = "the only scored completion" if ex.which == "only" else f"{ex.which} of {ex.of}"
+        parts.append(f'<div class="example {escape(ex.which)}"><h3>step {ex.step}: {escape(which)}, reward '
+                     f'{ex.reward:.3f}</h3>'
+                     f'<p class="label">prompt (reference answer: <code>{escape(_cut(ex.answer, 200))}</code>)</p>'
+                     f'<pre class="prompt">{escape(_cut(ex.prompt))}</pre>'
+                     f'<p class="label">completion</p><pre class="completion">{escape(_cut(ex.completion))}</pre>'
+                     f"</div>")
+    return parts
 
 
 def render(page: Page) -> str:
@@ -87,6 +118,8 @@ def render(page: Page) -> str:
         parts.extend(f"<li>{escape(p.title)}: {escape(p.note or 'skipped')}</li>" for p in skipped)
         parts.extend(f"<li>{escape(n)}</li>" for n in page.notes)
         parts.append("</ul>")
+    if page.examples is not None:
+        parts.extend(_examples(page))
     parts.append('<h2 id="config">Config</h2>')
     for label, text in page.configs:
         if len(page.configs) > 1:

@@ -1,9 +1,13 @@
-"""Training curves of one run, or several overlaid, as PNG files (matplotlib's Agg renderer, no pyplot state)."""
+"""Training curves of one run, or several overlaid, as PNG files (matplotlib's Agg renderer, no pyplot state).
+
+Every plot: a training-step axis has integer ticks; no axis writes an offset or a scale factor beside it (tick
+labels are the values themselves); the legend sits to the right of the axes, never over the curves.
+"""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -11,13 +15,14 @@ from matplotlib import colormaps
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, NullFormatter
+from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter, ScalarFormatter
 
 from explorl.report.runs import Run
 
 LINESTYLES = ("-", "--", ":", "-.")
 POSITION_TAIL = 0.2  # entropy by position: average over the last 20% of the steps
-MANY = 6  # with more runs than this, multi-series plots draw only their first series and legends move outside
+MANY = 6  # with more runs than this, multi-series plots draw only their first series (and the figure widens)
+STEP_LABEL = "training step"
 
 
 @dataclass
@@ -28,6 +33,8 @@ class PlotFile:
     title: str
     path: Path | None = None
     note: str | None = None
+    figure: Figure | None = field(default=None, repr=False, compare=False)
+    """The matplotlib Figure written to `path` (None when skipped)."""
 
 
 def run_labels(runs: list[Run]) -> list[str]:
@@ -52,6 +59,26 @@ def ema(values: list[float], smooth: float) -> list[float]:
         m = x if m is None else smooth * m + (1 - smooth) * x
         out.append(m)
     return out
+
+
+def style_axes(ax: Axes, *, step_axis: bool = False) -> None:
+    """explorl's look of an axes: integer ticks on a training-step x axis (`step_axis`), and tick labels that are
+    the values themselves on every linear axis (no offset such as "+5.686", no "1e-7" factor: matplotlib would
+    write one for values that differ only far behind the decimal point)."""
+    if step_axis:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    for axis in (ax.xaxis, ax.yaxis):
+        if type(axis.get_major_formatter()) is ScalarFormatter:  # log axes keep their own formatters
+            plain = ScalarFormatter(useOffset=False)
+            plain.set_scientific(False)
+            axis.set_major_formatter(plain)
+
+
+def legend_outside(ax: Axes, fontsize: str = "small") -> None:
+    """The legend of `ax` (if it has labelled artists) to the right of the axes, top-aligned, so that it never
+    covers data; a constrained-layout figure makes room for it."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
 
 
 class _Drawer:
@@ -81,25 +108,40 @@ class _Drawer:
         self.ax.plot(xs, ys, label=self.label(run_i, series), **self.style(run_i, series_i), **kw)
 
 
+def _draw_keys(d: _Drawer, i: int, run: Run, keys: list[tuple[str, str | None]], marker: str | None = None,
+               named: bool = False) -> bool:
+    """Draw run `i`'s scalar training metrics `keys` [(metric, legend name)] (only the first with many runs, then
+    unnamed unless `named`); False when it has none of them."""
+    drawn = False
+    for j, (key, series) in enumerate(keys[:1] if d.many else keys):
+        xs, ys = run.series(key)
+        if xs:
+            d.line(i, j, series if named or not d.many else None, xs, ema(ys, d.smooth), marker=marker,
+                   markersize=3)
+            if len(run.members) > 1 and j == 0:  # seeds of one config: their min-max band
+                _seed_band(d, i, run, key, xs)
+            drawn = True
+    return drawn
+
+
 def _metric_lines(keys: list[tuple[str, str | None]], marker: str | None = None):
     """A plot of scalar training metrics `keys` [(metric, legend name)]; returns the runs lacking all of them."""
 
     def draw(d: _Drawer, runs: list[Run]) -> list[int]:
-        lacking = []
-        for i, run in enumerate(runs):
-            drawn = False
-            for j, (key, series) in enumerate(keys[:1] if d.many else keys):
-                xs, ys = run.series(key)
-                if xs:
-                    d.line(i, j, None if d.many else series, xs, ema(ys, d.smooth), marker=marker, markersize=3)
-                    if len(run.members) > 1 and j == 0:  # seeds of one config: their min-max band
-                        _seed_band(d, i, run, key, xs)
-                    drawn = True
-            if not drawn:
-                lacking.append(i)
-        return lacking
+        return [i for i, run in enumerate(runs) if not _draw_keys(d, i, run, keys, marker)]
 
     return draw
+
+
+def _draw_reward_functions(d: _Drawer, runs: list[Run]) -> list[int]:
+    """A line per reward function of each run whose `task.reward` names several (`reward/<name>`, each function's
+    unweighted mean), named by the function; runs with one function, or without the metrics, are lacking."""
+    lacking = []
+    for i, run in enumerate(runs):
+        keys = [(f"reward/{name}", name) for name in run.reward_functions()]
+        if not _draw_keys(d, i, run, keys, named=True):
+            lacking.append(i)
+    return lacking
 
 
 def _seed_band(d: _Drawer, run_i: int, run: Run, key: str, xs: list[int]) -> None:
@@ -174,13 +216,16 @@ class PlotSpec:
     ylabel: str
     draw: Callable[[_Drawer, list[Run]], list[int]]
     metric: str
-    xlabel: str = "training step"
+    xlabel: str = STEP_LABEL
     title_many: str | None = None
     """The title when more than MANY runs are drawn and only the first series is (multi-series plots)."""
 
 
 PLOTS: list[PlotSpec] = [
     PlotSpec("reward", "Mean reward per step", "mean reward", _metric_lines([("reward/mean", None)]), "reward/mean"),
+    PlotSpec("reward_functions", "Mean reward per reward function (unweighted)", "mean reward",
+             _draw_reward_functions, "reward/<name> (logged when task.reward names several functions)",
+             title_many="Mean reward of the first reward function (unweighted)"),
     PlotSpec("pass_at_k", "Held-out pass@k during training", "pass@k", _draw_pass_at_k, "eval/pass@k"),
     PlotSpec("entropy", "Token entropy (all / correct / incorrect responses)", "entropy (nats)",
              _metric_lines([("entropy/mean", "all"), ("entropy/pos", "correct (pos)"),
@@ -225,7 +270,7 @@ def make_plots(runs: list[Run], out_dir: str | Path, labels: list[str] | None = 
     labels = labels or run_labels(runs)
     results = []
     for spec in PLOTS:
-        fig = Figure(figsize=(10.0, 4.8) if len(runs) > MANY else (7.5, 4.2), dpi=100, layout="constrained")
+        fig = Figure(figsize=(11.0, 4.8) if len(runs) > MANY else (9.0, 4.2), dpi=100, layout="constrained")
         FigureCanvasAgg(fig)
         ax = fig.add_subplot()
         drawer = _Drawer(ax, labels, smooth, band)
@@ -240,16 +285,13 @@ def make_plots(runs: list[Run], out_dir: str | Path, labels: list[str] | None = 
         ax.set_xlabel(spec.xlabel)
         ax.set_ylabel(spec.ylabel)
         ax.grid(True, alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            if len(runs) > MANY:
-                ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-            else:
-                ax.legend(fontsize="small", loc="best")
+        style_axes(ax, step_axis=spec.xlabel == STEP_LABEL)
+        legend_outside(ax, "x-small" if len(runs) > MANY else "small")
         fig.savefig(target, format="png", metadata={"Software": None})
         note = None
         if lacking:
             note = f"no {spec.metric} in: {', '.join(labels[i] for i in lacking)}"
-        results.append(PlotFile(spec.key, title, target, note))
+        results.append(PlotFile(spec.key, title, target, note, fig))
     return results
 
 
@@ -322,12 +364,18 @@ def plot_k_curves(curves: dict[str, dict], path: str | Path, metric: str = "pass
     """`metric` (pass@k or maj@k) against k on a log-2 axis, one line per evaluation with its 95% interval over
     problems shaded (`evaluate.k_curves`); with two or more, a second panel shows each curve minus the first
     (the base model's), so a crossing is where the difference meets 0 (paper 000 Fig. 8, paper 004 Fig. 1a),
-    shaded with its paired interval where `paired[name]` gives one (`evaluate.paired_pass_difference`)."""
+    shaded with its paired interval where `paired[name]` gives one (`evaluate.paired_pass_difference`).
+    Written as a PNG at `path` (`k_curves_figure` draws it)."""
+    return save_png(k_curves_figure(curves, metric, paired), path)
+
+
+def k_curves_figure(curves: dict[str, dict], metric: str = "pass@k", paired: dict[str, dict] | None = None) -> Figure:
+    """The figure of `plot_k_curves`."""
     if not curves:
         raise ValueError("plot_k_curves: no curves")
     names = list(curves)
     panels = 2 if len(names) > 1 else 1
-    fig = Figure(figsize=(7.5, 4.2 * panels), dpi=100, layout="constrained")
+    fig = Figure(figsize=(9.0, 4.2 * panels), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
     axes = [fig.add_subplot(panels, 1, i + 1) for i in range(panels)]
     colours = colormaps["tab10"]
@@ -356,8 +404,9 @@ def plot_k_curves(curves: dict[str, dict], path: str | Path, metric: str = "pass
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("k")
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize="small", loc="best")
-    return save_png(fig, path)
+        style_axes(ax)
+        legend_outside(ax)
+    return fig
 
 
 def plot_difference(runs: list[Run], labels: list[str], metric: str, out_dir: str | Path,
@@ -366,7 +415,7 @@ def plot_difference(runs: list[Run], labels: list[str], metric: str, out_dir: st
     Fig. 8: the all-wrong fraction with dynamic budgets minus without), as `out_dir/diff_<metric>.png`. Skipped
     (path None) when the runs lack it."""
     base = dict(zip(*runs[0].series(metric)))
-    fig = Figure(figsize=(7.5, 4.2), dpi=100, layout="constrained")
+    fig = Figure(figsize=(9.0, 4.2), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     ax.axhline(0.0, color="black", linewidth=0.8)
@@ -383,8 +432,9 @@ def plot_difference(runs: list[Run], labels: list[str], metric: str, out_dir: st
     if not base or not drawn:
         return PlotFile(key, title, None, f"skipped: {metric} not logged by {labels[0] if not base else 'the others'}")
     ax.set_title(title)
-    ax.set_xlabel("training step")
+    ax.set_xlabel(STEP_LABEL)
     ax.set_ylabel(f"difference in {metric}")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small", loc="best")
-    return PlotFile(key, title, save_png(fig, Path(out_dir) / f"{key}.png"))
+    style_axes(ax, step_axis=True)
+    legend_outside(ax)
+    return PlotFile(key, title, save_png(fig, Path(out_dir) / f"{key}.png"), figure=fig)

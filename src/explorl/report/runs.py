@@ -1,10 +1,12 @@
-"""Reading run directories (config.yaml, metrics.jsonl, eval.json) and grouping runs that differ only in seed."""
+"""Reading run directories (config.yaml, metrics.jsonl, eval.json, samples.jsonl) and grouping runs that differ
+only in seed."""
 
 from __future__ import annotations
 
 import copy
 import json
 import math
+import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,6 +85,18 @@ class Run:
                     ks.add(int(key[5:]))
         return sorted(ks)
 
+    def reward_functions(self) -> list[str]:
+        """The metric names (`reward/<name>`, `rewards.reward_metric_name`) of the run's reward functions when its
+        config's `task.reward` names several (each then logs its own mean); empty for a single function."""
+        from explorl.rewards import reward_entries, reward_metric_name
+
+        task = self.config.get("task")
+        spec = task.get("reward") if isinstance(task, dict) else None
+        if not isinstance(spec, (str, list)) or not spec:
+            return []
+        entries = [str(e) for e in reward_entries(spec)]
+        return list(dict.fromkeys(reward_metric_name(e) for e in entries)) if len(entries) > 1 else []
+
     def position_profile(self, last_frac: float = 0.2) -> list[float | None] | None:
         """Mean of `entropy/by_position` over the last `last_frac` of the training steps (None when absent).
 
@@ -153,13 +167,43 @@ def load_run(path: str | Path) -> Run:
     return run
 
 
-def config_key(config: dict) -> str:
-    """A canonical string of `config` without the seed and output directory (equal for seeds of one setup)."""
+# a number as YAML 1.2 writes it but PyYAML (YAML 1.1) reads as a string: `1e-5` (no dot), `.5e3`
+_EXPONENT_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
+def canonical(value: Any) -> Any:
+    """`value` with equal settings written alike: numbers as floats (`64` = `64.0`; booleans stay booleans), a
+    string that is a number in exponent form as that number (`1e-05`, which YAML 1.1 reads as text), mappings
+    and lists element by element."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str) and _EXPONENT_NUMBER.fullmatch(value.strip()):
+        return float(value)
+    if isinstance(value, dict):
+        return {str(k): canonical(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [canonical(v) for v in value]
+    return value
+
+
+def _same(values: list[Any]) -> bool:
+    return len({json.dumps(canonical(v), sort_keys=True, default=str) for v in values}) <= 1
+
+
+def _without_seed(config: dict) -> dict:
     cfg = copy.deepcopy(config)
     for section, key in SEED_KEYS:
         if isinstance(cfg.get(section), dict):
             cfg[section].pop(key, None)
-    return json.dumps(cfg, sort_keys=True, default=str)
+    return cfg
+
+
+def config_key(config: dict) -> str:
+    """A canonical string of `config` without the seed and output directory (equal for seeds of one setup; equal
+    settings written differently, `64` and `64.0`, are equal: `canonical`)."""
+    return json.dumps(canonical(_without_seed(config)), sort_keys=True, default=str)
 
 
 def group_by_config(runs: list[Run]) -> list[list[Run]]:
@@ -214,25 +258,117 @@ def group_labels(groups: list[list[Run]], run_label: dict[int, str]) -> list[str
     return [lab if lab and labels.count(lab) == 1 else f"config {i + 1}" for i, lab in enumerate(labels)]
 
 
-def flatten(config: dict, prefix: str = "") -> dict[str, Any]:
-    """{'algo.eps_low': 0.2, ...}: nested sections joined with dots (lists kept as values)."""
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            out.update(flatten(value, name + "."))
-        else:
-            out[name] = value
-    return out
+class Missing:
+    """The value of a config key a run's config does not have (shown as `-`)."""
+
+    def __repr__(self) -> str:
+        return "-"
+
+
+MISSING = Missing()
+
+
+def _differences(nodes: list[Any], prefix: str, out: list[dict[str, Any]], rows: list[int]) -> None:
+    """Fill `out[i]` (for the configs `rows`, whose values at `prefix` are `nodes`) with the keys that differ among
+    them: mappings in every config are compared key by key; elsewhere the key itself differs, a mapping in some
+    configs and not in others being one entry for the latter and, among the former, compared key by key again
+    (or shown whole when they agree)."""
+    if _same([None if n is MISSING else n for n in nodes]):
+        return
+    mappings = [i for i, n in enumerate(nodes) if isinstance(n, dict)]
+    if len(mappings) == len(nodes):
+        keys = dict.fromkeys(k for n in nodes for k in n)
+        for key in keys:
+            _differences([n.get(key, MISSING) for n in nodes], f"{prefix}{key}.", out, rows)
+        return
+    name = prefix[:-1]
+    for i, n in enumerate(nodes):
+        if i not in mappings:
+            out[rows[i]][name] = n
+    if len(mappings) > 1 and not _same([nodes[i] for i in mappings]):
+        _differences([nodes[i] for i in mappings], prefix, out, [rows[i] for i in mappings])
+    else:
+        for i in mappings:
+            out[rows[i]][name] = nodes[i]
 
 
 def config_differences(groups: list[list[Run]]) -> list[dict[str, Any]]:
-    """For each group, the config fields (seed and out_dir aside) whose values are not the same in all groups."""
-    flats = [flatten(g[0].config) for g in groups]
-    ignore = {".".join(k) for k in SEED_KEYS}
-    keys = sorted({k for f in flats for k in f} - ignore)
-    varying = [k for k in keys if len({json.dumps(f.get(k), sort_keys=True, default=str) for f in flats}) > 1]
-    return [{k: f.get(k) for k in varying} for f in flats]
+    """For each group, the config keys (seed and out_dir aside) whose values differ among the groups, with the
+    group's value (`MISSING` where its config lacks the key), sorted by key. Keys equal in every group are left
+    out (also when written differently, `canonical`); a section that only some configs have is one key for the
+    others (`sampling.ead: -`), and among the configs that have it, the keys in which they differ."""
+    out: list[dict[str, Any]] = [{} for _ in groups]
+    _differences([_without_seed(g[0].config) for g in groups], "", out, list(range(len(groups))))
+    return [dict(sorted(d.items())) for d in out]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# example completions (samples.jsonl: `RunLog.log_samples`)
+
+
+@dataclass
+class Example:
+    """One logged completion shown in a report: the best or worst (by reward) of its training step."""
+
+    step: int
+    which: str
+    """`best`, `worst`, or `only` (the step logged one scored completion)."""
+    prompt: str
+    answer: str
+    completion: str
+    reward: float
+    of: int
+    """How many scored completions the step logged (the best and worst are of these)."""
+
+
+def load_samples(path: str | Path) -> list[dict]:
+    """The rows of a run's samples.jsonl (`{"step", "prompt", "answer", "completions": [...], "rewards": [...]}`,
+    the first `run.log_samples` prompts of each step); unreadable lines are skipped, a missing file gives []."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if (isinstance(row, dict) and _finite(row.get("step")) is not None
+                and isinstance(row.get("completions"), list) and isinstance(row.get("rewards"), list)):
+            rows.append(row)
+    return rows
+
+
+def spread_steps(steps: list[int], count: int = 3) -> list[int]:
+    """`count` steps spread over `steps` (sorted, distinct): the first, the last and evenly between (3: first,
+    middle, last)."""
+    steps = sorted(set(steps))
+    if len(steps) <= count:
+        return steps
+    if count == 1:
+        return [steps[-1]]
+    return list(dict.fromkeys(steps[round(i * (len(steps) - 1) / (count - 1))] for i in range(count)))
+
+
+def example_completions(samples: list[dict], count: int = 3) -> list[Example]:
+    """The best and the worst completion (by reward; the first logged on a tie) of `count` steps of `samples`
+    spread over the run (`spread_steps`: first, middle and last logged step), in step order."""
+    by_step: dict[int, list[tuple[float, dict, str]]] = {}
+    for row in samples:
+        scored = by_step.setdefault(int(row["step"]), [])
+        for text, reward in zip(row["completions"], row["rewards"]):
+            if (r := _finite(reward)) is not None and isinstance(text, str):
+                scored.append((r, row, text))
+    out = []
+    for step in spread_steps([s for s, scored in by_step.items() if scored], count):
+        scored = by_step[step]
+        best = max(scored, key=lambda x: x[0])
+        worst = min(scored, key=lambda x: x[0])
+        picks = [("only", best)] if len(scored) == 1 else [("best", best), ("worst", worst)]
+        for which, (reward, row, text) in picks:
+            out.append(Example(step, which, str(row.get("prompt", "")), str(row.get("answer", "")), text, reward,
+                               len(scored)))
+    return out
 
 
 # ----------------------------------------------------------------------------------------------------------------

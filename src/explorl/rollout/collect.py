@@ -34,6 +34,8 @@ class Collected:
     scored: int = 0
     """Samples scored this step, over all rounds (DAPO's dropped groups included): what `errors` and `timeouts`
     are counted out of."""
+    correct: list[bool] = field(default_factory=list)
+    """Per response of `rollouts`: correct by the task's rule (`Task.correct`: one reward entry and a threshold)."""
 
 
 def collect_rollouts(model, tok, task, runner, stream: PromptStream, controllers: Controllers, *, batch_size: int,
@@ -46,7 +48,7 @@ def collect_rollouts(model, tok, task, runner, stream: PromptStream, controllers
     stats = dict(stats)
     budget = controllers.budget
     problems: list = []
-    parts, texts, rewards = [], [], []
+    parts, texts, rewards, correct = [], [], [], []
     errors = timeouts = rounds = sampled_groups = scored = 0
     failures: list = []
     by_function: dict[str, list[float]] = {}  # several reward functions: each one's scores of the kept rows
@@ -65,6 +67,7 @@ def collect_rollouts(model, tok, task, runner, stream: PromptStream, controllers
         round_texts = decode_responses(tok, ro)
         group = ro.group.tolist()
         rr = runner(round_texts, [round_problems[g].answer for g in group], [round_problems[g].meta for g in group])
+        round_correct = task.correct(rr)
         errors, timeouts = errors + rr.errors, timeouts + rr.timeouts
         for f in rr.failures:
             f.index += scored
@@ -86,6 +89,7 @@ def collect_rollouts(model, tok, task, runner, stream: PromptStream, controllers
         problems += [round_problems[j] for j in keep]
         texts += [round_texts[i] for i in rows]
         rewards += [rr.rewards[i] for i in rows]
+        correct += [round_correct[i] for i in rows]
         for name, scores in rr.by_function.items():
             by_function.setdefault(name, []).extend(scores[i] for i in rows)
         if len(problems) >= batch_size or last_round:
@@ -95,4 +99,4 @@ def collect_rollouts(model, tok, task, runner, stream: PromptStream, controllers
     stats.update(controllers.schedule.rollout_stats(ro))
     stats.update(budget.stats(rounds, len(problems) / max(sampled_groups, 1)))
     stats.update({f"reward/{name}": sum(v) / max(len(v), 1) for name, v in by_function.items()})
-    return Collected(problems, ro, texts, rewards, train_temp, errors, timeouts, stats, failures, scored)
+    return Collected(problems, ro, texts, rewards, train_temp, errors, timeouts, stats, failures, scored, correct)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from explorl.algos.registry import Entry, lookup, names
 from explorl.tasks import arith, files, rg  # noqa: F401  (fill the task registry)
-from explorl.tasks.base import Problem, Task
+from explorl.tasks.base import Problem, Task, pattern_extractor
 
 if TYPE_CHECKING:
     from explorl.config.schema import TaskConfig
@@ -26,10 +26,20 @@ def load_task(cfg: TaskConfig) -> Task:
     bad config field."""
     from explorl.rewards import resolve_rewards
 
+    from explorl.rewards import reward_entries, reward_metric_name
+
     train, eval_, default, extract = _task_entry(cfg.name).fn(cfg)
     reward_fn, isolate = resolve_rewards(cfg.reward, cfg.reward_weights, default)
+    if cfg.answer_pattern:
+        extract = pattern_extractor(cfg.answer_pattern)
+    judge = None
+    if cfg.correct_by:  # the entry as written in task.reward, or its metric name
+        by_name = {reward_metric_name(e): reward_metric_name(e) for e in reward_entries(cfg.reward)}
+        by_name.update({e: reward_metric_name(e) for e in reward_entries(cfg.reward)})
+        judge = by_name[cfg.correct_by]
     return Task(name=cfg.name, train=train, eval=eval_, reward_fn=reward_fn, isolate=isolate,
-                extract_answer=extract)
+                extract_answer=extract, correct_by=judge, correct_threshold=cfg.correct_threshold,
+                answer_pattern=cfg.answer_pattern)
 
 
 def _task_entry(name: str) -> Entry:

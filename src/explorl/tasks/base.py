@@ -3,6 +3,7 @@ without importing the package that imports them (no import circle)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -40,3 +41,47 @@ class Task:
     `WeightedRewards`, whether any of its functions does."""
     extract_answer: Callable[[str], str | None]
     """The final answer of a completion (for majority voting); None when there is none."""
+    correct_by: str | None = None
+    """The reward function (its metric name, `rewards.reward_metric_name`) whose unweighted score decides whether a
+    sample is correct; None: the first (`task.correct_by`)."""
+    correct_threshold: float = 0.5
+    """A sample is correct when that score exceeds this (`task.correct_threshold`)."""
+    answer_pattern: str = ""
+    """A regular expression whose first group is a completion's final answer (`task.answer_pattern`); empty: the
+    task's own extractor (the last `\\boxed{...}`)."""
+
+    def reward_runner(self, timeout_s: float = 5.0, workers: int | None = None):
+        """A `rewards.RewardRunner` for this task's reward, judging correctness by `correct_by`."""
+        from explorl.rewards import RewardRunner
+
+        return RewardRunner(self.reward_fn, isolate=self.isolate, timeout_s=timeout_s, workers=workers,
+                            judge=self.correct_by)
+
+    def correct(self, result) -> list[bool]:
+        """Which samples of a `RewardResult` are correct: the judging function's score above the threshold."""
+        return [score > self.correct_threshold for score in result.judged]
+
+    def well_formatted(self, text: str) -> bool:
+        """Whether a completion states exactly one final answer: one match of `answer_pattern`, or with none set
+        exactly one `\\boxed{` (paper 004's format check, `analysis.text.format_issue`)."""
+        if self.answer_pattern:
+            return len(re.findall(self.answer_pattern, text[-ANSWER_WINDOW:])) == 1
+        from explorl.analysis.text import format_issue
+
+        return not format_issue(text)
+
+
+ANSWER_WINDOW = 4000
+"""An answer pattern reads at most the last this-many characters of a completion (model output is untrusted: a
+bounded input keeps a user's regular expression's time bounded too)."""
+
+
+def pattern_extractor(pattern: str) -> Callable[[str], str | None]:
+    """`extract_answer` for `task.answer_pattern`: the first group of its last match in the completion's tail."""
+    compiled = re.compile(pattern)
+
+    def extract(text: str) -> str | None:
+        matches = list(compiled.finditer(text[-ANSWER_WINDOW:]))
+        return matches[-1].group(1).strip() if matches else None
+
+    return extract

@@ -1,14 +1,19 @@
 """Question/answer rows from JSONL (one object per line), JSON (a list of objects) or Parquet files.
 
-Every malformed row is reported with the file, its 1-based line (JSONL) or row number, and what is wrong,
-e.g. `data.jsonl:17: missing field 'answer' (task.answer_field='answer'); fields present: problem, solution`.
+Every malformed row is reported with the file, its 1-based line (JSONL) or row / item number and 0-based index
+(Parquet / JSON), and what is wrong, e.g. `data.jsonl:17: missing field 'answer' (task.answer_field='answer'); fields
+present: problem, solution` or `data.parquet: row 17 (index 16): missing field ...`. Rows are streamed
+(`RowReader`); training (`load_file_task`) and the checks before a run (`check_file_task`, every row of every file)
+read them through the same code.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from explorl.algos.registry import register
 from explorl.tasks.base import Problem
@@ -34,45 +39,96 @@ def _json_error(p: Path, n: int, line: str, e: json.JSONDecodeError) -> ValueErr
     return ValueError(f"{p}:{n}: not valid JSON ({e.msg} at column {min(e.pos, len(line)) + 1})")
 
 
-def read_rows(path: str | Path, config_field: str = "task.path",
-              limit: int | None = None) -> list[tuple[int, str, Any]]:
-    """(1-based line/row number, location for messages, decoded row) per row; blank JSONL lines are skipped.
-    `limit`: only the first that-many rows (JSONL and Parquet are then read only that far)."""
-    p = Path(path)
-    kind = _kind(p, config_field)
-    if kind == "parquet":
+PARQUET_BATCH = 4096
+"""Rows per Parquet batch when streaming a file (`RowReader`)."""
+
+
+class RowReader:
+    """The rows of one data file, streamed: `for n, where, row in RowReader(path)` gives the 1-based line (JSONL) or
+    row number, the location for messages (`data.jsonl:20`, `data.parquet: row 20 (index 19)`, `data.json: item 20
+    (index 19)`) and the decoded row; blank JSONL lines are skipped. JSONL is read line by line and Parquet batch by
+    batch, so a large file is never held in memory whole (a JSON list is one document and is decoded whole).
+    `done` out of `total` is how far the iteration has got, in `unit`s (`bytes` for JSONL and JSON, `rows` for
+    Parquet), for a progress bar. Training (`load_problems`) and the checks before a run (`check_file_task`) read
+    rows through this one reader, so they never disagree."""
+
+    def __init__(self, path: str | Path, config_field: str = "task.path", batch_size: int = PARQUET_BATCH):
+        """Check the file's extension and existence (errors name `config_field`); nothing is read yet but its size
+        (or a Parquet file's metadata). `batch_size`: Parquet rows decoded at a time."""
+        self.path = Path(path)
+        self.config_field = config_field
+        self.kind = _kind(self.path, config_field)
+        self.batch_size = max(batch_size, 1)
+        self.unit = "rows" if self.kind == "parquet" else "bytes"
+        self.total = self._parquet_rows() if self.kind == "parquet" else self.path.stat().st_size
+        self.done = 0
+
+    def _parquet_error(self, e: Exception) -> ValueError:
+        """The error of a file pyarrow cannot read, naming the config field."""
+        return ValueError(f"{self.config_field}: {self.path} is not a readable Parquet file: {e}")
+
+    def _parquet_rows(self) -> int:
+        """Rows of a Parquet file, from its metadata."""
         import pyarrow.parquet as pq
 
         try:
-            if limit is None:
-                rows = pq.read_table(p).to_pylist()
-            else:
-                batch = next(pq.ParquetFile(p).iter_batches(batch_size=max(limit, 1)), None)
-                rows = [] if batch is None else batch.to_pylist()[:limit]
+            return pq.ParquetFile(self.path).metadata.num_rows
         except Exception as e:
-            raise ValueError(f"{config_field}: {p} is not a readable Parquet file: {e}") from None
-        return [(n, f"{p}: row {n}", row) for n, row in enumerate(rows, start=1)]
-    if kind == "json":
-        try:
-            data = json.loads(p.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ValueError(f"{p}: not valid JSON: {e}") from None
-        if not isinstance(data, list):
-            raise ValueError(f"{p}: a .json file must hold a list of objects, got {type(data).__name__}")
-        return [(n, f"{p}: item {n}", row) for n, row in enumerate(data[:limit], start=1)]
-    rows = []
-    with p.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, start=1):
-            if limit is not None and len(rows) >= limit:
-                break
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
+            raise self._parquet_error(e) from None
+
+    def __iter__(self) -> Iterator[tuple[int, str, Any]]:
+        """(number, location, row) per row, read as it goes; ValueError naming the line (or row) at a bad one."""
+        p, self.done = self.path, 0
+        if self.kind == "parquet":
+            import pyarrow.parquet as pq
+
+            n = 0
             try:
-                rows.append((n, f"{p}:{n}", json.loads(line)))
-            except json.JSONDecodeError as e:
-                raise _json_error(p, n, line, e) from None
-    return rows
+                batches = pq.ParquetFile(p).iter_batches(batch_size=self.batch_size)
+                for batch in batches:
+                    for row in batch.to_pylist():
+                        n += 1
+                        self.done = n
+                        yield n, f"{p}: row {n} (index {n - 1})", row
+            except Exception as e:  # pyarrow's errors (a GeneratorExit from closing us is no Exception)
+                raise self._parquet_error(e) from None
+            return
+        if self.kind == "json":
+            try:
+                with p.open(encoding="utf-8") as f:
+                    data = json.load(f)
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                raise ValueError(f"{p}: not valid JSON: {e}") from None
+            if not isinstance(data, list):
+                raise ValueError(f"{p}: a .json file must hold a list of objects, got {type(data).__name__}")
+            for i, row in enumerate(data):
+                self.done = self.total * (i + 1) // len(data)
+                yield i + 1, f"{p}: item {i + 1} (index {i})", row
+            return
+        with p.open("rb") as f:  # bytes, so progress is exact; each line decoded as UTF-8 on its own
+            for n, raw in enumerate(f, start=1):
+                self.done += len(raw)
+                try:
+                    line = raw.decode("utf-8").rstrip("\r\n")
+                except UnicodeDecodeError as e:
+                    raise ValueError(f"{p}:{n}: not valid UTF-8 (byte {e.start + 1} of the line: "
+                                     f"{e.reason})") from None
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise _json_error(p, n, line, e) from None
+                yield n, f"{p}:{n}", row
+
+
+def read_rows(path: str | Path, config_field: str = "task.path",
+              limit: int | None = None) -> list[tuple[int, str, Any]]:
+    """(1-based line/row number, location for messages, decoded row) per row (`RowReader`); blank JSONL lines are
+    skipped. `limit`: only the first that-many rows (JSONL and Parquet are then read only that far)."""
+    reader = RowReader(path, config_field, batch_size=PARQUET_BATCH if limit is None else limit)
+    with contextlib.closing(iter(reader)) as rows:  # closes the file when `limit` stops early
+        return list(rows if limit is None else itertools.islice(rows, limit))
 
 
 def count_rows(path: str | Path, config_field: str = "task.path") -> int:
@@ -80,16 +136,11 @@ def count_rows(path: str | Path, config_field: str = "task.path") -> int:
     p = Path(path)
     kind = _kind(p, config_field)
     if kind == "parquet":
-        import pyarrow.parquet as pq
-
-        try:
-            return pq.ParquetFile(p).metadata.num_rows
-        except Exception as e:
-            raise ValueError(f"{config_field}: {p} is not a readable Parquet file: {e}") from None
+        return RowReader(p, config_field).total
     if kind == "json":
         return len(read_rows(p, config_field))
-    with p.open(encoding="utf-8") as f:
-        return sum(1 for line in f if line.strip())
+    with p.open("rb") as f:
+        return sum(1 for raw in f if raw.decode("utf-8", "replace").strip())
 
 
 def _text(value: Any) -> str | None:
@@ -117,8 +168,8 @@ def to_problem(row: Any, where: str, row_id: str, cfg: TaskConfig) -> Problem:
             continue
         values[role] = _text(row[name])
         if values[role] is None:
-            raise ValueError(f"{where}: field {name!r} (task.{role}_field) must be a string or a number, "
-                             f"got {type(row[name]).__name__}")
+            got = "null (the row has no value there)" if row[name] is None else type(row[name]).__name__
+            raise ValueError(f"{where}: field {name!r} (task.{role}_field) must be a string or a number, got {got}")
     # str.replace, not str.format: questions are full of braces (LaTeX, code). Chat messages are used as given.
     prompt = values["prompt"] if messages else cfg.prompt_template.replace("{question}", values["prompt"])
     solution = _text(row.get(cfg.solution_field))  # optional: the worked solution `explorl sft` trains on
@@ -143,9 +194,9 @@ def _messages(value: list, where: str) -> list[dict]:
 
 
 def load_problems(path: str | Path, cfg: TaskConfig, config_field: str) -> list[Problem]:
-    """Every row of `path` as a Problem."""
+    """Every row of `path` as a Problem (streamed: the decoded rows are not kept beside the problems)."""
     name = Path(path).name
-    return [to_problem(row, where, f"{name}:{n}", cfg) for n, where, row in read_rows(path, config_field)]
+    return [to_problem(row, where, f"{name}:{n}", cfg) for n, where, row in RowReader(path, config_field)]
 
 
 def load_file_task(cfg: TaskConfig) -> tuple[list[Problem], list[Problem]]:
@@ -170,32 +221,118 @@ def load_file_task(cfg: TaskConfig) -> tuple[list[Problem], list[Problem]]:
     return train[: cfg.train_size], eval_
 
 
-def check_file_task(cfg: TaskConfig, rows: int = 8) -> str:
-    """What `load_file_task` needs, checked cheaply before a run: the files exist, their first `rows` rows parse
-    with the configured fields and template, and the split leaves training and held-out rows. Returns a one-line
-    description; raises ValueError naming the field (and file and line) like the real load."""
+LARGE_FILE_BYTES = 20 * 2**20
+LARGE_FILE_ROWS = 50_000
+"""`check_rows` shows a progress bar (on a terminal) for a file larger than this many bytes or rows."""
+
+
+class _Progress:
+    """A transient rich progress bar over a `RowReader`, started once the file proves large; only on a terminal."""
+
+    def __init__(self, reader: RowReader, console=None):
+        """Start at once for a file known to be large (its size, a Parquet file's rows); else maybe later."""
+        import rich
+
+        self.reader, self.console = reader, console if console is not None else rich.get_console()
+        self.bar = None
+        self.task = None
+        limit = LARGE_FILE_ROWS if reader.unit == "rows" else LARGE_FILE_BYTES
+        if reader.total > limit:
+            self.start()
+
+    def start(self) -> None:
+        """Show the bar (once), if the console is a terminal."""
+        if self.bar is not None or not self.console.is_terminal:
+            return
+        from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeElapsedColumn, TimeRemainingColumn)
+
+        amount = DownloadColumn() if self.reader.unit == "bytes" else MofNCompleteColumn()
+        self.bar = Progress(TextColumn("checking {task.description}"), BarColumn(), amount, TimeElapsedColumn(),
+                            TimeRemainingColumn(), console=self.console, transient=True)
+        self.bar.start()
+        self.task = self.bar.add_task(str(self.reader.path), total=self.reader.total)
+
+    def update(self, rows: int) -> None:
+        """Called every row; refreshes the bar every 1024 rows."""
+        if rows & 1023:
+            return
+        if self.bar is None and rows > LARGE_FILE_ROWS:
+            self.start()
+        if self.bar is not None:
+            self.bar.update(self.task, completed=self.reader.done)
+
+    def close(self) -> None:
+        """Stop the bar; being transient, it leaves nothing on the screen."""
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def check_rows(path: str | Path, cfg: TaskConfig, config_field: str, console=None) -> int:
+    """Read every row of `path` as training does (`RowReader` and `to_problem`, with the configured fields and
+    template) without keeping any; returns the number of rows. The first malformed row raises the ValueError the
+    real load raises: the file and line (JSONL) or row / item with its index (Parquet / JSON), what is wrong, and
+    for a missing field its name and the fields the row has. A large file (> 20 MB or 50,000 rows) shows a
+    progress bar when `console` (default: rich's) is a terminal."""
+    reader = RowReader(path, config_field)
+    name = Path(path).name
+    progress = _Progress(reader, console)
+    rows = 0
+    try:
+        with contextlib.closing(iter(reader)) as it:
+            for n, where, row in it:
+                to_problem(row, where, f"{name}:{n}", cfg)
+                rows += 1
+                progress.update(rows)
+    finally:
+        progress.close()
+    return rows
+
+
+def check_file_task(cfg: TaskConfig, console=None) -> str:
+    """What `load_file_task` needs, checked before a run without keeping the data: the files exist, EVERY row of
+    `task.path` and `task.eval_path` parses with the configured fields and template (`check_rows`, streamed; a
+    progress bar on a terminal for large files), and the split leaves training and held-out rows. Returns a
+    one-line description; raises ValueError naming the field, or the file and line of the first malformed row,
+    like the real load."""
     if not cfg.path:
         raise ValueError("task.path: the `file` task needs a .jsonl, .json or .parquet file")
-    for field, path in (("task.path", cfg.path), ("task.eval_path", cfg.eval_path)):
-        if not path:
-            continue
-        head = read_rows(path, field, limit=rows)
-        if not head:
-            raise ValueError(f"{field}: {path} holds no rows")
-        for n, where, row in head:
-            to_problem(row, where, f"{Path(path).name}:{n}", cfg)
-    total = count_rows(cfg.path, "task.path")
+    total = check_rows(cfg.path, cfg, "task.path", console)
+    if not total:
+        raise ValueError(f"task.path: {cfg.path} holds no rows")
+    fields = f"{cfg.prompt_field!r} and {cfg.answer_field!r}"
+    described = f"file {cfg.path}: {total} rows, every one parses with fields {fields}"
     if cfg.eval_path:
-        split = f"held out: first {min(cfg.eval_size, count_rows(cfg.eval_path, 'task.eval_path'))} rows of " \
-                f"{cfg.eval_path}"
+        same = Path(cfg.eval_path).resolve() == Path(cfg.path).resolve()
+        n_eval = total if same else check_rows(cfg.eval_path, cfg, "task.eval_path", console)
+        if not n_eval:
+            raise ValueError(f"task.eval_path: {cfg.eval_path} holds no rows")
+        split = f"held out: first {min(cfg.eval_size, n_eval)} rows of {cfg.eval_path}"
+        if not same:
+            split += f" ({n_eval} rows, every one parses)"
     else:
         if total <= cfg.eval_size:
             raise ValueError(f"task.eval_size: {cfg.path} has {total} rows; holding out the last "
                              f"eval_size={cfg.eval_size} would leave none for training. Lower task.eval_size "
                              f"or give task.eval_path")
         split = f"held out: its last {cfg.eval_size} rows"
-    fields = f"{cfg.prompt_field!r} and {cfg.answer_field!r}"
-    return f"file {cfg.path}: {total} rows, the first ones parse with fields {fields}; {split}"
+    return f"{described}; {split}"
+
+
+def first_problem(cfg: TaskConfig) -> Problem:
+    """The first training problem (the first row of `task.path`), read alone: the sample `check_run_inputs` calls
+    the reward functions on."""
+    if not cfg.path:
+        raise ValueError("task.path: the `file` task needs a .jsonl, .json or .parquet file")
+    for n, where, row in read_rows(cfg.path, "task.path", limit=1):
+        return to_problem(row, where, f"{Path(cfg.path).name}:{n}", cfg)
+    raise ValueError(f"task.path: {cfg.path} holds no rows")
+
+
+def preflight_sample(cfg: TaskConfig) -> tuple[Problem, tuple[Callable, bool]]:
+    """(first training problem, default reward) without loading the task: what the checks before a run call
+    `task.reward` with (the registry's `preflight_sample` of the `file` task)."""
+    return first_problem(cfg), default_reward()
 
 
 def default_reward() -> tuple[Callable, bool]:
@@ -211,7 +348,7 @@ def _check_file(cfg) -> str | None:
 
 @register("task", "file", reads=("path", "eval_path", "prompt_field", "answer_field", "solution_field",
                                  "prompt_template", "train_size", "eval_size"),
-          check=_check_file, preflight=check_file_task)
+          check=_check_file, preflight=check_file_task, preflight_sample=preflight_sample)
 def load_file(cfg: TaskConfig) -> tuple[list[Problem], list[Problem], tuple[Callable, bool], Callable]:
     """The `file` task: (train, eval, default reward, answer extractor); answers are read from the last \\boxed{}."""
     from explorl.rewards import extract_boxed
