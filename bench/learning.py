@@ -28,6 +28,7 @@ import shutil
 import statistics
 from pathlib import Path
 
+import yaml
 from rich.console import Console
 from rich.table import Table
 
@@ -151,7 +152,10 @@ def run_one(method: str, seed: int, out: Path, args) -> dict:
             "length": statistics.fmean(r["length/mean"] for r in steps),
             # rollouts sampled (DAPO samples groups it then drops: kept / kept fraction)
             "rollouts": sum(r["rollouts/total"] / (r.get("rollouts/dapo_kept_frac") or 1.0) for r in steps),
-            "steps": len(steps)}
+            "steps": len(steps),
+            # what ran: the resolved config (every selected method's options) and the weights it started from
+            "config": yaml.safe_load((run_dir / "config.yaml").read_text()),
+            "base_fingerprint": final.get("base_fingerprint")}
     if not args.quick:  # smoke runs are not results
         record.parent.mkdir(parents=True, exist_ok=True)
         record.write_text(json.dumps(result, indent=1) + "\n")

@@ -35,9 +35,14 @@ def evaluate(model: str, out: Path, threads: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--name", default="testbed",
+                    help="which testbed: records in bench/results/NAME, runs in runs/NAME (testbed_v2: the rows on "
+                         "the shipped embedded model, bench/testbed_round2.sh)")
     ap.add_argument("--shard", default="0/1",
                     help="I/N: evaluate every N-th missing model from the I-th (two processes: 0/2 and 1/2)")
     args = ap.parse_args()
+    global RESULTS, RUNS
+    RESULTS, RUNS = ROOT / "bench" / "results" / args.name, ROOT / "runs" / args.name
     jobs = [("embedded", RESULTS / "base.ood.json")]
     for record in sorted(RESULTS.glob("*/seed*.json")):
         if record.name.endswith(".ood.json"):

@@ -115,9 +115,13 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--methods", default="", help="comma-separated rows to print, in order (default: every method)")
+    ap.add_argument("--name", default="testbed",
+                    help="which testbed's records: bench/results/NAME (testbed_v2: the shipped embedded model's)")
     ap.add_argument("--paired", nargs="+", metavar="CURVE_JSON",
                     help="instead: curves/ files, the first the reference; each minus it and the mean over them")
     args = ap.parse_args()
+    global RESULTS
+    RESULTS = ROOT / "bench" / "results" / args.name
     if args.paired:
         return paired_seeds(args.paired)
     methods = [m for m in ORDER if seeds_of(m)]
