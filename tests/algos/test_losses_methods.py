@@ -360,7 +360,7 @@ def test_variants_reject_bad_shapes_and_arguments():
 
 
 def test_kl_cov_penalty_share_and_ratio_min_by_hand():
-    """The statistics that show whether the mechanism acts (issue: with one update per batch KL-Cov's penalty is 0).
+    """The statistics that show whether the mechanism acts (with one update per batch KL-Cov's penalty is 0).
     One response, two tokens, A = 1 on both; the new policy is 0.5 nats above the old on the first token only, and
     k_percent 100 selects both. Token-mean: penalty (|0.5| + 0) / 2 = 0.25; policy-gradient part
     -(e^0.5 + 1) / 2 = -1.324361; share 0.25 / (1.3243606 + 0.25) = 0.1587946. Ratios: e^0.5 and 1."""

@@ -1,4 +1,4 @@
-"""Engines ask the registry what a method can do (issue 23 §3): the adapters, the vLLM processor and the CLI name no
+"""Engines ask the registry what a method can do: the adapters, the vLLM processor and the CLI name no
 method, and a per-token schedule registered in a user's own module (`tests/schedule_for_tests.py`) runs in explorl's
 loop, through the vLLM processor's arithmetic and in TRL without a change to `integrations/`."""
 
