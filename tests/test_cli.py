@@ -154,6 +154,7 @@ def test_config_lists_every_field(out):
     for name, tp, default, doc in reference():
         assert name in text, name
     assert "grpo" in text and "dr_grpo" in text  # the registered advantage estimators
+    assert "methods (layers for `methods: [...]`" in text and "e3_ts_an" in text and "kl_cov" in text
 
 
 def test_config_markdown_lists_every_field(capsys):

@@ -33,4 +33,8 @@ def cmd_config(args) -> int:
         load_config()  # its validation imports every module that registers
         for kind in KINDS:
             console.print(f"[bold]{kind}[/]: {', '.join(names(kind))}")
+        from explorl.config.loading import method_names
+
+        console.print(f"[bold]methods[/] (layers for `methods: [...]`, src/explorl/methods/): "
+                      f"{', '.join(method_names())}")
     return 0
