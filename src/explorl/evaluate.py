@@ -129,6 +129,64 @@ def evaluate(model, tokenizer, problems: Sequence, task, *, n: int, ks: Sequence
     return summary, results
 
 
+@dataclass
+class EntropyMatch:
+    """The sampling temperature at which a model's mean token entropy reaches a target (`match_entropy`)."""
+
+    target: float
+    temperature: float
+    entropy: float
+    """The mean token entropy reached at `temperature` on the calibration problems."""
+    problems: int
+    """Calibration problems (the first ones of the evaluated split)."""
+    n: int
+    """Samples per calibration problem."""
+    iterations: int
+
+
+@torch.no_grad()
+def sampled_entropy(model, tokenizer, problems: Sequence, temperature: float, *, n: int, max_new_tokens: int,
+                    top_p: float = 1.0, seed: int = 0, encode=None, fast_path: bool = True) -> float:
+    """Mean token entropy of the distribution sampled at `temperature` (the logits divided by it), over the valid
+    tokens of `n` responses to each problem; the same seed every call, so the curve in `temperature` is smooth."""
+    device = next(model.parameters()).device
+    gen = torch.Generator(device=device).manual_seed(seed)
+    ids = [encode(p) if encode else tokenizer.encode(p.prompt, add_special_tokens=False) for p in problems]
+    ro = sample(model, ids, n, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, generator=gen,
+                fast_path=fast_path)
+    return float((ro.entropy * ro.mask).sum() / ro.mask.sum().clamp_min(1))
+
+
+def match_entropy(model, tokenizer, problems: Sequence, target: float, *, n: int = 4, max_new_tokens: int = 64,
+                  top_p: float = 1.0, seed: int = 0, encode=None, fast_path: bool = True, tol: float = 0.002,
+                  lo: float = 0.05, hi: float = 4.0, max_iter: int = 24) -> EntropyMatch:
+    """The temperature in [lo, hi] at which the mean token entropy of `model` on `problems` (the calibration set)
+    equals `target`, by bisection on log T (entropy rises with the temperature), to within `tol` nats or after
+    `max_iter` halvings; the ends when the target lies beyond them. For comparing models at equal sampling entropy:
+    a model that covers more only because it samples hotter loses that edge here."""
+    def h(t: float) -> float:
+        return sampled_entropy(model, tokenizer, problems, t, n=n, max_new_tokens=max_new_tokens, top_p=top_p,
+                               seed=seed, encode=encode, fast_path=fast_path)
+
+    import math
+
+    a, b = math.log(lo), math.log(hi)
+    h_lo, h_hi = h(lo), h(hi)
+    if target <= h_lo:
+        return EntropyMatch(target, lo, h_lo, len(problems), n, 0)
+    if target >= h_hi:
+        return EntropyMatch(target, hi, h_hi, len(problems), n, 0)
+    t, got = 1.0, h_lo
+    for it in range(1, max_iter + 1):
+        t = math.exp((a + b) / 2)
+        got = h(t)
+        if abs(got - target) <= tol:
+            return EntropyMatch(target, t, got, len(problems), n, it)
+        a, b = (math.log(t), b) if got < target else (a, math.log(t))
+    return EntropyMatch(target, t, got, len(problems), n, max_iter)
+
+
 @torch.no_grad()
 def response_branching(model, ro, temperature: float | torch.Tensor, top_p: float = 0.95,
                        chunk: int = 16) -> torch.Tensor:

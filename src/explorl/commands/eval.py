@@ -37,6 +37,12 @@ def add_parser(sub) -> None:
                         "EAD at inference time (section 5.4) with --schedule-opt d0=D for its decay constant")
     e.add_argument("--schedule-opt", action="append", default=[], metavar="FIELD=VALUE",
                    help="an option of --schedule (its sampling.<schedule>.<field>), e.g. d0=25 (repeatable)")
+    e.add_argument("--match-entropy", metavar="VALUE|base", default=None,
+                   help="sample at the temperature where the model's mean token entropy on the first --calibration "
+                        "problems equals VALUE (nats), or `base`: the base model's at T = 1 (a run's starting model, "
+                        "or the model itself), found by bisection; compares models at equal sampling entropy")
+    e.add_argument("--calibration", type=int, default=32, metavar="N",
+                   help="--match-entropy: calibration problems (the first N of the split) and 4 samples each")
     e.add_argument("--limit", type=int, default=0, help="evaluate only the first N problems (0 = all)")
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--device", default="auto")
@@ -132,6 +138,15 @@ def cmd_eval(args) -> int:
     if max(ks) > args.n:
         raise SystemExit(f"--k: k={max(ks)} exceeds --n={args.n}; pass@k needs at least k samples per problem")
     opts = _task_opts(args.task_opt)
+    if args.match_entropy is not None:  # checked before any model loads
+        if args.match_entropy != "base":
+            try:
+                float(args.match_entropy)
+            except ValueError:
+                raise SystemExit(f"--match-entropy: {args.match_entropy!r} is neither a number (nats) nor `base`; "
+                                 "pass e.g. --match-entropy 0.8 or --match-entropy base") from None
+        if args.calibration < 1:
+            raise SystemExit(f"--calibration: {args.calibration} must be at least 1 (problems to calibrate on)")
     if not valid_device(args.device):
         raise SystemExit(f"--device: {args.device!r} is not one of {DEVICES}")
     model_cfg = from_dict(ModelConfig, {"path": args.model, "device": args.device, "dtype": args.dtype})
@@ -139,6 +154,9 @@ def cmd_eval(args) -> int:
                               temperature=args.temperature, top_p=args.top_p, schedule=args.schedule,
                               schedule_options=_schedule_opts(args.schedule_opt), limit=args.limit)
     run, run_cfg, task_cfg, problems = s.run, s.run_cfg, s.task_cfg, s.problems
+    if args.match_entropy is not None and callable(s.sampler_temperature):
+        raise SystemExit(f"--match-entropy: sets one temperature; it does not combine with the per-token "
+                         f"--schedule {s.schedule}; drop one of them")
     # checked before the model loads: more held-out sets (--eval-set, else the run's run.eval_sets)
     extra_sets = _eval_sets(args.eval_set, task_cfg, run_cfg if not args.eval_set else None)
     shown = Table(title=Text("eval settings" + (f" (run config: {run.config_path}; flags override it)"
@@ -150,6 +168,9 @@ def cmd_eval(args) -> int:
     console.print(shown)
     model, tok = load_model_under_test(run, run_cfg, model_cfg, console)
     label = run.label if run is not None else Path(args.model).name
+    matched = None
+    if args.match_entropy is not None:
+        s, matched = _match_entropy(args, s, model, tok, model_cfg)
     from rich.progress import Progress
 
     failures: list = []
@@ -181,6 +202,8 @@ def cmd_eval(args) -> int:
            **_fingerprints(run, run_cfg, args.model),
            "task": task_cfg.name, "temperature": s.temperature, "schedule": s.schedule,
            "schedule_options": s.schedule_options, "settings": s.record(), **summary}
+    if matched is not None:
+        out["match_entropy"] = matched
     _print_table(f"{task_cfg.name} ({len(problems)} problems, n={args.n})",
                  {label: summary, **{f"{label} on {k}": v for k, v in sets.items()}}, ks)
     out_path = _out_path(args.out, label, task_cfg.name)
@@ -210,6 +233,40 @@ def cmd_eval(args) -> int:
                 f.write(json.dumps({k: v for k, v in r.__dict__.items() if k != "completions"}) + "\n")
         console.print(Text(f"wrote {per_problem_path} (one line per problem)"))
     return 0
+
+
+def _match_entropy(args, s, model, tok, model_cfg):
+    """`--match-entropy`: the settings with the temperature at which the model's mean token entropy on the first
+    `--calibration` problems equals the target (`evaluate.match_entropy`), and what was found, for the record."""
+    import dataclasses
+
+    from explorl.evaluate import match_entropy, sampled_entropy
+    from explorl.tasks.chat import prompt_encoder
+
+    calib = s.problems[:args.calibration]
+    encode = prompt_encoder(tok, s.task_cfg)
+    kw = dict(n=4, max_new_tokens=s.max_new_tokens, top_p=s.top_p, seed=args.seed, encode=encode,
+              fast_path=s.fast_path)
+    if args.match_entropy == "base":
+        from explorl.bootstrap import load_model_under_test
+
+        base_model = model  # a plain model is its own base; a run's output is measured against its starting model
+        if s.run is not None:
+            base_cfg = dataclasses.replace(s.run_cfg.model, device=model_cfg.device, dtype=model_cfg.dtype)
+            base_model, _ = load_model_under_test(None, None, base_cfg, common.console)
+        target, of = sampled_entropy(base_model, tok, calib, 1.0, **kw), "base"
+    else:
+        target, of = float(args.match_entropy), "value"
+    m = match_entropy(model, tok, calib, target, **kw)
+    source = "the base model at T = 1" if of == "base" else "given"
+    common.console.print(Text(f"matched entropy: target {m.target:.4f} ({source}), "
+                              f"temperature {m.temperature:.4f}, entropy reached {m.entropy:.4f} "
+                              f"({m.iterations} bisection steps; calibration: {m.problems} problems x {m.n} samples)"))
+    record = {**dataclasses.asdict(m), "of": of}
+    settings = [(name, f"{m.temperature:.4f} (--match-entropy {args.match_entropy})" if name == "temperature" else v,
+                 "--match-entropy" if name == "temperature" else w) for name, v, w in s.settings]
+    return dataclasses.replace(s, temperature=m.temperature, sampler_temperature=m.temperature,
+                               settings=settings), record
 
 
 def _reward_failures(failures: list, summary: dict, s) -> int | None:
