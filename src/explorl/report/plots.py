@@ -409,6 +409,54 @@ def k_curves_figure(curves: dict[str, dict], metric: str = "pass@k", paired: dic
     return fig
 
 
+def plot_frontier(points: dict[str, list[dict]], ks: list[int], paired: dict[str, dict] | None,
+                  path: str | Path) -> Path:
+    """The coverage-entropy frontier (`explorl frontier`): pass@1 and pass@k at the largest k against the mean token
+    entropy of the samples, one line per model through its temperatures, shaded with the 95% interval over
+    problems; with `paired` (`{model: {k: [(entropy, mean, lo, hi)]}}`, `frontier.paired_frontier_difference`) a
+    last panel shows each model minus the first at equal entropy, with its paired interval. Written as a PNG."""
+    if not points:
+        raise ValueError("plot_frontier: no models")
+    shown_ks = sorted({min(ks), max(ks)})
+    panels = len(shown_ks) + (1 if paired else 0)
+    fig = Figure(figsize=(9.0, 3.6 * panels), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = [fig.add_subplot(panels, 1, i + 1) for i in range(panels)]
+    colours = colormaps["tab10"]
+    names = list(points)
+    for ax, k in zip(axes, shown_ks):
+        for i, name in enumerate(names):
+            pts = sorted(points[name], key=lambda p: p["entropy"])
+            xs = [p["entropy"] for p in pts]
+            mean, lo, hi = zip(*(p[f"pass@{k}"] for p in pts))
+            ax.plot(xs, mean, marker="o", ms=3, color=colours(i % 10), label=name)
+            ax.fill_between(xs, lo, hi, color=colours(i % 10), alpha=0.15, linewidth=0)
+            for p in pts:  # each point's sampling temperature, small, beside it
+                ax.annotate(f"T={p['temperature']:g}", (p["entropy"], p[f"pass@{k}"][0]), fontsize="x-small",
+                            textcoords="offset points", xytext=(3, -9), color=colours(i % 10))
+        ax.set_ylabel(f"pass@{k}")
+        ax.set_title(f"pass@{k} against sampling entropy (95% intervals over problems)")
+    if paired:
+        ax = axes[-1]
+        ax.axhline(0.0, color="black", linewidth=0.8)
+        k = max(ks)
+        for i, name in enumerate(names[1:], 1):
+            rows = paired[name][k]
+            if not rows:
+                continue
+            xs, mean, lo, hi = zip(*rows)
+            ax.plot(xs, mean, marker="o", ms=3, color=colours(i % 10), label=f"{name} - {names[0]}")
+            ax.fill_between(xs, lo, hi, color=colours(i % 10), alpha=0.15, linewidth=0)
+        ax.set_ylabel(f"pass@{k} minus {names[0]}")
+        ax.set_title(f"pass@{k} at equal entropy, paired over problems (95% interval)")
+    for ax in axes:
+        ax.set_xlabel("mean token entropy of the samples (nats)")
+        ax.grid(True, alpha=0.3)
+        style_axes(ax)
+        legend_outside(ax)
+    return save_png(fig, path)
+
+
 def plot_difference(runs: list[Run], labels: list[str], metric: str, out_dir: str | Path,
                     smooth: float = 0.0) -> PlotFile:
     """`metric` of each run minus the first run's, over the training steps both logged, EMA-smoothed (paper 000

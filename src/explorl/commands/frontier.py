@@ -1,0 +1,171 @@
+"""`explorl frontier MODEL ...`: pass@k against sampling entropy over a temperature grid, for each model, and each
+model minus the first at equal entropy, paired over problems (`explorl.frontier`, docs/methods.md §8a)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.table import Table
+from rich.text import Text
+
+import explorl.commands.common as common
+from explorl.commands.common import _parse_ks, _parse_list, _task_opts
+
+
+def add_parser(sub) -> None:
+    f = sub.add_parser("frontier", help="pass@k against sampling entropy over a temperature grid for several models, "
+                                        "and each minus the first at equal entropy (coverage at equal entropy)")
+    f.add_argument("models", nargs="+", metavar="MODEL",
+                   help="model directories, `embedded`, or runs' outputs (RUN, RUN/final, RUN/checkpoints/step_N); "
+                        "the first is the reference (e.g. the base model or GRPO)")
+    f.add_argument("--labels", help="comma-separated names (default: each model's directory or run label)")
+    f.add_argument("--task", default=None, help="arith, file or rg:<name> (default: the first model's run's task, "
+                                                "else arith); every model is evaluated on the same split")
+    f.add_argument("--task-opt", action="append", default=[], metavar="FIELD=VALUE",
+                   help="task.* setting, e.g. --task-opt 'difficulties=[8, 9]' (repeatable)")
+    f.add_argument("--temperatures", default="0.6,0.8,1.0,1.2,1.4",
+                   help="comma-separated sampling temperatures: one point of each model's frontier each")
+    f.add_argument("--n", type=int, default=16, help="samples per problem at each temperature")
+    f.add_argument("--k", default=None, help="comma-separated k of pass@k (default 1 and --n)")
+    f.add_argument("--grid", type=int, default=7,
+                   help="entropies at which the differences are reported: evenly spaced over the range all models "
+                        "reach")
+    f.add_argument("--max-new-tokens", type=int, default=None,
+                   help="length limit (default: the first model's run's sampling.max_new_tokens, else 64)")
+    f.add_argument("--top-p", type=float, default=None, help="nucleus mass (default: the first run's, else 1.0)")
+    f.add_argument("--limit", type=int, default=0, help="evaluate only the first N problems (0 = all)")
+    f.add_argument("--seed", type=int, default=0)
+    f.add_argument("--device", default="auto")
+    f.add_argument("--dtype", default="auto")
+    f.add_argument("--out", default="runs/frontier", help="directory: frontier.json and frontier.png")
+    f.set_defaults(fn=cmd_frontier)
+
+
+def _temperatures(text: str) -> list[float]:
+    temps = sorted(set(_parse_list(text, "--temperatures", float, "0.6,1.0,1.4")))
+    if temps[0] <= 0:
+        raise SystemExit(f"--temperatures: {text!r}: give one or more temperatures above 0")
+    return temps
+
+
+def cmd_frontier(args) -> int:
+    from rich.progress import Progress
+
+    from explorl.bootstrap import load_model_under_test
+    from explorl.commands.eval import _fingerprints
+    from explorl.config import DEVICES, ModelConfig, from_dict, valid_device
+    from explorl.eval_settings import resolve_eval_settings
+    from explorl.evaluate import MixedModelsError, check_same_base, evaluate
+    from explorl.frontier import FrontierPoint, paired_frontier_difference
+    from explorl.metrics import bootstrap_ci, pass_at_k
+    from explorl.report.plots import plot_frontier
+    from explorl.tasks.chat import prompt_encoder
+
+    console = common.console
+    # everything is checked before the first model loads
+    temps = _temperatures(args.temperatures)
+    ks = _parse_ks(args.k) if args.k is not None else sorted({1, args.n})
+    if max(ks) > args.n:
+        raise SystemExit(f"--k: k={max(ks)} exceeds --n={args.n}; pass@k needs at least k samples per problem")
+    if args.grid < 1:
+        raise SystemExit(f"--grid: {args.grid} must be at least 1")
+    if not valid_device(args.device):
+        raise SystemExit(f"--device: {args.device!r} is not one of {DEVICES}")
+    labels = [x.strip() for x in args.labels.split(",")] if args.labels else []
+    if labels and len(labels) != len(args.models):
+        raise SystemExit(f"--labels: {len(labels)} names for {len(args.models)} models")
+    opts = _task_opts(args.task_opt)
+    settings = []
+    for path in args.models:
+        # the first model's run fixes the task and length; the others are evaluated on exactly that split
+        first = settings[0] if settings else None
+        s = resolve_eval_settings(path, args.task or (first.task_cfg.name if first else None), opts,
+                                  max_new_tokens=args.max_new_tokens or (first.max_new_tokens if first else None),
+                                  temperature=1.0, top_p=args.top_p if args.top_p is not None else
+                                  (first.top_p if first else None), limit=args.limit)
+        if first is not None and [p.prompt for p in s.problems] != [p.prompt for p in first.problems]:
+            raise SystemExit(f"{path}: its run evaluates another split than {args.models[0]}'s; pass --task and "
+                             f"--task-opt so that every model is evaluated on the same problems")
+        settings.append(s)
+    names = []
+    for i, (path, s) in enumerate(zip(args.models, settings)):
+        name = labels[i] if labels else (s.run.label if s.run is not None else Path(path).name)
+        names.append(name if name not in names else f"{name}-{i}")
+    fingerprints = {name: _fingerprints(s.run, s.run_cfg, path) for name, path, s in zip(names, args.models, settings)}
+    try:
+        warnings = check_same_base(fingerprints)
+    except MixedModelsError as e:
+        raise SystemExit(str(e)) from None
+    for warning in warnings:
+        console.print(Text(f"warning: {warning}"), style="yellow")
+
+    s0 = settings[0]
+    console.print(Text(f"frontier: {len(args.models)} models on {s0.task_cfg.name} ({len(s0.problems)} problems), "
+                       f"n={args.n}, temperatures {', '.join(f'{t:g}' for t in temps)}, "
+                       f"max_new_tokens {s0.max_new_tokens}, top_p {s0.top_p}"))
+    record: dict = {"task": s0.task_cfg.name, "problems": len(s0.problems), "n": args.n, "k": ks,
+                    "temperatures": temps, "max_new_tokens": s0.max_new_tokens, "top_p": s0.top_p,
+                    "seed": args.seed, "models": {}}
+    frontiers: dict[str, list[FrontierPoint]] = {}
+    with Progress(console=console, disable=not console.is_terminal) as bar:
+        for name, path, s in zip(names, args.models, settings):
+            model_cfg = from_dict(ModelConfig, {"path": path, "device": args.device, "dtype": args.dtype})
+            model, tok = load_model_under_test(s.run, s.run_cfg, model_cfg, console)
+            encode = prompt_encoder(tok, s.task_cfg)
+            points, shown = [], []
+            for t in temps:
+                job = bar.add_task(f"{name} T={t:g}", total=len(s.problems))
+                summary, results = evaluate(model, tok, s.problems, s.task, n=args.n, ks=ks, temperature=t,
+                                            encode=encode, top_p=s0.top_p, max_new_tokens=s0.max_new_tokens,
+                                            seed=args.seed, reward_timeout_s=s.task_cfg.reward_timeout_s,
+                                            fast_path=s.fast_path, progress=lambda c, j=job: bar.advance(j, c))
+                point = FrontierPoint(t, summary["entropy"], args.n, {r.id: sum(r.correct) for r in results})
+                points.append(point)
+                shown.append({"temperature": t, "entropy": point.entropy, "correct": dict(point.correct),
+                              **{f"pass@{k}": list(bootstrap_ci([pass_at_k(args.n, c, k)
+                                                                  for c in point.correct.values()], seed=args.seed))
+                                 for k in ks}})
+            frontiers[name] = points
+            record["models"][name] = {"path": path, **fingerprints[name], "points": shown}
+            del model
+    table = Table(title=f"pass@k against sampling entropy ({len(s0.problems)} problems, n={args.n}; 95% intervals "
+                        f"over problems)")
+    for col in ("model", "T", "entropy", *(f"pass@{k}" for k in ks)):
+        table.add_column(col, justify="left" if col == "model" else "right")
+    for name in names:
+        for p in record["models"][name]["points"]:
+            table.add_row(Text(name), f"{p['temperature']:g}", f"{p['entropy']:.4f}",
+                          *(f"{p[f'pass@{k}'][0]:.3f} [{p[f'pass@{k}'][1]:.3f}, {p[f'pass@{k}'][2]:.3f}]"
+                            for k in ks))
+    console.print(table)
+
+    low = max(min(p.entropy for p in pts) for pts in frontiers.values())
+    high = min(max(p.entropy for p in pts) for pts in frontiers.values())
+    paired: dict = {}
+    if len(names) > 1 and low <= high:
+        grid = [low] if args.grid == 1 or high == low else \
+            [low + (high - low) * i / (args.grid - 1) for i in range(args.grid)]
+        for name in names[1:]:
+            paired[name] = {k: paired_frontier_difference(frontiers[names[0]], frontiers[name], k, grid,
+                                                          seed=args.seed) for k in ks}
+        diff = Table(title=f"pass@k minus {names[0]} at equal sampling entropy, paired over problems (95% bootstrap "
+                           f"interval)")
+        for col in ("model", "entropy", *(f"pass@{k}" for k in ks)):
+            diff.add_column(col, justify="left" if col == "model" else "right")
+        for name in names[1:]:
+            for i, h in enumerate(grid):
+                cells = [f"{m:+.3f} [{lo:+.3f}, {hi:+.3f}]" for _, m, lo, hi in (paired[name][k][i] for k in ks)]
+                diff.add_row(Text(name), f"{h:.4f}", *cells)
+        console.print(diff)
+    elif len(names) > 1:
+        console.print(Text(f"the models' entropy ranges do not overlap (the largest low end {low:.4f} is above the "
+                           f"smallest high end {high:.4f}): no difference at equal entropy; widen --temperatures"),
+                      style="yellow")
+    record["paired"] = {name: {str(k): v for k, v in by_k.items()} for name, by_k in paired.items()}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "frontier.json").write_text(json.dumps(record, indent=1) + "\n")
+    png = plot_frontier({n: record["models"][n]["points"] for n in names}, ks, paired, out / "frontier.png")
+    console.print(f"wrote {out / 'frontier.json'} and {png}")
+    return 0
