@@ -1,10 +1,12 @@
-"""Held-out evaluation: n samples per problem, unbiased pass@k, avg@n, maj@k, entropy and length.
+"""Held-out evaluation: n samples per problem, unbiased pass@k, avg@n, maj@k, entropy and length; the sampling
+temperature at which a model reaches a given entropy (`match_entropy`).
 
 Shared by `explorl eval`, the trainer's periodic evaluation and `make demo`.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -148,7 +150,8 @@ class EntropyMatch:
 def sampled_entropy(model, tokenizer, problems: Sequence, temperature: float, *, n: int, max_new_tokens: int,
                     top_p: float = 1.0, seed: int = 0, encode=None, fast_path: bool = True) -> float:
     """Mean token entropy of the distribution sampled at `temperature` (the logits divided by it), over the valid
-    tokens of `n` responses to each problem; the same seed every call, so the curve in `temperature` is smooth."""
+    tokens of `n` responses to each problem; the same seed every call, so the curve in `temperature` is nearly smooth
+    (the samples themselves still change with it)."""
     device = next(model.parameters()).device
     gen = torch.Generator(device=device).manual_seed(seed)
     ids = [encode(p) if encode else tokenizer.encode(p.prompt, add_special_tokens=False) for p in problems]
@@ -168,8 +171,6 @@ def match_entropy(model, tokenizer, problems: Sequence, target: float, *, n: int
     def h(t: float) -> float:
         return sampled_entropy(model, tokenizer, problems, t, n=n, max_new_tokens=max_new_tokens, top_p=top_p,
                                seed=seed, encode=encode, fast_path=fast_path)
-
-    import math
 
     a, b = math.log(lo), math.log(hi)
     h_lo, h_hi = h(lo), h(hi)

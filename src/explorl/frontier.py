@@ -7,8 +7,8 @@ not a higher pass@k at T = 1 that comes only from sampling hotter. explorl's ins
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from explorl.metrics import bootstrap_ci, pass_at_k
 

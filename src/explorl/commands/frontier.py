@@ -122,6 +122,9 @@ def cmd_frontier(args) -> int:
                                             fast_path=s.fast_path, progress=lambda c, j=job: bar.advance(j, c))
                 point = FrontierPoint(t, summary["entropy"], args.n, {r.id: sum(r.correct) for r in results})
                 points.append(point)
+                if not console.is_terminal:  # a log file gets one line per point instead of the bar
+                    console.print(Text(f"{name} T={t:g}: entropy {point.entropy:.4f}, "
+                                       + ", ".join(f"pass@{k} {summary[f'pass@{k}']:.3f}" for k in ks)))
                 shown.append({"temperature": t, "entropy": point.entropy, "correct": dict(point.correct),
                               **{f"pass@{k}": list(bootstrap_ci([pass_at_k(args.n, c, k)
                                                                   for c in point.correct.values()], seed=args.seed))
