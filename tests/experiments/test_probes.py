@@ -336,3 +336,20 @@ def test_probe_bad_flags_name_the_fix(tiny_model_dir, out):
         cli.main(["probe", "perturb", "--model", str(tiny_model_dir), "--modes", "shuffle"])
     rc = cli.main(["probe", "perturb", "--model", str(tiny_model_dir), *TINY, "--attempts", "1", "--no-plot"])
     assert rc == 2 and "--any-response" in out()  # the random tiny model never answers correctly
+
+
+def test_probes_score_by_the_tasks_judgment_not_the_weighted_reward():
+    # a weighted reward above 0.5 that the judging entry calls wrong, and one below 0.5 that it calls right (a
+    # correct answer under a length penalty): the probes must count the second, as `explorl eval` does
+    from types import SimpleNamespace
+
+    from explorl.commands.probe_runs import Context
+    from explorl.tasks.base import Task
+
+    result = SimpleNamespace(rewards=[0.9, 0.2], judged=[0.0, 1.0])
+    task = SimpleNamespace(correct=lambda r: Task.correct(SimpleNamespace(correct_threshold=0.5), r))
+    ctx = Context(model=None, tok=None, task=task, task_cfg=None, problems=[], encode=None,
+                  runner=lambda texts, answers, metas: result, run_cfg=None, run_config_path=None, label="m",
+                  max_new_tokens=4, temperature=1.0, top_p=1.0, fast_path=True, settings={})
+    problem = SimpleNamespace(answer="7", meta={})
+    assert ctx.score_fn(problem)(["a", "b"]) == [0.0, 1.0]

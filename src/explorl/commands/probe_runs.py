@@ -40,14 +40,20 @@ class Context:
     settings: dict
 
     def score_fn(self, problem) -> P.Score:
-        """Rewards of texts answering `problem`."""
-        return lambda texts: self.runner(texts, [problem.answer] * len(texts), [problem.meta] * len(texts)).rewards
+        """Whether each text answering `problem` is correct, as 1.0 / 0.0: the task's judgment (`Task.correct`, the
+        judging reward entry above its threshold), never the weighted reward (a length penalty is not wrongness)."""
+        def score(texts: list[str]) -> list[float]:
+            result = self.runner(texts, [problem.answer] * len(texts), [problem.meta] * len(texts))
+            return [float(c) for c in self.task.correct(result)]
+
+        return score
 
     def generator(self, seed: int) -> torch.Generator:
         return torch.Generator(device=next(self.model.parameters()).device).manual_seed(seed)
 
     def sample(self, problems, n: int, generator: torch.Generator):
-        """Rollouts of n samples per problem (one `sample` call) and their rewards."""
+        """Rollouts of n samples per problem (one `sample` call), their rewards (the weighted sum training uses)
+        and whether each is correct (`Task.correct`)."""
         from explorl.rollout.sampler import decode_responses, sample
 
         ro = sample(self.model, [self.encode(p) for p in problems], n, eos_token_id=self.tok.eos_token_id,
@@ -55,8 +61,8 @@ class Context:
                     temperature=self.temperature, top_p=self.top_p, generator=generator, fast_path=self.fast_path)
         texts = decode_responses(self.tok, ro)
         group = ro.group.tolist()
-        rewards = self.runner(texts, [problems[g].answer for g in group], [problems[g].meta for g in group]).rewards
-        return ro, rewards
+        result = self.runner(texts, [problems[g].answer for g in group], [problems[g].meta for g in group])
+        return ro, result.rewards, self.task.correct(result)
 
 
 def setup(args, task_opts: dict, console) -> Context:
@@ -131,7 +137,7 @@ def _position(args, ctx: Context, console) -> dict:
         job = bar.add_task("sampling", total=len(ctx.problems))
         for s in range(0, len(ctx.problems), 32):
             chunk = ctx.problems[s:s + 32]
-            ro, _ = ctx.sample(chunk, args.n, gen)
+            ro, _, _ = ctx.sample(chunk, args.n, gen)
             rows += [e[m > 0].cpu() for e, m in zip(ro.entropy, ro.mask)]
             bar.advance(job, len(chunk))
     width = max(1, max(len(r) for r in rows))
@@ -155,7 +161,7 @@ def _position(args, ctx: Context, console) -> dict:
 
 
 def _covariance(args, ctx: Context, console) -> dict:
-    ro, rewards = ctx.sample(ctx.problems, args.n, ctx.generator(args.seed))
+    ro, rewards, _ = ctx.sample(ctx.problems, args.n, ctx.generator(args.seed))
     c = P.batch_covariance(ctx.model, ro, rewards, temperature=ctx.temperature, per_group=args.scope == "group")
     pct = P.covariance_percentiles(c, ro.mask, args.percentiles)
     table_fracs = [p / 100 for p in args.percentiles]
@@ -185,7 +191,7 @@ def _branch(args, ctx: Context, console) -> dict:
     with _bar(console) as bar:
         job = bar.add_task("branching", total=len(ctx.problems))
         for p in ctx.problems:
-            ro, base_reward = ctx.sample([p], 1, gen)
+            ro, base_reward, _ = ctx.sample([p], 1, gen)
             length = int(ro.lengths[0])
             response = ro.response_ids[0, :length].tolist()
             entropy = ro.entropy[0, :length].tolist()
@@ -217,8 +223,8 @@ def _perturb(args, ctx: Context, console) -> dict:
     with _bar(console) as bar:
         job = bar.add_task("perturbing", total=len(ctx.problems))
         for p in ctx.problems:
-            ro, rewards = ctx.sample([p], args.attempts, gen)
-            pick = next((i for i, r in enumerate(rewards) if r > 0.5 or args.any_response), None)
+            ro, rewards, correct = ctx.sample([p], args.attempts, gen)
+            pick = next((i for i, c in enumerate(correct) if c or args.any_response), None)
             bar.advance(job)
             if pick is None:
                 skipped += 1
@@ -265,13 +271,12 @@ def _update(args, ctx: Context, console) -> dict:
     # the step takes the full lr (no warm-up); --set and --lr override the run's config or the defaults
     overrides = ["optim.warmup_steps=0", *args.set] + ([f"optim.lr={args.lr}"] if args.lr is not None else [])
     cfg = load_config(ctx.run_config_path, overrides)  # the run's training config, or the defaults
-    ro, rewards = ctx.sample(ctx.problems, args.n, ctx.generator(args.seed))
+    ro, rewards, correct = ctx.sample(ctx.problems, args.n, ctx.generator(args.seed))
     ref = make_reference(ctx.model) if requirements(cfg.algo).ref else None
     eff = P.one_update_effects(ctx.model, ro, rewards, cfg, temperature=ctx.temperature, ref=ref, seed=args.seed)
     mask = ro.mask
     delta = (eff["logprobs_after"].exp() - eff["logprobs_before"].exp()) * mask
     tokens = [[ctx.tok.decode([i]) for i in row[:int(n)]] for row, n in zip(ro.response_ids.tolist(), ro.lengths)]
-    correct = [r > 0.5 for r in rewards]
     ppl = response_perplexity(eff["logprobs_before"], mask)
     summary = P.update_shift_summary(delta, eff["entropy_before"], mask, correct=correct, tokens=tokens, ppl=ppl,
                                      top_frac=args.top_frac)

@@ -13,7 +13,8 @@
 
 Every function is deterministic given its generators. Readings chosen here (the papers leave them open):
 - A continuation is scored on the whole response text, `decode(head + continuation)` without special tokens (as
-  `experiments.impact`); a response is correct when its reward is > 0.5 (as `evaluate`).
+  `experiments.impact`); a response is correct when its score is > 0.5: `explorl probe` scores a text 1.0 when
+  the task judges it correct (`Task.correct`, as `evaluate`) and 0.0 otherwise.
 - Cut and perturbation positions index response tokens (0-based). A cut at t keeps `o_<t` and samples the rest,
   so a cut at 0 is sampling from the prompt. "Truncation" (ERPO) is read the same way: the response is cut before
   the chosen token and regenerated from there; "random replacement" puts a token drawn uniformly from the
@@ -39,7 +40,8 @@ __all__ = [
 ]
 
 Score = Callable[[list[str]], list[float]]
-"""`fn(texts) -> rewards` of one problem's responses (its answer and meta bound), e.g. a `RewardRunner` call."""
+"""`fn(texts) -> scores` of one problem's responses (its answer and meta bound), a response correct when its score
+is > 0.5; `explorl probe` passes the task's judgment as 1.0 / 0.0."""
 
 
 # --- significance tests -------------------------------------------------------------------------------------------
@@ -258,7 +260,7 @@ def branch_probe(model, tokenizer, prompt_ids: Sequence[int], response_ids: Sequ
         prompt_ids: the prompt's token ids; response_ids: the base response (unpadded; EOS last if it ended).
         cuts: 0-based response positions.
         k: continuations per cut.
-        score: rewards of a list of response texts of this problem.
+        score: scores of a list of response texts of this problem (`Score`).
         extract_answer: final answer of a text, for the majority vote (maj@k over all k); None skips it.
         entropy: the base response's token entropies `[L]`, to record the entropy at each cut.
     Returns:
