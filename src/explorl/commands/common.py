@@ -35,6 +35,20 @@ def _parse_ks(text: str) -> list[int]:
     return ks
 
 
+def _check_ks_within_n(ks: list[int], n: int) -> None:
+    """pass@k needs at least k samples per problem: SystemExit naming --k and --n otherwise."""
+    if max(ks) > n:
+        raise SystemExit(f"--k: k={max(ks)} exceeds --n={n}; pass@k needs at least k samples per problem")
+
+
+def _check_device(device: str) -> None:
+    """SystemExit naming --device when it is not a device explorl knows (`config.DEVICES`)."""
+    from explorl.config import DEVICES, valid_device
+
+    if not valid_device(device):
+        raise SystemExit(f"--device: {device!r} is not one of {DEVICES}")
+
+
 def _task_opts(items: list[str]) -> dict[str, str]:
     opts = {}
     for item in items:

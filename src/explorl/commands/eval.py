@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 import explorl.commands.common as common
-from explorl.commands.common import _parse_ks, _print_table, _task_opts, _unused_path
+from explorl.commands.common import _check_device, _check_ks_within_n, _parse_ks, _print_table, _task_opts, _unused_path
 
 
 def add_parser(sub) -> None:
@@ -120,7 +120,7 @@ def _fingerprints(run, run_cfg, model_path: str) -> dict:
 
 def cmd_eval(args) -> int:
     from explorl.bootstrap import load_model_under_test
-    from explorl.config import DEVICES, ModelConfig, from_dict, valid_device
+    from explorl.config import ModelConfig, from_dict
     from explorl.eval_settings import resolve_eval_settings
     from explorl.evaluate import evaluate
     from explorl.tasks import load_task
@@ -135,8 +135,7 @@ def cmd_eval(args) -> int:
         ks = curve_ks(args.n)
     else:
         ks = _parse_ks("1,2,4,8,16")
-    if max(ks) > args.n:
-        raise SystemExit(f"--k: k={max(ks)} exceeds --n={args.n}; pass@k needs at least k samples per problem")
+    _check_ks_within_n(ks, args.n)
     opts = _task_opts(args.task_opt)
     if args.match_entropy is not None:  # checked before any model loads
         if args.match_entropy != "base":
@@ -147,8 +146,7 @@ def cmd_eval(args) -> int:
                                  "pass e.g. --match-entropy 0.8 or --match-entropy base") from None
         if args.calibration < 1:
             raise SystemExit(f"--calibration: {args.calibration} must be at least 1 (problems to calibrate on)")
-    if not valid_device(args.device):
-        raise SystemExit(f"--device: {args.device!r} is not one of {DEVICES}")
+    _check_device(args.device)
     model_cfg = from_dict(ModelConfig, {"path": args.model, "device": args.device, "dtype": args.dtype})
     s = resolve_eval_settings(args.model, args.task, opts, max_new_tokens=args.max_new_tokens,
                               temperature=args.temperature, top_p=args.top_p, schedule=args.schedule,

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 import explorl.commands.common as common
-from explorl.commands.common import _parse_ks, _parse_list, _task_opts
+from explorl.commands.common import _check_device, _check_ks_within_n, _parse_ks, _parse_list, _task_opts
 
 
 def add_parser(sub) -> None:
@@ -54,7 +54,7 @@ def cmd_frontier(args) -> int:
 
     from explorl.bootstrap import load_model_under_test
     from explorl.commands.eval import _fingerprints
-    from explorl.config import DEVICES, ModelConfig, from_dict, valid_device
+    from explorl.config import ModelConfig, from_dict
     from explorl.eval_settings import resolve_eval_settings
     from explorl.evaluate import MixedModelsError, check_same_base, evaluate
     from explorl.frontier import FrontierPoint, paired_frontier_difference
@@ -66,12 +66,10 @@ def cmd_frontier(args) -> int:
     # everything is checked before the first model loads
     temps = _temperatures(args.temperatures)
     ks = _parse_ks(args.k) if args.k is not None else sorted({1, args.n})
-    if max(ks) > args.n:
-        raise SystemExit(f"--k: k={max(ks)} exceeds --n={args.n}; pass@k needs at least k samples per problem")
+    _check_ks_within_n(ks, args.n)
     if args.grid < 1:
         raise SystemExit(f"--grid: {args.grid} must be at least 1")
-    if not valid_device(args.device):
-        raise SystemExit(f"--device: {args.device!r} is not one of {DEVICES}")
+    _check_device(args.device)
     labels = [x.strip() for x in args.labels.split(",")] if args.labels else []
     if labels and len(labels) != len(args.models):
         raise SystemExit(f"--labels: {len(labels)} names for {len(args.models)} models")

@@ -15,6 +15,7 @@ from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
+from explorl.commands.common import _check_device
 from explorl.experiments import probes as P
 
 
@@ -68,13 +69,12 @@ class Context:
 def setup(args, task_opts: dict, console) -> Context:
     """Load the model and the task as `explorl eval` does (run outputs included)."""
     from explorl.bootstrap import load_model_under_test
-    from explorl.config import DEVICES, ModelConfig, command_task, from_dict, load_config, valid_device
+    from explorl.config import ModelConfig, command_task, from_dict, load_config
     from explorl.models import find_run_output
     from explorl.tasks import load_task
     from explorl.tasks.chat import prompt_encoder
 
-    if not valid_device(args.device):
-        raise SystemExit(f"--device: {args.device!r} is not one of {DEVICES}")
+    _check_device(args.device)
     for flag in ("limit", "n", "k", "attempts"):
         if getattr(args, flag, 1) is not None and getattr(args, flag, 1) < (0 if flag == "limit" else 1):
             raise SystemExit(f"--{flag}: must be >= {0 if flag == 'limit' else 1}, got {getattr(args, flag)}")
