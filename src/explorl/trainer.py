@@ -103,17 +103,22 @@ class TrainState:
         return state["step"], state.get("nonfinite_run", 0)
 
 
-def train_step(step: int, cfg: Config, st: TrainState, tok, task, runner, encode, guards: RunGuards) -> tuple:
+def train_step(step: int, cfg: Config, st: TrainState, tok, task, runner, encode, guards: RunGuards,
+               engine=None) -> tuple:
     """One step (0-based `step`): sample and score rollouts, advantages, the policy update; returns its metrics
-    record (without evaluations) and the step's `CollectedRollouts`."""
+    record (without evaluations) and the step's `CollectedRollouts`. `engine`: the vLLM engine that samples
+    (`sampling.engine: vllm`), given the policy's weights first."""
     s = cfg.sampling
     t0 = time.perf_counter()
+    if engine is not None:
+        engine.sync(st.model)
     got = collect_rollouts(st.model, tok, task, runner, st.stream, st.controllers, batch_size=cfg.run.batch_size,
                            max_new_tokens=s.max_new_tokens, top_p=s.top_p, fast_path=s.fast_path, step=step,
-                           generator=st.gens["sampler_rng"], encode=encode)
+                           generator=st.gens["sampler_rng"], encode=encode, engine=engine)
     guards.rewards(step + 1, got)
     ro, t_sample = got.rollouts, time.perf_counter() - t0
-    pi_old_from_update = single_update_shortcut(cfg.algo, st.controllers.behavior_is_policy)
+    # vLLM's kernels are not the policy's: pi_old (and its entropies) come from a forward pass
+    pi_old_from_update = single_update_shortcut(cfg.algo, st.controllers.behavior_is_policy and engine is None)
     batch = rollout_batch(st.model, st.ref, ro, got.rewards, got.train_temperature, cfg, pi_old_from_update)
     prepared = compute_advantages(batch, cfg.algo, step + 1)
     st.controllers.schedule.observe(step + 1, float((batch.entropy * ro.mask).sum() / ro.mask.sum().clamp_min(1)))
@@ -129,6 +134,20 @@ def train_step(step: int, cfg: Config, st: TrainState, tok, task, runner, encode
     record.update({"perf/step_s": t2 - t0, "perf/sample_s": t_sample, "perf/update_s": t2 - t1,
                    "perf/tokens_per_s": float(ro.mask.sum()) / max(t_sample, 1e-9)})
     return record, got
+
+
+def rollout_engine(cfg: Config, model):
+    """The vLLM engine that samples the training rollouts (`sampling.engine: vllm`), else None. It loads the
+    model directory's config and tokenizer; its weights are replaced by the policy's before every step."""
+    if cfg.sampling.engine != "vllm":
+        return None
+    from explorl.models import resolve_model_path
+    from explorl.integrations.vllm_engine import VllmRollouts
+
+    # prompt + response must fit: the longest training prompt is not known before sampling, so the model's own limit
+    limit = int(getattr(model.config, "max_position_embeddings", 0) or 0) or 4096
+    return VllmRollouts(str(resolve_model_path(cfg.model.path)), dtype=next(model.parameters()).dtype,
+                        max_model_len=limit, seed=cfg.run.seed, memory=cfg.sampling.vllm_memory)
 
 
 def train(cfg: Config, *, resume: str | Path | None = None, console=None, progress: bool = True) -> Path:
@@ -152,11 +171,12 @@ def train(cfg: Config, *, resume: str | Path | None = None, console=None, progre
     start, nonfinite_run = st.restore(log, console, r.steps) if resume is not None else (0, 0)
     log.start_trackers(r, to_dict(cfg), resume_step=start if resume is not None else None)
     run_eval = held_out_evaluator(model, tok, cfg, task, encode)  # the task's split and run.eval_sets
+    engine = rollout_engine(cfg, model)
     guards = RunGuards(cfg, log, console, start, nonfinite_run)
     bar = Progress(console, r.steps, start, enabled=progress)
     try:
         for step in range(start, r.steps):
-            record, got = train_step(step, cfg, st, tok, task, runner, encode, guards)
+            record, got = train_step(step, cfg, st, tok, task, runner, encode, guards, engine)
             if r.eval_every > 0 and (step + 1) % r.eval_every == 0 and step + 1 < r.steps:
                 record.update({f"eval/{k}": v for k, v in run_eval(step + 1).items()})
             log.append_metrics(record)

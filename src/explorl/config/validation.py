@@ -199,10 +199,16 @@ def validate(cfg: Config) -> None:
          f"task.max_reward_failure_frac: must be in [0, 1] (0.5: stop when most of a step's rewards fail; 1: never "
          f"stop), got {t.max_reward_failure_frac}")
     need("{question}" in t.prompt_template, "task.prompt_template: must contain {question}")
+    if s.engine == "vllm":
+        need(not cfg.model.lora.enabled,
+             "sampling.engine=vllm: a LoRA policy (model.lora) cannot be synced to vLLM's engine; train without "
+             "model.lora or use sampling.engine=explorl")
+        need(0 < s.vllm_memory <= 1, f"sampling.vllm_memory: must be in (0, 1], got {s.vllm_memory}")
     if a.tis:
-        need(not schedule.behavior_is_policy or s.top_p < 1.0,
+        # vLLM's kernels are not the trainer's: its log-probs differ from the policy's even at one temperature
+        need(not schedule.behavior_is_policy or s.top_p < 1.0 or s.engine == "vllm",
              f"algo.tis: the behaviour policy equals the optimised one here (schedule {s.schedule}, top_p = 1), so "
-             "every importance weight is 1; use sampling.schedule=ead or revead, or turn tis off")
+             "every importance weight is 1; use sampling.schedule=ead or revead, sampling.engine=vllm, or turn tis off")
         need(a.tis_cap >= 1.0, "algo.tis_cap: must be >= 1")
     if a.overlong == "penalty" and a.overlong_buffer is not None:
         need(0 < a.overlong_buffer < s.max_new_tokens,

@@ -37,6 +37,8 @@ from explorl.algos.registry import entries
 
 EAD_ARG = "explorl_ead"
 """The `SamplingParams.extra_args` key holding a request's annealing arguments."""
+PROCESSOR_NAME = "explorl.integrations.vllm:EADLogitsProcessor"
+"""How an engine is told to load the processor (`LLM(logits_processors=[...])`, verl's engine kwargs)."""
 
 
 def per_token_schedules() -> dict[str, Callable]:

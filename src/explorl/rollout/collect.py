@@ -40,9 +40,11 @@ class Collected:
 
 def collect_rollouts(model, tok, task, runner, stream: PromptStream, controllers: Controllers, *, batch_size: int,
                      max_new_tokens: int, top_p: float, fast_path: bool, step: int,
-                     generator: torch.Generator, encode=None) -> Collected:
+                     generator: torch.Generator, encode=None, engine=None) -> Collected:
     """Sample and score `batch_size` prompts' groups at 0-based training step `step`. `encode(problem)` gives the
-    prompt's token ids (`tasks.chat.prompt_encoder`; default: the prompt text as it is)."""
+    prompt's token ids (`tasks.chat.prompt_encoder`; default: the prompt text as it is). `engine`: a
+    `integrations.vllm_engine.VllmRollouts` that samples instead of explorl's sampler (`sampling.engine: vllm`), given the same
+    budgets and each prompt's temperature as the schedule describes it for an inference engine (`per_prompt`)."""
     encode = encode or (lambda p: tok.encode(p.prompt, add_special_tokens=False))
     temp_arg, train_temp, stats = controllers.schedule.at(step)
     stats = dict(stats)
@@ -60,10 +62,17 @@ def collect_rollouts(model, tok, task, runner, stream: PromptStream, controllers
         round_problems = [task.train[i] for i in ids]
         prompts = [encode(p) for p in round_problems]
         budgets = budget.budgets(ids)
-        ro = sample(model, prompts, budgets, eos_token_id=tok.eos_token_id,
-                    pad_token_id=tok.pad_token_id, max_new_tokens=max_new_tokens,
-                    temperature=controllers.schedule.for_prompts(temp_arg, ids, budgets), top_p=top_p,
-                    generator=generator, fast_path=fast_path)
+        if engine is None:
+            ro = sample(model, prompts, budgets, eos_token_id=tok.eos_token_id,
+                        pad_token_id=tok.pad_token_id, max_new_tokens=max_new_tokens,
+                        temperature=controllers.schedule.for_prompts(temp_arg, ids, budgets), top_p=top_p,
+                        generator=generator, fast_path=fast_path)
+        else:  # the engine's requests are seeded from the run's generator, so a resumed step samples the same
+            seed = int(torch.randint(2**31 - 1, (1,), generator=generator, device=generator.device))
+            ro = engine.sample(prompts, budgets, controllers.schedule.per_prompt(step, temp_arg, ids),
+                               eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                               max_new_tokens=max_new_tokens, top_p=top_p, seed=seed,
+                               device=next(model.parameters()).device)
         round_texts = decode_responses(tok, ro)
         group = ro.group.tolist()
         rr = runner(round_texts, [round_problems[g].answer for g in group], [round_problems[g].meta for g in group])

@@ -497,7 +497,7 @@ def _check_dapo(cfg: Config) -> str | None:
 
 
 @register("budget_policy", "dapo", options=DAPOBudgetOptions, reads=("sampling.group_size",), check=_check_dapo,
-          resamples=True)
+          resamples=True, drops_uniform_groups=True)
 class DAPOBudget(UniformBudget):
     """DAPO dynamic sampling: groups whose rewards all agree (zero GRPO advantage) are dropped, and more prompts
     are sampled until the batch is full or `budget.dapo.max_rounds` extra rounds are spent."""

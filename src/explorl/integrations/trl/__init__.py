@@ -6,12 +6,24 @@
 
 The advantages come from explorl's estimator and shaper chain (`explorl.algos.compute_advantages`) on the batch
 gathered from every process, the loss from explorl's loss variants (`explorl.algos.policy_objective`), the sampling
-temperature from explorl's temperature schedule (E3 for TRL's own generation and its vLLM client; EAD's per-token
-temperature through a transformers logits processor). The conversions are in `trainer.py`; no method is
-re-implemented here.
+temperature from explorl's temperature schedule (E3 for TRL's own generation and its vLLM engine; EAD's per-token
+temperature through a transformers logits processor, or vLLM's `explorl.integrations.vllm.EADLogitsProcessor`, which
+the colocated engine, `ColocatedVLLM`, loads). The conversions are in `trainer.py`; no method is re-implemented here.
+
+With `run_config=` (an explorl `Config`) the trainer also writes `explorl train`'s run directory (`run.py`), so
+`explorl analyze`, `compare`, `eval RUN`, `curves` and `report` read the run; `TaskReward` scores with an explorl
+task's own reward and correctness rule.
 """
 
-from explorl.integrations.trl.trainer import (ExplorlGRPOTrainer, PerTokenTemperature, checkpointing_field,
-                                              explorl_config, gather_rows)
+from explorl.integrations.trl.run import TaskReward, refuse_existing_run
+from explorl.integrations.trl.trainer import (
+    ExplorlGRPOTrainer,
+    PerTokenTemperature,
+    checkpointing_field,
+    explorl_config,
+    gather_rows,
+    generation_rounds,
+)
 
-__all__ = ["ExplorlGRPOTrainer", "PerTokenTemperature", "checkpointing_field", "explorl_config", "gather_rows"]
+__all__ = ["ExplorlGRPOTrainer", "PerTokenTemperature", "TaskReward", "checkpointing_field", "explorl_config",
+           "gather_rows", "generation_rounds", "refuse_existing_run"]

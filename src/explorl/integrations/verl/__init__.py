@@ -11,13 +11,35 @@ registers with verl:
   entropies and old, reference and rollout log-probs: needed by ERPO, the covariance, PPL and entropy shapers, the
   forking-token filter, truncated importance sampling and step windows.
 The conversions are in `adapters.py`; the methods themselves are explorl's (`explorl.algos`), never rewritten.
+Before registering, the modules named in the environment variable `EXPLORL_PLUGINS` (comma-separated; searched
+first in `EXPLORL_PYTHON_PATH`) are imported, so the estimators and losses a user's `run.plugins` register exist in
+every verl process (`launch.py` sets both from the explorl config).
+An explorl config as a whole verl run (data, rewards, every setting): `launch.py` (`examples/verl/launch.py`);
+explorl's rewards as verl's custom reward function: `reward.py`.
 """
+
+import os
 
 from explorl.integrations.verl.adapters import PREFIX, algo_config, register_all
 from explorl.integrations.verl.trainer import explorl_advantages, register_trainer
 
+
+def import_env_plugins() -> list[str]:
+    """Import the modules of `EXPLORL_PLUGINS` (after putting `EXPLORL_PYTHON_PATH` first on sys.path); returns
+    their names."""
+    from explorl.config import import_plugins
+    from explorl.config.validation import use_python_path
+
+    names = [n.strip() for n in os.environ.get("EXPLORL_PLUGINS", "").split(",") if n.strip()]
+    if names:
+        use_python_path([d for d in os.environ.get("EXPLORL_PYTHON_PATH", "").split(os.pathsep) if d])
+        import_plugins(names)
+    return names
+
+
+PLUGINS = import_env_plugins()
 REGISTERED = register_all()
 TRAINER_REGISTERED = register_trainer()
 
-__all__ = ["PREFIX", "REGISTERED", "TRAINER_REGISTERED", "algo_config", "explorl_advantages", "register_all",
-           "register_trainer"]
+__all__ = ["PLUGINS", "PREFIX", "REGISTERED", "TRAINER_REGISTERED", "algo_config", "explorl_advantages",
+           "import_env_plugins", "register_all", "register_trainer"]

@@ -8,8 +8,9 @@ functions, and hand verl what it expects. Nothing here re-implements a method.
 
 Conventions (docs/methods.md §9):
 - Groups: verl's `uid` index (any hashable per response) becomes explorl's integer group ids.
-- Truncation: verl gives no flag; a response whose valid tokens fill the padded width is taken as truncated
-  (DAPO's overlong shaping).
+- Truncation: verl gives no flag; a response as long as the rollout's length limit is truncated (DAPO's overlong
+  shaping). The plain estimator call does not carry the limit, so there the padded width stands in for it (right
+  in verl's v0 trainer, which pads to the limit); explorl's trainer mode passes the limit itself.
 - Loss aggregation: verl normalises each micro-batch by the global batch (`config.global_batch_info`: data-parallel
   size, tokens and sequences of the global batch, `loss_scale_factor`); the explorl loss of the micro-batch is
   rescaled to that normaliser, so a verl step sums to the same gradient as explorl's whole-batch loss.
@@ -21,7 +22,8 @@ Conventions (docs/methods.md §9):
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -30,11 +32,13 @@ from explorl.algos import RolloutBatch, compute_advantages
 from explorl.algos.batch import MissingInputError
 from explorl.algos.registry import entries, lookup
 from explorl.config import AlgoConfig, Config, ConfigError, SamplingConfig, from_dict, validate
-from explorl.integrations.verl.rollout import BUDGET_KEY, SAMPLING_KEY, plain as _plain
+from explorl.integrations.verl.rollout import BUDGET_KEY, SAMPLING_KEY
+from explorl.integrations.verl.rollout import plain as _plain
 
 PREFIX = "explorl_"
 CONFIG_KEY = "explorl"
-"""Estimators read explorl's algorithm settings from `algorithm.explorl` of verl's config (`+algorithm.explorl.x=..`)."""
+"""Estimators read explorl's algorithm settings from `algorithm.explorl` of verl's config
+(`+algorithm.explorl.x=...`)."""
 TRAINER_HINT = ("select explorl's verl trainer (`trainer.v1.trainer_mode=explorl`), which hands the estimator "
                 "verl's entropies, old, reference and rollout log-probs")
 
@@ -66,14 +70,21 @@ def group_ids(index, device: torch.device) -> torch.Tensor:
 
 
 def rollout_batch(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index, *,
-                  old_log_probs=None, ref_log_prob=None, entropy=None, rollout_log_probs=None) -> RolloutBatch:
-    """The `RolloutBatch` of verl's tensors (all `[N, T]`, padded to the rollout's response length T)."""
+                  old_log_probs=None, ref_log_prob=None, entropy=None, rollout_log_probs=None,
+                  max_response_len: int | None = None) -> RolloutBatch:
+    """The `RolloutBatch` of verl's tensors (all `[N, T]`, padded to a common width T).
+
+    `max_response_len`: the length limit the rollout sampled under (`actor_rollout_ref.rollout.response_length`);
+    a response of that many tokens is truncated. None: the padded width T stands in for it, which is right when
+    verl pads to the limit (its v0 trainer) and wrong when it pads to the batch's longest response (the v1 trainer's
+    `to_padded_tensor`): explorl's trainer mode passes the limit."""
     mask = response_mask.to(torch.float32)
     lengths = mask.sum(-1).long()
+    limit = int(mask.shape[-1] if max_response_len is None else max_response_len)
     return RolloutBatch(mask=mask, rewards=token_level_rewards.to(torch.float32).sum(-1),
-                        group=group_ids(index, mask.device), max_response_len=mask.shape[-1],
+                        group=group_ids(index, mask.device), max_response_len=limit,
                         logprobs=old_log_probs, behavior_logprobs=rollout_log_probs, ref_logprobs=ref_log_prob,
-                        entropy=entropy, lengths=lengths, truncated=lengths >= mask.shape[-1])
+                        entropy=entropy, lengths=lengths, truncated=lengths >= limit)
 
 
 def estimator_for(name: str):

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from explorl.algos.registry import lookup
 from explorl.config import BudgetConfig, Config, ConfigError, RunConfig, SamplingConfig, from_dict, validate
@@ -77,8 +78,10 @@ def rollout_config(settings: Mapping | None, *, temperature: float, group_size: 
         validate(cfg)
         if lookup("budget_policy", cfg.budget.policy).can("resamples"):
             raise ConfigError(f"{BUDGET_KEY}.policy={cfg.budget.policy}: this budget policy re-samples prompts until "
-                              f"a batch is full, which verl's v1 trainer does not do; use explorl's own loop "
-                              f"(`explorl train`), or a policy without re-sampling here")
+                              f"a batch is full, which explorl's rollout control cannot ask of verl's trainer; for "
+                              f"DAPO's dynamic sampling use verl's own `algorithm.filter_groups.enable=true` "
+                              f"(examples/verl/launch.py maps budget.policy=dapo to it), or explorl's own loop "
+                              f"(`explorl train`)")
     except ConfigError as e:
         raise ConfigError(_rename(str(e), prefix)) from None
     return cfg
