@@ -246,7 +246,9 @@ def test_a_quickstart_run_through_vllm_learns_like_explorls_own(setup, trained_m
     from explorl.config import load_config
 
     _, engine, _ = setup
-    monkeypatch.setattr(trainer, "rollout_engine", lambda cfg, model: engine)
+    # the module's engine stands in for the one a vllm run would build; the explorl run gets none
+    monkeypatch.setattr(trainer, "rollout_engine",
+                        lambda cfg, model: engine if cfg.sampling.engine == "vllm" else None)
     quickstart = Path(__file__).resolve().parents[2] / "configs" / "quickstart.yaml"
     curves = {}
     for name in ("explorl", "vllm"):
@@ -256,6 +258,7 @@ def test_a_quickstart_run_through_vllm_learns_like_explorls_own(setup, trained_m
         run = trainer.train(cfg, progress=False)
         records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
         curves[name] = torch.tensor([r["reward/mean"] for r in records if "reward/mean" in r], dtype=torch.float64)
+    assert not torch.equal(curves["explorl"], curves["vllm"])  # two samplers, two sample streams
     late = {k: v[10:] for k, v in curves.items()}
     diff = late["vllm"].mean() - late["explorl"].mean()
     se = math.sqrt(late["vllm"].var() / 10 + late["explorl"].var() / 10)
