@@ -121,6 +121,38 @@ RECORDED = ROOT / "bench" / "results"
 recorded is not run again, so a comparison continues across sessions even when `runs/` is gone."""
 
 
+MECHANISM = ("loss/clip_frac_low", "loss/clip_frac_high", "loss/ratio_mean", "loss/clip_cov_frac",
+             "loss/kl_cov_frac", "loss/kl_cov_penalty_share", "loss/dual_clip_frac")
+"""Per-update statistics of what the clip and the covariance losses did (their mean over the run's steps)."""
+
+
+def mechanism(steps: list[dict]) -> dict:
+    """Whether a run's clip and covariance mechanisms acted: the mean over steps of each `MECHANISM` statistic the
+    run logged, and the extremes of the PPO ratio (`loss/ratio_min|max`, the smallest and largest of any update)."""
+    out = {k: statistics.fmean(r[k] for r in steps if r.get(k) is not None)
+           for k in MECHANISM if any(r.get(k) is not None for r in steps)}
+    for key, pick in (("loss/ratio_min", min), ("loss/ratio_max", max)):
+        values = [r[key] for r in steps if r.get(key) is not None]
+        if values:
+            out[key] = pick(values)
+    return out
+
+
+def backfill_mechanism(name: str) -> int:
+    """Add `mechanism` to the recorded summaries of runs/NAME whose run directory is still here; returns how many."""
+    done = 0
+    for record in sorted((RECORDED / name).glob("*/seed*.json")):
+        data = json.loads(record.read_text())
+        metrics = Path("runs") / name / record.parent.name / record.stem / "metrics.jsonl"
+        if "mechanism" in data or not metrics.exists():
+            continue
+        steps = [r for r in map(json.loads, metrics.read_text().splitlines()) if "reward/mean" in r]
+        data["mechanism"] = mechanism(steps)
+        record.write_text(json.dumps(data, indent=1) + "\n")
+        done += 1
+    return done
+
+
 def run_one(method: str, seed: int, out: Path, args) -> dict:
     from explorl.config import load_config
     from explorl.trainer import train
@@ -155,7 +187,8 @@ def run_one(method: str, seed: int, out: Path, args) -> dict:
             "steps": len(steps),
             # what ran: the resolved config (every selected method's options) and the weights it started from
             "config": yaml.safe_load((run_dir / "config.yaml").read_text()),
-            "base_fingerprint": final.get("base_fingerprint")}
+            "base_fingerprint": final.get("base_fingerprint"),
+            "mechanism": mechanism(steps)}
     if not args.quick:  # smoke runs are not results
         record.parent.mkdir(parents=True, exist_ok=True)
         record.write_text(json.dumps(result, indent=1) + "\n")
@@ -176,7 +209,13 @@ def main() -> None:
     ap.add_argument("--testbed", action="store_true",
                     help="layer configs/testbed/testbed.yaml over each recipe (difficulties 3-7, G = 16, lr 1e-4); "
                          "--steps then defaults to the testbed's")
+    ap.add_argument("--backfill-mechanism", action="store_true",
+                    help="only add the clip statistics (`mechanism`) to recorded summaries of --out whose run "
+                         "directories are still here, then stop")
     args = ap.parse_args()
+    if args.backfill_mechanism:
+        print(f"{backfill_mechanism(Path(args.out).name)} record(s) given their clip statistics")
+        return
     if args.testbed and args.out == ap.get_default("out"):
         args.out = "runs/testbed"
     if args.testbed and args.steps == ap.get_default("steps"):

@@ -19,6 +19,7 @@ so the tables can be rebuilt at any time and always say what was measured.
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -160,6 +161,31 @@ def main() -> None:
               f"{'-' if b == m else fmt_delta(paired(rs, bs, 'pass@1'))} | "
               f"{'-' if b == m else fmt_delta(paired(rs, bs, 'pass@32'))} | {p128} | {d128} | "
               f"{fmt(col['entropy_end'])} | {fmt(col['all_wrong_last_third'])} | {ood_cells[0]} | {ood_cells[1]} |")
+    mechanism_table(methods)
+
+
+def mechanism_table(methods: list[str]) -> None:
+    """What the clip and the covariance losses did in each run (bench/learning.py's `mechanism`: means over steps
+    of the per-update statistics, the ratio's extremes over every update), the mean over the recorded seeds."""
+    rows = []
+    for m in methods:
+        got = [r["mechanism"] for r in seeds_of(m).values() if "mechanism" in r]
+        if not got:
+            continue
+
+        def cell(key: str, pick=statistics.fmean, digits: str = ".4f") -> str:
+            values = [g[key] for g in got if key in g]
+            return format(pick(values), digits) if values else "-"
+
+        rows.append(f"| `{m}` | {len(got)} | {cell('loss/clip_frac_low')} | {cell('loss/clip_frac_high')} | "
+                    f"{cell('loss/ratio_min', min, '.3f')} - {cell('loss/ratio_max', max, '.3f')} | "
+                    f"{cell('loss/clip_cov_frac')} | {cell('loss/kl_cov_frac')} | "
+                    f"{cell('loss/kl_cov_penalty_share')} |")
+    if rows:
+        print("\n| run | seeds | clipped low (frac of tokens) | clipped high | PPO ratio range | Clip-Cov detached | "
+              "KL-Cov penalised | KL-Cov share of the loss |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|")
+        print("\n".join(rows))
 
 
 if __name__ == "__main__":
