@@ -448,6 +448,17 @@ def test_dry_run_fails_on_a_reward_that_fails_on_a_sample(tmp_path, tiny_model_d
     assert not (tmp_path / "run").exists()
 
 
+def test_dry_run_warns_of_a_failing_reward_when_training_would_never_stop(tmp_path, tiny_model_dir, out, no_weights):
+    # task.max_reward_failure_frac=1 tells training to score failures 0 and go on: the dry run says what failed,
+    # with its traceback, as a warning, and does not refuse; below 1 it refuses (the test above)
+    rc = cli.main(_file_task_args(tmp_path, tiny_model_dir, "task.reward=broken_rewards:divides_by_zero",
+                                  "task.max_reward_failure_frac=1", "--dry-run"))
+    text = out()
+    assert rc == 0, text
+    assert "warning: task.reward[0]: broken_rewards:divides_by_zero raised ZeroDivisionError" in text
+    assert "ZeroDivisionError: division by zero" in text and "training scores such samples 0" in text
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # messages (issue 10, item 9)
 

@@ -492,8 +492,15 @@ def check_run_inputs(cfg: Config, *, resume: str | Path | None = None) -> list[t
         raise ValueError(f"task: {cfg.task.name} gives no training problem")
     # every task.reward entry called once, as training calls it, on the first training problem
     completion = problem.solution or f"The answer is \\boxed{{{problem.answer}}}."
-    lines += check_rewards(cfg.task.reward, default, problem.answer, completion, problem.meta,
-                           timeout_s=cfg.task.reward_timeout_s, workers=cfg.task.reward_workers)
+    try:
+        lines += check_rewards(cfg.task.reward, default, problem.answer, completion, problem.meta,
+                               timeout_s=cfg.task.reward_timeout_s, workers=cfg.task.reward_workers)
+    except ValueError as e:
+        if isinstance(e, ConfigError) or cfg.task.max_reward_failure_frac < 1:
+            raise
+        # the user asked training never to stop on failing rewards: the failure is reported, not refused
+        lines.append(("task.reward", f"warning: {e} (task.max_reward_failure_frac=1: training scores such samples 0, "
+                                     f"counts them and goes on)"))
     if cfg.run.plugins:
         lines.append(("run.plugins", f"{', '.join(cfg.run.plugins)} imported"))
     if cfg.run.report_to:
