@@ -54,21 +54,24 @@ class _StopOnSignal:
         self.previous = {}
 
 
-def _stop_if_rewards_failed(step: int, got, cfg: Config, log: RunLog, last_checkpoint: str) -> None:
+def stop_if_rewards_failed(step: int, got, cfg: Config, log: RunLog, last_checkpoint: str, *,
+                           failed: int | None = None, resume: str | None = None) -> None:
     """RunStopped, before the step's update, when more than `task.max_reward_failure_frac` of its samples' rewards
     failed or timed out: such a step would train on zeros. A sample counts once however many of several reward
-    functions failed on it."""
-    failed = len({f.index for f in got.failures})
+    functions failed on it. `failed`: the count when `got.failures` holds only some of them (an engine's main
+    process); `resume`: how to continue (default `explorl train --resume RUN`)."""
+    failed = len({f.index for f in got.failures}) if failed is None else failed
+    first = got.failures[0].message if got.failures else "on another process (its rows are not logged here)"
     if failed <= cfg.task.max_reward_failure_frac * got.scored:
         return
     raise RunStopped(
         f"stopping before the update of step {step}: the reward failed or timed out on {failed} of "
         f"{got.scored} samples ({got.errors} errors, {got.timeouts} timeouts; more than "
         f"task.max_reward_failure_frac={cfg.task.max_reward_failure_frac:g}), so the step would train "
-        f"on zeros; the weights were not changed by it. First failure: {got.failures[0].message}; "
+        f"on zeros; the weights were not changed by it. First failure: {first}; "
         f"every distinct failure, with its traceback and input, is in {log.reward_errors_path}. Fix "
         f"task.reward={cfg.task.reward} (or raise task.reward_timeout_s), then continue with "
-        f"`explorl train --resume {log.dir}` (last checkpoint: {last_checkpoint}); or raise "
+        f"{resume or f'`explorl train --resume {log.dir}`'} (last checkpoint: {last_checkpoint}); or raise "
         f"task.max_reward_failure_frac to train anyway")
 
 
@@ -89,7 +92,7 @@ class RunGuards:
     def rewards(self, step: int, got) -> None:
         """Record the step's reward failures; RunStopped when too many of its samples failed."""
         self.failures.record(step, got.failures, got.scored)
-        _stop_if_rewards_failed(step, got, self.cfg, self.log, self.last_checkpoint())
+        stop_if_rewards_failed(step, got, self.cfg, self.log, self.last_checkpoint())
 
     def update(self, step: int, fn) -> dict:
         """`fn()`'s statistics with `loss/nonfinite` 0, or `{"loss/nonfinite": 1}` when its loss or gradient was not

@@ -696,3 +696,32 @@ def test_a_users_per_token_schedule_runs_in_trl_unchanged(tiny_model_dir, tmp_pa
     assert args == {"schedule": "test_warm_start", "step": 1, "hot": 2.0, "until": 4}
     factors = torch.stack([token_factors([args], [t])[0] for t in range(MAX_LEN)])
     assert torch.allclose(factors, trainer._ead_table)
+
+
+@pytest.mark.parametrize("frac", [0.5, 1.0])
+def test_a_trl_run_stops_on_failing_rewards_as_explorls_loop_does(tiny_model_dir, tmp_path, monkeypatch, frac):
+    """A reward that raises on every sample: with task.max_reward_failure_frac=0.5 the run stops before its first
+    update (RunStopped naming the failure and how to resume; the weights unchanged: no checkpoint, no final/), with
+    the traceback in RUN/reward_errors.log; with 1 it trains on, scoring 0, and counts every failure. (The check
+    that calls each reward on a sample before the run, which would refuse this one first, is skipped: the test is
+    about rewards failing on the model's own completions.)"""
+    import explorl.rewards
+    from explorl.guards import RunStopped
+
+    monkeypatch.setattr(explorl.rewards, "check_rewards", lambda *args, **kwargs: [])
+
+    out = tmp_path / "trl"
+    argv = [*run_argv(tiny_model_dir, out), "task.reward=broken_rewards:divides_by_zero", "task.reward_weights=null",
+            "task.correct_by=", f"task.max_reward_failure_frac={frac}"]
+    log = out / "reward_errors.log"
+    if frac < 1:
+        with pytest.raises(RunStopped, match="stopping before the update of step 1: the reward failed or timed out on "
+                                             "12 of 12 samples.*--resume"):
+            trl_example().main(argv)
+        assert not (out / "final").exists() and not list(out.glob("checkpoint-*"))
+    else:
+        trl_example().main(argv)
+        steps = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+        steps = [r for r in steps if "reward/mean" in r]
+        assert [r["reward/errors"] for r in steps] == [12, 12] and all(r["reward/mean"] == 0 for r in steps)
+    assert "ZeroDivisionError: division by zero" in log.read_text()

@@ -58,6 +58,7 @@ import math
 import os
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -497,6 +498,7 @@ class ExplorlGRPOTrainer(GRPOTrainer):
         self.run_config = run_config
         self.run_launch = dict(launch or {})
         self.run_log = None  # the run directory's RunLog (main process, while training with run_config)
+        self._failure_log = None  # its reward_errors.log (`runlog.RewardFailureLog`, main process)
         self._record: RoundRecord | None = None  # the round being collected for its metrics record
         self._round_started = 0.0
         self._round_stats: dict = {}
@@ -859,7 +861,9 @@ class ExplorlGRPOTrainer(GRPOTrainer):
         acc = self.accelerator
         gather = lambda x: gather_rows(acc, x.to(acc.device))  # noqa: E731
         several = len(self.reward_funcs) > 1
-        correct, by_function, counts = None, {}, torch.zeros(2, dtype=torch.float64)
+        # errors, timeouts, failed samples (a sample counts once however many functions failed on it)
+        correct, by_function, counts = None, {}, torch.zeros(3, dtype=torch.float64)
+        failures: list = []
         for i, (fn, name) in enumerate(zip(self.reward_funcs, self.reward_func_names)):
             column = rewards_per_func[:, i]
             if isinstance(fn, TaskReward):
@@ -872,15 +876,39 @@ class ExplorlGRPOTrainer(GRPOTrainer):
                     by_function.update({k: table[:, j].tolist() for j, k in enumerate(names)})
                 elif several:
                     by_function[name] = column.tolist()
-                counts += torch.tensor([mine.errors, mine.timeouts], dtype=torch.float64)
+                failed = len({f.index for f in mine.failures})
+                counts += torch.tensor([mine.errors, mine.timeouts, failed], dtype=torch.float64)
+                failures += mine.failures
             elif several:
                 by_function[name] = column[~torch.isnan(column)].tolist()
         if acc.num_processes > 1:
             counts = acc.reduce(counts.to(acc.device), reduction="sum").cpu()
         if correct is None:
             correct = rewards_per_func[:, self._judge] > self.run_config.task.correct_threshold
+        self._guard_rewards(failures, int(counts[2]), len(correct), int(counts[0]), int(counts[1]))
         return correct.bool(), RewardResult([], errors=int(counts[0]), timeouts=int(counts[1]),
                                             by_function=by_function)
+
+    def _guard_rewards(self, failures: list, failed: int, scored: int, errors: int, timeouts: int) -> None:
+        """explorl's reward guard, before the round's update: the main process logs its rows' failures
+        (RUN/reward_errors.log, the first traceback on the console), and every process stops (`RunStopped`) when
+        more than `task.max_reward_failure_frac` of the batch's samples failed (`failed` of `scored`, summed over
+        processes, so every process decides alike)."""
+        from explorl.guards import RunStopped, stop_if_rewards_failed
+
+        if self._failure_log is not None:
+            self._failure_log.record(self._round, failures, scored)
+        got = SimpleNamespace(failures=failures, scored=scored, errors=errors, timeouts=timeouts)
+        if self.run_log is not None:
+            stop_if_rewards_failed(self._round, got, self.run_config, self.run_log, self._last_checkpoint(),
+                                   failed=failed, resume="`examples/trl/train.py CONFIG --resume`")
+        elif failed > self.run_config.task.max_reward_failure_frac * scored:
+            raise RunStopped(f"stopping before the update of round {self._round}: the reward failed on {failed} of "
+                             f"{scored} samples (the main process logs the details)")
+
+    def _last_checkpoint(self) -> str:
+        ckpts = sorted(Path(self.args.output_dir).glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
+        return str(ckpts[-1]) if ckpts else "none yet, so a resume starts over"
 
     def _get_grad_norm(self, model, grad_norm=None):
         grad_norm = super()._get_grad_norm(model, grad_norm=grad_norm)
@@ -951,6 +979,11 @@ class ExplorlGRPOTrainer(GRPOTrainer):
                 self.run_log = open_engine_run(self.run_config, "trl", resume=resume,
                                                world_size=self.accelerator.num_processes,
                                                trl_output_dir=self.args.output_dir, **self.run_launch)
+                from rich.console import Console
+
+                from explorl.runlog import RewardFailureLog
+
+                self._failure_log = RewardFailureLog(self.run_log.reward_errors_path, Console(stderr=True))
             except (ConfigError, OSError, ValueError) as e:
                 error = e
         if self.accelerator.num_processes > 1:
