@@ -1,0 +1,110 @@
+"""Long testbed runs (issue "Coverage at equal entropy", item 3): each method and the GRPO baseline of its objective,
+1500 steps on the testbed's settings (`configs/testbed/testbed.yaml`), checkpoints at 500, 1000 and 1500 steps,
+and each checkpoint evaluated in distribution (difficulties 3-7) and out of it (8-9) at T = 1 and at the base
+model's entropy (`explorl eval --match-entropy base`), with pass@k curves (`--curve`).
+
+Built to run across sessions: a run killed mid-way resumes from its last checkpoint (`explorl train --resume`),
+each finished evaluation is written to `bench/results/<name>/<method>/seed<k>/step<N>.<split>.<t1|matched>.json`
+and skipped when present, and a run whose evaluations are all recorded is not trained again. Commit the records as
+they land. Costs on 2 CPU cores: a 1500-step run is about 5 testbed runs (40-60 min of one core); an evaluation of
+P problems x n samples costs about P * n * 100 tokens at 2-5k tokens/s, so the defaults (`--problems 128 --n 128`)
+are ~8 minutes each, 12 per run.
+
+    python bench/testbed_long.py --methods e3_ts,ead_tis --seeds 1          # one seed of two methods (+ baselines)
+    python bench/testbed_long.py --methods grpo --steps 6 --every 3 --problems 4 --n 4 --name smoke   # smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from learning import RECIPES, spec, testbed_overrides, with_baselines  # noqa: E402
+
+METHODS = ["e3_ts", "ead_tis", "clip_cov", "kl_cov", "cw_balanced", "erpo", "adaptive_temperature"]
+"""The issue's candidates; each is run with the GRPO baseline of its own objective (`learning.with_baselines`)."""
+SPLITS = {"id": [3, 4, 5, 6, 7], "ood": [8, 9]}
+
+
+def train_run(method: str, seed: int, run_dir: Path, args) -> None:
+    """Train `method` to `args.steps`, resuming a killed run from its last checkpoint; a complete run is left."""
+    from explorl.config import load_config
+    from explorl.runlog import RunLog
+    from explorl.trainer import train
+
+    recipe, extra = spec(method)
+    overrides = [*testbed_overrides(), f"run.seed={seed}", f"run.out_dir={run_dir}", f"run.steps={args.steps}",
+                 f"run.save_every={args.every}", f"run.keep_checkpoints={args.steps // args.every + 1}",
+                 "run.eval_every=0", f"run.eval_n={args.n_final}", f"run.eval_k={[1, args.n_final]}",
+                 f"run.threads={args.threads}", *extra]
+    cfg = load_config(RECIPES / f"{recipe}.yaml", overrides)
+    resume = run_dir if (run_dir / "config.yaml").exists() else None
+    if resume is not None and RunLog(run_dir).is_complete(args.steps):
+        return
+    train(cfg, resume=resume, progress=False)
+
+
+def evaluate(model: str, split: str, matched: bool, out: Path, args) -> None:
+    """`explorl eval` of one checkpoint on one split, written to `out` (through a temporary name)."""
+    from explorl import cli
+
+    ks = sorted({1, 8, 32, args.n} - {k for k in (8, 32) if k > args.n})
+    argv = ["eval", "--model", model, "--task", "arith", "--task-opt", f"difficulties={SPLITS[split]}",
+            "--task-opt", "train_size=4096", "--task-opt", f"eval_size={args.problems}", "--n", str(args.n),
+            "--k", ",".join(map(str, ks)), "--curve", "--max-new-tokens", "128", "--device", "cpu"]
+    argv += ["--match-entropy", "base", "--calibration", str(min(32, args.problems))] if matched else \
+        ["--temperature", "1.0"]
+    tmp = out.with_name(out.name + ".tmp")
+    if cli.main([*argv, "--out", str(tmp)]) != 0:
+        raise SystemExit(f"explorl {' '.join(argv)} failed")
+    tmp.replace(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--methods", default=",".join(METHODS), help="comma-separated (their baselines are added)")
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=1500)
+    ap.add_argument("--every", type=int, default=500, help="checkpoint (and evaluation) every this many steps")
+    ap.add_argument("--problems", type=int, default=128, help="held-out problems per split")
+    ap.add_argument("--n", type=int, default=128, help="samples per problem (pass@k curves to k = n)")
+    ap.add_argument("--n-final", type=int, default=8, help="the run's own final evaluation (run.eval_n)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--name", default="testbed_long", help="runs/NAME and bench/results/NAME")
+    ap.add_argument("--no-train", action="store_true", help="only evaluate checkpoints that exist")
+    args = ap.parse_args()
+    if args.steps % args.every:
+        raise SystemExit(f"--steps {args.steps} must be a multiple of --every {args.every}")
+    import torch
+
+    torch.set_num_threads(args.threads)
+    methods = with_baselines([m for m in args.methods.split(",") if m])
+    steps = list(range(args.every, args.steps + 1, args.every))
+    for seed in range(args.seeds):  # every method's seed 0 first, so a partial sweep still compares
+        for method in methods:
+            run_dir = ROOT / "runs" / args.name / method / f"seed{seed}"
+            record_dir = ROOT / "bench" / "results" / args.name / method / f"seed{seed}"
+            wanted = {(s, split, m): record_dir / f"step{s}.{split}.{'matched' if m else 't1'}.json"
+                      for s in steps for split in SPLITS for m in (False, True)}
+            missing = {k: p for k, p in wanted.items() if not p.exists()}
+            if not missing:
+                continue
+            if not args.no_train:
+                print(f"{method} seed {seed}: training to {args.steps} steps in {run_dir}", flush=True)
+                train_run(method, seed, run_dir, args)
+            record_dir.mkdir(parents=True, exist_ok=True)
+            for (s, split, matched), out in missing.items():
+                model = run_dir / "checkpoints" / f"step_{s:07d}"
+                if not model.exists():
+                    print(f"  {model}: not there (kept checkpoints?), skipped", flush=True)
+                    continue
+                print(f"  step {s} {split} {'matched' if matched else 'T=1'} -> {out.relative_to(ROOT)}", flush=True)
+                evaluate(str(model), split, matched, out, args)
+
+
+if __name__ == "__main__":
+    main()
