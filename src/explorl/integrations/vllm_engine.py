@@ -32,13 +32,7 @@ import torch
 from explorl.integrations.vllm import PROCESSOR_NAME
 from explorl.rollout.sampler import Rollouts, _left_pad
 
-__all__ = ["VllmRollouts", "vllm_available"]
-
-def vllm_available() -> bool:
-    from importlib.util import find_spec
-
-    return find_spec("vllm") is not None
-
+__all__ = ["VllmRollouts"]
 
 def _in_process_env() -> None:
     """The environment a colocated engine needs, set before vLLM is imported (a user's own values are kept)."""
