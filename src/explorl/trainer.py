@@ -137,12 +137,12 @@ def train_step(step: int, cfg: Config, st: TrainState, tok, task, runner, encode
 
 
 def rollout_engine(cfg: Config, model):
-    """The vLLM engine that samples the training rollouts (`sampling.engine: vllm`), else None. It loads the
-    model directory's config and tokenizer; its weights are replaced by the policy's before every step."""
+    """The vLLM engine that samples the training rollouts (`sampling.engine: vllm`), else None. It reads the model
+    directory's config; its weights are replaced by the policy's before every step."""
     if cfg.sampling.engine != "vllm":
         return None
-    from explorl.models import resolve_model_path
     from explorl.integrations.vllm_engine import VllmRollouts
+    from explorl.models import resolve_model_path
 
     # prompt + response must fit: the longest training prompt is not known before sampling, so the model's own limit
     limit = int(getattr(model.config, "max_position_embeddings", 0) or 0) or 4096

@@ -42,9 +42,9 @@ def collect_rollouts(model, tok, task, runner, stream: PromptStream, controllers
                      max_new_tokens: int, top_p: float, fast_path: bool, step: int,
                      generator: torch.Generator, encode=None, engine=None) -> Collected:
     """Sample and score `batch_size` prompts' groups at 0-based training step `step`. `encode(problem)` gives the
-    prompt's token ids (`tasks.chat.prompt_encoder`; default: the prompt text as it is). `engine`: a
-    `integrations.vllm_engine.VllmRollouts` that samples instead of explorl's sampler (`sampling.engine: vllm`), given the same
-    budgets and each prompt's temperature as the schedule describes it for an inference engine (`per_prompt`)."""
+    prompt's token ids (`tasks.chat.prompt_encoder`; default: the prompt text as it is). `engine`: an
+    `integrations.vllm_engine.VllmRollouts` that samples instead of explorl's sampler (`sampling.engine: vllm`),
+    given the same budgets and each prompt's temperature as the schedule describes it for an engine (`per_prompt`)."""
     encode = encode or (lambda p: tok.encode(p.prompt, add_special_tokens=False))
     temp_arg, train_temp, stats = controllers.schedule.at(step)
     stats = dict(stats)
