@@ -134,3 +134,16 @@ def test_exception_comes_back_with_the_worker_traceback(pool):
     assert "sandbox_helpers.py" in out.traceback and "in boom" in out.traceback
     assert out.traceback.rstrip().endswith("ValueError: bad input")
     assert "_worker_main" not in out.traceback  # starts at the called function, not the worker loop
+
+
+def test_a_module_on_a_path_added_after_the_workers_started_imports(tmp_path, monkeypatch):
+    # the workers start with the parent's sys.path; a directory put on it later (a run's config directory, a test's
+    # reward module) must reach them too, or every call of its functions fails and scores 0
+    with WorkerPool(workers=1, timeout_s=30) as pool:
+        assert pool.map(h.add, [(2, 2)])[0].value == 4  # the worker is up, started with the old path
+        (tmp_path / "late_module_for_sandbox.py").write_text("def triple(x):\n    return 3 * x\n")
+        monkeypatch.syspath_prepend(str(tmp_path))
+        import late_module_for_sandbox
+
+        (out,) = pool.map(late_module_for_sandbox.triple, [(5,)])
+        assert out.ok and out.value == 15, out

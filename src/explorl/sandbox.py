@@ -30,9 +30,10 @@ import threading
 import time
 import traceback
 from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, Pipe, wait
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 STARTUP_TIMEOUT_S = 120.0
 """Limit for starting a worker and importing its modules (not counted in an item's limit; slow on a busy host)."""
@@ -80,8 +81,8 @@ def _user_traceback(e: BaseException) -> str:
 
 
 def _worker_main(fd: int, memory_mb: int) -> None:
-    """Child loop: ("import", names) -> ("ready",); ("call", fn, args) -> (True, value) | (False, error repr,
-    traceback)."""
+    """Child loop: ("import", names, the parent's sys.path) -> ("ready",); ("call", fn, args) -> (True, value) |
+    (False, error repr, traceback)."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it then closes the pool
@@ -106,6 +107,7 @@ def _worker_main(fd: int, memory_mb: int) -> None:
         if msg is None:
             return
         if msg[0] == "import":
+            sys.path[:] = msg[2]  # the parent's path now: a module of a directory added since this worker started
             for name in msg[1]:
                 try:
                     importlib.import_module(name)
@@ -149,7 +151,7 @@ class _Worker:
         self.deadline = time.monotonic() + STARTUP_TIMEOUT_S
         self.modules |= modules
         try:
-            self.conn.send(("import", sorted(modules)))
+            self.conn.send(("import", sorted(modules), list(sys.path)))
         except OSError:  # it died; the receive reports it
             pass
 
