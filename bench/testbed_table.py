@@ -7,8 +7,8 @@ so the tables can be rebuilt at any time and always say what was measured.
   initial sampling state; `bench/learning.py`); `*` marks a difference whose interval excludes 0.
 - pass@128 of seed 0 (n = 128 curves of `bench/testbed_curves.sh`, with the 95% bootstrap interval over problems)
   and its paired difference to the base model over the same problems.
-- Out of distribution (difficulties 8-9, never trained on; `bench/testbed_ood.py`): pass@32 over seeds and its
-  difference to the base model.
+- Out of distribution (difficulties 8-9, never trained on; `bench/testbed_ood.py`): pass@32 over seeds, its
+  difference to the base model, and its difference to the method's baseline paired per seed.
 
     python bench/testbed_table.py            # markdown on stdout, every recorded method
     python bench/testbed_table.py --methods ead_tis,ead_e3_budget   # those rows only, in that order
@@ -137,14 +137,14 @@ def main() -> None:
     base_curve = load(RESULTS / "curves" / f"base__d3-7_n{CURVE_N}.json")
     print("| run | seeds | pass@1 | pass@8 | pass@32 | Δpass@1 vs baseline | Δpass@32 vs baseline | "
           f"pass@{CURVE_N} (seed 0) | Δpass@{CURVE_N} vs base model | entropy end | all-wrong (last third) | "
-          "OOD pass@32 | OOD pass@32 minus base |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "OOD pass@32 | OOD pass@32 minus base | OOD Δpass@32 vs baseline |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     if base:
         at = curve_at(base_curve, CURVE_N)
         print(f"| base model | - | {base['pass@1']:.3f} | {base['pass@8']:.3f} | {base['pass@32']:.3f} | - | - | "
               + (f"{at[0]:.3f} [{at[1]:.3f}, {at[2]:.3f}]" if at else "-")
               + f" | - | {base['entropy']:.3f} (eval) | - | "
-              + (f"{base_ood['pass@32']:.3f}" if base_ood else "-") + " | - |")
+              + (f"{base_ood['pass@32']:.3f}" if base_ood else "-") + " | - | - |")
     for m in methods:
         rs = seeds_of(m)
         b = CONTROL.get(m) or baseline(m)
@@ -157,10 +157,13 @@ def main() -> None:
         ood_col = [r["pass@32"] for r in ood.values()]
         ood_cells = (f"{fmt(ood_col)} ({len(ood_col)})", f"{interval(ood_col)[0] - base_ood['pass@32']:+.3f}") \
             if ood_col and base_ood else ("-", "-")
+        base_ood_seeds = seeds_of(b, ".ood.json") if b != m else {}
+        ood_delta = fmt_delta(paired(ood, base_ood_seeds, "pass@32")) if ood and base_ood_seeds else "-"
         print(f"| {name} | {len(rs)} | {fmt(col['pass@1'])} | {fmt(col['pass@8'])} | {fmt(col['pass@32'])} | "
               f"{'-' if b == m else fmt_delta(paired(rs, bs, 'pass@1'))} | "
               f"{'-' if b == m else fmt_delta(paired(rs, bs, 'pass@32'))} | {p128} | {d128} | "
-              f"{fmt(col['entropy_end'])} | {fmt(col['all_wrong_last_third'])} | {ood_cells[0]} | {ood_cells[1]} |")
+              f"{fmt(col['entropy_end'])} | {fmt(col['all_wrong_last_third'])} | {ood_cells[0]} | {ood_cells[1]} | "
+              f"{ood_delta} |")
     mechanism_table(methods)
 
 
