@@ -137,6 +137,8 @@ def bench_sampling(model_dir: Path, length: int, args, device, dtype) -> dict:
     prompts = torch.randint(0, PAD, (args.batch, PROMPT_LEN), generator=g).tolist()
     methods = {
         "explorl": lambda s: sampler._run_explorl(model, prompts, args.group, length, EOS, PAD, 1.0, s, device),
+        "explorl eager": lambda s: sampler._run_explorl(model, prompts, args.group, length, EOS, PAD, 1.0, s, device,
+                                                        compile=False),
         "HF": lambda s: sampler._run_hf(model, prompts, args.group, length, EOS, PAD, s, device),
     }
     from importlib.util import find_spec
@@ -358,6 +360,9 @@ def main(argv=None) -> int:
                     _free(device)  # the model of the sampling run is gone with its frame
                     rows.append((model_name, length, "sampling, tokens/s", *_cell(s["explorl"], ",.0f"),
                                  *_cell(s["HF"], ",.0f"), "HF generate"))
+                    print(rows[-1], flush=True)
+                    rows.append((model_name, length, "sampling, tokens/s", *_cell(s["explorl"], ",.0f"),
+                                 *_cell(s["explorl eager"], ",.0f"), "explorl eager (sampling.compile: false)"))
                     print(rows[-1], flush=True)
                     if "vLLM" in s:  # explorl's sampler against vLLM (when installed), the same prompts
                         rows.append((model_name, length, "sampling, tokens/s", *_cell(s["explorl"], ",.0f"),

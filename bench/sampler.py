@@ -1,11 +1,15 @@
 """Sampling throughput: explorl's sampler against Hugging Face `model.generate`, on the CPU (or a GPU if present).
 
-Two models:
+Three models:
   (a) the embedded default (`explorl.models.embedded_dir()`) when it has been bootstrapped, else a randomly
       initialised model of the same architecture (Qwen2, vocab 98, hidden 64, 3 layers, 4 heads, 2 KV heads,
       MLP 256), prompted with real arithmetic prompts from `explorl.tasks.arith.arith_task`;
+  (anchor) a random Qwen2 with hidden 128, 4 layers, 4 heads / 2 KV heads, MLP 512, vocabulary 64 (1.0M
+      parameters), random prompts of 16 tokens;
   (b) a ~10M-parameter Qwen2 with a 32k vocabulary (hidden 256, 3 layers, MLP 512; random weights), prompted
       with random token prompts of length 32.
+explorl runs its default, the fused decoder compiled by torch.compile (`sampling.compile: true`; its first call,
+which compiles, is timed and printed apart), and the same decoder eager for comparison.
 Both sides get the same prompts, B prompts x G samples (HF: `num_return_sequences=G`), the same
 `max_new_tokens`, temperature 1.0, no top-k/top-p, and stop rows at EOS. Throughput counts valid response
 tokens: explorl's `mask`, and for HF the tokens up to and including each row's first EOS. Methods run
@@ -65,14 +69,14 @@ def _hf_valid_tokens(generated: torch.Tensor, eos: int) -> int:
     return int(first.sum())
 
 
-def _run_explorl(model, prompts, group, max_new, eos, pad, temperature, seed, device):
+def _run_explorl(model, prompts, group, max_new, eos, pad, temperature, seed, device, compile=True):
     from explorl.rollout.sampler import sample
 
     gen = torch.Generator(device=device).manual_seed(seed)
     _sync(device)
     t0 = time.perf_counter()
     ro = sample(model, prompts, group, eos_token_id=eos, pad_token_id=pad, max_new_tokens=max_new,
-                temperature=temperature, generator=gen)
+                temperature=temperature, generator=gen, compile=compile)
     _sync(device)
     return int(ro.mask.sum()), time.perf_counter() - t0
 
@@ -146,15 +150,16 @@ def bench_model(model, prompts, args, device, eos, pad):
     anneal = 1.2 - 0.6 * steps / max(args.max_new_tokens - 1, 1)  # 1.2 -> 0.6 over the response
     per_token = anneal[None].expand(n, -1).contiguous().to(device)
 
-    def explorl(temperature):
+    def explorl(temperature, compile=True):
         return lambda s: _run_explorl(model, prompts, args.group, args.max_new_tokens, eos, pad, temperature, s,
-                                      device)
+                                      device, compile)
 
     methods = {
         "explorl, T=1.0": explorl(1.0),
         "HF generate, T=1.0": lambda s: _run_hf(model, prompts, args.group, args.max_new_tokens, eos, pad, s,
                                                 device),
         "explorl, per-token T [N,T] 1.2->0.6": explorl(per_token),
+        "explorl eager (sampling.compile: false), T=1.0": explorl(1.0, compile=False),
     }
     engine = _vllm_engine(model) if args.vllm else None
     if engine is not None:
@@ -163,6 +168,10 @@ def bench_model(model, prompts, args, device, eos, pad):
     names = list(methods)
     rates = {k: [] for k in names}
     tokens = {k: [] for k in names}
+    t0 = time.perf_counter()
+    methods[names[0]](999)  # the compiled sampler's first call compiles (seconds to a minute): timed on its own
+    print(f"  first call of the compiled sampler (compiles; cached on disk for later processes): "
+          f"{time.perf_counter() - t0:.1f} s")
     for r in range(args.repeats + 1):  # round 0 warms up
         order = names if r % 2 == 0 else names[::-1]  # alternate, so no method always runs first
         for k in order:
@@ -188,8 +197,7 @@ def main(argv=None):
     p.add_argument("--device", default="cpu")
     p.add_argument("--quick", action="store_true", help="smoke run: 2 repeats, B=4, G=4, 16 new tokens")
     p.add_argument("--vllm", action="store_true",
-                   help="add explorl's in-process vLLM engine (sampling.engine=vllm; needs vLLM, e.g. .venv-vllm) and "
-                        "the anchor model of issue 'Twice the experiments per hour' (Qwen2 h128 L4, vocab 64)")
+                   help="add explorl's in-process vLLM engine (sampling.engine=vllm; needs vLLM, e.g. .venv-vllm)")
     args = p.parse_args(argv)
     if args.quick:
         args.repeats, args.batch, args.group, args.max_new_tokens = 2, 4, 4, 16
@@ -220,16 +228,16 @@ def main(argv=None):
           f"arith prompts of {min(map(len, prompts))}-{max(map(len, prompts))} tokens")
     results.append(("(a) char", bench_model(model, prompts, args, device, tok.eos_token_id, tok.pad_token_id)))
 
-    if args.vllm:  # the anchor: a small model whose head size vLLM's CPU attention takes
-        from explorl.models import tiny_qwen2
+    # the anchor of issue 'Twice the experiments per hour' (a head size vLLM's CPU attention takes)
+    from explorl.models import tiny_qwen2
 
-        model = tiny_qwen2(64, hidden=128, layers=4, heads=4, kv_heads=2, intermediate=512, pad_token_id=0,
-                           eos_token_id=1, seed=0)
-        g = torch.Generator().manual_seed(1)
-        prompts = torch.randint(2, 64, (args.batch, 16), generator=g).tolist()
-        print(f"(anchor) random Qwen2 h128 L4, vocab 64: {sum(x.numel() for x in model.parameters()) / 1e6:.2f}M "
-              f"params, random prompts of 16 tokens")
-        results.append(("(anchor) h128", bench_model(model, prompts, args, device, 1, 0)))
+    model = tiny_qwen2(64, hidden=128, layers=4, heads=4, kv_heads=2, intermediate=512, pad_token_id=0,
+                       eos_token_id=1, seed=0)
+    g = torch.Generator().manual_seed(1)
+    prompts = torch.randint(2, 64, (args.batch, 16), generator=g).tolist()
+    print(f"(anchor) random Qwen2 h128 L4, vocab 64: {sum(x.numel() for x in model.parameters()) / 1e6:.2f}M "
+          f"params, random prompts of 16 tokens")
+    results.append(("(anchor) h128", bench_model(model, prompts, args, device, 1, 0)))
 
     model = _model_32k()
     g = torch.Generator().manual_seed(0)

@@ -45,6 +45,7 @@ class EvalSettings:
     sampler_temperature: Any
     """The sampler's temperature: `temperature`, or for a per-token schedule a function of the token position."""
     fast_path: bool
+    compile: bool
     settings: list[tuple[str, Any, str]]
     """(setting, value, where it came from) of each setting, in the order shown."""
 
@@ -137,6 +138,7 @@ def resolve_eval_settings(model: str, task: str | None = None, task_opts: Mappin
     nucleus = top_p if top_p is not None else (r.sampling.top_p if r is not None else 1.0)
     sampler_temperature = inference_schedule(schedule, temp, max_new, schedule_options)
     fast_path = r.sampling.fast_path if r is not None else True
+    compile = r.sampling.compile if r is not None else SamplingConfig.compile
     try:
         loaded = load_task(task_cfg)
     except ValueError as e:
@@ -166,4 +168,5 @@ def resolve_eval_settings(model: str, task: str | None = None, task_opts: Mappin
     return EvalSettings(run=run, run_cfg=run_cfg, task_cfg=task_cfg, task=loaded, problems=problems,
                         max_new_tokens=max_new, temperature=temp, top_p=nucleus,
                         schedule=schedule or SamplingConfig.schedule, schedule_options=dict(schedule_options or {}),
-                        sampler_temperature=sampler_temperature, fast_path=fast_path, settings=settings)
+                        sampler_temperature=sampler_temperature, fast_path=fast_path, compile=compile,
+                        settings=settings)

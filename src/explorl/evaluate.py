@@ -39,7 +39,7 @@ class ProblemResult:
 
 def evaluate(model, tokenizer, problems: Sequence, task, *, n: int, ks: Sequence[int], temperature: float = 1.0,
              top_p: float = 1.0, max_new_tokens: int = 64, prompts_per_batch: int = 64, seed: int = 0,
-             reward_timeout_s: float = 5.0, fast_path: bool = True, progress=None,
+             reward_timeout_s: float = 5.0, fast_path: bool = True, compile: bool = False, progress=None,
              analyze: bool = False, branching_top_p: float = 0.95,
              encode=None, keep_completions: bool = False,
              failures: list | None = None) -> tuple[dict, list[ProblemResult]]:
@@ -73,7 +73,7 @@ def evaluate(model, tokenizer, problems: Sequence, task, *, n: int, ks: Sequence
         ids = [encode(p) if encode else tokenizer.encode(p.prompt, add_special_tokens=False) for p in chunk]
         ro = sample(model, ids, n, eos_token_id=eos, pad_token_id=tokenizer.pad_token_id,
                     max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, generator=gen,
-                    fast_path=fast_path)
+                    fast_path=fast_path, compile=compile)
         texts = decode_responses(tokenizer, ro)
         group = ro.group.tolist()
         rr = runner(texts, [chunk[g].answer for g in group], [chunk[g].meta for g in group])
@@ -148,7 +148,8 @@ class EntropyMatch:
 
 @torch.no_grad()
 def sampled_entropy(model, tokenizer, problems: Sequence, temperature: float, *, n: int, max_new_tokens: int,
-                    top_p: float = 1.0, seed: int = 0, encode=None, fast_path: bool = True) -> float:
+                    top_p: float = 1.0, seed: int = 0, encode=None, fast_path: bool = True,
+                    compile: bool = False) -> float:
     """Mean token entropy of the distribution sampled at `temperature` (the logits divided by it), over the valid
     tokens of `n` responses to each problem; the same seed every call, so the curve in `temperature` is nearly smooth
     (the samples themselves still change with it)."""
@@ -157,12 +158,13 @@ def sampled_entropy(model, tokenizer, problems: Sequence, temperature: float, *,
     ids = [encode(p) if encode else tokenizer.encode(p.prompt, add_special_tokens=False) for p in problems]
     ro = sample(model, ids, n, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
                 max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, generator=gen,
-                fast_path=fast_path)
+                fast_path=fast_path, compile=compile)
     return float((ro.entropy * ro.mask).sum() / ro.mask.sum().clamp_min(1))
 
 
 def match_entropy(model, tokenizer, problems: Sequence, target: float, *, n: int = 4, max_new_tokens: int = 64,
-                  top_p: float = 1.0, seed: int = 0, encode=None, fast_path: bool = True, tol: float = 0.002,
+                  top_p: float = 1.0, seed: int = 0, encode=None, fast_path: bool = True, compile: bool = False,
+                  tol: float = 0.002,
                   lo: float = 0.05, hi: float = 4.0, max_iter: int = 24) -> EntropyMatch:
     """The temperature in [lo, hi] at which the mean token entropy of `model` on `problems` (the calibration set)
     equals `target`, by bisection on log T (entropy rises with the temperature), to within `tol` nats or after
@@ -170,7 +172,7 @@ def match_entropy(model, tokenizer, problems: Sequence, target: float, *, n: int
     a model that covers more only because it samples hotter loses that edge here."""
     def h(t: float) -> float:
         return sampled_entropy(model, tokenizer, problems, t, n=n, max_new_tokens=max_new_tokens, top_p=top_p,
-                               seed=seed, encode=encode, fast_path=fast_path)
+                               seed=seed, encode=encode, fast_path=fast_path, compile=compile)
 
     a, b = math.log(lo), math.log(hi)
     h_lo, h_hi = h(lo), h(hi)
@@ -308,7 +310,8 @@ def held_out_evaluator(model, tokenizer, cfg, task, encode):
         for name, (t, enc, t_cfg) in sets.items():
             result, _ = evaluate(model, tokenizer, t.eval, t, n=r.eval_n, ks=r.eval_k, temperature=r.eval_temperature,
                                  top_p=s.top_p, max_new_tokens=s.max_new_tokens, seed=r.seed + 10_007 * (step + 1),
-                                 reward_timeout_s=t_cfg.reward_timeout_s, fast_path=s.fast_path, encode=enc)
+                                 reward_timeout_s=t_cfg.reward_timeout_s, fast_path=s.fast_path, compile=s.compile,
+                                 encode=enc)
             summary.update({f"{name}/{k}" if name else k: v for k, v in result.items()})
         model.train()
         return summary

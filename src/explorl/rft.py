@@ -95,7 +95,8 @@ def run_rft(cfg: Config, *, console) -> Path:
         summary, _ = evaluate(model, tok, task.eval, task, n=r.eval_n, ks=r.eval_k, temperature=r.eval_temperature,
                               top_p=f.eval_top_p, max_new_tokens=s.max_new_tokens,
                               seed=r.seed + 7919 * (iteration + 1),
-                              reward_timeout_s=cfg.task.reward_timeout_s, fast_path=s.fast_path, encode=encode)
+                              reward_timeout_s=cfg.task.reward_timeout_s, fast_path=s.fast_path, compile=s.compile,
+                              encode=encode)
         return summary
 
     history = [{"iteration": 0, "selected": 0, **held_out(0)}]
@@ -110,7 +111,7 @@ def run_rft(cfg: Config, *, console) -> Path:
             ro = sample(model, [encode(p) for p in chunk], f.samples_per_prompt,
                         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
                         max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p, generator=gen,
-                        fast_path=s.fast_path)
+                        fast_path=s.fast_path, compile=s.compile)
             texts = decode_responses(tok, ro)
             group = ro.group.tolist()
             rr = runner(texts, [chunk[g].answer for g in group], [chunk[g].meta for g in group])

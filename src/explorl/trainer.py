@@ -113,7 +113,8 @@ def train_step(step: int, cfg: Config, st: TrainState, tok, task, runner, encode
     if engine is not None:
         engine.sync(st.model)
     got = collect_rollouts(st.model, tok, task, runner, st.stream, st.controllers, batch_size=cfg.run.batch_size,
-                           max_new_tokens=s.max_new_tokens, top_p=s.top_p, fast_path=s.fast_path, step=step,
+                           max_new_tokens=s.max_new_tokens, top_p=s.top_p, fast_path=s.fast_path, compile=s.compile,
+                           step=step,
                            generator=st.gens["sampler_rng"], encode=encode, engine=engine)
     guards.rewards(step + 1, got)
     ro, t_sample = got.rollouts, time.perf_counter() - t0

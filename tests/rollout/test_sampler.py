@@ -2,8 +2,8 @@
 
 References are computed here, one unpadded sequence at a time through `model(...).logits`, or through the
 training forward `response_logprobs` (the contract: behaviour log-probs equal a full forward's within 1e-4).
-Both decoders are covered: the fused Llama-family path (`fast_path=True`, on Qwen2 and Llama) and the generic
-Hugging Face path (`fast_path=False`).
+Every decoder is covered: the fused Llama-family path (`fast_path=True`, on Qwen2 and Llama), eager and compiled
+by torch.compile (`compile=True`), and the generic Hugging Face path (`fast_path=False`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ PAD = 0
 MAX_NEW = 12
 EOS_MANY = list(range(2, 12))  # ten of 98 ids: most rows end early, a few run to the limit
 ATOL = 1e-4
-PATHS = pytest.mark.parametrize("fast_path", [True, False], ids=["fused", "generic"])
+PATH_KW = {"fused": dict(fast_path=True), "compiled": dict(fast_path=True, compile=True),
+           "generic": dict(fast_path=False)}
+PATHS = pytest.mark.parametrize("path", list(PATH_KW))
 
 
 @pytest.fixture(params=["qwen2", "llama"])
@@ -77,9 +79,9 @@ def _assert_zero_outside_mask(ro: Rollouts):
 
 
 @PATHS
-def test_behaviour_logprobs_and_entropy_equal_full_forward(model, prompts, fast_path):
+def test_behaviour_logprobs_and_entropy_equal_full_forward(model, prompts, path):
     ro = sample(model, prompts, N_PER, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW,
-                temperature=0.8, generator=_gen(), fast_path=fast_path)
+                temperature=0.8, generator=_gen(), **PATH_KW[path])
     assert ro.response_ids.shape == (sum(N_PER), MAX_NEW)
     lengths = ro.lengths.tolist()
     assert len(set(lengths)) > 2 and ro.truncated.any() and not ro.truncated.all()  # the case is not degenerate
@@ -93,9 +95,9 @@ def test_behaviour_logprobs_and_entropy_equal_full_forward(model, prompts, fast_
 
 
 @PATHS
-def test_entropy_is_that_of_the_temperature_scaled_softmax(tiny_model, prompts, fast_path):
+def test_entropy_is_that_of_the_temperature_scaled_softmax(tiny_model, prompts, path):
     ro = sample(tiny_model, prompts, N_PER, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW,
-                temperature=1.7, generator=_gen(3), fast_path=fast_path)
+                temperature=1.7, generator=_gen(3), **PATH_KW[path])
     for i, logits in enumerate(_row_logits(tiny_model, ro)):
         logp = torch.log_softmax(logits / 1.7, dim=-1)
         want = -(logp.exp() * logp).sum(-1)
@@ -109,7 +111,7 @@ def test_entropy_is_that_of_the_temperature_scaled_softmax(tiny_model, prompts, 
 
 
 @PATHS
-def test_near_zero_temperature_is_greedy(model, prompts, fast_path):
+def test_near_zero_temperature_is_greedy(model, prompts, path):
     _sharpen(model, 5.0)
 
     def greedy(prompt: list[int], eos: int | None) -> list[int]:
@@ -125,7 +127,7 @@ def test_near_zero_temperature_is_greedy(model, prompts, fast_path):
     eos = greedy(prompts[0], None)[4]  # a token greedy decoding emits: prompt 0 ends by step 5
     want = [greedy(p, eos) for p in prompts]
     ro = sample(model, prompts, N_PER, eos_token_id=eos, pad_token_id=PAD, max_new_tokens=MAX_NEW,
-                temperature=1e-5, generator=_gen(), fast_path=fast_path)
+                temperature=1e-5, generator=_gen(), **PATH_KW[path])
     for i, g in enumerate(ro.group.tolist()):
         n = int(ro.lengths[i])
         assert ro.response_ids[i, :n].tolist() == want[g]
@@ -135,11 +137,11 @@ def test_near_zero_temperature_is_greedy(model, prompts, fast_path):
 
 
 @PATHS
-def test_per_token_temperature_tensor_is_honoured(model, prompts, fast_path):
+def test_per_token_temperature_tensor_is_honoured(model, prompts, path):
     num = sum(N_PER)
     temps = 0.4 + 1.2 * torch.rand((num, MAX_NEW + 3), generator=_gen(7))  # extra columns are allowed
     ro = sample(model, prompts, N_PER, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW,
-                temperature=temps, generator=_gen(), fast_path=fast_path)
+                temperature=temps, generator=_gen(), **PATH_KW[path])
     t = ro.response_ids.shape[1]
     assert torch.equal(ro.temperatures, temps[:, :t] * ro.mask)
     _assert_matches_full_forward(model, ro)  # with ro.temperatures (0 on padding)
@@ -150,12 +152,12 @@ def test_per_token_temperature_tensor_is_honoured(model, prompts, fast_path):
 
 
 @PATHS
-def test_callable_temperature_schedule(tiny_model, prompts, fast_path):
+def test_callable_temperature_schedule(tiny_model, prompts, path):
     def schedule(t: int) -> float:
         return 1.5 - 0.1 * t
 
     ro = sample(tiny_model, prompts, N_PER, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW,
-                temperature=schedule, generator=_gen(), fast_path=fast_path)
+                temperature=schedule, generator=_gen(), **PATH_KW[path])
     t = ro.response_ids.shape[1]
     want = torch.tensor([schedule(j) for j in range(t)])[None].expand_as(ro.mask) * ro.mask
     torch.testing.assert_close(ro.temperatures, want, atol=0, rtol=0)
@@ -164,7 +166,7 @@ def test_callable_temperature_schedule(tiny_model, prompts, fast_path):
     # a callable may also return one temperature per response
     per_row = torch.linspace(0.5, 2.0, sum(N_PER))
     ro = sample(tiny_model, prompts, N_PER, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW,
-                temperature=lambda step: per_row * (1 + 0.01 * step), generator=_gen(), fast_path=fast_path)
+                temperature=lambda step: per_row * (1 + 0.01 * step), generator=_gen(), **PATH_KW[path])
     t = ro.response_ids.shape[1]
     want = per_row[:, None] * (1 + 0.01 * torch.arange(t))[None] * ro.mask
     torch.testing.assert_close(ro.temperatures, want)
@@ -218,11 +220,11 @@ def test_wrong_sample_counts_raise(tiny_model, prompts):
 
 
 @PATHS
-def test_top_p_logprobs_are_the_renormalised_nucleus(model, prompts, fast_path):
+def test_top_p_logprobs_are_the_renormalised_nucleus(model, prompts, path):
     _sharpen(model, 3.0)
     top_p, temp = 0.7, 0.9
     ro = sample(model, prompts, [4, 0, 6, 3], eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW,
-                temperature=temp, top_p=top_p, generator=_gen(1), fast_path=fast_path)
+                temperature=temp, top_p=top_p, generator=_gen(1), **PATH_KW[path])
     sizes = []
     for i, logits in enumerate(_row_logits(model, ro)):
         probs = torch.softmax(logits / temp, dim=-1)
@@ -256,10 +258,10 @@ def test_top_p_never_selects_outside_the_nucleus_even_for_a_zero_uniform(tiny_mo
 
 
 @PATHS
-def test_eos_handling(model, prompts, fast_path):
+def test_eos_handling(model, prompts, path):
     n_per = [3, 2, 4, 3]
     ro = sample(model, prompts, n_per, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW,
-                generator=_gen(2), fast_path=fast_path)
+                generator=_gen(2), **PATH_KW[path])
     eos = torch.tensor(EOS_MANY)
     ended = 0
     for i in range(len(ro.group)):
@@ -315,8 +317,8 @@ def test_no_samples_returns_empty_rollouts(tiny_model, prompts, n):
 
 
 @PATHS
-def test_seeds_reproduce_and_differ(tiny_model, prompts, fast_path):
-    kw = dict(eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW, fast_path=fast_path)
+def test_seeds_reproduce_and_differ(tiny_model, prompts, path):
+    kw = dict(eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW, **PATH_KW[path])
     a = sample(tiny_model, prompts, N_PER, generator=_gen(11), **kw)
     b = sample(tiny_model, prompts, N_PER, generator=_gen(11), **kw)
     c = sample(tiny_model, prompts, N_PER, generator=_gen(12), **kw)
@@ -339,6 +341,88 @@ def test_fused_and_generic_paths_draw_the_same_samples(model, prompts, top_p):
         assert torch.equal(getattr(fused, name), getattr(generic, name)), name
     torch.testing.assert_close(fused.behavior_logprobs, generic.behavior_logprobs, atol=1e-5, rtol=0)
     torch.testing.assert_close(fused.entropy, generic.entropy, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("temperature", ["fixed", "per_prompt", "per_token", "schedule"])
+@pytest.mark.parametrize("top_p", [1.0, 0.8])
+def test_compiled_and_eager_fused_paths_draw_the_same_samples(model, prompts, temperature, top_p):
+    # the compiled step is the eager one's math in other kernels, fed the same uniforms: the same seed gives the same
+    # tokens (a draw could differ only where a uniform falls within float rounding of a cdf boundary) and log-probs
+    # and entropies equal within rounding. The schedules: a float, a temperature per prompt (the adaptive schedule),
+    # per token (EAD, RevEAD: a [N, T] tensor) and a callable of the step (E3's controller steps the scalar).
+    temps = {"fixed": 0.9, "per_prompt": [0.6, 1.0, 1.4, 0.8], "schedule": lambda t: 1.3 - 0.05 * t,
+             "per_token": 0.5 + torch.rand((sum(N_PER), MAX_NEW), generator=_gen(5))}[temperature]
+    kw = dict(eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW, temperature=temps, top_p=top_p,
+              fast_path=True)
+    eager = sample(model, prompts, N_PER, generator=_gen(4), **kw)
+    compiled = sample(model, prompts, N_PER, generator=_gen(4), compile=True, **kw)
+    for name in ("response_ids", "mask", "truncated", "group", "prompt_ids", "prompt_mask", "temperatures"):
+        assert torch.equal(getattr(eager, name), getattr(compiled, name)), name
+    assert eager.lengths.min() < eager.lengths.max()  # rows ended at EOS at different steps: finished rows dropped
+    torch.testing.assert_close(compiled.behavior_logprobs, eager.behavior_logprobs, atol=1e-5, rtol=0)
+    torch.testing.assert_close(compiled.entropy, eager.entropy, atol=1e-5, rtol=0)
+
+
+def test_a_failed_compilation_falls_back_to_the_eager_sampler_with_a_warning(tiny_model, prompts, monkeypatch):
+    import explorl.rollout.sampler as sampler
+
+    def broken_compile(fn, **_):
+        def compiled(*args):
+            raise RuntimeError("no C compiler found")
+        return compiled
+
+    monkeypatch.setattr(sampler, "_COMPILED", {})
+    monkeypatch.setattr(sampler, "_COMPILE_FAILED", [])
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    kw = dict(eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW, fast_path=True)
+    with pytest.warns(RuntimeWarning, match="torch.compile of the sampler failed .*no C compiler found"):
+        fallback = sample(tiny_model, prompts, N_PER, generator=_gen(6), compile=True, **kw)
+    eager = sample(tiny_model, prompts, N_PER, generator=_gen(6), **kw)
+    assert torch.equal(fallback.response_ids, eager.response_ids)
+    # the first step ran the compiled layout (the whole cache under a mask) eagerly: equal up to rounding
+    torch.testing.assert_close(fallback.behavior_logprobs, eager.behavior_logprobs, atol=1e-6, rtol=0)
+    assert sampler._COMPILE_FAILED  # later calls go straight to the eager functions
+
+
+@pytest.mark.parametrize("vocab", [1000, 1025, 5000, 32000])
+def test_block_inverse_cdf_is_the_direct_draw(vocab):
+    # reference: the direct inverse CDF over the whole row, in float64 so no rounding separates the two; weights
+    # with exact zeros (every 7th token) and uniforms at both ends of (0, 1]. 1000 is below the block threshold
+    # (4 * CDF_BLOCK), 1025 pads its last block, 5000 and 32000 take many blocks.
+    from explorl.rollout.sampler import CDF_BLOCK, _inverse_cdf
+
+    assert 1000 <= 4 * CDF_BLOCK < 1025
+    g = _gen(vocab)
+    w = torch.rand(64, vocab, generator=g, dtype=torch.float64) ** 8
+    w[:, ::7] = 0
+    u = 1 - torch.rand(64, 1, generator=g, dtype=torch.float64)
+    u[0], u[1] = 1.0, 1e-12
+    cdf = w.cumsum(-1)
+    direct = (cdf < u * cdf[:, -1:]).sum(-1)
+    drawn = _inverse_cdf(w, u)
+    assert torch.equal(drawn, direct)
+    assert (w.gather(-1, drawn[:, None]) > 0).all()  # never a token of weight 0
+    assert drawn[0] == int(w[0].nonzero().max())  # u = 1: the last token of positive weight
+
+
+def test_large_vocabulary_draws_follow_the_softmax():
+    # chi-square goodness of fit of 40,000 draws of `_sample_step` (the block path: V = 2048 > 4 blocks) against
+    # softmax(logits / T) over the 8 likely tokens and the rest pooled (9 cells, 8 degrees of freedom); the 0.999
+    # quantile is 26.12, so a correct sampler fails 1 in 1,000 seeds, and a draw off by one token (or ignoring T)
+    # puts tens of thousands of draws in the wrong cell
+    from explorl.rollout.sampler import _sample_step, _uniforms
+
+    v, n, temp = 2048, 40_000, 0.7
+    logits = torch.full((v,), -6.0)
+    likely = torch.tensor([3, 250, 256, 700, 1023, 1024, 1500, 2047])
+    logits[likely] = torch.linspace(0.0, 1.4, 8)
+    p = torch.softmax(logits.double() / temp, -1)
+    tokens, logp, _ = _sample_step(logits.expand(n, v), torch.full((n,), temp), 1.0, _uniforms(n, "cpu", _gen(11)))
+    expected = torch.cat([p[likely], (1 - p[likely].sum())[None]]) * n
+    counts = torch.cat([(tokens[:, None] == likely).sum(0), (~torch.isin(tokens, likely)).sum()[None]]).double()
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    assert chi2 < 26.12, (chi2, counts, expected)
+    torch.testing.assert_close(logp.double(), p.log()[tokens], atol=1e-5, rtol=0)
 
 
 def test_generator_is_the_only_randomness(tiny_model, prompts):

@@ -178,6 +178,7 @@ def cmd_eval(args) -> int:
                                         temperature=s.sampler_temperature, encode=prompt_encoder(tok, task_cfg),
                                         top_p=s.top_p, max_new_tokens=s.max_new_tokens, seed=args.seed,
                                         reward_timeout_s=task_cfg.reward_timeout_s, fast_path=s.fast_path,
+                                        compile=s.compile,
                                         progress=lambda k: bar.advance(job, k), analyze=args.analyze,
                                         keep_completions=bool(args.save_completions), failures=failures)
         sets = {}  # each extra held-out set reported on its own
@@ -189,6 +190,7 @@ def cmd_eval(args) -> int:
                                          temperature=s.sampler_temperature, encode=prompt_encoder(tok, set_cfg),
                                          top_p=s.top_p, max_new_tokens=s.max_new_tokens, seed=args.seed,
                                          reward_timeout_s=set_cfg.reward_timeout_s, fast_path=s.fast_path,
+                                         compile=s.compile,
                                          progress=lambda k, j=job: bar.advance(j, k))
     if args.curve:
         from explorl.evaluate import k_curves
@@ -244,7 +246,7 @@ def _match_entropy(args, s, model, tok, model_cfg):
     calib = s.problems[:args.calibration]
     encode = prompt_encoder(tok, s.task_cfg)
     kw = dict(n=4, max_new_tokens=s.max_new_tokens, top_p=s.top_p, seed=args.seed, encode=encode,
-              fast_path=s.fast_path)
+              fast_path=s.fast_path, compile=s.compile)
     if args.match_entropy == "base":
         from explorl.bootstrap import load_model_under_test
 

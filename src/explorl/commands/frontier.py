@@ -168,7 +168,8 @@ def cmd_frontier(args) -> int:
                     summary, results = evaluate(model, tok, s.problems, s.task, n=args.n, ks=ks, temperature=t,
                                                 encode=encode, top_p=s0.top_p, max_new_tokens=s0.max_new_tokens,
                                                 seed=args.seed, reward_timeout_s=s.task_cfg.reward_timeout_s,
-                                                fast_path=s.fast_path, progress=lambda c, j=job: bar.advance(j, c))
+                                                fast_path=s.fast_path, compile=s.compile,
+                                                progress=lambda c, j=job: bar.advance(j, c))
                     # problem ids as strings, as they read back from the JSON record
                     point = FrontierPoint(t, summary["entropy"], args.n,
                                           {str(r.id): sum(r.correct) for r in results})

@@ -39,7 +39,7 @@ class Collected:
 
 
 def collect_rollouts(model, tok, task, runner, stream: PromptStream, controllers: Controllers, *, batch_size: int,
-                     max_new_tokens: int, top_p: float, fast_path: bool, step: int,
+                     max_new_tokens: int, top_p: float, fast_path: bool, step: int, compile: bool = False,
                      generator: torch.Generator, encode=None, engine=None) -> Collected:
     """Sample and score `batch_size` prompts' groups at 0-based training step `step`. `encode(problem)` gives the
     prompt's token ids (`tasks.chat.prompt_encoder`; default: the prompt text as it is). `engine`: an
@@ -66,7 +66,7 @@ def collect_rollouts(model, tok, task, runner, stream: PromptStream, controllers
             ro = sample(model, prompts, budgets, eos_token_id=tok.eos_token_id,
                         pad_token_id=tok.pad_token_id, max_new_tokens=max_new_tokens,
                         temperature=controllers.schedule.for_prompts(temp_arg, ids, budgets), top_p=top_p,
-                        generator=generator, fast_path=fast_path)
+                        generator=generator, fast_path=fast_path, compile=compile)
         else:  # the engine's requests are seeded from the run's generator, so a resumed step samples the same
             seed = int(torch.randint(2**31 - 1, (1,), generator=generator, device=generator.device))
             ro = engine.sample(prompts, budgets, controllers.schedule.per_prompt(step, temp_arg, ids),

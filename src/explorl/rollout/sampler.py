@@ -119,24 +119,59 @@ def _temperature_source(temperature: Temperature, n_per_prompt: list[int], n: in
     return lambda t: value
 
 
-def _sample_step(logits: torch.Tensor, temp: torch.Tensor, top_p: float, generator) -> tuple[torch.Tensor, ...]:
-    """One draw per row. logits [N, V], temp [N] -> (tokens [N], behaviour log-probs [N], entropy [N])."""
+def _uniforms(n: int, device, generator) -> torch.Tensor:
+    """One uniform per row in (0, 1]: a draw of exactly 0 would otherwise pick token 0 where its probability is 0."""
+    return 1.0 - torch.rand((n, 1), device=device, generator=generator)
+
+
+def _sample_step(logits: torch.Tensor, temp: torch.Tensor, top_p: float, u: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """One draw per row. logits [N, V], temp [N], u [N, 1] uniforms in (0, 1]
+    -> (tokens [N], behaviour log-probs [N], entropy [N])."""
     scaled = logits.float() / temp.clamp_min(1e-6)[:, None]
-    entropy = token_entropy(scaled)
-    logp = torch.log_softmax(scaled, dim=-1)
-    if top_p < 1.0:
-        sorted_logp, order = torch.sort(logp, dim=-1, descending=True)
-        cum = sorted_logp.exp().cumsum(-1)
-        drop = (cum - sorted_logp.exp()) >= top_p  # keep the smallest prefix whose mass reaches top_p
-        sorted_logp = sorted_logp.masked_fill(drop, float("-inf"))
-        logp = torch.full_like(logp, float("-inf")).scatter(-1, order, sorted_logp)
-        logp = torch.log_softmax(logp, dim=-1)  # renormalise over the nucleus
-    # inverse-CDF draw: one uniform per row (cheaper than multinomial's exponential race on the CPU)
-    # 1 - rand lies in (0, 1]: a draw of exactly 0 would otherwise pick token 0 even where its probability is 0
-    u = 1.0 - torch.rand((logp.shape[0], 1), device=logp.device, generator=generator)
-    cdf = logp.exp().cumsum(-1)
-    token = (cdf < u * cdf[:, -1:]).sum(-1).clamp_(max=logp.shape[-1] - 1)
+    if top_p >= 1.0:  # one exp over the vocabulary serves the entropy, the normaliser and the draw
+        shifted = scaled - scaled.amax(-1, keepdim=True)
+        weights = shifted.exp()
+        z = weights.sum(-1, keepdim=True)
+        logp_shifted = shifted - z.log()  # log p; tokens of p = 0 (logits of -inf) add 0 to the entropy
+        entropy = -torch.where(weights > 0, weights * logp_shifted, 0.0).sum(-1) / z.squeeze(-1)
+        token = _inverse_cdf(weights, u)
+        return token, logp_shifted.gather(-1, token[:, None]).squeeze(-1), entropy
+    entropy = token_entropy(scaled)  # of the temperature-scaled distribution, before the nucleus
+    sorted_logp, order = torch.sort(torch.log_softmax(scaled, dim=-1), dim=-1, descending=True)
+    cum = sorted_logp.exp().cumsum(-1)
+    drop = (cum - sorted_logp.exp()) >= top_p  # keep the smallest prefix whose mass reaches top_p
+    sorted_logp = sorted_logp.masked_fill(drop, float("-inf"))
+    logp = torch.full_like(scaled, float("-inf")).scatter(-1, order, sorted_logp)
+    logp = torch.log_softmax(logp, dim=-1)  # renormalise over the nucleus
+    token = _inverse_cdf(logp.exp(), u)
     return token, logp.gather(-1, token[:, None]).squeeze(-1), entropy
+
+
+CDF_BLOCK = 256
+"""Vocabularies above 4 blocks are drawn by blocks of this many tokens (`_inverse_cdf`)."""
+
+
+def _inverse_cdf(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF draw, one uniform per row (cheaper than multinomial's exponential race on the CPU).
+    weights [N, V] >= 0 (unnormalised, each row some > 0), u [N, 1] in (0, 1] -> the token j [N] with
+    cdf[j - 1] < u * cdf[V - 1] <= cdf[j]; a token of weight 0 is never drawn.
+
+    Large vocabularies go by blocks of `CDF_BLOCK` tokens, the same draw with two short scans for one of length V:
+    the block from the running sums of block totals, then the token from the running sum inside that block."""
+    n, v = weights.shape
+    if v <= 4 * CDF_BLOCK:
+        cdf = weights.cumsum(-1)
+        return (cdf < u * cdf[:, -1:]).sum(-1).clamp_(max=v - 1)
+    blocks = F.pad(weights, (0, (-v) % CDF_BLOCK)).view(n, -1, CDF_BLOCK)  # [N, B, C], padding of weight 0
+    block_cdf = blocks.sum(-1).cumsum(-1)  # [N, B]
+    target = u * block_cdf[:, -1:]  # [N, 1]
+    b = (block_cdf < target).sum(-1)  # the first block whose running sum reaches the target
+    before = torch.where(b > 0, block_cdf.gather(-1, (b - 1).clamp(min=0)[:, None]).squeeze(-1), 0.0)
+    inner = blocks.gather(1, b[:, None, None].expand(n, 1, CDF_BLOCK)).squeeze(1).cumsum(-1)  # [N, C]
+    # target > before, so the rest is > 0; capped at the block's own sum against rounding, so the token drawn has a
+    # weight > 0 (the last such token of the block at most)
+    rest = torch.minimum(target.squeeze(-1) - before, inner[:, -1])
+    return b * CDF_BLOCK + (inner < rest[:, None]).sum(-1)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -179,11 +214,113 @@ def _positions(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().cumsum(-1) - 1).clamp_(min=0)
 
 
+def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    # as HF's Qwen2RMSNorm: normalise in float32, scale in the weight's dtype
+    return weight * F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    h = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., h:], x[..., :h]), dim=-1) * sin
+
+
+def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor, n_kv: int,
+               reduce_kernel: bool) -> torch.Tensor:
+    """q [n, H, s, D], k/v [n, KV, L, D], attn_mask bool broadcastable to [n, 1, s, L] -> [n, H, s, D]."""
+    n, n_heads, s, d = q.shape
+    if s > 1:  # prefill: the fused kernel
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, enable_gqa=n_kv != n_heads)
+    g = n_heads // n_kv
+    q = q.view(n, n_kv, g, 1, d)
+    if reduce_kernel:  # compiled: products and sums that inductor fuses into one loop, no [.., L, D] intermediate
+        scores = (q * k[:, :, None]).sum(-1) * (d ** -0.5)  # [n, KV, g, L]
+        scores = scores.masked_fill(~attn_mask.view(n, 1, 1, -1), float("-inf"))
+        return (torch.softmax(scores, dim=-1)[..., None] * v[:, :, None]).sum(-2).view(n, n_heads, 1, d)
+    # eager: grouped matmuls without expanding K/V (faster than SDPA's kernel for tiny shapes)
+    scores = torch.matmul(q.squeeze(3), k.transpose(-1, -2)) * (d ** -0.5)
+    scores = scores.masked_fill(~attn_mask.view(n, 1, 1, -1), float("-inf"))
+    return torch.matmul(torch.softmax(scores, dim=-1), v).view(n, n_heads, 1, d)
+
+
+def _fused_forward(ids: torch.Tensor, rope_pos: torch.Tensor, slots: torch.Tensor, attn_mask: torch.Tensor,
+                   weights: tuple, ks: list, vs: list, cos_tab: torch.Tensor, sin_tab: torch.Tensor,
+                   dims: tuple[int, int, int], reduce_kernel: bool) -> torch.Tensor:
+    """A Llama-family forward over new tokens: ids [n, s] at rotary positions rope_pos [n, s], their keys and values
+    written to cache slots `slots` [s] of ks / vs (per layer [n, KV, L, D], updated in place); the queries attend
+    to the first M slots, as attn_mask (bool, broadcastable to [n, 1, s, M]) allows. Returns the last position's
+    logits [n, V]. The model's own weights (`_FusedDecoder.weights`) and math; q/k/v and gate/up are one matmul
+    each."""
+    embed, layers, (norm_w, norm_eps), head_w, head_b = weights
+    n_heads, n_kv, d = dims
+    n, s = ids.shape
+    m = attn_mask.shape[-1]
+    h = F.embedding(ids, embed)
+    cos, sin = cos_tab[rope_pos][:, None], sin_tab[rope_pos][:, None]  # [n, 1, s, D]
+    hq, hk = n_heads * d, n_kv * d
+    for (ln1, eps1, qkv_w, qkv_b, o_w, o_b, ln2, eps2, gate_up_w, down_w), k_cache, v_cache in zip(layers, ks, vs):
+        qkv = F.linear(_rms(h, ln1, eps1), qkv_w, qkv_b)
+        q = qkv[..., :hq].view(n, s, n_heads, d).transpose(1, 2)
+        k = qkv[..., hq:hq + hk].view(n, s, n_kv, d).transpose(1, 2)
+        k_cache.index_copy_(2, slots, _rotate(k, cos, sin))
+        v_cache.index_copy_(2, slots, qkv[..., hq + hk:].view(n, s, n_kv, d).transpose(1, 2))
+        o = _attention(_rotate(q, cos, sin), k_cache[:, :, :m], v_cache[:, :, :m], attn_mask, n_kv, reduce_kernel)
+        h = h + F.linear(o.transpose(1, 2).reshape(n, s, hq), o_w, o_b)
+        gate, up = F.linear(_rms(h, ln2, eps2), gate_up_w).chunk(2, dim=-1)
+        h = h + F.linear(F.silu(gate) * up, down_w)
+    return F.linear(_rms(h[:, -1], norm_w, norm_eps), head_w, head_b)
+
+
+# torch.compile'd twins of the decode step and the draw, made on first use. The row and cache-length dimensions
+# are marked dynamic (rows drop out as they finish; prompts differ in length) and a step attends to the whole
+# cache under a mask, so one compilation serves a whole run; the weights are arguments, so training them in place
+# needs none. Where compilation fails (no C compiler, an unsupported device) sampling falls back to the eager
+# functions, once, with a warning.
+_COMPILED: dict[str, Callable] = {}
+_COMPILE_FAILED: list[str] = []
+
+
+def _maybe_compiled(name: str, fn: Callable, compile: bool, dynamic_dims: Callable) -> Callable:
+    """`fn`, or its compiled twin when `compile`; `dynamic_dims(*args)` yields (tensor, dim) pairs to mark dynamic."""
+    if not compile or _COMPILE_FAILED:
+        return fn
+    if name not in _COMPILED:
+        _COMPILED[name] = torch.compile(fn, dynamic=False)
+    compiled = _COMPILED[name]
+
+    def call(*args):
+        if _COMPILE_FAILED:
+            return fn(*args)
+        for x, dim in dynamic_dims(*args):
+            torch._dynamo.maybe_mark_dynamic(x, dim)
+        try:
+            return compiled(*args)
+        except Exception as e:  # compilation failed: eager from now on (same math, same draws)
+            import warnings
+
+            _COMPILE_FAILED.append(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+            warnings.warn(f"explorl: torch.compile of the sampler failed ({_COMPILE_FAILED[0]}); sampling without "
+                          "it (sampling.compile: false skips the attempt)", RuntimeWarning, stacklevel=2)
+            return fn(*args)
+    return call
+
+
+def _step_dynamic_dims(ids, rope_pos, slots, attn_mask, weights, ks, vs, cos_tab, sin_tab, *_):
+    yield from ((ids, 0), (rope_pos, 0), (attn_mask, 0), (attn_mask, 3), (cos_tab, 0), (sin_tab, 0))
+    for cache in (*ks, *vs):
+        yield from ((cache, 0), (cache, 2))
+
+
+def _draw_dynamic_dims(logits, temp, top_p, u):
+    yield from ((logits, 0), (temp, 0), (u, 0))
+
+
 class _FusedDecoder:
     """Llama-family decoding with a preallocated cache and fused projections (same weights, same math).
 
     Prompts are prefilled once each and their cache rows repeated for the n_i samples; rows that finished
-    are dropped from the batch (`keep`), so the cost follows the live responses, not the longest one.
+    are dropped from the batch (`keep`), so the cost follows the live responses, not the longest one. With
+    `compile`, each decode step is one torch.compile'd graph (`_fused_forward`): on the CPU a handful of fused C++
+    loops and the matmuls per layer instead of some thirty small kernels, each paying Python's dispatch.
     """
 
     SUPPORTED = ("qwen2", "llama", "mistral")
@@ -205,67 +342,32 @@ class _FusedDecoder:
         inner = getattr(model, "model", None)
         return inner is not None and hasattr(inner, "layers") and hasattr(inner, "rotary_emb")
 
-    def __init__(self, model):
+    def __init__(self, model, compile: bool = False):
         self.model = model
         inner = model.model
         self.inner = inner
         cfg = model.config
-        self.n_heads = cfg.num_attention_heads
-        self.n_kv = getattr(cfg, "num_key_value_heads", None) or self.n_heads
-        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.n_heads
-        self.layers = []
+        n_heads = cfg.num_attention_heads
+        self.n_kv = getattr(cfg, "num_key_value_heads", None) or n_heads
+        self.dims = (n_heads, self.n_kv, getattr(cfg, "head_dim", None) or cfg.hidden_size // n_heads)
+        layers = []
         for layer in inner.layers:
             a, m = layer.self_attn, layer.mlp
-            qkv_w = torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight], dim=0).detach()
             qkv_b = None
             if a.q_proj.bias is not None:
                 qkv_b = torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias], dim=0).detach()
-            gate_up_w = torch.cat([m.gate_proj.weight, m.up_proj.weight], dim=0).detach()
-            self.layers.append(dict(
-                ln1=(layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon),
-                ln2=(layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon),
-                qkv_w=qkv_w, qkv_b=qkv_b, o=a.o_proj, gate_up_w=gate_up_w, down=m.down_proj))
-        self.final_norm = (inner.norm.weight, inner.norm.variance_epsilon)
-
-    @staticmethod
-    def _rms(x: torch.Tensor, norm) -> torch.Tensor:
-        weight, eps = norm
-        # as HF's Qwen2RMSNorm: normalise in float32, scale in the weight's dtype
-        return weight * F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype)
-
-    def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        h = x.shape[-1] // 2
-        return x * cos + torch.cat((-x[..., h:], x[..., :h]), dim=-1) * sin
-
-    def _attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
-        """q [n, H, s, D], k/v [n, KV, L, D], attn_mask bool broadcastable to [n, 1, s, L] -> [n, H, s, D]."""
-        n, _, s, d = q.shape
-        if s > 1:  # prefill: the fused kernel
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, enable_gqa=self.n_kv != self.n_heads)
-        # one query per row: grouped matmuls without expanding K/V (faster than SDPA's kernel for tiny shapes)
-        g = self.n_heads // self.n_kv
-        scores = torch.matmul(q.view(n, self.n_kv, g, d), k.transpose(-1, -2)) * (d ** -0.5)
-        scores = scores.masked_fill(~attn_mask.view(n, 1, 1, -1), float("-inf"))
-        return torch.matmul(torch.softmax(scores, dim=-1), v).view(n, self.n_heads, 1, d)
-
-    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, start: int, attn_mask) -> torch.Tensor:
-        n, s = ids.shape
-        h = self.inner.embed_tokens(ids)
-        cos, sin = self.cos[positions][:, None], self.sin[positions][:, None]  # [n, 1, s, D]
-        hq, hk = self.n_heads * self.head_dim, self.n_kv * self.head_dim
-        end = start + s
-        for i, lw in enumerate(self.layers):
-            qkv = F.linear(self._rms(h, lw["ln1"]), lw["qkv_w"], lw["qkv_b"])
-            q = qkv[..., :hq].view(n, s, self.n_heads, self.head_dim).transpose(1, 2)
-            k = qkv[..., hq:hq + hk].view(n, s, self.n_kv, self.head_dim).transpose(1, 2)
-            v = qkv[..., hq + hk:].view(n, s, self.n_kv, self.head_dim).transpose(1, 2)
-            self.k[i][:, :, start:end] = self._rotate(k, cos, sin)
-            self.v[i][:, :, start:end] = v
-            o = self._attention(self._rotate(q, cos, sin), self.k[i][:, :, :end], self.v[i][:, :, :end], attn_mask)
-            h = h + lw["o"](o.transpose(1, 2).reshape(n, s, hq))
-            gate, up = F.linear(self._rms(h, lw["ln2"]), lw["gate_up_w"]).chunk(2, dim=-1)
-            h = h + lw["down"](F.silu(gate) * up)
-        return self.model.lm_head(self._rms(h[:, -1], self.final_norm))
+            layers.append((
+                layer.input_layernorm.weight.detach(), layer.input_layernorm.variance_epsilon,
+                torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight], dim=0).detach(), qkv_b,
+                a.o_proj.weight.detach(), None if a.o_proj.bias is None else a.o_proj.bias.detach(),
+                layer.post_attention_layernorm.weight.detach(), layer.post_attention_layernorm.variance_epsilon,
+                torch.cat([m.gate_proj.weight, m.up_proj.weight], dim=0).detach(), m.down_proj.weight.detach()))
+        head = model.lm_head
+        self.weights = (inner.embed_tokens.weight.detach(), tuple(layers),
+                        (inner.norm.weight.detach(), inner.norm.variance_epsilon), head.weight.detach(),
+                        None if head.bias is None else head.bias.detach())
+        self.compile = compile
+        self._step = _maybe_compiled("decode", _fused_forward, compile, _step_dynamic_dims)
 
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor, total: int, repeats: torch.Tensor) -> torch.Tensor:
         """Prefill B distinct prompts [B, P]; cache rows are then repeated `repeats[b]` times."""
@@ -274,20 +376,23 @@ class _FusedDecoder:
         positions = torch.arange(total, device=ids.device)[None]
         cos, sin = self.inner.rotary_emb(self.inner.embed_tokens.weight[:1, None], positions)
         self.cos, self.sin = cos[0], sin[0]  # [total, D] tables, indexed by position
-        shape = (b, self.n_kv, total, self.head_dim)
-        self.k = [torch.zeros(shape, dtype=dtype, device=ids.device) for _ in self.layers]
-        self.v = [torch.zeros(shape, dtype=dtype, device=ids.device) for _ in self.layers]
+        shape = (b, self.n_kv, total, self.dims[2])
+        self.k = [torch.zeros(shape, dtype=dtype, device=ids.device) for _ in self.weights[1]]
+        self.v = [torch.zeros(shape, dtype=dtype, device=ids.device) for _ in self.weights[1]]
         causal = torch.ones((p, p), dtype=torch.bool, device=ids.device).tril()
         allowed = causal[None] & mask.bool()[:, None, :]
         allowed |= torch.eye(p, dtype=torch.bool, device=ids.device)[None]  # pad queries see themselves: no NaN rows
-        logits = self._forward(ids, _positions(mask), 0, allowed[:, None])
+        logits = _fused_forward(ids, _positions(mask), torch.arange(p, device=ids.device), allowed[:, None],
+                                self.weights, self.k, self.v, self.cos, self.sin, self.dims, False)
         self.k = [k.repeat_interleave(repeats, dim=0) for k in self.k]
         self.v = [v.repeat_interleave(repeats, dim=0) for v in self.v]
         mask = mask.repeat_interleave(repeats, dim=0)
-        self.key_valid = torch.ones((mask.shape[0], total), dtype=torch.bool, device=ids.device)
+        # the slots each row attends to: its prompt's, then each generated token's as it is written
+        self.key_valid = torch.zeros((mask.shape[0], total), dtype=torch.bool, device=ids.device)
         self.key_valid[:, :p] = mask.bool()
         self.next_pos = mask.sum(-1, keepdim=True)
         self.p = p
+        self.slots = torch.arange(p, total, device=ids.device)  # the cache slot of generated token t: slots[t]
         return logits.repeat_interleave(repeats, dim=0)
 
     def keep(self, rows: torch.Tensor) -> None:
@@ -298,14 +403,19 @@ class _FusedDecoder:
         self.next_pos = self.next_pos[rows]
 
     def step(self, tokens: torch.Tensor, t: int) -> torch.Tensor:
-        end = self.p + t + 1
-        return self._forward(tokens[:, None], self.next_pos + t, self.p + t, self.key_valid[:, None, None, :end])
+        slot = self.p + t
+        self.key_valid[:, slot] = True
+        # the slots written so far (the mask's length is a dynamic dimension of the compiled graph)
+        compiled = self.compile and not _COMPILE_FAILED
+        return self._step(tokens[:, None], self.next_pos + t, self.slots[t:t + 1],
+                          self.key_valid[:, None, None, :slot + 1], self.weights, self.k, self.v, self.cos, self.sin,
+                          self.dims, compiled)
 
 
 @torch.no_grad()
 def sample(model, prompts: Sequence[Sequence[int]], n: int | Sequence[int], *, eos_token_id: int | Sequence[int],
            pad_token_id: int, max_new_tokens: int, temperature: Temperature = 1.0, top_p: float = 1.0,
-           generator: torch.Generator | None = None, fast_path: bool = True) -> Rollouts:
+           generator: torch.Generator | None = None, fast_path: bool = True, compile: bool = False) -> Rollouts:
     """Sample `n_i` responses for each prompt.
 
     Args:
@@ -316,6 +426,8 @@ def sample(model, prompts: Sequence[Sequence[int]], n: int | Sequence[int], *, e
         top_p: nucleus mass (1.0 = off).
         generator: a torch.Generator on the model's device, for reproducible draws.
         fast_path: use the fused Llama-family decoder when it applies.
+        compile: with the fused decoder, run each decode step and draw as torch.compile'd graphs (`sampling.compile`;
+            the first call of a process compiles, seconds to a minute; the draws are the same up to float rounding).
     Returns:
         Rollouts with N = sum(n_i) rows in prompt order (group[i] = index of the prompt).
     """
@@ -342,7 +454,9 @@ def sample(model, prompts: Sequence[Sequence[int]], n: int | Sequence[int], *, e
     ids, pmask = uniq_ids.repeat_interleave(repeats, dim=0), uniq_mask.repeat_interleave(repeats, dim=0)
     was_training = model.training
     model.eval()
-    decoder = _FusedDecoder(model) if fast_path and _FusedDecoder.applies(model) else _GenericDecoder(model)
+    fused = fast_path and _FusedDecoder.applies(model)
+    decoder = _FusedDecoder(model, compile) if fused else _GenericDecoder(model)
+    draw = _maybe_compiled("draw", _sample_step, compile and fused, _draw_dynamic_dims)
     tokens = torch.full((num, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
     logps = torch.zeros((num, max_new_tokens), device=device)
     ents = torch.zeros((num, max_new_tokens), device=device)
@@ -350,13 +464,17 @@ def sample(model, prompts: Sequence[Sequence[int]], n: int | Sequence[int], *, e
     mask = torch.zeros((num, max_new_tokens), device=device)
     alive = torch.zeros(num, dtype=torch.bool, device=device)  # per original row: no EOS by the end
     rows = torch.arange(num, device=device)  # original row of each row of the decoder's (compacted) batch
+    pad_rows = 0  # finished rows kept last in the batch so a compiled step never meets a batch of 1
     length = 0
     try:
         logits = decoder.prefill(uniq_ids, uniq_mask, ids.shape[1] + max_new_tokens, repeats)
         live = torch.ones(num, dtype=torch.bool, device=device)  # per row of the decoder's batch
         for t in range(max_new_tokens):
             temp = temp_at(t)[rows]
-            tok, lp, ent = _sample_step(logits, temp, top_p, generator)
+            u = _uniforms(len(rows) - pad_rows, device, generator)  # the eager path's stream, padding or not
+            if pad_rows:
+                u = torch.cat([u, u.new_ones((pad_rows, 1))])
+            tok, lp, ent = draw(logits, temp, top_p, u)
             tok = torch.where(live, tok, torch.full_like(tok, pad_token_id))
             live_f = live.float()
             tokens[rows, t] = tok
@@ -369,8 +487,12 @@ def sample(model, prompts: Sequence[Sequence[int]], n: int | Sequence[int], *, e
             n_live = int(live.sum())
             if n_live == 0 or t + 1 == max_new_tokens:
                 break
-            if len(rows) - n_live >= max(1, len(rows) // 8):  # drop finished rows: later steps cost only live ones
+            real = len(rows) - pad_rows
+            if real - n_live >= max(1, real // 8):  # drop finished rows: later steps cost only live ones
                 keep = live.nonzero().squeeze(-1)
+                pad_rows = int(compile and fused and n_live == 1)  # a batch of 1: a compilation of its own
+                if pad_rows:
+                    keep = torch.cat([keep, (~live).nonzero()[:1, 0]])
                 decoder.keep(keep)
                 rows, tok, live = rows[keep], tok[keep], live[keep]
             logits = decoder.step(tok, t)

@@ -306,7 +306,8 @@ def trainer_needs(cfg: Config) -> list[str]:
     return list(dict.fromkeys(reasons))
 
 
-VERL_SAMPLING = ("group_size", "temperature", "top_p", "max_new_tokens", "fast_path", "engine", "vllm_memory")
+VERL_SAMPLING = ("group_size", "temperature", "top_p", "max_new_tokens", "fast_path", "compile", "engine",
+                 "vllm_memory")
 """`sampling` fields verl's own keys carry (or that only tune explorl's sampler)."""
 
 
@@ -334,8 +335,8 @@ ALGO_OWNED = ("advantage", "loss", "eps_low", "eps_high", "loss_agg", "kl_coef",
 DROPPED = {
     "model.attn_implementation": "verl picks the attention kernel (flash_attention_2)",
     "model.gradient_checkpointing": "verl's actor_rollout_ref.model.enable_gradient_checkpointing decides",
-    "sampling.fast_path, sampling.engine": "explorl's own sampler (verl samples with its rollout engine, "
-                                           "actor_rollout_ref.rollout.name)",
+    "sampling.fast_path, sampling.compile, sampling.engine": "explorl's own sampler (verl samples with its rollout "
+                                                             "engine, actor_rollout_ref.rollout.name)",
     "algo.micro_batch_size, algo.length_buckets": "verl splits micro-batches by tokens (use_dynamic_bsz), the same "
                                                   "gradient",
     "run.threads, run.log_samples, run.max_nonfinite_steps": "explorl's own loop only (verl skips non-finite "
