@@ -15,15 +15,15 @@ from (temperature, then top-p renormalisation) and the entropy of the temperatur
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence, Union
 
 import torch
 import torch.nn.functional as F
 
 from explorl.metrics import token_entropy
 
-Temperature = Union[float, Sequence[float], torch.Tensor, Callable[[int], Union[float, torch.Tensor]]]
+Temperature = float | Sequence[float] | torch.Tensor | Callable[[int], float | torch.Tensor]
 
 
 @dataclass
@@ -44,12 +44,12 @@ class Rollouts:
     def lengths(self) -> torch.Tensor:
         return self.mask.sum(-1).long()
 
-    def select(self, index: torch.Tensor) -> "Rollouts":
+    def select(self, index: torch.Tensor) -> Rollouts:
         """Rows `index` of every field (mini-batching, dynamic sampling)."""
         return Rollouts(**{k: getattr(self, k)[index] for k in self.__dataclass_fields__})
 
     @staticmethod
-    def cat(parts: Sequence["Rollouts"], pad_token_id: int) -> "Rollouts":
+    def cat(parts: Sequence[Rollouts], pad_token_id: int) -> Rollouts:
         """Stack rollouts of several sampling rounds (DAPO dynamic sampling): prompts re-left-padded to one width,
         responses re-right-padded to one length. Group ids are kept as they are: make them distinct first."""
         width = max(p.prompt_ids.shape[1] for p in parts)
