@@ -139,9 +139,10 @@ class SamplingConfig:
     generic path that calls the Hugging Face forward with a KV cache."""
     compile: bool = True
     """With the fused path: run each decoding step as a torch.compile'd graph (C++ loops on the CPU, Triton kernels
-    on CUDA), 1.5-2x the eager path's tokens per second on small models (bench/RESULTS.md). The first sampling call
-    of a process compiles, seconds to a minute (cached on disk for later processes); where compilation fails the
-    sampler warns once and decodes eagerly. The draws are the eager path's up to float rounding."""
+    on CUDA), 1.3-1.8x the eager path's tokens per second on the small models of bench/RESULTS.md. The first
+    sampling call of a process compiles, seconds to a minute (cached on disk for later processes); where
+    compilation fails the sampler warns once and decodes eagerly. The draws are the eager path's up to float
+    rounding."""
     engine: Literal["explorl", "vllm"] = "explorl"
     """Who samples the training rollouts: `explorl` (its own sampler) or `vllm` (a vLLM engine in the training
     process, its weights synced from the policy in memory before every step; `pip install vllm` on a GPU,
