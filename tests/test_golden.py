@@ -31,6 +31,12 @@ fails: ERPO's gamma 5 -> 5.5 exceeds the bound 2.8x, its eta 0.2 -> 0.21 34x, it
 (a PPO KL near 0, step 4) between AVX2 at 1 thread and no vectorisation at 2 threads: 2e-3 + 1e-5.
 Keys added later (`loss/ratio_min`, `loss/kl_cov_penalty_share`) were appended by replaying the recorded configs,
 every value recorded before checked unchanged within these tolerances.
+The compiled training forward (`model.compile`, on by default since 2026-11-25) is one more kernel variant: replayed
+with it, every run stays within the bounds above except `dapo_updates` (its PPO KL of -1e-3 at step 4, after 48
+updates at lr 0.01, moved by 1.05e-2 relative: 3e-2 + 1e-5); `dapo` came to 0.8 of its bound (entropy/neg 7.8e-6
+relative at step 3) and gets 1e-4 + 1e-5. Before that variant's padding-row fix (the embedding
+row of the pad token took a gradient the model's `padding_idx` withholds) the guard failed `grpo`'s gradient norm
+by 2% at step 1.
 """
 
 from __future__ import annotations
@@ -112,7 +118,7 @@ def test_golden_runs_are_unchanged(tiny_model_dir, tmp_path):
 
 # (relative, absolute) float tolerance per golden run: see the module docstring for the measurements behind them
 TOLERANCE = {"erpo": (1e-4, 1e-5), "composed": (2e-2, 1e-4), "kl_cov_entropy_adv": (2e-2, 1e-4),
-             "dapo_updates": (2e-3, 1e-5)}
+             "dapo_updates": (3e-2, 1e-5), "dapo": (1e-4, 1e-5)}
 DEFAULT_TOLERANCE = (1e-5, 1e-6)
 
 

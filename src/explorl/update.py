@@ -57,6 +57,11 @@ def on_policy_single_update(cfg: Config) -> bool:
     return single_update_shortcut(cfg.algo, lookup("temperature_schedule", cfg.sampling.schedule).behavior_is_policy)
 
 
+def fused_compile(cfg: Config) -> bool:
+    """`model.compile`, unless gradient checkpointing asks for the Hugging Face forward's recomputation."""
+    return cfg.model.compile and not cfg.model.gradient_checkpointing
+
+
 def _micro_batches(mb: torch.Tensor, lengths: torch.Tensor, a) -> list[torch.Tensor]:
     """Positions in mini-batch `mb` of each micro-batch: rows sorted by length (longest first) and cut into
     `micro_batch_size` rows, or into `length_buckets` parts, so each forward pads only to its own longest row.
@@ -93,7 +98,7 @@ def update_policy(model, optimizer, scheduler, ro: Rollouts, batch: RolloutBatch
                 lead = int((prompt_mask.cumsum(-1) == 0).sum(-1).min())  # left-padding columns common to all rows
                 lp, ent = response_logprobs(model, ro.prompt_ids[rows, lead:], prompt_mask[:, lead:],
                                             ro.response_ids[rows, :width], micro.loss_mask, temp,
-                                            with_entropy=need_entropy)
+                                            with_entropy=need_entropy, compile=fused_compile(cfg))
                 loss, st = policy_objective(lp, ent, batch.select(rows, width), micro, a, generator=shuffle)
                 if not torch.isfinite(loss):
                     raise NonFiniteError(f"loss is {float(loss.detach())} (pg={st.get('loss/pg')}); update skipped")
@@ -127,12 +132,12 @@ def rollout_batch(model, ref, ro: Rollouts, rewards: list[float], temperature: f
         old_lp, old_ent = None, ro.entropy
     else:
         old_lp, old_ent = response_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.mask,
-                                            temperature)
+                                            temperature, compile=fused_compile(cfg))
     ref_lp = None
     if requirements(cfg.algo).ref:
         with reference_mode(model, ref) as ref_model:
             ref_lp, _ = response_logprobs(ref_model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.mask,
-                                          temperature, with_entropy=False)
+                                          temperature, with_entropy=False, compile=fused_compile(cfg))
     return RolloutBatch(mask=ro.mask, rewards=torch.tensor(rewards, dtype=torch.float32, device=ro.mask.device),
                         group=ro.group, max_response_len=cfg.sampling.max_new_tokens, logprobs=old_lp,
                         behavior_logprobs=ro.behavior_logprobs, ref_logprobs=ref_lp, entropy=old_ent,

@@ -236,7 +236,8 @@ def test_one_update_with_lr_zero_moves_nothing(tiny_model, char_tokenizer):
     delta = (eff["logprobs_after"].exp() - eff["logprobs_before"].exp()) * ro.mask
     assert torch.equal(delta, torch.zeros_like(delta))
     assert torch.equal(eff["entropy_after"], eff["entropy_before"])
-    lp, _ = response_logprobs(tiny_model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.mask, 1.0)
+    lp, _ = response_logprobs(tiny_model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.mask, 1.0,
+                              compile=cfg.model.compile)
     assert torch.equal(eff["logprobs_before"], lp)  # pi_old is the training forward
     assert eff["advantages"].abs().sum() > 0  # the step had something to learn from
 

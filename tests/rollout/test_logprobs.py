@@ -136,3 +136,33 @@ def test_padding_does_not_change_a_row(tiny_model):
 def test_position_ids_skip_left_padding():
     mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1], [0, 0, 0, 0, 1]])
     assert position_ids_from_mask(mask).tolist() == [[0, 0, 0, 1, 2], [0, 1, 2, 3, 4], [0, 0, 0, 0, 0]]
+
+
+@pytest.mark.parametrize("temp_kind", list(TEMPERATURES))
+def test_compiled_fused_forward_gives_the_models_values_and_gradients(model, temp_kind):
+    # model.compile: the decoder as `_fused_hidden` under torch.compile against the Hugging Face forward, the same
+    # padded batch (left-padded prompts, padded and empty responses, pad tokens of id 0 in both): log-probs,
+    # entropies and the gradient of every parameter. The pad row of the embedding gets no gradient in the model
+    # (padding_idx); a fused forward that forgot it changed the golden runs' gradient norm by 2%.
+    batch = _batch(model.config.vocab_size, seed=4)
+    temp = TEMPERATURES[temp_kind]()
+    weights = torch.randn((4, T), generator=torch.Generator().manual_seed(5))
+    got = {}
+    for compile in (False, True):
+        model.zero_grad()
+        lp, ent = response_logprobs(model, *batch, temp, compile=compile)
+        ((lp * weights).sum() + 0.5 * ent.sum()).backward()
+        got[compile] = lp.detach(), ent.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+    torch.testing.assert_close(got[True][0], got[False][0], atol=1e-5, rtol=0)
+    torch.testing.assert_close(got[True][1], got[False][1], atol=1e-5, rtol=0)
+    for name, grad in got[False][2].items():
+        torch.testing.assert_close(got[True][2][name], grad, atol=1e-4, rtol=1e-4, msg=name)
+    assert (batch[0] == PAD).any() and (batch[2] == PAD).any()  # the premise: pad tokens in prompts and responses
+
+
+def test_the_fused_forward_declines_models_it_would_change(tiny_model):
+    from explorl.rollout.logprobs import _fused_params
+
+    assert _fused_params(tiny_model) is not None
+    tiny_model.config.attention_dropout = 0.1  # dropout in training: the model's own forward keeps it
+    assert _fused_params(tiny_model) is None

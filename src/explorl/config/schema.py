@@ -53,6 +53,12 @@ class ModelConfig:
     """Attention kernel passed to `from_pretrained` (`sdpa`, `eager`, `flash_attention_2`)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass to save memory on large models."""
+    compile: bool = True
+    """For Llama-family models (Qwen2, Llama; no dropout, no LoRA, no gradient checkpointing): run the training
+    forward (log-probs and entropies of the update, pi_old and the reference) as one fused function of the
+    model's parameters compiled by torch.compile, forward and backward. The first update of a process compiles,
+    seconds to a minute; where compilation fails it warns once and runs eagerly. The values are the Hugging Face
+    forward's up to float rounding."""
     lora: LoraConfig = field(default_factory=LoraConfig)
     """Optional LoRA adapters."""
 

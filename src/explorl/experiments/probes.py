@@ -25,7 +25,7 @@ Every function is deterministic given its generators. Readings chosen here (the 
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -399,6 +399,7 @@ def one_update_effects(model, ro, rewards: Sequence[float], cfg, *, temperature:
     from explorl.algos.step import compute_advantages
     from explorl.rollout.logprobs import response_logprobs
     from explorl.trainer import make_optimizer, rollout_batch, update_policy
+    from explorl.update import fused_compile
 
     device = ro.mask.device
     batch = rollout_batch(model, ref, ro, list(rewards), temperature, cfg, pi_old_from_update=False)
@@ -414,7 +415,7 @@ def one_update_effects(model, ro, rewards: Sequence[float], cfg, *, temperature:
     optimizer.zero_grad(set_to_none=True)
     with torch.no_grad():
         lp_after, ent_after = response_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.mask,
-                                                temperature)
+                                                temperature, compile=fused_compile(cfg))  # the forward of pi_old
     return {"logprobs_before": batch.logprobs, "logprobs_after": lp_after, "entropy_before": batch.entropy,
             "entropy_after": ent_after, "advantages": prepared.advantages, "stats": stats}
 

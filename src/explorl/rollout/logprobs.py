@@ -67,21 +67,86 @@ def _block_stats(hidden: torch.Tensor, weight: torch.Tensor, bias, targets: torc
     return lp, ent
 
 
+def _fused_hidden(ids: torch.Tensor, attention_mask: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                  params: tuple, dims: tuple[int, int, int]) -> torch.Tensor:
+    """The decoder of a Llama-family model as one function of its parameters (the sampler's fused math, without a
+    cache): ids [N, L], attention_mask [N, L] (1 on real tokens), cos / sin [N, L, D] of each position -> the final
+    normalised hidden states [N, L, H]. Differentiable in `params` (the model's own parameters), so the training
+    forward and backward compile to a few fused loops and the matmuls (`model.compile`)."""
+    from explorl.rollout.sampler import _rms, _rotate
+
+    (embed, padding_idx), layers, (norm_w, norm_eps) = params
+    n_heads, n_kv, d = dims
+    n, length = ids.shape
+    causal = torch.ones((length, length), dtype=torch.bool, device=ids.device).tril()
+    allowed = causal[None] & attention_mask.bool()[:, None, :]
+    allowed = allowed | torch.eye(length, dtype=torch.bool, device=ids.device)[None]  # pad queries: no NaN rows
+    cos, sin = cos[:, None], sin[:, None]  # [N, 1, L, D]
+    h = torch.nn.functional.embedding(ids, embed, padding_idx)  # the pad row gets no gradient, as in the model
+    for ln1, eps1, q_w, k_w, v_w, q_b, k_b, v_b, o_w, o_b, ln2, eps2, gate_w, up_w, down_w in layers:
+        qkv_b = None if q_b is None else torch.cat([q_b, k_b, v_b])
+        qkv = torch.nn.functional.linear(_rms(h, ln1, eps1), torch.cat([q_w, k_w, v_w]), qkv_b)
+        hq, hk = n_heads * d, n_kv * d
+        q = qkv[..., :hq].view(n, length, n_heads, d).transpose(1, 2)
+        k = qkv[..., hq:hq + hk].view(n, length, n_kv, d).transpose(1, 2)
+        v = qkv[..., hq + hk:].view(n, length, n_kv, d).transpose(1, 2)
+        o = torch.nn.functional.scaled_dot_product_attention(_rotate(q, cos, sin), _rotate(k, cos, sin), v,
+                                                             attn_mask=allowed[:, None],
+                                                             enable_gqa=n_kv != n_heads)
+        h = h + torch.nn.functional.linear(o.transpose(1, 2).reshape(n, length, hq), o_w, o_b)
+        gate, up = torch.nn.functional.linear(_rms(h, ln2, eps2), torch.cat([gate_w, up_w])).chunk(2, dim=-1)
+        h = h + torch.nn.functional.linear(torch.nn.functional.silu(gate) * up, down_w)
+    return _rms(h, norm_w, norm_eps)
+
+
+def _fused_params(model) -> tuple | None:
+    """(`_fused_hidden`'s params, dims) of a model the sampler's fused decoder takes and that trains without
+    dropout; None otherwise."""
+    from explorl.rollout.sampler import _FusedDecoder
+
+    cfg = model.config
+    if not _FusedDecoder.applies(model) or getattr(cfg, "attention_dropout", 0.0):
+        return None
+    layers = []
+    for layer in model.model.layers:
+        a, m = layer.self_attn, layer.mlp
+        layers.append((layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon, a.q_proj.weight,
+                       a.k_proj.weight, a.v_proj.weight, a.q_proj.bias, a.k_proj.bias, a.v_proj.bias, a.o_proj.weight,
+                       a.o_proj.bias, layer.post_attention_layernorm.weight,
+                       layer.post_attention_layernorm.variance_epsilon, m.gate_proj.weight, m.up_proj.weight,
+                       m.down_proj.weight))
+    n_heads = cfg.num_attention_heads
+    dims = (n_heads, getattr(cfg, "num_key_value_heads", None) or n_heads,
+            getattr(cfg, "head_dim", None) or cfg.hidden_size // n_heads)
+    inner = model.model
+    return ((inner.embed_tokens.weight, inner.embed_tokens.padding_idx), tuple(layers),
+            (inner.norm.weight, inner.norm.variance_epsilon)), dims
+
+
+def _hidden_dynamic_dims(ids, attention_mask, cos, sin, *_):
+    for x in (ids, attention_mask, cos, sin):
+        yield from ((x, 0), (x, 1))
+
+
 def response_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_ids: torch.Tensor,
                       response_mask: torch.Tensor, temperature=1.0, *, with_entropy: bool = True,
-                      chunk_size: int = 2048):
+                      chunk_size: int = 2048, compile: bool = False):
     """Log-probs (and entropies) of the response tokens under softmax(logits / temperature).
 
     For Llama-family models (`HEAD_SPLIT_MODEL_TYPES`) the decoder runs once and the output layer is applied to
     blocks of about `chunk_size` tokens (all N rows x chunk_size // N positions); with gradients enabled each block
     is checkpointed (recomputed in the backward pass), so neither pass holds the float32 [N, T, V] logits: the
-    peak is one [N, max(1, chunk_size // N), V] block. Other models go through their own forward (`logits_to_keep` limits it to the response positions).
+    peak is one [N, max(1, chunk_size // N), V] block. Other models go through their own forward (`logits_to_keep`
+    limits it to the response positions).
 
     Args:
         prompt_ids: [N, P] left-padded prompts; prompt_mask: [N, P] (1 = real token).
         response_ids: [N, T]; response_mask: [N, T] float (1 on response tokens incl. EOS).
         temperature: float, [N] (per response) or [N, T] (per token).
         chunk_size: tokens (rows x positions) per block of the output layer.
+        compile: for a model the sampler's fused decoder takes (Qwen2, Llama; no dropout, no LoRA), run the decoder
+            as `_fused_hidden` compiled by torch.compile (`model.compile`), forward and backward; the same values
+            up to float rounding.
     Returns:
         logprobs [N, T] and entropy [N, T] (None when with_entropy is False), 0.0 where response_mask == 0.
         Differentiable when called with grad enabled.
@@ -94,8 +159,18 @@ def response_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
     lps, ents = [], []
     if split is not None:
         decoder, head = split
-        hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                         use_cache=False).last_hidden_state[:, p - 1:p + t - 1]  # position j predicts token j + 1
+        fused = _fused_params(model) if compile else None
+        if fused is not None:
+            from explorl.rollout.sampler import _maybe_compiled
+
+            cos, sin = decoder.rotary_emb(decoder.embed_tokens.weight[:1, None], position_ids)
+            hidden = _maybe_compiled("train_forward", _fused_hidden, True, _hidden_dynamic_dims,
+                                     "the training forward", "model.compile")(
+                input_ids, attention_mask, cos, sin, *fused)
+        else:
+            hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                             use_cache=False).last_hidden_state
+        hidden = hidden[:, p - 1:p + t - 1]  # position j predicts token j + 1
         temp = _as_temperature(temperature, n, t, hidden.device)
         temp = temp.masked_fill(response_mask.to(hidden.device)[..., None] == 0, 1.0)
         step = max(1, chunk_size // n)

@@ -279,8 +279,10 @@ _COMPILED: dict[str, Callable] = {}
 _COMPILE_FAILED: list[str] = []
 
 
-def _maybe_compiled(name: str, fn: Callable, compile: bool, dynamic_dims: Callable) -> Callable:
-    """`fn`, or its compiled twin when `compile`; `dynamic_dims(*args)` yields (tensor, dim) pairs to mark dynamic."""
+def _maybe_compiled(name: str, fn: Callable, compile: bool, dynamic_dims: Callable, what: str = "the sampler",
+                    setting: str = "sampling.compile") -> Callable:
+    """`fn`, or its compiled twin when `compile`; `dynamic_dims(*args)` yields (tensor, dim) pairs to mark dynamic.
+    `what` and `setting` name the caller and its switch in the warning of a failed compilation."""
     if not compile or _COMPILE_FAILED:
         return fn
     if name not in _COMPILED:
@@ -298,8 +300,8 @@ def _maybe_compiled(name: str, fn: Callable, compile: bool, dynamic_dims: Callab
             import warnings
 
             _COMPILE_FAILED.append(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
-            warnings.warn(f"explorl: torch.compile of the sampler failed ({_COMPILE_FAILED[0]}); sampling without "
-                          "it (sampling.compile: false skips the attempt)", RuntimeWarning, stacklevel=2)
+            warnings.warn(f"explorl: torch.compile of {what} failed ({_COMPILE_FAILED[0]}); running it eagerly "
+                          f"({setting}: false skips the attempt)", RuntimeWarning, stacklevel=2)
             return fn(*args)
     return call
 
