@@ -6,9 +6,8 @@ model's entropy (`explorl eval --match-entropy base`), with pass@k curves (`--cu
 Built to run across sessions: a run killed mid-way resumes from its last checkpoint (`explorl train --resume`),
 each finished evaluation is written to `bench/results/<name>/<method>/seed<k>/step<N>.<split>.<t1|matched>.json`
 and skipped when present, and a run whose evaluations are all recorded is not trained again. Commit the records as
-they land. Costs on 2 CPU cores: a 1500-step run is about 5 testbed runs (40-60 min of one core); an evaluation of
-P problems x n samples costs about P * n * 100 tokens at 2-5k tokens/s, so the defaults (`--problems 128 --n 128`)
-are ~8 minutes each, 12 per run.
+they land. Costs measured on this 2-core machine (GRPO seed 0, 2026-11-25): a 1500-step run took 65 min of one
+core, and its 12 evaluations at the defaults (`--problems 128 --n 128`) 8 minutes together.
 
     python bench/testbed_long.py --methods e3_ts,ead_tis --seeds 1          # one seed of two methods (+ baselines)
     python bench/testbed_long.py --methods grpo --steps 6 --every 3 --problems 4 --n 4 --name smoke   # smoke run
