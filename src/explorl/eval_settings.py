@@ -10,8 +10,9 @@ settings" table of `explorl eval` and the `settings` of its JSON summary.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from explorl.config import ConfigError, SamplingConfig, load_config
 

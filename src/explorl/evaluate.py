@@ -7,8 +7,8 @@ Shared by `explorl eval`, the trainer's periodic evaluation and `make demo`.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 

@@ -43,8 +43,15 @@ from explorl.rollout.controllers import Controllers, PromptStream
 from explorl.run_setup import check_trainable_dtype, load_run_model, open_run_dir
 from explorl.runlog import Progress, RunLog, load_checkpoint, model_card, restore_rng, rng_state, rollout_metrics
 from explorl.tasks import load_task
-from explorl.update import (NonFiniteError, NonFiniteWeightsError, lr_lambda, make_optimizer, on_policy_single_update,
-                            rollout_batch, update_policy)
+from explorl.update import (
+    NonFiniteError,
+    NonFiniteWeightsError,
+    lr_lambda,
+    make_optimizer,
+    on_policy_single_update,
+    rollout_batch,
+    update_policy,
+)
 
 __all__ = ["train", "train_from_files", "update_policy", "rollout_batch", "make_optimizer", "lr_lambda",
            "on_policy_single_update", "check_trainable_dtype", "NonFiniteError", "NonFiniteWeightsError",
@@ -66,7 +73,7 @@ class TrainState:
     device: torch.device
 
     @classmethod
-    def new(cls, cfg: Config, model, device, num_prompts: int) -> "TrainState":
+    def new(cls, cfg: Config, model, device, num_prompts: int) -> TrainState:
         ref = make_reference(model) if requirements(cfg.algo).ref else None
         model.train()
         optimizer, scheduler = make_optimizer(model, cfg, device)

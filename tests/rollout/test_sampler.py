@@ -375,7 +375,8 @@ def test_a_failed_compilation_falls_back_to_the_eager_sampler_with_a_warning(tin
     monkeypatch.setattr(sampler, "_COMPILE_FAILED", [])
     monkeypatch.setattr(torch, "compile", broken_compile)
     kw = dict(eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW, fast_path=True)
-    with pytest.warns(RuntimeWarning, match="torch.compile of the sampler failed .*no C compiler found.*sampling.compile"):
+    failed = "torch.compile of the sampler failed .*no C compiler found.*sampling.compile"
+    with pytest.warns(RuntimeWarning, match=failed):
         fallback = sample(tiny_model, prompts, N_PER, generator=_gen(6), compile=True, **kw)
     eager = sample(tiny_model, prompts, N_PER, generator=_gen(6), **kw)
     assert torch.equal(fallback.response_ids, eager.response_ids)
