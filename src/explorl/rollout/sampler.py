@@ -270,10 +270,10 @@ def _fused_forward(ids: torch.Tensor, rope_pos: torch.Tensor, slots: torch.Tenso
     return F.linear(_rms(h[:, -1], norm_w, norm_eps), head_w, head_b)
 
 
-# torch.compile'd twins of the decode step and the draw, made on first use. The row and cache-length dimensions
-# are marked dynamic (rows drop out as they finish; prompts differ in length) and a step attends to the whole
-# cache under a mask, so one compilation serves a whole run; the weights are arguments, so training them in place
-# needs none. Where compilation fails (no C compiler, an unsupported device) sampling falls back to the eager
+# torch.compile'd twins of the decode step and the draw, made on first use. The row, cache-length and mask-length
+# dimensions are marked dynamic (rows drop out as they finish, prompts differ in length, each step attends to one
+# slot more), so one compilation serves a whole run; the weights are arguments, so training them in place needs
+# none. Where compilation fails (no C compiler, an unsupported device) sampling falls back to the eager
 # functions, once, with a warning.
 _COMPILED: dict[str, Callable] = {}
 _COMPILE_FAILED: list[str] = []
