@@ -13,7 +13,7 @@ import torch
 from explorl.algos.batch import RolloutBatch
 from explorl.algos.losses import micro_batch_share
 from explorl.algos.registry import lookup
-from explorl.algos.step import PreparedBatch, policy_objective, requirements, single_update_shortcut
+from explorl.algos.step import PreparedBatch, idle_rows, policy_objective, requirements, single_update_shortcut
 from explorl.config import Config
 from explorl.models import reference_mode
 from explorl.rollout.logprobs import response_logprobs
@@ -71,6 +71,42 @@ def _micro_batches(mb: torch.Tensor, lengths: torch.Tensor, a) -> list[torch.Ten
     return list(order.split(max(1, size)))
 
 
+def _logprobs(model, ro: Rollouts, rows: torch.Tensor, width: int, loss_mask: torch.Tensor, temp,
+              with_entropy: bool, compile: bool):
+    """`response_logprobs` of rollouts `rows`, their first `width` response columns, without the left-padding
+    columns all of them share: [len(rows), width] log-probs and entropies (None without `with_entropy`)."""
+    prompt_mask = ro.prompt_mask[rows]
+    lead = int((prompt_mask.cumsum(-1) == 0).sum(-1).min())  # left-padding columns common to all rows
+    return response_logprobs(model, ro.prompt_ids[rows, lead:], prompt_mask[:, lead:], ro.response_ids[rows, :width],
+                             loss_mask, temp, with_entropy=with_entropy, compile=compile)
+
+
+def _logprobs_without_idle(model, ro: Rollouts, rows: torch.Tensor, idle: torch.Tensor, width: int,
+                           loss_mask: torch.Tensor, temp, *, on_policy: bool, compile: bool):
+    """Log-probs [len(rows), width] of a micro-batch whose `idle` rows (`algos.step.idle_rows`) add nothing to the
+    loss or its gradient: only the others go through the forward with grad, so the backward skips the idle ones.
+    The idle rows' values feed only the loss's statistics: with `on_policy` (pi_old is this forward, detached) any
+    value gives them ratio 1 exactly, as their forward would, so they are left at 0; otherwise (pi_old from an
+    earlier forward) they come from a forward without grad. Entropies are not returned (idle rows exist only
+    without the entropy bonus). A lone row goes through the forward with a neighbour whose output is dropped,
+    since a compiled forward specialises, and recompiles, for a batch of one row."""
+    lp = torch.zeros(len(rows), width, device=loss_mask.device)
+
+    def put(lp, which, grad: bool):  # `which`' log-probs into lp; a lone row is computed with a neighbour
+        pick = which if len(which) != 1 or len(rows) == 1 else torch.cat([which, (which[:1] + 1) % len(rows)])
+        w = max(int(loss_mask[pick].sum(-1).max()), 1)
+        with torch.set_grad_enabled(grad and torch.is_grad_enabled()):
+            part, _ = _logprobs(model, ro, rows[pick], w, loss_mask[pick, :w], temp, False, compile)
+        return lp.index_copy(0, which, torch.nn.functional.pad(part[:len(which)], (0, width - w)))
+
+    live, rest = (~idle).nonzero().squeeze(-1), idle.nonzero().squeeze(-1)
+    if len(live):
+        lp = put(lp, live, grad=True)
+    if not on_policy and len(rest):
+        lp = put(lp, rest, grad=False)
+    return lp, None
+
+
 def update_policy(model, optimizer, scheduler, ro: Rollouts, batch: RolloutBatch, prepared: PreparedBatch,
                   cfg: Config, shuffle: torch.Generator, temperature: float | None = None) -> dict:
     """Epochs x mini-batches of policy-gradient updates on one batch of rollouts. Returns mean stats.
@@ -85,26 +121,33 @@ def update_policy(model, optimizer, scheduler, ro: Rollouts, batch: RolloutBatch
     temp = cfg.sampling.temperature if temperature is None else temperature
     need_entropy = requirements(a).update_entropy
     lengths = ro.prompt_mask.sum(-1) + prepared.loss_mask.sum(-1)
+    idle = idle_rows(prepared, a)
     for _ in range(a.epochs):
         perm = torch.randperm(n, generator=shuffle)
         for mb in perm.chunk(a.mini_batches):
             mb_mask = prepared.loss_mask[mb]
             optimizer.zero_grad(set_to_none=True)
+            stepped = False
             for local in _micro_batches(mb, lengths, a):
                 rows = mb[local]
                 width = max(int(prepared.loss_mask[rows].sum(-1).max()), 1)  # padding columns no row here uses
                 micro = prepared.select(rows, width)
-                prompt_mask = ro.prompt_mask[rows]
-                lead = int((prompt_mask.cumsum(-1) == 0).sum(-1).min())  # left-padding columns common to all rows
-                lp, ent = response_logprobs(model, ro.prompt_ids[rows, lead:], prompt_mask[:, lead:],
-                                            ro.response_ids[rows, :width], micro.loss_mask, temp,
-                                            with_entropy=need_entropy, compile=fused_compile(cfg))
+                if bool(idle[rows].any()):
+                    lp, ent = _logprobs_without_idle(model, ro, rows, idle[rows], width, micro.loss_mask, temp,
+                                                     on_policy=batch.logprobs is None, compile=fused_compile(cfg))
+                else:
+                    lp, ent = _logprobs(model, ro, rows, width, micro.loss_mask, temp, need_entropy, cfg)
                 loss, st = policy_objective(lp, ent, batch.select(rows, width), micro, a, generator=shuffle)
                 if not torch.isfinite(loss):
                     raise NonFiniteError(f"loss is {float(loss.detach())} (pg={st.get('loss/pg')}); update skipped")
-                (loss * micro_batch_share(mb_mask, local, a.loss_agg)).backward()
+                if loss.requires_grad:  # not when every row of the micro-batch is idle
+                    (loss * micro_batch_share(mb_mask, local, a.loss_agg)).backward()
+                    stepped = True
                 for k, v in st.items():
                     stats.setdefault(k, []).append(float(v))
+            if not stepped:  # a mini-batch of idle rows only: AdamW still steps (decay, moments) on zero gradients
+                for p in params:
+                    p.grad = torch.zeros_like(p)
             clip = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
             grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
             if not torch.isfinite(grad_norm):

@@ -311,3 +311,22 @@ def test_the_step_weighs_every_question_equally_under_the_per_question_aggregati
     plain_cfg = replace(cfg, loss_agg="seq-mean-token-mean")
     plain, _ = policy_objective(new, None, batch, compute_advantages(batch, plain_cfg, step=1), plain_cfg)
     assert float(plain) == pytest.approx(sum(per_response) / 8, rel=1e-5) and abs(float(plain) - want) > 1e-4
+
+
+def test_idle_rows_are_the_responses_whose_advantages_are_all_zero():
+    """Under GRPO a group whose rewards agree gets advantage 0 on every token: those responses are idle. Group 0
+    (rewards 1, 1) agrees, group 5 (1, 0) does not; a response with one non-zero token is not idle."""
+    from explorl.algos.step import idle_rows
+
+    batch = _batch(rewards=torch.tensor([1.0, 1.0, 1.0, 0.0]))
+    cfg = AlgoConfig()
+    prepared = compute_advantages(batch, cfg, 1)
+    assert idle_rows(prepared, cfg).tolist() == [True, True, False, False]
+    one_token = replace(prepared, advantages=prepared.advantages.clone().index_put_((torch.tensor(0),
+                                                                                    torch.tensor(1)),
+                                                                                   torch.tensor(0.3)))
+    assert idle_rows(one_token, cfg).tolist() == [False, True, False, False]
+    # a term that acts without an advantage, or a loss that is not rowwise, keeps every response in the update
+    for changed in (replace(cfg, kl_coef=0.01), replace(cfg, entropy_coef=1e-3), replace(cfg, loss="clip_cov"),
+                    replace(cfg, loss="kl_cov")):
+        assert not idle_rows(prepared, changed).any(), changed

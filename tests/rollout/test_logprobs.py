@@ -166,3 +166,20 @@ def test_the_fused_forward_declines_models_it_would_change(tiny_model):
     assert _fused_params(tiny_model) is not None
     tiny_model.config.attention_dropout = 0.1  # dropout in training: the model's own forward keeps it
     assert _fused_params(tiny_model) is None
+
+
+def test_packed_sequences_put_each_prompt_and_response_side_by_side():
+    # left-padded prompts of 3, 1 and 2 tokens (pad 0); responses of 2, 3 and 0 tokens (mask), padded to 3
+    from explorl.rollout.logprobs import packed_sequences
+
+    prompt_ids = torch.tensor([[11, 12, 13], [0, 0, 21], [0, 31, 32]])
+    prompt_mask = (prompt_ids != 0).long()
+    response_ids = torch.tensor([[14, 15, 0], [22, 23, 24], [0, 0, 0]])
+    response_mask = torch.tensor([[1.0, 1, 0], [1, 1, 1], [0, 0, 0]])
+    ids, prompt_len = packed_sequences(prompt_ids, prompt_mask, response_ids, response_mask)
+    assert prompt_len.tolist() == [3, 1, 2]
+    # L = max(3 + 2, 1 + 3, 2 + 0) = 5; what follows a row's tokens is padding (repeats of its last column)
+    assert ids[0].tolist() == [11, 12, 13, 14, 15]
+    assert ids[1].tolist()[:4] == [21, 22, 23, 24]
+    assert ids[2].tolist()[:2] == [31, 32]
+    assert ids.shape == (3, 5)

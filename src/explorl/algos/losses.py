@@ -801,7 +801,7 @@ class KlCovOptions:
 _PPO_KWARGS = {"eps_low": "eps_low", "eps_high": "eps_high"}
 # `verl_fields`: option -> (key of verl's actor config, factor, verl's default), how verl 0.9 spells each option
 # (`explorl.integrations.verl` reads them from there; verl applies its dual clip always, at 3.0 by default)
-register("policy_loss", "ppo", needs_old_logprobs=False, options=PpoOptions, check=_check_ppo,
+register("policy_loss", "ppo", needs_old_logprobs=False, rowwise=True, options=PpoOptions, check=_check_ppo,
          kwargs={**_PPO_KWARGS, "dual_clip_c": "dual_clip_c"},
          verl_fields={"dual_clip_c": ("clip_ratio_c", 1.0, 3.0)})(policy_loss)
 register("policy_loss", "clip_cov", needs_old_logprobs=False, needs_generator=True, options=ClipCovOptions,

@@ -34,6 +34,11 @@ training loop, the config validation and the engines (TRL, verl, vLLM) ask the r
   window), which an engine must then pass;
 - `verl_fields` (policy losses, optional): option -> (key of verl's actor config, factor, verl's default), how
   verl spells the option, so the verl adapter reads it without naming the method.
+- `rowwise` (policy losses, optional): each response's token loss depends on that response's tensors only (no
+  statistic across the batch, as Clip-Cov's and KL-Cov's token selections are) and is zero with zero gradient
+  where its advantages are zero, so the update leaves responses with all-zero advantages out of the forward and
+  backward with grad (`explorl.algos.step.idle_rows`). Absent = False: a loss that does not declare it is
+  computed on every response.
 
 What an engine (TRL, verl, vLLM, the CLI) must be able to do for an entry, so that it asks instead of naming
 methods (`CAPABILITIES`; each is an `extra` keyword of `register`, absent = False):

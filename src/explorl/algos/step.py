@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from explorl.config.schema import AlgoConfig
 
 __all__ = ["Requirements", "requirements", "single_update_shortcut", "PreparedBatch", "compute_advantages",
-           "policy_objective"]
+           "policy_objective", "idle_rows"]
 
 
 @dataclass(frozen=True)
@@ -110,6 +110,23 @@ class PreparedBatch:
             return x[:, :width] if width is not None and x.dim() == 2 else x
 
         return PreparedBatch(**{f.name: cut(getattr(self, f.name)) for f in dataclasses.fields(self)})
+
+
+def idle_rows(prepared: PreparedBatch, cfg: AlgoConfig) -> Tensor:
+    """[N] bool: the responses that add nothing to the loss or to its gradient, whatever the policy's log-probs.
+
+    A response is idle when every advantage of it is zero (a group whose rewards all agree, under GRPO), the
+    policy loss is `rowwise` in the registry (each response's token loss depends on its own tensors only and
+    vanishes with its advantage: PPO-clip, with or without importance and token weights), and no term acts
+    without an advantage (`algo.kl_coef`, `algo.entropy_coef`). The update needs an idle response's log-probs
+    only for its statistics (`loss/ratio_mean`, ...), so it can leave it out of the forward and backward with grad
+    (`explorl.update.update_policy`); the normaliser of the aggregation still counts it.
+    """
+    n = prepared.advantages.shape[0]
+    entry = lookup("policy_loss", cfg.loss)
+    if cfg.kl_coef > 0 or cfg.entropy_coef != 0 or not entry.extra.get("rowwise"):
+        return torch.zeros(n, dtype=torch.bool, device=prepared.advantages.device)
+    return ~((prepared.advantages != 0) & (prepared.loss_mask != 0)).any(dim=-1)
 
 
 def _masked(x: Tensor | None, mask: Tensor) -> Tensor | None:

@@ -67,21 +67,41 @@ def _block_stats(hidden: torch.Tensor, weight: torch.Tensor, bias, targets: torc
     return lp, ent
 
 
-def _fused_hidden(ids: torch.Tensor, attention_mask: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                  params: tuple, dims: tuple[int, int, int]) -> torch.Tensor:
+def packed_sequences(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_ids: torch.Tensor,
+                     response_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's prompt and response side by side from column 0, right-padded: (ids [N, L], prompt lengths [N]).
+
+    L = max over rows of prompt length + response length (the response's last column with `response_mask` != 0),
+    so neither the prompts' left padding nor a short row's response padding is computed; token j of row i's
+    response sits at column `prompt_len[i] + j` and is predicted from column `prompt_len[i] + j - 1`. Causal
+    attention alone is then exact for every real token (the padding comes after them), and the positions are
+    0..L-1 in every row. The padding columns repeat the last column's id; their outputs are never used.
+    """
+    n, p = prompt_ids.shape
+    t = response_ids.shape[1]
+    prompt_len = prompt_mask.long().sum(-1)
+    cols = torch.arange(t, device=response_ids.device)
+    resp_len = torch.where(response_mask != 0, cols + 1, 0).amax(-1) if t else torch.zeros_like(prompt_len)
+    length = max(int((prompt_len + resp_len).max()), 1) if n else 1
+    both = torch.cat([prompt_ids, response_ids], dim=1)
+    # row i's real tokens start at column p - prompt_len[i] of the left-padded layout: a shift left per row
+    index = (p - prompt_len)[:, None] + torch.arange(length, device=both.device)[None]
+    return both.gather(1, index.clamp_(max=p + t - 1)), prompt_len
+
+
+def _fused_hidden(ids: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, params: tuple,
+                  dims: tuple[int, int, int]) -> torch.Tensor:
     """The decoder of a Llama-family model as one function of its parameters (the sampler's fused math, without a
-    cache): ids [N, L], attention_mask [N, L] (1 on real tokens), cos / sin [N, L, D] of each position -> the final
-    normalised hidden states [N, L, H]. Differentiable in `params` (the model's own parameters), so the training
-    forward and backward compile to a few fused loops and the matmuls (`model.compile`)."""
+    cache) on `packed_sequences` rows: ids [N, L], cos / sin [1, L, D] of positions 0..L-1 -> the final normalised
+    hidden states [N, L, H]. Causal attention, no mask: each row's real tokens come first. Differentiable in
+    `params` (the model's own parameters), so the training forward and backward compile to a few fused loops and
+    the matmuls (`model.compile`)."""
     from explorl.rollout.sampler import _rms, _rotate
 
     (embed, padding_idx), layers, (norm_w, norm_eps) = params
     n_heads, n_kv, d = dims
     n, length = ids.shape
-    causal = torch.ones((length, length), dtype=torch.bool, device=ids.device).tril()
-    allowed = causal[None] & attention_mask.bool()[:, None, :]
-    allowed = allowed | torch.eye(length, dtype=torch.bool, device=ids.device)[None]  # pad queries: no NaN rows
-    cos, sin = cos[:, None], sin[:, None]  # [N, 1, L, D]
+    cos, sin = cos[:, None], sin[:, None]  # [1, 1, L, D]
     h = torch.nn.functional.embedding(ids, embed, padding_idx)  # the pad row gets no gradient, as in the model
     for ln1, eps1, q_w, k_w, v_w, q_b, k_b, v_b, o_w, o_b, ln2, eps2, gate_w, up_w, down_w in layers:
         qkv_b = None if q_b is None else torch.cat([q_b, k_b, v_b])
@@ -91,8 +111,7 @@ def _fused_hidden(ids: torch.Tensor, attention_mask: torch.Tensor, cos: torch.Te
         k = qkv[..., hq:hq + hk].view(n, length, n_kv, d).transpose(1, 2)
         v = qkv[..., hq + hk:].view(n, length, n_kv, d).transpose(1, 2)
         o = torch.nn.functional.scaled_dot_product_attention(_rotate(q, cos, sin), _rotate(k, cos, sin), v,
-                                                             attn_mask=allowed[:, None],
-                                                             enable_gqa=n_kv != n_heads)
+                                                             is_causal=True, enable_gqa=n_kv != n_heads)
         h = h + torch.nn.functional.linear(o.transpose(1, 2).reshape(n, length, hq), o_w, o_b)
         gate, up = torch.nn.functional.linear(_rms(h, ln2, eps2), torch.cat([gate_w, up_w])).chunk(2, dim=-1)
         h = h + torch.nn.functional.linear(torch.nn.functional.silu(gate) * up, down_w)
@@ -123,9 +142,8 @@ def _fused_params(model) -> tuple | None:
             (inner.norm.weight, inner.norm.variance_epsilon)), dims
 
 
-def _hidden_dynamic_dims(ids, attention_mask, cos, sin, *_):
-    for x in (ids, attention_mask, cos, sin):
-        yield from ((x, 0), (x, 1))
+def _hidden_dynamic_dims(ids, cos, sin, *_):
+    yield from ((ids, 0), (ids, 1), (cos, 1), (sin, 1))
 
 
 def response_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_ids: torch.Tensor,
@@ -163,14 +181,18 @@ def response_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
         if fused is not None:
             from explorl.rollout.sampler import _maybe_compiled
 
-            cos, sin = decoder.rotary_emb(decoder.embed_tokens.weight[:1, None], position_ids)
+            ids, prompt_len = packed_sequences(prompt_ids, prompt_mask, response_ids, response_mask)
+            positions = torch.arange(ids.shape[1], device=ids.device)[None]
+            cos, sin = decoder.rotary_emb(decoder.embed_tokens.weight[:1, None], positions)
             hidden = _maybe_compiled("train_forward", _fused_hidden, True, _hidden_dynamic_dims,
-                                     "the training forward", "model.compile")(
-                input_ids, attention_mask, cos, sin, *fused)
+                                     "the training forward", "model.compile")(ids, cos, sin, *fused)
+            # response token j of row i is predicted at column prompt_len[i] + j - 1
+            at = (prompt_len[:, None] - 1 + torch.arange(t, device=ids.device)).clamp_(0, ids.shape[1] - 1)
+            hidden = hidden.gather(1, at[..., None].expand(-1, -1, hidden.shape[-1]))
         else:
             hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                              use_cache=False).last_hidden_state
-        hidden = hidden[:, p - 1:p + t - 1]  # position j predicts token j + 1
+            hidden = hidden[:, p - 1:p + t - 1]  # position j predicts token j + 1
         temp = _as_temperature(temperature, n, t, hidden.device)
         temp = temp.masked_fill(response_mask.to(hidden.device)[..., None] == 0, 1.0)
         step = max(1, chunk_size // n)
