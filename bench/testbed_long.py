@@ -1,7 +1,8 @@
 """Long testbed runs (issue "Coverage at equal entropy", item 3): each method and the GRPO baseline of its objective,
 1500 steps on the testbed's settings (`configs/testbed/testbed.yaml`), checkpoints at 500, 1000 and 1500 steps,
 and each checkpoint evaluated in distribution (difficulties 3-7) and out of it (8-9) at T = 1 and at the base
-model's entropy (`explorl eval --match-entropy base`), with pass@k curves (`--curve`).
+model's entropy (`explorl eval --match-entropy base`), with pass@k curves (`--curve`); the base model itself is
+evaluated once per split at T = 1 (`base/step0.<split>.t1.json`). `bench/testbed_long_table.py` makes the tables.
 
 Built to run across sessions: a run killed mid-way resumes from its last checkpoint (`explorl train --resume`),
 each finished evaluation is written to `bench/results/<name>/<method>/seed<k>/step<N>.<split>.<t1|matched>.json`
@@ -81,6 +82,13 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
+    base_dir = ROOT / "bench" / "results" / args.name / "base"  # the base model at T = 1 (its own entropy)
+    for split in SPLITS:
+        out = base_dir / f"step0.{split}.t1.json"
+        if not out.exists():
+            base_dir.mkdir(parents=True, exist_ok=True)
+            print(f"  base model {split} T=1 -> {out.relative_to(ROOT)}", flush=True)
+            evaluate("embedded", split, False, out, args)
     methods = with_baselines([m for m in args.methods.split(",") if m])
     steps = list(range(args.every, args.steps + 1, args.every))
     for seed in range(args.seeds):  # every method's seed 0 first, so a partial sweep still compares

@@ -1,0 +1,117 @@
+"""The long testbed runs' answer (issue "Coverage at equal entropy", item 4): for every method, checkpoint and split,
+pass@1 and pass@k at T = 1 and at the base model's entropy, each paired to the GRPO baseline of the method's own
+objective (`learning.baseline`) and to the base model, over the problems both evaluated.
+
+Reads the records `bench/testbed_long.py` writes (`bench/results/testbed_long/<method>/seed<k>/step<N>.<split>.
+<t1|matched>.json`, and the base model's `base/step0.<split>.t1.json`) and prints Markdown tables:
+- per method and checkpoint: mean pass@1 and pass@K over the seeds recorded, and the entropy sampled at;
+- the paired difference in pass@K to the baseline and to the base model, with a 95% bootstrap interval over
+  problems: each problem's pass@K difference is averaged over the seeds both runs have, then the problems are
+  resampled (`metrics.bootstrap_ci`). The interval covers the problems drawn, not the seeds: with one seed it
+  says nothing about another seed's run.
+
+    python bench/testbed_long_table.py                  # K = the largest k recorded (n = 128: pass@128)
+    python bench/testbed_long_table.py --k 32 --split ood
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from learning import baseline  # noqa: E402
+
+MODES = {"t1": "T = 1", "matched": "base entropy"}
+
+
+def load_records(root: Path) -> dict[tuple[str, int, int, str, str], dict]:
+    """{(method, seed, step, split, mode): eval record} of every record under `root`."""
+    out = {}
+    for path in sorted(root.glob("*/seed*/step*.json")):
+        step, split, mode = path.name[len("step"):-len(".json")].split(".")
+        out[(path.parent.parent.name, int(path.parent.name[len("seed"):]), int(step), split, mode)] = \
+            json.loads(path.read_text())
+    for path in sorted((root / "base").glob("step0.*.t1.json")):
+        split = path.name.split(".")[1]
+        out[("base", 0, 0, split, "t1")] = json.loads(path.read_text())
+    return out
+
+
+def per_problem(record: dict, k: int) -> dict[str, float]:
+    """pass@k of each problem of an eval record (`--curve`'s per-problem counts)."""
+    from explorl.metrics import pass_at_k
+
+    p = record["curve"]["problems"]
+    return {pid: pass_at_k(n, c, k) for pid, n, c in zip(p["id"], p["n"], p["correct"])}
+
+
+def paired(pairs: list[tuple[dict, dict]], k: int) -> tuple[float, float, float] | None:
+    """Mean pass@k difference (second minus first) over problems, averaged over the (seed) pairs given, with its
+    95% bootstrap interval over problems; None without pairs."""
+    from explorl.metrics import bootstrap_ci
+
+    per: dict[str, list[float]] = {}
+    for ref, other in pairs:
+        a, b = per_problem(ref, k), per_problem(other, k)
+        for pid in a.keys() & b.keys():
+            per.setdefault(pid, []).append(b[pid] - a[pid])
+    if not per:
+        return None
+    return tuple(bootstrap_ci([statistics.fmean(v) for v in per.values()], n_boot=2000, seed=0))
+
+
+def fmt(ci: tuple[float, float, float] | None) -> str:
+    return "-" if ci is None else f"{ci[0]:+.3f} [{ci[1]:+.3f}, {ci[2]:+.3f}]"
+
+
+def table(records: dict, split: str, mode: str, k: int) -> list[str]:
+    methods = sorted({m for m, *_ in records if m != "base"}, key=lambda m: (m != "grpo", m.startswith("grpo__"), m))
+    base = records.get(("base", 0, 0, split, "t1"))
+    lines = [f"#### {split.upper()}, sampled at {MODES[mode]}: pass@{k}",
+             "", f"| method | step | seeds | pass@1 | pass@{k} | entropy | vs its GRPO baseline | vs base |",
+             "|---|---:|---:|---:|---:|---:|---|---|"]
+    if base is not None:
+        lines.append(f"| base | 0 | 1 | {base['pass@1']:.3f} | {statistics.fmean(per_problem(base, k).values()):.3f} "
+                     f"| {base['entropy']:.3f} | | |")
+    for method in methods:
+        ref = baseline(method) if not method.startswith("grpo") else None
+        for step in sorted({s for m, _, s, sp, md in records if m == method and sp == split and md == mode}):
+            mine = {seed: r for (m, seed, s, sp, md), r in records.items()
+                    if (m, s, sp, md) == (method, step, split, mode)}
+            rows = list(mine.values())
+            pass1 = statistics.fmean(r["pass@1"] for r in rows)
+            passk = statistics.fmean(statistics.fmean(per_problem(r, k).values()) for r in rows)
+            ent = statistics.fmean(r["entropy"] for r in rows)
+            vs_ref = None
+            if ref is not None:
+                vs_ref = paired([(records[(ref, seed, step, split, mode)], r) for seed, r in mine.items()
+                                 if (ref, seed, step, split, mode) in records], k)
+            vs_base = paired([(base, r) for r in rows], k) if base is not None else None
+            lines.append(f"| {method} | {step} | {len(rows)} | {pass1:.3f} | {passk:.3f} | {ent:.3f} | "
+                         f"{'(baseline)' if ref is None else fmt(vs_ref)} | {fmt(vs_base)} |")
+    return lines + [""]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--name", default="testbed_long", help="bench/results/NAME")
+    ap.add_argument("--k", type=int, default=None, help="pass@k of the tables (default: the largest recorded)")
+    ap.add_argument("--split", choices=["id", "ood", "both"], default="both")
+    args = ap.parse_args()
+    records = load_records(ROOT / "bench" / "results" / args.name)
+    if not records:
+        raise SystemExit(f"no records under bench/results/{args.name}")
+    k = args.k or min(max(r["curve"]["k"]) for r in records.values())
+    for split in (["id", "ood"] if args.split == "both" else [args.split]):
+        for mode in MODES:
+            print("\n".join(table(records, split, mode, k)))
+
+
+if __name__ == "__main__":
+    main()
