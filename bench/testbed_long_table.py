@@ -59,11 +59,11 @@ def paired(pairs: list[tuple[dict, dict]], k: int) -> tuple[float, float, float]
     per: dict[str, list[float]] = {}
     for ref, other in pairs:
         a, b = per_problem(ref, k), per_problem(other, k)
-        for pid in a.keys() & b.keys():
+        for pid in sorted(a.keys() & b.keys()):  # sorted: the bootstrap's draws do not depend on hash order
             per.setdefault(pid, []).append(b[pid] - a[pid])
     if not per:
         return None
-    return tuple(bootstrap_ci([statistics.fmean(v) for v in per.values()], n_boot=2000, seed=0))
+    return tuple(bootstrap_ci([statistics.fmean(per[pid]) for pid in sorted(per)], n_boot=2000, seed=0))
 
 
 def fmt(ci: tuple[float, float, float] | None) -> str:

@@ -122,6 +122,7 @@ def update_policy(model, optimizer, scheduler, ro: Rollouts, batch: RolloutBatch
     need_entropy = requirements(a).update_entropy
     lengths = ro.prompt_mask.sum(-1) + prepared.loss_mask.sum(-1)
     idle = idle_rows(prepared, a)
+    compile = fused_compile(cfg)
     for _ in range(a.epochs):
         perm = torch.randperm(n, generator=shuffle)
         for mb in perm.chunk(a.mini_batches):
@@ -134,9 +135,9 @@ def update_policy(model, optimizer, scheduler, ro: Rollouts, batch: RolloutBatch
                 micro = prepared.select(rows, width)
                 if bool(idle[rows].any()):
                     lp, ent = _logprobs_without_idle(model, ro, rows, idle[rows], width, micro.loss_mask, temp,
-                                                     on_policy=batch.logprobs is None, compile=fused_compile(cfg))
+                                                     on_policy=batch.logprobs is None, compile=compile)
                 else:
-                    lp, ent = _logprobs(model, ro, rows, width, micro.loss_mask, temp, need_entropy, cfg)
+                    lp, ent = _logprobs(model, ro, rows, width, micro.loss_mask, temp, need_entropy, compile)
                 loss, st = policy_objective(lp, ent, batch.select(rows, width), micro, a, generator=shuffle)
                 if not torch.isfinite(loss):
                     raise NonFiniteError(f"loss is {float(loss.detach())} (pg={st.get('loss/pg')}); update skipped")
