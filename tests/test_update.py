@@ -114,3 +114,18 @@ def _initial(model_dir) -> dict:
         model, _, _ = load_policy(ModelConfig(path=str(model_dir)))
         _INITIAL[model_dir] = {k: v.detach().clone() for k, v in model.named_parameters()}
     return _INITIAL[model_dir]
+
+
+@pytest.mark.parametrize("adv_rows", [list(range(16)), [0, 3, 6]], ids=["no-idle-row", "idle-rows"])
+def test_model_compile_false_keeps_the_update_on_the_models_own_forward(tiny_model_dir, monkeypatch, adv_rows):
+    """`model.compile: false` (or gradient checkpointing) must reach every forward of the update: the fused
+    compiled decoder is never asked for, with or without idle rows."""
+    import explorl.rollout.logprobs as LP
+
+    def refuse(model):
+        raise AssertionError("the fused training forward was used with model.compile false")
+
+    monkeypatch.setattr(LP, "_fused_params", refuse)
+    _, stats, rows = _run(tiny_model_dir, ["model.compile=false"], adv_rows, True, skip=True,
+                          monkeypatch=monkeypatch)
+    assert rows >= len(adv_rows) and stats["loss/ratio_mean"] == pytest.approx(1.0)
