@@ -12,6 +12,7 @@ Reads the records `bench/testbed_long.py` writes (`bench/results/testbed_long/<m
 
     python bench/testbed_long_table.py                  # K = the largest k recorded (n = 128: pass@128)
     python bench/testbed_long_table.py --k 32 --split ood
+    python bench/testbed_long_table.py --plot bench/results/testbed_long/narrowing.png
 """
 
 from __future__ import annotations
@@ -98,11 +99,47 @@ def table(records: dict, split: str, mode: str, k: int) -> list[str]:
     return lines + [""]
 
 
+def plot(records: dict, k: int, path: Path) -> None:
+    """Narrowing against training steps: pass@k of each method (mean over its seeds) at every checkpoint, one panel
+    per split and sampling mode, the base model as a dashed line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    methods = sorted({m for m, *_ in records if m != "base"}, key=lambda m: (m != "grpo", m.startswith("grpo__"), m))
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8), sharex=True)
+    for row, split in enumerate(["id", "ood"]):
+        for col, mode in enumerate(MODES):
+            ax = axes[row][col]
+            for method in methods:
+                steps = sorted({s for m, _, s, sp, md in records if (m, sp, md) == (method, split, mode)})
+                values = [statistics.fmean(statistics.fmean(per_problem(r, k).values())
+                                           for (m, _, s, sp, md), r in records.items()
+                                           if (m, s, sp, md) == (method, step, split, mode)) for step in steps]
+                if steps:
+                    ax.plot(steps, values, marker="o", label=method,
+                            linestyle="--" if method.startswith("grpo") else "-")
+            base = records.get(("base", 0, 0, split, "t1"))
+            if base is not None:
+                ax.axhline(statistics.fmean(per_problem(base, k).values()), color="k", linestyle=":", label="base")
+            ax.set_title(f"{split.upper()}, sampled at {MODES[mode]}")
+            ax.set_ylabel(f"pass@{k}")
+            ax.grid(alpha=0.3)
+    for ax in axes[1]:
+        ax.set_xlabel("training step")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"wrote {path}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--name", default="testbed_long", help="bench/results/NAME")
     ap.add_argument("--k", type=int, default=None, help="pass@k of the tables (default: the largest recorded)")
     ap.add_argument("--split", choices=["id", "ood", "both"], default="both")
+    ap.add_argument("--plot", default=None, help="PNG path: pass@k against training steps, every method")
     args = ap.parse_args()
     records = load_records(ROOT / "bench" / "results" / args.name)
     if not records:
@@ -111,6 +148,8 @@ def main() -> None:
     for split in (["id", "ood"] if args.split == "both" else [args.split]):
         for mode in MODES:
             print("\n".join(table(records, split, mode, k)))
+    if args.plot:
+        plot(records, k, Path(args.plot))
 
 
 if __name__ == "__main__":
