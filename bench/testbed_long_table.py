@@ -8,7 +8,9 @@ Reads the records `bench/testbed_long.py` writes (`bench/results/testbed_long/<m
 - the paired difference in pass@K to the baseline and to the base model, with a 95% bootstrap interval over
   problems: each problem's pass@K difference is averaged over the seeds both runs have, then the problems are
   resampled (`metrics.bootstrap_ci`). The interval covers the problems drawn, not the seeds: with one seed it
-  says nothing about another seed's run.
+  says nothing about another seed's run;
+- out-of-distribution pass@K against GRPO's at the same in-distribution pass@1 (`equal_pass1_table`);
+- with `--plot`, pass@K against training steps.
 
     python bench/testbed_long_table.py                  # K = the largest k recorded (n = 128: pass@128)
     python bench/testbed_long_table.py --k 32 --split ood
@@ -99,6 +101,47 @@ def table(records: dict, split: str, mode: str, k: int) -> list[str]:
     return lines + [""]
 
 
+def mean_passk(records: dict, method: str, step: int, split: str, mode: str, k: int) -> float | None:
+    """pass@k of `method` at `step` (mean over its seeds), None when not recorded."""
+    rows = [r for (m, _, s, sp, md), r in records.items() if (m, s, sp, md) == (method, step, split, mode)]
+    return statistics.fmean(statistics.fmean(per_problem(r, k).values()) for r in rows) if rows else None
+
+
+def equal_pass1_table(records: dict, k: int, mode: str = "matched") -> list[str]:
+    """Each method's out-of-distribution pass@k minus GRPO's at the same in-distribution pass@1: GRPO's path
+    (the base model at step 0, then its checkpoints) is interpolated linearly in ID pass@1 (at T = 1), so a method
+    that learns less in distribution is not credited with the coverage GRPO had before it learned as much. Point
+    estimates (no interval); '-' where the method's ID pass@1 lies outside GRPO's path."""
+    def path(method: str) -> list[tuple[int, float, float]]:
+        steps = sorted({s for m, _, s, *_ in records if m == method})
+        out = []
+        for step in steps:
+            p1 = mean_passk(records, method, step, "id", "t1", 1)
+            cov = mean_passk(records, method, step, "ood", mode, k)
+            if p1 is not None and cov is not None:
+                out.append((step, p1, cov))
+        return out
+
+    grpo = path("grpo")
+    base_p1, base_cov = mean_passk(records, "base", 0, "id", "t1", 1), mean_passk(records, "base", 0, "ood", "t1", k)
+    if base_p1 is not None and base_cov is not None:  # the base model samples at its own entropy at T = 1
+        grpo.append((0, base_p1, base_cov))
+    grpo.sort(key=lambda point: point[1])
+    lines = [f"#### OOD pass@{k} (sampled at {MODES[mode]}) against GRPO's at equal ID pass@1", "",
+             f"| method | step | ID pass@1 | OOD pass@{k} | GRPO's at that ID pass@1 | difference |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for method in sorted({m for m, *_ in records if m not in ("base", "grpo") and not m.startswith("grpo__")}):
+        for step, p1, cov in path(method):
+            ref = None
+            for (_, x0, y0), (_, x1, y1) in zip(grpo, grpo[1:]):
+                if x0 <= p1 <= x1 and x1 > x0:
+                    ref = y0 + (y1 - y0) * (p1 - x0) / (x1 - x0)
+                    break
+            lines.append(f"| {method} | {step} | {p1:.3f} | {cov:.3f} | {'-' if ref is None else f'{ref:.3f}'} | "
+                         f"{'-' if ref is None else f'{cov - ref:+.3f}'} |")
+    return lines + [""]
+
+
 def plot(records: dict, k: int, path: Path) -> None:
     """Narrowing against training steps: pass@k of each method (mean over its seeds) at every checkpoint, one panel
     per split and sampling mode, the base model as a dashed line."""
@@ -148,6 +191,8 @@ def main() -> None:
     for split in (["id", "ood"] if args.split == "both" else [args.split]):
         for mode in MODES:
             print("\n".join(table(records, split, mode, k)))
+    if args.split != "id":
+        print("\n".join(equal_pass1_table(records, k)))
     if args.plot:
         plot(records, k, Path(args.plot))
 
