@@ -11,13 +11,16 @@ they land. Costs measured on this 2-core machine (GRPO seed 0, 2026-11-25): a 15
 core, and its 12 evaluations at the defaults (`--problems 128 --n 128`) 8 minutes together.
 
     python bench/testbed_long.py --methods e3_ts,ead_tis --seeds 1          # one seed of two methods (+ baselines)
+    python bench/testbed_long.py & python bench/testbed_long.py   # both cores: each takes the runs no other holds
     python bench/testbed_long.py --methods grpo --steps 6 --every 3 --problems 4 --n 4 --name smoke   # smoke run
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,6 +67,61 @@ def evaluate(model: str, split: str, matched: bool, out: Path, args) -> None:
     tmp.replace(out)
 
 
+def run_job(method: str, seed: int, run_dir: Path, steps: list[int], args) -> None:
+    """Train one (method, seed) run as far as its evaluations need and evaluate what is not recorded."""
+    record_dir = ROOT / "bench" / "results" / args.name / method / f"seed{seed}"
+    wanted = {(s, split, m): record_dir / f"step{s}.{split}.{'matched' if m else 't1'}.json"
+              for s in steps for split in SPLITS for m in (False, True)}
+    missing = {k: p for k, p in wanted.items() if not p.exists()}
+    if not missing:
+        return
+    if not args.no_train:
+        print(f"{method} seed {seed}: training to {args.steps} steps in {run_dir}", flush=True)
+        train_run(method, seed, run_dir, args)
+    record_dir.mkdir(parents=True, exist_ok=True)
+    for (s, split, matched), out in missing.items():
+        model = run_dir / "checkpoints" / f"step_{s:07d}"
+        if not model.exists():
+            print(f"  {model}: not there (kept checkpoints?), skipped", flush=True)
+            continue
+        print(f"  step {s} {split} {'matched' if matched else 'T=1'} -> {out.relative_to(ROOT)}", flush=True)
+        evaluate(str(model), split, matched, out, args)
+
+
+def _alive_sweep(claim: Path) -> bool:
+    """Whether the process a claim file names still runs this script (a PID reused by another program is not)."""
+    try:
+        cmdline = Path(f"/proc/{int(claim.read_text() or 0)}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return False
+    return b"testbed_long" in cmdline
+
+
+@contextmanager
+def claimed(path: Path):
+    """Yields whether this process holds `path`, a claim file naming the holder's PID (created atomically): several
+    processes with the same arguments (one per core) then share a sweep, each taking the jobs no live process
+    holds; a claim left by a dead process is taken over. Released on exit."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            if not _alive_sweep(path):
+                path.unlink(missing_ok=True)  # a dead holder's claim
+                continue
+            yield False
+            return
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+        try:
+            yield True
+        finally:
+            path.unlink(missing_ok=True)
+        return
+    yield False
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--methods", default=",".join(METHODS), help="comma-separated (their baselines are added)")
@@ -83,34 +141,20 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     base_dir = ROOT / "bench" / "results" / args.name / "base"  # the base model at T = 1 (its own entropy)
-    for split in SPLITS:
-        out = base_dir / f"step0.{split}.t1.json"
-        if not out.exists():
-            base_dir.mkdir(parents=True, exist_ok=True)
-            print(f"  base model {split} T=1 -> {out.relative_to(ROOT)}", flush=True)
-            evaluate("embedded", split, False, out, args)
+    with claimed(ROOT / "runs" / args.name / "base.claim") as mine:
+        for split in SPLITS if mine else []:
+            out = base_dir / f"step0.{split}.t1.json"
+            if not out.exists():
+                base_dir.mkdir(parents=True, exist_ok=True)
+                print(f"  base model {split} T=1 -> {out.relative_to(ROOT)}", flush=True)
+                evaluate("embedded", split, False, out, args)
     methods = with_baselines([m for m in args.methods.split(",") if m])
     steps = list(range(args.every, args.steps + 1, args.every))
-    for seed in range(args.seeds):  # every method's seed 0 first, so a partial sweep still compares
-        for method in methods:
-            run_dir = ROOT / "runs" / args.name / method / f"seed{seed}"
-            record_dir = ROOT / "bench" / "results" / args.name / method / f"seed{seed}"
-            wanted = {(s, split, m): record_dir / f"step{s}.{split}.{'matched' if m else 't1'}.json"
-                      for s in steps for split in SPLITS for m in (False, True)}
-            missing = {k: p for k, p in wanted.items() if not p.exists()}
-            if not missing:
-                continue
-            if not args.no_train:
-                print(f"{method} seed {seed}: training to {args.steps} steps in {run_dir}", flush=True)
-                train_run(method, seed, run_dir, args)
-            record_dir.mkdir(parents=True, exist_ok=True)
-            for (s, split, matched), out in missing.items():
-                model = run_dir / "checkpoints" / f"step_{s:07d}"
-                if not model.exists():
-                    print(f"  {model}: not there (kept checkpoints?), skipped", flush=True)
-                    continue
-                print(f"  step {s} {split} {'matched' if matched else 'T=1'} -> {out.relative_to(ROOT)}", flush=True)
-                evaluate(str(model), split, matched, out, args)
+    for seed, method in [(seed, method) for seed in range(args.seeds) for method in methods]:  # every seed 0 first
+        run_dir = ROOT / "runs" / args.name / method / f"seed{seed}"
+        with claimed(run_dir.with_name(f"seed{seed}.claim")) as mine:
+            if mine:
+                run_job(method, seed, run_dir, steps, args)
 
 
 if __name__ == "__main__":
