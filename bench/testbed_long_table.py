@@ -10,6 +10,7 @@ Reads the records `bench/testbed_long.py` writes (`bench/results/testbed_long/<m
   resampled (`metrics.bootstrap_ci`). The interval covers the problems drawn, not the seeds: with one seed it
   says nothing about another seed's run;
 - out-of-distribution pass@K against GRPO's at the same in-distribution pass@1 (`equal_pass1_table`);
+- which out-of-distribution problems each method loses or gains against the base model (`solved_sets_table`);
 - with `--plot`, pass@K against training steps.
 
     python bench/testbed_long_table.py                  # K = the largest k recorded (n = 128: pass@128)
@@ -142,6 +143,49 @@ def equal_pass1_table(records: dict, k: int, mode: str = "matched") -> list[str]
     return lines + [""]
 
 
+def solved_sets_table(records: dict, split: str = "ood", mode: str = "matched", min_hits: int = 4) -> list[str]:
+    """Where coverage goes: per method and checkpoint, the problems the base model solves reliably (at least
+    `min_hits` correct of its n samples) that the method never solves ("lost": 0 correct in every seed's n), and
+    the reverse ("gained"), and how many of a method's lost problems GRPO lost too at the same step (whether a
+    method loses the same problems or others). Problems solved by chance once in n are left out on both sides:
+    at n = 128 a problem of pass@1 1/128 is missed by a second evaluation 37% of the time, while one of 4/128 is
+    missed 1.7% of the time."""
+    base = records.get(("base", 0, 0, split, "t1"))
+    if base is None:
+        return []
+
+    def counts(method: str, step: int, mode: str) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for (m, _, s, sp, md), r in records.items():
+            if (m, s, sp, md) == (method, step, split, mode):
+                for pid, c in zip(r["curve"]["problems"]["id"], r["curve"]["problems"]["correct"]):
+                    out.setdefault(pid, []).append(c)
+        return out
+
+    def lost_gained(mine: dict[str, list[int]]) -> tuple[set[str], set[str]]:
+        ref = counts("base", 0, "t1")
+        lost = {p for p, c in ref.items() if c[0] >= min_hits and p in mine and max(mine[p]) == 0}
+        gained = {p for p, c in mine.items() if min(c) >= min_hits and ref.get(p, [1])[0] == 0}
+        return lost, gained
+
+    reliable = sum(1 for c in counts("base", 0, "t1").values() if c[0] >= min_hits)
+    lines = [f"#### {split.upper()} problems lost and gained against the base model, sampled at {MODES[mode]} (the "
+             f"base solves {reliable} of {len(base['curve']['problems']['id'])} at least {min_hits} times in "
+             f"{base['n']})", "",
+             f"| method | step | seeds | lost (base >= {min_hits}, method 0) | gained (method >= {min_hits} in every seed, base 0) | "
+             "lost by GRPO too |", "|---|---:|---:|---:|---:|---:|"]
+    methods = sorted({m for m, *_ in records if m != "base"}, key=lambda m: (m != "grpo", m.startswith("grpo__"), m))
+    for method in methods:
+        for step in sorted({s for m, _, s, sp, md in records if (m, sp, md) == (method, split, mode)}):
+            mine = counts(method, step, mode)
+            lost, gained = lost_gained(mine)
+            grpo = counts("grpo", step, mode)
+            both = "-" if not grpo or method == "grpo" else str(len(lost & lost_gained(grpo)[0]))
+            seeds = len(next(iter(mine.values())))
+            lines.append(f"| {method} | {step} | {seeds} | {len(lost)} | {len(gained)} | {both} |")
+    return lines + [""]
+
+
 def plot(records: dict, k: int, path: Path) -> None:
     """Narrowing against training steps: pass@k of each method (mean over its seeds) at every checkpoint, one panel
     per split and sampling mode, the base model as a dashed line."""
@@ -193,6 +237,7 @@ def main() -> None:
             print("\n".join(table(records, split, mode, k)))
     if args.split != "id":
         print("\n".join(equal_pass1_table(records, k)))
+        print("\n".join(solved_sets_table(records)))
     if args.plot:
         plot(records, k, Path(args.plot))
 
