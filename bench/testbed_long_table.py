@@ -172,8 +172,8 @@ def solved_sets_table(records: dict, split: str = "ood", mode: str = "matched", 
     lines = [f"#### {split.upper()} problems lost and gained against the base model, sampled at {MODES[mode]} (the "
              f"base solves {reliable} of {len(base['curve']['problems']['id'])} at least {min_hits} times in "
              f"{base['n']})", "",
-             f"| method | step | seeds | lost (base >= {min_hits}, method 0) | gained (method >= {min_hits} in every seed, base 0) | "
-             "lost by GRPO too |", "|---|---:|---:|---:|---:|---:|"]
+             f"| method | step | seeds | lost (base >= {min_hits}, method 0) | gained (method >= {min_hits} in every "
+             "seed, base 0) | lost by GRPO too |", "|---|---:|---:|---:|---:|---:|"]
     methods = sorted({m for m, *_ in records if m != "base"}, key=lambda m: (m != "grpo", m.startswith("grpo__"), m))
     for method in methods:
         for step in sorted({s for m, _, s, sp, md in records if (m, sp, md) == (method, split, mode)}):
