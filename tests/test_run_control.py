@@ -344,3 +344,17 @@ def test_a_resumed_run_with_overrides_rewrites_its_config_and_keeps_the_history(
     # resuming the finished run without overrides changes nothing
     train(load_config(run / "config.yaml"), resume=run, progress=False)
     assert len((run / "config_history.jsonl").read_text().splitlines()) == 1
+
+
+def test_the_reward_failure_rule_is_strictly_more_than_the_fraction():
+    """`guards.too_many_reward_failures`, the one rule explorl train, TRL's and verl's trainers stop by: at the
+    default 0.5, 8 failures of 16 samples train on, 9 stop; at 1.0 nothing stops; at 0 one failure stops."""
+    from explorl.config import load_config
+    from explorl.guards import too_many_reward_failures
+
+    cfg = load_config(None, [])
+    assert cfg.task.max_reward_failure_frac == 0.5
+    assert not too_many_reward_failures(8, 16, cfg) and too_many_reward_failures(9, 16, cfg)
+    assert not too_many_reward_failures(16, 16, load_config(None, ["task.max_reward_failure_frac=1"]))
+    zero = load_config(None, ["task.max_reward_failure_frac=0"])
+    assert too_many_reward_failures(1, 16, zero) and not too_many_reward_failures(0, 16, zero)

@@ -54,6 +54,12 @@ class _StopOnSignal:
         self.previous = {}
 
 
+def too_many_reward_failures(failed: float, scored: float, cfg: Config) -> bool:
+    """Whether `failed` of `scored` samples is more than `task.max_reward_failure_frac` of them: the rule that stops
+    a step before its update, in `explorl train`, TRL's trainer and verl's (one place, so the engines agree)."""
+    return failed > cfg.task.max_reward_failure_frac * scored
+
+
 def stop_if_rewards_failed(step: int, got, cfg: Config, log: RunLog, last_checkpoint: str, *,
                            failed: int | None = None, resume: str | None = None) -> None:
     """RunStopped, before the step's update, when more than `task.max_reward_failure_frac` of its samples' rewards
@@ -62,7 +68,7 @@ def stop_if_rewards_failed(step: int, got, cfg: Config, log: RunLog, last_checkp
     process); `resume`: how to continue (default `explorl train --resume RUN`)."""
     failed = len({f.index for f in got.failures}) if failed is None else failed
     first = got.failures[0].message if got.failures else "on another process (its rows are not logged here)"
-    if failed <= cfg.task.max_reward_failure_frac * got.scored:
+    if not too_many_reward_failures(failed, got.scored, cfg):
         return
     raise RunStopped(
         f"stopping before the update of step {step}: the reward failed or timed out on {failed} of "

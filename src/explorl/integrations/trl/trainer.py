@@ -894,7 +894,7 @@ class ExplorlGRPOTrainer(GRPOTrainer):
         (RUN/reward_errors.log, the first traceback on the console), and every process stops (`RunStopped`) when
         more than `task.max_reward_failure_frac` of the batch's samples failed (`failed` of `scored`, summed over
         processes, so every process decides alike)."""
-        from explorl.guards import RunStopped, stop_if_rewards_failed
+        from explorl.guards import RunStopped, stop_if_rewards_failed, too_many_reward_failures
 
         if self._failure_log is not None:
             self._failure_log.record(self._round, failures, scored)
@@ -902,7 +902,7 @@ class ExplorlGRPOTrainer(GRPOTrainer):
         if self.run_log is not None:
             stop_if_rewards_failed(self._round, got, self.run_config, self.run_log, self._last_checkpoint(),
                                    failed=failed, resume="`examples/trl/train.py CONFIG --resume`")
-        elif failed > self.run_config.task.max_reward_failure_frac * scored:
+        elif too_many_reward_failures(failed, scored, self.run_config):
             raise RunStopped(f"stopping before the update of round {self._round}: the reward failed on {failed} of "
                              f"{scored} samples (the main process logs the details)")
 

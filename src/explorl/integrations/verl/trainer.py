@@ -162,7 +162,7 @@ class RunWriter:
         when its reward exceeds `task.correct_threshold`. `keep` `[N]` bool: the real responses (verl pads a batch
         with no-op rows). `temperatures` `[N]`: each response's request temperature (None: 1). Raises
         `guards.RunStopped` when more than `task.max_reward_failure_frac` of the responses failed to score."""
-        from explorl.guards import RunStopped
+        from explorl.guards import RunStopped, too_many_reward_failures
         from explorl.integrations.rundir import step_record
         from explorl.rewards import RewardResult
 
@@ -177,7 +177,7 @@ class RunWriter:
         else:
             correct = batch.rewards[idx] > self.cfg.task.correct_threshold
         failed = sum(float(info.get("reward_failed", 0)) for info in infos)
-        if failed > self.cfg.task.max_reward_failure_frac * len(infos):
+        if too_many_reward_failures(failed, len(infos), self.cfg):
             raise RunStopped(
                 f"stopping before the update of verl step {step}: the reward failed or timed out on {failed:g} of "
                 f"{len(infos)} samples (more than task.max_reward_failure_frac="
