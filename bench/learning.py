@@ -40,6 +40,8 @@ METHODS = ["grpo", "dapo", "e3_ts", "e3_ts_an", "e3", "erpo", "cw_grpo", "cw_grp
 VARIANTS = {"cw_grpo_group": ("cw_grpo", ["algo.shapers=[cw_group]"]),
             # explorl's sign-balanced covariance weights (not the paper's; docs/methods.md §4)
             "cw_balanced": ("cw_grpo", ["algo.shapers=[cw_balanced]"]),
+            # explorl's: a right answer reached through a false stated equation scores 0 (docs/methods.md §8f)
+            "grpo_verified": ("grpo", ["task.reward=verified"]),
             # combinations (paper 003's limitations: EAD with other exploration methods; papers 000/003's future work)
             "ead_e3_budget": ("ead_tis", ["budget.policy=e3"]),
             "ead_erpo": ("ead_tis", ["algo.advantage=erpo", "algo.kl_coef=0.001", "algo.erpo.beta_progress=0.1",

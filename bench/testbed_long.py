@@ -5,8 +5,9 @@ model's entropy (`explorl eval --match-entropy base`), with pass@k curves (`--cu
 evaluated once per split at T = 1 (`base/step0.<split>.t1.json`). `bench/testbed_long_table.py` makes the tables.
 
 Built to run across sessions: a run killed mid-way resumes from its last checkpoint (`explorl train --resume`),
-each finished evaluation is written to `bench/results/<name>/<method>/seed<k>/step<N>.<split>.<t1|matched>.json`
-and skipped when present, and a run whose evaluations are all recorded is not trained again. Commit the records as
+each finished evaluation is written to `bench/results/<name>/<method>/seed<k>/step<N>.<split>.<mode>.json`
+(`MODES`: T = 1, the base model's entropy, and in distribution the same two judged by right chains rather than
+right answers) and skipped when present, and a run whose evaluations are all recorded is not trained again. Commit the records as
 they land. Costs measured on this 2-core machine (GRPO seed 0, 2026-11-25): a 1500-step run took 65 min of one
 core, and its 12 evaluations at the defaults (`--problems 128 --n 128`) 8 minutes together.
 
@@ -18,6 +19,7 @@ core, and its 12 evaluations at the defaults (`--problems 128 --n 128`) 8 minute
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from contextlib import contextmanager
@@ -28,8 +30,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from learning import RECIPES, spec, testbed_overrides, with_baselines  # noqa: E402
 
-METHODS = ["e3_ts", "ead_tis", "clip_cov", "kl_cov", "cw_balanced", "erpo", "adaptive_temperature"]
-"""The issue's candidates; each is run with the GRPO baseline of its own objective (`learning.with_baselines`)."""
+METHODS = ["grpo_verified", "e3_ts", "ead_tis", "clip_cov", "kl_cov", "cw_balanced", "erpo", "adaptive_temperature"]
+"""The issue's candidates and explorl's `grpo_verified` (GRPO with `task.reward: verified`, designed from these
+runs); each is run with the GRPO baseline of its own objective (`learning.with_baselines`)."""
 SPLITS = {"id": [3, 4, 5, 6, 7], "ood": [8, 9]}
 
 
@@ -51,27 +54,44 @@ def train_run(method: str, seed: int, run_dir: Path, args) -> None:
     train(cfg, resume=resume, progress=False)
 
 
-def evaluate(model: str, split: str, matched: bool, out: Path, args) -> None:
-    """`explorl eval` of one checkpoint on one split, written to `out` (through a temporary name)."""
+def evaluate(model: str, split: str, mode: str, out: Path, args, temperature: float = 1.0) -> None:
+    """`explorl eval` of one checkpoint on one split, written to `out` (through a temporary name). `mode`: `t1`
+    (T = 1), `matched` (the base model's entropy, `--match-entropy base`) or, with `-chain` (`t1-chain`,
+    `matched-chain`), correct only when every worked step is the solution's (`task.reward: chain`) at
+    `temperature`: the answer alone is often guessed."""
     from explorl import cli
 
     ks = sorted({1, 8, 32, args.n} - {k for k in (8, 32) if k > args.n})
     argv = ["eval", "--model", model, "--task", "arith", "--task-opt", f"difficulties={SPLITS[split]}",
             "--task-opt", "train_size=4096", "--task-opt", f"eval_size={args.problems}", "--n", str(args.n),
             "--k", ",".join(map(str, ks)), "--curve", "--max-new-tokens", "128", "--device", "cpu"]
-    argv += ["--match-entropy", "base", "--calibration", str(min(32, args.problems))] if matched else \
-        ["--temperature", "1.0"]
+    if mode.endswith("-chain"):
+        argv += ["--task-opt", "reward=chain", "--temperature", repr(temperature)]
+    elif mode == "matched":
+        argv += ["--match-entropy", "base", "--calibration", str(min(32, args.problems))]
+    else:
+        argv += ["--temperature", "1.0"]
     tmp = out.with_name(out.name + ".tmp")
     if cli.main([*argv, "--out", str(tmp)]) != 0:
         raise SystemExit(f"explorl {' '.join(argv)} failed")
     tmp.replace(out)
 
 
+MODES = ["t1", "matched", "t1-chain", "matched-chain"]
+"""Evaluations of each checkpoint, in this order (a `-chain` one samples at its answer evaluation's temperature);
+the `-chain` ones in distribution only: out of it no model writes a right chain (bench/RESULTS.md)."""
+
+
+def wanted_records(record_dir: Path, steps: list[int]) -> dict[tuple[int, str, str], Path]:
+    """{(step, split, mode): record path} of every evaluation a run's checkpoints get."""
+    return {(s, split, mode): record_dir / f"step{s}.{split}.{mode}.json" for s in steps for split in SPLITS
+            for mode in MODES if split == "id" or not mode.endswith("-chain")}
+
+
 def run_job(method: str, seed: int, run_dir: Path, steps: list[int], args) -> None:
     """Train one (method, seed) run as far as its evaluations need and evaluate what is not recorded."""
     record_dir = ROOT / "bench" / "results" / args.name / method / f"seed{seed}"
-    wanted = {(s, split, m): record_dir / f"step{s}.{split}.{'matched' if m else 't1'}.json"
-              for s in steps for split in SPLITS for m in (False, True)}
+    wanted = wanted_records(record_dir, steps)
     missing = {k: p for k, p in wanted.items() if not p.exists()}
     if not missing:
         return
@@ -79,13 +99,16 @@ def run_job(method: str, seed: int, run_dir: Path, steps: list[int], args) -> No
         print(f"{method} seed {seed}: training to {args.steps} steps in {run_dir}", flush=True)
         train_run(method, seed, run_dir, args)
     record_dir.mkdir(parents=True, exist_ok=True)
-    for (s, split, matched), out in missing.items():
+    for (s, split, mode), out in missing.items():
         model = run_dir / "checkpoints" / f"step_{s:07d}"
         if not model.exists():
             print(f"  {model}: not there (kept checkpoints?), skipped", flush=True)
             continue
-        print(f"  step {s} {split} {'matched' if matched else 'T=1'} -> {out.relative_to(ROOT)}", flush=True)
-        evaluate(str(model), split, matched, out, args)
+        temperature = 1.0
+        if mode == "matched-chain":  # the temperature its answer evaluation found
+            temperature = json.loads(wanted[(s, split, "matched")].read_text())["temperature"]
+        print(f"  step {s} {split} {mode} -> {out.relative_to(ROOT)}", flush=True)
+        evaluate(str(model), split, mode, out, args, temperature)
 
 
 def _alive_sweep(claim: Path) -> bool:
@@ -142,12 +165,12 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     base_dir = ROOT / "bench" / "results" / args.name / "base"  # the base model at T = 1 (its own entropy)
     with claimed(ROOT / "runs" / args.name / "base.claim") as mine:
-        for split in SPLITS if mine else []:
-            out = base_dir / f"step0.{split}.t1.json"
+        for split, mode in [("id", "t1"), ("ood", "t1"), ("id", "t1-chain")] if mine else []:
+            out = base_dir / f"step0.{split}.{mode}.json"
             if not out.exists():
                 base_dir.mkdir(parents=True, exist_ok=True)
-                print(f"  base model {split} T=1 -> {out.relative_to(ROOT)}", flush=True)
-                evaluate("embedded", split, False, out, args)
+                print(f"  base model {split} {mode} -> {out.relative_to(ROOT)}", flush=True)
+                evaluate("embedded", split, mode, out, args)
     methods = with_baselines([m for m in args.methods.split(",") if m])
     steps = list(range(args.every, args.steps + 1, args.every))
     for seed, method in [(seed, method) for seed in range(args.seeds) for method in methods]:  # every seed 0 first

@@ -4,7 +4,8 @@ objective (`learning.baseline`) and to the base model, over the problems both ev
 
 Reads the records `bench/testbed_long.py` writes (`bench/results/testbed_long/<method>/seed<k>/step<N>.<split>.
 <t1|matched>.json`, and the base model's `base/step0.<split>.t1.json`) and prints Markdown tables:
-- per method and checkpoint: mean pass@1 and pass@K over the seeds recorded, and the entropy sampled at;
+- per method and checkpoint, for each recorded mode (in distribution also judged by right chains, every worked
+  step the solution's, where the answer alone is often guessed): mean pass@1 and pass@K over the seeds recorded, and the entropy sampled at;
 - the paired difference in pass@K to the baseline and to the base model, with a 95% bootstrap interval over
   problems: each problem's pass@K difference is averaged over the seeds both runs have, then the problems are
   resampled (`metrics.bootstrap_ci`). The interval covers the problems drawn, not the seeds: with one seed it
@@ -31,7 +32,20 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from learning import baseline  # noqa: E402
 
-MODES = {"t1": "T = 1", "matched": "base entropy"}
+MODES = {"t1": "T = 1", "matched": "base entropy", "t1-chain": "T = 1, right chains",
+         "matched-chain": "base entropy, right chains"}
+"""Evaluation modes (`testbed_long.MODES`): sampled at T = 1 or at the base model's entropy, and correct when the
+answer is right or (`-chain`) when every worked step is."""
+
+
+def is_baseline(method: str) -> bool:
+    """Whether `method` is a GRPO baseline (`grpo`, `grpo__agg__lo-hi[__uN]`), not a method built on GRPO."""
+    return method == "grpo" or method.startswith("grpo__")
+
+
+def base_mode(mode: str) -> str:
+    """The base model's record a mode compares with: the base model at T = 1 (its own entropy), same judge."""
+    return "t1-chain" if mode.endswith("-chain") else "t1"
 
 
 def load_records(root: Path) -> dict[tuple[str, int, int, str, str], dict]:
@@ -41,9 +55,9 @@ def load_records(root: Path) -> dict[tuple[str, int, int, str, str], dict]:
         step, split, mode = path.name[len("step"):-len(".json")].split(".")
         out[(path.parent.parent.name, int(path.parent.name[len("seed"):]), int(step), split, mode)] = \
             json.loads(path.read_text())
-    for path in sorted((root / "base").glob("step0.*.t1.json")):
-        split = path.name.split(".")[1]
-        out[("base", 0, 0, split, "t1")] = json.loads(path.read_text())
+    for path in sorted((root / "base").glob("step0.*.json")):
+        _, split, mode = path.name[:-len(".json")].split(".")
+        out[("base", 0, 0, split, mode)] = json.loads(path.read_text())
     return out
 
 
@@ -76,7 +90,7 @@ def fmt(ci: tuple[float, float, float] | None) -> str:
 
 def table(records: dict, split: str, mode: str, k: int) -> list[str]:
     methods = sorted({m for m, *_ in records if m != "base"}, key=lambda m: (m != "grpo", m.startswith("grpo__"), m))
-    base = records.get(("base", 0, 0, split, "t1"))
+    base = records.get(("base", 0, 0, split, base_mode(mode)))
     lines = [f"#### {split.upper()}, sampled at {MODES[mode]}: pass@{k}",
              "", f"| method | step | seeds | pass@1 | pass@{k} | entropy | vs its GRPO baseline | vs base |",
              "|---|---:|---:|---:|---:|---:|---|---|"]
@@ -84,7 +98,7 @@ def table(records: dict, split: str, mode: str, k: int) -> list[str]:
         lines.append(f"| base | 0 | 1 | {base['pass@1']:.3f} | {statistics.fmean(per_problem(base, k).values()):.3f} "
                      f"| {base['entropy']:.3f} | | |")
     for method in methods:
-        ref = baseline(method) if not method.startswith("grpo") else None
+        ref = None if is_baseline(method) else baseline(method)
         for step in sorted({s for m, _, s, sp, md in records if m == method and sp == split and md == mode}):
             mine = {seed: r for (m, seed, s, sp, md), r in records.items()
                     if (m, s, sp, md) == (method, step, split, mode)}
@@ -131,7 +145,7 @@ def equal_pass1_table(records: dict, k: int, mode: str = "matched") -> list[str]
     lines = [f"#### OOD pass@{k} (sampled at {MODES[mode]}) against GRPO's at equal ID pass@1", "",
              f"| method | step | ID pass@1 | OOD pass@{k} | GRPO's at that ID pass@1 | difference |",
              "|---|---:|---:|---:|---:|---:|"]
-    for method in sorted({m for m, *_ in records if m not in ("base", "grpo") and not m.startswith("grpo__")}):
+    for method in sorted({m for m, *_ in records if m != "base" and not is_baseline(m)}):
         for step, p1, cov in path(method):
             ref = None
             for (_, x0, y0), (_, x1, y1) in zip(grpo, grpo[1:]):
@@ -150,7 +164,7 @@ def solved_sets_table(records: dict, split: str = "ood", mode: str = "matched", 
     method loses the same problems or others). Problems solved by chance once in n are left out on both sides:
     at n = 128 a problem of pass@1 1/128 is missed by a second evaluation 37% of the time, while one of 4/128 is
     missed 1.7% of the time."""
-    base = records.get(("base", 0, 0, split, "t1"))
+    base = records.get(("base", 0, 0, split, base_mode(mode)))
     if base is None:
         return []
 
@@ -163,12 +177,12 @@ def solved_sets_table(records: dict, split: str = "ood", mode: str = "matched", 
         return out
 
     def lost_gained(mine: dict[str, list[int]]) -> tuple[set[str], set[str]]:
-        ref = counts("base", 0, "t1")
+        ref = counts("base", 0, base_mode(mode))
         lost = {p for p, c in ref.items() if c[0] >= min_hits and p in mine and max(mine[p]) == 0}
         gained = {p for p, c in mine.items() if min(c) >= min_hits and ref.get(p, [1])[0] == 0}
         return lost, gained
 
-    reliable = sum(1 for c in counts("base", 0, "t1").values() if c[0] >= min_hits)
+    reliable = sum(1 for c in counts("base", 0, base_mode(mode)).values() if c[0] >= min_hits)
     lines = [f"#### {split.upper()} problems lost and gained against the base model, sampled at {MODES[mode]} (the "
              f"base solves {reliable} of {len(base['curve']['problems']['id'])} at least {min_hits} times in "
              f"{base['n']})", "",
@@ -188,16 +202,18 @@ def solved_sets_table(records: dict, split: str = "ood", mode: str = "matched", 
 
 def plot(records: dict, k: int, path: Path) -> None:
     """Narrowing against training steps: pass@k of each method (mean over its seeds) at every checkpoint, one panel
-    per split and sampling mode, the base model as a dashed line."""
+    per split and mode (in distribution also by right chains), the base model as a dotted line."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     methods = sorted({m for m, *_ in records if m != "base"}, key=lambda m: (m != "grpo", m.startswith("grpo__"), m))
-    fig, axes = plt.subplots(2, 2, figsize=(11, 8), sharex=True)
-    for row, split in enumerate(["id", "ood"]):
-        for col, mode in enumerate(MODES):
+    panels = [[("id", "t1"), ("id", "matched")], [("ood", "t1"), ("ood", "matched")],
+              [("id", "t1-chain"), ("id", "matched-chain")]]
+    fig, axes = plt.subplots(len(panels), 2, figsize=(11, 12), sharex=True)
+    for row, pair in enumerate(panels):
+        for col, (split, mode) in enumerate(pair):
             ax = axes[row][col]
             for method in methods:
                 steps = sorted({s for m, _, s, sp, md in records if (m, sp, md) == (method, split, mode)})
@@ -206,14 +222,14 @@ def plot(records: dict, k: int, path: Path) -> None:
                                            if (m, s, sp, md) == (method, step, split, mode)) for step in steps]
                 if steps:
                     ax.plot(steps, values, marker="o", label=method,
-                            linestyle="--" if method.startswith("grpo") else "-")
-            base = records.get(("base", 0, 0, split, "t1"))
+                            linestyle="--" if is_baseline(method) else "-")
+            base = records.get(("base", 0, 0, split, base_mode(mode)))
             if base is not None:
                 ax.axhline(statistics.fmean(per_problem(base, k).values()), color="k", linestyle=":", label="base")
             ax.set_title(f"{split.upper()}, sampled at {MODES[mode]}")
             ax.set_ylabel(f"pass@{k}")
             ax.grid(alpha=0.3)
-    for ax in axes[1]:
+    for ax in axes[-1]:
         ax.set_xlabel("training step")
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
@@ -233,11 +249,13 @@ def main() -> None:
         raise SystemExit(f"no records under bench/results/{args.name}")
     k = args.k or min(max(r["curve"]["k"]) for r in records.values())
     for split in (["id", "ood"] if args.split == "both" else [args.split]):
-        for mode in MODES:
+        for mode in [m for m in MODES if any(key[3:] == (split, m) for key in records)]:
             print("\n".join(table(records, split, mode, k)))
     if args.split != "id":
         print("\n".join(equal_pass1_table(records, k)))
         print("\n".join(solved_sets_table(records)))
+    if args.split != "ood":  # where right chains are lost or gained
+        print("\n".join(solved_sets_table(records, "id", "matched-chain")))
     if args.plot:
         plot(records, k, Path(args.plot))
 

@@ -279,3 +279,83 @@ def test_check_rewards_imports_every_entry_before_a_worker_starts(tmp_path, monk
         ("task.reward[0]", "auto (explorl.rewards:exact_reward) returned 0.0 on a sample completion")]
     with pytest.raises(ValueError, match=r"task.reward\[1\]: cannot import module 'no_such_module_xyz'"):
         check_rewards("exact,no_such_module_xyz:f", (exact_reward, False), "4", "\\boxed{4}")
+
+
+# ------------------------------------------------------------------------------ stated equations: verified, chain
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("1-18=-17\n-17+3=-14", (2, 0)),
+    ("1-18=-16\n-16+3=-13", (2, 1)),  # 1-18 is -17; the next line is right for its own operands
+    ("so 3 \\times 4 = 12, and 12+5 = 17.", (2, 0)),  # sentence punctuation after a result
+    ("2+2=5. Then 3*3=9.", (2, 1)),
+    ("3*4+2=14 and 2-3*4=-10", (2, 0)),  # products first: 12+2, 2-12
+    ("3--2=5", (1, 0)),  # a negative operand
+    ("x^2-4=0", (0, 0)),  # a power: not an integer equation
+    ("x-2-4=-6", (0, 0)),  # a variable before it
+    ("1.5+2=3.5 and 0.5+2=2", (0, 0)),  # decimals are not checked
+    ("1,000+5=1,005", (0, 0)),  # thousands separators are not parsed
+    ("2+3=5+0", (0, 0)),  # a chain a=b+c: the right side is not one integer
+    ("a=3+4=7", (0, 0)),
+    ("f(2)=4", (0, 0)),  # no operator
+    ("12/4+1=4", (0, 0)),  # division is not checked
+    ("no equations here", (0, 0)),
+])
+def test_false_equations(text, expected):
+    from explorl.rewards import false_equations
+
+    assert false_equations(text) == expected
+
+
+def test_false_equations_is_bounded_on_huge_input():
+    from explorl.rewards import MAX_SCAN, false_equations
+
+    # only the last MAX_SCAN = 100,000 characters are read: "1+1=3" (5) and 99,995 before it, which are 16,665
+    # whole "1+1=2 " (6 each) after a fragment "+1=2 " (5) that has no first operand: 16,666 equations
+    assert MAX_SCAN == 100_000
+    assert false_equations("1+1=2 " * 50_000 + "1+1=3") == (16_666, 1)
+    assert false_equations("1+" * 100_000 + "=2") == (0, 0)  # 100k operators: more than 20, not an equation
+
+
+def test_verified_reward_zeroes_a_right_answer_reached_through_false_arithmetic():
+    from explorl.rewards import verified_reward
+
+    right = "2-11=-9\n-9+5=-4\n\\boxed{-4}"
+    guessed = "2-11=-8\n-8+5=-4\n\\boxed{-4}"  # -8+5 is -3: two false equations, the answer right by luck
+    assert verified_reward(right, "-4", checker=int_reward) == 1.0
+    assert verified_reward(guessed, "-4", checker=int_reward) == 0.0
+    assert int_reward(guessed, "-4") == 1.0
+    assert verified_reward("2-11=-9\n\\boxed{-9}", "-4", checker=int_reward) == 0.0  # true steps, wrong answer
+
+
+def test_chain_reward_needs_every_step_of_the_solution():
+    from explorl.rewards import chain_reward
+    from explorl.tasks.arith import from_expression
+
+    p = from_expression("2-11+5")
+    assert p.meta["solution"] == "2-11=-9\n-9+5=-4\n\\boxed{-4}"
+    assert chain_reward(" 2-11=-9\n\n-9+5=-4 \n\\boxed{-4}\n", p.answer, **p.meta) == 1.0  # blank lines, spaces
+    assert chain_reward("2+5=7\n7-11=-4\n\\boxed{-4}", p.answer, **p.meta) == 0.0  # right answer, other order
+    assert chain_reward("2-11=-9\n\\boxed{-4}", p.answer, **p.meta) == 0.0  # a step left out
+    with pytest.raises(ValueError, match="worked solution"):
+        chain_reward("\\boxed{-4}", "-4")
+
+
+def test_resolve_verified_and_chain():
+    import functools
+    import pickle
+
+    from explorl.rewards import chain_reward, verified_reward
+
+    fn, isolate = resolve_reward("verified", (int_reward, False))
+    assert isinstance(fn, functools.partial) and fn.func is verified_reward and not isolate
+    fn, isolate = resolve_reward("verified", (math_check, True))  # a slow checker stays in the worker pool
+    assert isolate and pickle.loads(pickle.dumps(fn)).keywords["checker"] is math_check
+    assert fn("1+1=3\n\\boxed{2}", "2") == 0.0 and fn("1+1=2\n\\boxed{2}", "2") == 1.0
+    assert resolve_reward("chain", (int_reward, False)) == (chain_reward, False)
+
+
+def test_verified_runs_in_the_worker_pool():
+    run = RewardRunner(resolve_reward("verified", (math_check, True))[0], isolate=True, timeout_s=20)
+    result = run(["1+1=2\n\\boxed{2}", "1+1=3\n\\boxed{2}"], ["2", "2"])
+    assert result.rewards == [1.0, 0.0] and result.errors == 0

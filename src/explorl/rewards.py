@@ -8,6 +8,10 @@ counted instead of crashing the run.
 - `math_reward`: public API; math-verify equivalence of the last \\boxed{} with the ground truth, in the pool.
 - `math_check`: the same check run in the current process (the function the workers call).
 - `exact_reward`, `int_reward`: cheap in-process checks.
+- `false_equations`, `verified_reward`: the stated integer equations of a response (`12+7=19`, `3 \\times 4 = 12`)
+  checked by a small parser; `task.reward: verified` is the task's own checker scoring 0 when any of them is false
+  (a right answer reached through wrong arithmetic). `chain_reward` (`task.reward: chain`): the response's lines
+  are the problem's worked solution (`meta["solution"]`, which the `arith` task carries), an evaluation instrument.
 - `RewardRunner`: scores a batch, isolated (in parallel across the worker pool) or in-process; every failure
   comes back with its text (`RewardResult.failures`); `resolve_reward`: maps one `task.reward` entry to a function.
 - Rewards as TRL users write them: `WeightedRewards`, several functions scored as their weighted sum (TRL's
@@ -44,6 +48,15 @@ most slow cases cheaply, before the pool's hard limit kills and restarts the wor
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _INT_RE = re.compile(r"-?\d{1,30}")
+BUILTIN_REWARDS = ("auto", "math", "exact", "verified", "chain")
+"""The `task.reward` entries that name explorl's own checkers (anything else is `module:function`)."""
+_OP = r"(?:[-+*×]|\\times|\\cdot)"
+_EQUATION_RE = re.compile(
+    # an integer expression with at least one operator, `=`, an integer; not inside a longer expression (a
+    # variable, a power, a decimal or a thousands separator before it; an operator, a power or a digit group after)
+    r"(?<![\w,^/()*+×=-])(?<!\d\.)(-?\d{1,30}(?:[ \t]*" + _OP + r"[ \t]*-?\d{1,30}){1,20})[ \t]*=[ \t]*(-?\d{1,30})"
+    r"(?![\w^/(]|[.,]\d|[ \t]*(?:[-+*×=]|\\times|\\cdot))")
+_TERM_RE = re.compile(r"[ \t]*(" + _OP + r")?[ \t]*(-?\d{1,30})")
 
 
 def closing_brace(text: str, start: int, stop: int | None = None) -> int:
@@ -168,6 +181,55 @@ def exact_reward(completion: str, answer: str, **meta: Any) -> float:
     """1.0 if the last \\boxed{} content, stripped, equals `answer` stripped."""
     content = extract_boxed(completion)
     return float(content is not None and content.strip() == str(answer).strip())
+
+
+def _evaluate_integers(expression: str) -> int:
+    """The value of `12+7*3-4` (integers joined by + - * × \\times \\cdot, products first): a parser, not eval."""
+    total, product = 0, None
+    sign = 1
+    for op, number in _TERM_RE.findall(expression):
+        value = int(number)
+        if op in ("*", "×", "\\times", "\\cdot") and product is not None:
+            product *= value
+            continue
+        if product is not None:
+            total += sign * product
+        sign = -1 if op == "-" else 1
+        product = value
+    return total + sign * (product or 0)
+
+
+def false_equations(text: str) -> tuple[int, int]:
+    """(stated, false): how many integer equations `expression = integer` the text states, and how many of them
+    are false. Only equations whose left side is integers joined by + - * (× \\times \\cdot) and whose right
+    side is one integer count; anything else (variables, decimals, fractions, powers, chains `a=b=c`) is not
+    checked. Bounded: the last `MAX_SCAN` characters, numbers of at most 30 digits, at most 20 operators."""
+    stated = false = 0
+    for m in _EQUATION_RE.finditer(text[-MAX_SCAN:]):
+        stated += 1
+        false += _evaluate_integers(m.group(1)) != int(m.group(2))
+    return stated, false
+
+
+def verified_reward(completion: str, answer: str, *, checker: Callable, **meta: Any) -> float:
+    """`checker`'s score (the task's own reward), or 0 when the completion states a false integer equation
+    (`false_equations`): a right answer reached through wrong arithmetic earns nothing (`task.reward: verified`)."""
+    if false_equations(completion)[1]:
+        return 0.0
+    return checker(completion, answer, **meta)
+
+
+def chain_reward(completion: str, answer: str, **meta: Any) -> float:
+    """1.0 when the completion's non-empty lines, stripped, are those of the problem's worked solution
+    (`meta["solution"]`, as the `arith` task gives it): every step right, not only the answer (`task.reward:
+    chain`). ValueError when the problem carries no solution."""
+    solution = meta.get("solution")
+    if not isinstance(solution, str):
+        raise ValueError("task.reward: chain compares a response with the problem's worked solution, and this "
+                         "problem has none (meta 'solution'); the arith task provides it")
+    def lines(text: str) -> list[str]:
+        return [x.strip() for x in text.strip().splitlines() if x.strip()]
+    return float(lines(completion[-MAX_SCAN:]) == lines(solution))
 
 
 def int_reward(completion: str, answer: str, **meta: Any) -> float:
@@ -514,7 +576,8 @@ def resolve_rewards(spec: str | list[str], weights: list[float] | None,
     `WeightedRewards`. ValueError names the field."""
     entries = reward_entries(spec)
     if not entries:
-        raise ValueError("task.reward: name at least one reward function (auto, math, exact or module:function)")
+        raise ValueError(f"task.reward: name at least one reward function ({', '.join(BUILTIN_REWARDS)} or "
+                         f"module:function)")
     weights = [1.0] * len(entries) if weights is None else [float(w) for w in weights]
     if len(weights) != len(entries):
         raise ValueError(f"task.reward_weights: {len(weights)} weight(s) for {len(entries)} reward function(s) in "
@@ -535,9 +598,14 @@ def resolve_reward(spec: str, task_default: tuple[Callable, bool]) -> tuple[Call
         return math_check, True
     if spec == "exact":
         return exact_reward, False
+    if spec == "verified":
+        checker, isolate = task_default
+        return functools.partial(verified_reward, checker=checker), isolate
+    if spec == "chain":
+        return chain_reward, False
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise ValueError(f"task.reward: {spec!r} is not auto, math, exact or module:function")
+        raise ValueError(f"task.reward: {spec!r} is not {', '.join(BUILTIN_REWARDS)} or module:function")
     if "" not in sys.path and os.getcwd() not in sys.path:
         # The `explorl` console script does not put the working directory on sys.path, but users expect
         # `my_rewards:fn` next to their config to work; workers inherit sys.path, so they find it too.
@@ -582,8 +650,9 @@ def check_rewards(spec: str | list[str], task_default: tuple[Callable, bool], an
     for i, (entry, (fn, isolate)) in enumerate(zip(entries, resolved)):
         label = f"task.reward[{i}]"
         name = entry
-        if entry in ("auto", "math", "exact"):
-            name = f"{entry} ({getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', fn)!s})"
+        if entry in BUILTIN_REWARDS:
+            named = getattr(fn, "func", fn)  # verified: a partial of verified_reward
+            name = f"{entry} ({getattr(named, '__module__', '?')}:{getattr(named, '__qualname__', named)!s})"
         runner = RewardRunner(fn, isolate=isolate, timeout_s=timeout_s, workers=workers)
         result = runner([completion], [answer], [dict(meta or {})])
         if result.failures:

@@ -242,14 +242,14 @@ def validate(cfg: Config) -> None:
 
 def _validate_rewards(t: TaskConfig, need) -> None:
     """`task.reward` entries and `task.reward_weights` (see `validate`)."""
-    from explorl.rewards import reward_entries, reward_metric_name
+    from explorl.rewards import BUILTIN_REWARDS, reward_entries, reward_metric_name
 
+    builtin = ", ".join(BUILTIN_REWARDS)
     entries = reward_entries(t.reward)
-    need(len(entries) > 0, "task.reward: name at least one reward function (auto, math, exact or module:function)")
+    need(len(entries) > 0, f"task.reward: name at least one reward function ({builtin} or module:function)")
     for i, e in enumerate(entries):
         where = "task.reward" if len(entries) == 1 else f"task.reward[{i}]"
-        need(e in ("auto", "math", "exact") or ":" in e,
-             f"{where}: {e!r}; valid: auto, math, exact, or module:function")
+        need(e in BUILTIN_REWARDS or ":" in e, f"{where}: {e!r}; valid: {builtin}, or module:function")
     names = [reward_metric_name(e) for e in entries]
     twice = sorted({x for x in names if names.count(x) > 1})
     need(not twice, f"task.reward: {entries} names {', '.join(twice)} more than once; list each function once (its "

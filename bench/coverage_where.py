@@ -1,0 +1,106 @@
+"""Where arith coverage is lost (issue "Coverage at equal entropy", item 4): reads completions files
+(`explorl eval --task arith --save-completions FILE`) and checks every line of every completion against the
+problem's worked solution, so a wrong answer is traced to its first mistake:
+- `copy`: the line's operator or operand is not the problem's next one (an operation skipped, repeated or misread);
+- `carry`: the line does not start from the previous line's result;
+- `arith`: the line's result is wrong for its own operands;
+- `stop`: the chain ends (or the answer is boxed) before the last operation;
+- `format`: a line that is not `a op b = c`, or a boxed value that is not the last line's result.
+
+For each file: the share of completions whose first mistake is of each kind, the step at which the first mistake
+falls, and the per-step accuracy (the probability that a step with no mistake before it is right), which decides
+how the probability of a correct chain, and so pass@k, falls with the number of operations.
+
+    python bench/coverage_where.py base.jsonl grpo.jsonl ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections import Counter, defaultdict
+from pathlib import Path
+
+_LINE = re.compile(r"^(-?\d+)([+-])(\d+)=(-?\d+)$")
+_BOXED = re.compile(r"^\\boxed\{(-?\d+)\}$")
+_TOKEN = re.compile(r"\d+|[+-]")
+KINDS = ("copy", "carry", "arith", "stop", "format")
+
+
+def steps_of(prompt: str) -> tuple[int, list[tuple[str, int]]]:
+    """The first operand and the (operator, operand) pairs of an arith prompt such as "7+12-5=?\\n"."""
+    tokens = _TOKEN.findall(prompt.split("=")[0])
+    return int(tokens[0]), [(op, int(x)) for op, x in zip(tokens[1::2], tokens[2::2])]
+
+
+def first_mistake(prompt: str, completion: str) -> tuple[str | None, int]:
+    """(kind, step) of a completion's first mistake, (None, number of steps) for a right one; steps count from 0."""
+    value, ops = steps_of(prompt)
+    lines = [s.strip() for s in completion.strip().splitlines() if s.strip()]
+    for j, line in enumerate(lines):
+        boxed = _BOXED.match(line)
+        if boxed:
+            if j < len(ops):
+                return "stop", j
+            return (None, j) if int(boxed.group(1)) == value else ("format", j)
+        m = _LINE.match(line)
+        if m is None or j >= len(ops):
+            return "format", min(j, len(ops))
+        a, op, b, c = int(m.group(1)), m.group(2), int(m.group(3)), int(m.group(4))
+        if (op, b) != ops[j]:
+            return "copy", j
+        if a != value:
+            return "carry", j
+        if c != (a + b if op == "+" else a - b):
+            return "arith", j
+        value = c
+    return ("stop", len(lines)) if len(lines) <= len(ops) else ("format", len(ops))
+
+
+def report(path: Path) -> dict:
+    rows = [json.loads(line) for line in open(path) if line.strip()]
+    kinds: Counter = Counter()
+    reached: Counter = Counter()  # steps reached with no mistake before them
+    wrong_at: dict[str, Counter] = defaultdict(Counter)
+    by_len: dict[int, list[int]] = defaultdict(list)
+    for r in rows:
+        kind, step = first_mistake(r["prompt"], r["completion"])
+        n_ops = len(steps_of(r["prompt"])[1])
+        by_len[n_ops].append(kind is None)
+        kinds[kind or "right"] += 1
+        for j in range(step + (kind is not None)):
+            reached[j] += 1
+        if kind is not None:
+            wrong_at[kind][step] += 1
+    total = len(rows)
+    step_acc = {j: 1 - sum(wrong_at[k][j] for k in KINDS) / reached[j] for j in sorted(reached)}
+    return {"completions": total, "kinds": {k: kinds[k] / total for k in ("right", *KINDS)},
+            "step_accuracy": step_acc, "wrong_at": {k: dict(wrong_at[k]) for k in KINDS},
+            "accuracy_by_ops": {n: sum(v) / len(v) for n, v in sorted(by_len.items())}}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("files", nargs="+", type=Path)
+    args = ap.parse_args(argv)
+    reports = {p.stem: report(p) for p in args.files}
+    print("| file | completions | right | " + " | ".join(f"first mistake: {k}" for k in KINDS) + " |")
+    print("|---|---:|---:|" + "---:|" * len(KINDS))
+    for name, r in reports.items():
+        print(f"| {name} | {r['completions']} | " + " | ".join(f"{r['kinds'][k]:.3f}" for k in ("right", *KINDS))
+              + " |")
+    steps = sorted({j for r in reports.values() for j in r["step_accuracy"]})
+    print("\nPer-step accuracy (a step reached with no mistake before it is right):\n")
+    print("| file | " + " | ".join(f"step {j}" for j in steps) + " |")
+    print("|---|" + "---:|" * len(steps))
+    for name, r in reports.items():
+        print(f"| {name} | " + " | ".join(f"{r['step_accuracy'].get(j, float('nan')):.3f}" for j in steps) + " |")
+    print("\nFirst mistakes by kind and step (counts):\n")
+    for name, r in reports.items():
+        print(f"{name}: " + "; ".join(f"{k} {dict(sorted(r['wrong_at'][k].items()))}" for k in KINDS
+                                     if r["wrong_at"][k]))
+
+
+if __name__ == "__main__":
+    main()
