@@ -105,3 +105,36 @@ def test_the_gpu_benchmarks_word_level_tokenizer_round_trips_ids():
     tok = _load("gpu")._id_tokenizer(151936)
     ids = [0, 5, 151935, 77]
     assert tok.decode(ids) == "t0 t5 t151935 t77" and tok(tok.decode(ids))["input_ids"] == ids
+
+
+def test_grpo_verified_is_grpo_with_the_verified_reward():
+    learning = _load("learning")
+    assert learning.spec("grpo_verified") == ("grpo", ["task.reward=verified"])
+    assert learning.baseline("grpo_verified") == "grpo"  # the reward is not the objective
+
+
+def test_the_long_runs_judge_right_chains_in_distribution_only(tmp_path):
+    testbed_long = _load("testbed_long")
+    wanted = testbed_long.wanted_records(tmp_path, [500, 1000])
+    # per checkpoint: in distribution 4 modes, out of it the 2 answer-judged ones; chains after their answer runs
+    assert len(wanted) == 2 * (4 + 2)
+    assert [m for s, sp, m in wanted if (s, sp) == (500, "id")] == ["t1", "matched", "t1-chain", "matched-chain"]
+    assert [m for s, sp, m in wanted if (s, sp) == (500, "ood")] == ["t1", "matched"]
+    assert wanted[(1000, "id", "matched-chain")] == tmp_path / "step1000.id.matched-chain.json"
+    table = _load("testbed_long_table")
+    assert table.base_mode("matched-chain") == "t1-chain" and table.base_mode("matched") == "t1"
+    assert table.is_baseline("grpo") and table.is_baseline("grpo__token-mean__1-1__u8")
+    assert not table.is_baseline("grpo_verified")
+
+
+@pytest.mark.parametrize("completion, expected", [
+    ("2-11=-9\n-9+5=-4\n-4-3=-7\n\\boxed{-7}", (None, 3)),
+    ("2-11=-8\n-8+5=-3\n-3-3=-6\n\\boxed{-6}", ("arith", 0)),  # 2-11 is -9
+    ("2-11=-9\n-9-3=-12\n\\boxed{-12}", ("copy", 1)),  # +5 skipped
+    ("2-11=-9\n-8+5=-3\n\\boxed{-3}", ("carry", 1)),  # does not start from -9
+    ("2-11=-9\n-9+5=-4\n\\boxed{-4}", ("stop", 2)),  # boxed before the last operation
+    ("2-11=-9\nso -9", ("format", 1)),
+])
+def test_coverage_where_finds_the_first_mistake(completion, expected):
+    first_mistake = _load("coverage_where").first_mistake
+    assert first_mistake("2-11+5-3=?\n", completion) == expected

@@ -98,8 +98,10 @@ class TaskConfig:
     """Seed of the procedural generators; independent of the training seed so runs share data."""
     reward: str | list[str] = "auto"
     """`auto` (the task's own checker), `math` (math-verify on the last \\boxed{}), `exact` (string match of the
-    last \\boxed{}), or `module:function` for your own `fn(completion, answer, **meta) -> float`; or a list of these
-    (`[math, my_rewards:fmt]`, TRL's `reward_funcs`): the reward is their weighted sum (`reward_weights`), and each
+    last \\boxed{}), `verified` (`auto`, but 0 when the response states a false integer equation such as `7+5=13`),
+    `chain` (1 when the response's lines are the problem's worked solution, arith; docs/methods.md §8f), or
+    `module:function` for your own `fn(completion, answer, **meta) -> float`; or a list of these (`[math,
+    my_rewards:fmt]`, TRL's `reward_funcs`): the reward is their weighted sum (`reward_weights`), and each
     function's mean is logged as `reward/<entry>` (`:` written `.`). A function marked `@explorl.rewards.batched`,
     or whose first parameter is named `completions`, is called once per batch as `fn(completions, answers, **meta)
     -> list[float]`, each meta key a list."""
