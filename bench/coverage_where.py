@@ -9,7 +9,9 @@ problem's worked solution, so a wrong answer is traced to its first mistake:
 
 For each file: the share of completions whose first mistake is of each kind, the step at which the first mistake
 falls, and the per-step accuracy (the probability that a step with no mistake before it is right), which decides
-how the probability of a correct chain, and so pass@k, falls with the number of operations.
+how the probability of a correct chain, and so pass@k, falls with the number of operations; how many right answers
+were guessed (a right answer with a mistake on the way); and pass@1 and pass@n per difficulty, judged by the answer
+and by the chain.
 
     python bench/coverage_where.py base.jsonl grpo.jsonl ...
 """
@@ -19,8 +21,11 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 from collections import Counter, defaultdict
 from pathlib import Path
+
+from explorl.metrics import pass_at_k
 
 _LINE = re.compile(r"^(-?\d+)([+-])(\d+)=(-?\d+)$")
 _BOXED = re.compile(r"^\\boxed\{(-?\d+)\}$")
@@ -63,11 +68,15 @@ def report(path: Path) -> dict:
     kinds: Counter = Counter()
     reached: Counter = Counter()  # steps reached with no mistake before them
     wrong_at: dict[str, Counter] = defaultdict(Counter)
-    by_len: dict[int, list[int]] = defaultdict(list)
+    per_problem: dict[str, list] = {}  # problem -> [difficulty, samples, right answers, right chains]
+    guessed = 0
     for r in rows:
         kind, step = first_mistake(r["prompt"], r["completion"])
-        n_ops = len(steps_of(r["prompt"])[1])
-        by_len[n_ops].append(kind is None)
+        counts = per_problem.setdefault(r["problem"], [len(steps_of(r["prompt"])[1]), 0, 0, 0])
+        counts[1] += 1
+        counts[2] += bool(r["correct"])
+        counts[3] += kind is None
+        guessed += bool(r["correct"]) and kind is not None
         kinds[kind or "right"] += 1
         for j in range(step + (kind is not None)):
             reached[j] += 1
@@ -75,9 +84,16 @@ def report(path: Path) -> dict:
             wrong_at[kind][step] += 1
     total = len(rows)
     step_acc = {j: 1 - sum(wrong_at[k][j] for k in KINDS) / reached[j] for j in sorted(reached)}
+    by_difficulty: dict[int, dict[str, float]] = {}
+    for d in sorted({c[0] for c in per_problem.values()}):
+        group = [c for c in per_problem.values() if c[0] == d]
+        n = min(c[1] for c in group)
+        by_difficulty[d] = {f"{judge} pass@{k}": statistics.fmean(pass_at_k(c[1], c[col], k) for c in group)
+                            for judge, col in (("answer", 2), ("chain", 3)) for k in (1, n)}
+    right_answers = sum(c[2] for c in per_problem.values())
     return {"completions": total, "kinds": {k: kinds[k] / total for k in ("right", *KINDS)},
             "step_accuracy": step_acc, "wrong_at": {k: dict(wrong_at[k]) for k in KINDS},
-            "accuracy_by_ops": {n: sum(v) / len(v) for n, v in sorted(by_len.items())}}
+            "right_answers": right_answers, "guessed": guessed, "by_difficulty": by_difficulty}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -96,6 +112,14 @@ def main(argv: list[str] | None = None) -> None:
     print("|---|" + "---:|" * len(steps))
     for name, r in reports.items():
         print(f"| {name} | " + " | ".join(f"{r['step_accuracy'].get(j, float('nan')):.3f}" for j in steps) + " |")
+    print("\nRight answers, and how many were guessed (a mistake on the way):\n")
+    print("| file | right answers | guessed | share guessed |\n|---|---:|---:|---:|")
+    for name, r in reports.items():
+        print(f"| {name} | {r['right_answers']} | {r['guessed']} | {r['guessed'] / max(r['right_answers'], 1):.2f} |")
+    print("\npass@k per difficulty (operations), judged by the answer and by the chain:\n")
+    for name, r in reports.items():
+        for d, row in r["by_difficulty"].items():
+            print(f"{name} d={d}: " + ", ".join(f"{k} {v:.3f}" for k, v in row.items()))
     print("\nFirst mistakes by kind and step (counts):\n")
     for name, r in reports.items():
         print(f"{name}: " + "; ".join(f"{k} {dict(sorted(r['wrong_at'][k].items()))}" for k in KINDS

@@ -7,8 +7,8 @@ evaluated once per split at T = 1 (`base/step0.<split>.t1.json`). `bench/testbed
 Built to run across sessions: a run killed mid-way resumes from its last checkpoint (`explorl train --resume`),
 each finished evaluation is written to `bench/results/<name>/<method>/seed<k>/step<N>.<split>.<mode>.json`
 (`MODES`: T = 1, the base model's entropy, and in distribution the same two judged by right chains rather than
-right answers) and skipped when present, and a run whose evaluations are all recorded is not trained again. Commit the records as
-they land. Costs measured on this 2-core machine (GRPO seed 0, 2026-11-25): a 1500-step run took 65 min of one
+right answers) and skipped when present, and a run whose evaluations are all recorded is not trained again.
+Commit the records as they land. Costs measured on this 2-core machine (GRPO seed 0, 2026-11-25): a 1500-step run took 65 min of one
 core, and its 12 evaluations at the defaults (`--problems 128 --n 128`) 8 minutes together.
 
     python bench/testbed_long.py --methods e3_ts,ead_tis --seeds 1          # one seed of two methods (+ baselines)

@@ -5,7 +5,8 @@ objective (`learning.baseline`) and to the base model, over the problems both ev
 Reads the records `bench/testbed_long.py` writes (`bench/results/testbed_long/<method>/seed<k>/step<N>.<split>.
 <t1|matched>.json`, and the base model's `base/step0.<split>.t1.json`) and prints Markdown tables:
 - per method and checkpoint, for each recorded mode (in distribution also judged by right chains, every worked
-  step the solution's, where the answer alone is often guessed): mean pass@1 and pass@K over the seeds recorded, and the entropy sampled at;
+  step the solution's, where the answer alone is often guessed): mean pass@1 and pass@K over the seeds recorded,
+  and the entropy sampled at;
 - the paired difference in pass@K to the baseline and to the base model, with a 95% bootstrap interval over
   problems: each problem's pass@K difference is averaged over the seeds both runs have, then the problems are
   resampled (`metrics.bootstrap_ci`). The interval covers the problems drawn, not the seeds: with one seed it
