@@ -171,7 +171,6 @@ def response_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
     """
     n, t = response_ids.shape
     p = prompt_ids.shape[1]
-    input_ids, attention_mask, position_ids = full_sequences(prompt_ids, prompt_mask, response_ids)
     split = _split_head(model)
     temp = None
     lps, ents = [], []
@@ -190,6 +189,7 @@ def response_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
             at = (prompt_len[:, None] - 1 + torch.arange(t, device=ids.device)).clamp_(0, ids.shape[1] - 1)
             hidden = hidden.gather(1, at[..., None].expand(-1, -1, hidden.shape[-1]))
         else:
+            input_ids, attention_mask, position_ids = full_sequences(prompt_ids, prompt_mask, response_ids)
             hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                              use_cache=False).last_hidden_state
             hidden = hidden[:, p - 1:p + t - 1]  # position j predicts token j + 1
@@ -206,6 +206,7 @@ def response_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
             lps.append(lp)
             ents.append(ent)
     else:
+        input_ids, attention_mask, position_ids = full_sequences(prompt_ids, prompt_mask, response_ids)
         out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                     logits_to_keep=t + 1, use_cache=False)
         logits = out.logits[:, :-1]  # the logit at position j predicts token j + 1
