@@ -212,7 +212,8 @@ def plot(records: dict, k: int, path: Path) -> None:
     methods = sorted({m for m, *_ in records if m != "base"}, key=lambda m: (m != "grpo", m.startswith("grpo__"), m))
     panels = [[("id", "t1"), ("id", "matched")], [("ood", "t1"), ("ood", "matched")],
               [("id", "t1-chain"), ("id", "matched-chain")]]
-    fig, axes = plt.subplots(len(panels), 2, figsize=(11, 12), sharex=True)
+    fig, axes = plt.subplots(len(panels), 2, figsize=(11, 13), sharex=True)
+    colours = plt.get_cmap("tab20")
     for row, pair in enumerate(panels):
         for col, (split, mode) in enumerate(pair):
             ax = axes[row][col]
@@ -221,8 +222,8 @@ def plot(records: dict, k: int, path: Path) -> None:
                 values = [statistics.fmean(statistics.fmean(per_problem(r, k).values())
                                            for (m, _, s, sp, md), r in records.items()
                                            if (m, s, sp, md) == (method, step, split, mode)) for step in steps]
-                if steps:
-                    ax.plot(steps, values, marker="o", label=method,
+                if steps:  # one colour per method in every panel
+                    ax.plot(steps, values, marker="o", label=method, color=colours(methods.index(method) % 20),
                             linestyle="--" if is_baseline(method) else "-")
             base = records.get(("base", 0, 0, split, base_mode(mode)))
             if base is not None:
@@ -232,8 +233,11 @@ def plot(records: dict, k: int, path: Path) -> None:
             ax.grid(alpha=0.3)
     for ax in axes[-1]:
         ax.set_xlabel("training step")
-    axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
+    handles = {}
+    for ax in axes.flat:  # one legend for the figure: every method that has a curve in any panel
+        handles.update(zip(*reversed(ax.get_legend_handles_labels())))
+    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=4, fontsize=8)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     fig.savefig(path, dpi=110)
     print(f"wrote {path}")
 
