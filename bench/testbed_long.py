@@ -10,7 +10,7 @@ each finished evaluation is written to `bench/results/<name>/<method>/seed<k>/st
 right answers) and skipped when present, and a run whose evaluations are all recorded is not trained again.
 Commit the records as they land. Costs measured on this 2-core machine (2026-11-25, one core per process): a
 1500-step run of one policy update per batch about 15 min, of 8 updates 28-35 min; 12 evaluations at the defaults
-(`--problems 128 --n 128`) 8-10 min, and the 4 right-chain ones about 4 min more.
+(`--problems 128 --n 128`) 8-10 min, and the 6 right-chain ones about 4 min more.
 
     python bench/testbed_long.py --methods e3_ts,ead_tis --seeds 1          # one seed of two methods (+ baselines)
     python bench/testbed_long.py & python bench/testbed_long.py   # both cores: each takes the runs no other holds
