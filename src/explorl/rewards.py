@@ -227,9 +227,12 @@ def chain_reward(completion: str, answer: str, **meta: Any) -> float:
     if not isinstance(solution, str):
         raise ValueError("task.reward: chain compares a response with the problem's worked solution, and this "
                          "problem has none (meta 'solution'); the arith task provides it")
-    def lines(text: str) -> list[str]:
-        return [x.strip() for x in text.strip().splitlines() if x.strip()]
-    return float(lines(completion[-MAX_SCAN:]) == lines(solution))
+    return float(_lines(completion[-MAX_SCAN:]) == _lines(solution))
+
+
+def _lines(text: str) -> list[str]:
+    """The non-empty lines of `text`, stripped."""
+    return [x.strip() for x in text.splitlines() if x.strip()]
 
 
 def int_reward(completion: str, answer: str, **meta: Any) -> float:
