@@ -354,6 +354,11 @@ def test_resolve_verified_and_chain():
     assert fn("1+1=3\n\\boxed{2}", "2") == 0.0 and fn("1+1=2\n\\boxed{2}", "2") == 1.0
     assert resolve_reward("chain", (int_reward, False)) == (chain_reward, False)
 
+    def batch_checker(completions, answers, **meta):  # a batched default cannot be wrapped per sample
+        return [1.0] * len(completions)
+    with pytest.raises(ValueError, match="per-sample checker"):
+        resolve_reward("verified", (batch_checker, False))
+
 
 def test_verified_runs_in_the_worker_pool():
     run = RewardRunner(resolve_reward("verified", (math_check, True))[0], isolate=True, timeout_s=20)

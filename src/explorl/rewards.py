@@ -603,6 +603,9 @@ def resolve_reward(spec: str, task_default: tuple[Callable, bool]) -> tuple[Call
         return exact_reward, False
     if spec == "verified":
         checker, isolate = task_default
+        if checker is not None and is_batched(checker):
+            raise ValueError("task.reward: verified wraps the task's own per-sample checker, and this task's is "
+                             "batched; write your own module:function that zeroes what false_equations flags")
         return functools.partial(verified_reward, checker=checker), isolate
     if spec == "chain":
         return chain_reward, False
