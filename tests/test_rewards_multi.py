@@ -146,7 +146,8 @@ def test_reward_lists_and_weights_load_from_yaml_and_the_command_line(tmp_path):
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (["task.reward=[math, fuzzy]"], "task.reward[1]: 'fuzzy'; valid: auto, math, exact, verified, chain, or module:function"),
+    (["task.reward=[math, fuzzy]"],
+     "task.reward[1]: 'fuzzy'; valid: auto, math, exact, verified, chain, or module:function"),
     (["task.reward=[]"], "task.reward: name at least one reward function"),
     (["task.reward=[math, math]"], "task.reward: ['math', 'math'] names math more than once"),
     (["task.reward=[math, exact]", "task.reward_weights=[1]"],
