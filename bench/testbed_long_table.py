@@ -11,7 +11,8 @@ Reads the records `bench/testbed_long.py` writes (`bench/results/testbed_long/<m
   problems: each problem's pass@K difference is averaged over the seeds both runs have, then the problems are
   resampled (`metrics.bootstrap_ci`). The interval covers the problems drawn, not the seeds: with one seed it
   says nothing about another seed's run;
-- out-of-distribution pass@K against GRPO's at the same in-distribution pass@1 (`equal_pass1_table`);
+- pass@K against the GRPO baseline's at the same pass@1 (`equal_pass1_table`): out-of-distribution coverage at
+  equal in-distribution pass@1, and right-chain coverage at equal right-chain pass@1;
 - which out-of-distribution problems each method loses or gains against the base model (`solved_sets_table`);
 - with `--plot`, pass@K against training steps.
 
@@ -123,33 +124,38 @@ def mean_passk(records: dict, method: str, step: int, split: str, mode: str, k: 
     return statistics.fmean(statistics.fmean(per_problem(r, k).values()) for r in rows) if rows else None
 
 
-def equal_pass1_table(records: dict, k: int, mode: str = "matched") -> list[str]:
-    """Each method's out-of-distribution pass@k minus GRPO's at the same in-distribution pass@1: GRPO's path
-    (the base model at step 0, then its checkpoints) is interpolated linearly in ID pass@1 (at T = 1), so a method
-    that learns less in distribution is not credited with the coverage GRPO had before it learned as much. Point
-    estimates (no interval); '-' where the method's ID pass@1 lies outside GRPO's path."""
+def equal_pass1_table(records: dict, k: int, x: tuple[str, str] = ("id", "t1"),
+                      y: tuple[str, str] = ("ood", "matched")) -> list[str]:
+    """Each method's pass@k (split and mode `y`) minus its GRPO baseline's at the same pass@1 (split and mode `x`):
+    the baseline's path (the base model at step 0, then its checkpoints) is interpolated linearly in pass@1, so a
+    method that learns less is not credited with the coverage its baseline had before it learned as much. Point
+    estimates (no interval); '-' where the method's pass@1 lies outside the baseline's path. Defaults: OOD
+    coverage at the base entropy against ID pass@1 at T = 1; `x = y = ("id", "matched-chain")`: right-chain
+    coverage against right-chain pass@1, both at the base entropy."""
     def path(method: str) -> list[tuple[int, float, float]]:
         steps = sorted({s for m, _, s, *_ in records if m == method})
         out = []
         for step in steps:
-            p1 = mean_passk(records, method, step, "id", "t1", 1)
-            cov = mean_passk(records, method, step, "ood", mode, k)
+            p1 = mean_passk(records, method, step, x[0], x[1], 1)
+            cov = mean_passk(records, method, step, y[0], y[1], k)
             if p1 is not None and cov is not None:
                 out.append((step, p1, cov))
         return out
 
-    grpo = path("grpo")
-    base_p1, base_cov = mean_passk(records, "base", 0, "id", "t1", 1), mean_passk(records, "base", 0, "ood", "t1", k)
-    if base_p1 is not None and base_cov is not None:  # the base model samples at its own entropy at T = 1
-        grpo.append((0, base_p1, base_cov))
-    grpo.sort(key=lambda point: point[1])
-    lines = [f"#### OOD pass@{k} (sampled at {MODES[mode]}) against GRPO's at equal ID pass@1", "",
-             f"| method | step | ID pass@1 | OOD pass@{k} | GRPO's at that ID pass@1 | difference |",
+    base_p1 = mean_passk(records, "base", 0, x[0], base_mode(x[1]), 1)
+    base_cov = mean_passk(records, "base", 0, y[0], base_mode(y[1]), k)
+    lines = [f"#### {y[0].upper()} pass@{k} (sampled at {MODES[y[1]]}) against the GRPO baseline's at equal "
+             f"{x[0].upper()} pass@1 (sampled at {MODES[x[1]]})", "",
+             f"| method | step | pass@1 | pass@{k} | baseline's at that pass@1 | difference |",
              "|---|---:|---:|---:|---:|---:|"]
     for method in sorted({m for m, *_ in records if m != "base" and not is_baseline(m)}):
+        ref_path = path(baseline(method))
+        if base_p1 is not None and base_cov is not None:  # the base model samples at its own entropy at T = 1
+            ref_path.append((0, base_p1, base_cov))
+        ref_path.sort(key=lambda point: point[1])
         for step, p1, cov in path(method):
             ref = None
-            for (_, x0, y0), (_, x1, y1) in zip(grpo, grpo[1:]):
+            for (_, x0, y0), (_, x1, y1) in zip(ref_path, ref_path[1:]):
                 if x0 <= p1 <= x1 and x1 > x0:
                     ref = y0 + (y1 - y0) * (p1 - x0) / (x1 - x0)
                     break
@@ -259,7 +265,8 @@ def main() -> None:
     if args.split != "id":
         print("\n".join(equal_pass1_table(records, k)))
         print("\n".join(solved_sets_table(records)))
-    if args.split != "ood":  # where right chains are lost or gained
+    if args.split != "ood":  # right chains: coverage at equal pass@1, and where they are lost or gained
+        print("\n".join(equal_pass1_table(records, k, ("id", "matched-chain"), ("id", "matched-chain"))))
         print("\n".join(solved_sets_table(records, "id", "matched-chain")))
     if args.plot:
         plot(records, k, Path(args.plot))
