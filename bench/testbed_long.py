@@ -2,7 +2,8 @@
 1500 steps on the testbed's settings (`configs/testbed/testbed.yaml`), checkpoints at 500, 1000 and 1500 steps,
 and each checkpoint evaluated in distribution (difficulties 3-7) and out of it (8-9) at T = 1 and at the base
 model's entropy (`explorl eval --match-entropy base`), with pass@k curves (`--curve`); the base model itself is
-evaluated once per split at T = 1 (`base/step0.<split>.t1.json`). `bench/testbed_long_table.py` makes the tables.
+evaluated once per split at T = 1 (`base/step0.<split>.t1.json`, and in distribution by right chains,
+`base/step0.id.t1-chain.json`). `bench/testbed_long_table.py` makes the tables.
 
 Built to run across sessions: a run killed mid-way resumes from its last checkpoint (`explorl train --resume`),
 each finished evaluation is written to `bench/results/<name>/<method>/seed<k>/step<N>.<split>.<mode>.json`
