@@ -10,7 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
-from explorl.frontier import FrontierPoint, paired_frontier_difference
+from explorl.frontier import FrontierPoint, entropy_grid, paired_frontier_difference, shared_entropy_range
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -24,9 +24,10 @@ def main(argv: list[str] | None = None) -> None:
               for label, m in data["models"].items()}
     if args.reference not in models:
         raise SystemExit(f"--reference {args.reference!r}: the frontier's models are {sorted(models)}")
-    lo = max(min(p.entropy for p in ps) for ps in models.values())
-    hi = min(max(p.entropy for p in ps) for ps in models.values())
-    grid = [lo + (hi - lo) * i / (args.points - 1) for i in range(args.points)]
+    low, high = shared_entropy_range(models)
+    if low > high:
+        raise SystemExit(f"the models' entropy ranges do not overlap ({low:.4f} > {high:.4f}): nothing to pair")
+    grid = entropy_grid(low, high, args.points)
     print(f"pass@k minus {args.reference}'s at equal entropy (95% paired bootstrap over {data['problems']} problems)\n")
     print("| model | entropy | " + " | ".join(f"pass@{k}" for k in data["k"]) + " |")
     print("|---|---:|" + "---|" * len(data["k"]))

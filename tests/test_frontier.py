@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from explorl.frontier import FrontierPoint, paired_frontier_difference, pass_at_entropy
+from explorl.frontier import (
+    FrontierPoint, entropy_grid, paired_frontier_difference, pass_at_entropy, shared_entropy_range,
+)
 
 # one model at two temperatures, two problems, n = 2 samples each
 COLD = FrontierPoint(temperature=0.5, entropy=0.2, n=2, correct={"a": 1, "b": 0})
@@ -118,3 +120,14 @@ def test_explorl_frontier_continues_from_its_recorded_points(tiny_model_dir, tmp
     common[common.index("--k") + 1] = "1,2"
     assert cli.main([*common, "--temperatures", "0.5", "--out", str(out)]) == 0
     assert calls == [0.5, 0.5]  # evaluated in another setting: nothing reused
+
+
+def test_shared_entropy_range_and_grid():
+    a = [FrontierPoint(0.7, 0.10, 4, {}), FrontierPoint(1.3, 0.30, 4, {})]
+    b = [FrontierPoint(0.7, 0.15, 4, {}), FrontierPoint(1.3, 0.40, 4, {})]
+    # the range both reach: from the larger low end (0.15) to the smaller high end (0.30)
+    assert shared_entropy_range({"a": a, "b": b}) == (0.15, 0.30)
+    assert entropy_grid(0.15, 0.30, 4) == pytest.approx([0.15, 0.20, 0.25, 0.30])
+    assert entropy_grid(0.15, 0.30, 1) == [0.15] and entropy_grid(0.2, 0.2, 5) == [0.2]
+    low, high = shared_entropy_range({"a": a, "c": [FrontierPoint(1.0, 0.5, 4, {})]})
+    assert low > high  # disjoint ranges

@@ -51,6 +51,21 @@ def pass_at_entropy(points: Sequence[FrontierPoint], entropy: float, k: int) -> 
     raise AssertionError("unreachable: the entropy lies in the points' range")
 
 
+def shared_entropy_range(frontiers: Mapping[str, Sequence[FrontierPoint]]) -> tuple[float, float]:
+    """(low, high): the entropies every model's frontier reaches; low > high when the ranges do not overlap."""
+    low = max(min(p.entropy for p in pts) for pts in frontiers.values())
+    high = min(max(p.entropy for p in pts) for pts in frontiers.values())
+    return low, high
+
+
+def entropy_grid(low: float, high: float, points: int) -> list[float]:
+    """`points` entropies evenly spaced from `low` to `high` (just `low` when `points` is 1 or the range is one
+    value): where paired differences are reported."""
+    if points == 1 or high == low:
+        return [low]
+    return [low + (high - low) * i / (points - 1) for i in range(points)]
+
+
 def paired_frontier_difference(reference: Sequence[FrontierPoint], other: Sequence[FrontierPoint], k: int,
                                entropies: Sequence[float], *, n_boot: int = 1000,
                                seed: int = 0) -> list[tuple[float, float, float, float]]:

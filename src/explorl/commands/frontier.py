@@ -92,7 +92,7 @@ def cmd_frontier(args) -> int:
     from explorl.config import ModelConfig, from_dict
     from explorl.eval_settings import resolve_eval_settings
     from explorl.evaluate import MixedModelsError, check_same_base, evaluate
-    from explorl.frontier import FrontierPoint, paired_frontier_difference
+    from explorl.frontier import FrontierPoint, entropy_grid, paired_frontier_difference, shared_entropy_range
     from explorl.metrics import bootstrap_ci, pass_at_k
     from explorl.report.plots import plot_frontier
     from explorl.tasks.chat import prompt_encoder
@@ -197,12 +197,10 @@ def cmd_frontier(args) -> int:
                             for k in ks))
     console.print(table)
 
-    low = max(min(p.entropy for p in pts) for pts in frontiers.values())
-    high = min(max(p.entropy for p in pts) for pts in frontiers.values())
+    low, high = shared_entropy_range(frontiers)
     paired: dict = {}
     if len(names) > 1 and low <= high:
-        grid = [low] if args.grid == 1 or high == low else \
-            [low + (high - low) * i / (args.grid - 1) for i in range(args.grid)]
+        grid = entropy_grid(low, high, args.grid)
         for name in names[1:]:
             paired[name] = {k: paired_frontier_difference(frontiers[names[0]], frontiers[name], k, grid,
                                                           seed=args.seed) for k in ks}
