@@ -45,6 +45,11 @@ def is_baseline(method: str) -> bool:
     return method == "grpo" or method.startswith("grpo__")
 
 
+def ordered_methods(records: dict) -> list[str]:
+    """The methods recorded (not the base model): `grpo` first, then the methods, then the other GRPO baselines."""
+    return sorted({m for m, *_ in records if m != "base"}, key=lambda m: (m != "grpo", m.startswith("grpo__"), m))
+
+
 def base_mode(mode: str) -> str:
     """The base model's record a mode compares with: the base model at T = 1 (its own entropy), same judge."""
     return "t1-chain" if mode.endswith("-chain") else "t1"
@@ -91,7 +96,7 @@ def fmt(ci: tuple[float, float, float] | None) -> str:
 
 
 def table(records: dict, split: str, mode: str, k: int) -> list[str]:
-    methods = sorted({m for m, *_ in records if m != "base"}, key=lambda m: (m != "grpo", m.startswith("grpo__"), m))
+    methods = ordered_methods(records)
     base = records.get(("base", 0, 0, split, base_mode(mode)))
     lines = [f"#### {split.upper()}, sampled at {MODES[mode]}: pass@{k}",
              "", f"| method | step | seeds | pass@1 | pass@{k} | entropy | vs its GRPO baseline | vs base |",
@@ -195,7 +200,7 @@ def solved_sets_table(records: dict, split: str = "ood", mode: str = "matched", 
              f"{base['n']})", "",
              f"| method | step | seeds | lost (base >= {min_hits}, method 0) | gained (method >= {min_hits} in every "
              "seed, base 0) | lost by GRPO too |", "|---|---:|---:|---:|---:|---:|"]
-    methods = sorted({m for m, *_ in records if m != "base"}, key=lambda m: (m != "grpo", m.startswith("grpo__"), m))
+    methods = ordered_methods(records)
     for method in methods:
         for step in sorted({s for m, _, s, sp, md in records if (m, sp, md) == (method, split, mode)}):
             mine = counts(method, step, mode)
@@ -215,7 +220,7 @@ def plot(records: dict, k: int, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    methods = sorted({m for m, *_ in records if m != "base"}, key=lambda m: (m != "grpo", m.startswith("grpo__"), m))
+    methods = ordered_methods(records)
     panels = [[("id", "t1"), ("id", "matched")], [("ood", "t1"), ("ood", "matched")],
               [("id", "t1-chain"), ("id", "matched-chain")]]
     fig, axes = plt.subplots(len(panels), 2, figsize=(11, 13), sharex=True)
