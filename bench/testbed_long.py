@@ -84,10 +84,15 @@ MODES = ["t1", "matched", "t1-chain", "matched-chain"]
 the `-chain` ones in distribution only: out of it no model writes a right chain (bench/RESULTS.md)."""
 
 
+def split_modes(modes: list[str] = MODES) -> list[tuple[str, str]]:
+    """The (split, mode) pairs evaluated, among `modes`: right chains in distribution only."""
+    return [(split, mode) for split in SPLITS for mode in modes if split == "id" or not mode.endswith("-chain")]
+
+
 def wanted_records(record_dir: Path, steps: list[int]) -> dict[tuple[int, str, str], Path]:
     """{(step, split, mode): record path} of every evaluation a run's checkpoints get."""
-    return {(s, split, mode): record_dir / f"step{s}.{split}.{mode}.json" for s in steps for split in SPLITS
-            for mode in MODES if split == "id" or not mode.endswith("-chain")}
+    return {(s, split, mode): record_dir / f"step{s}.{split}.{mode}.json" for s in steps
+            for split, mode in split_modes()}
 
 
 def run_job(method: str, seed: int, run_dir: Path, steps: list[int], args) -> None:
@@ -167,7 +172,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     base_dir = ROOT / "bench" / "results" / args.name / "base"  # the base model at T = 1 (its own entropy)
     with claimed(ROOT / "runs" / args.name / "base.claim") as mine:
-        for split, mode in [("id", "t1"), ("ood", "t1"), ("id", "t1-chain")] if mine else []:
+        for split, mode in split_modes(["t1", "t1-chain"]) if mine else []:  # at T = 1: its own entropy
             out = base_dir / f"step0.{split}.{mode}.json"
             if not out.exists():
                 base_dir.mkdir(parents=True, exist_ok=True)
