@@ -7,10 +7,10 @@ Reads the records `bench/testbed_long.py` writes (`bench/results/testbed_long/<m
 - per method and checkpoint, for each recorded mode (in distribution also judged by right chains, every worked
   step the solution's, where the answer alone is often guessed): mean pass@1 and pass@K over the seeds recorded,
   and the entropy sampled at;
-- the paired difference in pass@K to the baseline and to the base model, with a 95% bootstrap interval over
-  problems: each problem's pass@K difference is averaged over the seeds both runs have, then the problems are
-  resampled (`metrics.bootstrap_ci`). The interval covers the problems drawn, not the seeds: with one seed it
-  says nothing about another seed's run;
+- the paired difference in pass@K to the baseline (seed with seed) and to the base model, with a 95% bootstrap
+  interval that resamples the problems and the seeds (`metrics.bootstrap_ci_seeds`), and with two seeds or more
+  each seed's own difference in brackets. With one seed the interval covers the problems drawn only, and says
+  nothing about another seed's run;
 - pass@K against the GRPO baseline's at the same pass@1 (`equal_pass1_table`): out-of-distribution coverage at
   equal in-distribution pass@1, and right-chain coverage at equal right-chain pass@1;
 - which out-of-distribution problems each method loses or gains against the base model (`solved_sets_table`);
@@ -76,23 +76,28 @@ def per_problem(record: dict, k: int) -> dict[str, float]:
     return {pid: pass_at_k(n, c, k) for pid, n, c in zip(p["id"], p["n"], p["correct"])}
 
 
-def paired(pairs: list[tuple[dict, dict]], k: int) -> tuple[float, float, float] | None:
-    """Mean pass@k difference (second minus first) over problems, averaged over the (seed) pairs given, with its
-    95% bootstrap interval over problems; None without pairs."""
-    from explorl.metrics import bootstrap_ci
+def paired(pairs: list[tuple[dict, dict]], k: int) -> tuple[float, float, float, list[float]] | None:
+    """Mean pass@k difference (second minus first) over the problems every pair scored and over the (seed) pairs
+    given, its 95% bootstrap interval over problems and seeds (`metrics.bootstrap_ci_seeds`: with one pair, over
+    problems only), and each pair's own mean; None without pairs."""
+    from explorl.metrics import bootstrap_ci_seeds
 
-    per: dict[str, list[float]] = {}
-    for ref, other in pairs:
-        a, b = per_problem(ref, k), per_problem(other, k)
-        for pid in sorted(a.keys() & b.keys()):  # sorted: the bootstrap's draws do not depend on hash order
-            per.setdefault(pid, []).append(b[pid] - a[pid])
-    if not per:
+    if not pairs:
         return None
-    return tuple(bootstrap_ci([statistics.fmean(per[pid]) for pid in sorted(per)], n_boot=2000, seed=0))
+    per_pair = [(per_problem(ref, k), per_problem(other, k)) for ref, other in pairs]
+    common = set.intersection(*(a.keys() & b.keys() for a, b in per_pair))
+    if not common:
+        return None
+    pids = sorted(common)  # sorted: the bootstrap's draws do not depend on hash order
+    rows = [[b[pid] - a[pid] for pid in pids] for a, b in per_pair]
+    return (*bootstrap_ci_seeds(rows, n_boot=2000, seed=0), [statistics.fmean(row) for row in rows])
 
 
-def fmt(ci: tuple[float, float, float] | None) -> str:
-    return "-" if ci is None else f"{ci[0]:+.3f} [{ci[1]:+.3f}, {ci[2]:+.3f}]"
+def fmt(ci: tuple[float, float, float, list[float]] | None) -> str:
+    if ci is None:
+        return "-"
+    seeds = "" if len(ci[3]) < 2 else " (" + ", ".join(f"{v:+.3f}" for v in ci[3]) + ")"
+    return f"{ci[0]:+.3f} [{ci[1]:+.3f}, {ci[2]:+.3f}]{seeds}"
 
 
 def table(records: dict, split: str, mode: str, k: int) -> list[str]:

@@ -127,6 +127,25 @@ def test_the_long_runs_judge_right_chains_in_distribution_only(tmp_path):
     assert not table.is_baseline("grpo_verified")
 
 
+def test_the_long_runs_pair_seed_with_seed_over_the_problems_all_scored():
+    paired = _load("testbed_long_table").paired
+
+    def record(correct: dict[str, int]) -> dict:  # n = 4 samples per problem
+        problems = {"id": list(correct), "n": [4] * len(correct), "correct": list(correct.values())}
+        return {"curve": {"problems": problems}}
+
+    # pass@1 = c / 4. Seed 0: p1 1/4 -> 3/4 (+0.5), p2 2/4 -> 2/4 (0); seed 1: p1 0 -> 1/4 (+0.25), p2 1 -> 1/2
+    # (-0.5); p3 is scored in seed 1 only, so it is left out. Per seed: +0.25, -0.125; overall (0.5 + 0 + 0.25 -
+    # 0.5) / 4 = +0.0625
+    seed0 = (record({"p1": 1, "p2": 2}), record({"p1": 3, "p2": 2}))
+    seed1 = (record({"p1": 0, "p2": 4, "p3": 0}), record({"p1": 1, "p2": 2, "p3": 4}))
+    mean, lo, hi, per_seed = paired([seed0, seed1], k=1)
+    assert mean == pytest.approx(0.0625) and per_seed == pytest.approx([0.25, -0.125])
+    assert lo <= mean <= hi
+    assert paired([], k=1) is None
+    assert paired([(record({"p1": 1}), record({"p2": 1}))], k=1) is None  # no problem in common
+
+
 @pytest.mark.parametrize("completion, expected", [
     ("2-11=-9\n-9+5=-4\n-4-3=-7\n\\boxed{-7}", (None, 3)),
     ("2-11=-8\n-8+5=-3\n-3-3=-6\n\\boxed{-6}", ("arith", 0)),  # 2-11 is -9

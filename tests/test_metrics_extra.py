@@ -4,7 +4,14 @@ import math
 
 import pytest
 
-from explorl.metrics import bootstrap_ci, pass_at_k, pass_at_k_curve, pass_at_k_table, worst_at_k_table
+from explorl.metrics import (
+    bootstrap_ci,
+    bootstrap_ci_seeds,
+    pass_at_k,
+    pass_at_k_curve,
+    pass_at_k_table,
+    worst_at_k_table,
+)
 
 
 def test_bootstrap_ci_brackets_mean_and_is_deterministic():
@@ -42,6 +49,51 @@ def test_bootstrap_ci_degenerate_and_errors():
         bootstrap_ci([0.1], alpha=0.0)
     with pytest.raises(ValueError):
         bootstrap_ci([0.1], n_boot=0)
+
+
+def test_bootstrap_ci_seeds_is_bootstrap_ci_when_runs_agree():
+    values = [0, 1, 0, 1, 1, 0.5, 0.25, 1, 0, 0.75]
+    # one run, or three runs that agree on every problem: the run draws change nothing, and the problem draws come
+    # first from the same generator, so the interval is bootstrap_ci's
+    assert bootstrap_ci_seeds([values]) == pytest.approx(bootstrap_ci(values))
+    assert bootstrap_ci_seeds([values] * 3, n_boot=500, seed=3) == pytest.approx(bootstrap_ci(values, n_boot=500,
+                                                                                               seed=3))
+
+
+def test_bootstrap_ci_seeds_widens_with_a_spread_between_runs():
+    # every problem agrees within a run, the two runs differ: run 0 scores 0, run 1 scores 1 on all 20 problems.
+    # A resample's mean is the share of run 1 among the 2 runs drawn: 0, 1/2, 1 with probabilities 1/4, 1/2, 1/4,
+    # so the 2.5% and 97.5% quantiles are 0 and 1 (each end holds about a quarter of 4000 draws, far above 2.5%);
+    # bootstrap over problems alone would give the zero-width interval (0.5, 0.5, 0.5)
+    runs = [[0.0] * 20, [1.0] * 20]
+    assert bootstrap_ci_seeds(runs, n_boot=4000) == pytest.approx((0.5, 0.0, 1.0))
+    assert bootstrap_ci([sum(col) / 2 for col in zip(*runs)]) == pytest.approx((0.5, 0.5, 0.5))
+
+
+def test_bootstrap_ci_seeds_matches_a_loop_over_the_same_draws():
+    import torch
+
+    runs = [[0.1, 0.4, -0.2, 0.0, 0.3], [0.2, -0.1, 0.5, 0.1, 0.0], [-0.3, 0.2, 0.1, 0.4, 0.2]]
+    n_boot = 50
+    gen = torch.Generator().manual_seed(7)  # the documented order: problem draws, then run draws
+    problems = torch.randint(5, (n_boot, 5), generator=gen).tolist()
+    drawn_runs = torch.randint(3, (n_boot, 3), generator=gen).tolist()
+    means = sorted(sum(runs[r][q] for r in rs for q in ps) / 15 for ps, rs in zip(problems, drawn_runs))
+    # torch.quantile's linear interpolation at 0.025 and 0.975 over 50 sorted values: positions 1.225 and 47.775
+    lo = means[1] + 0.225 * (means[2] - means[1])
+    hi = means[47] + 0.775 * (means[48] - means[47])
+    assert bootstrap_ci_seeds(runs, n_boot=n_boot, seed=7) == pytest.approx((sum(map(sum, runs)) / 15, lo, hi))
+
+
+def test_bootstrap_ci_seeds_errors():
+    with pytest.raises(ValueError, match="no values"):
+        bootstrap_ci_seeds([])
+    with pytest.raises(ValueError, match="same problems"):
+        bootstrap_ci_seeds([[0.1, 0.2], [0.3]])
+    with pytest.raises(ValueError, match="finite"):
+        bootstrap_ci_seeds([[0.1, float("inf")]])
+    with pytest.raises(ValueError, match="alpha"):
+        bootstrap_ci_seeds([[0.1]], alpha=1.0)
 
 
 def test_pass_at_k_curve_means_match_table():

@@ -274,6 +274,49 @@ def bootstrap_ci(
     return float(values.mean()), float(lo), float(hi)
 
 
+def bootstrap_ci_seeds(
+    per_seed_values: Sequence[Sequence[float]], *, n_boot: int = 1000, alpha: float = 0.05, seed: int = 0
+) -> tuple[float, float, float]:
+    """Mean of per-problem scores over several runs (seeds) of the same problems, with a percentile-bootstrap
+    interval that resamples both the runs and the problems.
+
+    `bootstrap_ci` resamples problems only, so its interval says nothing about another training seed's run. Here
+    each resample draws P problems and S runs with replacement, independently (problems and runs are crossed: every
+    run scored the same problems), and takes the mean of the S x P values drawn. A spread between runs widens the
+    interval even when every run's problems agree. The problem draws come first from the same generator as in
+    `bootstrap_ci`, so with one run, or with runs that agree on every problem, the result is `bootstrap_ci`'s.
+
+    Args:
+        per_seed_values: `[S][P]` one score per run and problem (e.g. a paired pass@k difference), the same P
+            problems in the same order in every run; S, P >= 1, all finite.
+        n_boot, alpha, seed: as in `bootstrap_ci`.
+    Returns:
+        `(mean, lo, hi)` as floats; the mean is the plain mean of the S x P values.
+    """
+    rows = [[float(v) for v in run] for run in per_seed_values]
+    if not rows or not rows[0]:
+        raise ValueError("bootstrap_ci_seeds: no values")
+    if any(len(run) != len(rows[0]) for run in rows):
+        raise ValueError("bootstrap_ci_seeds: every run must score the same problems (rows of equal length), got "
+                         f"lengths {[len(run) for run in rows]}")
+    values = torch.tensor(rows, dtype=torch.float64)
+    if not torch.isfinite(values).all():
+        raise ValueError("bootstrap_ci_seeds: values must be finite")
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    s, p = values.shape
+    gen = torch.Generator().manual_seed(seed)
+    problems = torch.randint(p, (n_boot, p), generator=gen)  # first, as bootstrap_ci draws them
+    runs = torch.randint(s, (n_boot, s), generator=gen)
+    # [n_boot, S, P]: the drawn runs' rows at the drawn problems
+    means = values[runs.unsqueeze(-1), problems.unsqueeze(1)].mean(dim=(1, 2))
+    q = torch.tensor([alpha / 2, 1 - alpha / 2], dtype=torch.float64)
+    lo, hi = torch.quantile(means, q).tolist()
+    return float(values.mean()), float(lo), float(hi)
+
+
 def _per_problem(results: Mapping[Hashable, Sequence[bool]], k: int, fn, name: str) -> list[float]:
     if not results:
         raise ValueError(f"{name}: no problems in results")
