@@ -341,8 +341,13 @@ def test_a_resumed_run_with_overrides_rewrites_its_config_and_keeps_the_history(
     assert record["changes"] == {"run.steps": [2, 4],
                                  "task.reward": ["rewards_for_tests:contains_digit", "rewards_for_tests:has_equals"]}
     assert "4 steps" in (run / "final" / "README.md").read_text()  # the model card agrees with config.yaml
-    # resuming the finished run without overrides changes nothing
+    # resuming the finished run without overrides changes nothing, nor does resuming it from the config it started
+    # from, where task.chat_template is still `auto` (config.yaml holds what it resolved to: off, for these weights)
     train(load_config(run / "config.yaml"), resume=run, progress=False)
+    started_from = _cfg(tiny_model_dir, tmp_path / "run", "run.steps=4", "run.save_every=1",
+                        "task.reward=rewards_for_tests:has_equals")
+    assert started_from.task.chat_template == "auto" and now.task.chat_template == "off"
+    train(started_from, resume=run, progress=False)
     assert len((run / "config_history.jsonl").read_text().splitlines()) == 1
 
 
@@ -358,3 +363,27 @@ def test_the_reward_failure_rule_is_strictly_more_than_the_fraction():
     assert not too_many_reward_failures(16, 16, load_config(None, ["task.max_reward_failure_frac=1"]))
     zero = load_config(None, ["task.max_reward_failure_frac=0"])
     assert too_many_reward_failures(1, 16, zero) and not too_many_reward_failures(0, 16, zero)
+
+
+def test_a_stops_checkpoint_never_takes_a_scheduled_ones_place(tmp_path):
+    from explorl.runlog import save_checkpoint
+
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.AdamW(model.parameters())
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+
+    def saved(step: int, keep: int, every: int) -> list[int]:
+        save_checkpoint(tmp_path, step, model, optimizer, scheduler, {"step": step}, keep, every)
+        return [int(p.name[len("step_"):]) for p in sorted((tmp_path / "checkpoints").iterdir())]
+
+    # save_every 500, keep 4; the run is stopped at 742 and 1258 and resumed: each stop's checkpoint stays while it
+    # is the newest (a resume needs it) and goes with the next one, so 500, 1000 and 1500 all stay
+    assert saved(500, 4, 500) == [500]
+    assert saved(742, 4, 500) == [500, 742]
+    assert saved(1000, 4, 500) == [500, 1000]
+    assert saved(1258, 4, 500) == [500, 1000, 1258]
+    assert saved(1500, 4, 500) == [500, 1000, 1500]
+    # keep 2 counts the scheduled ones, the newest included
+    assert saved(2000, 2, 500) == [1500, 2000]
+    # without a schedule (every 0) the newest `keep` stay, whatever their steps
+    assert saved(2001, 2, 0) == [2000, 2001]

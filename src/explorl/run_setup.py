@@ -38,6 +38,15 @@ def open_run_dir(cfg: Config, resume: str | Path | None) -> RunLog:
     the dtype checked first, `model.fingerprint` filled in (checked against a resumed run's)."""
     check_trainable_dtype(cfg.model)
     cfg.model.fingerprint = check_fingerprint(cfg.model)  # config.yaml records which weights it started from
+    if resume is not None and cfg.task.chat_template == "auto":
+        # the resumed run's file holds what `auto` resolved to for these weights: not a change to record
+        import yaml
+
+        path = Path(resume) / "config.yaml"
+        previous = (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+        resolved = (previous.get("task") or {}).get("chat_template")
+        if resolved in ("on", "off"):
+            cfg.task.chat_template = resolved
     return RunLog.open(cfg.run.out_dir, dump_yaml(cfg), resume)
 
 

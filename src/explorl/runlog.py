@@ -172,8 +172,9 @@ class RunLog:
     def checkpoints(self) -> list[Path]:
         return _checkpoint_dirs(self.dir)
 
-    def save_checkpoint(self, step: int, model, optimizer, scheduler, state: dict, keep: int) -> Path:
-        return save_checkpoint(self.dir, step, model, optimizer, scheduler, state, keep)
+    def save_checkpoint(self, step: int, model, optimizer, scheduler, state: dict, keep: int,
+                        every: int = 0) -> Path:
+        return save_checkpoint(self.dir, step, model, optimizer, scheduler, state, keep, every)
 
     def truncate_metrics(self, done_steps: int, step_key: str = "reward/mean") -> None:
         """Drop the step records after `done_steps` and the final evaluation line (a resume writes them again);
@@ -269,7 +270,11 @@ def _checkpoint_dirs(run_dir: Path) -> list[Path]:
     return sorted(p for p in root.glob("step_*") if p.is_dir()) if root.exists() else []
 
 
-def save_checkpoint(run_dir: Path, step: int, model, optimizer, scheduler, state: dict, keep: int) -> Path:
+def save_checkpoint(run_dir: Path, step: int, model, optimizer, scheduler, state: dict, keep: int,
+                    every: int = 0) -> Path:
+    """Write checkpoint `step_<step>` (through a temporary directory) and prune the older ones: with `every` > 0
+    a checkpoint off that schedule (a stop's, written so the run can resume) goes once a newer one exists, so it
+    never evicts a scheduled one; of the rest the newest `keep` stay."""
     from safetensors.torch import save_file
 
     root = run_dir / "checkpoints"
@@ -284,7 +289,10 @@ def save_checkpoint(run_dir: Path, step: int, model, optimizer, scheduler, state
                tmp / "trainer_state.pt")
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
-    for old in _checkpoint_dirs(run_dir)[:-max(keep, 1)]:
+    older = _checkpoint_dirs(run_dir)[:-1]
+    off_schedule = [p for p in older if every > 0 and int(p.name[len("step_"):]) % every]
+    kept = [p for p in older if p not in off_schedule]
+    for old in off_schedule + kept[:max(len(kept) + 1 - max(keep, 1), 0)]:
         shutil.rmtree(old, ignore_errors=True)
     return final
 

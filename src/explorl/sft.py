@@ -100,7 +100,7 @@ def run_sft(cfg: Config, *, console=None, resume: str | Path | None = None) -> P
     held_out = held_out_evaluator(model, tok, cfg, task, encode)  # as `explorl train` evaluates, eval sets included
 
     def checkpoint(step: int) -> None:
-        log.save_checkpoint(step, model, optimizer, scheduler, {"step": step}, r.keep_checkpoints)
+        log.save_checkpoint(step, model, optimizer, scheduler, {"step": step}, r.keep_checkpoints, r.save_every)
 
     start = 0
     if resume is not None and log.is_complete(total):

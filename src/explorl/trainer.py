@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 from explorl.algos.step import compute_advantages, requirements, single_update_shortcut
-from explorl.config import Config, load_config, to_dict
+from explorl.config import Config, RunConfig, load_config, to_dict
 from explorl.evaluate import held_out_evaluator
 from explorl.guards import Interrupted, RunGuards, RunStopped
 from explorl.models import check_run_inputs, make_reference
@@ -82,10 +82,11 @@ class TrainState:
         return cls(model, ref, optimizer, scheduler, PromptStream(num_prompts, cfg.run.seed),
                    Controllers(cfg, model.config.vocab_size, num_prompts), gens, device)
 
-    def checkpoint(self, log: RunLog, step: int, nonfinite_run: int, keep: int) -> None:
+    def checkpoint(self, log: RunLog, step: int, nonfinite_run: int, run: RunConfig) -> None:
         state = {"step": step, "stream": self.stream.state_dict(), "nonfinite_run": nonfinite_run,
                  "controllers": self.controllers.state_dict(), **rng_state(self.gens, self.device)}
-        log.save_checkpoint(step, self.model, self.optimizer, self.scheduler, state, keep)
+        log.save_checkpoint(step, self.model, self.optimizer, self.scheduler, state, run.keep_checkpoints,
+                            run.save_every)
 
     def restore(self, log: RunLog, console, steps: int) -> tuple[int, int]:
         """Continue from the run's last checkpoint: weights, optimizer, prompt stream, controllers and every RNG;
@@ -192,12 +193,12 @@ def train(cfg: Config, *, resume: str | Path | None = None, console=None, progre
             guards.after_step()
             saved = r.save_every > 0 and (step + 1) % r.save_every == 0 and step + 1 < r.steps
             if saved or guards.stopping:  # a signal's stop is the safe point between two steps
-                st.checkpoint(log, step + 1, guards.nonfinite_run, r.keep_checkpoints)
+                st.checkpoint(log, step + 1, guards.nonfinite_run, r)
             if guards.stopping:
                 raise guards.interrupted(step + 1)
         # finishing: the last checkpoint first, then the evaluation, final/ and, last, eval.json (marks it complete)
         if not log.checkpoints() or log.checkpoints()[-1].name != f"step_{r.steps:07d}":
-            st.checkpoint(log, r.steps, guards.nonfinite_run, r.keep_checkpoints)
+            st.checkpoint(log, r.steps, guards.nonfinite_run, r)
         if guards.stopping:
             raise guards.interrupted(r.steps)
         final = run_eval(r.steps)

@@ -332,7 +332,8 @@ class RunConfig:
     save_every: int = 25
     """Write a checkpoint every this many steps (and at the end); 0 = only at the end."""
     keep_checkpoints: int = 2
-    """How many of the newest checkpoints to keep."""
+    """How many of the newest checkpoints to keep. A checkpoint off the `save_every` schedule (written when a run is
+    stopped, so it can resume) is removed once a newer one is written, so it never takes a scheduled one's place."""
     eval_every: int = 0
     """Evaluate on the held-out split every this many steps (0 = only at the end)."""
     eval_n: int = 8
