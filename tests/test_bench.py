@@ -146,6 +146,29 @@ def test_the_long_runs_pair_seed_with_seed_over_the_problems_all_scored():
     assert paired([(record({"p1": 1}), record({"p2": 1}))], k=1) is None  # no problem in common
 
 
+def test_the_long_runs_frontier_rows_pair_each_seed_with_its_baseline():
+    from explorl.frontier import FrontierPoint
+
+    frontier = _load("testbed_long_frontier")
+
+    def model(shift: float, hits: dict[str, int]) -> list:  # two temperatures, entropies 0.2 and 0.6 (+ shift)
+        return [FrontierPoint(t, h + shift, 64, hits) for t, h in ((0.7, 0.2), (1.3, 0.6))]
+
+    # seed 0: clip_cov solves p1 32 of 64 against its baseline's 16, p2 alike (0 each): +0.25 at pass@1 at every
+    # entropy; seed 1: the same counts, so 0. The baseline of clip_cov is the 8-update GRPO of its objective.
+    ref = frontier.baseline("clip_cov")
+    frontiers = {0: {ref: model(0.0, {"p1": 16, "p2": 0}), "clip_cov": model(0.0, {"p1": 32, "p2": 0})},
+                 1: {ref: model(0.0, {"p1": 16, "p2": 0}), "clip_cov": model(0.0, {"p1": 16, "p2": 0})}}
+    rows = frontier.comparison_rows(frontiers, "clip_cov", ref, points=2)
+    assert len(rows) == 2 and rows[0].startswith(f"| clip_cov | {ref} | 2 | 0.2000 | ")
+    # pass@1: (16/64 + 0) / 2 = +0.125 over problems in seed 0, 0 in seed 1, +0.0625 overall
+    assert "+0.062 [" in rows[0] and "(+0.125, +0.000)" in rows[0]
+    assert frontier.comparison_rows(frontiers, "kl_cov", ref) == []  # not recorded
+    # ranges that do not overlap say so instead of pairing
+    apart = {0: {ref: model(0.0, {"p1": 1}), "clip_cov": model(1.0, {"p1": 1})}}
+    assert "do not overlap" in frontier.comparison_rows(apart, "clip_cov", ref)[0]
+
+
 @pytest.mark.parametrize("completion, expected", [
     ("2-11=-9\n-9+5=-4\n-4-3=-7\n\\boxed{-7}", (None, 3)),
     ("2-11=-8\n-8+5=-3\n-3-3=-6\n\\boxed{-6}", ("arith", 0)),  # 2-11 is -9

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from explorl.frontier import (
-    FrontierPoint, entropy_grid, paired_frontier_difference, pass_at_entropy, shared_entropy_range,
+    FrontierPoint, entropy_grid, paired_frontier_difference, paired_frontier_difference_seeds, pass_at_entropy,
+    shared_entropy_range,
 )
 
 # one model at two temperatures, two problems, n = 2 samples each
@@ -40,6 +41,22 @@ def test_a_model_against_itself_is_flat_at_zero_and_a_shift_is_measured():
     # a point evaluated on an extra problem: only the problems both models evaluated count
     extra = [FrontierPoint(p.temperature, p.entropy, p.n, {**p.correct, "c": 2}) for p in points]
     assert paired_frontier_difference(points, extra, 1, [0.4])[0][1:] == (0.0, 0.0, 0.0)
+
+
+def test_paired_frontier_difference_over_seeds():
+    points = [COLD, HOT]
+    shifted = [FrontierPoint(p.temperature, p.entropy - 0.1, p.n, p.correct) for p in points]
+    # seed 0: +0.125 on both problems at H = 0.4 (the test above); seed 1: the model against itself, 0. Mean 0.0625;
+    # a resample draws the two seeds with replacement: both seed 0 (+0.125), both seed 1 (0) or one each, with
+    # probabilities 1/4, 1/4, 1/2, so the 2.5% and 97.5% quantiles are 0 and +0.125
+    ((h, mean, lo, hi, per_seed),) = paired_frontier_difference_seeds([(points, shifted), (points, points)], 1, [0.4])
+    assert h == 0.4 and per_seed == pytest.approx([0.125, 0.0])
+    assert (mean, lo, hi) == pytest.approx((0.0625, 0.0, 0.125))
+    # an entropy one pair does not reach is left out: the shifted model's range ends at 0.5
+    assert [x[0] for x in paired_frontier_difference_seeds([(points, shifted), (points, points)], 1,
+                                                           [0.4, 0.55])] == [0.4]
+    with pytest.raises(ValueError, match="no pairs"):
+        paired_frontier_difference_seeds([], 1, [0.4])
 
 
 def test_explorl_frontier_of_a_model_against_itself_is_zero_at_every_entropy(tiny_model_dir, tmp_path, monkeypatch):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from explorl.metrics import bootstrap_ci, pass_at_k
+from explorl.metrics import bootstrap_ci_seeds, pass_at_k
 
 
 @dataclass(frozen=True)
@@ -73,13 +73,30 @@ def paired_frontier_difference(reference: Sequence[FrontierPoint], other: Sequen
     interval over the problems both evaluated (the shared difficulty of a problem cancels): `[(entropy, mean, lo,
     hi)]`; entropies outside either model's range are left out. A model against itself is zero everywhere.
     """
+    return [(h, mean, lo, hi) for h, mean, lo, hi, _ in
+            paired_frontier_difference_seeds([(reference, other)], k, entropies, n_boot=n_boot, seed=seed)]
+
+
+def paired_frontier_difference_seeds(pairs: Sequence[tuple[Sequence[FrontierPoint], Sequence[FrontierPoint]]], k: int,
+                                     entropies: Sequence[float], *, n_boot: int = 1000,
+                                     seed: int = 0) -> list[tuple[float, float, float, float, list[float]]]:
+    """`paired_frontier_difference` over training seeds: each pair is (reference, other) of one seed (a method's
+    run and its baseline's of the same seed, or the base model's). At each of `entropies` every pair reaches, the
+    per-problem differences of all pairs, over the problems every pair evaluated, with a 95% interval that
+    resamples problems and seeds (`metrics.bootstrap_ci_seeds`; with one pair, over problems only): `[(entropy,
+    mean, lo, hi, [each pair's mean])]`.
+    """
+    if not pairs:
+        raise ValueError("paired_frontier_difference_seeds: no pairs")
     out = []
     for h in entropies:
-        ref, oth = pass_at_entropy(reference, h, k), pass_at_entropy(other, h, k)
-        if ref is None or oth is None:
+        rows = [(pass_at_entropy(ref, h, k), pass_at_entropy(oth, h, k)) for ref, oth in pairs]
+        if any(ref is None or oth is None for ref, oth in rows):
             continue
-        common = [pid for pid in ref if pid in oth]
+        common = [pid for pid in rows[0][0] if all(pid in ref and pid in oth for ref, oth in rows)]
         if not common:
-            raise ValueError("paired_frontier_difference: the two models share no problem")
-        out.append((float(h), *bootstrap_ci([oth[pid] - ref[pid] for pid in common], n_boot=n_boot, seed=seed)))
+            raise ValueError("paired_frontier_difference: the models share no problem")
+        diffs = [[oth[pid] - ref[pid] for pid in common] for ref, oth in rows]
+        out.append((float(h), *bootstrap_ci_seeds(diffs, n_boot=n_boot, seed=seed),
+                    [sum(row) / len(row) for row in diffs]))
     return out

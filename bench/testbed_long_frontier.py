@@ -1,0 +1,156 @@
+"""The long runs' coverage-entropy frontiers (issue "Coverage at equal entropy", item 4): every method's final
+checkpoint (1500 steps) against its GRPO baseline's and the base model's, at equal sampling entropy, paired over
+seeds. Judged by right chains in distribution (`task.reward: chain`): there most right answers are guessed
+(bench/RESULTS.md), so pass@k by answers measures how widely guesses spread.
+
+    python bench/testbed_long_frontier.py            # evaluate what is missing, then print the tables
+    python bench/testbed_long_frontier.py --table    # only the tables, from the frontiers recorded
+
+Per seed, one `explorl frontier` of the base model and every run whose final checkpoint exists, into
+`bench/results/<name>/frontier/seed<k>/id_chain/` (frontier.json, frontier.png). A model's points are kept in the
+frontier's partial file as they finish, so a killed or extended sweep evaluates only what is missing (runs that
+finish later are added by running it again). Seed 0's base, `grpo` and `grpo_verified` are taken from the first
+frontier (`frontier/id_chain/`, the same split, settings and weights). Cost on this machine: about 2 min of one core
+per model (5 temperatures x 128 problems x 64 samples).
+
+The tables: for each method, pass@k minus its baseline's (same seed) and minus the base model's, at 5 entropies
+evenly spaced over the range every model of the comparison reaches, with a 95% interval over problems and seeds
+(`explorl.frontier.paired_frontier_difference_seeds`) and each seed's difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from learning import baseline, with_baselines  # noqa: E402
+from testbed_long import METHODS, SPLITS  # noqa: E402
+
+TEMPERATURES = "0.7,0.85,1.0,1.15,1.3"
+KS = [1, 8, 64]
+N = 64
+
+
+def frontier_dir(name: str, seed: int) -> Path:
+    return ROOT / "bench" / "results" / name / "frontier" / f"seed{seed}" / "id_chain"
+
+
+def final_checkpoints(name: str, seed: int, steps: int) -> dict[str, str]:
+    """{method: its final checkpoint, relative to the repository} of the runs of `seed` that reached `steps`."""
+    out = {}
+    for method in with_baselines(METHODS):
+        ckpt = Path("runs") / name / method / f"seed{seed}" / "checkpoints" / f"step_{steps:07d}"
+        if (ROOT / ckpt).exists():
+            out[method] = str(ckpt)
+    return out
+
+
+def run_frontier(name: str, seed: int, models: dict[str, str], problems: int) -> None:
+    """`explorl frontier` of the base model and `models` ({label: path}) on the in-distribution split, by right
+    chains; points already in the directory's partial file are not evaluated again."""
+    from explorl import cli
+    from explorl.commands.frontier import PARTIAL
+
+    out = frontier_dir(name, seed)
+    first = ROOT / "bench" / "results" / name / "frontier" / "id_chain" / PARTIAL
+    if seed == 0 and first.exists() and not (out / PARTIAL).exists():
+        out.mkdir(parents=True, exist_ok=True)
+        shutil.copy(first, out / PARTIAL)  # same split, settings and weights: its points are reused
+    labels = ["base", *models]
+    argv = ["frontier", "embedded", *models.values(), "--labels", ",".join(labels), "--task", "arith",
+            "--task-opt", f"difficulties={SPLITS['id']}", "--task-opt", "train_size=4096",
+            "--task-opt", f"eval_size={problems}", "--task-opt", "reward=chain", "--n", str(N),
+            "--k", ",".join(map(str, KS)), "--max-new-tokens", "128", "--temperatures", TEMPERATURES,
+            "--device", "cpu", "--out", str(out)]
+    print(f"seed {seed}: frontier of {len(labels)} models -> {out.relative_to(ROOT)}", flush=True)
+    if cli.main(argv) != 0:
+        raise SystemExit(f"explorl {' '.join(argv)} failed")
+
+
+def load_frontiers(name: str, seeds: int) -> dict[int, dict[str, list]]:
+    """{seed: {label: [FrontierPoint]}} of every seed's recorded frontier."""
+    from explorl.frontier import FrontierPoint
+
+    out = {}
+    for seed in range(seeds):
+        path = frontier_dir(name, seed) / "frontier.json"
+        if path.exists():
+            data = json.loads(path.read_text())
+            out[seed] = {label: [FrontierPoint(p["temperature"], p["entropy"], data["n"], p["correct"])
+                                 for p in m["points"]] for label, m in data["models"].items()}
+    return out
+
+
+def comparison_rows(frontiers: dict[int, dict[str, list]], method: str, reference: str,
+                    points: int = 5) -> list[str]:
+    """Markdown rows: `method` minus `reference` at `points` entropies over the range every seed's pair reaches,
+    for each k, paired over the seeds that have both."""
+    from explorl.frontier import entropy_grid, paired_frontier_difference_seeds, shared_entropy_range
+
+    seeds = [s for s, models in sorted(frontiers.items()) if method in models and reference in models]
+    if not seeds:
+        return []
+    pairs = [(frontiers[s][reference], frontiers[s][method]) for s in seeds]
+    low, high = shared_entropy_range({f"{i}{side}": pts for i, pair in enumerate(pairs)
+                                      for side, pts in zip("ro", pair)})
+    if low > high:
+        return [f"| {method} | {reference} | {len(seeds)} | (entropy ranges do not overlap) |" + " |" * len(KS)]
+    grid = entropy_grid(low, high, points)
+    by_k = {k: paired_frontier_difference_seeds(pairs, k, grid, n_boot=2000) for k in KS}
+    rows = []
+    for i, h in enumerate(grid):
+        cells = []
+        for k in KS:
+            _, mean, lo, hi, per_seed = by_k[k][i]
+            each = f" ({', '.join(f'{v:+.3f}' for v in per_seed)})" if len(per_seed) > 1 else ""
+            cells.append(f"{mean:+.3f} [{lo:+.3f}, {hi:+.3f}]{each}")
+        rows.append(f"| {method} | {reference} | {len(seeds)} | {h:.4f} | " + " | ".join(cells) + " |")
+    return rows
+
+
+def tables(frontiers: dict[int, dict[str, list]]) -> list[str]:
+    head = ["| method | minus | seeds | entropy | " + " | ".join(f"pass@{k}" for k in KS) + " |",
+            "|---|---|---:|---:|" + "---|" * len(KS)]
+    methods = [m for m in with_baselines(METHODS) if any(m in models for models in frontiers.values())]
+    lines = ["#### Right chains in distribution at equal entropy: each method minus its GRPO baseline (same seed)", "",
+             *head]
+    for method in methods:
+        if method != baseline(method):
+            lines += comparison_rows(frontiers, method, baseline(method))
+    lines += ["", "#### ... and minus the base model", "", *head]
+    for method in methods:
+        lines += comparison_rows(frontiers, method, "base")
+    return lines + [""]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--name", default="testbed_long", help="runs/NAME and bench/results/NAME")
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=1500, help="the final checkpoint's step")
+    ap.add_argument("--problems", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--table", action="store_true", help="only print the tables of the recorded frontiers")
+    args = ap.parse_args()
+    if not args.table:
+        import torch
+
+        torch.set_num_threads(args.threads)
+        for seed in range(args.seeds):
+            models = final_checkpoints(args.name, seed, args.steps)
+            if models:
+                run_frontier(args.name, seed, models, args.problems)
+    frontiers = load_frontiers(args.name, args.seeds)
+    if not frontiers:
+        raise SystemExit(f"no frontier recorded under bench/results/{args.name}/frontier/seed*/id_chain")
+    print("\n".join(tables(frontiers)))
+
+
+if __name__ == "__main__":
+    main()
