@@ -6,7 +6,11 @@ from __future__ import annotations
 import pytest
 
 from explorl.frontier import (
-    FrontierPoint, entropy_grid, paired_frontier_difference, paired_frontier_difference_seeds, pass_at_entropy,
+    FrontierPoint,
+    entropy_grid,
+    paired_frontier_difference,
+    paired_frontier_difference_seeds,
+    pass_at_entropy,
     shared_entropy_range,
 )
 
@@ -84,7 +88,8 @@ def test_explorl_frontier_of_a_model_against_itself_is_zero_at_every_entropy(tin
     assert len(rows) == 3 and rows[0][0] == a[0]["entropy"] and rows[-1][0] == a[-1]["entropy"]
     assert all(r[1:] == [0.0, 0.0, 0.0] for r in rows)
     titles = [str(getattr(x, "title", "")) for x in printed]
-    assert any("at equal sampling entropy" in t for t in titles) and any("against sampling entropy" in t for t in titles)
+    assert any("at equal sampling entropy" in t for t in titles)
+    assert any("against sampling entropy" in t for t in titles)
 
 
 @pytest.mark.parametrize("flags, message", [
