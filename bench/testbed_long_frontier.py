@@ -13,9 +13,10 @@ finish later are added by running it again). Seed 0's base, `grpo` and `grpo_ver
 frontier (`frontier/id_chain/`, the same split, settings and weights). Cost on this machine: about 2 min of one core
 per model (5 temperatures x 128 problems x 64 samples).
 
-The tables: for each method, pass@k minus its baseline's (same seed) and minus the base model's, at 5 entropies
-evenly spaced over the range every model of the comparison reaches, with a 95% interval over problems and seeds
-(`explorl.frontier.paired_frontier_difference_seeds`) and each seed's difference.
+The tables: for each method, pass@k minus its baseline's (same seed), minus one-update `grpo`'s where that is not
+its baseline, and minus the base model's, at 5 entropies evenly spaced over the range every model of the comparison
+reaches, with a 95% interval over problems and seeds (`explorl.frontier.paired_frontier_difference_seeds`) and each
+seed's difference.
 """
 
 from __future__ import annotations
@@ -123,6 +124,10 @@ def tables(frontiers: dict[int, dict[str, list]]) -> list[str]:
     for method in methods:
         if method != baseline(method):
             lines += comparison_rows(frontiers, method, baseline(method))
+    lines += ["", "#### ... minus one-update `grpo` (the methods whose own baseline is another GRPO)", "", *head]
+    for method in methods:
+        if baseline(method) != "grpo":
+            lines += comparison_rows(frontiers, method, "grpo")
     lines += ["", "#### ... and minus the base model", "", *head]
     for method in methods:
         lines += comparison_rows(frontiers, method, "base")
