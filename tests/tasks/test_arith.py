@@ -44,6 +44,33 @@ def test_make_problem_ranges():
             assert int(p.answer) == eval(p.prompt[:-3])  # test-only check of a trusted generated expression
 
 
+def test_the_default_operands_keep_every_split_as_it_was():
+    # prompts of the testbed's split (difficulties 3-7, data_seed 1234) as the code before task.operands drew them
+    train, eval_ = arith_task([3, 4, 5, 6, 7], 4096, 128, 1234)
+    assert [p.prompt for p in eval_[:2]] == ["4+3+3+12+1+1-20=?\n", "20-5+6+1-8+18-3=?\n"]
+    assert train[0].prompt == "17+13+3+3-13-9=?\n"
+    assert arith_task([3, 4, 5, 6, 7], 4096, 128, 1234, operands=(1, 20)) == (train, eval_)
+
+
+def test_operands_from_another_range():
+    train, eval_ = arith_task([2, 3], 200, 50, seed=0, operands=(21, 30))
+    for p in train + eval_:
+        operands = [int(x) for x in re.findall(r"\d+", p.prompt)]
+        assert all(21 <= x <= 30 for x in operands) and len(operands) == p.meta["difficulty"] + 1
+    assert {x for p in train for x in map(int, re.findall(r"\d+", p.prompt))} == set(range(21, 31))
+    # difficulty 1 on [5, 6]: 2 x 2 operands x 2 operators = 8 expressions
+    with pytest.raises(ValueError, match="exceed the 8 distinct"):
+        arith_task([1], 8, 1, seed=0, operands=(5, 6))
+
+
+@pytest.mark.parametrize("bad", ["[0, 20]", "[30, 21]", "[5]", "[1, 2000000]"])
+def test_operands_out_of_range_are_refused_with_the_field(bad):
+    from explorl.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match=r"task\.operands: an inclusive range"):
+        load_config(None, [f"task.operands={bad}"])
+
+
 def test_splits_disjoint_deterministic_and_mixed():
     train, eval_ = arith_task([1, 2, 5], 500, 100, seed=7)
     assert len(train) == 500 and len(eval_) == 100

@@ -90,6 +90,9 @@ class TaskConfig:
     difficulties: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5])
     """`arith`: difficulty levels mixed in one dataset (level d has d operations), so some prompts are easy
     and some hard. `rg:` tasks ignore it."""
+    operands: list[int] = field(default_factory=lambda: [1, 20])
+    """`arith`: the inclusive range [low, high] its operands are drawn from. [1, 20] is the range the embedded model
+    was trained on; a range above it (e.g. [21, 30]) tests generalisation to larger numbers."""
     train_size: int = 4096
     """Number of training problems: generated for `arith` and `rg:`, a cap on the rows used for `file`."""
     eval_size: int = 256

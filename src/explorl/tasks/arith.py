@@ -1,6 +1,7 @@
 """Built-in procedural arithmetic: chains of + and - on small integers, with worked solutions.
 
-Difficulty d means d operations on d+1 operands drawn uniformly from [1, 20]. The prompt is the expression
+Difficulty d means d operations on d+1 operands drawn uniformly from `task.operands` ([1, 20] by default, the
+range the embedded model was trained on; another range is a test of generalisation). The prompt is the expression
 followed by "=?\\n"; the worked solution evaluates left to right, one operation per line, and ends with the
 boxed result. The embedded tiny model is trained on exactly this format, so keep it stable:
 
@@ -20,8 +21,11 @@ from explorl.tasks.base import Problem
 if TYPE_CHECKING:
     from explorl.config.schema import TaskConfig
 
-OPERAND_MAX = 20
+OPERANDS = (1, 20)
+"""The default inclusive range of operands (`task.operands`)."""
 MAX_DIFFICULTY = 12
+MAX_OPERAND = 10**6
+"""Operands stay below this, so prompts and worked solutions stay short."""
 _EXPR_RE = re.compile(r"\d+(?:[+-]\d+)*")
 _TOKEN_RE = re.compile(r"\d+|[+-]")
 
@@ -43,11 +47,13 @@ def from_expression(expr: str) -> Problem:
                    meta={"difficulty": len(tokens) // 2, "solution": solution, "id": prompt}, solution=solution)
 
 
-def make_problem(rng: random.Random, difficulty: int) -> Problem:
-    """A random problem with `difficulty` operations; operands uniform in [1, 20], operators uniform in {+, -}."""
-    parts = [str(rng.randint(1, OPERAND_MAX))]
+def make_problem(rng: random.Random, difficulty: int, operands: tuple[int, int] = OPERANDS) -> Problem:
+    """A random problem with `difficulty` operations; operands uniform in the inclusive range `operands`, operators
+    uniform in {+, -}."""
+    lo, hi = operands
+    parts = [str(rng.randint(lo, hi))]
     for _ in range(difficulty):
-        parts += [rng.choice("+-"), str(rng.randint(1, OPERAND_MAX))]
+        parts += [rng.choice("+-"), str(rng.randint(lo, hi))]
     return from_expression("".join(parts))
 
 
@@ -56,12 +62,13 @@ def solution(problem: Problem) -> str:
     return problem.meta["solution"]
 
 
-def space_size(difficulty: int) -> int:
-    """Number of distinct expressions with `difficulty` operations."""
-    return OPERAND_MAX ** (difficulty + 1) * 2**difficulty
+def space_size(difficulty: int, operands: tuple[int, int] = OPERANDS) -> int:
+    """Number of distinct expressions with `difficulty` operations on operands in the inclusive range `operands`."""
+    return (operands[1] - operands[0] + 1) ** (difficulty + 1) * 2**difficulty
 
 
-def _draw_unique(rng: random.Random, difficulties: list[int], n: int, taken: set[str], what: str) -> list[Problem]:
+def _draw_unique(rng: random.Random, difficulties: list[int], n: int, taken: set[str], what: str,
+                 operands: tuple[int, int]) -> list[Problem]:
     """`n` problems whose prompts are new to `taken` (which is updated); difficulty uniform over the list."""
     out: list[Problem] = []
     budget = 50 * n + 10_000  # enough unless the space is nearly exhausted
@@ -71,15 +78,15 @@ def _draw_unique(rng: random.Random, difficulties: list[int], n: int, taken: set
                              f"task.difficulties={difficulties}; lower task.train_size / task.eval_size or add "
                              f"harder levels")
         budget -= 1
-        p = make_problem(rng, rng.choice(difficulties))
+        p = make_problem(rng, rng.choice(difficulties), operands)
         if p.prompt not in taken:
             taken.add(p.prompt)
             out.append(p)
     return out
 
 
-def arith_task(difficulties: list[int], train_size: int, eval_size: int,
-               seed: int) -> tuple[list[Problem], list[Problem]]:
+def arith_task(difficulties: list[int], train_size: int, eval_size: int, seed: int,
+               operands: tuple[int, int] = OPERANDS) -> tuple[list[Problem], list[Problem]]:
     """(train, eval) problems of mixed difficulty, deterministic for `seed`, all prompts distinct.
 
     Eval problems are drawn first; train problems then skip every prompt already drawn, so the splits never
@@ -87,14 +94,14 @@ def arith_task(difficulties: list[int], train_size: int, eval_size: int,
     """
     if not difficulties or any(d < 1 for d in difficulties):
         raise ValueError(f"task.difficulties: need levels >= 1, got {difficulties}")
-    total = sum(space_size(d) for d in set(difficulties))
+    total = sum(space_size(d, operands) for d in set(difficulties))
     if train_size + eval_size > total:
         raise ValueError(f"task.train_size: {train_size} train + {eval_size} eval problems exceed the {total} "
                          f"distinct expressions of task.difficulties={difficulties}")
     rng = random.Random(seed)
     taken: set[str] = set()
-    eval_ = _draw_unique(rng, difficulties, eval_size, taken, "eval")
-    train = _draw_unique(rng, difficulties, train_size, taken, "train")
+    eval_ = _draw_unique(rng, difficulties, eval_size, taken, "eval", operands)
+    train = _draw_unique(rng, difficulties, train_size, taken, "train", operands)
     return train, eval_
 
 
@@ -106,16 +113,21 @@ def default_reward() -> tuple[Callable, bool]:
 
 
 def _check_arith(cfg) -> str | None:
-    d = cfg.task.difficulties
+    d, ops = cfg.task.difficulties, cfg.task.operands
     # 12 operations: a prompt of 13 operands and a 12-line solution stay far inside the embedded model's 512 positions
-    return None if d and all(1 <= x <= MAX_DIFFICULTY for x in d) else \
-        f"task.difficulties: levels (operations per problem) must be in 1..{MAX_DIFFICULTY}, got {d}"
+    if not d or not all(1 <= x <= MAX_DIFFICULTY for x in d):
+        return f"task.difficulties: levels (operations per problem) must be in 1..{MAX_DIFFICULTY}, got {d}"
+    if len(ops) != 2 or not 1 <= ops[0] <= ops[1] <= MAX_OPERAND:
+        return (f"task.operands: an inclusive range [low, high] with 1 <= low <= high <= {MAX_OPERAND}, got {ops} "
+                f"(the default [1, 20] is the embedded model's training range)")
+    return None
 
 
-@register("task", "arith", reads=("difficulties", "train_size", "eval_size", "data_seed"), check=_check_arith)
+@register("task", "arith", reads=("difficulties", "operands", "train_size", "eval_size", "data_seed"),
+          check=_check_arith)
 def load_arith(cfg: TaskConfig) -> tuple[list[Problem], list[Problem], tuple[Callable, bool], Callable]:
     """The `arith` task: (train, eval, default reward, answer extractor); answers are read from the last \\boxed{}."""
     from explorl.rewards import extract_boxed
 
-    train, eval_ = arith_task(cfg.difficulties, cfg.train_size, cfg.eval_size, cfg.data_seed)
+    train, eval_ = arith_task(cfg.difficulties, cfg.train_size, cfg.eval_size, cfg.data_seed, tuple(cfg.operands))
     return train, eval_, default_reward(), extract_boxed
