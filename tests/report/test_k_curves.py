@@ -99,3 +99,14 @@ def test_paired_difference_by_hand(tmp_path, capsys):
     assert main(["curves", str(a), str(b), "--out", str(tmp_path / "c.png")]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "paired over the shared problems" in text and "+0.250 [+0.250, +0.250]" in text
+
+
+def test_model_colours_stay_apart_for_many_models():
+    from matplotlib.colors import to_rgba
+
+    from explorl.report.plots import model_colours
+
+    for n in (1, 10, 11, 14, 20, 21, 40):
+        colours = [to_rgba(c) for c in model_colours(n)]
+        assert len(colours) == n and len(set(colours)) == n  # the old tab10 cycle repeated from the 11th model
+    assert model_colours(3) == ["C0", "C1", "C2"]  # up to 10: matplotlib's default cycle, as every other plot

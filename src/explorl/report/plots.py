@@ -61,6 +61,16 @@ def ema(values: list[float], smooth: float) -> list[float]:
     return out
 
 
+def model_colours(n: int) -> list:
+    """`n` colours that stay apart, one per run or model: tab10 up to 10, tab20 up to 20 (tab10 repeats after 10),
+    beyond that evenly spaced along a perceptually ordered map."""
+    if n <= 10:
+        return [f"C{i}" for i in range(n)]
+    if n <= 20:
+        return [colormaps["tab20"](i) for i in range(n)]
+    return [colormaps["turbo"](0.05 + 0.9 * i / (n - 1)) for i in range(n)]
+
+
 def style_axes(ax: Axes, *, step_axis: bool = False) -> None:
     """explorl's look of an axes: integer ticks on a training-step x axis (`step_axis`), and tick labels that are
     the values themselves on every linear axis (no offset such as "+5.686", no "1e-7" factor: matplotlib would
@@ -90,9 +100,7 @@ class _Drawer:
         self.smooth, self.band = smooth, band
         self.ax, self.labels, self.single = ax, labels, len(labels) == 1
         self.many = len(labels) > MANY
-        # tab10 repeats after 10 runs; tab20 keeps up to 20 apart
-        self.colors = [f"C{i % 10}" for i in range(len(labels))] if len(labels) <= 10 else \
-            [colormaps["tab20"](i % 20) for i in range(len(labels))]
+        self.colors = model_colours(len(labels))
 
     def style(self, run_i: int, series_i: int) -> dict:
         if self.single:
@@ -378,12 +386,12 @@ def k_curves_figure(curves: dict[str, dict], metric: str = "pass@k", paired: dic
     fig = Figure(figsize=(9.0, 4.2 * panels), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
     axes = [fig.add_subplot(panels, 1, i + 1) for i in range(panels)]
-    colours = colormaps["tab10"]
+    colours = model_colours(len(names))
     for i, name in enumerate(names):
         c = curves[name]
         mean, lo, hi = zip(*c[metric])
-        axes[0].plot(c["k"], mean, marker="o", ms=3, color=colours(i % 10), label=name)
-        axes[0].fill_between(c["k"], lo, hi, color=colours(i % 10), alpha=0.15, linewidth=0)
+        axes[0].plot(c["k"], mean, marker="o", ms=3, color=colours[i], label=name)
+        axes[0].fill_between(c["k"], lo, hi, color=colours[i], alpha=0.15, linewidth=0)
     axes[0].set_ylabel(metric)
     axes[0].set_title(f"{metric} against k (95% intervals over problems)")
     if panels == 2:
@@ -391,12 +399,12 @@ def k_curves_figure(curves: dict[str, dict], metric: str = "pass@k", paired: dic
         axes[1].axhline(0.0, color="black", linewidth=0.8)
         for i, name in enumerate(names[1:], 1):
             ks, diff = curve_difference(base, curves[name], metric)
-            axes[1].plot(ks, diff, marker="o", ms=3, color=colours(i % 10), label=f"{name} - {names[0]}")
+            axes[1].plot(ks, diff, marker="o", ms=3, color=colours[i], label=f"{name} - {names[0]}")
             band = (paired or {}).get(name)
             if band:
                 shown = [k for k in ks if k in band]
                 axes[1].fill_between(shown, [band[k][1] for k in shown], [band[k][2] for k in shown],
-                                     color=colours(i % 10), alpha=0.15, linewidth=0)
+                                     color=colours[i], alpha=0.15, linewidth=0)
         axes[1].set_ylabel(f"{metric} minus {names[0]}")
     for ax in axes:
         ax.set_xscale("log", base=2)
@@ -422,18 +430,19 @@ def plot_frontier(points: dict[str, list[dict]], ks: list[int], paired: dict[str
     fig = Figure(figsize=(9.0, 3.6 * panels), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
     axes = [fig.add_subplot(panels, 1, i + 1) for i in range(panels)]
-    colours = colormaps["tab10"]
     names = list(points)
+    colours = model_colours(len(names))
+    few = len(names) <= 4  # with more models the temperature labels and bands would hide the lines
     for ax, k in zip(axes, shown_ks):
         for i, name in enumerate(names):
             pts = sorted(points[name], key=lambda p: p["entropy"])
             xs = [p["entropy"] for p in pts]
             mean, lo, hi = zip(*(p[f"pass@{k}"] for p in pts))
-            ax.plot(xs, mean, marker="o", ms=3, color=colours(i % 10), label=name)
-            ax.fill_between(xs, lo, hi, color=colours(i % 10), alpha=0.15, linewidth=0)
-            for p in pts:  # each point's sampling temperature, small, beside it
+            ax.plot(xs, mean, marker="o", ms=3, color=colours[i], label=name)
+            ax.fill_between(xs, lo, hi, color=colours[i], alpha=0.15 if few else 0.05, linewidth=0)
+            for p in pts if few else []:  # each point's sampling temperature, small, beside it
                 ax.annotate(f"T={p['temperature']:g}", (p["entropy"], p[f"pass@{k}"][0]), fontsize="x-small",
-                            textcoords="offset points", xytext=(3, -9), color=colours(i % 10))
+                            textcoords="offset points", xytext=(3, -9), color=colours[i])
         ax.set_ylabel(f"pass@{k}")
         ax.set_title(f"pass@{k} against sampling entropy (95% intervals over problems)")
     if paired:
@@ -445,8 +454,8 @@ def plot_frontier(points: dict[str, list[dict]], ks: list[int], paired: dict[str
             if not rows:
                 continue
             xs, mean, lo, hi = zip(*rows)
-            ax.plot(xs, mean, marker="o", ms=3, color=colours(i % 10), label=f"{name} - {names[0]}")
-            ax.fill_between(xs, lo, hi, color=colours(i % 10), alpha=0.15, linewidth=0)
+            ax.plot(xs, mean, marker="o", ms=3, color=colours[i], label=f"{name} - {names[0]}")
+            ax.fill_between(xs, lo, hi, color=colours[i], alpha=0.15 if few else 0.05, linewidth=0)
         ax.set_ylabel(f"pass@{k} minus {names[0]}")
         ax.set_title(f"pass@{k} at equal entropy, paired over problems (95% interval)")
     for ax in axes:
