@@ -115,6 +115,42 @@ def comparison_rows(frontiers: dict[int, dict[str, list]], method: str, referenc
     return rows
 
 
+def summary_row(frontiers: dict[int, dict[str, list]], method: str, reference: str, points: int = 5) -> str | None:
+    """One Markdown row: for each k, the smallest and largest difference over the `points` entropies, and at how
+    many of them the interval lies above zero (+) and below it (-); None when the pair is not recorded."""
+    from explorl.frontier import entropy_grid, paired_frontier_difference_seeds, shared_entropy_range
+
+    seeds = [s for s, models in sorted(frontiers.items()) if method in models and reference in models]
+    pairs = [(frontiers[s][reference], frontiers[s][method]) for s in seeds]
+    if not pairs:
+        return None
+    low, high = shared_entropy_range({f"{i}{side}": pts for i, pair in enumerate(pairs)
+                                      for side, pts in zip("ro", pair)})
+    if low > high:
+        return f"| {method} | {reference} | {len(seeds)} | none: the ranges do not overlap |" + " - |" * len(KS)
+    cells = []
+    for k in KS:
+        rows = paired_frontier_difference_seeds(pairs, k, entropy_grid(low, high, points), n_boot=2000)
+        means = [r[1] for r in rows]
+        above, below = sum(r[2] > 0 for r in rows), sum(r[3] < 0 for r in rows)
+        cells.append(f"{min(means):+.3f} to {max(means):+.3f} ({above}+ {below}-)")
+    return f"| {method} | {reference} | {len(seeds)} | {low:.3f}-{high:.3f} | " + " | ".join(cells) + " |"
+
+
+def summary(frontiers: dict[int, dict[str, list]]) -> list[str]:
+    """Each method against its baseline, one-update `grpo` and the base model, one row each (`summary_row`)."""
+    methods = [m for m in with_baselines(METHODS) if any(m in models for models in frontiers.values())]
+    lines = ["#### Summary: the difference over 5 entropies (smallest to largest), and at how many of them the 95% "
+             "interval lies above zero (+) or below it (-)", "",
+             "| method | minus | seeds | entropy range | " + " | ".join(f"pass@{k}" for k in KS) + " |",
+             "|---|---|---:|---|" + "---|" * len(KS)]
+    for method in methods:
+        for reference in dict.fromkeys([baseline(method), "grpo", "base"]):
+            row = None if reference == method else summary_row(frontiers, method, reference)
+            lines += [row] if row else []
+    return lines + [""]
+
+
 def tables(frontiers: dict[int, dict[str, list]]) -> list[str]:
     head = ["| method | minus | seeds | entropy | " + " | ".join(f"pass@{k}" for k in KS) + " |",
             "|---|---|---:|---:|" + "---|" * len(KS)]
@@ -154,6 +190,7 @@ def main() -> None:
     frontiers = load_frontiers(args.name, args.seeds)
     if not frontiers:
         raise SystemExit(f"no frontier recorded under bench/results/{args.name}/frontier/seed*/id_chain")
+    print("\n".join(summary(frontiers)))
     print("\n".join(tables(frontiers)))
 
 

@@ -167,6 +167,10 @@ def test_the_long_runs_frontier_rows_pair_each_seed_with_its_baseline():
     # ranges that do not overlap say so instead of pairing
     apart = {0: {ref: model(0.0, {"p1": 1}), "clip_cov": model(1.0, {"p1": 1})}}
     assert "do not overlap" in frontier.comparison_rows(apart, "clip_cov", ref)[0]
+    # the summary: at both entropies +0.0625 (the interval [0, +0.125] touches zero, so neither + nor -)
+    row = frontier.summary_row(frontiers, "clip_cov", ref, points=2)
+    assert row.startswith(f"| clip_cov | {ref} | 2 | 0.200-0.600 | +0.062 to +0.062 (0+ 0-) |")
+    assert "do not overlap" in frontier.summary_row(apart, "clip_cov", ref)
 
 
 @pytest.mark.parametrize("completion, expected", [
