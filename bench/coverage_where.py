@@ -26,22 +26,16 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from explorl.metrics import pass_at_k
+from explorl.tasks.arith import operations
 
 _LINE = re.compile(r"^(-?\d+)([+-])(\d+)=(-?\d+)$")
 _BOXED = re.compile(r"^\\boxed\{(-?\d+)\}$")
-_TOKEN = re.compile(r"\d+|[+-]")
 KINDS = ("copy", "carry", "arith", "stop", "format")
-
-
-def steps_of(prompt: str) -> tuple[int, list[tuple[str, int]]]:
-    """The first operand and the (operator, operand) pairs of an arith prompt such as "7+12-5=?\\n"."""
-    tokens = _TOKEN.findall(prompt.split("=")[0])
-    return int(tokens[0]), [(op, int(x)) for op, x in zip(tokens[1::2], tokens[2::2])]
 
 
 def first_mistake(prompt: str, completion: str) -> tuple[str | None, int]:
     """(kind, step) of a completion's first mistake, (None, number of steps) for a right one; steps count from 0."""
-    value, ops = steps_of(prompt)
+    value, ops = operations(prompt)
     lines = [s.strip() for s in completion.strip().splitlines() if s.strip()]
     for j, line in enumerate(lines):
         boxed = _BOXED.match(line)
@@ -72,7 +66,7 @@ def report(path: Path) -> dict:
     guessed = 0
     for r in rows:
         kind, step = first_mistake(r["prompt"], r["completion"])
-        counts = per_problem.setdefault(r["problem"], [len(steps_of(r["prompt"])[1]), 0, 0, 0])
+        counts = per_problem.setdefault(r["problem"], [len(operations(r["prompt"])[1]), 0, 0, 0])
         counts[1] += 1
         counts[2] += bool(r["correct"])
         counts[3] += kind is None

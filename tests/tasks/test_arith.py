@@ -8,7 +8,7 @@ import pytest
 from explorl.config import TaskConfig
 from explorl.rewards import extract_boxed, int_reward
 from explorl.tasks import load_task
-from explorl.tasks.arith import arith_task, from_expression, make_problem, solution
+from explorl.tasks.arith import arith_task, from_expression, make_problem, operations, solution
 
 
 def test_format_of_a_fixed_expression():
@@ -26,7 +26,15 @@ def test_negative_intermediate_values():
     assert solution(from_expression("1-20-20")) == "1-20=-19\n-19-20=-39\n\\boxed{-39}"
 
 
-@pytest.mark.parametrize("bad", ["", "7+", "+7", "7+-5", "7*5", "7 + 5", "-3+4"])
+def test_operations_of_an_expression_or_its_prompt():
+    assert operations("7+12-5") == (7, [("+", 12), ("-", 5)])
+    assert operations("7+12-5=?\n") == operations("7+12-5")
+    assert operations("30") == (30, [])
+    with pytest.raises(ValueError, match="not an expression"):
+        operations("7*5=?\n")
+
+
+@pytest.mark.parametrize("bad", ["", "7+", "+7", "7+-5", "7*5", "7 + 5", "-3+4", "7+5=12"])
 def test_from_expression_rejects_other_syntax(bad):
     with pytest.raises(ValueError):
         from_expression(bad)

@@ -30,21 +30,30 @@ _EXPR_RE = re.compile(r"\d+(?:[+-]\d+)*")
 _TOKEN_RE = re.compile(r"\d+|[+-]")
 
 
-def from_expression(expr: str) -> Problem:
-    """The Problem for an expression such as "7+12-5" (positive integer operands, + and - only)."""
+def operations(expr: str) -> tuple[int, list[tuple[str, int]]]:
+    """The first operand and the (operator, operand) pairs of an expression such as "7+12-5", or of its prompt
+    ("7+12-5=?\\n"): (7, [("+", 12), ("-", 5)])."""
+    expr = expr.split("=", 1)[0]
     if not _EXPR_RE.fullmatch(expr):
         raise ValueError(f"not an expression of positive integers joined by + and -: {expr!r}")
     tokens = _TOKEN_RE.findall(expr)
-    value = int(tokens[0])
+    return int(tokens[0]), [(op, int(x)) for op, x in zip(tokens[1::2], tokens[2::2])]
+
+
+def from_expression(expr: str) -> Problem:
+    """The Problem for an expression such as "7+12-5" (positive integer operands, + and - only)."""
+    if "=" in expr:
+        raise ValueError(f"not an expression of positive integers joined by + and -: {expr!r}")
+    value, steps = operations(expr)
     lines = []
-    for op, operand in zip(tokens[1::2], tokens[2::2]):
-        new = value + int(operand) if op == "+" else value - int(operand)
+    for op, operand in steps:
+        new = value + operand if op == "+" else value - operand
         lines.append(f"{value}{op}{operand}={new}")
         value = new
     lines.append(f"\\boxed{{{value}}}")
     prompt, solution = f"{expr}=?\n", "\n".join(lines)
     return Problem(prompt=prompt, answer=str(value),
-                   meta={"difficulty": len(tokens) // 2, "solution": solution, "id": prompt}, solution=solution)
+                   meta={"difficulty": len(steps), "solution": solution, "id": prompt}, solution=solution)
 
 
 def make_problem(rng: random.Random, difficulty: int, operands: tuple[int, int] = OPERANDS) -> Problem:
