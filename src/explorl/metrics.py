@@ -256,22 +256,7 @@ def bootstrap_ci(
     Returns:
         `(mean, lo, hi)` as floats.
     """
-    values = torch.as_tensor([float(v) for v in per_problem_values], dtype=torch.float64)
-    if values.numel() == 0:
-        raise ValueError("bootstrap_ci: no values")
-    if not torch.isfinite(values).all():
-        raise ValueError("bootstrap_ci: values must be finite")
-    if n_boot < 1:
-        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
-    if not 0.0 < alpha < 1.0:
-        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-    p = values.numel()
-    gen = torch.Generator().manual_seed(seed)
-    idx = torch.randint(p, (n_boot, p), generator=gen)
-    means = values[idx].mean(dim=1)
-    q = torch.tensor([alpha / 2, 1 - alpha / 2], dtype=torch.float64)
-    lo, hi = torch.quantile(means, q).tolist()
-    return float(values.mean()), float(lo), float(hi)
+    return _bootstrap([list(per_problem_values)], n_boot, alpha, seed, "bootstrap_ci")
 
 
 def bootstrap_ci_seeds(
@@ -293,15 +278,21 @@ def bootstrap_ci_seeds(
     Returns:
         `(mean, lo, hi)` as floats; the mean is the plain mean of the S x P values.
     """
+    return _bootstrap(per_seed_values, n_boot, alpha, seed, "bootstrap_ci_seeds")
+
+
+def _bootstrap(per_seed_values: Sequence[Sequence[float]], n_boot: int, alpha: float, seed: int,
+               name: str) -> tuple[float, float, float]:
+    """`bootstrap_ci_seeds`; `name` is the public function's, for its errors."""
     rows = [[float(v) for v in run] for run in per_seed_values]
     if not rows or not rows[0]:
-        raise ValueError("bootstrap_ci_seeds: no values")
+        raise ValueError(f"{name}: no values")
     if any(len(run) != len(rows[0]) for run in rows):
-        raise ValueError("bootstrap_ci_seeds: every run must score the same problems (rows of equal length), got "
+        raise ValueError(f"{name}: every run must score the same problems (rows of equal length), got "
                          f"lengths {[len(run) for run in rows]}")
     values = torch.tensor(rows, dtype=torch.float64)
     if not torch.isfinite(values).all():
-        raise ValueError("bootstrap_ci_seeds: values must be finite")
+        raise ValueError(f"{name}: values must be finite")
     if n_boot < 1:
         raise ValueError(f"n_boot must be >= 1, got {n_boot}")
     if not 0.0 < alpha < 1.0:
