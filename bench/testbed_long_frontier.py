@@ -5,6 +5,7 @@ seeds. Judged by right chains in distribution (`task.reward: chain`): there most
 
     python bench/testbed_long_frontier.py            # evaluate what is missing, then print the tables
     python bench/testbed_long_frontier.py --table    # only the tables, from the frontiers recorded
+    python bench/testbed_long_frontier.py --table --plot bench/results/testbed_long/frontier/differences.png
 
 Per seed, one `explorl frontier` of the base model and every run whose final checkpoint exists, into
 `bench/results/<name>/frontier/seed<k>/id_chain/` (frontier.json, frontier.png). A model's points are kept in the
@@ -170,6 +171,48 @@ def tables(frontiers: dict[int, dict[str, list]]) -> list[str]:
     return lines + [""]
 
 
+def plot(frontiers: dict[int, dict[str, list]], path: Path, points: int = 9) -> Path:
+    """Each method minus its baseline (and each baseline minus one-update `grpo`) against sampling entropy: one panel
+    per k, the mean over seeds as a line and the 95% interval over problems and seeds as a band."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from explorl.frontier import entropy_grid, paired_frontier_difference_seeds, shared_entropy_range
+    from explorl.report.plots import legend_outside, model_colours, save_png, style_axes
+
+    comparisons = []
+    for method in with_baselines(METHODS):
+        reference = "grpo" if method == baseline(method) else baseline(method)
+        seeds = [s for s, models in sorted(frontiers.items()) if method in models and reference in models]
+        if method != "grpo" and seeds:
+            comparisons.append((method, reference, [(frontiers[s][reference], frontiers[s][method]) for s in seeds]))
+    fig = Figure(figsize=(10.0, 3.4 * len(KS)), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = [fig.add_subplot(len(KS), 1, i + 1) for i in range(len(KS))]
+    colours = model_colours(len(comparisons))
+    fig.suptitle("In distribution, final checkpoints; mean over seeds, band: 95% interval over problems and seeds",
+                 fontsize="medium")
+    for ax, k in zip(axes, KS):
+        ax.axhline(0.0, color="black", linewidth=0.8)
+        for colour, (method, reference, pairs) in zip(colours, comparisons):
+            low, high = shared_entropy_range({f"{i}{side}": pts for i, pair in enumerate(pairs)
+                                              for side, pts in zip("ro", pair)})
+            if low > high:
+                continue
+            rows = paired_frontier_difference_seeds(pairs, k, entropy_grid(low, high, points), n_boot=2000)
+            xs, mean, lo, hi, _ = zip(*rows)
+            ax.plot(xs, mean, marker="o", ms=2, color=colour, label=f"{method} - {reference} ({len(pairs)} seeds)",
+                    linestyle="--" if method == baseline(method) else "-")
+            ax.fill_between(xs, lo, hi, color=colour, alpha=0.12, linewidth=0)
+        ax.set_ylabel(f"pass@{k} difference")
+        ax.set_title(f"right-chain pass@{k}, method minus baseline at equal entropy")
+        ax.set_xlabel("mean token entropy of the samples (nats)")
+        ax.grid(True, alpha=0.3)
+        style_axes(ax)
+        legend_outside(ax, fontsize="x-small")
+    return save_png(fig, path)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--name", default="testbed_long", help="runs/NAME and bench/results/NAME")
@@ -178,6 +221,7 @@ def main() -> None:
     ap.add_argument("--problems", type=int, default=128)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--table", action="store_true", help="only print the tables of the recorded frontiers")
+    ap.add_argument("--plot", default=None, help="PNG path: each method minus its baseline against entropy")
     args = ap.parse_args()
     if not args.table:
         import torch
@@ -192,6 +236,8 @@ def main() -> None:
         raise SystemExit(f"no frontier recorded under bench/results/{args.name}/frontier/seed*/id_chain")
     print("\n".join(summary(frontiers)))
     print("\n".join(tables(frontiers)))
+    if args.plot:
+        print(f"wrote {plot(frontiers, Path(args.plot))}")
 
 
 if __name__ == "__main__":
