@@ -171,14 +171,14 @@ def tables(frontiers: dict[int, dict[str, list]]) -> list[str]:
     return lines + [""]
 
 
-def plot(frontiers: dict[int, dict[str, list]], path: Path, points: int = 9) -> Path:
+def difference_figure(frontiers: dict[int, dict[str, list]], points: int = 9):
     """Each method minus its baseline (and each baseline minus one-update `grpo`) against sampling entropy: one panel
     per k, the mean over seeds as a line and the 95% interval over problems and seeds as a band."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     from explorl.frontier import entropy_grid, paired_frontier_difference_seeds, shared_entropy_range
-    from explorl.report.plots import legend_outside, model_colours, save_png, style_axes
+    from explorl.report.plots import legend_outside, model_colours, style_axes
 
     comparisons = []
     for method in with_baselines(METHODS):
@@ -210,7 +210,7 @@ def plot(frontiers: dict[int, dict[str, list]], path: Path, points: int = 9) -> 
         ax.grid(True, alpha=0.3)
         style_axes(ax)
         legend_outside(ax, fontsize="x-small")
-    return save_png(fig, path)
+    return fig
 
 
 def main() -> None:
@@ -237,7 +237,9 @@ def main() -> None:
     print("\n".join(summary(frontiers)))
     print("\n".join(tables(frontiers)))
     if args.plot:
-        print(f"wrote {plot(frontiers, Path(args.plot))}")
+        from explorl.report.plots import save_png
+
+        print(f"wrote {save_png(difference_figure(frontiers), args.plot)}")
 
 
 if __name__ == "__main__":

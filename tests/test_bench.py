@@ -171,6 +171,12 @@ def test_the_long_runs_frontier_rows_pair_each_seed_with_its_baseline():
     row = frontier.summary_row(frontiers, "clip_cov", ref, points=2)
     assert row.startswith(f"| clip_cov | {ref} | 2 | 0.200-0.600 | +0.062 to +0.062 (0+ 0-) |")
     assert "do not overlap" in frontier.summary_row(apart, "clip_cov", ref)
+    # the plot: the one comparison recorded in each panel (k = 1, 8, 64); at k = 1 it is +0.0625 at both entropies
+    axes = frontier.difference_figure(frontiers, points=2).axes
+    assert len(axes) == 3
+    (line,) = [x for x in axes[0].get_lines() if not x.get_label().startswith("_")]
+    assert line.get_label() == f"clip_cov - {ref} (2 seeds)"
+    assert list(line.get_xdata()) == pytest.approx([0.2, 0.6]) and list(line.get_ydata()) == pytest.approx([0.0625] * 2)
 
 
 @pytest.mark.parametrize("completion, expected", [
