@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from learning import baseline, with_baselines  # noqa: E402
 from testbed_long import METHODS, SPLITS  # noqa: E402
+from testbed_long_table import fmt  # noqa: E402
 
 TEMPERATURES = "0.7,0.85,1.0,1.15,1.3"
 KS = [1, 8, 64]
@@ -89,58 +90,64 @@ def load_frontiers(name: str, seeds: int) -> dict[int, dict[str, list]]:
     return out
 
 
-def comparison_rows(frontiers: dict[int, dict[str, list]], method: str, reference: str,
-                    points: int = 5) -> list[str]:
-    """Markdown rows: `method` minus `reference` at `points` entropies over the range every seed's pair reaches,
-    for each k, paired over the seeds that have both."""
+def comparison(frontiers: dict[int, dict[str, list]], method: str, reference: str,
+               points: int) -> tuple[int, float, float, dict[int, list] | None] | None:
+    """`method` minus `reference`, paired over the seeds that have both: (seeds, low, high, {k: [(entropy, mean,
+    lo, hi, [each seed's mean])]} at `points` entropies over [low, high], the range every seed's pair reaches);
+    the dict is None when the ranges do not overlap (low > high), and the whole None when no seed has both."""
     from explorl.frontier import entropy_grid, paired_frontier_difference_seeds, shared_entropy_range
 
     seeds = [s for s, models in sorted(frontiers.items()) if method in models and reference in models]
     if not seeds:
-        return []
+        return None
     pairs = [(frontiers[s][reference], frontiers[s][method]) for s in seeds]
     low, high = shared_entropy_range({f"{i}{side}": pts for i, pair in enumerate(pairs)
                                       for side, pts in zip("ro", pair)})
     if low > high:
-        return [f"| {method} | {reference} | {len(seeds)} | (entropy ranges do not overlap) |" + " |" * len(KS)]
+        return len(seeds), low, high, None
     grid = entropy_grid(low, high, points)
-    by_k = {k: paired_frontier_difference_seeds(pairs, k, grid, n_boot=2000) for k in KS}
-    rows = []
-    for i, h in enumerate(grid):
-        cells = []
-        for k in KS:
-            _, mean, lo, hi, per_seed = by_k[k][i]
-            each = f" ({', '.join(f'{v:+.3f}' for v in per_seed)})" if len(per_seed) > 1 else ""
-            cells.append(f"{mean:+.3f} [{lo:+.3f}, {hi:+.3f}]{each}")
-        rows.append(f"| {method} | {reference} | {len(seeds)} | {h:.4f} | " + " | ".join(cells) + " |")
-    return rows
+    return len(seeds), low, high, {k: paired_frontier_difference_seeds(pairs, k, grid, n_boot=2000) for k in KS}
+
+
+def comparison_rows(frontiers: dict[int, dict[str, list]], method: str, reference: str,
+                    points: int = 5) -> list[str]:
+    """Markdown rows: `method` minus `reference` at `points` entropies over the range every seed's pair reaches,
+    for each k, paired over the seeds that have both."""
+    found = comparison(frontiers, method, reference, points)
+    if found is None:
+        return []
+    seeds, _, _, by_k = found
+    if by_k is None:
+        return [f"| {method} | {reference} | {seeds} | (entropy ranges do not overlap) |" + " |" * len(KS)]
+    return [f"| {method} | {reference} | {seeds} | {row[0]:.4f} | " + " | ".join(fmt(by_k[k][i][1:]) for k in KS)
+            + " |" for i, row in enumerate(by_k[KS[0]])]
 
 
 def summary_row(frontiers: dict[int, dict[str, list]], method: str, reference: str, points: int = 5) -> str | None:
     """One Markdown row: for each k, the smallest and largest difference over the `points` entropies, and at how
     many of them the interval lies above zero (+) and below it (-); None when the pair is not recorded."""
-    from explorl.frontier import entropy_grid, paired_frontier_difference_seeds, shared_entropy_range
-
-    seeds = [s for s, models in sorted(frontiers.items()) if method in models and reference in models]
-    pairs = [(frontiers[s][reference], frontiers[s][method]) for s in seeds]
-    if not pairs:
+    found = comparison(frontiers, method, reference, points)
+    if found is None:
         return None
-    low, high = shared_entropy_range({f"{i}{side}": pts for i, pair in enumerate(pairs)
-                                      for side, pts in zip("ro", pair)})
-    if low > high:
-        return f"| {method} | {reference} | {len(seeds)} | none: the ranges do not overlap |" + " - |" * len(KS)
+    seeds, low, high, by_k = found
+    if by_k is None:
+        return f"| {method} | {reference} | {seeds} | none: the ranges do not overlap |" + " - |" * len(KS)
     cells = []
     for k in KS:
-        rows = paired_frontier_difference_seeds(pairs, k, entropy_grid(low, high, points), n_boot=2000)
-        means = [r[1] for r in rows]
-        above, below = sum(r[2] > 0 for r in rows), sum(r[3] < 0 for r in rows)
+        means = [r[1] for r in by_k[k]]
+        above, below = sum(r[2] > 0 for r in by_k[k]), sum(r[3] < 0 for r in by_k[k])
         cells.append(f"{min(means):+.3f} to {max(means):+.3f} ({above}+ {below}-)")
-    return f"| {method} | {reference} | {len(seeds)} | {low:.3f}-{high:.3f} | " + " | ".join(cells) + " |"
+    return f"| {method} | {reference} | {seeds} | {low:.3f}-{high:.3f} | " + " | ".join(cells) + " |"
+
+
+def recorded_methods(frontiers: dict[int, dict[str, list]]) -> list[str]:
+    """The methods and baselines of the long runs that some seed's frontier holds, in `with_baselines` order."""
+    return [m for m in with_baselines(METHODS) if any(m in models for models in frontiers.values())]
 
 
 def summary(frontiers: dict[int, dict[str, list]]) -> list[str]:
     """Each method against its baseline, one-update `grpo` and the base model, one row each (`summary_row`)."""
-    methods = [m for m in with_baselines(METHODS) if any(m in models for models in frontiers.values())]
+    methods = recorded_methods(frontiers)
     lines = ["#### Summary: the difference over 5 entropies (smallest to largest), and at how many of them the 95% "
              "interval lies above zero (+) or below it (-)", "",
              "| method | minus | seeds | entropy range | " + " | ".join(f"pass@{k}" for k in KS) + " |",
@@ -155,7 +162,7 @@ def summary(frontiers: dict[int, dict[str, list]]) -> list[str]:
 def tables(frontiers: dict[int, dict[str, list]]) -> list[str]:
     head = ["| method | minus | seeds | entropy | " + " | ".join(f"pass@{k}" for k in KS) + " |",
             "|---|---|---:|---:|" + "---|" * len(KS)]
-    methods = [m for m in with_baselines(METHODS) if any(m in models for models in frontiers.values())]
+    methods = recorded_methods(frontiers)
     lines = ["#### Right chains in distribution at equal entropy: each method minus its GRPO baseline (same seed)", "",
              *head]
     for method in methods:
@@ -177,15 +184,14 @@ def difference_figure(frontiers: dict[int, dict[str, list]], points: int = 9):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from explorl.frontier import entropy_grid, paired_frontier_difference_seeds, shared_entropy_range
     from explorl.report.plots import legend_outside, model_colours, style_axes
 
     comparisons = []
     for method in with_baselines(METHODS):
         reference = "grpo" if method == baseline(method) else baseline(method)
-        seeds = [s for s, models in sorted(frontiers.items()) if method in models and reference in models]
-        if method != "grpo" and seeds:
-            comparisons.append((method, reference, [(frontiers[s][reference], frontiers[s][method]) for s in seeds]))
+        found = None if method == "grpo" else comparison(frontiers, method, reference, points)
+        if found is not None:
+            comparisons.append((method, reference, *found))
     fig = Figure(figsize=(10.0, 3.4 * len(KS)), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
     axes = [fig.add_subplot(len(KS), 1, i + 1) for i in range(len(KS))]
@@ -194,14 +200,11 @@ def difference_figure(frontiers: dict[int, dict[str, list]], points: int = 9):
                  fontsize="medium")
     for ax, k in zip(axes, KS):
         ax.axhline(0.0, color="black", linewidth=0.8)
-        for colour, (method, reference, pairs) in zip(colours, comparisons):
-            low, high = shared_entropy_range({f"{i}{side}": pts for i, pair in enumerate(pairs)
-                                              for side, pts in zip("ro", pair)})
-            if low > high:
+        for colour, (method, reference, seeds, _, _, by_k) in zip(colours, comparisons):
+            if by_k is None:  # the entropy ranges do not overlap
                 continue
-            rows = paired_frontier_difference_seeds(pairs, k, entropy_grid(low, high, points), n_boot=2000)
-            xs, mean, lo, hi, _ = zip(*rows)
-            ax.plot(xs, mean, marker="o", ms=2, color=colour, label=f"{method} - {reference} ({len(pairs)} seeds)",
+            xs, mean, lo, hi, _ = zip(*by_k[k])
+            ax.plot(xs, mean, marker="o", ms=2, color=colour, label=f"{method} - {reference} ({seeds} seeds)",
                     linestyle="--" if method == baseline(method) else "-")
             ax.fill_between(xs, lo, hi, color=colour, alpha=0.12, linewidth=0)
         ax.set_ylabel(f"pass@{k} difference")
