@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from explorl.algos import register_advantage
-from explorl.algos.registry import names
 from explorl.algos.batch import RolloutBatch
+from explorl.algos.registry import names
 from explorl.algos.step import PreparedBatch
 from explorl.config import load_config
 from explorl.rollout.controllers import PromptStream
@@ -28,6 +28,10 @@ def _cfg(model_dir, out_dir, *extra):
 
 def _records(run_dir):
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def _records_without_timings(run_dir):
+    return [{k: v for k, v in r.items() if not k.startswith("perf/")} for r in _records(run_dir)]
 
 
 def _update(model, opt, sched, parts: dict, adv, cfg, gen):
@@ -111,14 +115,26 @@ def test_resume_reaches_the_same_metrics_as_an_uninterrupted_run(tiny_model_dir,
     monkeypatch.setattr(RunLog, "log_samples", real_log)
     resumed = train(load_config(tmp_path / "killed" / "config.yaml"), resume=tmp_path / "killed", progress=False)
 
-    def strip(records):
-        return [{k: v for k, v in r.items() if not k.startswith("perf/")} for r in records]
-
-    a, b = strip(_records(full)), strip(_records(resumed))
+    a, b = _records_without_timings(full), _records_without_timings(resumed)
     assert [r["step"] for r in b] == [r["step"] for r in a]  # the half-done step 3 was not logged twice
     assert a == b
     pa, pb = _params(full / "final"), _params(resumed / "final")
     assert all(torch.equal(pa[k], pb[k]) for k in pa)
+
+
+def test_two_runs_in_one_process_are_identical_with_two_threads(tiny_model_dir, tmp_path):
+    # The compiled training forward (model.compile, on by default) once looked the embedding up inside the graph; its
+    # backward, a scatter-add, compiled to atomic adds across OpenMP threads, and consecutive runs in one process
+    # alternated between two results (7 of the 4 steps' metrics differing in the last bits). Two threads make the
+    # kernels run in parallel whatever the machine's default.
+    threads = torch.get_num_threads()
+    try:
+        a, b = (train(_cfg(tiny_model_dir, tmp_path / name, "run.threads=2"), progress=False) for name in "ab")
+        assert _records_without_timings(a) == _records_without_timings(b)
+        pa, pb = _params(a / "final"), _params(b / "final")
+        assert all(torch.equal(pa[k], pb[k]) for k in pa)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_refuses_to_overwrite_an_existing_run(tiny_model_dir, tmp_path):
@@ -166,8 +182,8 @@ def test_nonfinite_update_leaves_weights_and_optimizer_untouched(tiny_model_dir)
 
 def test_micro_batches_accumulate_to_the_full_batch_gradient(tiny_model_dir, tmp_path):
     """One SGD step with micro_batch_size=2 equals one step on the whole mini-batch, for each aggregation."""
-    from explorl.models import load_policy
     from explorl.config import ModelConfig
+    from explorl.models import load_policy
 
     torch.manual_seed(0)
     n, p, t = 6, 3, 5

@@ -89,20 +89,21 @@ def packed_sequences(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, respon
     return both.gather(1, index.clamp_(max=p + t - 1)), prompt_len
 
 
-def _fused_hidden(ids: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, params: tuple,
+def _fused_hidden(h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layers: tuple, norm: tuple,
                   dims: tuple[int, int, int]) -> torch.Tensor:
-    """The decoder of a Llama-family model as one function of its parameters (the sampler's fused math, without a
-    cache) on `packed_sequences` rows: ids [N, L], cos / sin [1, L, D] of positions 0..L-1 -> the final normalised
-    hidden states [N, L, H]. Causal attention, no mask: each row's real tokens come first. Differentiable in
-    `params` (the model's own parameters), so the training forward and backward compile to a few fused loops and
-    the matmuls (`model.compile`)."""
+    """The decoder layers of a Llama-family model as one function of their parameters (the sampler's fused math,
+    without a cache) on `packed_sequences` rows: the embedded tokens h [N, L, H], cos / sin [1, L, D] of positions
+    0..L-1 -> the final normalised hidden states [N, L, H]. Causal attention, no mask: each row's real tokens come
+    first. Differentiable in `layers` and `norm` (the model's own parameters), so the training forward and backward
+    compile to a few fused loops and the matmuls (`model.compile`). The embedding lookup stays outside: its backward
+    is a scatter-add, which the compiler parallelises with atomic adds on the CPU, so the embedding's gradient would
+    depend on thread timing (consecutive runs differed by ~1e-9); eager's is deterministic."""
     from explorl.rollout.sampler import _rms, _rotate
 
-    (embed, padding_idx), layers, (norm_w, norm_eps) = params
+    norm_w, norm_eps = norm
     n_heads, n_kv, d = dims
-    n, length = ids.shape
+    n, length = h.shape[:2]
     cos, sin = cos[:, None], sin[:, None]  # [1, 1, L, D]
-    h = torch.nn.functional.embedding(ids, embed, padding_idx)  # the pad row gets no gradient, as in the model
     for ln1, eps1, q_w, k_w, v_w, q_b, k_b, v_b, o_w, o_b, ln2, eps2, gate_w, up_w, down_w in layers:
         qkv_b = None if q_b is None else torch.cat([q_b, k_b, v_b])
         qkv = torch.nn.functional.linear(_rms(h, ln1, eps1), torch.cat([q_w, k_w, v_w]), qkv_b)
@@ -142,8 +143,8 @@ def _fused_params(model) -> tuple | None:
             (inner.norm.weight, inner.norm.variance_epsilon)), dims
 
 
-def _hidden_dynamic_dims(ids, cos, sin, *_):
-    yield from ((ids, 0), (ids, 1), (cos, 1), (sin, 1))
+def _hidden_dynamic_dims(h, cos, sin, *_):
+    yield from ((h, 0), (h, 1), (cos, 1), (sin, 1))
 
 
 def response_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_ids: torch.Tensor,
@@ -183,8 +184,10 @@ def response_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
             ids, prompt_len = packed_sequences(prompt_ids, prompt_mask, response_ids, response_mask)
             positions = torch.arange(ids.shape[1], device=ids.device)[None]
             cos, sin = decoder.rotary_emb(decoder.embed_tokens.weight[:1, None], positions)
+            (embed, padding_idx), layers, norm = fused[0]
+            h = torch.nn.functional.embedding(ids, embed, padding_idx)  # the pad row gets no gradient, as in the model
             hidden = _maybe_compiled("train_forward", _fused_hidden, True, _hidden_dynamic_dims,
-                                     "the training forward", "model.compile")(ids, cos, sin, *fused)
+                                     "the training forward", "model.compile")(h, cos, sin, layers, norm, fused[1])
             # response token j of row i is predicted at column prompt_len[i] + j - 1
             at = (prompt_len[:, None] - 1 + torch.arange(t, device=ids.device)).clamp_(0, ids.shape[1] - 1)
             hidden = hidden.gather(1, at[..., None].expand(-1, -1, hidden.shape[-1]))
