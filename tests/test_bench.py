@@ -190,3 +190,26 @@ def test_the_long_runs_frontier_rows_pair_each_seed_with_its_baseline():
 def test_coverage_where_finds_the_first_mistake(completion, expected):
     first_mistake = _load("coverage_where").first_mistake
     assert first_mistake("2-11+5-3=?\n", completion) == expected
+
+
+@pytest.mark.parametrize("moved", ["wrong", "right"])
+def test_erpo_pull_signs_the_token_term_against_where_the_policy_moved(moved):
+    # One group of 4 two-token responses, the first right. The responses named `moved` have s = log pi_old -
+    # log pi_ref = (+0.5, -0.5), the others s = 0; equal entropies (gate 0.5 everywhere). ERPO pushes a wrong
+    # response's raised token down and its lowered one up (towards the reference: share x s < 0 on both), a right
+    # response's the other way (> 0). Tokens with s = 0 add exactly 0, and the parts of the share common to a
+    # response's tokens (the group z-score's shift and rescaling of A_group) cancel over s = (+0.5, -0.5).
+    pull = _load("erpo_pull").pull
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0])
+    rows = rewards > 0.5 if moved == "right" else rewards <= 0.5
+    s = torch.where(rows[:, None], torch.tensor([[0.5, -0.5]]), torch.zeros(4, 2))
+    call = {"rewards": rewards, "group": torch.zeros(4, dtype=torch.long), "mask": torch.ones(4, 2),
+            "entropy": torch.ones(4, 2), "logprobs": s - 1.0, "ref_logprobs": torch.full((4, 2), -1.0),
+            "kw": {"beta_progress": 0.1, "gamma": 5.0, "eta": 0.2, "num_buckets": 10, "sigma_target": 1.0}}
+    found = pull([call])
+    assert found["wrong"][1] == 6 and found["right"][1] == 2
+    other = "right" if moved == "wrong" else "wrong"
+    assert found[other][0] == 0.0
+    assert found[moved][0] < -1e-3 if moved == "wrong" else found[moved][0] > 1e-3
+    # an all-wrong group gets no advantage and is not counted
+    assert pull([{**call, "rewards": torch.zeros(4)}]) == {"wrong": (0.0, 0), "right": (0.0, 0)}
