@@ -15,6 +15,7 @@ pulls on balance depends on how many responses are wrong: on the testbed about 1
    (towards the reference), a positive one away from it.
 
     OMP_NUM_THREADS=1 python bench/erpo_pull.py     # about 8 min on one core
+    OMP_NUM_THREADS=1 python bench/erpo_pull.py --override 'task.difficulties=[1, 2]' --out runs/erpo_pull_easy
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ VARIANTS = {  # name: (method of bench/learning.py, extra overrides)
 }
 
 
-def run(method: str, extra: list[str], out: Path, steps: int, seed: int) -> Path:
-    """Train `method` for `steps` on the testbed's settings into `out` (kept: a finished run is not redone)."""
+def run(method: str, extra: list[str], out: Path, steps: int, seed: int, overrides: list[str]) -> Path:
+    """Train `method` for `steps` on the testbed's settings and `overrides` into `out` (kept: a finished run is not
+    redone)."""
     from explorl.config import load_config
     from explorl.trainer import train
 
@@ -49,7 +51,7 @@ def run(method: str, extra: list[str], out: Path, steps: int, seed: int) -> Path
     recipe, method_extra = spec(method)
     cfg = load_config(RECIPES / f"{recipe}.yaml", [
         *testbed_overrides(), f"run.seed={seed}", f"run.out_dir={out}", f"run.steps={steps}", "run.save_every=0",
-        "run.eval_every=0", "run.eval_n=2", "run.eval_k=[1,2]", "run.threads=1", *method_extra, *extra])
+        "run.eval_every=0", "run.eval_n=2", "run.eval_k=[1,2]", "run.threads=1", *overrides, *method_extra, *extra])
     train(cfg, progress=False)
     return out
 
@@ -80,7 +82,7 @@ def pull(calls: list[dict]) -> dict[str, tuple[float, int]]:
     return {k: (v[0], v[1]) for k, v in out.items()}
 
 
-def record_calls(out: Path, steps: int, seed: int) -> list[dict]:
+def record_calls(out: Path, steps: int, seed: int, overrides: list[str]) -> list[dict]:
     """Train `erpo` for `steps`, keeping the inputs of every call of its advantage."""
     import explorl.algos.advantages as advantages
 
@@ -95,7 +97,7 @@ def record_calls(out: Path, steps: int, seed: int) -> list[dict]:
     advantages.erpo = recording
     try:
         shutil.rmtree(out, ignore_errors=True)
-        run("erpo", [], out, steps, seed)
+        run("erpo", [], out, steps, seed, overrides)
     finally:
         advantages.erpo = real
     return calls
@@ -107,6 +109,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--probe-steps", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                    help="a config override for every run, over the testbed's settings (repeatable)")
     args = ap.parse_args()
     torch.set_num_threads(1)
 
@@ -114,10 +118,10 @@ def main() -> None:
     print("|---|---:|---:|")
     for name, (method, extra) in VARIANTS.items():
         slug = name.replace(", ", "_").replace(" ", "_")
-        means = mean_rewards(run(method, extra, args.out / slug, args.steps, args.seed), args.steps // 2)
+        means = mean_rewards(run(method, extra, args.out / slug, args.steps, args.seed, args.override), args.steps // 2)
         print(f"| {name} | " + " | ".join(f"{m:.4f}" for m in means[:2]) + " |", flush=True)
 
-    calls = record_calls(args.out / "probe", args.probe_steps, args.seed)
+    calls = record_calls(args.out / "probe", args.probe_steps, args.seed, args.override)
     print(f"\n| responses (mixed groups, {args.probe_steps} steps) | tokens | sum of token-term share x s |")
     print("|---|---:|---:|")
     for name, (total, tokens) in pull(calls).items():
