@@ -10,9 +10,9 @@ pulls on balance depends on how many responses are wrong: on the testbed about 1
 1. Four 50-step runs from seed 0 on the testbed's settings: `erpo`, `erpo` without its KL term (`algo.kl_coef=0`),
    `erpo` without its token term (`algo.erpo.eta=0`, which leaves GRPO's advantage z-scored over tokens) and its
    GRPO baseline (token-mean, clip 0.2/0.2); the mean training reward over steps 1-25 and 26-50.
-2. The first 20 steps of `erpo` with every advantage call recorded: over the tokens of the mixed groups' wrong and
-   right responses, the sum of (the token term's share of the advantage) x s. A negative sum pushes s towards 0
-   (towards the reference), a positive one away from it.
+2. The first 20 steps of `erpo` with every advantage call recorded: over the tokens of the wrong and right responses
+   (by the sign of their group advantage), the sum of (the token term's share of the advantage) x s. A negative
+   sum pushes s towards 0 (towards the reference), a positive one away from it.
 
     OMP_NUM_THREADS=1 python bench/erpo_pull.py     # about 8 min on one core
     OMP_NUM_THREADS=1 python bench/erpo_pull.py --override 'task.difficulties=[1, 2]' --out runs/erpo_pull_easy
@@ -63,9 +63,10 @@ def mean_rewards(run_dir: Path, window: int) -> list[float]:
 
 
 def pull(calls: list[dict]) -> dict[str, tuple[float, int]]:
-    """{"wrong" / "right": (sum over their tokens of (A - A at eta 0) * s, tokens)} over the recorded `erpo` calls,
-    mixed groups only (a group whose rewards are all equal gets no advantage)."""
-    from explorl.algos.advantages import erpo
+    """{"wrong" / "right": (sum over their tokens of (A - A at eta 0) * s, tokens)} over the recorded `erpo` calls.
+    Responses are split by the sign of their group advantage, ERPO's own anchor (with 0/1 rewards: wrong and right);
+    a response with advantage 0, such as every one of a group whose rewards are all equal, is in neither."""
+    from explorl.algos.advantages import erpo, grpo
 
     out = {"wrong": [0.0, 0], "right": [0.0, 0]}
     for c in calls:
@@ -74,8 +75,8 @@ def pull(calls: list[dict]) -> dict[str, tuple[float, int]]:
                     **{**c["kw"], "eta": 0.0})
         share = adv.double() - adv0.double()
         s = (c["logprobs"] - c["ref_logprobs"]).double()
-        mixed = (adv0 != 0).any(1)
-        for name, rows in (("wrong", (c["rewards"] <= 0.5) & mixed), ("right", (c["rewards"] > 0.5) & mixed)):
+        anchor = grpo(c["rewards"].double(), c["group"], torch.ones(len(c["rewards"]), 1))[:, 0]
+        for name, rows in (("wrong", anchor < 0), ("right", anchor > 0)):
             tokens = c["mask"].bool() & rows[:, None]
             out[name][0] += float((share * s)[tokens].sum())
             out[name][1] += int(tokens.sum())
