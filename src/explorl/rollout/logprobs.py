@@ -120,8 +120,8 @@ def _fused_hidden(h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layers:
 
 
 def _fused_params(model) -> tuple | None:
-    """(`_fused_hidden`'s params, dims) of a model the sampler's fused decoder takes and that trains without
-    dropout; None otherwise."""
+    """(((embedding weight, padding_idx), layers, norm), dims) of a model the sampler's fused decoder takes and that
+    trains without dropout, where layers, norm and dims are `_fused_hidden`'s arguments; None otherwise."""
     from explorl.rollout.sampler import _FusedDecoder
 
     cfg = model.config
@@ -184,10 +184,10 @@ def response_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
             ids, prompt_len = packed_sequences(prompt_ids, prompt_mask, response_ids, response_mask)
             positions = torch.arange(ids.shape[1], device=ids.device)[None]
             cos, sin = decoder.rotary_emb(decoder.embed_tokens.weight[:1, None], positions)
-            (embed, padding_idx), layers, norm = fused[0]
+            ((embed, padding_idx), layers, norm), dims = fused
             h = torch.nn.functional.embedding(ids, embed, padding_idx)  # the pad row gets no gradient, as in the model
             hidden = _maybe_compiled("train_forward", _fused_hidden, True, _hidden_dynamic_dims,
-                                     "the training forward", "model.compile")(h, cos, sin, layers, norm, fused[1])
+                                     "the training forward", "model.compile")(h, cos, sin, layers, norm, dims)
             # response token j of row i is predicted at column prompt_len[i] + j - 1
             at = (prompt_len[:, None] - 1 + torch.arange(t, device=ids.device)).clamp_(0, ids.shape[1] - 1)
             hidden = hidden.gather(1, at[..., None].expand(-1, -1, hidden.shape[-1]))
