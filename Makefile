@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow test-verl test-vllm bench install clean
+.PHONY: demo test test-slow test-gpu test-verl test-vllm bench install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,11 @@ test-verl: $(STAMP_VERL)
 test-vllm: $(STAMP_VLLM)
 	$(VENV_VLLM)/bin/python -m pytest -q tests/integrations/test_vllm.py tests/integrations/test_vllm_engine.py \
 		tests/integrations/test_trl_vllm.py
+
+# on a machine with CUDA: the gpu-marked tests, the demo and one bench/gpu.py cell, one summary (gpu-summary.txt).
+# It uses the machine's own python3 and its preinstalled torch (no venv, no download): src/ goes on PYTHONPATH
+test-gpu:
+	PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) bench/gpu_check.py
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow

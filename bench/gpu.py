@@ -211,7 +211,13 @@ def run_explorl(model_dir: Path, data: Path, rows: int, length: int, args, devic
         trainer.train(load_config(None, overrides), console=Console(file=devnull), progress=False)
     recs = [json.loads(x) for x in (out_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
     steps = [r["perf/step_s"] for r in recs if "perf/step_s" in r][args.warmup:]
-    return {"value": statistics.median(steps), "peak": _peak_gib(device), "run_s": time.perf_counter() - t0}
+    # explorl's own per-phase peaks (perf/mem_<phase>_gib, CUDA only): which phase sets the run's peak
+    phases = {k.removeprefix("perf/mem_").removesuffix("_gib"): max(r[k] for r in recs if k in r)
+              for k in sorted({k for r in recs for k in r if k.startswith("perf/mem_")})}
+    if phases:
+        print("explorl peak GiB by phase: " + ", ".join(f"{k} {v:.2f}" for k, v in phases.items()), flush=True)
+    return {"value": statistics.median(steps), "peak": _peak_gib(device), "run_s": time.perf_counter() - t0,
+            "phases": phases}
 
 
 def run_trl(model_dir: Path, data: Path, rows: int, length: int, args, device, out_dir: Path) -> dict:

@@ -1,5 +1,10 @@
 """Shared fixtures: the character tokenizer and tiny randomly initialised causal LMs (CPU, milliseconds to build).
 
+Devices: the suite compares CPU float values, so on a machine with CUDA every test not marked `gpu` still runs on
+the CPU: `model.device: auto` resolves to `cpu` in this process, and the processes a test starts (torchrun, a
+second `explorl`) see no GPU (`CUDA_VISIBLE_DEVICES` empty; a two-process TRL test then uses gloo on the CPU). Tests
+marked `gpu` (`tests/test_gpu.py`) run on CUDA in bfloat16 and are skipped, with the reason, where there is none.
+
 `tiny_model` and `tiny_llama` are built fresh for every test (a few ms each), so a test may train or edit them
 freely; `tiny_model_dir` is a session-wide saved copy of the same tiny Qwen2 (weights and tokenizer), loadable
 with `AutoModelForCausalLM` / `AutoTokenizer` or as `model.path` in a config. Treat that directory as read-only.
@@ -11,6 +16,28 @@ import pytest
 import torch
 
 from explorl.models import build_char_tokenizer, tiny_qwen2
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="no CUDA device (torch.cuda.is_available() is False); `make test-gpu` on a "
+                                   "machine with one runs these")
+    for item in items:
+        if item.get_closest_marker("gpu") is not None:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _cpu_unless_marked_gpu(request, monkeypatch):
+    """`auto` means the CPU, here and in started processes, for every test not marked `gpu` (see above)."""
+    if request.node.get_closest_marker("gpu") is not None:
+        return
+    import explorl.models as models
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    resolve = models.resolve_device
+    monkeypatch.setattr(models, "resolve_device", lambda spec="auto": resolve("cpu" if spec == "auto" else spec))
+
 
 TINY = dict(hidden=32, layers=2, heads=4, kv_heads=2, intermediate=64, seed=0)
 

@@ -149,20 +149,22 @@ def _hidden_dynamic_dims(h, cos, sin, *_):
 
 def response_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_ids: torch.Tensor,
                       response_mask: torch.Tensor, temperature=1.0, *, with_entropy: bool = True,
-                      chunk_size: int = 2048, compile: bool = False):
+                      chunk_size: int = 2048, max_block_logits: int = 2**25, compile: bool = False):
     """Log-probs (and entropies) of the response tokens under softmax(logits / temperature).
 
     For Llama-family models (`HEAD_SPLIT_MODEL_TYPES`) the decoder runs once and the output layer is applied to
-    blocks of about `chunk_size` tokens (all N rows x chunk_size // N positions); with gradients enabled each block
-    is checkpointed (recomputed in the backward pass), so neither pass holds the float32 [N, T, V] logits: the
-    peak is one [N, max(1, chunk_size // N), V] block. Other models go through their own forward (`logits_to_keep`
-    limits it to the response positions).
+    blocks of about `min(chunk_size, max_block_logits // V)` tokens (all N rows x that // N positions); with
+    gradients enabled each block is checkpointed (recomputed in the backward pass), so neither pass holds the
+    float32 [N, T, V] logits: the peak is one block of at most ~`max_block_logits` float32 logits (128 MiB by
+    default; a 152k vocabulary gets 220 tokens a block) and its few temporaries. Other models go through their own
+    forward (`logits_to_keep` limits it to the response positions).
 
     Args:
         prompt_ids: [N, P] left-padded prompts; prompt_mask: [N, P] (1 = real token).
         response_ids: [N, T]; response_mask: [N, T] float (1 on response tokens incl. EOS).
         temperature: float, [N] (per response) or [N, T] (per token).
-        chunk_size: tokens (rows x positions) per block of the output layer.
+        chunk_size: tokens (rows x positions) per block of the output layer, at most.
+        max_block_logits: logits (tokens x vocabulary) per block, at most: large vocabularies get smaller blocks.
         compile: for a model the sampler's fused decoder takes (Qwen2, Llama; no dropout, no LoRA), run the decoder
             as `_fused_hidden` compiled by torch.compile (`model.compile`), forward and backward; the same values
             up to float rounding.
@@ -198,7 +200,7 @@ def response_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
             hidden = hidden[:, p - 1:p + t - 1]  # position j predicts token j + 1
         temp = _as_temperature(temperature, n, t, hidden.device)
         temp = temp.masked_fill(response_mask.to(hidden.device)[..., None] == 0, 1.0)
-        step = max(1, chunk_size // n)
+        step = max(1, min(chunk_size, max_block_logits // head.weight.shape[0]) // n)
         for s in range(0, t, step):
             args = (hidden[:, s:s + step], head.weight, head.bias, response_ids[:, s:s + step],
                     temp[:, s:s + step], with_entropy)
