@@ -54,3 +54,9 @@ def flaky_reward(completion, answer, **meta):
     if completion in special:
         return special[completion]
     return float(completion == answer) * meta.get("scale", 1.0)
+
+
+def record_pid_then_hang(directory):
+    """Leave a file named by the worker's pid in `directory`, then never return (sleeping: the GIL is free)."""
+    open(os.path.join(directory, str(os.getpid())), "w").close()
+    sleep_forever()

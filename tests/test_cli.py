@@ -59,25 +59,26 @@ def make_tiny_model(path: Path) -> Path:
 # train
 
 
-def test_train_dry_run_prints_config_and_creates_nothing(tmp_path, out, no_work):
+def test_train_dry_run_prints_a_summary_of_the_config_and_creates_nothing(tmp_path, out, no_work):
     run_dir = tmp_path / "x"
     rc = cli.main(["train", str(QUICKSTART), f"run.out_dir={run_dir}", "sampling.temperature=0.7", "--dry-run"])
     text = out()
     assert rc == 0, text
-    assert "resolved config" in text and "config is valid" in text
+    assert "config is valid" in text
     assert not run_dir.exists()
-    # the printed YAML is the full resolved config
-    printed = text[text.index("model:"):text.index("config is valid")]
-    data = yaml.safe_load("\n".join(line.rstrip() for line in printed.splitlines()))
-    assert data == yaml.safe_load(dump_yaml(load_config(QUICKSTART, [f"run.out_dir={run_dir}",
-                                                                     "sampling.temperature=0.7"])))
-    assert data["run"]["out_dir"] == str(run_dir) and data["sampling"]["temperature"] == 0.7
+    # each non-default key with its source, not the ~150 lines of the whole config (no unrelated sft:/rft: sections)
+    summary = text[:text.index("config is valid")]
+    assert re.search(r"sampling\.temperature +\= 0\.7  <- command line", summary), summary
+    assert "run.steps" in summary and "configs/quickstart.yaml" in summary
+    assert "sft:" not in summary and "rft." not in summary
+    assert len(summary.splitlines()) < 30, summary
+    assert f"explorl config {QUICKSTART}" in " ".join(summary.split()) and "--resolved" in summary
 
 
 def test_train_overrides_after_options(tmp_path, out, no_work):
     rc = cli.main(["train", str(QUICKSTART), "--dry-run", "run.steps=7", f"run.out_dir={tmp_path / 'x'}"])
     assert rc == 0, out()
-    assert "steps: 7" in out()
+    assert re.search(r"run\.steps +\= 7  <- command line", out()), out()
     assert not (tmp_path / "x").exists()
 
 
@@ -132,7 +133,8 @@ def test_train_resume_dry_run_applies_overrides(tmp_path, out, no_work):
     rc = cli.main(["train", "--resume", str(run), "run.steps=123", "sampling.top_p=0.9", "--dry-run"])
     text = out()
     assert rc == 0, text
-    assert "steps: 123" in text and "top_p: 0.9" in text
+    assert re.search(r"run\.steps +\= 123  <- command line \(over .*config\.yaml: 200\)", text), text
+    assert re.search(r"sampling\.top_p +\= 0\.9  <- command line", text), text
 
 
 def test_train_resume_with_config_is_rejected(tmp_path, out, no_work):
@@ -222,7 +224,12 @@ def test_eval_tiny_model_writes_json(tmp_path, out):
 def test_eval_missing_model_dir(tmp_path, out):
     rc = cli.main(["eval", "--model", str(tmp_path / "nomodel"), "--n", "2", "--k", "1", "--device", "cpu"])
     assert rc == 2
-    assert "config.json" in out()
+    # issue 41: a directory that is not there is said to be missing, not to lack a config.json
+    text = " ".join(out().split())
+    assert f"the directory {tmp_path / 'nomodel'} does not exist ({tmp_path} does)" in text, text
+    (tmp_path / "empty").mkdir()  # there, but not a model: what it lacks
+    assert cli.main(["eval", "--model", str(tmp_path / "empty"), "--n", "2", "--k", "1", "--device", "cpu"]) == 2
+    assert "no config.json" in out()
 
 
 def test_eval_bad_task_opt_names_field(tmp_path, out, no_work):
@@ -231,16 +238,54 @@ def test_eval_bad_task_opt_names_field(tmp_path, out, no_work):
     assert "task.prompt_feild" in out() and "task.prompt_field" in out()
 
 
-def test_train_dry_run_never_crops_the_config(monkeypatch, tmp_path, no_work):
-    """On a narrow terminal (or a pipe: 80 columns) long YAML lines wrap instead of being cut off."""
+def test_train_dry_run_never_crops_the_summary(monkeypatch, tmp_path, no_work):
+    """On a narrow terminal (or a pipe: 80 columns) a long line of the summary is printed whole, not cut off."""
     buf = io.StringIO()
     monkeypatch.setattr(cli, "console", Console(file=buf, width=60, color_system=None, highlight=False))
-    assert cli.main(["train", str(QUICKSTART), "--dry-run"]) == 0
+    recipe = QUICKSTART.parent / "recipes" / "clip_cov.yaml"
+    assert cli.main(["train", str(recipe), "--dry-run", f"run.out_dir={tmp_path / 'x'}"]) == 0
     text = buf.getvalue()
-    for name, *_ in reference():
-        if name.count(".") == 1 or name.startswith("model.lora.") or name.startswith("algo.ppo."):
-            # every core field, and the options of the quickstart's methods (its PPO loss)
-            assert name.split(".")[-1] + ":" in text, name
+    assert "up to 9 extra sampling rounds per step (budget.policy=dapo, dynamic sampling" in text, text
+    assert "8 optimizer updates per rollout batch" in text
+
+
+def test_config_file_resolved_prints_the_whole_config(tmp_path, capsys):
+    """`explorl config FILE --resolved`: the whole resolved config as YAML, as a run writes it to config.yaml."""
+    assert cli.main(["config", str(QUICKSTART), "sampling.temperature=0.7", "--resolved"]) == 0
+    data = yaml.safe_load(capsys.readouterr().out)
+    assert data == yaml.safe_load(dump_yaml(load_config(QUICKSTART, ["sampling.temperature=0.7"])))
+    for name, *_ in reference():  # every core field, and the options of the quickstart's methods (its PPO loss)
+        if name.count(".") == 1 or name.startswith("algo.ppo."):
+            section, *rest = name.split(".")
+            assert rest[0] in data[section], name
+
+
+def test_config_file_explain_names_each_source_and_the_costs(tmp_path, out, monkeypatch):
+    """The issue's user: `methods: [e3, clip_cov]` with the keys they disagree on set in the file."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.yaml").write_text("methods: [e3, clip_cov]\nalgo: {loss_agg: seq-mean-token-mean-per-question,"
+                                        " eps_low: 0.2, eps_high: 0.28}\nbudget: {policy: e3}\n")
+    assert cli.main(["config", "mine.yaml", "--explain", "optim.lr=2e-5"]) == 0
+    text = out()
+    lines = {line.split("=")[0].strip(): line for line in text.splitlines() if " = " in line}
+    assert re.search(r"= seq-mean-token-mean-per-question  <- mine\.yaml \(over methods: clip_cov \(.*\): "
+                     r"token-mean\)$",
+                     lines["algo.loss_agg"]), lines["algo.loss_agg"]
+    assert re.search(r"= clip_cov  <- methods: clip_cov \(.*src/explorl/methods/clip_cov\.yaml\)$", lines["algo.loss"])
+    assert re.search(r"= 0\.28  <- mine\.yaml \(over methods: clip_cov .*: 1\.0; methods: e3 .*: 0\.2\)$",
+                     lines["algo.eps_high"]), lines["algo.eps_high"]
+    assert lines["optim.lr"].endswith("= 2e-05  <- command line")
+    assert "sampling.group_size" not in lines  # at its default
+    assert "8 optimizer updates per rollout batch (algo.epochs=1 x algo.mini_batches=8)" in text
+    assert "rollouts per prompt vary with difficulty (budget.policy=e3): from 4 to 12" in text
+    assert "extra sampling rounds" not in text  # budget.policy is e3 here: no DAPO dynamic sampling
+
+
+def test_config_explain_of_a_method_with_a_reference_says_so(out):
+    assert cli.main(["config", str(QUICKSTART.parent / "recipes" / "erpo.yaml")]) == 0
+    assert "a frozen reference model (algo.kl_coef=0.001)" in out()
+    assert cli.main(["config", str(QUICKSTART)]) == 0
+    assert "cost per step: one sampling round, one update, no reference model" in out()
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -276,12 +321,14 @@ def test_dry_run_of_a_complete_config_lists_what_it_checked(tmp_path, tiny_model
     assert (f"task: file {tmp_path / 'train.jsonl'}: 10 rows, every one parses with fields 'question' and 'answer'; "
             f"held out: its last 2 rows") in checks
     # called on the first row's answer (1) with "The answer is \\boxed{1}." (the rows have no worked solution)
-    assert "task.reward[0]: rewards_for_tests:has_equals returned 0.0 on a sample completion" in checks
+    # called on every training row here (8 of 10; up to 8 spread over the rows), as training calls it
+    assert ("task.reward[0]: rewards_for_tests:has_equals returned 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0 on 8 sample "
+            "completions (rows train.jsonl:1, train.jsonl:2,") in checks
     assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("overrides, expected", [
-    (lambda t: ["model.path=" + str(t / "no_model")], ["model.path", "no_model", "config.json"]),
+    (lambda t: ["model.path=" + str(t / "no_model")], ["model.path", "no_model", "does not exist"]),
     (lambda t: ["task.path=" + str(t / "missing.jsonl")], ["task.path", "missing.jsonl", "does not exist"]),
     (lambda t: ["task.prompt_field=problem"], ["train.jsonl:1", "missing field 'problem'", "task.prompt_field"]),
     (lambda t: ["task.eval_size=10"], ["task.eval_size", "10 rows", "task.eval_path"]),
@@ -405,37 +452,43 @@ def test_dry_run_calls_each_reward_on_a_sample(tmp_path, tiny_model_dir, out, no
     rc = cli.main(["train", str(_config_file(tmp_path, tiny_model_dir, data, {"reward": rewards})), "--dry-run"])
     text = out()
     assert rc == 0, text
-    sample = "The answer is \\boxed{1}."  # the first row's answer, boxed (the rows have no worked solution)
-    assert "task.reward[0]: math (explorl.rewards:math_check) returned 1.0 on a sample completion" in text
-    assert "task.reward[1]: rewards_for_tests:contains_digit returned 1.0 on a sample completion" in text
-    assert f"task.reward[2]: rewards_for_tests:digit_share returned {1 / len(sample)!r} on a sample completion" in text
+    sample = "The answer is \\boxed{1}."  # each row's answer, boxed (the rows have no worked solution); all 24 long
+    on = "on 8 sample completions (rows train.jsonl:1, train.jsonl:2, train.jsonl:3, train.jsonl:4, train.jsonl:5, train.jsonl:6, train.jsonl:7, train.jsonl:8)"
+    assert f"task.reward[0]: math (explorl.rewards:math_check) returned {', '.join(['1.0'] * 8)} {on}" in text
+    assert f"task.reward[1]: rewards_for_tests:contains_digit returned {', '.join(['1.0'] * 8)} {on}" in text
+    share = ", ".join([repr(1 / len(sample))] * 8)
+    assert f"task.reward[2]: rewards_for_tests:digit_share returned {share} {on}" in text
     # a worked solution is the sample completion when the rows have one: its box (7) is not the answer (1)
     data.write_text("".join(json.dumps({**r, "solution": "\\boxed{7}"}) + "\n" for r in _question_rows(10)))
     rc = cli.main(["train", str(_config_file(tmp_path, tiny_model_dir, data, {"reward": "exact"})), "--dry-run"])
     assert rc == 0
-    assert "task.reward[0]: exact (explorl.rewards:exact_reward) returned 0.0 on a sample completion" in out()
+    # ... so exact scores 0 on every row but row 7, whose answer is 7
+    assert "task.reward[0]: exact (explorl.rewards:exact_reward) returned 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0 on 8" \
+        in out()
     # the arith task's own reward (auto), on its first problem's worked solution
     rc = cli.main(["train", str(QUICKSTART), f"run.out_dir={tmp_path / 'q'}", "--dry-run"])
-    assert rc == 0 and "task.reward[0]: auto (explorl.rewards:int_reward) returned 1.0 on a sample completion" in out()
+    assert rc == 0 and "task.reward[0]: auto (explorl.rewards:int_reward) returned 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0" \
+        " on 8 sample completions (rows " in out()
 
 
 @pytest.mark.parametrize("reward, extra, expected", [
     ("broken_rewards:divides_by_zero", [],
      [("task.reward[0]: broken_rewards:divides_by_zero raised ZeroDivisionError('division by zero') when called as "
-       "training calls it (fn(completion, answer, **meta)) on a sample completion (completion 'The answer is "
-       "\\\\boxed{1}.', answer '1')"), "Traceback (most recent call last)", "in divides_by_zero",
+       "training calls it (fn(completion, answer, **meta)) on 8 of 8 sample rows, more than "
+       "task.max_reward_failure_frac=0.5; first on train.jsonl:1 (completion 'The answer is \\\\boxed{1}.', answer "
+       "'1')"), "Traceback (most recent call last)", "in divides_by_zero",
       "return len(completion) / 0", "ZeroDivisionError: division by zero"]),
     ("broken_rewards:returns_none", [],
-     ["task.reward[0]: broken_rewards:returns_none returned a value that is not a score on a sample completion",
+     ["task.reward[0]: broken_rewards:returns_none returned a value that is not a score on 8 of 8 sample rows",
       "NoneType: returned None, not a finite number (a reward must be a float)"]),
     ("broken_rewards:one_argument", [],
      ["task.reward[0]: broken_rewards:one_argument raised TypeError", "Traceback (most recent call last)",
-      "TypeError: one_argument() got an unexpected keyword argument 'id'"]),
+      "TypeError: one_argument() got an unexpected keyword argument 'question'"]),  # every column is passed
     ("[rewards_for_tests:contains_digit, broken_rewards:batched_raises]", [],
-     ["task.reward[1]: broken_rewards:batched_raises raised RuntimeError('cannot score 1 completions')",
+     ["task.reward[1]: broken_rewards:batched_raises raised RuntimeError('cannot score 8 completions')",
       "(fn(completions, answers, **meta), batched)", "in batched_raises"]),
     ("broken_rewards:hangs", ["task.reward_timeout_s=0.5"],
-     ["task.reward[0]: broken_rewards:hangs timed out after 0.5 s (task.reward_timeout_s) on a sample completion",
+     ["task.reward[0]: broken_rewards:hangs timed out after 0.5 s (task.reward_timeout_s) on 8 of 8 sample rows",
       "raise task.reward_timeout_s"]),
 ])
 def test_dry_run_fails_on_a_reward_that_fails_on_a_sample(tmp_path, tiny_model_dir, out, no_weights, reward, extra,
@@ -455,7 +508,8 @@ def test_dry_run_warns_of_a_failing_reward_when_training_would_never_stop(tmp_pa
                                   "task.max_reward_failure_frac=1", "--dry-run"))
     text = out()
     assert rc == 0, text
-    assert "warning: task.reward[0]: broken_rewards:divides_by_zero raised ZeroDivisionError" in text
+    assert ("task.reward[0]: warning: broken_rewards:divides_by_zero failed on 8 of 8 sample rows (train.jsonl:1, "
+            "train.jsonl:2,") in text
     assert "ZeroDivisionError: division by zero" in text and "training scores such samples 0" in text
 
 
@@ -485,7 +539,7 @@ def test_train_cuda_without_a_gpu_is_one_line(tmp_path, out, no_work):
     rc = cli.main(["train", str(QUICKSTART), "model.device=cuda", f"run.out_dir={tmp_path / 'run'}"])
     text = out()
     assert rc == 2
-    last = text.strip().splitlines()[-1]  # after the resolved config, one line
+    last = text.strip().splitlines()[-1]  # after the config's summary, one line
     assert last.startswith("config error: model.device='cuda' but no CUDA device is available"), text
     assert "Traceback" not in text and not (tmp_path / "run").exists()
 

@@ -169,7 +169,7 @@ def test_string_fields_take_override_text_verbatim():
 
 def test_string_field_given_a_list_in_yaml(tmp_path):
     msg = err(path=write(tmp_path / "c.yaml", "model:\n  path: [a, b]\n"))
-    assert msg.startswith("model.path") and "string" in msg
+    assert msg.startswith(f"{tmp_path / 'c.yaml'}:2: model.path") and "string" in msg  # file:line of the key
 
 
 def test_empty_override_value_is_empty_string():
@@ -337,7 +337,7 @@ def test_section_given_a_scalar():
 
 def test_section_given_a_scalar_in_yaml(tmp_path):
     msg = err(path=write(tmp_path / "c.yaml", "model: embedded\n"))
-    assert msg.startswith("model") and "mapping" in msg
+    assert msg.startswith(f"{tmp_path / 'c.yaml'}:1: model") and "mapping" in msg
 
 
 def test_empty_section_in_yaml_means_defaults(tmp_path):
@@ -398,7 +398,7 @@ def test_missing_file(tmp_path):
 
 def test_wrong_type_in_yaml_names_field(tmp_path):
     msg = err(path=write(tmp_path / "c.yaml", "run:\n  steps: many\n"))
-    assert msg.startswith("run.steps") and "integer" in msg
+    assert msg.startswith(f"{tmp_path / 'c.yaml'}:2: run.steps") and "integer" in msg
 
 
 def test_error_is_a_value_error():
@@ -478,7 +478,7 @@ def test_base_not_a_path(tmp_path):
 def test_error_in_parent_names_field(tmp_path):
     write(tmp_path / "parent.yaml", "algo:\n  loss_agg: average\n")
     child = write(tmp_path / "child.yaml", "base: parent.yaml\n")
-    assert err(path=child).startswith("algo.loss_agg")
+    assert err(path=child).startswith(f"{tmp_path / 'parent.yaml'}:2: algo.loss_agg")  # where the parent set it
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -606,12 +606,14 @@ def test_a_methods_option_is_set_and_refused_by_its_full_key():
     assert load_config(None, ["algo.advantage=erpo", "algo.erpo={gamma: 3, eta: 0.5}"]).algo.options["erpo"].eta == 0.5
 
 
-def test_a_recipe_layered_with_another_method_is_told_to_drop_the_first_ones_options(tmp_path):
-    # e3.yaml configures sampling.e3; switching the schedule asks for sampling.e3=null rather than ignoring them
+def test_a_methods_options_go_with_its_choice_but_yours_are_kept_and_checked(tmp_path):
+    # the e3_ts_an method brings sampling.e3 with `schedule: e3`: choosing another schedule above it drops them
     e3 = Path(__file__).resolve().parents[1] / "configs" / "recipes" / "e3_ts_an.yaml"
-    msg = err(["sampling.schedule=fixed"], path=e3)
-    assert msg.startswith("sampling.e3: options of the temperature schedule 'e3', which is not selected")
+    assert load_config(e3, ["sampling.schedule=fixed"]).sampling.options == {}
     assert load_config(e3, ["sampling.schedule=fixed", "sampling.e3=null"]).sampling.options == {}
+    # options you set yourself for an entry you did not select are still refused, naming the key
+    msg = err(["sampling.schedule=fixed", "sampling.e3.eta=0.5"], path=e3)
+    assert msg.startswith("sampling.e3: options of the temperature schedule 'e3', which is not selected")
 
 
 def test_paths_and_modules_resolve_relative_to_the_config_file(tmp_path, monkeypatch):

@@ -44,7 +44,7 @@ def test_eval_match_entropy_records_what_it_found(tiny_model_dir, tmp_path, monk
     out = tmp_path / "m.json"
     args = ["eval", "--model", str(tiny_model_dir), "--task", "arith", "--n", "2", "--k", "1", "--device", "cpu",
             "--max-new-tokens", "12", "--task-opt", "difficulties=[1]", "--task-opt", "train_size=8",
-            "--task-opt", "eval_size=8", "--calibration", "4", "--out", str(out)]
+            "--task-opt", "eval_size=8", "--calibration", "4", "--out", str(out), "--overwrite"]
     assert cli.main([*args, "--match-entropy", "base"]) == 0, lines
     record = json.loads(out.read_text())
     m = record["match_entropy"]

@@ -155,7 +155,7 @@ def test_reward_lists_and_weights_load_from_yaml_and_the_command_line(tmp_path):
      "per entry, in order, or null for all 1"),
     (["task.reward_weights=[1, 2]"], "task.reward_weights: 2 weight(s) for 1 reward function(s)"),
     (["task.reward=[math, exact]", "task.reward_weights=[0, 0]"], "task.reward_weights: all weights are 0"),
-    (["task.reward_weights=[.inf]"], "task.reward_weights: every weight must be a finite number"),
+    (["task.reward_weights=[.inf]"], "task.reward_weights[0]: must be a finite number"),
     (["task.reward=null"], "task.reward: expected a string, got None"),
 ])
 def test_reward_config_errors_name_the_field_and_the_fix(overrides, message):

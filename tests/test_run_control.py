@@ -387,3 +387,17 @@ def test_a_stops_checkpoint_never_takes_a_scheduled_ones_place(tmp_path):
     assert saved(2000, 2, 500) == [1500, 2000]
     # without a schedule (every 0) the newest `keep` stay, whatever their steps
     assert saved(2001, 2, 0) == [2000, 2001]
+
+
+def test_a_resume_with_a_changed_learning_rate_trains_at_the_new_rate(tiny_model_dir, tmp_path):
+    """explorl's loop restores AdamW's moments and the schedule's position from the checkpoint, but its lr from
+    config.yaml: torch's `load_state_dict` alone would keep the old run's base rate."""
+    run = train(_cfg(tiny_model_dir, tmp_path / "run", "run.steps=2", "run.save_every=1", "optim.warmup_steps=0",
+                     "optim.min_lr_ratio=0.5"), progress=False)
+    resumed = load_config(run / "config.yaml", ["run.steps=3", "optim.lr=2e-4"])
+    train(resumed, resume=run, progress=False)
+    lr = {r["step"]: r["optim/lr"] for r in (json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines())
+          if "optim/lr" in r}
+    # no warm-up, 3 updates in all: after update 3 the cosine has reached its floor, min_lr_ratio x lr =
+    # 0.5 x 2e-4 = 1e-4 (the old base rate would give 0.5 x 1e-3 = 5e-4)
+    assert lr[3] == pytest.approx(1e-4, rel=1e-9)

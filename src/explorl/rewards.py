@@ -619,7 +619,9 @@ def resolve_reward(spec: str, task_default: tuple[Callable, bool]) -> tuple[Call
     try:
         fn = getattr(importlib.import_module(module_name), attr)
     except ImportError as e:
-        raise ValueError(f"task.reward: cannot import module {module_name!r} ({e})") from None
+        raise ValueError(f"task.reward: cannot import module {module_name!r} ({e}). A module next to your config "
+                         f"file is found there (its directory goes on run.python_path); else put its directory on "
+                         f"run.python_path, or give `explorl eval` --python-path DIR") from None
     except AttributeError:
         raise ValueError(f"task.reward: module {module_name!r} has no attribute {attr!r}") from None
     if not callable(fn):
@@ -631,20 +633,27 @@ def resolve_reward(spec: str, task_default: tuple[Callable, bool]) -> tuple[Call
 # the checks before a run: every reward function called once on a sample
 
 
-def check_rewards(spec: str | list[str], task_default: tuple[Callable, bool], answer: str, completion: str,
-                  meta: dict | None = None, *, timeout_s: float = 5.0,
-                  workers: int | None = None) -> list[tuple[str, str]]:
-    """Call every entry of `task.reward` (`spec`; `auto` is `task_default`, the task's own reward) once on a sample,
-    as training calls it: through a `RewardRunner` of that function alone, so per-sample as `fn(completion, answer,
-    **meta)` or batched (`is_batched`) with lists, in the worker pool or here as `resolve_reward` says, under the
-    limit `timeout_s` (`task.reward_timeout_s`). `answer` and `meta` are a training problem's, `completion` a sample
-    completion for it (its worked solution, or a boxed answer).
+def check_rewards(spec: str | list[str], task_default: tuple[Callable, bool], answer: str | list[str],
+                  completion: str | list[str], meta: dict | list[dict] | None = None, *, timeout_s: float = 5.0,
+                  workers: int | None = None, max_failure_frac: float = 0.0,
+                  where: list[str] | None = None) -> list[tuple[str, str]]:
+    """Call every entry of `task.reward` (`spec`; `auto` is `task_default`, the task's own reward) on sample
+    completions, as training calls it: through a `RewardRunner` of that function alone, so per-sample as
+    `fn(completion, answer, **meta)` or batched (`is_batched`) with lists, in the worker pool or here as
+    `resolve_reward` says, under the limit `timeout_s` (`task.reward_timeout_s`). `answer`, `meta` (and `where`,
+    each sample's row for messages, e.g. `data.jsonl:17`) are training problems', `completion` a sample completion
+    for each (its worked solution, or a boxed answer); one sample or lists of them (the checks before a run take up
+    to 8 rows spread over the data).
 
-    Returns one (`task.reward[i]`, `<entry> returned <score> on a sample completion`) per entry, for the dry run to
-    print. Raises ValueError naming `task.reward[i]` and the function when it cannot be imported, raises (with the
-    exception's traceback), returns something that is not a finite number, or times out: what would make training
-    score 0 wherever it happens."""
-    sample = f"completion {_short_repr(completion)}, answer {_short_repr(answer)}"
+    The run's own rule decides (`task.max_reward_failure_frac`, `max_failure_frac`): an entry that fails on more
+    than that fraction of the samples raises ValueError naming `task.reward[i]`, the function, the rows and the first
+    failure (with the exception's traceback): what would stop training; fewer failures give a `warning:` line
+    naming the rows (training scores them 0 and counts them). An entry that cannot be imported always raises.
+    Returns one (`task.reward[i]`, description) per entry, for the dry run to print."""
+    answers = [answer] if isinstance(answer, str) else list(answer)
+    completions = [completion] if isinstance(completion, str) else list(completion)
+    metas = [dict(m or {}) for m in meta] if isinstance(meta, list) else [dict(meta or {}) for _ in answers]
+    rows = list(where) if where is not None else [str(m.get("id", f"sample {i + 1}")) for i, m in enumerate(metas)]
     entries = reward_entries(spec)
     resolved = []
     for i, entry in enumerate(entries):  # all imported first, as training does, before a worker starts
@@ -652,6 +661,8 @@ def check_rewards(spec: str | list[str], task_default: tuple[Callable, bool], an
             resolved.append(resolve_reward(entry, task_default))
         except ValueError as e:
             raise ValueError(str(e).replace("task.reward:", f"task.reward[{i}]:", 1)) from None
+    n = len(answers)
+    on = "a sample completion" if n == 1 else f"{n} sample completions (rows {', '.join(rows)})"
     lines = []
     for i, (entry, (fn, isolate)) in enumerate(zip(entries, resolved)):
         label = f"task.reward[{i}]"
@@ -660,19 +671,38 @@ def check_rewards(spec: str | list[str], task_default: tuple[Callable, bool], an
             named = getattr(fn, "func", fn)  # verified: a partial of verified_reward
             name = f"{entry} ({getattr(named, '__module__', '?')}:{getattr(named, '__qualname__', named)!s})"
         runner = RewardRunner(fn, isolate=isolate, timeout_s=timeout_s, workers=workers)
-        result = runner([completion], [answer], [dict(meta or {})])
-        if result.failures:
+        result = runner(completions, answers, metas)
+        failed = sorted({f.index for f in result.failures})
+        if failed and len(failed) > max_failure_frac * n:
+            raise ValueError(_failure_message(label, name, fn, result.failures[0], completions, answers, rows,
+                                              len(failed), n, max_failure_frac))
+        scores = ", ".join(f"{x!r}" for x in result.rewards[:8])
+        if failed:
             f = result.failures[0]
-            if f.kind == "timeout":
-                raise ValueError(f"{label}: {name} {f.message} on a sample completion ({sample}); training would "
-                                 f"score 0 on every sample it times out on. Make the function faster or raise "
-                                 f"task.reward_timeout_s")
-            if f.kind == "value":
-                raise ValueError(f"{label}: {name} returned a value that is not a score on a sample completion "
-                                 f"({sample}): {f.message}; training would count it as a failure and score 0")
             detail = f"\n{f.detail.rstrip()}" if f.detail and f.detail != f.message else ""
-            call = "fn(completions, answers, **meta), batched" if is_batched(fn) else "fn(completion, answer, **meta)"
-            raise ValueError(f"{label}: {name} raised {f.message} when called as training calls it ({call}) on a "
-                             f"sample completion ({sample}); training would score 0 wherever it raises.{detail}")
-        lines.append((label, f"{name} returned {result.rewards[0]!r} on a sample completion"))
+            lines.append((label, f"warning: {name} failed on {len(failed)} of {n} sample rows "
+                                 f"({', '.join(rows[j] for j in failed)}; the first: {f.message}); training scores "
+                                 f"such samples 0 and counts them, stopping only when more than "
+                                 f"task.max_reward_failure_frac={max_failure_frac:g} of a step's fail{detail}"))
+            continue
+        lines.append((label, f"{name} returned {scores} on {on}"))
     return lines
+
+
+def _failure_message(label: str, name: str, fn: Callable, f: RewardFailure, completions: list[str],
+                     answers: list[str], rows: list[str], failed: int, n: int, frac: float) -> str:
+    """Why `check_rewards` refuses an entry: the first failure (on which row, what it did) and the rule."""
+    sample = f"completion {_short_repr(completions[f.index])}, answer {_short_repr(answers[f.index])}"
+    where = f"on a sample completion ({sample})" if n == 1 else \
+        f"on {failed} of {n} sample rows, more than task.max_reward_failure_frac={frac:g}; first on {rows[f.index]} " \
+        f"({sample})"
+    if f.kind == "timeout":
+        return (f"{label}: {name} {f.message} {where}; training would score 0 on every sample it times out on. "
+                f"Make the function faster or raise task.reward_timeout_s")
+    if f.kind == "value":
+        return (f"{label}: {name} returned a value that is not a score {where}: {f.message}; training would count "
+                f"it as a failure and score 0")
+    detail = f"\n{f.detail.rstrip()}" if f.detail and f.detail != f.message else ""
+    call = "fn(completions, answers, **meta), batched" if is_batched(fn) else "fn(completion, answer, **meta)"
+    return (f"{label}: {name} raised {f.message} when called as training calls it ({call}) {where}; training would "
+            f"score 0 wherever it raises.{detail}")

@@ -73,11 +73,13 @@ def run_rft(cfg: Config, *, console) -> Path:
 
     from explorl.analysis.text import cut_after_first_box, rft_filter
 
+    from explorl.runlog import RunLog
+
     f, s, r = cfg.rft, cfg.sampling, cfg.run
-    run_dir = Path(r.out_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
     cfg.model.fingerprint = check_fingerprint(cfg.model)  # config.yaml records which weights it started from
-    (run_dir / "config.yaml").write_text(dump_yaml(cfg))
+    # refused unless absent, empty or explorl's (`runlock.check_out_dir`); locked for this process to the end
+    log = RunLog.open(r.out_dir, dump_yaml(cfg), None)
+    run_dir = log.dir
     torch.manual_seed(r.seed)
     rng = random.Random(r.seed)
     model, tok, device = load_policy(cfg.model)
@@ -138,6 +140,7 @@ def run_rft(cfg: Config, *, console) -> Path:
     (run_dir / "rft.json").write_text(json.dumps(history, indent=2))
     model.save_pretrained(str(run_dir / "final"))
     tok.save_pretrained(str(run_dir / "final"))
+    log.close()
     table = Table(title=f"RFT, strategies: {', '.join(f.strategies) or 'rule filters only'}")
     cols = [f"pass@{k}" for k in r.eval_k] + ["entropy"]
     for c in ["iteration", "selected", *cols]:

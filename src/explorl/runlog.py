@@ -3,9 +3,15 @@ checkpoints/, final/, eval.json; the per-step rollout metrics, the report of rew
 
 Checkpoints are written to a temporary name and renamed, so a kill never leaves a half checkpoint; they hold the
 trainable weights, the optimizer and scheduler, every RNG and the loop's state (prompt stream, controllers), so
-`--resume` continues a killed run exactly. Records are flushed and fsynced each step; on resume the records and
-samples of steps after the checkpoint, and the final evaluation line, are dropped (they will be recomputed
-identically). eval.json is written last, after final/: a run directory whose eval.json has the last step is complete.
+`--resume` continues a killed run exactly. They hold data only (safetensors, and tensors, numbers, strings, lists and
+dicts in trainer_state.pt, checked when written), read back with `torch.load(weights_only=True)`: a run directory is
+untrusted input (shared, downloaded), and loading one never unpickles an object, so it never runs code.
+The append-only files (metrics.jsonl, samples.jsonl, config_history.jsonl, reward_errors.log) are written record by
+record, each flushed; on resume the records and samples of steps after the checkpoint, and the final evaluation line,
+are dropped (they will be recomputed identically), and a last line a kill tore is dropped with a warning naming the
+file and line; any other line that is not JSON is an error naming them. eval.json is written last, after final/: a
+run directory whose eval.json has the last step is complete. One process writes a run directory: `RunLog.open`
+takes its lock (`explorl.runlock`) before writing anything and `close` releases it.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from pathlib import Path
 import torch
 
 from explorl.analysis.measures import entropy_by_position
+from explorl.runlock import (RunDirWarning, RunLock, check_out_dir, holds_steps, is_explorl_run,
+                             refuse_if_locked)
 
 # Every key written to metrics.jsonl at each training step, with its meaning (the README's table comes from here).
 STEP_METRICS: dict[str, str] = {
@@ -65,6 +73,10 @@ STEP_METRICS: dict[str, str] = {
     "perf/sample_s": "wall time of sampling",
     "perf/update_s": "wall time of the policy update (epochs x mini-batches)",
     "perf/tokens_per_s": "generated tokens per second of sampling",
+    "perf/mem_sample_gib": "CUDA only: peak GPU memory (GiB) while sampling and scoring (docs/gpu.md)",
+    "perf/mem_logprob_gib": "CUDA only: peak GPU memory while pi_old's and the reference's log-probs are computed",
+    "perf/mem_update_gib": "CUDA only: peak GPU memory of the update's forward, backward and optimizer steps",
+    "perf/mem_peak_gib": "CUDA only: the step's peak GPU memory, the largest of the three above",
 }
 # Present only when configured (README lists them): kl/mean (a reference model is kept), loss/entropy
 # (algo.entropy_coef != 0), temperature/tau|h_target|h_init|clamped (E3 schedule), temperature/ead_d|ead_min|
@@ -128,29 +140,48 @@ class RunLog:
         self.reward_errors_path = self.dir / "reward_errors.log"
         self.trackers = None
         """`tracking.Trackers` (run.report_to): every metrics record also goes to them."""
+        self.lock: RunLock | None = None
+        """The directory's lock while this object writes it (`open`), released by `close`."""
 
     @classmethod
-    def open(cls, out_dir: str | Path, config_yaml: str, resume: str | Path | None) -> "RunLog":
-        """The run directory to continue (`resume`) or a new one at `out_dir` (refused if it holds a run)."""
+    def open(cls, out_dir: str | Path, config_yaml: str, resume: str | Path | None,
+             resume_hint: str = "explorl train --resume") -> "RunLog":
+        """The run directory to continue (`resume`: a run explorl made) or a new one at `out_dir` (absent, empty, or
+        a run explorl made that logged no step: `runlock.check_out_dir`), locked for this process before anything is
+        written (RunDirLocked naming the holder when another process writes it). `resume_hint`: the command that
+        continues a run, named when `out_dir` already holds one."""
         if resume is not None:
             log = cls(Path(resume))
             if not (log.dir / "config.yaml").exists():
                 raise FileNotFoundError(f"--resume {log.dir}: no config.yaml there; is it a run directory?")
+            if not is_explorl_run(log.dir):
+                raise FileExistsError(f"--resume {log.dir}: not a run directory explorl made (no {log.dir / '.lock'}, "
+                                      f"metrics.jsonl or checkpoints/ beside its config.yaml); nothing to continue")
+            log.lock = RunLock.acquire(log.dir)
             log.write_config(config_yaml, resumed=True)
             return log
         log = cls(Path(out_dir))
-        if log.dir.exists() and (log.metrics_path.exists() or log.checkpoints()):
-            raise FileExistsError(f"run directory {log.dir} already holds a run; continue it with "
-                                  f"`explorl train --resume {log.dir}` or choose another run.out_dir")
+        refuse_if_locked(log.dir)  # a run in progress is named as such
+        check_out_dir(log.dir, resume_hint)  # before anything is written, even the lock file
         log.dir.mkdir(parents=True, exist_ok=True)
-        (log.dir / "config.yaml").write_text(config_yaml)
+        log.lock = RunLock.acquire(log.dir)
+        if holds_steps(log.dir):  # another run logged steps between the check and the lock
+            log.close()
+            check_out_dir(log.dir, resume_hint)
+        _write_atomic(log.dir / "config.yaml", config_yaml)
         return log
+
+    def _writing(self) -> None:
+        """Refuse to write once a later run of this process took the directory over (`RunLock.check`)."""
+        if self.lock is not None:
+            self.lock.check()
 
     def write_config(self, config_yaml: str, resumed: bool = False) -> None:
         """Rewrite config.yaml (a setting resolved at load time, e.g. `task.chat_template: auto`, or a resumed run's
         overrides), so it always describes the run that produces the next weights. When a resumed run's config
         differs from the file's, the change is appended to `config_history.jsonl` first: when, after which step
         (the checkpoint it continues from), which keys changed (old and new values) and the whole previous file."""
+        self._writing()
         path = self.dir / "config.yaml"
         previous = path.read_text() if path.exists() else None
         if resumed and previous is not None and previous != config_yaml:
@@ -162,27 +193,29 @@ class RunLog:
             record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"),
                       "resumed_after_step": int(ckpts[-1].name.rsplit("_", 1)[-1]) if ckpts else 0,
                       "changes": changes, "previous": previous}
-            with open(self.dir / "config_history.jsonl", "a") as f:
-                f.write(json.dumps(record) + "\n")
+            history = self.dir / "config_history.jsonl"
+            drop_torn_last_line(history)  # a kill while appending the last change: that record is incomplete
+            append_jsonl(history, record)
         if previous != config_yaml:
-            tmp = path.with_name("config.yaml.tmp")
-            tmp.write_text(config_yaml)
-            os.replace(tmp, path)
+            _write_atomic(path, config_yaml)
 
     def checkpoints(self) -> list[Path]:
         return _checkpoint_dirs(self.dir)
 
     def save_checkpoint(self, step: int, model, optimizer, scheduler, state: dict, keep: int,
                         every: int = 0) -> Path:
+        self._writing()
         return save_checkpoint(self.dir, step, model, optimizer, scheduler, state, keep, every)
 
     def truncate_metrics(self, done_steps: int, step_key: str = "reward/mean") -> None:
         """Drop the step records after `done_steps` and the final evaluation line (a resume writes them again);
         `step_key` is a key every step record has (`sft/loss` for `explorl sft`)."""
+        self._writing()
         _truncate_jsonl(self.metrics_path, lambda r: r["step"] <= done_steps and step_key in r)
 
     def truncate_samples(self, done_steps: int) -> None:
         """Drop the samples of steps after `done_steps` (a resume samples them again)."""
+        self._writing()
         _truncate_jsonl(self.samples_path, lambda r: r["step"] <= done_steps)
 
     def is_complete(self, steps: int) -> bool:
@@ -194,6 +227,7 @@ class RunLog:
         return done and (self.dir / "final").is_dir()
 
     def append_metrics(self, record: dict) -> None:
+        self._writing()
         append_jsonl(self.metrics_path, _clean(record))
         if self.trackers is not None:
             self.trackers.log(_clean(record))
@@ -208,15 +242,20 @@ class RunLog:
                                      project=run.wandb_project)
 
     def close(self) -> None:
-        """Finish the trackers (the files are flushed record by record)."""
-        if self.trackers is not None:
-            self.trackers.close()
-            self.trackers = None
+        """Finish the trackers (the files are flushed record by record) and release the directory's lock."""
+        try:
+            if self.trackers is not None:
+                self.trackers.close()
+                self.trackers = None
+        finally:
+            if self.lock is not None:
+                self.lock.release()
 
     def log_samples(self, step: int, problems, ro, texts, rewards, k: int) -> None:
         """The first `k` prompts of the step with their completions and rewards."""
         if k <= 0:
             return
+        self._writing()
         group = ro.group.tolist()
         with open(self.samples_path, "a") as f:
             for j, p in enumerate(problems[:k]):
@@ -224,16 +263,19 @@ class RunLog:
                 f.write(json.dumps({"step": step, "prompt": p.prompt, "answer": p.answer,
                                     "completions": [texts[i] for i in rows],
                                     "rewards": [rewards[i] for i in rows]}) + "\n")
+                f.flush()  # record by record: a kill tears at most the last line
+            os.fsync(f.fileno())
 
     def write_eval(self, step: int, summary: dict, base_fingerprint: str) -> None:
         """eval.json, written whole under a temporary name and renamed (it marks the run complete); it names the
         weights the run started from (`base_fingerprint`, `evaluate.check_same_base`)."""
-        tmp = self.dir / "eval.json.tmp"
-        tmp.write_text(json.dumps({"step": step, "base_fingerprint": base_fingerprint, **summary}, indent=2))
-        os.replace(tmp, self.dir / "eval.json")
+        self._writing()
+        _write_atomic(self.dir / "eval.json",
+                      json.dumps({"step": step, "base_fingerprint": base_fingerprint, **summary}, indent=2))
 
     def save_final_model(self, model, tok, card: str | None = None) -> Path:
         """`final/`: a standard Hugging Face model directory, with `card` as its README.md (the model card)."""
+        self._writing()
         save_final_model(self.dir / "final", model, tok, card)
         return self.dir / "final"
 
@@ -285,8 +327,9 @@ def save_checkpoint(run_dir: Path, step: int, model, optimizer, scheduler, state
     tmp.mkdir()
     trainable = {n: p.detach().cpu().contiguous() for n, p in model.named_parameters() if p.requires_grad}
     save_file(trainable, str(tmp / "trainable.safetensors"))
-    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), **state},
-               tmp / "trainer_state.pt")
+    trainer_state = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), **state}
+    check_data_only(trainer_state)  # what `load_checkpoint` can read back without unpickling objects
+    torch.save(trainer_state, tmp / "trainer_state.pt")
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     older = _checkpoint_dirs(run_dir)[:-1]
@@ -308,17 +351,111 @@ def load_checkpoint(path: Path, model, optimizer, scheduler) -> dict:
     with torch.no_grad():
         for n, t in weights.items():
             named[n].copy_(t.to(named[n].device, named[n].dtype))
-    state = torch.load(path / "trainer_state.pt", map_location="cpu", weights_only=False)
+    state = load_trainer_state(path / "trainer_state.pt")
     optimizer.load_state_dict(state.pop("optimizer"))
     scheduler.load_state_dict(state.pop("scheduler"))
     return state
 
 
+DATA_TYPES = (torch.Tensor, dict, list, tuple, str, bytes, int, float, bool, type(None))
+"""What a checkpoint's trainer_state.pt may hold: `torch.load(weights_only=True)` reads these without running code."""
+
+
+def check_data_only(value, where: str = "trainer_state") -> None:
+    """TypeError naming the entry when `value` holds anything but `DATA_TYPES` (an object a data-only load would
+    refuse): a controller's `state_dict` must return plain data."""
+    if not isinstance(value, DATA_TYPES):
+        raise TypeError(f"{where}: a checkpoint holds data only (tensors, numbers, strings, lists, dicts), not "
+                        f"{type(value).__module__}.{type(value).__qualname__}; return plain data from its state_dict")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, (str, int, float, bool, type(None))):
+                raise TypeError(f"{where}: key {k!r} of type {type(k).__qualname__}; keys must be strings or numbers")
+            check_data_only(v, f"{where}[{k!r}]")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            check_data_only(v, f"{where}[{i}]")
+
+
+class UnsafeCheckpointError(ValueError):
+    """A checkpoint file that cannot be read as data only (it names code to run); never unpickled."""
+
+
+def load_trainer_state(path: Path) -> dict:
+    """A checkpoint's trainer_state.pt, read as data only (`weights_only=True`: tensors, numbers, strings, lists,
+    dicts; no object is unpickled, so no code in the file runs). UnsafeCheckpointError naming the file and the fix
+    when it holds anything else."""
+    import pickle
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        detail = next((line.strip() for line in str(e).splitlines() if "GLOBAL" in line or "global" in line), "")
+        raise UnsafeCheckpointError(
+            f"{path}: holds more than data ({detail or 'objects a data-only load refuses'}); explorl never unpickles "
+            f"objects from a run directory, since loading them could run any code the file names. explorl writes "
+            f"its checkpoints as data only, so this file was written by something else or altered: continue from an "
+            f"earlier checkpoint (remove {path.parent}), or start the run again from its config "
+            f"(`explorl train {path.parent.parent.parent / 'config.yaml'} run.out_dir=NEW_DIR`)") from None
+    if not isinstance(state, dict) or not {"optimizer", "scheduler"} <= set(state):
+        raise UnsafeCheckpointError(f"{path}: not an explorl trainer state (a mapping with optimizer and scheduler "
+                                    f"states); remove {path.parent} to continue from an earlier checkpoint")
+    return state
+
+
 def append_jsonl(path: Path, record: dict) -> None:
+    """Append one record as a line, flushed and fsynced (a kill tears at most this line)."""
     with open(path, "a") as f:
         f.write(json.dumps(record, default=_json_default) + "\n")
         f.flush()
         os.fsync(f.fileno())
+
+
+def read_jsonl(path: Path, *, torn_last_line_ok: bool = False) -> list[dict]:
+    """The records of a JSONL file. A line that is not a JSON object is a ValueError naming the file and line, except,
+    with `torn_last_line_ok`, the last line: a kill can tear a line only while it is being appended, so a last line
+    that does not parse is an incomplete record, dropped with a `RunDirWarning` naming the file and line."""
+    records = []
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            if not isinstance(record, dict):
+                raise ValueError(f"a JSON {type(record).__name__}, not an object")
+        except ValueError as e:
+            if torn_last_line_ok and i == last:
+                import warnings
+
+                warnings.warn(f"{path}:{i + 1}: the last line is incomplete (a kill while it was written: "
+                              f"{line[:60]!r}...); dropped", RunDirWarning, stacklevel=2)
+                break
+            raise ValueError(f"{path}:{i + 1}: not a JSON record ({e}); the file was altered or damaged: repair or "
+                             f"remove that line") from None
+        records.append(record)
+    return records
+
+
+def drop_torn_last_line(path: Path) -> None:
+    """Before appending to a JSONL file after a kill: rewrite it without a torn last line (with a warning)."""
+    if path.exists() and path.stat().st_size and not path.read_bytes().endswith(b"\n"):
+        _rewrite_jsonl(path, read_jsonl(path, torn_last_line_ok=True))
+
+
+def _rewrite_jsonl(path: Path, records: list[dict]) -> None:
+    _write_atomic(path, "".join(json.dumps(r, default=_json_default) + "\n" for r in records))
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """`path` written whole under a temporary name, fsynced and renamed: a kill leaves the old file or the new."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 def _json_default(x):
@@ -337,13 +474,22 @@ def _clean(record: dict) -> dict:
 
 
 def _truncate_jsonl(path: Path, keep) -> None:
-    """On resume, keep only the lines whose record satisfies `keep` (the rest will be recomputed identically)."""
+    """On resume, keep only the records that satisfy `keep` (the rest will be recomputed identically); a torn last
+    line is dropped with a warning (`read_jsonl`). The kept lines are written back as they were."""
     if not path.exists():
         return
-    lines = [line for line in path.read_text().splitlines() if line.strip() and keep(json.loads(line))]
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(line + "\n" for line in lines))
-    os.replace(tmp, path)
+    records = read_jsonl(path, torn_last_line_ok=True)
+    lines = [line for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+    kept = []
+    for n, (line, record) in enumerate(zip(lines, records), 1):
+        try:
+            wanted = keep(record)
+        except (KeyError, TypeError) as e:
+            raise ValueError(f"{path}:{n}: not a record of this run ({type(e).__name__}: {e}); repair or remove that "
+                             f"line") from None
+        if wanted:
+            kept.append(line)
+    _write_atomic(path, "".join(line + "\n" for line in kept))
 
 
 def save_final_model(path: Path, model, tok, card: str | None = None) -> None:
@@ -408,16 +554,20 @@ class RewardFailureLog:
                                f"{escape(new[0].message)}; see {escape(str(self.path))}", highlight=False)
 
     def _write(self, step: int, failures: list, failed: int, scored: int, truncated: bool) -> None:
-        with open(self.path, "a") as f:
+        with open(self.path, "a") as f:  # record by record, each flushed (a kill tears at most the last)
             if self.start_step is not None:
                 f.write(f"##### {time.strftime('%Y-%m-%d %H:%M:%S')}: run started at step {self.start_step + 1}\n")
+                f.flush()
                 self.start_step = None
             for x in failures:
                 detail = "" if x.detail == x.message else x.detail.rstrip() + "\n"
                 f.write(f"=== step {step}, sample {x.index} ({failed} of {scored} samples of the step failed): "
                         f"{x.kind}: {x.message}\nanswer: {x.answer!r}\ncompletion: {x.completion!r}\n{detail}\n")
+                f.flush()
             if truncated:
                 f.write(f"(more than {self.MAX_DISTINCT} distinct failures: the others are only counted)\n")
+            f.flush()
+            os.fsync(f.fileno())
 
     def summary(self) -> str | None:
         """One line with the run's totals, or None when nothing failed."""

@@ -10,6 +10,12 @@ bounds an item's time as the caller sees it rather than queueing items behind ea
     with WorkerPool(workers=2, timeout_s=5) as pool:
         outcomes = pool.map(module.function, [(arg1, arg2), ...])   # one Outcome per tuple, in order
 
+Workers die with the process that started them, also when it is SIGKILLed in the middle of an item (a reward that
+loops would otherwise run on, orphaned, forever): on Linux the kernel sends them SIGKILL when their parent dies
+(`prctl(PR_SET_PDEATHSIG)`, for workers started from the main thread: the signal follows the thread that started
+the worker), and every worker also watches its parent's pid and exits when it changes (the fallback elsewhere and
+for workers started from other threads; it needs the item to let go of the GIL now and then, as sleeping and I/O do).
+
 Workers are fresh interpreters (fork + exec, like multiprocessing's "spawn": forking a process that runs torch
 threads can deadlock the child) started with the parent's `sys.path`. Unlike multiprocessing they do not
 re-import the parent's `__main__`, so scripts need no `if __name__ == "__main__"` guard and a worker does not
@@ -41,7 +47,10 @@ MAX_DEFAULT_WORKERS = 16
 """Upper bound of `default_workers()`: each worker is an interpreter of its own (~60 MB with math-verify loaded)."""
 
 _CHILD = ("import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
-          "from explorl.sandbox import _worker_main; _worker_main(int(sys.argv[2]), int(sys.argv[3]))")
+          "from explorl.sandbox import _worker_main; "
+          "_worker_main(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == '1')")
+PARENT_POLL_S = 0.5
+"""How often a worker checks that its parent is alive (the watchdog that backs `PR_SET_PDEATHSIG`)."""
 
 
 @dataclass
@@ -80,12 +89,45 @@ def _user_traceback(e: BaseException) -> str:
     return "".join(traceback.format_exception(type(e), e, tb))
 
 
-def _worker_main(fd: int, memory_mb: int) -> None:
+def _kill_me_with_parent() -> bool:
+    """Ask Linux to SIGKILL this process when the thread that started it dies (`prctl(PR_SET_PDEATHSIG)`, through
+    libc); False where that is not available."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1  # <linux/prctl.h>
+        return libc.prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _watch_parent(parent_pid: int) -> None:
+    """Exit this process as soon as its parent is gone (it is then re-parented, so its parent pid changes)."""
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="explorl-parent-watchdog", daemon=True).start()
+
+
+def _worker_main(fd: int, memory_mb: int, parent_pid: int = 0, death_signal: bool = False) -> None:
     """Child loop: ("import", names, the parent's sys.path) -> ("ready",); ("call", fn, args) -> (True, value) |
-    (False, error repr, traceback)."""
+    (False, error repr, traceback). The process dies with `parent_pid` (`death_signal`: also by the kernel's
+    parent-death signal, asked for here)."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it then closes the pool
+    if parent_pid:
+        if death_signal:
+            _kill_me_with_parent()
+        if os.getppid() != parent_pid:  # the parent died before the signal was asked for
+            os._exit(1)
+        _watch_parent(parent_pid)
     if memory_mb > 0:
         import resource
 
@@ -137,8 +179,12 @@ class _Worker:
         # One BLAS/OpenMP thread: scoring is sequential, the trainer owns the cores, and every thread's arena
         # would count against RLIMIT_AS. Prints go to stderr so that they never mix into the parent's stdout.
         env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        # the kernel's parent-death signal follows the thread that starts the child: only the main thread lives
+        # as long as the process (workers started from other threads rely on their parent-pid watchdog)
+        death_signal = threading.current_thread() is threading.main_thread()
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", _CHILD, json.dumps(sys.path), str(child.fileno()), str(memory_mb)],
+            [sys.executable, "-c", _CHILD, json.dumps(sys.path), str(child.fileno()), str(memory_mb),
+             str(os.getpid()), "1" if death_signal else "0"],
             pass_fds=[child.fileno()], stdin=subprocess.DEVNULL, stdout=2, env=env)
         child.close()  # so that the parent sees EOF when the child dies
         self.modules: set[str] = set()

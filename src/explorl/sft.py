@@ -81,7 +81,7 @@ def run_sft(cfg: Config, *, console=None, resume: str | Path | None = None) -> P
     r, o, f = cfg.run, cfg.optim, cfg.sft
     task = load_task(cfg.task)
     problems, missing = worked_solutions(task, cfg.task.name, cfg.task.solution_field)  # before anything is written
-    log = open_run_dir(cfg, resume)  # the same set-up as `explorl train` (explorl.run_setup)
+    log = open_run_dir(cfg, resume, "sft")  # the same set-up as `explorl train` (explorl.run_setup)
     model, tok, device, encode = load_run_model(cfg, log)
     pairs = [sft_example(tok, prompt_text(p, tok, chat=encode.chat, system_prompt=cfg.task.system_prompt),
                          p.solution, f.max_length) for p in problems]
@@ -109,9 +109,10 @@ def run_sft(cfg: Config, *, console=None, resume: str | Path | None = None) -> P
     if resume is not None and log.checkpoints():
         from explorl.runlog import load_checkpoint
 
-        start = int(load_checkpoint(log.checkpoints()[-1], model, optimizer, scheduler)["step"])
-        log.truncate_metrics(start, step_key="sft/loss")
+        start = int(load_checkpoint(log.checkpoints()[-1], model, optimizer, scheduler)["step"])  # data only
         console.print(f"resuming {log.dir} after step {start} of {total}", highlight=False)
+    if resume is not None:  # the records after the checkpoint (all, without one) are written again
+        log.truncate_metrics(start, step_key="sft/loss")
     log.start_trackers(r, to_dict(cfg), resume_step=start if resume is not None else None)  # as `explorl train`
     t0 = time.monotonic()
     step = 0

@@ -37,15 +37,18 @@ from explorl.algos.step import compute_advantages, requirements, single_update_s
 from explorl.config import Config, RunConfig, load_config, to_dict
 from explorl.evaluate import held_out_evaluator
 from explorl.guards import Interrupted, RunGuards, RunStopped
+from explorl.memory import PhasePeaks
 from explorl.models import check_run_inputs, make_reference
 from explorl.rollout.collect import collect_rollouts
 from explorl.rollout.controllers import Controllers, PromptStream
-from explorl.run_setup import check_trainable_dtype, load_run_model, open_run_dir
+from explorl.run_setup import check_trainable_dtype, load_run_model, open_run_dir, warn_small_training_set
 from explorl.runlog import Progress, RunLog, load_checkpoint, model_card, restore_rng, rng_state, rollout_metrics
 from explorl.tasks import load_task
 from explorl.update import (
     NonFiniteError,
     NonFiniteWeightsError,
+    configured_hyperparameters,
+    keep_configured_optimizer,
     lr_lambda,
     make_optimizer,
     on_policy_single_update,
@@ -100,7 +103,11 @@ class TrainState:
             console.print(f"[bold]restarting[/] {escape(str(log.dir))} from step 1: it has no checkpoint yet "
                           f"(the steps it logged are dropped and done again)")
             return 0, 0
+        # AdamW's moments and the schedule's position come from the checkpoint; its lr, betas and decay from this
+        # config, so a resume with `optim.lr` changed runs what config.yaml says
+        configured = configured_hyperparameters(self.optimizer)
         state = load_checkpoint(log.checkpoints()[-1], self.model, self.optimizer, self.scheduler)
+        keep_configured_optimizer(self.optimizer, self.scheduler, configured)
         self.stream.load_state_dict(state["stream"])
         self.controllers.load_state_dict(state.get("controllers", {}))
         restore_rng(state, self.gens, self.device)
@@ -117,17 +124,21 @@ def train_step(step: int, cfg: Config, st: TrainState, tok, task, runner, encode
     record (without evaluations) and the step's `CollectedRollouts`. `engine`: the vLLM engine that samples
     (`sampling.engine: vllm`), given the policy's weights first."""
     s = cfg.sampling
+    peaks = PhasePeaks(st.device)  # perf/mem_*_gib on CUDA
     t0 = time.perf_counter()
     if engine is not None:
         engine.sync(st.model)
-    got = collect_rollouts(st.model, tok, task, runner, st.stream, st.controllers, batch_size=cfg.run.batch_size,
-                           max_new_tokens=s.max_new_tokens, top_p=s.top_p, fast_path=s.fast_path, compile=s.compile,
-                           step=step, generator=st.gens["sampler_rng"], encode=encode, engine=engine)
+    with peaks.phase("sample"):
+        got = collect_rollouts(st.model, tok, task, runner, st.stream, st.controllers, batch_size=cfg.run.batch_size,
+                               max_new_tokens=s.max_new_tokens, top_p=s.top_p, fast_path=s.fast_path,
+                               compile=s.compile, step=step, generator=st.gens["sampler_rng"], encode=encode,
+                               engine=engine)
     guards.rewards(step + 1, got)
     ro, t_sample = got.rollouts, time.perf_counter() - t0
     # vLLM's kernels are not the policy's: pi_old (and its entropies) come from a forward pass
     pi_old_from_update = single_update_shortcut(cfg.algo, st.controllers.behavior_is_policy and engine is None)
-    batch = rollout_batch(st.model, st.ref, ro, got.rewards, got.train_temperature, cfg, pi_old_from_update)
+    with peaks.phase("logprob"):
+        batch = rollout_batch(st.model, st.ref, ro, got.rewards, got.train_temperature, cfg, pi_old_from_update)
     prepared = compute_advantages(batch, cfg.algo, step + 1)
     st.controllers.schedule.observe(step + 1, float((batch.entropy * ro.mask).sum() / ro.mask.sum().clamp_min(1)))
     t1 = time.perf_counter()
@@ -135,12 +146,13 @@ def train_step(step: int, cfg: Config, st: TrainState, tok, task, runner, encode
     record = {"step": step + 1, **rollout_metrics(ro, prepared.rewards, batch.entropy, prepared.advantages, correct),
               "reward/errors": got.errors, "reward/timeouts": got.timeouts, **got.stats,
               "temperature/train": got.train_temperature, **prepared.stats}
-    record.update(guards.update(step + 1, lambda: update_policy(
-        st.model, st.optimizer, st.scheduler, ro, batch, prepared, cfg, st.gens["shuffle_rng"],
-        temperature=got.train_temperature)))
+    with peaks.phase("update"):
+        record.update(guards.update(step + 1, lambda: update_policy(
+            st.model, st.optimizer, st.scheduler, ro, batch, prepared, cfg, st.gens["shuffle_rng"],
+            temperature=got.train_temperature)))
     t2 = time.perf_counter()
     record.update({"perf/step_s": t2 - t0, "perf/sample_s": t_sample, "perf/update_s": t2 - t1,
-                   "perf/tokens_per_s": float(ro.mask.sum()) / max(t_sample, 1e-9)})
+                   "perf/tokens_per_s": float(ro.mask.sum()) / max(t_sample, 1e-9), **peaks.metrics()})
     return record, got
 
 
@@ -155,7 +167,8 @@ def rollout_engine(cfg: Config, model):
     # prompt + response must fit: the longest training prompt is not known before sampling, so the model's own limit
     limit = int(getattr(model.config, "max_position_embeddings", 0) or 0) or 4096
     return VllmRollouts(str(resolve_model_path(cfg.model.path)), dtype=next(model.parameters()).dtype,
-                        max_model_len=limit, seed=cfg.run.seed, memory=cfg.sampling.vllm_memory)
+                        max_model_len=limit, seed=cfg.run.seed, memory=cfg.sampling.vllm_memory,
+                        trust_remote_code=cfg.model.trust_remote_code)
 
 
 def train(cfg: Config, *, resume: str | Path | None = None, console=None, progress: bool = True) -> Path:
@@ -174,6 +187,7 @@ def train(cfg: Config, *, resume: str | Path | None = None, console=None, progre
         return log.dir
     model, tok, device, encode = load_run_model(cfg, log)
     task = load_task(cfg.task)
+    warn_small_training_set(cfg, len(task.train), console)
     runner = task.reward_runner(cfg.task.reward_timeout_s, cfg.task.reward_workers)
     st = TrainState.new(cfg, model, device, len(task.train))
     start, nonfinite_run = st.restore(log, console, r.steps) if resume is not None else (0, 0)

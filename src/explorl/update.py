@@ -1,11 +1,14 @@
 """The policy update of one batch: pi_old's and the reference's log-probs (`rollout_batch`), then epochs x
 mini-batches x micro-batches of the configured objective (`update_policy`), AdamW with warm-up and cosine decay
 (`make_optimizer`). A loss or gradient that is not finite skips the rest of the step's updates before
-`optimizer.step` (`NonFiniteError`); weights left non-finite by a step raise `NonFiniteWeightsError`.
+`optimizer.step` (`NonFiniteError`); weights left non-finite by a step raise `NonFiniteWeightsError`. On a resume
+the config's lr, betas and decay go back over a checkpoint's (`configured_hyperparameters`,
+`keep_configured_optimizer`; TRL's adapter uses them too).
 """
 
 from __future__ import annotations
 
+import copy
 import math
 
 import torch
@@ -124,7 +127,8 @@ def update_policy(model, optimizer, scheduler, ro: Rollouts, batch: RolloutBatch
     idle = idle_rows(prepared, a)
     compile = fused_compile(cfg)
     for _ in range(a.epochs):
-        perm = torch.randperm(n, generator=shuffle)
+        # drawn on the host (the same order on every device), then moved: indices live with what they index
+        perm = torch.randperm(n, generator=shuffle).to(prepared.loss_mask.device)
         for mb in perm.chunk(a.mini_batches):
             mb_mask = prepared.loss_mask[mb]
             optimizer.zero_grad(set_to_none=True)
@@ -186,6 +190,31 @@ def rollout_batch(model, ref, ro: Rollouts, rewards: list[float], temperature: f
                         group=ro.group, max_response_len=cfg.sampling.max_new_tokens, logprobs=old_lp,
                         behavior_logprobs=ro.behavior_logprobs, ref_logprobs=ref_lp, entropy=old_ent,
                         lengths=ro.lengths, truncated=ro.truncated)
+
+
+def configured_hyperparameters(optimizer) -> list[dict]:
+    """Each param group's settings as the run's arguments made them (lr, initial_lr, betas, eps, weight_decay, ...),
+    taken before a checkpoint's optimizer state is loaded over them (explorl's loop, TRL's)."""
+    return [{k: copy.deepcopy(v) for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
+
+
+def keep_configured_optimizer(optimizer, scheduler, configured: list[dict]) -> None:
+    """After a checkpoint's optimizer and scheduler were loaded (explorl's loop, TRL's): AdamW's moments and the
+    schedule's position stay the checkpoint's, its settings become the configured ones again (`configured`, from
+    `configured_hyperparameters`): torch's `load_state_dict` restores the old run's lr, betas and weight decay, and
+    the schedule's base rate (`base_lrs`), so a resume with `optim.lr` changed would silently keep the old rate. The
+    learning rate is then the configured schedule at the checkpoint's step: base rate x the schedule's factor at
+    `scheduler.last_epoch`."""
+    for group, want in zip(optimizer.param_groups, configured):
+        group.update(want)
+    lambdas = getattr(scheduler, "lr_lambdas", None)
+    if lambdas is None:  # not a LambdaLR (explorl's and TRL's schedules are): its own state stands
+        return
+    scheduler.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
+    rates = [base * factor(scheduler.last_epoch) for base, factor in zip(scheduler.base_lrs, lambdas)]
+    for group, rate in zip(optimizer.param_groups, rates):
+        group["lr"] = rate
+    scheduler._last_lr = rates  # what get_last_lr() reports until the next step
 
 
 def make_optimizer(model, cfg: Config, device: torch.device):

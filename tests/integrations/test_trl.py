@@ -472,6 +472,70 @@ def test_a_trl_run_is_refused_over_a_run_and_resumed_from_its_checkpoint(two_run
     assert json.loads((out / "engine.json").read_text())["resumed"] is True
 
 
+def test_a_trl_resume_with_a_changed_key_runs_what_config_yaml_says(two_runs, tiny_model_dir, tmp_path):
+    """Issue 41: resumed from checkpoint-1 with optim.lr changed (1e-3 -> 2e-4), config.yaml, TRL's logged rate and
+    the metrics' optim/lr all say 2e-4's schedule (TRL alone keeps the checkpoint's rate), and
+    config_history.jsonl says the change applies after step 1 (about 3 s)."""
+    import shutil
+
+    import yaml
+
+    out = tmp_path / "trl"
+    shutil.copytree(two_runs[0], out)
+    for name in ("checkpoint-2", "final"):
+        shutil.rmtree(out / name)
+    (out / "eval.json").unlink()
+    first = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    trl_example().main(run_argv(tiny_model_dir, out) + ["optim.lr=2e-4", "--resume"])
+    again = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert yaml.safe_load((out / "config.yaml").read_text())["optim"]["lr"] == 2e-4
+    # the schedule (cosine to optim.min_lr_ratio, no warm-up) is the same function of the step with the base rate
+    # scaled by 2e-4 / 1e-3 = 0.2: the rate after step 2 is 0.2 x the first run's
+    assert again[1]["step"] == 2 and again[1]["optim/lr"] == pytest.approx(0.2 * first[1]["optim/lr"], rel=1e-9)
+    # TRL logs the rate before each optimizer step: before step 2, 0.2 x the rate after step 1 of the first run
+    logged = [h["learning_rate"] for h in json.loads((out / "engine.json").read_text())["log_history"]
+              if "learning_rate" in h]
+    assert logged[-1] == pytest.approx(0.2 * first[0]["optim/lr"], rel=1e-9)
+    (record,) = [json.loads(line) for line in (out / "config_history.jsonl").read_text().splitlines()]
+    assert record["resumed_after_step"] == 1 and record["changes"]["optim.lr"] == [1e-3, 2e-4]
+
+
+def test_the_example_prints_config_and_input_errors_as_one_line(tmp_path, capsys, monkeypatch):
+    """Issue 41: `examples/trl/train.py` printed a config error as a raw traceback."""
+    example = trl_example()
+    for args, first in ((["sampling.temprature=1"], "config error: unknown key 'sampling.temprature'. Did you mean"),
+                        (["task.name=file", f"task.path={tmp_path / 'none.jsonl'}"], "error: task.path:")):
+        argv = [str(ROOT / "configs/quickstart.yaml"), *args, f"run.out_dir={tmp_path / 'run'}"]
+        assert example.run_from_command_line(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(first) and len(err.strip().splitlines()) == 1, err
+    def training_fails(argv):
+        raise ValueError("inside TRL")
+
+    monkeypatch.setattr(example, "main", training_fails)
+    with pytest.raises(ValueError, match="inside TRL"):  # an error while training keeps its traceback
+        example.run_from_command_line([])
+
+
+def test_a_resume_does_not_warn_about_a_tied_head(tiny_model_dir, tmp_path, monkeypatch):
+    """Issue 41: resuming a model whose head is tied to its embeddings warned "missing keys ... lm_head.weight" (the
+    tied head is saved once, as the embeddings); a key truly missing still warns."""
+    from types import SimpleNamespace
+
+    import transformers.trainer
+
+    trainer = make_trainer(tiny_model_dir, tmp_path)
+    params = dict(trainer.model.named_parameters(remove_duplicate=False))
+    assert params["lm_head.weight"] is params["model.embed_tokens.weight"]  # tied in the tiny model
+    warned = []
+    monkeypatch.setattr(transformers.trainer.logger, "warning", lambda msg, *a, **k: warned.append(msg))
+    trainer._issue_warnings_after_load(SimpleNamespace(missing_keys=["lm_head.weight"], unexpected_keys=[]))
+    assert warned == []
+    trainer._issue_warnings_after_load(SimpleNamespace(missing_keys=["lm_head.weight", "model.norm.weight"],
+                                                       unexpected_keys=[]))
+    assert len(warned) == 1 and "['model.norm.weight']" in warned[0]
+
+
 def length_share(prompts, completions, completion_ids, **kw):
     """The completion's share of the length limit (a second TRL reward function)."""
     return [len(ids) / MAX_LEN for ids in completion_ids]

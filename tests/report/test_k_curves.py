@@ -62,7 +62,7 @@ def test_plot_and_command(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "grpo crosses base at k = 4" in text and "0.700 [0.650, 0.750]" in text
     assert main(["curves", str(base), str(trained), "--metric", "maj@k", "--labels", "B,T",
-                 "--out", str(out)]) == 0
+                 "--out", str(out), "--overwrite"]) == 0  # the same PNG again: replaced only when asked
     # maj@k (half of pass@k here): differences +0.05, +0.05, 0, -0.05: the crossing is at k = 4 again
     assert "T crosses B at k = 4" in capsys.readouterr().out
 

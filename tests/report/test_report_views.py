@@ -210,16 +210,27 @@ def test_differs_in_lists_only_keys_that_differ_among_the_runs_with_values_folde
     ead5 = write_run(tmp_path / "ead5", ["sampling.schedule=ead", "sampling.ead.c=5"])
     cells = differs_in(compare([fixed, ead, ead5], out=tmp_path / "cmp"))
     rows = [entries(c) for c in cells]
-    # the EAD options are one folded entry where a run has none, each key where the EAD runs differ
-    assert rows[0] == {"sampling.ead": "-", "sampling.schedule": "fixed"}
-    assert rows[1] == {"sampling.ead.c": "10", "sampling.schedule": "ead"}
-    assert rows[2] == {"sampling.ead.c": "5", "sampling.schedule": "ead"}
-
+    # the choice is listed; a method's options only where set away from its defaults (EAD's c is 10), and a run
+    # without the method is not said to lack them (issue 41: `algo.clip_cov=-`)
+    assert rows[0] == {"sampling.schedule": "fixed"}
+    assert rows[1] == {"sampling.schedule": "ead"}
+    assert rows[2] == {"sampling.ead": "{c=5}", "sampling.schedule": "ead"}
     cells = differs_in(compare([fixed, ead], out=tmp_path / "cmp2"))
-    assert entries(cells[0]) == {"sampling.ead": "-", "sampling.schedule": "fixed"}
-    folded = entries(cells[1])["sampling.ead"]  # a nested mapping as key=value pairs, cut at 60 characters
-    assert folded.startswith("{tau_max=1.2, tau_min=0.1, d0=25.0") and folded.endswith("…")
-    assert len(folded) <= 60 and "'" not in folded and ":" not in folded
+    assert [entries(c) for c in cells] == [{"sampling.schedule": "fixed"}, {"sampling.schedule": "ead"}]
+    # two runs that both select EAD: its options compared key by key, as any section's
+    cells = differs_in(compare([ead, ead5], out=tmp_path / "cmp3"))
+    assert [entries(c) for c in cells] == [{"sampling.ead.c": "10"}, {"sampling.ead.c": "5"}]
+
+
+def test_differs_in_names_the_loss_not_the_options_sections_it_brings(tmp_path):
+    """Issue 41: GRPO beside Clip-Cov listed `algo.clip_cov=-` and `algo.ppo={dual_clip_c=null}`."""
+    grpo = write_run(tmp_path / "grpo")
+    clip_cov = write_run(tmp_path / "cc", ["algo.loss=clip_cov"])
+    rows = [entries(c) for c in differs_in(compare([grpo, clip_cov], out=tmp_path / "cmp"))]
+    assert rows == [{"algo.loss": "ppo"}, {"algo.loss": "clip_cov"}]
+    wide = write_run(tmp_path / "wide", ["algo.loss=clip_cov", "algo.clip_cov.ub=9"])
+    rows = [entries(c) for c in differs_in(compare([grpo, wide], out=tmp_path / "cmp2"))]
+    assert rows == [{"algo.loss": "ppo"}, {"algo.clip_cov": "{ub=9.0}", "algo.loss": "clip_cov"}]
 
 
 def test_differs_in_ignores_keys_equal_in_every_run(tmp_path):
@@ -255,6 +266,16 @@ def test_eval_curve_without_k_reports_k_up_to_n(tiny_model_dir, tmp_path, capsys
     capsys.readouterr()
     with pytest.raises(SystemExit, match="k=16 exceeds --n=4"):  # without --curve the default is still 1,...,16
         main([*args, "--out", str(tmp_path / "plain.json")])
-    assert main([*args, "--curve", "--k", "1,2", "--out", str(dest)]) == 0
+    assert main([*args, "--curve", "--k", "1,2", "--out", str(dest), "--overwrite"]) == 0
     result = json.loads(dest.read_text())
     assert "pass@2" in result and "pass@4" not in result and result["curve"]["k"] == [1, 2, 4]
+
+
+def test_differs_in_says_what_ran_when_a_resume_changed_a_key(tmp_path):
+    """Issue 41: a run resumed with optim.lr changed showed only the latest value, equal to the other run's."""
+    changed = write_run(tmp_path / "changed", ["optim.lr=1e-4"])
+    (changed / "config_history.jsonl").write_text(json.dumps(
+        {"time": "t", "resumed_after_step": 2, "changes": {"optim.lr": [5e-4, 1e-4]}, "previous": "..."}) + "\n")
+    steady = write_run(tmp_path / "steady", ["optim.lr=1e-4", "run.seed=2"])
+    cells = differs_in(compare([changed, steady], out=tmp_path / "cmp"))  # not two seeds of one config
+    assert [entries(c) for c in cells] == [{"optim.lr": "0.0005 -> 0.0001 after step 2"}, {"optim.lr": "0.0001"}]

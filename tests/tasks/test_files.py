@@ -33,7 +33,9 @@ def test_jsonl_round_trip_and_holdout(tmp_path):
     assert [p.answer for p in train] == [str(2 * i) for i in range(7)]  # numbers become strings
     assert [p.answer for p in eval_] == ["14", "16", "18"]  # the last eval_size rows
     assert train[1].prompt == "What is 1+1? Use {braces}."
-    assert train[0].meta == {"id": "data.jsonl:1"} and eval_[0].meta == {"id": "data.jsonl:9"}  # blank line 4
+    # every column but the answer (passed positionally) reaches the reward; the id is file:line (blank line 4)
+    assert train[0].meta == {"id": "data.jsonl:1", "problem": "What is 0+0? Use {braces}.", "solution": "..."}
+    assert eval_[0].meta["id"] == "data.jsonl:9"
 
 
 def test_train_size_caps_and_template(tmp_path):

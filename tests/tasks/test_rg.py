@@ -52,3 +52,10 @@ def test_extract_rg_answer():
 def test_unknown_dataset_lists_valid_names():
     with pytest.raises(ValueError, match=r"task.name: 'rg:chain_summ' .* Did you mean rg:chain_sum.*available, e.g."):
         load_task(TaskConfig(name="rg:chain_summ"))
+
+
+@pytest.mark.parametrize("typed, meant", [("countdown_game", "rg:countdown"), ("maze_runner", "rg:maze")])
+def test_an_unknown_name_far_from_any_as_a_whole_is_matched_by_a_word(typed, meant):
+    # difflib finds nothing close to the whole name; a dataset sharing one of its words is suggested instead
+    with pytest.raises(ValueError, match=rf"'rg:{typed}' is not a reasoning-gym dataset. Did you mean [^?]*{meant}"):
+        load_task(TaskConfig(name=f"rg:{typed}"))

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 import explorl.commands.common as common
-from explorl.commands.common import _show_report
+from explorl.commands.common import _show_report, add_overwrite_flag, refuse_to_replace
 
 
 def add_parser(sub) -> None:
@@ -22,12 +22,14 @@ def add_parser(sub) -> None:
                                  "JSON (default FILE.report.json)")
     a.add_argument("--smooth", type=float, default=0.0, help="EMA weight of the per-step curves, in [0, 1) "
                                                                 "(0 = raw; 0.9 smooths strongly)")
+    add_overwrite_flag(a)
     a.set_defaults(fn=cmd_analyze)
 
 
 def cmd_analyze(args) -> int:
     from explorl.report import analyze
 
+    refuse_to_replace(args.out, "--out", args.overwrite)
     if Path(args.run).is_file():
         return analyze_completions(Path(args.run), Path(args.out) if args.out else None)
 

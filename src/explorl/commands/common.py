@@ -62,6 +62,11 @@ def _task_opts(items: list[str]) -> dict[str, str]:
 def _run_config(args, command: str, example: str):
     """The config of `explorl train` / `explorl sft`: CONFIG with overrides, or with `--resume RUN` the run's own
     config.yaml (overrides still apply)."""
+    return load_config(*_config_source(args, command, example))
+
+
+def _config_source(args, command: str, example: str) -> tuple[Path | str, list[str]]:
+    """(config file, overrides) of `explorl train` / `explorl sft`, as `_run_config` reads them."""
     if args.resume:
         run = Path(args.resume)
         if not (run / "config.yaml").exists():
@@ -72,10 +77,75 @@ def _run_config(args, command: str, example: str):
                 raise ConfigError(f"explorl {command}: give a CONFIG file or --resume RUN, not both "
                                   f"(a resumed run uses {run / 'config.yaml'}; change it with key=value overrides)")
             overrides.insert(0, args.config)
-        return load_config(run / "config.yaml", overrides)
+        _refuse_remote_code_from_run(run, overrides)
+        return run / "config.yaml", overrides
     if args.config is None:
         raise ConfigError(f"explorl {command}: give a CONFIG file (e.g. {example}) or --resume RUN")
-    return load_config(args.config, args.overrides)
+    return args.config, list(args.overrides)
+
+
+def _print_config_summary(path, overrides: list[str]):
+    """Load and validate the config, print each key that differs from its default with the layer that set it and
+    what the chosen methods cost (`explorl.config.explain`), in a few lines; returns the config. The whole resolved
+    config is `explorl config FILE --resolved` (and a run's config.yaml)."""
+    from rich.markup import escape
+
+    from explorl.config.explain import explain, format_explanation
+
+    explained = explain(path, overrides)
+    console.rule("config")
+    for line in format_explanation(explained, title=f"{path}: the keys that differ from their defaults"):
+        console.print(escape(line), highlight=False, soft_wrap=True)
+    shown = " ".join([str(path), *overrides])
+    console.print(f"[dim]the whole resolved config: explorl config {escape(shown)} --resolved[/]", highlight=False,
+                  soft_wrap=True)
+    return explained.cfg
+
+
+def _refuse_remote_code_from_run(run: Path, overrides: list[str]) -> None:
+    """A run directory is not trusted to let a model's code run: ConfigError when RUN/config.yaml sets
+    `model.trust_remote_code: true` and the command line does not say it again."""
+    import yaml
+
+    try:
+        recorded = ((yaml.safe_load((run / "config.yaml").read_text()) or {}).get("model") or {})
+    except (OSError, yaml.YAMLError, AttributeError):
+        return  # loading the config names the problem
+    if recorded.get("trust_remote_code") is True and \
+            not any(o.split("=", 1)[0].strip() == "model.trust_remote_code" for o in overrides):
+        raise ConfigError(f"model.trust_remote_code: {run / 'config.yaml'} sets it to true, which lets the model "
+                          f"directory's Python code run; a run directory alone is not trusted with that. Add "
+                          f"model.trust_remote_code=true to the command if you trust {run} and its model")
+
+
+OVERWRITE_HELP = "replace an output you name that already exists (otherwise the command stops before any work)"
+
+
+def add_overwrite_flag(parser) -> None:
+    """`--overwrite`, the one switch of `refuse_to_replace` on every command that writes where you say."""
+    parser.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
+
+
+def refuse_to_replace(path: str | Path | None, flag: str, overwrite: bool, *, own: tuple[str, ...] = ()) -> None:
+    """The one rule for what a command writes where you say (`--out`, `--save-completions`, `--per-problem`): a file
+    that exists, or a directory that holds anything, is not replaced: FileExistsError naming the flag and the path,
+    raised before any work, unless `overwrite` (`--overwrite`). `own`: files that mark a directory as this command's
+    own earlier output, which it continues (`explorl frontier`'s points). Paths explorl picks itself are new
+    (`_unused_path`) or its own (`runs/...`, RUN/report)."""
+    if path is None or overwrite:
+        return
+    p = Path(path)
+    if p.is_dir():
+        entries = sorted(x.name for x in p.iterdir())
+        if not entries or any((p / f).exists() for f in own):
+            return
+        shown = ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
+        raise FileExistsError(f"{flag} {p}: already exists and is not an empty directory (it holds {shown}); a "
+                              f"directory you name is written only when empty. Choose a new one, or add --overwrite "
+                              f"to replace what the command writes there")
+    if p.exists():
+        raise FileExistsError(f"{flag} {p}: already exists; a file you name is never replaced. Choose another path, "
+                              f"or add --overwrite to replace it")
 
 
 def _unused_path(path: Path) -> Path:

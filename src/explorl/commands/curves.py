@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 import explorl.commands.common as common
+from explorl.commands.common import add_overwrite_flag, refuse_to_replace
 
 
 def add_parser(sub) -> None:
@@ -19,7 +20,8 @@ def add_parser(sub) -> None:
                                                                    "is the reference (e.g. the base model)")
     cv.add_argument("--labels", help="comma-separated names (default: each summary's label)")
     cv.add_argument("--metric", choices=["pass@k", "maj@k"], default="pass@k")
-    cv.add_argument("--out", default="runs/curves.png", help="PNG path")
+    cv.add_argument("--out", help="PNG path (default runs/curves.png, replaced each time)")
+    add_overwrite_flag(cv)
     cv.set_defaults(fn=cmd_curves)
 
 
@@ -27,6 +29,7 @@ def cmd_curves(args) -> int:
     from explorl.report.plots import crossings, plot_k_curves
 
     console = common.console
+    refuse_to_replace(args.out, "--out", args.overwrite)
     curves, summaries = {}, {}
     labels = args.labels.split(",") if args.labels else []
     if labels and len(labels) != len(args.files):
@@ -81,6 +84,6 @@ def cmd_curves(args) -> int:
         cross = crossings(curves[names[0]], curves[name], args.metric)
         console.print(f"{name} crosses {names[0]} at k = {', '.join(map(str, cross))}" if cross
                       else f"{name} does not cross {names[0]} at the k evaluated")
-    out = plot_k_curves(curves, args.out, args.metric, paired=paired)
+    out = plot_k_curves(curves, args.out or "runs/curves.png", args.metric, paired=paired)
     console.print(f"wrote {out}")
     return 0

@@ -1,4 +1,5 @@
-"""`explorl demo [CONFIG]`: the main job, base eval, GRPO, eval after, a before/after table (`explorl.demo`)."""
+"""`explorl demo [CONFIG]`: the main job, base eval, GRPO, eval after, a before/after table (`explorl.demo`); run
+again after Ctrl-C, it continues from the last checkpoint."""
 
 from __future__ import annotations
 
@@ -13,7 +14,13 @@ def add_parser(sub) -> None:
 
 
 def cmd_demo(args) -> int:
-    from explorl.demo import run_demo
+    from explorl.config import load_config
+    from explorl.demo import DEFAULT_CONFIG, interrupted_hint, run_demo
 
-    run_demo(args.config, args.overrides, console=common.console)
+    try:
+        run_demo(args.config, args.overrides, console=common.console)
+    except KeyboardInterrupt:  # Ctrl-C: after a checkpoint, a demo continues with the demo's own command
+        out_dir = load_config(args.config or DEFAULT_CONFIG, args.overrides).run.out_dir
+        common.console.print(interrupted_hint(out_dir), soft_wrap=True)
+        return 130
     return 0

@@ -10,7 +10,8 @@ from rich.table import Table
 from rich.text import Text
 
 import explorl.commands.common as common
-from explorl.commands.common import _check_device, _check_ks_within_n, _parse_ks, _print_table, _task_opts, _unused_path
+from explorl.commands.common import (_check_device, _check_ks_within_n, _parse_ks, _print_table, _task_opts,
+                                     _unused_path, add_overwrite_flag, refuse_to_replace)
 
 
 def add_parser(sub) -> None:
@@ -43,6 +44,9 @@ def add_parser(sub) -> None:
                         "or the model itself), found by bisection; compares models at equal sampling entropy")
     e.add_argument("--calibration", type=int, default=32, metavar="N",
                    help="--match-entropy: calibration problems (the first N of the split) and 4 samples each")
+    e.add_argument("--python-path", action="append", default=[], metavar="DIR",
+                   help="a directory searched first for modules, e.g. of your reward (--task-opt reward=mod:fn) or "
+                        "plugins; repeatable (a run's own run.python_path is used as well)")
     e.add_argument("--limit", type=int, default=0, help="evaluate only the first N problems (0 = all)")
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--device", default="auto")
@@ -63,6 +67,7 @@ def add_parser(sub) -> None:
     e.add_argument("--analyze", action="store_true",
                    help="also the unsolvable set, rollout branching factor, entropy profile, answer diversity, "
                         "and per-problem results (default MODEL-TASK.problems.jsonl beside --out)")
+    add_overwrite_flag(e)
     e.set_defaults(fn=cmd_eval)
 
 
@@ -136,6 +141,13 @@ def cmd_eval(args) -> int:
     else:
         ks = _parse_ks("1,2,4,8,16")
     _check_ks_within_n(ks, args.n)
+    if args.python_path:  # before a reward module is imported or a worker starts (workers inherit sys.path)
+        from explorl.config.validation import use_python_path
+
+        missing = [d for d in args.python_path if not Path(d).expanduser().is_dir()]
+        if missing:
+            raise SystemExit(f"--python-path: {', '.join(missing)} is not a directory")
+        use_python_path([str(Path(d).expanduser().resolve()) for d in args.python_path])
     opts = _task_opts(args.task_opt)
     if args.match_entropy is not None:  # checked before any model loads
         if args.match_entropy != "base":
@@ -147,6 +159,9 @@ def cmd_eval(args) -> int:
         if args.calibration < 1:
             raise SystemExit(f"--calibration: {args.calibration} must be at least 1 (problems to calibrate on)")
     _check_device(args.device)
+    for flag, path in (("--out", args.out), ("--save-completions", args.save_completions),
+                       ("--per-problem", args.per_problem)):
+        refuse_to_replace(path, flag, args.overwrite)  # before any model loads
     model_cfg = from_dict(ModelConfig, {"path": args.model, "device": args.device, "dtype": args.dtype})
     s = resolve_eval_settings(args.model, args.task, opts, max_new_tokens=args.max_new_tokens,
                               temperature=args.temperature, top_p=args.top_p, schedule=args.schedule,
@@ -290,12 +305,12 @@ def _reward_failures(failures: list, summary: dict, s) -> int | None:
 
 
 def _out_path(given: str | None, label: str, task_name: str) -> Path:
-    """The summary's path: `--out` (replaced if it exists), or runs/eval/LABEL-TASK.json named apart from any
-    earlier evaluation (an earlier result is never overwritten)."""
+    """The summary's path: `--out` (an existing one only with --overwrite: `refuse_to_replace`, checked before the
+    evaluation), or runs/eval/LABEL-TASK.json named apart from any earlier evaluation (never overwritten)."""
     if given:
         out_path = Path(given)
         if out_path.exists():
-            common.console.print(Text(f"--out {out_path} exists: replacing it"), style="yellow")
+            common.console.print(Text(f"--out {out_path} exists: replacing it (--overwrite)"), style="yellow")
         return out_path
     default = Path(f"runs/eval/{label}-{task_name.replace(':', '_')}.json")
     out_path = _unused_path(default)

@@ -8,6 +8,7 @@ from pathlib import Path
 from rich.text import Text
 
 import explorl.commands.common as common
+from explorl.commands.common import add_overwrite_flag, refuse_to_replace
 from explorl.config import ConfigError, load_config
 
 
@@ -21,6 +22,7 @@ def add_parser(sub) -> None:
                                                         "LoRA runs and adapter directories)")
     x.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
                    help="dtype of the written weights (auto: float32, as loaded on the CPU)")
+    add_overwrite_flag(x)
     x.set_defaults(fn=cmd_export)
 
 
@@ -32,9 +34,11 @@ def cmd_export(args) -> int:
                                 load_run_output, resolve_dtype, resolve_model_path)
 
     out = Path(args.out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise FileExistsError(f"--out {out}: already exists and is not an empty directory; export never overwrites, "
-                              f"choose a new directory")
+    refuse_to_replace(out, "--out", args.overwrite)
+    replaced = out.exists() and (not out.is_dir() or any(out.iterdir()))
+    if replaced and not (out.is_dir() and any((out / f).is_file() for f in ("config.json", "adapter_config.json"))):
+        raise FileExistsError(f"--out {out}: --overwrite replaces a model directory (one with config.json), and "
+                              f"{out} is not one; choose a new directory")
     run = find_run_output(args.source)
     if run is not None:
         run_cfg = load_config(run.config_path)
@@ -59,9 +63,16 @@ def cmd_export(args) -> int:
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(str(tmp))
     tok.save_pretrained(str(tmp))
-    if out.exists():
-        out.rmdir()  # empty, checked above
-    os.replace(tmp, out)
+    if replaced:  # the old model goes only once the new one is complete
+        old = out.with_name(out.name + ".replaced")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(out, old)
+        os.replace(tmp, out)
+        shutil.rmtree(old)
+    else:
+        if out.exists():
+            out.rmdir()  # empty, checked above
+        os.replace(tmp, out)
     merged = " (LoRA adapters merged)" if lora else ""
     common.console.print(Text(f"wrote {out}: {what}{merged} as a standard Hugging Face model directory, weights and "
                               f"tokenizer (AutoModelForCausalLM.from_pretrained; `model.path` or `--model` of "

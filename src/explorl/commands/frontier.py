@@ -10,7 +10,8 @@ from rich.table import Table
 from rich.text import Text
 
 import explorl.commands.common as common
-from explorl.commands.common import _check_device, _check_ks_within_n, _parse_ks, _parse_list, _task_opts
+from explorl.commands.common import (_check_device, _check_ks_within_n, _parse_ks, _parse_list, _task_opts,
+                                     add_overwrite_flag, refuse_to_replace)
 
 
 def add_parser(sub) -> None:
@@ -38,7 +39,9 @@ def add_parser(sub) -> None:
     f.add_argument("--seed", type=int, default=0)
     f.add_argument("--device", default="auto")
     f.add_argument("--dtype", default="auto")
-    f.add_argument("--out", default="runs/frontier", help="directory: frontier.json and frontier.png")
+    f.add_argument("--out", default="runs/frontier", help="directory: frontier.json and frontier.png (a frontier's "
+                                                          "own directory is continued: its points are reused)")
+    add_overwrite_flag(f)
     f.set_defaults(fn=cmd_frontier)
 
 
@@ -105,6 +108,7 @@ def cmd_frontier(args) -> int:
     if args.grid < 1:
         raise SystemExit(f"--grid: {args.grid} must be at least 1")
     _check_device(args.device)
+    refuse_to_replace(args.out, "--out", args.overwrite, own=(PARTIAL, "frontier.json"))
     labels = [x.strip() for x in args.labels.split(",")] if args.labels else []
     if labels and len(labels) != len(args.models):
         raise SystemExit(f"--labels: {len(labels)} names for {len(args.models)} models")

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from rich.text import Text
 
 import explorl.commands.common as common
-from explorl.commands.common import _parse_list, _task_opts
+from explorl.commands.common import _parse_list, _task_opts, add_overwrite_flag, refuse_to_replace
 
 if TYPE_CHECKING:
     from explorl.commands.probe_runs import Context
@@ -57,6 +57,7 @@ def add_parser(sub) -> None:
         q.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
         q.add_argument("--out", help=f"result JSON (default runs/probe/{name}-MODEL.json; the PNG goes beside it)")
         q.add_argument("--no-plot", action="store_true", help="write no PNG")
+        add_overwrite_flag(q)
         q.set_defaults(fn=cmd_probe)
         return q
 
@@ -107,6 +108,7 @@ def cmd_probe(args) -> int:
                              f"{args.frac}")
     if args.probe == "update" and not 0 < args.top_frac <= 1:
         raise SystemExit(f"--top-frac: must lie in (0, 1], got {args.top_frac}")
+    refuse_to_replace(args.out, "--out", args.overwrite)
     return run(args, _task_opts(args.task_opt), common.console)
 
 

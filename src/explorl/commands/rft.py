@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-from rich.syntax import Syntax
-
 import explorl.commands.common as common
-from explorl.commands.common import _print_checks
-from explorl.config import dump_yaml, load_config
+from explorl.commands.common import _print_checks, _print_config_summary
 
 
 def add_parser(sub) -> None:
     f = sub.add_parser("rft", help="rejection-sampling fine-tuning with exploration-aware data selection")
     f.add_argument("config", help="YAML config (e.g. configs/rft.yaml)")
     f.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. rft.strategies=[noisy]")
-    f.add_argument("--dry-run", action="store_true", help="validate and print the resolved config, then exit")
+    f.add_argument("--dry-run", action="store_true", help="validate, print where each non-default value came from, check the inputs, then exit")
     f.set_defaults(fn=cmd_rft)
 
 
@@ -21,9 +18,7 @@ def cmd_rft(args) -> int:
     from explorl.rft import run_rft
 
     console = common.console
-    cfg = load_config(args.config, args.overrides)
-    console.rule("resolved config")
-    console.print(Syntax(dump_yaml(cfg), "yaml", background_color="default", word_wrap=True))
+    cfg = _print_config_summary(args.config, list(args.overrides))
     from explorl.models import check_run_inputs
 
     checks = [c for c in check_run_inputs(cfg) if c[0] != "run.out_dir"]  # rft keeps its own output layout

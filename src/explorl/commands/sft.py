@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import json
 
-from rich.syntax import Syntax
-
 import explorl.commands.common as common
-from explorl.commands.common import _print_checks, _print_table, _run_config
-from explorl.config import dump_yaml
+from explorl.commands.common import _config_source, _print_checks, _print_config_summary, _print_table
 
 
 def add_parser(sub) -> None:
@@ -16,16 +13,14 @@ def add_parser(sub) -> None:
                                     "papers 001 and 004); writes a run directory like train")
     sf.add_argument("config", nargs="?", help="YAML config (e.g. configs/sft.yaml)")
     sf.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. sft.epochs=1 optim.lr=1e-4")
-    sf.add_argument("--dry-run", action="store_true", help="validate and print the resolved config, then exit")
+    sf.add_argument("--dry-run", action="store_true", help="validate, print where each non-default value came from, check the inputs, then exit")
     sf.add_argument("--resume", metavar="RUN", help="continue the SFT run in RUN from its last checkpoint")
     sf.set_defaults(fn=cmd_sft)
 
 
 def cmd_sft(args) -> int:
     console = common.console
-    cfg = _run_config(args, "sft", "configs/sft.yaml")
-    console.rule("resolved config")
-    console.print(Syntax(dump_yaml(cfg), "yaml", background_color="default", word_wrap=True))
+    cfg = _print_config_summary(*_config_source(args, "sft", "configs/sft.yaml"))
     from explorl.models import check_run_inputs
 
     checks = check_run_inputs(cfg)

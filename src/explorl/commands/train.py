@@ -4,27 +4,23 @@ from __future__ import annotations
 
 import json
 
-from rich.syntax import Syntax
-
 import explorl.commands.common as common
-from explorl.commands.common import _print_checks, _print_table, _run_config
-from explorl.config import dump_yaml
+from explorl.commands.common import _config_source, _print_checks, _print_config_summary, _print_table
 
 
 def add_parser(sub) -> None:
     t = sub.add_parser("train", help="train a policy from a YAML config")
     t.add_argument("config", nargs="?", help="YAML config (e.g. configs/quickstart.yaml)")
     t.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. sampling.temperature=0.7")
-    t.add_argument("--dry-run", action="store_true", help="validate and print the resolved config, then exit")
+    t.add_argument("--dry-run", action="store_true",
+                   help="validate, print where each non-default value came from and check every input, then exit")
     t.add_argument("--resume", metavar="RUN", help="continue a killed run from its last checkpoint")
     t.set_defaults(fn=cmd_train)
 
 
 def cmd_train(args) -> int:
     console = common.console
-    cfg = _run_config(args, "train", "configs/quickstart.yaml")
-    console.rule("resolved config")
-    console.print(Syntax(dump_yaml(cfg), "yaml", background_color="default", word_wrap=True))  # never crop
+    cfg = _print_config_summary(*_config_source(args, "train", "configs/quickstart.yaml"))
     from explorl.models import check_run_inputs
 
     checks = check_run_inputs(cfg, resume=args.resume)  # the same checks before a real run as for --dry-run

@@ -7,13 +7,15 @@ import json
 from pathlib import Path
 
 import explorl.commands.common as common
+from explorl.commands.common import add_overwrite_flag, refuse_to_replace
 
 
 def add_parser(sub) -> None:
     v = sub.add_parser("venn", help="Venn diagram of the k-rollout unsolvable sets of 2-3 models")
     v.add_argument("files", nargs="+", help="per-problem files of `explorl eval --analyze` (MODEL-TASK.problems.jsonl)")
     v.add_argument("--k", type=int, default=8, help="samples per problem that define unsolvable (first k)")
-    v.add_argument("--out", default="runs/venn.png", help="PNG path")
+    v.add_argument("--out", help="PNG path (default runs/venn.png, replaced each time)")
+    add_overwrite_flag(v)
     v.set_defaults(fn=cmd_venn)
 
 
@@ -23,6 +25,7 @@ def cmd_venn(args) -> int:
 
     if not 2 <= len(args.files) <= 3:
         raise SystemExit("explorl venn: give 2 or 3 per-problem files written by `explorl eval --analyze`")
+    refuse_to_replace(args.out, "--out", args.overwrite)
     sets = {}
     for f in args.files:
         path = Path(f)
@@ -37,7 +40,7 @@ def cmd_venn(args) -> int:
                 raise ValueError(f"{path}:{i}: not a per-problem line of `explorl eval --analyze` ({e})") from None
         name = path.name.removesuffix(".problems.jsonl")
         sets[name] = unsolvable_set(results, args.k)
-    out = plot_venn(sets, args.out, title=f"{args.k}-rollout unsolvable problems")
+    out = plot_venn(sets, args.out or "runs/venn.png", title=f"{args.k}-rollout unsolvable problems")
     for region, count in set_overlaps(sets).items():
         common.console.print(f"{region}: {count}")
     common.console.print(f"wrote {out}")

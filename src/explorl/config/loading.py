@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 import types
 import typing
 from pathlib import Path
@@ -218,15 +219,48 @@ def read_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     """Read a YAML config (optional) and apply overrides into the typed `Config`, not yet checked against the
     registry (`explorl.config.validation.load_config` does both).
 
-    A YAML file may name `base: other.yaml` (relative to itself) to inherit from another config.
+    A YAML file may name `base: other.yaml` (relative to itself) to inherit from another config, and `methods:
+    [...]` to layer methods on it; the precedence is `read_layers`'.
     """
-    data: dict[str, Any] = {}
-    if path is not None:
-        data = _read_yaml(Path(path))
-    for ov in overrides:
-        apply_override(data, ov)
-    _resolve_paths_of_overrides(data)
-    return from_dict(Config, data)
+    layers = read_layers(path, overrides)
+    try:
+        return from_dict(Config, settings(layers))
+    except ConfigError as e:  # a wrong type or an unknown key: say where it was written
+        raise ConfigError(_located(str(e), layers)) from None
+
+
+_ERROR_KEY = re.compile(r"(?:unknown key ')?([A-Za-z_][\w.]*)")
+
+
+def _located(message: str, layers: list[Layer]) -> str:
+    """`message` (which starts with the dotted key it concerns) prefixed with `file:line:` of the layer that set the
+    key, when a YAML file did (`my.yaml:7: run.steps: expected an integer, got 'many'`)."""
+    m = _ERROR_KEY.match(message)
+    if m is None:
+        return message
+    key = m.group(1).rstrip(".")
+    setter = next((layer for layer in reversed(layers) if layer.sets(key)), None)
+    if setter is None or setter.file is None:
+        return message
+    line = _line_of(setter.file, key)
+    return f"{_shown(setter.file)}:{line}: {message}" if line else f"{_shown(setter.file)}: {message}"
+
+
+def _line_of(path: Path, key: str) -> int | None:
+    """The 1-based line of the dotted `key` in the YAML file `path` (where its last part is written), or None."""
+    try:
+        node = yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return None
+    line = None
+    for part in key.split("."):
+        if not isinstance(node, yaml.MappingNode):
+            return line
+        found = next(((k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == part), None)
+        if found is None:
+            return line
+        line, node = found[0].start_mark.line + 1, found[1]
+    return line
 
 
 def _resolve_paths_of_overrides(data: dict) -> None:
@@ -235,14 +269,44 @@ def _resolve_paths_of_overrides(data: dict) -> None:
     _resolve_paths(data, Path.cwd(), modules=False)  # modules named on the command line: found from the cwd
 
 
-def _read_yaml(path: Path, depth: int = 0) -> dict[str, Any]:
+def _refuse_duplicate_keys(node: Any, path: Path, prefix: str = "", seen: set | None = None) -> None:
+    """ConfigError naming the dotted key and both lines when a YAML mapping writes a key twice (YAML itself keeps the
+    last one silently, so a setting would change without a word). Keys a merge (`<<: *anchor`) brings in may be
+    overridden, as YAML means."""
+    seen = set() if seen is None else seen
+    if id(node) in seen:
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        lines: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+            if key is None:
+                continue
+            line = key_node.start_mark.line + 1
+            if key in lines:
+                raise ConfigError(f"{prefix}{key}: written twice in {path} (lines {lines[key]} and {line}); YAML would "
+                                  f"keep the last silently. Remove one of them")
+            lines[key] = line
+            _refuse_duplicate_keys(value_node, path, f"{prefix}{key}.", seen)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _refuse_duplicate_keys(item, path, f"{prefix.rstrip('.')}[{i}].", seen)
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    """One YAML file's mapping, as written (its `base:` and `methods:` still in it; `_file_layers` reads them)."""
     if not path.exists():
         raise ConfigError(f"config file {path} does not exist")
     try:
         loader = yaml.SafeLoader(path.read_text(encoding="utf-8"))
         loader.name = str(path)  # YAML's messages name the file (not "<unicode string>") and quote its line
         try:
-            data = loader.get_single_data() or {}
+            node = loader.get_single_node()
+            _refuse_duplicate_keys(node, path)
+            data = (loader.construct_document(node) if node is not None else None) or {}
         finally:
             loader.dispose()
     except yaml.YAMLError as e:
@@ -251,17 +315,6 @@ def _read_yaml(path: Path, depth: int = 0) -> dict[str, Any]:
         raise ConfigError(f"{path}: not a UTF-8 text file ({e})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections (model, task, ...)")
-    base = data.pop("base", None)
-    methods = data.pop("methods", None)
-    _resolve_paths(data, path.parent.resolve())  # this file's paths, before a base's are merged in
-    if methods is not None:  # between the base and the file's own keys: a method's layer, the file's choices on top
-        data = _merge(_method_layers(methods, path), data)
-    if base is not None:
-        if not isinstance(base, str) or not base:
-            raise ConfigError(f"{path}: `base:` must be the path of another YAML config, got {base!r}")
-        if depth > 8:
-            raise ConfigError(f"{path}: `base:` chain is too deep (a cycle?)")
-        data = _merge(_read_yaml(path.parent / base, depth + 1), data)
     return data
 
 
@@ -275,14 +328,139 @@ def method_names() -> list[str]:
     return sorted(p.stem for p in METHODS_DIR.glob("*.yaml"))
 
 
-def _method_layers(methods: Any, path: Path) -> dict:
-    """The settings of `methods:` (names of shipped layers, or paths of YAML files relative to `path`), merged in
-    order; ConfigError when two set the same key to different values (choose one, or set the key yourself)."""
+@dataclasses.dataclass
+class Layer:
+    """One source of settings, as `read_layers` stacks them: a config file's own keys, a method layer, the command
+    line. Its `data` is nested like a config file, paths already resolved."""
+
+    source: str
+    """How `explorl config FILE --explain` names it: `my.yaml`, `base: quickstart.yaml`, `methods: e3
+    (src/explorl/methods/e3.yaml)`, `command line`."""
+    data: dict
+    """The settings, nested as in YAML (`{"algo": {"loss_agg": ...}}`)."""
+    method: bool = False
+    """Whether a `methods:` entry brought it (its options are dropped with its choice, `_drop_lost_options`)."""
+    file: Path | None = None
+    """The YAML file it was read from (None: the command line)."""
+
+    def sets(self, key: str) -> bool:
+        """Whether this layer decides the dotted `key`: it sets the key, a section holding it (`algo.erpo: null`),
+        or something inside it."""
+        value: Any = self.data
+        for part in key.split("."):
+            if not isinstance(value, dict) or part not in value:
+                return False
+            value = value[part]
+            if not isinstance(value, dict):
+                return True
+        return True
+
+
+@dataclasses.dataclass
+class _Conflict:
+    """Two methods of one file that set a key differently: refused unless a layer from `owner` on (the file's own
+    keys, a file that takes it as `base:`, the command line) sets the key itself."""
+
+    file: Path
+    key: str
+    first: tuple[str, Any]
+    second: tuple[str, Any]
+    owner: Layer
+
+
+def _shown(path: Path) -> str:
+    """A path as `explain` shows it: relative to the working directory when it lies below it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def read_layers(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> list[Layer]:
+    """The layers of a config, lowest first, under one precedence: **the command line > the file > its `methods:`
+    (in order, a later one over an earlier one) > its `base:` > the defaults**. A `base:` file is read the same way
+    (its own keys over its methods over its base), so it is one layer group below the file's methods: a method you
+    name overrides what your base sets, and what you set in the file itself overrides both.
+
+    Two methods of one file that set a key to different values are refused, naming each key, unless the key is
+    settled by a higher layer: the file's own keys, a file that takes this one as its `base:`, or the command line.
+    `settings` merges the layers; `explorl config FILE --explain` shows which layer each value came from."""
+    layers: list[Layer] = []
+    conflicts: list[_Conflict] = []
+    if path is not None:
+        layers, conflicts = _file_layers(Path(path), "", 0)
+    command_line: dict[str, Any] = {}
+    for ov in overrides:
+        apply_override(command_line, ov)
+    if command_line:
+        _resolve_paths_of_overrides(command_line)
+        layers.append(Layer("command line", command_line))
+    unsettled = [c for c in conflicts if not _settled(c, layers)]
+    if unsettled:
+        file = unsettled[0].file
+        both = "; ".join(f"methods {c.first[0]!r} and {c.second[0]!r} both set {c.key} ({c.first[1]!r} vs "
+                         f"{c.second[1]!r})" for c in unsettled)
+        keys = ", ".join(dict.fromkeys(c.key for c in unsettled))
+        raise ConfigError(f"{file}: {both}; set {keys} in {file.name} (or key=value on the command line) to choose")
+    return layers
+
+
+def settings(layers: list[Layer]) -> dict[str, Any]:
+    """The layers merged, a higher one's keys over a lower one's; a method's options for a choice that a higher layer
+    changed are dropped with it (`_drop_lost_options`)."""
+    data: dict[str, Any] = {}
+    for layer in layers:
+        data = _merge(data, layer.data)
+    _drop_lost_options(data, layers)
+    return data
+
+
+def _settled(conflict: _Conflict, layers: list[Layer]) -> bool:
+    at = next(i for i, layer in enumerate(layers) if layer is conflict.owner)
+    return any(layer.sets(conflict.key) for layer in layers[at:])
+
+
+def _file_layers(path: Path, role: str, depth: int) -> tuple[list[Layer], list[_Conflict]]:
+    """The layers of one config file, lowest first (its base's, its methods', its own keys) and its methods'
+    conflicts. `role`: how it is named, "" for the file itself, `base: ` or `methods: <name> `."""
+    if depth > 8:
+        raise ConfigError(f"{path}: `base:` chain is too deep (a cycle?)")
+    data = _read_yaml(path)
+    base = data.pop("base", None)
+    methods = data.pop("methods", None)
+    _resolve_paths(data, path.parent.resolve())  # this file's paths, relative to itself
+    layers: list[Layer] = []
+    conflicts: list[_Conflict] = []
+    if base is not None:
+        if not isinstance(base, str) or not base:
+            raise ConfigError(f"{path}: `base:` must be the path of another YAML config, got {base!r}")
+        below, found = _file_layers(path.parent / base, "base", depth + 1)
+        layers, conflicts = below, found
+    own = Layer(_role_name(role, path), data, method=role.startswith("methods"), file=path)
+    if methods is not None:  # between the base and the file's own keys
+        above, found = _method_layers(methods, path, own, depth)
+        layers, conflicts = layers + above, conflicts + found
+    return layers + [own], conflicts
+
+
+def _role_name(role: str, path: Path) -> str:
+    if role == "base":
+        return f"base: {_shown(path)}"
+    if role.startswith("methods"):
+        return f"{role} ({_shown(path)})"
+    return _shown(path)
+
+
+def _method_layers(methods: Any, path: Path, owner: Layer, depth: int) -> tuple[list[Layer], list[_Conflict]]:
+    """The layers of `methods:` (names of shipped layers, or paths of YAML files relative to `path`), in order, and
+    the keys two of them set to different values (settled, or refused, by `read_layers`)."""
     if isinstance(methods, str):
         methods = [methods]
     if not isinstance(methods, list) or not all(isinstance(m, str) and m for m in methods):
         raise ConfigError(f"{path}: `methods:` must be a list of method names ({', '.join(method_names())}) or "
                           f"YAML files, got {methods!r}")
+    layers: list[Layer] = []
+    conflicts: list[_Conflict] = []
     merged: dict = {}
     origin: dict[str, str] = {}
     for name in methods:
@@ -292,17 +470,51 @@ def _method_layers(methods: Any, path: Path) -> dict:
             hint = f" Did you mean '{near[0]}'?" if near else ""
             raise ConfigError(f"{path}: methods: {name!r} is not a method layer.{hint} Shipped: "
                               f"{', '.join(method_names())}; or give a YAML file")
-        layer = _read_yaml(file)
-        for key, value in _leaves(layer):
+        own, found = _file_layers(file, f"methods: {name}", depth + 1)
+        for layer in own:
+            layer.method = True
+        layer_data: dict = {}
+        for layer in own:
+            layer_data = _merge(layer_data, layer.data)
+        for key, value in _leaves(layer_data):
             if key in origin and _get(merged, key) != value:
-                raise ConfigError(f"{path}: methods {origin[key]!r} and {name!r} both set {key} "
-                                  f"({_get(merged, key)!r} vs {value!r}); set {key} in {path.name} to choose")
+                conflicts.append(_Conflict(path, key, (origin[key], _get(merged, key)), (name, value), owner))
             origin[key] = name
-        merged = _merge(merged, layer)
-    return merged
+        merged = _merge(merged, layer_data)
+        layers += own
+        conflicts += found
+    return layers, conflicts
+
+
+SELECTING_SECTIONS = ("algo", "sampling", "budget")
+"""The sections whose entries have options under their names (`algo.clip_cov: {...}`, `budget.dapo: {...}`)."""
+
+
+def _drop_lost_options(data: dict, layers: list[Layer]) -> None:
+    """A method layer's options for an entry it selects (`budget: {policy: dapo, dapo: {max_rounds: 9}}`) are dropped
+    when a higher layer chose another entry for that field (`budget.policy: e3`) and no layer but a method's set
+    those options: they travel with the method's choice (validation refuses options of unselected entries)."""
+    for layer in layers:
+        if not layer.method:
+            continue
+        for section_name in SELECTING_SECTIONS:
+            section = layer.data.get(section_name)
+            final = data.get(section_name)
+            if not isinstance(section, dict) or not isinstance(final, dict):
+                continue
+            for name, options in section.items():
+                if not isinstance(options, dict) or name not in final:
+                    continue
+                chooser = [k for k, v in section.items() if v == name or (isinstance(v, list) and name in v)]
+                still = any(final.get(k) == name or (isinstance(final.get(k), list) and name in final[k])
+                            for k in chooser)
+                by_others = any(not other.method and other.sets(f"{section_name}.{name}") for other in layers)
+                if chooser and not still and not by_others:
+                    del final[name]
 
 
 def _leaves(data: dict, prefix: str = "") -> list[tuple[str, Any]]:
+    """(dotted key, value) of every leaf of a nested mapping; an empty mapping is a leaf."""
     out = []
     for k, v in data.items():
         if isinstance(v, dict) and v:
@@ -323,6 +535,16 @@ def _get(data: dict, dotted: str) -> Any:
 PATH_FIELDS = (("model", "path"), ("task", "path"), ("task", "eval_path"))
 
 
+HUB_NAME = re.compile(r"[A-Za-z0-9][\w-]*(?:/[A-Za-z0-9][\w.-]*)?")
+"""A dataset name as the Hub writes them (`gsm8k`, `openai/gsm8k`, `HuggingFaceH4/MATH-500`)."""
+
+
+def _hub_name(value: str, base: Path) -> bool:
+    """Whether a relative `task.path` is a dataset name rather than a path: shaped like one, with no file suffix,
+    and nothing of that name next to the config (a local directory or file always wins, as in `load_dataset`)."""
+    return bool(HUB_NAME.fullmatch(value)) and not Path(value).suffix and not (base / value).exists()
+
+
 def _resolve_paths(data: dict, base: Path, modules: bool = True) -> None:
     """Make the input paths of one config file's mapping absolute, relative to `base` (its directory): model.path
     (not `embedded`), task.path, task.eval_path, each `run.eval_sets` entry's path and eval_path; and with `modules`,
@@ -330,7 +552,10 @@ def _resolve_paths(data: dict, base: Path, modules: bool = True) -> None:
     of its own (a run's recorded config.yaml does), put `base` on `run.python_path`."""
     def resolve(section: Any, key: str) -> None:
         value = section.get(key) if isinstance(section, dict) else None
-        if isinstance(value, str) and value and value != "embedded" and not Path(value).expanduser().is_absolute():
+        shipped = ("embedded", "embedded:testbed")  # the models shipped with explorl, not directories
+        if isinstance(value, str) and value and value not in shipped and not Path(value).expanduser().is_absolute():
+            if section is data.get("task") and key == "path" and _hub_name(value, base):
+                return  # a dataset name for `task.name: hf` (`openai/gsm8k`), kept as written
             section[key] = str(base / value)
 
     for section, key in PATH_FIELDS:

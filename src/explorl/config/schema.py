@@ -51,6 +51,11 @@ class ModelConfig:
     """`auto` (cuda when available, else cpu), `cpu`, `cuda` or `cuda:N`."""
     attn_implementation: str = "sdpa"
     """Attention kernel passed to `from_pretrained` (`sdpa`, `eager`, `flash_attention_2`)."""
+    trust_remote_code: bool = False
+    """Let transformers run the Python code a model directory ships (`auto_map` in its config.json) when explorl
+    loads the model and tokenizer, and in the verl integration. Off: only architectures transformers itself has
+    load. A run directory's config.yaml is not trusted with it: `--resume` needs `model.trust_remote_code=true` on
+    the command line, and `explorl eval`/`export` of a run never run its code."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass to save memory on large models."""
     compile: bool = True
@@ -67,11 +72,25 @@ class ModelConfig:
 class TaskConfig:
     name: str = "arith"
     """`arith` (built-in procedural arithmetic with worked solutions), `file` (question/answer JSONL or
-    Parquet at `path`), or `rg:<dataset>` for a reasoning-gym task such as `rg:chain_sum`."""
+    Parquet at `path`), `hf` (a Hugging Face dataset: `path` a directory or a dataset name), or `rg:<dataset>` for
+    a reasoning-gym task such as `rg:chain_sum`."""
     path: str = ""
-    """`file` task: training data (.jsonl, .json or .parquet)."""
+    """`file` task: training data (.jsonl, .json or .parquet). `hf` task: a directory written by `save_to_disk`
+    (a Dataset or a DatasetDict, read by `datasets.load_from_disk`), or anything `datasets.load_dataset` reads: a
+    local folder of data files, or a dataset name on the Hub (from its cache when `HF_DATASETS_OFFLINE=1`)."""
     eval_path: str = ""
     """`file` task: held-out data. Empty: the last `eval_size` rows of `path` are held out."""
+    split: str = "train"
+    """`hf` task: the split training reads (`task.eval_split` the held-out one)."""
+    eval_split: str = ""
+    """`hf` task: the held-out split (its first `eval_size` rows), e.g. `test`. Empty: the last `eval_size` rows of
+    `split` are held out."""
+    subset: str = ""
+    """`hf` task: the dataset's configuration (`load_dataset`'s `name`, a "subset" on the Hub), e.g. `main` for
+    gsm8k. Empty: its default."""
+    data_files: list[str] = field(default_factory=list)
+    """`hf` task: `load_dataset`'s `data_files` (files or glob patterns inside `path`), e.g. `[train-*.parquet]`.
+    Empty: the dataset's own layout."""
     prompt_field: str = "problem"
     """`file` task: the field holding the question."""
     answer_field: str = "answer"
@@ -86,7 +105,9 @@ class TaskConfig:
     system_prompt: str = ""
     """A system message before the user turn (chat template on), or a line before the prompt (off)."""
     prompt_template: str = "{question}"
-    """Format string that turns a question into the prompt; `{question}` is replaced (`file` and `rg:` tasks)."""
+    """Format string that turns a question into the prompt: `{question}` is replaced by the question (`file`, `hf`
+    and `rg:` tasks), and in `file` and `hf` tasks `{name}` by the row's column `name` (`{context}`, `{problem}`);
+    any other braces stay as written."""
     difficulties: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5])
     """`arith`: difficulty levels mixed in one dataset (level d has d operations), so some prompts are easy
     and some hard. `rg:` tasks ignore it."""
@@ -107,7 +128,8 @@ class TaskConfig:
     my_rewards:fmt]`, TRL's `reward_funcs`): the reward is their weighted sum (`reward_weights`), and each
     function's mean is logged as `reward/<entry>` (`:` written `.`). A function marked `@explorl.rewards.batched`,
     or whose first parameter is named `completions`, is called once per batch as `fn(completions, answers, **meta)
-    -> list[float]`, each meta key a list."""
+    -> list[float]`, each meta key a list. In `file` and `hf` tasks `meta` holds every column of the row (TRL's
+    convention; the columns named completion(s) or answer(s) aside) and `id`."""
     reward_weights: list[float] | None = None
     """Weights of the `reward` functions, one per entry, in order (TRL's `reward_weights`): reward = sum_i w_i * r_i,
     a failed function scoring 0 for that sample. null: every weight is 1."""

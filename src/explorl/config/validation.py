@@ -114,6 +114,8 @@ def command_task(run_cfg: "Config | None", name: str | None, opts: Mapping[str, 
 
 
 DEVICES = "auto, cpu, cuda, cuda:N"
+ROW_TASKS = ("file", "hf")
+"""Tasks whose prompt template may name any column of a data row (`task.prompt_template`)."""
 
 
 def valid_device(device: str) -> bool:
@@ -146,6 +148,7 @@ def validate(cfg: Config) -> None:
     chosen += [schedule, _registered("budget_policy", b.policy, "budget.policy"),
                _registered("task", t.name, "task.name")]
     resolve_options(cfg)
+    _validate_finite(cfg, "", need)  # every number, the methods' options too: inf is never a setting
     need(s.group_size >= 1, "sampling.group_size: must be >= 1")
     need(s.temperature > 0, "sampling.temperature: must be > 0 (use a small value such as 1e-3 for near-greedy)")
     need(0 < s.top_p <= 1, "sampling.top_p: must be in (0, 1]")
@@ -162,6 +165,9 @@ def validate(cfg: Config) -> None:
     need(a.mini_batches >= 1, "algo.mini_batches: must be >= 1")
     need(a.micro_batch_size >= 0, "algo.micro_batch_size: must be >= 0 (0 = split by algo.length_buckets)")
     need(a.length_buckets >= 1, "algo.length_buckets: must be >= 1 (1 = the whole mini-batch in one forward)")
+    need(a.adv_eps >= 0, f"algo.adv_eps: must be >= 0, got {a.adv_eps}")
+    need(a.overlong_penalty >= 0, f"algo.overlong_penalty: must be >= 0, got {a.overlong_penalty}")
+    need(r.batch_size >= 1, f"run.batch_size: must be >= 1 (prompts per step), got {r.batch_size}")
     need(a.mini_batches <= r.batch_size * s.group_size,
          f"algo.mini_batches: {a.mini_batches} mini-batches need at least that many responses; "
          f"run.batch_size * sampling.group_size = {r.batch_size * s.group_size}")
@@ -169,8 +175,19 @@ def validate(cfg: Config) -> None:
     need(0 <= o.min_lr_ratio <= 1, "optim.min_lr_ratio: must be in [0, 1]")
     need(o.warmup_steps >= 0, "optim.warmup_steps: must be >= 0")
     need(o.grad_clip >= 0, "optim.grad_clip: must be >= 0 (0 = off)")
+    need(o.weight_decay >= 0, f"optim.weight_decay: must be >= 0, got {o.weight_decay}")
+    need(0 <= o.beta1 < 1, f"optim.beta1: must be in [0, 1), got {o.beta1}")
+    need(0 <= o.beta2 < 1, f"optim.beta2: must be in [0, 1), got {o.beta2}")
     need(r.steps >= 1, "run.steps: must be >= 1")
-    need(r.batch_size >= 1, "run.batch_size: must be >= 1")
+    need(0 <= r.seed <= SEED_MAX, f"run.seed: must be in [0, {SEED_MAX}] (torch's generator seeds), got {r.seed}")
+    need(r.save_every >= 0, f"run.save_every: must be >= 0 (a checkpoint every this many steps; 0 = only at the "
+                            f"end), got {r.save_every}")
+    need(r.keep_checkpoints >= 1, f"run.keep_checkpoints: must be >= 1 (the newest checkpoints kept; a resume needs "
+                                  f"one), got {r.keep_checkpoints}")
+    need(r.eval_every >= 0, f"run.eval_every: must be >= 0 (0 = only at the end), got {r.eval_every}")
+    need(r.log_samples >= 0, f"run.log_samples: must be >= 0, got {r.log_samples}")
+    need(r.threads >= 0, f"run.threads: must be >= 0 (0 = torch's default), got {r.threads}")
+    need(r.max_nonfinite_steps >= 1, f"run.max_nonfinite_steps: must be >= 1, got {r.max_nonfinite_steps}")
     need(r.eval_n >= 1, "run.eval_n: must be >= 1")
     need(all(1 <= k <= r.eval_n for k in r.eval_k),
          f"run.eval_k: every k must be in [1, run.eval_n={r.eval_n}], got {r.eval_k}")
@@ -181,6 +198,7 @@ def validate(cfg: Config) -> None:
              f"name such as pass@1)")
         # unknown or ill-typed fields raise, naming run.eval_sets.<name>.<field>; then the task's own check
         set_task = eval_set_task(cfg, set_name)
+        _validate_finite(set_task, f"run.eval_sets.{set_name}.", need)
         check = _registered("task", set_task.name, f"run.eval_sets.{set_name}.name").extra.get("check")
         message = check(dataclasses.replace(cfg, task=set_task)) if check is not None else None
         need(message is None, (message or "").replace("task.", f"run.eval_sets.{set_name}."))
@@ -191,14 +209,22 @@ def validate(cfg: Config) -> None:
          "gradients below ~2e-4 and its eps of 1e-8 round to 0 in float16, so the first step writes inf/NaN, on the "
          "CPU and on a GPU alike); use model.dtype=float32, or bfloat16 on a GPU that supports it (`auto` picks it)")
     need(valid_device(cfg.model.device), f"model.device: {cfg.model.device!r} is not one of {DEVICES}")
-    need(t.train_size >= 1 and t.eval_size >= 1, "task.train_size and task.eval_size must be >= 1")
+    need(t.train_size >= 1, f"task.train_size: must be >= 1, got {t.train_size}")
+    need(t.eval_size >= 1, f"task.eval_size: must be >= 1, got {t.eval_size}")
+    need(0 <= t.data_seed <= SEED_MAX, f"task.data_seed: must be in [0, {SEED_MAX}], got {t.data_seed}")
     _validate_rewards(t, need)
     need(t.reward_timeout_s > 0, "task.reward_timeout_s: must be > 0")
     need(t.reward_workers >= 0, f"task.reward_workers: must be >= 0 (0 = one per CPU core), got {t.reward_workers}")
     need(0 <= t.max_reward_failure_frac <= 1,
          f"task.max_reward_failure_frac: must be in [0, 1] (0.5: stop when most of a step's rewards fail; 1: never "
          f"stop), got {t.max_reward_failure_frac}")
-    need("{question}" in t.prompt_template, "task.prompt_template: must contain {question}")
+    if t.name in ROW_TASKS:  # any column of a row may be used (`tasks.files.fill_template`)
+        need(re.search(r"\{[A-Za-z_][A-Za-z0-9_]*\}", t.prompt_template) is not None,
+             "task.prompt_template: must contain a placeholder: {question} (the task.prompt_field column) or any "
+             "column of the data by name, e.g. {problem}")
+    else:
+        need("{question}" in t.prompt_template, f"task.prompt_template: must contain {{question}} (task {t.name} "
+                                                f"gives its problems' text only)")
     if s.engine == "vllm":
         need(not cfg.model.lora.enabled,
              "sampling.engine=vllm: a LoRA policy (model.lora) cannot be synced to vLLM's engine; train without "
@@ -222,9 +248,12 @@ def validate(cfg: Config) -> None:
     need(not bad, f"rft.strategies: unknown {bad}; valid: noisy, entropy, branching")
     need(not ("entropy" in f.strategies and "branching" in f.strategies),
          "rft.strategies: entropy and branching both rank the same samples; choose one")
-    need(f.iterations >= 1 and f.prompts >= 1 and f.samples_per_prompt >= 1 and f.epochs >= 1,
-         "rft.iterations, rft.prompts, rft.samples_per_prompt and rft.epochs must be >= 1")
-    need(0 < f.select_frac <= 1 and 0 <= f.noisy_frac <= 1, "rft.select_frac in (0, 1] and rft.noisy_frac in [0, 1]")
+    for name in ("iterations", "prompts", "samples_per_prompt", "epochs", "batch_size"):
+        need(getattr(f, name) >= 1, f"rft.{name}: must be >= 1, got {getattr(f, name)}")
+    need(0 < f.select_frac <= 1, f"rft.select_frac: must be in (0, 1], got {f.select_frac}")
+    need(0 <= f.noisy_frac <= 1, f"rft.noisy_frac: must be in [0, 1], got {f.noisy_frac}")
+    need(0 < f.branching_top_p <= 1, f"rft.branching_top_p: must be in (0, 1], got {f.branching_top_p}")
+    need(f.lr > 0, f"rft.lr: must be > 0, got {f.lr}")
     need(f.select_count >= 0, f"rft.select_count: must be >= 0 (0 = no fixed count), got {f.select_count}")
     sf = cfg.sft
     need(sf.epochs >= 1, f"sft.epochs: must be >= 1, got {sf.epochs}")
@@ -238,6 +267,46 @@ def validate(cfg: Config) -> None:
     if lo.enabled:
         need(lo.rank >= 1, "model.lora.rank: must be >= 1")
         need(len(lo.target_modules) > 0, "model.lora.target_modules: name at least one module")
+        need(lo.alpha > 0, f"model.lora.alpha: must be > 0, got {lo.alpha}")
+        need(0 <= lo.dropout < 1, f"model.lora.dropout: must be in [0, 1), got {lo.dropout}")
+
+
+def small_training_set(cfg: Config, train_problems: int) -> str | None:
+    """A warning (None when all is well) when the training split has fewer problems than `run.batch_size`: each
+    step's batch then holds the same prompts several times, as separate groups. Shown by the dry run and when a run
+    starts; not an error (a tiny set can be a deliberate overfitting check)."""
+    b = cfg.run.batch_size
+    if train_problems >= b:
+        return None
+    plural = "s" if train_problems != 1 else ""
+    return (f"run.batch_size={b} is larger than the training split ({train_problems} problem{plural}): every step "
+            f"repeats each prompt about {b / max(train_problems, 1):.0f} times in its batch, as separate groups; "
+            f"lower run.batch_size or give more training data (task.train_size, task.path)")
+
+
+SEED_MAX = 2**63 - 2
+"""The largest seed: torch's generators take 64-bit seeds, and the loop seeds one with `run.seed + 1`."""
+
+
+def _validate_finite(section: Any, prefix: str, need) -> None:
+    """Every float of a config section (nested sections and the methods' typed options included, lists item by
+    item) is a finite number: ConfigError naming the first that is not. YAML's `.inf` and `inf` on the command
+    line parse as floats; no setting means infinity (each says what turns it off)."""
+    for f in dataclasses.fields(section):
+        value = getattr(section, f.name)
+        name = f"{prefix}{f.name}"
+        if f.name == "options" and isinstance(value, dict):
+            for key, options in value.items():
+                if dataclasses.is_dataclass(options):
+                    _validate_finite(options, f"{prefix}{key}.", need)
+        elif dataclasses.is_dataclass(value):
+            _validate_finite(value, f"{name}.", need)
+        elif isinstance(value, float):
+            need(math.isfinite(value), f"{name}: must be a finite number, got {value}")
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                need(not isinstance(item, float) or math.isfinite(item),
+                     f"{name}[{i}]: must be a finite number, got {item}")
 
 
 def _validate_rewards(t: TaskConfig, need) -> None:

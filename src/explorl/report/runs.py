@@ -48,6 +48,9 @@ class Run:
     """Lines of metrics.jsonl that were not JSON objects (e.g. a line cut short by a killed run)."""
     members: list[Run] = field(default_factory=list)
     """For a seed mean (`seed_mean`): the runs it averages; empty for a run read from disk."""
+    history: list[dict] = field(default_factory=list)
+    """config_history.jsonl: one record per resume that changed keys (`resumed_after_step`, `changes`: dotted key ->
+    [old, new]), oldest first; empty for a run that ran on one config."""
 
     @property
     def seed(self) -> Any:
@@ -154,6 +157,7 @@ def load_run(path: str | Path) -> Run:
         if any(k != "step" and not k.startswith("eval/") for k in rec):
             run.steps.append(rec)
     run.evals = [by_step[s] for s in sorted(by_step)]
+    run.history = _config_history(path / "config_history.jsonl")
 
     eval_path = path / "eval.json"
     if eval_path.is_file():
@@ -192,11 +196,57 @@ def _same(values: list[Any]) -> bool:
     return len({json.dumps(canonical(v), sort_keys=True, default=str) for v in values}) <= 1
 
 
-def _without_seed(config: dict) -> dict:
+def _config_history(path: Path) -> list[dict]:
+    """The records of a run's config_history.jsonl that say what changed (unreadable lines skipped)."""
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("changes"), dict):
+            records.append(record)
+    return records
+
+
+def changed_during(run: Run) -> dict[str, str]:
+    """The keys a resume changed, each as what ran: `5e-4 -> 1e-4 after step 2` (`-> ... after step N` per change;
+    seed and out_dir aside)."""
+    out: dict[str, str] = {}
+    skip = {".".join(k) for k in SEED_KEYS}
+    for record in run.history:
+        step = record.get("resumed_after_step", "?")
+        for key, change in record["changes"].items():
+            if key in skip or not isinstance(change, list) or len(change) != 2:
+                continue
+            old, new = (_plain_value(v) for v in change)
+            out[key] = f"{out.get(key, old)} -> {new} after step {step}"
+    return out
+
+
+def _plain_value(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+def _set_dotted(config: dict, key: str, value: Any) -> None:
+    node = config
+    parts = key.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {}) if isinstance(node.get(part, {}), dict) else {}
+    node[parts[-1]] = value
+
+
+def _without_seed(config: dict, run: Run | None = None) -> dict:
+    """`config` without `run.seed` and `run.out_dir`; with `run`, each key a resume changed holds what ran
+    (`changed_during`), so a run that changed a key mid-way is not a seed of one that did not."""
     cfg = copy.deepcopy(config)
     for section, key in SEED_KEYS:
         if isinstance(cfg.get(section), dict):
             cfg[section].pop(key, None)
+    for key, ran in (changed_during(run) if run is not None else {}).items():
+        _set_dotted(cfg, key, ran)
     return cfg
 
 
@@ -210,7 +260,8 @@ def group_by_config(runs: list[Run]) -> list[list[Run]]:
     """Runs whose configs are equal except `run.seed` and `run.out_dir`, grouped in order of first appearance."""
     groups: dict[str, list[Run]] = {}
     for run in runs:
-        groups.setdefault(config_key(run.config), []).append(run)
+        groups.setdefault(json.dumps(canonical(_without_seed(run.config, run)), sort_keys=True, default=str),
+                          []).append(run)
     return list(groups.values())
 
 
@@ -296,10 +347,60 @@ def config_differences(groups: list[list[Run]]) -> list[dict[str, Any]]:
     """For each group, the config keys (seed and out_dir aside) whose values differ among the groups, with the
     group's value (`MISSING` where its config lacks the key), sorted by key. Keys equal in every group are left
     out (also when written differently, `canonical`); a section that only some configs have is one key for the
-    others (`sampling.ead: -`), and among the configs that have it, the keys in which they differ."""
+    others (`run.eval_sets.ood: -`), and among the configs that have it, the keys in which they differ.
+
+    A method's options (`algo.clip_cov`, `sampling.ead`, `budget.dapo`: every selected entry's, as a run's
+    config.yaml records them) go with its choice, which is listed itself (`algo.loss=clip_cov`): a config that does
+    not select the method is not said to lack them, and a config that does shows only the options it sets away from
+    the method's defaults (`_method_options_apart`). A key that a resume changed shows what ran, `5e-4 -> 1e-4 after
+    step 2` (config_history.jsonl), so it differs from a run that ran on either value throughout."""
+    configs = [_without_seed(g[0].config, g[0]) for g in groups]  # a key a resume changed: what ran
+    options = _method_options_apart(configs)
     out: list[dict[str, Any]] = [{} for _ in groups]
-    _differences([_without_seed(g[0].config) for g in groups], "", out, list(range(len(groups))))
-    return [dict(sorted(d.items())) for d in out]
+    _differences(configs, "", out, list(range(len(groups))))
+    return [dict(sorted((k, v) for k, v in d.items() if not (v is MISSING and k in options))) for d in out]
+
+
+def _option_defaults(section: str, name: str) -> dict | None:
+    """The default options of the registered entry `name` of a `section` (algo, sampling, budget) as plain data, or
+    None when no entry of that section has options under that name (a plugin's not imported here)."""
+    import dataclasses
+
+    from explorl.algos.registry import SECTIONS, entries
+    from explorl.config.validation import fill_registry
+
+    fill_registry()
+    for kind, owner in SECTIONS.items():
+        entry = entries(kind).get(name) if owner == section else None
+        if entry is not None and entry.options is not None:
+            return json.loads(json.dumps(dataclasses.asdict(entry.options()), default=str))
+    return None
+
+
+def _method_options_apart(configs: list[dict]) -> set[str]:
+    """In place: for each method's options mapping (`algo.<name>`, `sampling.<name>`, `budget.<name>`) that only
+    some of `configs` hold, drop from those the options at the method's defaults (all of them: the mapping goes), so
+    "differs in" names the choice (`algo.loss=clip_cov`) and the options set away from its paper's defaults. Returns
+    the dotted keys of those mappings (a config without one is not listed as lacking it: `algo.clip_cov=-`)."""
+    found = set()
+    for section in ("algo", "sampling", "budget"):
+        sections = [c.get(section) if isinstance(c.get(section), dict) else None for c in configs]
+        names = dict.fromkeys(k for sec in sections if sec for k, v in sec.items() if isinstance(v, dict))
+        for name in names:
+            holders = [sec for sec in sections if sec is not None and isinstance(sec.get(name), dict)]
+            if len(holders) == len(configs):
+                continue  # every config selects it: compared key by key as any section
+            defaults = _option_defaults(section, name)
+            if defaults is None:
+                continue
+            found.add(f"{section}.{name}")
+            for sec in holders:
+                kept = {k: v for k, v in sec[name].items() if canonical(v) != canonical(defaults.get(k, MISSING))}
+                if kept:
+                    sec[name] = kept
+                else:
+                    del sec[name]
+    return found
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 `load_task(cfg.task)` builds the task registered (kind `task` of `explorl.algos.registry`) under `cfg.name`:
 - `arith`: built-in procedural arithmetic with worked solutions (what the embedded tiny model learns),
 - `file`: question/answer rows from JSONL, JSON or Parquet,
+- `hf`: a Hugging Face dataset (`save_to_disk` directory, local data files or a Hub name, `datasets`),
 - `rg:<name>`: a reasoning-gym procedural dataset, scored by the dataset's own `score_answer`,
 or any task a plugin registers with `@register("task", name)`.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from explorl.algos.registry import Entry, lookup, names
-from explorl.tasks import arith, files, rg  # noqa: F401  (fill the task registry)
+from explorl.tasks import arith, files, hf, rg  # noqa: F401  (fill the task registry)
 from explorl.tasks.base import Problem, Task, pattern_extractor
 
 if TYPE_CHECKING:
@@ -48,3 +49,18 @@ def _task_entry(name: str) -> Entry:
         return lookup("task", name)
     except KeyError:
         raise ValueError(f"task.name: {name!r} is not a task; valid: {', '.join(names('task'))}") from None
+
+
+def answer_pattern_warning(cfg: TaskConfig) -> str | None:
+    """A warning when `task.reward` names a function of the user's own (`module:function`) and `task.answer_pattern`
+    is empty: maj@k, the answer votes and the format rate then read each completion's last `\\boxed{...}` as its
+    answer, which a reward that reads answers its own way does not (issue 41: maj@1 0.0 beside pass@1 0.0078)."""
+    from explorl.rewards import BUILTIN_REWARDS, reward_entries
+
+    own = [e for e in reward_entries(cfg.reward) if e not in BUILTIN_REWARDS]
+    if not own or cfg.answer_pattern:
+        return None
+    return (f"task.reward names your own {', '.join(own)} and task.answer_pattern is empty, so maj@k, the answer "
+            f"votes and the format rate read each completion's last \\boxed{{...}} as its answer; if your reward "
+            f"reads answers another way, set task.answer_pattern to a regular expression whose first group is the "
+            f"answer (e.g. 'Answer: *(.+)')")

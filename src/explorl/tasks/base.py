@@ -85,3 +85,18 @@ def pattern_extractor(pattern: str) -> Callable[[str], str | None]:
         return matches[-1].group(1).strip() if matches else None
 
     return extract
+
+
+PREFLIGHT_SAMPLES = 8
+"""How many training problems the checks before a run call the reward on, spread over the training data."""
+
+
+def spread(items: list, k: int = PREFLIGHT_SAMPLES) -> list:
+    """Up to `k` items evenly spread over `items`, the first and the last included: item round(i * (n - 1) / (k - 1))
+    for i = 0 .. k-1 (n = 20, k = 8: items 0, 3, 5, 8, 11, 14, 16, 19)."""
+    n = len(items)
+    if n <= k:
+        return list(items)
+    if k == 1:
+        return [items[0]]
+    return [items[round(i * (n - 1) / (k - 1))] for i in range(k)]

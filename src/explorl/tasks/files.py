@@ -12,11 +12,12 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from explorl.algos.registry import register
-from explorl.tasks.base import Problem
+from explorl.tasks.base import PREFLIGHT_SAMPLES, Problem, spread
 
 if TYPE_CHECKING:
     from explorl.config.schema import TaskConfig
@@ -170,11 +171,52 @@ def to_problem(row: Any, where: str, row_id: str, cfg: TaskConfig) -> Problem:
         if values[role] is None:
             got = "null (the row has no value there)" if row[name] is None else type(row[name]).__name__
             raise ValueError(f"{where}: field {name!r} (task.{role}_field) must be a string or a number, got {got}")
-    # str.replace, not str.format: questions are full of braces (LaTeX, code). Chat messages are used as given.
-    prompt = values["prompt"] if messages else cfg.prompt_template.replace("{question}", values["prompt"])
+    # chat messages are used as given; a text question goes through the template
+    prompt = values["prompt"] if messages else fill_template(cfg.prompt_template, values["prompt"], row)
     solution = _text(row.get(cfg.solution_field))  # optional: the worked solution `explorl sft` trains on
-    return Problem(prompt=prompt, answer=values["answer"].strip(), meta={"id": row_id}, messages=messages,
+    return Problem(prompt=prompt, answer=values["answer"].strip(), meta=row_meta(row, row_id), messages=messages,
                    solution=solution)
+
+
+POSITIONAL = ("completion", "answer", "completions", "answers")
+"""Names a reward function takes positionally (`fn(completion, answer, **meta)`, batched `fn(completions, answers,
+**meta)`): a column of one of these names is not passed again as a keyword (the answer column is the `answer`)."""
+
+
+def row_meta(row: dict, row_id: str) -> dict:
+    """The keyword arguments a row's reward functions get: every column of the row (TRL's convention: a reward
+    reads the dataset's columns by name), less those named in `POSITIONAL`, and `id` (the row's own `id` column,
+    else `row_id`, `file:line`)."""
+    meta = {str(k): v for k, v in row.items() if k not in POSITIONAL}
+    meta.setdefault("id", row_id)
+    return meta
+
+
+PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+"""A `{name}` in `task.prompt_template`."""
+
+
+def fill_template(template: str, question: str, row: dict) -> str:
+    """`task.prompt_template` for one row: `{question}` is the question (the `task.prompt_field` column) and
+    `{name}` any column of the row (`{problem}`, `{context}`), as text; any other `{...}` stays as written. One pass,
+    so braces inside the inserted values (LaTeX, code) are never read as placeholders."""
+    def value(m: re.Match) -> str:
+        name = m.group(1)
+        if name == "question":
+            return question
+        if name not in row:
+            return m.group(0)
+        text = _text(row[name])
+        return text if text is not None else json.dumps(row[name], ensure_ascii=False, default=str)
+
+    return PLACEHOLDER.sub(value, template)
+
+
+def unknown_placeholders(template: str, row: Any) -> list[str]:
+    """The `{name}` placeholders of `template` that are neither `{question}` nor a column of `row` (they stay as
+    written: a typo, or braces meant literally)."""
+    columns = row if isinstance(row, dict) else {}
+    return [n for n in dict.fromkeys(PLACEHOLDER.findall(template)) if n != "question" and n not in columns]
 
 
 CHAT_ROLES = ("system", "user", "assistant")
@@ -320,8 +362,7 @@ def check_file_task(cfg: TaskConfig, console=None) -> str:
 
 
 def first_problem(cfg: TaskConfig) -> Problem:
-    """The first training problem (the first row of `task.path`), read alone: the sample `check_run_inputs` calls
-    the reward functions on."""
+    """The first training problem (the first row of `task.path`), read alone."""
     if not cfg.path:
         raise ValueError("task.path: the `file` task needs a .jsonl, .json or .parquet file")
     for n, where, row in read_rows(cfg.path, "task.path", limit=1):
@@ -329,10 +370,37 @@ def first_problem(cfg: TaskConfig) -> Problem:
     raise ValueError(f"task.path: {cfg.path} holds no rows")
 
 
-def preflight_sample(cfg: TaskConfig) -> tuple[Problem, tuple[Callable, bool]]:
-    """(first training problem, default reward) without loading the task: what the checks before a run call
-    `task.reward` with (the registry's `preflight_sample` of the `file` task)."""
-    return first_problem(cfg), default_reward()
+def spread_problems(cfg: TaskConfig, k: int = PREFLIGHT_SAMPLES) -> list[Problem]:
+    """Up to `k` training problems spread evenly over the training rows of `task.path` (the first and the last
+    included), read in one streamed pass that keeps at most 4k rows: every row is a candidate until 4k are kept,
+    then every other one is dropped and only every second row after that is kept, and so on."""
+    if not cfg.path:
+        raise ValueError("task.path: the `file` task needs a .jsonl, .json or .parquet file")
+    kept: list[tuple[int, str, Any]] = []
+    stride, total = 1, 0
+    with contextlib.closing(iter(RowReader(cfg.path, "task.path"))) as rows:
+        for index, (n, where, row) in enumerate(rows):
+            total = index + 1
+            if index % stride == 0:
+                kept.append((n, where, row))
+                if len(kept) >= 4 * k:
+                    kept, stride = kept[::2], stride * 2
+            last = (n, where, row)
+    if not total:
+        raise ValueError(f"task.path: {cfg.path} holds no rows")
+    train_rows = total if cfg.eval_path else max(total - cfg.eval_size, 1)
+    train_rows = min(train_rows, cfg.train_size)
+    candidates = [r for i, r in enumerate(kept) if i * stride < train_rows]
+    if train_rows == total and candidates[-1] is not last:
+        candidates.append(last)  # the last training row too
+    name = Path(cfg.path).name
+    return [to_problem(row, where, f"{name}:{n}", cfg) for n, where, row in spread(candidates, k)]
+
+
+def preflight_sample(cfg: TaskConfig) -> tuple[list[Problem], tuple[Callable, bool]]:
+    """(up to 8 training problems spread over `task.path`'s training rows, default reward) without loading the task:
+    what the checks before a run call `task.reward` on (the registry's `preflight_sample` of the `file` task)."""
+    return spread_problems(cfg), default_reward()
 
 
 def default_reward() -> tuple[Callable, bool]:

@@ -32,10 +32,22 @@ def check_name(name: str) -> None:
     """Raise a ValueError naming `task.name` and some valid choices if `name` is not a reasoning-gym dataset."""
     names = dataset_names()
     if name not in names:
-        near = difflib.get_close_matches(name, names, n=3)
+        near = difflib.get_close_matches(name, names, n=3) or _sharing_a_word(name, names)
         hint = f" Did you mean {', '.join('rg:' + n for n in near)}?" if near else ""
         raise ValueError(f"task.name: 'rg:{name}' is not a reasoning-gym dataset.{hint} "
                          f"{len(names)} are available, e.g. {', '.join(names[:8])}, ...")
+
+
+def _sharing_a_word(name: str, names: list[str], n: int = 3) -> list[str]:
+    """Up to `n` of `names` sharing a word of 4 or more letters with `name`, compared by their first 5 letters
+    (`countdown_game` -> `countdown`, `prime_counting` -> `count_primes`), the closest first: a second chance when no
+    name is close as a whole."""
+    def stems(text: str) -> set[str]:
+        return {w[:5] for w in text.lower().replace("-", "_").split("_") if len(w) >= 4}
+
+    words = stems(name)
+    shared = [x for x in names if words & stems(x)]
+    return sorted(shared, key=lambda x: -difflib.SequenceMatcher(None, name, x).ratio())[:n]
 
 
 def json_safe(x: Any) -> Any:

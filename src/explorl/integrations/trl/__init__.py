@@ -11,7 +11,7 @@ temperature through a transformers logits processor, or vLLM's `explorl.integrat
 the colocated engine, `ColocatedVLLM`, loads). The conversions are in `trainer.py`; no method is re-implemented here.
 
 With `run_config=` (an explorl `Config`) the trainer also writes `explorl train`'s run directory (`run.py`), so
-`explorl analyze`, `compare`, `eval RUN`, `curves` and `report` read the run; `TaskReward` scores with an explorl
+`explorl analyze`, `compare`, `eval RUN` and `curves` read the run; `TaskReward` scores with an explorl
 task's own reward and correctness rule.
 """
 

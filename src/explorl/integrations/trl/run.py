@@ -1,5 +1,5 @@
 """An explorl run directory written by `ExplorlGRPOTrainer(..., run_config=cfg)`, so `explorl analyze`, `compare`,
-`eval RUN`, `curves` and `report` read a TRL run as they read `explorl train`'s (the files and the writer:
+`eval RUN` and `curves` read a TRL run as they read `explorl train`'s (the files and the writer:
 `explorl.integrations.rundir`).
 
 - `TaskReward`: an explorl task's reward as a TRL reward function, scored by the task's own `RewardRunner` (reward
@@ -9,11 +9,15 @@
 - `RoundRecord`: one generation round's metrics record, collected while TRL runs it (the advantage step, then the
   update's micro-batches and optimizer steps) and written once the round's last optimizer step is done.
 - `refuse_existing_run`: a new run never writes into a directory that holds one.
+- A resumed run runs what its config.yaml says: `configured_hyperparameters` / `keep_configured_optimizer` put the
+  config's AdamW settings and learning-rate schedule back after TRL loaded the checkpoint's, and `record_resume_step`
+  writes the step a resume continues from into config_history.jsonl (TRL's checkpoints are `checkpoint-N`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -23,8 +27,10 @@ from torch import Tensor
 from explorl.algos import PreparedBatch, RolloutBatch
 from explorl.integrations.rundir import step_record
 from explorl.rewards import RewardResult
+from explorl.update import configured_hyperparameters, keep_configured_optimizer  # shared with explorl's loop
 
-__all__ = ["TaskReward", "RoundRecord", "refuse_existing_run"]
+__all__ = ["TaskReward", "RoundRecord", "configured_hyperparameters", "keep_configured_optimizer",
+           "record_resume_step", "refuse_existing_run", "resumed_round"]
 
 
 class TaskReward:
@@ -118,3 +124,40 @@ class RoundRecord:
                            mask=cpu(b.mask), advantages=cpu(p.advantages), entropy=cpu(entropy),
                            truncated=cpu(b.truncated), temperatures=cpu(self.temperatures),
                            reward_result=self.result, extra=extra)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# a resumed run runs what its config.yaml says
+
+
+def resumed_round(checkpoint: str | Path, updates_per_round: int) -> int:
+    """The explorl step (generation round) a TRL checkpoint ends: its `explorl_schedule.json`'s round, else its
+    optimizer steps (`trainer_state.json`'s global_step) over the updates of one round."""
+    path = Path(checkpoint)
+    try:
+        return int(json.loads((path / "explorl_schedule.json").read_text())["round"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    try:
+        steps = int(json.loads((path / "trainer_state.json").read_text())["global_step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+    return steps // max(updates_per_round, 1)
+
+
+def record_resume_step(history: Path, records_before: int, step: int) -> None:
+    """Set `resumed_after_step` of the config_history.jsonl record that opening the resumed run just appended (the
+    records after the first `records_before`): the run directory's writer counts explorl's `checkpoints/step_N`,
+    which a TRL run does not have, so it wrote 0."""
+    if not history.exists():
+        return
+    lines = history.read_text().splitlines()
+    if len(lines) <= records_before:
+        return  # nothing changed: no record
+    for i in range(records_before, len(lines)):
+        record = json.loads(lines[i])
+        record["resumed_after_step"] = step
+        lines[i] = json.dumps(record)
+    tmp = history.with_name(history.name + ".tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    os.replace(tmp, history)

@@ -74,7 +74,9 @@ from explorl.algos.step import single_update_shortcut
 from explorl.config import AlgoConfig, BudgetConfig, Config, ConfigError, RunConfig, SamplingConfig, from_dict, validate
 from explorl.config.validation import fill_registry
 from explorl.integrations.rundir import ENGINE_FILE
-from explorl.integrations.trl.run import RoundRecord, TaskReward, refuse_existing_run
+from explorl.integrations.trl.run import (RoundRecord, TaskReward, configured_hyperparameters,
+                                          keep_configured_optimizer, record_resume_step, refuse_existing_run,
+                                          resumed_round)
 from explorl.rewards import RewardResult
 
 try:
@@ -623,6 +625,27 @@ class ExplorlGRPOTrainer(GRPOTrainer):
             with open(os.path.join(folder, self.SCHEDULE_FILE), "w") as f:
                 json.dump(self._schedule_state(), f)
 
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        # with run_config, the run continues with the optimizer settings and schedule its config.yaml records (a
+        # resume with optim.lr changed uses the new rate from the checkpoint on, as explorl's loop does), with the
+        # checkpoint's AdamW moments and schedule position
+        if checkpoint is None or self.run_config is None:
+            return super()._load_optimizer_and_scheduler(checkpoint)
+        optimizer = getattr(self.optimizer, "optimizer", self.optimizer)  # accelerate's wrapper holds torch's
+        configured = configured_hyperparameters(optimizer)
+        super()._load_optimizer_and_scheduler(checkpoint)
+        keep_configured_optimizer(optimizer, getattr(self.lr_scheduler, "scheduler", self.lr_scheduler), configured)
+
+    def _issue_warnings_after_load(self, load_result) -> None:
+        # a head tied to the embeddings is saved once, as the embeddings: its "missing" key is no loss (a resumed
+        # run of the embedded model warned about lm_head.weight)
+        params = dict(self.model.named_parameters(remove_duplicate=False))
+        missing = [k for k in load_result.missing_keys
+                   if not (k in params and any(p is params[k] for n, p in params.items() if n != k))]
+        if len(missing) != len(load_result.missing_keys):
+            load_result = SimpleNamespace(missing_keys=missing, unexpected_keys=load_result.unexpected_keys)
+        super()._issue_warnings_after_load(load_result)
+
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
         super()._load_from_checkpoint(resume_from_checkpoint, model)
         path = os.path.join(resume_from_checkpoint, self.SCHEDULE_FILE)
@@ -945,7 +968,7 @@ class ExplorlGRPOTrainer(GRPOTrainer):
         """TRL's training; with `run_config`, the run directory around it (the class docstring)."""
         if self.run_config is None:
             return super().train(resume_from_checkpoint, *args, **kwargs)
-        self._open_run(resume=bool(resume_from_checkpoint))
+        self._open_run(resume=bool(resume_from_checkpoint), checkpoint=resume_from_checkpoint)
         try:
             output = super().train(resume_from_checkpoint, *args, **kwargs)
             if self._record is not None:  # a round that max_steps cut short
@@ -964,10 +987,12 @@ class ExplorlGRPOTrainer(GRPOTrainer):
                 self.run_log.close()
         return output
 
-    def _open_run(self, resume: bool) -> None:
-        """config.yaml and engine.json (main process). An error there stops every process, not only the main one
-        (the others would wait for it in the first gather)."""
+    def _open_run(self, resume: bool, checkpoint: str | bool | None = None) -> None:
+        """config.yaml and engine.json (main process); a resumed run's config_history.jsonl record names the step of
+        the checkpoint it continues from. An error there stops every process, not only the main one (the others
+        would wait for it in the first gather)."""
         from accelerate.utils import broadcast_object_list
+        from transformers.trainer_utils import get_last_checkpoint
 
         from explorl.integrations.rundir import open_engine_run
 
@@ -976,9 +1001,15 @@ class ExplorlGRPOTrainer(GRPOTrainer):
             try:
                 if not resume:
                     refuse_existing_run(self.run_config.run.out_dir)
+                history = Path(self.run_config.run.out_dir) / "config_history.jsonl"
+                before = len(history.read_text().splitlines()) if history.exists() else 0
                 self.run_log = open_engine_run(self.run_config, "trl", resume=resume,
                                                world_size=self.accelerator.num_processes,
                                                trl_output_dir=self.args.output_dir, **self.run_launch)
+                if resume:
+                    path = get_last_checkpoint(self.args.output_dir) if checkpoint is True else checkpoint
+                    step = resumed_round(path, self.args.steps_per_generation * self.num_iterations) if path else 0
+                    record_resume_step(history, before, step)
                 from rich.console import Console
 
                 from explorl.runlog import RewardFailureLog

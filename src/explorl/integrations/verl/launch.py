@@ -171,12 +171,13 @@ def _token_ids(encoded: Any) -> list[int]:
     return list(encoded[0]) if encoded and isinstance(encoded[0], (list, tuple)) else [int(i) for i in encoded]
 
 
-def verl_tokenizer(path: str | Path, chat_template: str | None = None):
+def verl_tokenizer(path: str | Path, chat_template: str | None = None, trust_remote_code: bool = False):
     """The tokenizer verl loads for `actor_rollout_ref.model.path` (`AutoTokenizer`, as verl's `hf_tokenizer`),
-    with `custom_chat_template` applied as verl applies it."""
+    with `custom_chat_template` applied as verl applies it; the model directory's code runs only with
+    `trust_remote_code` (`model.trust_remote_code`)."""
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=True)
+    tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
     if chat_template is not None:
         tok.chat_template = chat_template
     return tok
@@ -362,6 +363,8 @@ def verl_overrides(cfg: Config, data: DataFiles, *, run_dir: bool = True) -> Ove
         raise ConfigError(f"model.device={m.device}: verl places its workers on GPUs through Ray; use auto or cuda "
                           f"(and CUDA_VISIBLE_DEVICES / trainer.n_gpus_per_node to choose GPUs)")
     o.set(f"{M}.path", str(resolve_model_path(m.path)), "model.path")
+    if m.trust_remote_code:  # verl's default is off, as explorl's
+        o.set(f"{M}.trust_remote_code", True, "model.trust_remote_code")
     if m.dtype == "float16":
         raise ConfigError("model.dtype=float16: explorl refuses to train in float16 (AdamW's moments underflow); "
                           "use auto or bfloat16 (verl: float32 master weights, bfloat16 compute) or float32")
@@ -580,7 +583,8 @@ def prepare(config: str | Path | None, overrides: Sequence[str] = (), extra: Seq
 
     cfg = load_config(config, list(overrides))
     path = resolve_model_path(cfg.model.path)
-    data = convert_task(cfg, load_tokenizer(path), verl_tokenizer(path), write=write)
+    data = convert_task(cfg, load_tokenizer(path, cfg.model.trust_remote_code),
+                        verl_tokenizer(path, trust_remote_code=cfg.model.trust_remote_code), write=write)
     ov = verl_overrides(cfg, data, run_dir=run_dir)
     command = [sys.executable, "-m", "verl.trainer.main_ppo", *ov.merge(extra)]
     env = {}

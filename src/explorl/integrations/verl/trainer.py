@@ -258,7 +258,8 @@ def register_trainer() -> bool:
                                      max_new_tokens=rollout.response_length, top_p=rollout.top_p,
                                      total_steps=self.total_training_steps)
                 model_path = self.config.actor_rollout_ref.model.path
-                vocab_size = AutoConfig.from_pretrained(model_path, trust_remote_code=True).vocab_size
+                remote_code = bool(self.config.actor_rollout_ref.model.get("trust_remote_code", False))
+                vocab_size = AutoConfig.from_pretrained(model_path, trust_remote_code=remote_code).vocab_size
                 self._control = RolloutControl(cfg, vocab_size, len(self.train_dataset))
                 if self._control_state is not None:
                     self._control.load_state_dict(self._control_state)
