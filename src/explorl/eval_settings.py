@@ -57,7 +57,7 @@ class EvalSettings:
 
 def inference_schedule(schedule: str | None, temperature: float, max_new_tokens: int,
                        options: Mapping[str, Any] | None = None):
-    """The sampler's temperature for an inference-time schedule (paper 003 section 5.4, EAD at inference): a
+    """The sampler's temperature for an inference-time schedule (EAD section 5.4, EAD at inference): a
     registered temperature schedule that is `static` (the default, `sampling.schedule`'s: `temperature`) or has a
     `per_token` temperature, at training step 0 with `options` (its `sampling.<name>.*` fields, e.g. EAD's decay
     constant `d0`), times `temperature`: then a function of the generated token's position. A schedule that adapts

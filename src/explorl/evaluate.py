@@ -31,7 +31,7 @@ class ProblemResult:
     mean_branching: float | None = None
     """Mean rollout branching factor of the responses (only with `analyze=True`)."""
     well_formatted: int = 0
-    """Responses stating exactly one final answer (`Task.well_formatted`: one `\\boxed{`, paper 004's format check,
+    """Responses stating exactly one final answer (`Task.well_formatted`: one `\\boxed{`, STILL's format check,
     or one match of `task.answer_pattern`)."""
     completions: list[str] | None = None
     """The sampled texts (only with `keep_completions=True`)."""
@@ -53,7 +53,7 @@ def evaluate(model, tokenizer, problems: Sequence, task, *, n: int, ks: Sequence
     accuracy), `format_rate` (responses with exactly one `\\boxed{`),
     `entropy` (mean token entropy of the sampled distribution), `length` (mean response tokens), `errors`
     and `timeouts` of the reward function, `problems`, `n`. With `analyze`, also `unsolvable@n` (problems with no
-    correct sample, paper 004's k-rollout unsolvable set for k = n), `branching` (mean rollout branching factor,
+    correct sample, STILL's k-rollout unsolvable set for k = n), `branching` (mean rollout branching factor,
     docs/methods.md §8b) and `entropy/by_position` (mean token entropy in 10 relative-position bins). With
     `keep_completions`, each `ProblemResult` keeps its sampled texts (`completions`). `failures`, when given, gets
     every reward failure (`rewards.RewardFailure`: what failed, with its traceback) appended.
@@ -116,7 +116,7 @@ def evaluate(model, tokenizer, problems: Sequence, task, *, n: int, ks: Sequence
     for k in ks:
         summary[f"maj@{k}"] = sum(maj_at_k(vote_keys(r.answers, r.correct), r.correct, k, seed=seed)
                                   for r in results) / max(len(results), 1)
-    for k in ks:  # all k of k samples correct, unbiased (EAD's worst@k, paper 003 Figs. 4-5)
+    for k in ks:  # all k of k samples correct, unbiased (EAD's worst@k, EAD Figs. 4-5)
         summary[f"worst@{k}"] = sum(worst_at_k(n, sum(r.correct), k) for r in results) / max(len(results), 1)
     summary["format_rate"] = sum(r.well_formatted for r in results) / max(len(results) * n, 1)
     summary["entropy"] = ent_sum / max(tok_sum, 1.0)
@@ -225,7 +225,7 @@ def curve_ks(n: int) -> list[int]:
 
 def k_curves(results: Sequence[ProblemResult], *, seed: int = 0, n_boot: int = 1000) -> dict:
     """pass@k and maj@k against k (`curve_ks(n)`) with 95% percentile-bootstrap intervals over problems
-    (`metrics.bootstrap_ci`; paper 004 Fig. 1a, paper 003 Fig. 9, paper 000 Fig. 8).
+    (`metrics.bootstrap_ci`; STILL Fig. 1a, EAD Fig. 9, E3 Fig. 8).
 
     pass@k is the unbiased estimator from all n samples (Chen et al.; `metrics.pass_at_k_curve`); maj@k votes over
     k-subsets (`maj_at_k`), equivalent answers pooled (`metrics.vote_keys`).

@@ -233,7 +233,7 @@ def branching_factor(probs: Tensor, top_p: float = 0.95, *, tol: float = 1e-6) -
     return (short + 1).clamp(1, v).to(torch.long)
 
 
-# --- Confidence intervals and curves over problems (docs/methods.md §8a; paper 004, section 2.1) ---------------
+# --- Confidence intervals and curves over problems (docs/methods.md §8a; STILL, section 2.1) ---------------
 
 __all__ += ["bootstrap_ci", "pass_at_k_curve", "worst_at_k_table"]
 
@@ -324,7 +324,7 @@ def pass_at_k_curve(
     results: Mapping[Hashable, Sequence[bool]], ks: Iterable[int], *, n_boot: int = 1000, alpha: float = 0.05,
     seed: int = 0,
 ) -> dict[int, tuple[float, float, float]]:
-    """Pass@k curve with bootstrap confidence intervals: `{k: (mean, lo, hi)}` (paper 004, section 2.1, Figure 1(a)).
+    """Pass@k curve with bootstrap confidence intervals: `{k: (mean, lo, hi)}` (STILL, section 2.1, Figure 1(a)).
 
     For each k, the unbiased pass@k of every problem (`pass_at_k`) is computed and `bootstrap_ci` resamples the
     problems (the same `seed` for every k). `mean` equals `pass_at_k_table(results, [k])[f"pass@{k}"]`.

@@ -1,4 +1,4 @@
-"""`explorl rft`: rejection-sampling fine-tuning with exploration-aware data selection (paper 004, section 4.4.1).
+"""`explorl rft`: rejection-sampling fine-tuning with exploration-aware data selection (STILL, section 4.4.1).
 
 Each iteration samples `rft.samples_per_prompt` responses for `rft.prompts` training prompts, scores them,
 keeps the correct ones that pass the rule filters (one \\boxed{}, at least one digit, 3-gram redundancy <= 0.31,

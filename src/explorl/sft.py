@@ -1,7 +1,7 @@
 """`explorl sft`: supervised fine-tuning on a task's worked solutions.
 
-The SFT baseline of paper 001 (section 5.2, Tables 1-2: the MATH training set's solutions, 3 epochs) and the SFT
-models of paper 004 (section 2.4, Figure 1: SFT-Math / SFT-All, lr 1e-5, batch 96) are this command on their data
+The SFT baseline of ERPO (section 5.2, Tables 1-2: the MATH training set's solutions, 3 epochs) and the SFT
+models of STILL (section 2.4, Figure 1: SFT-Math / SFT-All, lr 1e-5, batch 96) are this command on their data
 (docs/methods.md §8d). Each training problem's prompt (as the sampler would see it: template, chat template,
 system prompt) is followed by its worked solution and EOS; the loss is the next-token cross-entropy over the
 solution and EOS tokens only, averaged over all such tokens of an optimizer step (gradient accumulation over

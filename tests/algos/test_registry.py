@@ -1,5 +1,5 @@
 """The one registry: every kind, duplicate names refused, what entries record, defaults living once (in the config),
-and a method added from a user's own module and selected by name in YAML (the README's example)."""
+and a method added from a user's own module and selected by name in YAML (the example of docs/add-a-method.md)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from explorl.algos.registry import KINDS, entries, get, lookup, names, register
 from explorl.config import AlgoConfig, Config, ConfigError, TaskConfig, load_config
 
 ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text()
+ADD_A_METHOD = (ROOT / "docs" / "add-a-method.md").read_text()
 
 
 def test_every_kind_has_its_builtin_entries():
@@ -169,7 +169,7 @@ def test_an_entrys_check_runs_at_validation():
 
 
 def _readme_plugin() -> str:
-    block = README.split("<!-- add-a-method:begin -->")[1].split("<!-- add-a-method:end -->")[0]
+    block = ADD_A_METHOD.split("<!-- add-a-method:begin -->")[1].split("<!-- add-a-method:end -->")[0]
     return block.split("```python\n")[1].split("```")[0]
 
 
@@ -178,7 +178,8 @@ def test_readme_example_is_the_shipped_example():
 
 
 def test_a_users_estimator_is_selected_by_name_in_yaml(tmp_path, monkeypatch, tiny_model_dir):
-    """The README's RLOO, written next to a config as a user would, named in `run.plugins` and `algo.advantage`."""
+    """The docs' RLOO (docs/add-a-method.md), written next to a config as a user would, named in `run.plugins` and
+    `algo.advantage`."""
     from explorl.trainer import train
 
     module = "rloo" if "rloo" not in names("estimator") else None  # registered once per process

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Callable
 import torch
 from torch import Tensor
 
-from explorl.algos.registry import get, register
+from explorl.algos.registry import Cite, get, register
 
 if TYPE_CHECKING:
     from explorl.algos.batch import RolloutBatch
@@ -146,13 +146,14 @@ def grpo(rewards: Tensor, group: Tensor, mask: Tensor, *, scale: bool = True, ep
 # registry adapters: (batch, cfg) -> advantages[N, T]
 
 
-@register("estimator", "grpo", needs_old_logprobs=False, reads=("adv_eps",))
+@register("estimator", "grpo", needs_old_logprobs=False, reads=("adv_eps",),
+          cites=(Cite("GRPO", "section 4.1.2, eq. 3", doc="1, 1a"), Cite("E3", "eq. 2", doc="1a")))
 def _grpo_adapter(batch: RolloutBatch, cfg: AlgoConfig) -> Tensor:
     """GRPO (Shao et al. 2024): group z-score with unbiased std."""
     return grpo(batch.rewards, batch.group, batch.mask, eps=cfg.adv_eps)
 
 
-@register("estimator", "dr_grpo", needs_old_logprobs=False, reads=("adv_eps",))
+@register("estimator", "dr_grpo", needs_old_logprobs=False, reads=("adv_eps",), cites=(Cite("Dr.GRPO", doc="1a"),))
 def _dr_grpo_adapter(batch: RolloutBatch, cfg: AlgoConfig) -> Tensor:
     """Dr.GRPO (Liu et al. 2025): group mean baseline, no std division."""
     return grpo(batch.rewards, batch.group, batch.mask, scale=False, eps=cfg.adv_eps)
@@ -298,7 +299,7 @@ def erpo(
 
 
 def token_covariance(advantages: Tensor, logprobs: Tensor, mask: Tensor, group: Tensor | None = None) -> Tensor:
-    """Token covariance `c = (logprobs - mean(logprobs)) * (A - mean(A))` of paper 002 (section 2.2, Figure 3 and
+    """Token covariance `c = (logprobs - mean(logprobs)) * (A - mean(A))` of CW-GRPO (section 2.2, Figure 3 and
     Table 1; docs/methods.md §4): the per-token term whose extremes covariance weighting suppresses.
 
     Both means are over the valid tokens of the whole batch (`group` None: `cw`'s reading) or of each prompt's
@@ -332,7 +333,7 @@ def token_covariance(advantages: Tensor, logprobs: Tensor, mask: Tensor, group: 
 
 def _group_kernel(advantages: Tensor, logprobs: Tensor, group: Tensor, mask: Tensor,
                   bandwidth: float = 1.0) -> Tensor:
-    """Paper 002's unnormalised kernel `w = exp(-c^2 / (2 (bandwidth * sigma)^2))` with `c`, its means and sigma
+    """CW-GRPO's unnormalised kernel `w = exp(-c^2 / (2 (bandwidth * sigma)^2))` with `c`, its means and sigma
     taken over each group's valid tokens (sigma 0 gives w = 1); float64 `[N, T]`, 0 on padding."""
     valid = mask.bool()
     f64 = torch.float64
@@ -354,7 +355,7 @@ def _normalise_per_segment(w: Tensor, ids: Tensor, valid: Tensor) -> Tensor:
 
 def cov_weights_grouped(advantages: Tensor, logprobs: Tensor, group: Tensor, mask: Tensor, *,
                         bandwidth: float = 1.0) -> Tensor:
-    """`cov_weights` computed within each prompt's group, as paper 002 section 2.3 writes it: means, sigma and the
+    """`cov_weights` computed within each prompt's group, as CW-GRPO section 2.3 writes it: means, sigma and the
     normaliser `N / sum w` over the valid tokens of the group's G responses (N = that group's token count).
     `cov_weights` takes them over the whole batch instead, explorl's reading (`cw`; docs/methods.md §4).
     `group`: [N] prompt ids; `bandwidth`: the kernel's width as a multiple of sigma (as in `cov_weights`).
@@ -365,7 +366,7 @@ def cov_weights_grouped(advantages: Tensor, logprobs: Tensor, group: Tensor, mas
 
 def cov_weights_balanced(advantages: Tensor, logprobs: Tensor, group: Tensor, mask: Tensor, *,
                          bandwidth: float = 1.0) -> Tensor:
-    """Sign-balanced covariance weights: explorl's variant of paper 002's, not the paper's (docs/methods.md §4).
+    """Sign-balanced covariance weights: explorl's variant of CW-GRPO's, not the paper's (docs/methods.md §4).
 
     The kernel is the paper's per-group one (`cov_weights_grouped`), but the normaliser is taken separately over
     the group's positive-, zero- and negative-advantage valid tokens, so the weights average 1 within each
@@ -406,7 +407,7 @@ def cov_weights(advantages: Tensor, logprobs: Tensor, mask: Tensor, *, bandwidth
         advantages: `[N, T]` token advantages (e.g. GRPO's, broadcast over tokens).
         logprobs: `[N, T]` old-policy log-probabilities of the sampled tokens.
         mask: `[N, T]` 1 on response tokens, 0 on padding.
-        bandwidth: the kernel's width as a multiple of sigma (> 0; paper 002: 1).
+        bandwidth: the kernel's width as a multiple of sigma (> 0; CW-GRPO: 1).
     Returns:
         `[N, T]` float64 weights `w~`, 0.0 where `mask == 0` (all zeros when no token is valid).
     """
@@ -428,14 +429,14 @@ def cov_weights(advantages: Tensor, logprobs: Tensor, mask: Tensor, *, bandwidth
 
 
 def cov_weighted(advantages: Tensor, logprobs: Tensor, mask: Tensor, *, bandwidth: float = 1.0) -> Tensor:
-    """Covariance-weighted GRPO advantage `w~ * A` (docs/methods.md §4; paper 002, section 2.3, the
+    """Covariance-weighted GRPO advantage `w~ * A` (docs/methods.md §4; CW-GRPO, section 2.3, the
     reweighted token loss). See `cov_weights` for `w~`; the paper's only setting is its bandwidth (sigma).
 
     Args:
         advantages: `[N, T]` token advantages.
         logprobs: `[N, T]` old-policy log-probabilities of the sampled tokens.
         mask: `[N, T]` 1 on response tokens, 0 on padding.
-        bandwidth: the kernel's width as a multiple of sigma (paper 002: 1).
+        bandwidth: the kernel's width as a multiple of sigma (CW-GRPO: 1).
     Returns:
         `[N, T]` in the floating dtype of `advantages` (float32 otherwise), 0.0 where `mask == 0`.
     """
@@ -548,7 +549,7 @@ def position_shaped(
     n: float = 0.5,
     cap_frac: float | None = None,
 ) -> Tensor:
-    """Position-based advantage shaping (docs/methods.md §7b; paper 004, section 4.4.2, eqs. 8 and 12).
+    """Position-based advantage shaping (docs/methods.md §7b; STILL, section 4.4.2, eqs. 8 and 12).
 
     For token t (1-based, counted over valid tokens) of response i: `l = (t - 1) / |o_i|`,
     `b = gamma * sigmoid(d * m * (l - n))`, `A~ = A + sign(A) * b`. The bonus pushes each advantage further
@@ -673,7 +674,7 @@ def passk(rewards: Tensor, group: Tensor, mask: Tensor, *, k: int) -> Tensor:
 
 @dataclass
 class ErpoOptions:
-    """ERPO's options, `algo.erpo.<field>` (paper 001; docs/methods.md §3)."""
+    """ERPO's options, `algo.erpo.<field>` (ERPO; docs/methods.md §3)."""
 
     beta_progress: float = 0.1
     """beta of the implicit progress signal s = beta * (logp - ref_logp) (eq. 7)."""
@@ -692,9 +693,10 @@ def _check_erpo(cfg) -> str | None:
     return None if o.num_buckets >= 1 else f"algo.erpo.num_buckets: must be >= 1, got {o.num_buckets}"
 
 
-@register("estimator", "erpo", needs_ref=True, options=ErpoOptions, check=_check_erpo)
+@register("estimator", "erpo", needs_ref=True, options=ErpoOptions, check=_check_erpo,
+          cites=(Cite("ERPO", "eq. 7, eq. 8, eq. 9, eq. 10, eq. 16", doc="3"),))
 def _erpo_adapter(batch: RolloutBatch, cfg: AlgoConfig, *, options: ErpoOptions) -> Tensor:
-    """ERPO (paper 001): GRPO plus the entropy-gated, bucket-normalised implicit progress term; needs a reference."""
+    """ERPO: GRPO plus the entropy-gated, bucket-normalised implicit progress term; needs a reference."""
     batch.require("entropy", "logprobs", "ref_logprobs", by="advantage 'erpo' (it compares the policy with a frozen "
                   "reference model)")
     return erpo(batch.rewards, batch.group, batch.mask, batch.entropy, batch.logprobs, batch.ref_logprobs,
@@ -715,7 +717,8 @@ def _check_passk(cfg) -> str | None:
     return None if 1 <= k <= g else f"algo.passk.k: must be in [1, sampling.group_size={g}], got {k}"
 
 
-@register("estimator", "passk", needs_old_logprobs=False, options=PasskOptions, check=_check_passk)
+@register("estimator", "passk", needs_old_logprobs=False, options=PasskOptions, check=_check_passk,
+          cites=(Cite("pass@k training", doc="5f"),))
 def _passk_adapter(batch: RolloutBatch, cfg: AlgoConfig, *, options: PasskOptions) -> Tensor:
     """Pass@k training (Chen et al.): analytic group advantage of the pass@k objective, binary rewards."""
     return passk(batch.rewards, batch.group, batch.mask, k=options.k)
@@ -737,23 +740,24 @@ def get_shaper(name: str) -> Callable[..., Tensor]:
 
 @dataclass
 class CwOptions:
-    """Covariance weighting's options, `algo.cw.<field>`, shared by `cw`, `cw_group` and `cw_balanced` (paper 002;
+    """Covariance weighting's options, `algo.cw.<field>`, shared by `cw`, `cw_group` and `cw_balanced` (CW-GRPO;
     docs/methods.md §4)."""
 
     bandwidth: float = 1.0
-    """Width of the Gaussian kernel as a multiple of sigma, w = exp(-c^2 / (2 (bandwidth * sigma)^2)). 1 = paper
-    002 (section 2.3 sets the bandwidth to sigma); larger suppresses fewer tokens, smaller more."""
+    """Width of the Gaussian kernel as a multiple of sigma, w = exp(-c^2 / (2 (bandwidth * sigma)^2)). 1 =
+    CW-GRPO's (section 2.3 sets the bandwidth to sigma); larger suppresses fewer tokens, smaller more."""
 
 
 def _check_cw(cfg) -> str | None:
     b = cfg.algo.options["cw"].bandwidth
     return None if 0 < b < math.inf else (f"algo.cw.bandwidth: must be > 0 and finite (a multiple of sigma; 1 = "
-                                          f"paper 002's kernel), got {b}")
+                                          f"CW-GRPO's kernel), got {b}")
 
 
-@register_shaper("cw", options=CwOptions, check=_check_cw)
+@register_shaper("cw", options=CwOptions, check=_check_cw,  # the paper's kernel over the batch: explorl's reading
+                 cites=(Cite("CW-GRPO", "section 2.3", doc="4"), Cite("explorl", doc="4")))
 def _cw_shaper(advantages: Tensor, batch: RolloutBatch, cfg: AlgoConfig, step: int, *, options: CwOptions) -> Tensor:
-    """Covariance-weighted advantages (paper 002), batch-wide statistics; kernel width `bandwidth` * sigma."""
+    """Covariance-weighted advantages (CW-GRPO), batch-wide statistics; kernel width `bandwidth` * sigma."""
     batch.require("logprobs", by="shaper 'cw'")
     return cov_weighted(advantages, batch.logprobs, batch.mask, bandwidth=options.bandwidth)
 
@@ -764,19 +768,20 @@ def _masked(weights: Tensor, advantages: Tensor, mask: Tensor) -> Tensor:
                        torch.zeros((), dtype=advantages.dtype, device=advantages.device))
 
 
-@register_shaper("cw_group", options_from="cw", check=_check_cw)
+@register_shaper("cw_group", options_from="cw", check=_check_cw, cites=(Cite("CW-GRPO", "section 2.3", doc="4"),))
 def _cw_group_shaper(advantages: Tensor, batch: RolloutBatch, cfg: AlgoConfig, step: int, *,
                      options: CwOptions) -> Tensor:
-    """Covariance-weighted advantages with paper 002's per-group statistics (`cov_weights_grouped`)."""
+    """Covariance-weighted advantages with CW-GRPO's per-group statistics (`cov_weights_grouped`)."""
     batch.require("logprobs", by="shaper 'cw_group'")
     w = cov_weights_grouped(advantages, batch.logprobs, batch.group, batch.mask, bandwidth=options.bandwidth)
     return _masked(w, advantages, batch.mask)
 
 
-@register_shaper("cw_balanced", options_from="cw", check=_check_cw)
+@register_shaper("cw_balanced", options_from="cw", check=_check_cw,  # explorl's variant of the paper's kernel
+                 cites=(Cite("explorl", doc="4"), Cite("CW-GRPO", "section 2.3", doc="4")))
 def _cw_balanced_shaper(advantages: Tensor, batch: RolloutBatch, cfg: AlgoConfig, step: int, *,
                         options: CwOptions) -> Tensor:
-    """Sign-balanced covariance weights (`cov_weights_balanced`): explorl's variant of paper 002, not the paper's."""
+    """Sign-balanced covariance weights (`cov_weights_balanced`): explorl's variant of CW-GRPO, not the paper's."""
     batch.require("logprobs", by="shaper 'cw_balanced'")
     w = cov_weights_balanced(advantages, batch.logprobs, batch.group, batch.mask, bandwidth=options.bandwidth)
     return _masked(w, advantages, batch.mask)
@@ -784,7 +789,7 @@ def _cw_balanced_shaper(advantages: Tensor, batch: RolloutBatch, cfg: AlgoConfig
 
 @dataclass
 class PplOptions:
-    """PPL shaping's options, `algo.ppl.<field>` (paper 004 section 4.4.2; docs/methods.md §7)."""
+    """PPL shaping's options, `algo.ppl.<field>` (STILL section 4.4.2; docs/methods.md §7)."""
 
     alpha: float = 0.01
     """alpha in A * (1 - alpha * w_ppl)."""
@@ -801,10 +806,11 @@ def _check_ppl(cfg) -> str | None:
     return f"algo.ppl.clamp: expected [lo, hi] with 0 <= lo <= hi, got {c}"
 
 
-@register_shaper("ppl", options=PplOptions, check=_check_ppl)
+@register_shaper("ppl", options=PplOptions, check=_check_ppl,
+                 cites=(Cite("STILL", "section 4.4.2, eq. 7, eq. 11", doc="7, 7a"),))
 def _ppl_shaper(advantages: Tensor, batch: RolloutBatch, cfg: AlgoConfig, step: int, *,
                 options: PplOptions) -> Tensor:
-    """PPL shaping (paper 004, section 4.4.2): favours low-perplexity responses of each group, every step."""
+    """PPL shaping (STILL, section 4.4.2): favours low-perplexity responses of each group, every step."""
     batch.require("logprobs", by="shaper 'ppl'")
     clamp = None if options.clamp is None else tuple(options.clamp)
     return ppl_shaped(advantages, batch.logprobs, batch.group, batch.mask, alpha=options.alpha,
@@ -813,7 +819,7 @@ def _ppl_shaper(advantages: Tensor, batch: RolloutBatch, cfg: AlgoConfig, step: 
 
 @dataclass
 class PositionOptions:
-    """Position shaping's options, `algo.position.<field>` (paper 004 section 4.4.2; docs/methods.md §7)."""
+    """Position shaping's options, `algo.position.<field>` (STILL section 4.4.2; docs/methods.md §7)."""
 
     gamma: float = 0.1
     """Bonus scale gamma."""
@@ -823,7 +829,7 @@ class PositionOptions:
     """Direction d (+1 favours later tokens)."""
     n: float = 0.5
     """Centre shift n of the sigmoid, r = m * (l - n) (docs/methods.md §7b). 0.5 (explorl and the public code)
-    centres it mid-response; -0.5 is the value paper 004 prints (section 4.4.2), which saturates the sigmoid so
+    centres it mid-response; -0.5 is the value STILL prints (section 4.4.2), which saturates the sigmoid so
     that every token gets about the full bonus gamma."""
     start: int = 0
     """First training step (1-based) of its window."""
@@ -844,10 +850,10 @@ def _check_position(cfg) -> str | None:
 
 
 @register_shaper("position", needs_old_logprobs=False, options=PositionOptions, check=_check_position,
-                 needs_step=lambda o: o.steps > 0)
+                 needs_step=lambda o: o.steps > 0, cites=(Cite("STILL", "section 4.4.2, eq. 8, eq. 12", doc="7b"),))
 def _position_shaper(advantages: Tensor, batch: RolloutBatch, cfg: AlgoConfig, step: int, *,
                      options: PositionOptions) -> Tensor:
-    """Position shaping (paper 004, section 4.4.2) inside its step window: `start <= step < start + steps`, or
+    """Position shaping (STILL, section 4.4.2) inside its step window: `start <= step < start + steps`, or
     every step when `steps == 0`; the identity outside it."""
     start, steps = options.start, options.steps
     if steps > 0 and not (start <= step < start + steps):
@@ -866,7 +872,8 @@ class EntropyAdvOptions:
     """kappa."""
 
 
-@register_shaper("entropy_adv", needs_old_logprobs=False, options=EntropyAdvOptions)
+@register_shaper("entropy_adv", needs_old_logprobs=False, options=EntropyAdvOptions,
+                 cites=(Cite("entropy advantage", doc="5e"),))
 def _entropy_adv_shaper(advantages: Tensor, batch: RolloutBatch, cfg: AlgoConfig, step: int, *,
                         options: EntropyAdvOptions) -> Tensor:
     """Entropy-based advantage (Cheng et al.): A + min(alpha * H, |A| / kappa)."""

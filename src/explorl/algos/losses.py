@@ -16,10 +16,10 @@ Besides the PPO-clip loss (`policy_loss`), this module holds the loss variants o
 baseline (`forking_mask`, fed to the losses as `token_weights`), the truncated importance weights of EAD
 (`tis_weights`, docs/methods.md §6c, fed as `is_weights`) and DAPO's soft overlong punishment (`overlong_penalty`).
 
-Three conventions of the engines and of paper 003 are options, all off by default, so the defaults reproduce the
+Three conventions of the engines and of EAD are options, all off by default, so the defaults reproduce the
 functions exactly as before (docs/methods.md §9): verl's dual-clip PPO (`policy_loss(dual_clip_c=...)`, verl's
 `clip_ratio_c`), verl's clamp of the k3 KL (`kl_k3(clamp=...)`, its `low_var_kl`) and the sequence-level truncated
-importance ratio that paper 003 writes (`tis_weights(level="sequence")`, App. B.2; docs/methods.md §6).
+importance ratio that EAD writes (`tis_weights(level="sequence")`, App. B.2; docs/methods.md §6).
 Every loss variant takes `(logprobs_new, logprobs_old, advantages, mask, *, agg, max_response_len, is_weights,
 token_weights, ...)`, so the trainer can call any of them the same way.
 
@@ -39,7 +39,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from explorl.algos.registry import get, register
+from explorl.algos.registry import Cite, get, register
 
 __all__ = [
     "LOSS_AGG_MODES", "masked_sum", "masked_mean", "aggregate", "kl_k3", "policy_loss",
@@ -52,13 +52,13 @@ LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mea
                                    "seq-mean-token-mean-per-question")
 """Valid values of `agg` (docs/methods.md §1d)."""
 PER_QUESTION = "seq-mean-token-mean-per-question"
-"""Paper 000 eq. 1 with a group size per question: the mean over questions of the mean over the question's responses
+"""E3 eq. 1 with a group size per question: the mean over questions of the mean over the question's responses
 of each response's token mean. Aggregated as `seq-mean-token-mean` of token losses weighted per response by
 `question_weights` (the step passes them as token weights), which is the same number (docs/methods.md §1d)."""
 
 
 def question_weights(group: Tensor, valid_rows: Tensor) -> Tensor:
-    """Per-response weights `[N]` that turn `seq-mean-token-mean` into paper 000's eq. 1 with a group size per
+    """Per-response weights `[N]` that turn `seq-mean-token-mean` into E3's eq. 1 with a group size per
     question: `w_i = n / (Q * G_q(i))`, n the responses with valid tokens, Q their questions, G_q the question's
     responses with valid tokens; so that (1/n) sum_i w_i m_i = (1/Q) sum_q (1/G_q) sum_{i in q} m_i for any response
     means m_i. Equal groups give every weight 1. Responses without valid tokens get 0.
@@ -105,7 +105,7 @@ def aggregate(
     - `seq-mean-token-sum-norm`: sum over all valid tokens / (N * max_response_len), a constant that does not
       depend on the lengths (Dr.GRPO, Liu et al. 2025). `max_response_len` (the configured length limit) is
       required in this mode and ignored in the others.
-    - `seq-mean-token-mean-per-question` (paper 000 eq. 1 with per-question group sizes): reduced here as
+    - `seq-mean-token-mean-per-question` (E3 eq. 1 with per-question group sizes): reduced here as
       `seq-mean-token-mean`; the per-question weights come in the token values (`question_weights`).
 
     Args:
@@ -628,13 +628,13 @@ def tis_weights(logprobs: Tensor, behavior_logprobs: Tensor, mask: Tensor, *, ca
                 level: str = "token") -> Tensor:
     """Truncated importance weights `w = min(exp(logprobs - behavior_logprobs), cap)`, per token or per sequence.
 
-    EAD (paper 003, appendix B.2, the truncated-IS loss): the samples come from the annealed behaviour policy,
+    EAD (appendix B.2, the truncated-IS loss): the samples come from the annealed behaviour policy,
     the optimised policy stays at the base temperature, so each token's loss is multiplied by
     `min(pi_old(y) / pi_old^EAD(y), C)`; docs/methods.md §6c (C = 2.0 by default; the paper names no value).
     Pass the result as `is_weights`.
 
     `level` (docs/methods.md §6 and §9): `token` (default) weighs each token by its own truncated ratio, as above.
-    `sequence` is the ratio paper 003 App. B.2 writes, of whole sequences, `min(pi_old(y|x) / pi_EAD(y|x), C)`:
+    `sequence` is the ratio EAD App. B.2 writes, of whole sequences, `min(pi_old(y|x) / pi_EAD(y|x), C)`:
     every valid token of response i gets `min(exp(S_i), cap)`, `S_i = sum_t mask * (logprobs - behavior_logprobs)`,
     computed in log space as `min(exp(min(S_i, 20)), cap)` so a long response cannot overflow (the +20 guard
     only matters for `cap > 4.8e8`); `S_i` is summed in at least float32.
@@ -803,15 +803,17 @@ _PPO_KWARGS = {"eps_low": "eps_low", "eps_high": "eps_high"}
 # (`explorl.integrations.verl` reads them from there; verl applies its dual clip always, at 3.0 by default)
 register("policy_loss", "ppo", needs_old_logprobs=False, rowwise=True, options=PpoOptions, check=_check_ppo,
          kwargs={**_PPO_KWARGS, "dual_clip_c": "dual_clip_c"},
-         verl_fields={"dual_clip_c": ("clip_ratio_c", 1.0, 3.0)})(policy_loss)
+         verl_fields={"dual_clip_c": ("clip_ratio_c", 1.0, 3.0)}, cites=(Cite("PPO", "eq. 7", doc="1b"),))(policy_loss)
 register("policy_loss", "clip_cov", needs_old_logprobs=False, needs_generator=True, options=ClipCovOptions,
          kwargs={**_PPO_KWARGS, "clip_ratio": "ratio", "lb": "lb", "ub": "ub"},
          verl_fields={"ratio": ("policy_loss.clip_cov_ratio", 1.0, 2e-4), "lb": ("policy_loss.clip_cov_lb", 1.0, 1.0),
-                      "ub": ("policy_loss.clip_cov_ub", 1.0, 5.0)})(clip_cov_loss)
+                      "ub": ("policy_loss.clip_cov_ub", 1.0, 5.0)},
+         cites=(Cite("Clip-Cov/KL-Cov", "section 4.2", doc="5a"),))(clip_cov_loss)
 register("policy_loss", "kl_cov", needs_old_logprobs=False, options=KlCovOptions,
          kwargs={"k_percent": "k_percent", "kl_coef": "coef"},  # verl's kl_cov_ratio is a fraction, ours a percentage
          verl_fields={"k_percent": ("policy_loss.kl_cov_ratio", 100.0, 2e-3),
-                      "coef": ("policy_loss.ppo_kl_coef", 1.0, 1.0)})(kl_cov_loss)
+                      "coef": ("policy_loss.ppo_kl_coef", 1.0, 1.0)},
+         cites=(Cite("Clip-Cov/KL-Cov", "section 4.2", doc="5b"),))(kl_cov_loss)
 
 
 def get_policy_loss(name: str) -> Callable[..., tuple[Tensor, dict[str, float]]]:
@@ -823,7 +825,7 @@ def get_policy_loss(name: str) -> Callable[..., tuple[Tensor, dict[str, float]]]
 
 # Token filters: kind `token_filter`, fn(batch, loss_mask, cfg[, *, options]) -> per-token weights [N, T] or None
 
-@register("token_filter", "none", needs_old_logprobs=False)
+@register("token_filter", "none", needs_old_logprobs=False, cites=(Cite("explorl", doc="1b"),))
 def _no_token_filter(batch, loss_mask: Tensor, cfg) -> None:
     """Every valid token trains."""
     return None
@@ -842,7 +844,8 @@ def _check_forking(cfg) -> str | None:
     return None if 0 < f <= 1 else f"algo.forking.top_frac: must be in (0, 1], got {f}"
 
 
-@register("token_filter", "forking", needs_old_logprobs=False, options=ForkingOptions, check=_check_forking)
+@register("token_filter", "forking", needs_old_logprobs=False, options=ForkingOptions, check=_check_forking,
+          cites=(Cite("forking tokens", doc="5d"),))
 def _forking_filter(batch, loss_mask: Tensor, cfg, *, options: ForkingOptions) -> Tensor:
     """Only the top `top_frac` highest-entropy tokens of the batch train (Wang et al., 80/20)."""
     batch.require("entropy", by="token_filter 'forking'")

@@ -34,6 +34,11 @@ training loop, the config validation and the engines (TRL, verl, vLLM) ask the r
   window), which an engine must then pass;
 - `verl_fields` (policy losses, optional): option -> (key of verl's actor config, factor, verl's default), how
   verl spells the option, so the verl adapter reads it without naming the method.
+- `cites`: what the entry implements, a tuple of `Cite(paper, where, doc)`: the paper's short name
+  (`explorl.algos.papers.PAPERS`; "explorl" for explorl's own additions), comma-separated, the paper's own
+  equations, sections or algorithms (`eq. 4`, `section 4.2`, `Algorithm 1`; may be empty), and the sections of
+  docs/methods.md that document them (`Cite("E3", "eq. 4, eq. 5", doc="2b")` is docs/methods.md §2b).
+  `explorl methods` lists them; a test checks each against docs/methods.md. A user's entry may leave it empty.
 - `rowwise` (policy losses, optional): each response's token loss depends on that response's tensors only (no
   statistic across the batch, as Clip-Cov's and KL-Cov's token selections are) and is zero with zero gradient
   where its advantages are zero, so the update leaves responses with all-zero advantages out of the forward and
@@ -62,6 +67,7 @@ import graph): registering happens when the module that defines an entry is impo
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass, field, is_dataclass
 from typing import Any, Callable
 
@@ -96,6 +102,37 @@ SECTIONS: dict[str, str] = {"estimator": "algo", "shaper": "algo", "policy_loss"
 
 
 @dataclass(frozen=True)
+class Cite:
+    """What a registry entry implements of one paper: `Cite("E3", "eq. 4, eq. 5", doc="2b")`."""
+
+    paper: str
+    """The paper's short name (`explorl.algos.papers.PAPERS`), or "explorl" for explorl's own additions."""
+    where: str = ""
+    """Comma-separated, the paper's own equations, sections or algorithms (`eq. 4`, `section 4.2`, `Algorithm 1`);
+    empty where docs/methods.md names none."""
+    doc: str = ""
+    """Comma-separated, the sections of docs/methods.md that document them (`"2b"` for `## 2.`'s `### 2b.`)."""
+
+    def __post_init__(self) -> None:
+        locators = [p.strip() for p in self.where.split(",")] if self.where.strip() else []
+        sections_ok = re.fullmatch(r"([0-9]+[a-z]?(, *[0-9]+[a-z]?)*)?", self.doc.strip())
+        if not self.paper.strip() or not all(locators) or not sections_ok:
+            raise ValueError(f"Cite({self.paper!r}, {self.where!r}, doc={self.doc!r}): give the paper's short name, "
+                             f"its equations comma-separated ('eq. 4, eq. 5') and docs/methods.md's sections "
+                             f"('2b' or '1, 1a')")
+
+    @property
+    def locators(self) -> tuple[str, ...]:
+        """The paper's own equations, sections and algorithms cited (`("eq. 4", "eq. 5")`)."""
+        return tuple(p.strip() for p in self.where.split(",")) if self.where.strip() else ()
+
+    @property
+    def sections(self) -> tuple[str, ...]:
+        """The docs/methods.md sections cited (`("2b",)`)."""
+        return tuple(p.strip() for p in self.doc.split(",")) if self.doc.strip() else ()
+
+
+@dataclass(frozen=True)
 class Entry:
     """A registered function and what it needs."""
 
@@ -118,6 +155,8 @@ class Entry:
     """The entry of the same kind whose options this one reads (`cw_group` reads `cw`'s), or None (its own)."""
     selects: Callable[[Any], dict[str, str]] | None = None
     """`fn(options) -> {option field: entry name}`: further entries of the same kind in use with this one."""
+    cites: tuple[Cite, ...] = ()
+    """What the entry implements: the papers and their equations (`Cite`); empty for an entry that says nothing."""
 
     @property
     def options_owner(self) -> str:
@@ -164,11 +203,16 @@ _REGISTRY: dict[str, dict[str, Entry]] = {kind: {} for kind in KINDS}
 def register(kind: str, name: str, *, needs_ref: bool = False, needs_old_logprobs: bool = True,
              needs_behavior: bool = False, behavior_is_policy: bool = True, takes_argument: bool = False,
              reads: tuple[str, ...] = (), kwargs: dict[str, str] | None = None, options: type | None = None,
-             options_from: str | None = None, selects: Callable | None = None, **extra: Any) -> Callable:
+             options_from: str | None = None, selects: Callable | None = None, cites: tuple[Cite, ...] = (),
+             **extra: Any) -> Callable:
     """Decorator: register `fn` as `kind` `name`; ValueError if the name is taken, the kind unknown, `options` not a
-    dataclass, or `options_from` names no entry with options."""
+    dataclass, `options_from` names no entry with options, or `cites` holds anything but `Cite`s."""
     if kind not in _REGISTRY:
         raise ValueError(f"unknown registry kind {kind!r}; valid: {', '.join(KINDS)}")
+    cites = (cites,) if isinstance(cites, Cite) else tuple(cites)
+    if not all(isinstance(c, Cite) for c in cites):
+        raise ValueError(f"{kind} {name!r}: cites must be Cite(paper, where, doc) values, e.g. "
+                         f"Cite('E3', 'eq. 4', doc='2b'); got {cites!r}")
     if options is not None and not (isinstance(options, type) and is_dataclass(options)):
         raise ValueError(f"{kind} {name!r}: options must be a dataclass type, got {options!r}")
     if options is not None and options_from is not None:
@@ -190,7 +234,7 @@ def register(kind: str, name: str, *, needs_ref: bool = False, needs_old_logprob
             raise ValueError(f"{kind} {name!r} registered twice (first by {_REGISTRY[kind][name].fn.__module__})")
         _REGISTRY[kind][name] = Entry(kind, name, fn, needs_ref, needs_old_logprobs, needs_behavior,
                                       behavior_is_policy, takes_argument, reads, kwargs, extra, options,
-                                      options_from, selects)
+                                      options_from, selects, cites)
         return fn
 
     return wrap

@@ -169,7 +169,7 @@ def compute_advantages(batch: RolloutBatch, cfg: AlgoConfig, step: int) -> Prepa
         is_weights = tis_weights(seen.logprobs, seen.behavior_logprobs, loss_mask, cap=cfg.tis_cap,
                                  level=cfg.tis_level)
     stats = _method_stats(batch.mask, loss_mask, base, advantages, token_weights)
-    if cfg.loss_agg == PER_QUESTION:  # paper 000 eq. 1: every question weighs the same, whatever its rollouts
+    if cfg.loss_agg == PER_QUESTION:  # E3 eq. 1: every question weighs the same, whatever its rollouts
         weights = question_weights(batch.group, loss_mask.sum(-1) > 0).to(loss_mask.dtype)[:, None] * loss_mask
         token_weights = weights if token_weights is None else token_weights * weights
     if is_weights is not None:

@@ -1,4 +1,4 @@
-"""Analysis of rollouts: exploration measures (`measures`) and text measures (`text`); paper 004, docs/methods.md §8.
+"""Analysis of rollouts: exploration measures (`measures`) and text measures (`text`); STILL, docs/methods.md §8.
 """
 
 from explorl.analysis.measures import (

@@ -2,9 +2,9 @@
 
 `explorl eval --save-completions FILE` writes one JSON line per sampled completion (`COMPLETION_FIELDS`);
 `explorl analyze FILE` reads it back through `read_completions` and `completions_report`:
-- quality-issue rates (paper 004 section 3.1, Fig. 3d and Table 5: format, repetition, language mixing), over all
-  completions and separately over correct and incorrect ones; the boxed-answer format rate (paper 001's);
-- token categories (paper 004 section 3.3, Table 1 / Fig. 5d: formal, logical, metacognitive, semantic) counted
+- quality-issue rates (STILL section 3.1, Fig. 3d and Table 5: format, repetition, language mixing), over all
+  completions and separately over correct and incorrect ones; the boxed-answer format rate (ERPO's);
+- token categories (STILL section 3.3, Table 1 / Fig. 5d: formal, logical, metacognitive, semantic) counted
   over the completions' words (`analysis.text.token_category`; words, not model tokens, since a file of text
   carries no tokenizer), for correct and incorrect completions;
 - case studies: the first few completions showing each issue, with their problem and reward.

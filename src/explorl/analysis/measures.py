@@ -1,4 +1,4 @@
-"""Exploration measures over rollouts (paper 004, sections 2 and 3; docs/methods.md §8).
+"""Exploration measures over rollouts (STILL, sections 2 and 3; docs/methods.md §8).
 
 Set measures: `unsolvable_set` (the k-rollout unsolvable problems, section 2.1) and `set_overlaps` (the regions of
 the Venn diagram comparing models, Figure 1(c)). Tensor measures over a batch of responses, each given as
@@ -24,7 +24,7 @@ __all__ = [
 
 
 def unsolvable_set(results: Mapping[Hashable, Sequence[bool]], k: int) -> set:
-    """The k-rollout unsolvable set: problems with no correct answer among k samples (paper 004, section 2.1).
+    """The k-rollout unsolvable set: problems with no correct answer among k samples (STILL, section 2.1).
 
     The paper samples k responses per problem; here the first k of each problem's samples are those k (so a run
     with n > k samples gives the set a k-sample run would have given, not the unbiased pass@k estimate).
@@ -47,7 +47,7 @@ def unsolvable_set(results: Mapping[Hashable, Sequence[bool]], k: int) -> set:
 
 
 def set_overlaps(sets: Mapping[str, set]) -> dict[str, int]:
-    """Sizes of every region of the Venn diagram of named sets (paper 004, Figure 1(c)); meant for 2 or 3 sets.
+    """Sizes of every region of the Venn diagram of named sets (STILL, Figure 1(c)); meant for 2 or 3 sets.
 
     A region is the elements that belong to exactly the sets of a non-empty subset S of the names: its key joins
     the names in S with "&", in the order given, then appends "-" and each name not in S. For sets A, B, C:
@@ -88,7 +88,7 @@ def _check_pair(values: Tensor, mask: Tensor, name: str) -> Tensor:
 
 
 def entropy_by_position(entropy: Tensor, mask: Tensor, bins: int = 10) -> Tensor:
-    """Mean token entropy by relative position in the response (paper 004, section 3.3, the U-shaped profile).
+    """Mean token entropy by relative position in the response (STILL, section 3.3, the U-shaped profile).
 
     The t-th valid token (0-based) of a response with L valid tokens falls in bin `floor(t * bins / L)`; each bin
     holds the mean entropy of all its tokens, pooled over responses (token-weighted); empty bins are NaN. t counts
@@ -115,7 +115,7 @@ def entropy_by_position(entropy: Tensor, mask: Tensor, bins: int = 10) -> Tensor
 
 
 def entropy_split(entropy: Tensor, mask: Tensor, correct: Tensor | Sequence[bool]) -> dict:
-    """Mean entropy of all, positive (correct) and negative responses (paper 004, section 3.1, Figure 3(b)).
+    """Mean entropy of all, positive (correct) and negative responses (STILL, section 3.1, Figure 3(b)).
 
     The three means are token-weighted (pooled over the valid tokens of the responses concerned, as the trainer's
     `entropy/pos` and `entropy/neg` metrics); a group without tokens gives NaN.
@@ -150,7 +150,7 @@ def entropy_split(entropy: Tensor, mask: Tensor, correct: Tensor | Sequence[bool
 
 
 def response_perplexity(logprobs: Tensor, mask: Tensor) -> Tensor:
-    """Instance perplexity of each response, `exp(-mean of its token log-probabilities)` (paper 004, section 3.2).
+    """Instance perplexity of each response, `exp(-mean of its token log-probabilities)` (STILL, section 3.2).
 
     Masked positions are ignored whatever they hold (also -inf or NaN). An empty response gives NaN.
 
@@ -169,7 +169,7 @@ def response_perplexity(logprobs: Tensor, mask: Tensor) -> Tensor:
 
 
 def answer_diversity(answers: Sequence[str | None]) -> int:
-    """Number of distinct final answers among one problem's samples (paper 004, section 2.3, Figure 1(b)).
+    """Number of distinct final answers among one problem's samples (STILL, section 2.3, Figure 1(b)).
 
     `None` (no answer extracted) is not an answer. Answers are compared as given, so normalise them first (e.g.
     the extracted `\\boxed{}` content, stripped).
@@ -189,7 +189,7 @@ def mean_answer_diversity(answers_by_problem: Mapping[Hashable, Sequence[str | N
 
 
 def entropy_performance_fit(entropies: Sequence[float], rewards: Sequence[float]) -> dict[str, float]:
-    """Least-squares fit of `R = -a * exp(H) + b` over training steps (paper 004, section 3, after Cui et al.).
+    """Least-squares fit of `R = -a * exp(H) + b` over training steps (STILL, section 3, after Cui et al.).
 
     Linear in `x = exp(H)`: ordinary least squares of R on x gives slope `-a` and intercept `b` in closed form,
     `a = -cov(x, R) / var(x)`, `b = mean(R) + a * mean(x)`. a and b are not constrained to be positive (the paper

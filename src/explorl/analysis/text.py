@@ -1,14 +1,14 @@
-"""Text measures of responses: quality issues, token categories and RFT data filters (paper 004; docs/methods.md §8c).
+"""Text measures of responses: quality issues, token categories and RFT data filters (STILL; docs/methods.md §8c).
 
-Quality issues (paper 004, section 3.1, Figure 3(d)): `format_issue` (no `\\boxed{` or more than one),
+Quality issues (STILL, section 3.1, Figure 3(d)): `format_issue` (no `\\boxed{` or more than one),
 `repetition_issue` (n-gram redundancy above a threshold; the paper judges "irrelevant content" with an LLM,
 explorl (docs/methods.md §8c) uses the 3-gram redundancy of the RFT filter instead), `language_mixing` (Chinese
 characters), `quality_report` (fractions over a set of responses).
 
-Token categories (paper 004, section 3.3, Table 1): `token_category` and `category_counts` with the lexicons
+Token categories (STILL, section 3.3, Table 1): `token_category` and `category_counts` with the lexicons
 below, which are explorl's reading of Table 1's examples.
 
-RFT rule-based filters (paper 004, section 4.4.1): `cut_after_first_box`, `rft_filter`, `rft_prepare`.
+RFT rule-based filters (STILL, section 4.4.1): `cut_after_first_box`, `rft_filter`, `rft_prepare`.
 
 No regular expression here can backtrack: the only pattern is a character class.
 """
@@ -29,7 +29,7 @@ BOX = "\\boxed{"
 """The answer marker counted by the format check and the RFT filters."""
 
 REDUNDANCY_THRESHOLD = 0.31
-"""Paper 004, section 4.4.1: responses whose 3-gram redundancy exceeds 0.31 are dropped."""
+"""STILL, section 4.4.1: responses whose 3-gram redundancy exceeds 0.31 are dropped."""
 
 # CJK Unified Ideographs, Extension A, Compatibility Ideographs, Extensions B-F (the Han / Chinese characters).
 _CJK = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ebef]")
@@ -38,7 +38,7 @@ _CJK = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ebef
 # --- quality issues ---------------------------------------------------------------------------------------------
 
 def format_issue(text: str) -> bool:
-    """True when the response has no `\\boxed{` or more than one (paper 004, section 3.1: the paper counts the
+    """True when the response has no `\\boxed{` or more than one (STILL, section 3.1: the paper counts the
     occurrences of "\\boxed{" in the response string)."""
     return text.count(BOX) != 1
 
@@ -46,7 +46,7 @@ def format_issue(text: str) -> bool:
 def ngram_redundancy(text: str, n: int = 3, *, level: str = "word") -> float:
     """n-gram redundancy, `1 - (distinct n-grams) / (total n-grams)`.
 
-    Paper 004 (section 4.4.1) uses a "3-gram redundancy" with threshold 0.31 without spelling it out; this is
+    STILL (section 4.4.1) uses a "3-gram redundancy" with threshold 0.31 without spelling it out; this is
     explorl's reading: the fraction of n-gram occurrences that repeat an earlier one. "a b c a b c" has the
     3-grams abc, bca, cab, abc: 1 - 3/4 = 0.25. A text with fewer than n units has no n-grams and redundancy 0.
 
@@ -77,13 +77,13 @@ def repetition_issue(text: str, threshold: float = REDUNDANCY_THRESHOLD, *, n: i
 
 
 def language_mixing(text: str) -> bool:
-    """True when the text contains a Chinese (CJK unified / compatibility) ideograph (paper 004, section 3.1: a
+    """True when the text contains a Chinese (CJK unified / compatibility) ideograph (STILL, section 3.1: a
     regular expression on the Unicode range of Chinese characters). Kana and Hangul do not count."""
     return _CJK.search(text) is not None
 
 
 def quality_report(texts: Iterable[str], *, threshold: float = REDUNDANCY_THRESHOLD, level: str = "word") -> dict:
-    """Fractions of responses with each quality issue (paper 004, Figure 3(d)).
+    """Fractions of responses with each quality issue (STILL, Figure 3(d)).
 
     Returns:
         `{"n": int, "format": float, "repetition": float, "language_mixing": float, "any": float}`, `any` being
@@ -106,7 +106,7 @@ def quality_report(texts: Iterable[str], *, threshold: float = REDUNDANCY_THRESH
 
 
 # --- token categories -------------------------------------------------------------------------------------------
-# explorl's reading of paper 004, Table 1. Its examples: formal reasoning = numbers ('1', '3.14'), operators ('+',
+# explorl's reading of STILL, Table 1. Its examples: formal reasoning = numbers ('1', '3.14'), operators ('+',
 # '*', '='), variables ('x', 'y'), symbols ('pi', 'sqrt 2', 'sum'); logical structuring = causal ('therefore',
 # 'because'), contrastive ('however', 'but'), progressive ('first', 'next', 'finally'), parallel ('and', 'also');
 # metacognitive = verifying ("Let's check"), revising ('Correction', 'Wait'), summarizing ('In summary'), planning
@@ -207,10 +207,10 @@ def category_counts(tokens: Iterable[str]) -> dict[str, int]:
     return counts
 
 
-# --- RFT data selection filters (paper 004, section 4.4.1) -----------------------------------------------------
+# --- RFT data selection filters (STILL, section 4.4.1) -----------------------------------------------------
 
 def cut_after_first_box(text: str) -> str:
-    """The text up to and including the closing brace of its first `\\boxed{...}` (paper 004, section 4.4.1:
+    """The text up to and including the closing brace of its first `\\boxed{...}` (STILL, section 4.4.1:
     "removing any content that followed the first \\boxed marker").
 
     Braces are matched with nesting; a backslash escapes the next character, so `\\{` and `\\}` do not count.
@@ -226,7 +226,7 @@ def cut_after_first_box(text: str) -> str:
 
 
 def rft_filter(text: str, *, threshold: float = REDUNDANCY_THRESHOLD, level: str = "word") -> bool:
-    """Paper 004's rule-based RFT filters (section 4.4.1) on a response as given: True (keep) when it has exactly
+    """STILL's rule-based RFT filters (section 4.4.1) on a response as given: True (keep) when it has exactly
     one `\\boxed{`, at least one ASCII digit, and 3-gram redundancy <= `threshold`.
 
     The paper cuts the response after its first box before checking redundancy; `rft_prepare` does both.

@@ -10,6 +10,7 @@ function that runs it (`cmd_*`); `common` holds what several share (the console,
   venn.py     `explorl venn`       unsolvable sets of 2-3 models;  curves.py  `explorl curves`  pass@k against k
   frontier.py `explorl frontier`   pass@k against sampling entropy, models compared at equal entropy
   config.py   `explorl config`     every config field
+  methods.py  `explorl methods`    the registered methods: papers, equations, options, code
   analyze.py  `explorl analyze`    a run's report, or a completions file's;  compare.py  `explorl compare`
   probe.py    `explorl probe`      the papers' analyses on a model (the work: probe_runs.py)
 
@@ -23,15 +24,15 @@ import argparse
 from rich.markup import escape
 
 import explorl.commands.common as common
-from explorl.commands import (analyze, bootstrap, compare, config, curves, demo, export, frontier, probe, rft, sft,
-                              train, venn)
+from explorl.commands import (analyze, bootstrap, compare, config, curves, demo, export, frontier, methods, probe,
+                              rft, sft, train, venn)
 from explorl.commands import eval as eval_command  # (a name apart from the builtin eval)
 from explorl.config import ConfigError
 
 __all__ = ["build_parser", "main"]
 
-COMMANDS = (train, eval_command, export, bootstrap, demo, rft, sft, venn, curves, frontier, config, analyze, compare,
-            probe)
+COMMANDS = (train, eval_command, export, bootstrap, demo, rft, sft, venn, curves, frontier, config, methods, analyze,
+            compare, probe)
 """The subcommands in the order `explorl --help` lists them."""
 
 

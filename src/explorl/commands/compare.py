@@ -14,7 +14,7 @@ def add_parser(sub) -> None:
                     help="spread of several seeds of a config: min-max, or the 95%% t-interval of the mean")
     cm.add_argument("--diff", action="append", default=[], metavar="METRIC",
                     help="also plot METRIC of each config minus the first's, e.g. reward/all_wrong_frac "
-                         "(paper 000 Fig. 8; repeatable)")
+                         "(E3 Fig. 8; repeatable)")
     add_overwrite_flag(cm)
     cm.set_defaults(fn=cmd_compare)
 

@@ -34,7 +34,7 @@ def add_parser(sub) -> None:
                    help="length limit (default: the run's sampling.max_new_tokens, else 64)")
     e.add_argument("--schedule", default=None,
                    help="sampling temperature schedule: the default samples at --temperature; a registered schedule "
-                        "with a per-token temperature anneals each response as at training step 0, e.g. paper 003's "
+                        "with a per-token temperature anneals each response as at training step 0, e.g. EAD's "
                         "EAD at inference time (section 5.4) with --schedule-opt d0=D for its decay constant")
     e.add_argument("--schedule-opt", action="append", default=[], metavar="FIELD=VALUE",
                    help="an option of --schedule (its sampling.<schedule>.<field>), e.g. d0=25 (repeatable)")

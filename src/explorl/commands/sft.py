@@ -10,7 +10,7 @@ from explorl.commands.common import _config_source, _print_checks, _print_config
 
 def add_parser(sub) -> None:
     sf = sub.add_parser("sft", help="supervised fine-tuning on the task's worked solutions (the SFT baselines of "
-                                    "papers 001 and 004); writes a run directory like train")
+                                    "ERPO and STILL); writes a run directory like train")
     sf.add_argument("config", nargs="?", help="YAML config (e.g. configs/sft.yaml)")
     sf.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. sft.epochs=1 optim.lr=1e-4")
     sf.add_argument("--dry-run", action="store_true", help="validate, print where each non-default value came from, check the inputs, then exit")

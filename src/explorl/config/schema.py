@@ -186,8 +186,8 @@ class SamplingConfig:
     (vLLM's `gpu_memory_utilization`). On the CPU the KV cache is `VLLM_CPU_KVCACHE_SPACE` GiB (default 1)."""
     schedule: str = "fixed"
     """Sampling temperature schedule, by registry name (kind `temperature_schedule`). `fixed`: `temperature`.
-    `e3`: the E3 controller (paper 000 eq. 4) adapts tau each step to hold the entropy at its first-step value;
-    the optimised policy uses the same tau. `ead`: annealed per-token temperature (paper 003), behaviour policy
+    `e3`: the E3 controller (E3 eq. 4) adapts tau each step to hold the entropy at its first-step value;
+    the optimised policy uses the same tau. `ead`: annealed per-token temperature (EAD), behaviour policy
     only; `revead`: its reversed ablation. `adaptive`: a base schedule (`sampling.adaptive.base`) with a per-prompt
     multiplier by running success rate (explorl's; behaviour policy only). Its options: `sampling.<schedule>.*`."""
     options: dict[str, Any] = field(default_factory=dict)
@@ -209,13 +209,13 @@ class AlgoConfig:
     loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm",
                       "seq-mean-token-mean-per-question"] = "token-mean"
     """Aggregation of token losses (docs/methods.md §1d): token-mean (DAPO), seq-mean-token-mean (GRPO paper),
-    seq-mean-token-sum-norm (Dr.GRPO, divides by N * max_new_tokens), seq-mean-token-mean-per-question (paper 000
+    seq-mean-token-sum-norm (Dr.GRPO, divides by N * max_new_tokens), seq-mean-token-mean-per-question (E3
     eq. 1 when questions have different rollout counts, E3's dynamic budgets: every question weighs the same; the
     KL and entropy terms are then aggregated as seq-mean-token-mean)."""
     kl_coef: float = 0.0
     """beta of the k3 KL penalty to the frozen reference model (0 = no reference model is kept)."""
     entropy_coef: float = 0.0
-    """lambda of the entropy bonus: subtracts lambda * H per token (paper 000 eq. 3 uses 1e-4)."""
+    """lambda of the entropy bonus: subtracts lambda * H per token (E3 eq. 3 uses 1e-4)."""
     epochs: int = 1
     """Optimisation passes over each batch of rollouts."""
     mini_batches: int = 1
@@ -226,10 +226,10 @@ class AlgoConfig:
     """With micro_batch_size 0: each mini-batch's responses are sorted by length and cut into this many
     micro-batches, each padded only to its own longest row (same gradient, less compute on padding)."""
     shapers: list[str] = field(default_factory=list)
-    """Advantage shapers applied in order after the estimator: `cw` (covariance weighting, paper 002, batch-wide
-    statistics, explorl's reading, docs/methods.md §4), `cw_group` (the same with paper 002's per-group
+    """Advantage shapers applied in order after the estimator: `cw` (covariance weighting, CW-GRPO, batch-wide
+    statistics, explorl's reading, docs/methods.md §4), `cw_group` (the same with CW-GRPO's per-group
     statistics), `cw_balanced` (explorl's sign-balanced variant, not the paper's: the per-group kernel normalised
-    per advantage sign), `ppl`, `position` (paper 004 section 4.4.2), `entropy_adv` (Cheng et al.)."""
+    per advantage sign), `ppl`, `position` (STILL section 4.4.2), `entropy_adv` (Cheng et al.)."""
     loss: str = "ppo"
     """Per-token objective by registry name (kind `policy_loss`): `ppo` (PPO-clip), `clip_cov` or `kl_cov`
     (Cui et al. 2025; docs/methods.md §5a, §5b)."""
@@ -237,13 +237,13 @@ class AlgoConfig:
     """Token filter by registry name (kind `token_filter`): `none`, or `forking`: only the top `algo.forking.top_frac`
     highest-entropy tokens of the batch train (Wang et al. 80/20)."""
     tis: bool = False
-    """Truncated importance sampling (paper 003): weight each token loss by min(pi_old / mu, tis_cap), mu the
+    """Truncated importance sampling (EAD): weight each token loss by min(pi_old / mu, tis_cap), mu the
     distribution actually sampled from (EAD's per-token temperatures, top-p)."""
     tis_cap: float = 2.0
     """Cap C of the truncated importance weights."""
     tis_level: Literal["token", "sequence"] = "token"
     """Level of the truncated importance weights (docs/methods.md §6). `token` (explorl's default): each token's
-    own min(pi_old / mu, tis_cap). `sequence`: the truncated ratio of whole sequences that paper 003 writes
+    own min(pi_old / mu, tis_cap). `sequence`: the truncated ratio of whole sequences that EAD writes
     (App. B.2, min(pi_old(y|x) / pi_EAD(y|x), C)), the same weight on every token of a response, computed in log
     space."""
     kl_clamp: float | None = None
@@ -269,7 +269,7 @@ class AlgoConfig:
 class BudgetConfig:
     policy: str = "uniform"
     """Rollouts per prompt, by registry name (kind `budget_policy`). `uniform`: sampling.group_size each. `e3`:
-    dynamic budgets by difficulty (paper 000 Algorithm 1) with the G_min/G_max curriculum. `dapo`: DAPO dynamic
+    dynamic budgets by difficulty (E3 Algorithm 1) with the G_min/G_max curriculum. `dapo`: DAPO dynamic
     sampling: groups whose rewards all agree are dropped and more prompts are sampled until the batch is full or
     `budget.dapo.max_rounds` extra rounds are spent."""
     options: dict[str, Any] = field(default_factory=dict)
@@ -281,7 +281,7 @@ class BudgetConfig:
 @dataclass
 class RftConfig:
     iterations: int = 3
-    """`explorl rft`: rejection-sampling fine-tuning iterations (paper 004 section 4.4.1)."""
+    """`explorl rft`: rejection-sampling fine-tuning iterations (STILL section 4.4.1)."""
     prompts: int = 256
     """Training prompts sampled per iteration."""
     samples_per_prompt: int = 8
@@ -294,7 +294,7 @@ class RftConfig:
     select_frac: float = 0.5
     """`entropy` / `branching`: fraction of the filtered correct samples kept, highest first."""
     select_count: int = 0
-    """A fixed number of correct samples fine-tuned on per iteration (paper 004 section 4.4.1 uses 1.1k per
+    """A fixed number of correct samples fine-tuned on per iteration (STILL section 4.4.1 uses 1.1k per
     iteration); 0 = as many as the filters and `select_frac` keep. With `entropy` / `branching` the top
     select_count by score (in place of select_frac), otherwise a random select_count of the filtered correct ones;
     fewer when fewer pass. `noisy` adds its fraction of them on top."""
@@ -307,22 +307,22 @@ class RftConfig:
     batch_size: int = 32
     """Sequences per fine-tuning step."""
     eval_top_p: float = 1.0
-    """Nucleus mass of the per-iteration held-out evaluation (temperature `run.eval_temperature`); paper 004
+    """Nucleus mass of the per-iteration held-out evaluation (temperature `run.eval_temperature`); STILL
     section 4.4.1 evaluates at top-p 0.95, temperature 0.6."""
 
 
 @dataclass
 class SftConfig:
     epochs: int = 3
-    """`explorl sft`: passes over the training split's worked solutions (paper 001's SFT baseline: 3 epochs). The
-    optimizer is `optim`'s (lr 1e-5 = paper 004's SFT models; warm-up and cosine decay over all sft steps);
+    """`explorl sft`: passes over the training split's worked solutions (ERPO's SFT baseline: 3 epochs). The
+    optimizer is `optim`'s (lr 1e-5 = STILL's SFT models; warm-up and cosine decay over all sft steps);
     docs/methods.md §8d."""
     batch_size: int = 96
-    """Sequences per optimizer step (paper 004 section 2.4: 96)."""
+    """Sequences per optimizer step (STILL section 2.4: 96)."""
     micro_batch_size: int = 0
     """Sequences per forward/backward (gradient accumulation inside a step, same mean loss); 0 = the whole batch."""
     max_length: int = 0
-    """Keep only the first this-many tokens of prompt + solution + EOS (paper 004: a 20,000-token context);
+    """Keep only the first this-many tokens of prompt + solution + EOS (STILL: a 20,000-token context);
     0 = no limit."""
 
 

@@ -261,7 +261,7 @@ def validate(cfg: Config) -> None:
     need(sf.micro_batch_size >= 0, f"sft.micro_batch_size: must be >= 0 (0 = the whole batch in one forward), got "
                                    f"{sf.micro_batch_size}")
     need(sf.max_length >= 0, f"sft.max_length: must be >= 0 (0 = no limit), got {sf.max_length}")
-    need(0 < f.eval_top_p <= 1, f"rft.eval_top_p: must be in (0, 1] (1 = off; paper 004 uses 0.95), got "
+    need(0 < f.eval_top_p <= 1, f"rft.eval_top_p: must be in (0, 1] (1 = off; STILL uses 0.95), got "
                                 f"{f.eval_top_p}")
     lo = cfg.model.lora
     if lo.enabled:

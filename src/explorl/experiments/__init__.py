@@ -3,8 +3,8 @@
 `explorl.analysis`.
 
 - `probes`: the papers' probes (`explorl probe`), some of which run the training loop's update step.
-- `impact`: token impact by replacement (paper 004, eq. 5 and 6).
-- `gradients`: token gradient norms at the output layer in closed form (paper 004, eq. 4).
+- `impact`: token impact by replacement (STILL, eq. 5 and 6).
+- `gradients`: token gradient norms at the output layer in closed form (STILL, eq. 4).
 - `plots`: one PNG per `explorl probe` result.
 
 Nothing is imported here: `import explorl.experiments.probes` (which loads the loop) only when it is used.

@@ -1,4 +1,4 @@
-"""Token gradient norms at the output layer in closed form (paper 004, eq. 4 and appendix A.1; docs/methods.md §8b).
+"""Token gradient norms at the output layer in closed form (STILL, eq. 4 and appendix A.1; docs/methods.md §8b).
 
 For one response token o_t, the policy-gradient term is L_t = alpha_t * log pi(o_t | h_t), with
 pi = softmax(z / T), logits z = W h_t, W the [V, d] output-layer (lm_head) weight and h_t its input (the

@@ -1,4 +1,4 @@
-"""Token impact by replacement (paper 004, eq. 5 and 6; docs/methods.md §8b).
+"""Token impact by replacement (STILL, eq. 5 and 6; docs/methods.md §8b).
 
 For a response o to prompt q and a position t, the alternative token is the most probable other token,
 

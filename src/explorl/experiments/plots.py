@@ -32,7 +32,7 @@ def _finite(xs, ys):
 
 def plot_position(result: dict, path: str | Path) -> Path:
     """Mean token entropy against absolute output position, with the number of tokens behind each point
-    (paper 003, Figure 1)."""
+    (EAD, Figure 1)."""
     fig, (ax,) = _figure()
     xs, ys = _finite(result["start"], result["mean"])
     ax.plot(xs, ys, color="C0", marker="o", ms=2)
@@ -48,7 +48,7 @@ def plot_position(result: dict, path: str | Path) -> Path:
 
 
 def plot_covariance(cumulative: dict, path: str | Path) -> Path:
-    """Share of the total |c| carried by the most extreme fraction of tokens, per sign (paper 002, Figure 3)."""
+    """Share of the total |c| carried by the most extreme fraction of tokens, per sign (CW-GRPO, Figure 3)."""
     fig, (ax,) = _figure()
     for sign, colour in (("positive", "C3"), ("negative", "C0")):
         xs, ys = _finite([100 * f for f in cumulative["fractions"]], cumulative[sign])
@@ -65,7 +65,7 @@ def plot_covariance(cumulative: dict, path: str | Path) -> Path:
 
 def plot_branch(summary: list[dict], path: str | Path) -> Path:
     """Accuracy and maj@k of continuations against the cut position, with the entropy at the cut
-    (paper 003, Figure 2)."""
+    (EAD, Figure 2)."""
     fig, (ax,) = _figure()
     cuts = [r["cut"] for r in summary]
     ax.plot(*_finite(cuts, [r["accuracy"] for r in summary]), marker="o", color="C0", label="accuracy")
@@ -86,7 +86,7 @@ def plot_branch(summary: list[dict], path: str | Path) -> Path:
 
 def plot_perturb(tests: dict, path: str | Path) -> Path:
     """Accuracy after perturbing high- vs low-entropy tokens, per mode, with the Fisher p-value
-    (paper 001, Figure 1(b))."""
+    (ERPO, Figure 1(b))."""
     modes = list(tests)
     fig, (ax,) = _figure(width=max(4.5, 2.5 * len(modes)))
     for i, mode in enumerate(modes):
@@ -104,7 +104,7 @@ def plot_perturb(tests: dict, path: str | Path) -> Path:
 
 
 def plot_update(summary: dict, path: str | Path) -> Path:
-    """Mean |probability shift| by entropy bin and by token category after one update (paper 004, Figure 4)."""
+    """Mean |probability shift| by entropy bin and by token category after one update (STILL, Figure 4)."""
     panels = 2 if "by_category" in summary else 1
     fig, axes = _figure(panels)
     bins = summary["by_entropy"]

@@ -1,14 +1,14 @@
 """Probes of the papers' analyses: small experiments on a model that redraw their figures (docs/methods.md §8e).
 
-- `entropy_by_absolute_position`: mean token entropy at each output position (paper 003, EAD, Figure 1).
+- `entropy_by_absolute_position`: mean token entropy at each output position (EAD, Figure 1).
 - `covariance_percentiles`, `covariance_cumulative`, `batch_covariance`: the token covariance c of covariance
-  weighting and its distribution (paper 002, CW, Figure 3 and Table 1; c is `algos.advantages.token_covariance`).
+  weighting and its distribution (CW-GRPO, Figure 3 and Table 1; c is `algos.advantages.token_covariance`).
 - `branch_probe`, `branch_summary`: continuations sampled from prefixes cut at several positions of a response,
-  success by cut position (paper 003, EAD, Figure 2: the "forking" experiment).
+  success by cut position (EAD, Figure 2: the "forking" experiment).
 - `entropy_extremes`, `perturb_probe`, `compare_proportions`: random replacement and truncation at the high- and
-  low-entropy positions of correct responses, with a significance test (paper 001, ERPO, Figure 1(b)).
+  low-entropy positions of correct responses, with a significance test (ERPO, Figure 1(b)).
 - `one_update_effects`, `update_shift_summary`, `entropy_change_by_token`: the probability shift of each token
-  after one policy update, by outcome, entropy, token category and response PPL (paper 004, STILL, Figures 3(b),
+  after one policy update, by outcome, entropy, token category and response PPL (STILL, Figures 3(b),
   4 and 5(a)).
 
 Every function is deterministic given its generators. Readings chosen here (the papers leave them open):
@@ -121,10 +121,10 @@ def continue_prefixes(model, prompt_ids: Sequence[int], heads: Sequence[Sequence
     return out
 
 
-# --- entropy by absolute position (paper 003, Figure 1) ------------------------------------------------------------
+# --- entropy by absolute position (EAD, Figure 1) ------------------------------------------------------------
 
 def entropy_by_absolute_position(entropy: Tensor, mask: Tensor, *, bin_size: int = 1) -> dict:
-    """Mean token entropy at each absolute output position (paper 003, EAD, Figure 1: entropy shrinks with the
+    """Mean token entropy at each absolute output position (EAD, Figure 1: entropy shrinks with the
     position), pooled over responses; `analysis.measures.entropy_by_position` bins relative positions instead.
 
     The t-th valid token (0-based, counting valid tokens, so padding anywhere is skipped) falls in bin
@@ -154,7 +154,7 @@ def entropy_by_absolute_position(entropy: Tensor, mask: Tensor, *, bin_size: int
     return {"start": (torch.arange(bins) * bin_size).tolist(), "mean": mean, "count": counts}
 
 
-# --- token covariance (paper 002, Figure 3, Table 1) ---------------------------------------------------------------
+# --- token covariance (CW-GRPO, Figure 3, Table 1) ---------------------------------------------------------------
 
 @torch.no_grad()
 def batch_covariance(model, ro, rewards: Sequence[float], *, temperature: float = 1.0,
@@ -186,7 +186,7 @@ def _signed(c: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, int]:
 
 def covariance_percentiles(c: Tensor, mask: Tensor,
                            percentiles: Sequence[float] = (0.01, 1.0, 20.0, 40.0, 100.0)) -> dict:
-    """The covariance at percentile thresholds of its positive and of its negative values (paper 002, Table 1).
+    """The covariance at percentile thresholds of its positive and of its negative values (CW-GRPO, Table 1).
 
     Reading of the table: at p%, the positive column is the smallest of the largest p% of the positive c (the
     `ceil(p / 100 * n_pos)`-th largest), the negative column the largest of the most negative p% of the negative
@@ -215,7 +215,7 @@ def covariance_percentiles(c: Tensor, mask: Tensor,
 
 
 def covariance_cumulative(c: Tensor, mask: Tensor, fractions: Sequence[float]) -> dict:
-    """Cumulative contribution of the most extreme covariances (paper 002, Figure 3): for each fraction f, the
+    """Cumulative contribution of the most extreme covariances (CW-GRPO, Figure 3): for each fraction f, the
     share of the total |c| of one sign carried by the `ceil(f * n)` tokens of that sign with the largest |c|.
 
     Returns `{"fractions": [...], "positive": [...], "negative": [...]}` (NaN where a sign has no token).
@@ -232,7 +232,7 @@ def covariance_cumulative(c: Tensor, mask: Tensor, fractions: Sequence[float]) -
     return {"fractions": list(fractions), "positive": curve(pos), "negative": curve(neg.abs())}
 
 
-# --- branching (paper 003, Figure 2) ------------------------------------------------------------------------------
+# --- branching (EAD, Figure 2) ------------------------------------------------------------------------------
 
 def _score_heads(tokenizer, heads, conts, score: Score) -> list[tuple[list[str], list[float]]]:
     """Texts and rewards of every head's continuations, scored in one call of `score`."""
@@ -250,7 +250,7 @@ def branch_probe(model, tokenizer, prompt_ids: Sequence[int], response_ids: Sequ
                  k: int, score: Score, max_new_tokens: int, extract_answer: Callable[[str], str | None] | None = None,
                  entropy: Sequence[float] | None = None, temperature: float = 1.0, top_p: float = 1.0,
                  generator: torch.Generator | None = None, fast_path: bool = True) -> list[dict]:
-    """The forking experiment on one response (paper 003, EAD, Figure 2, after Yang & Holtzman 2025): for each cut
+    """The forking experiment on one response (EAD, Figure 2, after Yang & Holtzman 2025): for each cut
     t, keep `o_<t` and sample k continuations; score every completed response.
 
     Cuts at or beyond the response's length are skipped (no token is left to branch at). All prefixes go to the
@@ -308,11 +308,11 @@ def branch_summary(per_problem: Sequence[Sequence[dict]], cuts: Sequence[int]) -
     return out
 
 
-# --- perturbation at high- and low-entropy positions (paper 001, Figure 1(b)) -------------------------------------
+# --- perturbation at high- and low-entropy positions (ERPO, Figure 1(b)) -------------------------------------
 
 def entropy_extremes(entropy: Sequence[float], frac: float) -> tuple[list[int], list[int]]:
     """Positions of the `m = max(1, round(frac * L))` highest- and lowest-entropy tokens of a response of L
-    perturbable tokens (paper 001, Figure 1(b): the top and bottom 5%), m capped at L // 2 so the sets are
+    perturbable tokens (ERPO, Figure 1(b): the top and bottom 5%), m capped at L // 2 so the sets are
     disjoint; ties go to the earlier position. Returns (high, low), each sorted by position; empty when L < 2."""
     if not 0 < frac <= 0.5:
         raise ValueError(f"frac must lie in (0, 0.5], got {frac}")
@@ -347,7 +347,7 @@ def perturb_probe(model, tokenizer, prompt_ids: Sequence[int], response_ids: Seq
                   modes: Sequence[str] = ("replace", "truncate"), temperature: float = 1.0, top_p: float = 1.0,
                   generator: torch.Generator | None = None, token_generator: torch.Generator | None = None,
                   fast_path: bool = True) -> dict:
-    """Perturb one response at its highest- and lowest-entropy positions and regenerate (paper 001, ERPO,
+    """Perturb one response at its highest- and lowest-entropy positions and regenerate (ERPO,
     Figure 1(b)).
 
     The perturbable positions are the response's tokens less a final EOS; `entropy_extremes` picks them. Each
@@ -377,12 +377,12 @@ def perturb_probe(model, tokenizer, prompt_ids: Sequence[int], response_ids: Seq
     return out
 
 
-# --- per-token update effects (paper 004, Figures 3(b), 4, 5(a)) -------------------------------------------------
+# --- per-token update effects (STILL, Figures 3(b), 4, 5(a)) -------------------------------------------------
 
 def one_update_effects(model, ro, rewards: Sequence[float], cfg, *, temperature: float = 1.0, ref=None,
                        seed: int = 0) -> dict:
     """Take exactly one policy update on a sampled batch, as `explorl train` takes it, and measure every token
-    before and after (paper 004, section 3.2.2, Figures 4 and 5(a)).
+    before and after (STILL, section 3.2.2, Figures 4 and 5(a)).
 
     The trainer's own pieces: `trainer.rollout_batch` (pi_old's log-probs and entropies by the training forward),
     `algos.step.compute_advantages` (the configured estimator and shapers, step 1), `trainer.make_optimizer` and
@@ -431,7 +431,7 @@ def _rank_bins(values: Tensor, bins: int) -> Tensor:
 def update_shift_summary(delta_p: Tensor, entropy: Tensor, mask: Tensor, *, correct: Sequence[bool],
                          tokens: Sequence[Sequence[str]] | None = None, ppl: Tensor | Sequence[float] | None = None,
                          top_frac: float = 0.2, bins: int = 5, small: float = 0.06) -> dict:
-    """Where one update moved token probabilities (paper 004, section 3.2.2 and Figures 4, 5(a)).
+    """Where one update moved token probabilities (STILL, section 3.2.2 and Figures 4, 5(a)).
 
     `delta_p = p_after(o_t) - p_before(o_t)` per token; the "top" tokens are the `ceil(top_frac * n)` valid tokens
     with the largest |delta_p| (ties by position, row-major).
@@ -505,7 +505,7 @@ def update_shift_summary(delta_p: Tensor, entropy: Tensor, mask: Tensor, *, corr
 
 def entropy_change_by_token(entropy_before: Tensor, entropy_after: Tensor, mask: Tensor,
                             tokens: Sequence[Sequence[str]], *, min_count: int = 2, top: int = 10) -> list[dict]:
-    """Token texts whose entropy fell most in the update (paper 004, Figure 3(b)): the mean `H_after - H_before`
+    """Token texts whose entropy fell most in the update (STILL, Figure 3(b)): the mean `H_after - H_before`
     over the occurrences of each token text seen at least `min_count` times, most negative first (ties by text).
     `tokens`: per response, the decoded text of each valid token. Returns `top` dicts `{token, count, change}`."""
     valid = (mask > 0).cpu()

@@ -1,6 +1,6 @@
 """EAD's per-token temperature inside vLLM: a logits processor for vLLM's V1 model runner.
 
-EAD (paper 003; docs/methods.md §6a) samples token t of a response at `T * tau(t)`, where `T` is the request's
+EAD (docs/methods.md §6a) samples token t of a response at `T * tau(t)`, where `T` is the request's
 temperature and `tau` the annealed schedule of the training step. vLLM takes one temperature per request, so the
 per-token factor is a logits processor: a request that carries `SamplingParams(extra_args={"explorl_ead": args})`
 (`args`: `"schedule"`, the name of a registered temperature schedule that declares a per-token temperature

@@ -60,7 +60,7 @@ def final_table(run: Run) -> HtmlTable:
 
 
 def fit_table(run: Run) -> HtmlTable:
-    """Entropy-performance fit R = -a exp(H) + b over the run's steps (paper 004; `entropy_performance_fit`)."""
+    """Entropy-performance fit R = -a exp(H) + b over the run's steps (STILL; `entropy_performance_fit`)."""
     from explorl.analysis.measures import entropy_performance_fit
 
     pairs = [(r["entropy/mean"], r["reward/mean"]) for r in run.steps
@@ -180,7 +180,7 @@ def compare(run_paths: list[str | Path], out: str | Path = "runs/compare", *, sm
     """Overlaid curves and a side-by-side table of several runs, written to `out` (PNGs and index.html).
 
     `smooth`: EMA weight of the per-step curves; `band`: the spread of several seeds of a config (`minmax` or
-    `ci95`); `diff`: metrics drawn as each config's curve minus the first's (paper 000 Fig. 8).
+    `ci95`); `diff`: metrics drawn as each config's curve minus the first's (E3 Fig. 8).
     """
     if not run_paths:
         raise RunError("compare: give at least one run directory")

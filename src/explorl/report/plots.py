@@ -304,7 +304,7 @@ def make_plots(runs: list[Run], out_dir: str | Path, labels: list[str] | None = 
 
 
 def plot_venn(sets: dict[str, set], path: str | Path, title: str = "unsolvable problems") -> Path:
-    """A Venn diagram of 2-3 sets (e.g. k-rollout unsolvable sets of several models, paper 004 section 2.1).
+    """A Venn diagram of 2-3 sets (e.g. k-rollout unsolvable sets of several models, STILL section 2.1).
 
     Circles of equal size with the count of every region written in it (`analysis.measures.set_overlaps`).
     """
@@ -362,7 +362,7 @@ def curve_difference(base: dict, other: dict, metric: str = "pass@k") -> tuple[l
 
 def crossings(base: dict, other: dict, metric: str = "pass@k") -> list[int]:
     """The k (of both curves) at which `other`'s mean moves from above `base`'s to at or below it, or back:
-    where a trained model's curve crosses the base model's (papers 000, 003, 004)."""
+    where a trained model's curve crosses the base model's (E3, EAD, STILL)."""
     ks, diff = curve_difference(base, other, metric)
     return [k for k, before, now in zip(ks[1:], diff, diff[1:]) if (before > 0) != (now > 0)]
 
@@ -371,7 +371,7 @@ def plot_k_curves(curves: dict[str, dict], path: str | Path, metric: str = "pass
                   paired: dict[str, dict] | None = None) -> Path:
     """`metric` (pass@k or maj@k) against k on a log-2 axis, one line per evaluation with its 95% interval over
     problems shaded (`evaluate.k_curves`); with two or more, a second panel shows each curve minus the first
-    (the base model's), so a crossing is where the difference meets 0 (paper 000 Fig. 8, paper 004 Fig. 1a),
+    (the base model's), so a crossing is where the difference meets 0 (E3 Fig. 8, STILL Fig. 1a),
     shaded with its paired interval where `paired[name]` gives one (`evaluate.paired_pass_difference`).
     Written as a PNG at `path` (`k_curves_figure` draws it)."""
     return save_png(k_curves_figure(curves, metric, paired), path)
@@ -468,7 +468,7 @@ def plot_frontier(points: dict[str, list[dict]], ks: list[int], paired: dict[str
 
 def plot_difference(runs: list[Run], labels: list[str], metric: str, out_dir: str | Path,
                     smooth: float = 0.0) -> PlotFile:
-    """`metric` of each run minus the first run's, over the training steps both logged, EMA-smoothed (paper 000
+    """`metric` of each run minus the first run's, over the training steps both logged, EMA-smoothed (E3
     Fig. 8: the all-wrong fraction with dynamic budgets minus without), as `out_dir/diff_<metric>.png`. Skipped
     (path None) when the runs lack it."""
     base = dict(zip(*runs[0].series(metric)))

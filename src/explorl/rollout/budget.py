@@ -1,4 +1,4 @@
-"""Dynamic rollout budgets of E3 (paper 000, section 4.1, Algorithm 1; docs/methods.md §2a).
+"""Dynamic rollout budgets of E3 (section 4.1, Algorithm 1; docs/methods.md §2a).
 
 Three small pieces the trainer wires together:
 - `DifficultyTracker` keeps each prompt's cumulative reward and rollout count over the whole run and, at the
@@ -44,7 +44,7 @@ def _floor_share(x: float) -> int:
 
 
 def allocate(ranks: Sequence[float], G: int, G_min: int, G_max: int) -> list[int]:
-    """Rollouts per prompt for one batch (paper 000, Algorithm 1, with the cap of docs/methods.md §2a).
+    """Rollouts per prompt for one batch (E3, Algorithm 1, with the cap of docs/methods.md §2a).
 
     1. every prompt starts at G_min; `N_rem = B*G - B*G_min`;
     2. `G_i += floor(N_rem * k_i / sum(k))`, then `G_i = min(G_i, G_max)`;
@@ -92,7 +92,7 @@ def allocate(ranks: Sequence[float], G: int, G_min: int, G_max: int) -> list[int
 
 
 class DifficultyTracker:
-    """Cumulative reward and rollout count per prompt over the whole run (paper 000, section 4.1).
+    """Cumulative reward and rollout count per prompt over the whole run (E3, section 4.1).
 
     At the end of each pass over the dataset (`end_of_pass`) the prompts seen so far are sorted by average reward,
     descending; rank is 1-based (easiest = 1) and `k = rank / |D|`. Never-seen prompts have k = 0 until ranked.
@@ -155,7 +155,7 @@ class DifficultyTracker:
 
 
 class BudgetCurriculum:
-    """Bounds `(G_min, G_max)` for `allocate` (paper 000, section 4.1 and 5.2).
+    """Bounds `(G_min, G_max)` for `allocate` (E3, section 4.1 and 5.2).
 
     `G_min = G_max = G` during the first pass (the paper's; `g_min_start` / `g_max_start` start elsewhere); after
     each pass `G_max += step_size` and `G_min -= step_size`, bounded by `g_max_limit` and `g_min_limit` (paper:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Sequence
 import torch
 from torch import Tensor
 
-from explorl.algos.registry import lookup, register
+from explorl.algos.registry import Cite, lookup, register
 from explorl.rollout import temperature as Tm
 from explorl.rollout.budget import BudgetCurriculum, DifficultyTracker, allocate
 
@@ -111,7 +111,8 @@ class _Stateless:
         pass
 
 
-@register("temperature_schedule", "fixed", reads=("sampling.temperature",), static=True)
+@register("temperature_schedule", "fixed", reads=("sampling.temperature",), static=True,
+          cites=(Cite("explorl", doc="1"),))
 class FixedTemperature(_Stateless):
     """`sampling.temperature` for sampling and training."""
 
@@ -124,7 +125,7 @@ class FixedTemperature(_Stateless):
 
 @dataclass
 class E3TemperatureOptions:
-    """The E3 temperature scheduler's options, `sampling.e3.<field>` (paper 000 eqs. 4-5; docs/methods.md §2b)."""
+    """The E3 temperature scheduler's options, `sampling.e3.<field>` (E3 eqs. 4-5; docs/methods.md §2b)."""
 
     anneal: bool = False
     """Entropy-target annealing (eq. 5, the `AN` of TS+AN) from step floor(anneal_frac * run.steps)."""
@@ -147,9 +148,9 @@ def _check_e3_temperature(cfg: Config) -> str | None:
 
 
 @register("temperature_schedule", "e3", check=_check_e3_temperature, options=E3TemperatureOptions,
-          reads=("sampling.temperature", "run.steps"))
+          reads=("sampling.temperature", "run.steps"), cites=(Cite("E3", "eq. 4, eq. 5, section 4.2", doc="2b"),))
 class E3Temperature(_Stateless):
-    """The E3 controller (paper 000 eqs. 4-5): tau holds the entropy at its first-step value; the optimised
+    """The E3 controller (E3 eqs. 4-5): tau holds the entropy at its first-step value; the optimised
     policy uses the same tau."""
 
     def __init__(self, cfg: Config, vocab_size: int, *, options: E3TemperatureOptions):
@@ -174,7 +175,7 @@ class E3Temperature(_Stateless):
 
 @dataclass
 class EADOptions:
-    """EAD's options, `sampling.ead.<field>`, shared by `ead` and `revead` (paper 003; docs/methods.md §6)."""
+    """EAD's options, `sampling.ead.<field>`, shared by `ead` and `revead` (EAD; docs/methods.md §6)."""
 
     tau_max: float = 1.2
     """Starting temperature tau_max."""
@@ -244,9 +245,10 @@ class _AnnealedTemperature(_Stateless):
 
 
 @register("temperature_schedule", "ead", behavior_is_policy=False, options=EADOptions, check=_check_ead,
-          reads=("sampling.temperature", "sampling.max_new_tokens"), per_token=Tm.ead)
+          reads=("sampling.temperature", "sampling.max_new_tokens"), per_token=Tm.ead,
+          cites=(Cite("EAD", "section 4", doc="6a"),))
 class EADTemperature(_AnnealedTemperature):
-    """EAD (paper 003): annealed per-token temperature, hot early in the response."""
+    """EAD: annealed per-token temperature, hot early in the response."""
 
     name = "ead"
 
@@ -254,9 +256,10 @@ class EADTemperature(_AnnealedTemperature):
 
 
 @register("temperature_schedule", "revead", behavior_is_policy=False, options_from="ead", check=_check_ead,
-          reads=("sampling.temperature", "sampling.max_new_tokens"), per_token=Tm.revead)
+          reads=("sampling.temperature", "sampling.max_new_tokens"), per_token=Tm.revead,
+          cites=(Cite("EAD", "section 5.5", doc="6b"),))
 class RevEADTemperature(_AnnealedTemperature):
-    """RevEAD (paper 003's ablation): the reversed schedule."""
+    """RevEAD (EAD's ablation): the reversed schedule."""
 
     name = "revead"
 
@@ -295,9 +298,9 @@ def _check_adaptive(cfg: Config) -> str | None:
 
 @register("temperature_schedule", "adaptive", behavior_is_policy=False, check=_check_adaptive,
           options=AdaptiveOptions, selects=lambda o: {"base": o.base}, reads=("sampling.max_new_tokens",),
-          per_prompt_temperature=True)
+          per_prompt_temperature=True, cites=(Cite("explorl", doc="2c"),))
 class AdaptiveTemperature(_Stateless):
-    """Per-prompt temperature by difficulty (explorl's; papers 000 and 003 name it as future work; docs/methods.md
+    """Per-prompt temperature by difficulty (explorl's; E3 and EAD name it as future work; docs/methods.md
     §2c): the base schedule's temperature times `adaptive_factor` of the prompt's running success rate (hard
     prompts hotter, easy ones cooler). With an EAD base the factor scales each prompt's tau_max instead. The
     optimised policy stays at the base schedule's training temperature: the per-prompt temperatures belong to the
@@ -362,7 +365,8 @@ class AdaptiveTemperature(_Stateless):
 # budget policies
 
 
-@register("budget_policy", "uniform", reads=("sampling.group_size",), static=True)
+@register("budget_policy", "uniform", reads=("sampling.group_size",), static=True,
+          cites=(Cite("explorl", doc="9"),))
 class UniformBudget:
     """`sampling.group_size` rollouts for every prompt; every sampled group trains."""
 
@@ -396,7 +400,7 @@ class UniformBudget:
 
 @dataclass
 class E3BudgetOptions:
-    """E3's dynamic budget options, `budget.e3.<field>` (paper 000 Algorithm 1; docs/methods.md §2a)."""
+    """E3's dynamic budget options, `budget.e3.<field>` (E3 Algorithm 1; docs/methods.md §2a)."""
 
     g_min_limit: int | None = None
     """G_min never goes below this. null: sampling.group_size / 2 (rounded down, at least 1), the paper's ratio
@@ -413,7 +417,7 @@ class E3BudgetOptions:
                 3 * group_size // 2 if self.g_max_limit is None else self.g_max_limit,
                 max(group_size // 4, 1) if self.g_step is None else self.g_step)
     curriculum: bool = True
-    """The curriculum on (paper 000 section 4.1: the bounds start at G and widen after each pass). false: the
+    """The curriculum on (E3 section 4.1: the bounds start at G and widen after each pass). false: the
     bounds are g_min_limit / g_max_limit from the first step (Algorithm 1 without the curriculum; as ranks exist
     only after the first pass, that pass still gives every prompt G). docs/methods.md §2a."""
     g_min_start: int | None = None
@@ -445,9 +449,9 @@ def _check_e3_budget(cfg: Config) -> str | None:
 
 
 @register("budget_policy", "e3", check=_check_e3_budget, options=E3BudgetOptions, reads=("sampling.group_size",),
-          per_prompt_budget=True)
+          per_prompt_budget=True, cites=(Cite("E3", "Algorithm 1, section 4.1, section 5.2", doc="2a"),))
 class E3Budget(UniformBudget):
-    """E3 dynamic budgets (paper 000 Algorithm 1): more rollouts for harder prompts, within a G_min/G_max
+    """E3 dynamic budgets (E3 Algorithm 1): more rollouts for harder prompts, within a G_min/G_max
     curriculum that widens after each pass over the data (`budget.e3.curriculum: false`: fixed at the limits)."""
 
     def __init__(self, cfg: Config, num_prompts: int, *, options: E3BudgetOptions):
@@ -497,7 +501,7 @@ def _check_dapo(cfg: Config) -> str | None:
 
 
 @register("budget_policy", "dapo", options=DAPOBudgetOptions, reads=("sampling.group_size",), check=_check_dapo,
-          resamples=True, drops_uniform_groups=True)
+          resamples=True, drops_uniform_groups=True, cites=(Cite("DAPO", "section 3.2", doc="5c"),))
 class DAPOBudget(UniformBudget):
     """DAPO dynamic sampling: groups whose rewards all agree (zero GRPO advantage) are dropped, and more prompts
     are sampled until the batch is full or `budget.dapo.max_rounds` extra rounds are spent."""

@@ -1,4 +1,4 @@
-"""Sampling temperatures: EAD per-token schedules (paper 003) and the E3 entropy-feedback controller (paper 000).
+"""Sampling temperatures: EAD's per-token schedules and E3's entropy-feedback controller.
 
 Formulas are those of docs/methods.md §2b and §6; this header records the readings chosen where the
 papers leave room.
@@ -13,20 +13,20 @@ Step numbering (the two schedules differ; each follows its paper's formula):
   code applies the target computed one step earlier (its annealing runs one step behind this reading) and
   starts at `t_max - int(0.4 * t_max)` (equal to the floor whenever `0.4 * t_max` is an integer, e.g. 480).
 
-EAD (paper 003, section 4). Token t (0-based index of the generated token) of a rollout at step s gets
+EAD (section 4). Token t (0-based index of the generated token) of a rollout at step s gets
 `tau_t = 1.0` for `t < c`, else `max(1 + tau_max - exp(t / (scale * d_s)), tau_min)`. `scale = 1` is the
 paper's formula; the public code uses `scale = 20`. The per-token temperatures belong to the behaviour policy
 only: the optimised policy stays at the base temperature (docs/methods.md §6a).
 Note that with the defaults `1 + tau_max - exp(t/d) > 1` only for `t < d * ln(tau_max) = 0.18 d`, i.e.
 t < 4.6 at d = 25: early in training every token after the c-prefix is sampled *below* 1.0 (0.708 at t = c).
 
-RevEAD (paper 003, ablation). `tau_t = min(tau_min + exp(t / (scale * d_s)), tau_max)` for `t >= c`, and the
+RevEAD (EAD, ablation). `tau_t = min(tau_min + exp(t / (scale * d_s)), tau_max)` for `t >= c`, and the
 same `tau_t = 1.0` prefix for `t < c`. The paper prints the reverse formula without the prefix, but it introduces
 the prefix as a property of the rollout (template tokens), not of the forward schedule, and an ablation should
 change only the direction of the schedule. Pass `c=0` for the formula exactly as printed. With the defaults the
 reverse schedule lies in [1.1, 1.2] and saturates at tau_max once `t >= d ln(1.1)` (about 0.1 d tokens).
 
-E3 (paper 000, eqs. 4-5). `e3_update` is the bare eq. 4 (no clamp, may return a non-positive value for a huge
+E3 (eqs. 4-5). `e3_update` is the bare eq. 4 (no clamp, may return a non-positive value for a huge
 entropy ratio); `E3TemperatureController` adds explorl's deviation from the public code (docs/methods.md §2b):
 tau is clamped to `[tau_floor, tau_ceil]` and `temperature/clamped` reports when the clamp acted. An observation
 that is not a finite positive entropy (e.g. an all-zero entropy from a collapsed float32 softmax) is ignored: tau
@@ -50,7 +50,7 @@ __all__ = ["ead", "revead", "ead_schedule", "revead_schedule", "decay_rate", "e3
 
 
 def decay_rate(step: int, *, d0: float = 25.0, alpha: float = 5.0, d_max: float = 40000.0) -> float:
-    """Global-step-aware decay rate of paper 003: `d_s = min(d0 + alpha * s, d_max)`, s the 0-based step."""
+    """Global-step-aware decay rate of EAD: `d_s = min(d0 + alpha * s, d_max)`, s the 0-based step."""
     if step < 0:
         raise ValueError(f"step must be >= 0, got {step}")
     if d0 <= 0 or d_max <= 0:
@@ -68,7 +68,7 @@ def _positions(t: int | Tensor) -> Tensor:
 
 def ead(t: int | Tensor, step: int, *, tau_max: float = 1.2, tau_min: float = 0.1, d0: float = 25.0,
         alpha: float = 5.0, d_max: float = 40000.0, c: int = 10, scale: float = 1.0) -> Tensor:
-    """Exploratory annealed decoding temperature (paper 003, section 4; docs/methods.md §6a).
+    """Exploratory annealed decoding temperature (EAD, section 4; docs/methods.md §6a).
 
     `tau_t = 1.0` for `t < c`, else `max(1 + tau_max - exp(t / (scale * d_s)), tau_min)`,
     `d_s = min(d0 + alpha * step, d_max)`.
@@ -94,7 +94,7 @@ def ead(t: int | Tensor, step: int, *, tau_max: float = 1.2, tau_min: float = 0.
 
 def revead(t: int | Tensor, step: int, *, tau_max: float = 1.2, tau_min: float = 0.1, d0: float = 25.0,
            alpha: float = 5.0, d_max: float = 40000.0, c: int = 10, scale: float = 1.0) -> Tensor:
-    """Reverse annealing, the RevEAD ablation of paper 003 (section 5.5; docs/methods.md §6b).
+    """Reverse annealing, the RevEAD ablation of EAD (section 5.5; docs/methods.md §6b).
 
     `tau_t = 1.0` for `t < c`, else `min(tau_min + exp(t / (scale * d_s)), tau_max)`; same arguments and
     return value as `ead`. The c-prefix is applied as for EAD (see the module docstring); `c=0` gives the
@@ -132,7 +132,7 @@ def revead_schedule(step: int, max_new_tokens: int, **revead_kwargs) -> Tensor:
 
 
 def e3_update(tau: float, h_target: float, h_now: float, vocab_size: int) -> float:
-    """One step of the E3 temperature scheduler (paper 000, eq. 4; docs/methods.md §2b).
+    """One step of the E3 temperature scheduler (E3, eq. 4; docs/methods.md §2b).
 
     `tau_next = tau * (1 + tau * ln(alpha) / (ln V + ln ln V))`, `alpha = h_target / h_now`.
     No clamp: the result may be <= 0 when `h_now` is many times `h_target` (the controller clamps).
@@ -154,12 +154,12 @@ def e3_update(tau: float, h_target: float, h_now: float, vocab_size: int) -> flo
 
 
 def anneal_start(t_max: int, anneal_frac: float = 0.6) -> int:
-    """`t_anneal = floor(anneal_frac * t_max)` (paper 000, section 5.2), robust to float rounding (0.6 * 10)."""
+    """`t_anneal = floor(anneal_frac * t_max)` (E3, section 5.2), robust to float rounding (0.6 * 10)."""
     return math.floor(round(anneal_frac * t_max, 9))
 
 
 def e3_target(step: int, h_init: float, *, t_max: int, eta: float = 0.9, anneal_frac: float = 0.6) -> float:
-    """Annealed entropy target (paper 000, eq. 5; docs/methods.md §2b).
+    """Annealed entropy target (E3, eq. 5; docs/methods.md §2b).
 
     `H_init` before `t_anneal = floor(anneal_frac * t_max)`; from it on
     `H_init * (eta + (1 - eta) * 0.5 * (1 + cos(pi * (step - t_anneal) / (t_max - t_anneal))))`,
@@ -182,7 +182,7 @@ def e3_target(step: int, h_init: float, *, t_max: int, eta: float = 0.9, anneal_
 
 
 class E3TemperatureController:
-    """Feeds the measured entropy back each step (paper 000 eqs. 4-5; docs/methods.md §2b).
+    """Feeds the measured entropy back each step (E3 eqs. 4-5; docs/methods.md §2b).
 
     Protocol, per training step t = 1..t_max (1-based, as metrics.jsonl numbers steps): sample and train the batch
     at `self.tau`, measure the batch's mean token entropy `H` over response tokens at that temperature, then call
@@ -273,7 +273,7 @@ class E3TemperatureController:
 def adaptive_factor(success: Sequence[float | None], *, gamma: float = 0.5, target: float = 0.5) -> Tensor:
     """Per-prompt temperature multiplier by difficulty: `1 + gamma * (target - p_i)` (explorl's, not a paper's).
 
-    Papers 000 (conclusion) and 003 (limitations) name a per-prompt temperature by difficulty as future work and
+    E3 (conclusion) and EAD (limitations) name a per-prompt temperature by difficulty as future work and
     give no formula; this is explorl's (docs/methods.md §2c). `p_i` is prompt i's running success rate: a prompt
     solved less often than `target` is sampled hotter, one solved more often cooler; linear in `p_i`, so with the
     defaults the multiplier runs from 1.25 (never solved) to 0.75 (always solved). An unseen prompt (None) gets 1.

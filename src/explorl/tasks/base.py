@@ -63,7 +63,7 @@ class Task:
 
     def well_formatted(self, text: str) -> bool:
         """Whether a completion states exactly one final answer: one match of `answer_pattern`, or with none set
-        exactly one `\\boxed{` (paper 004's format check, `analysis.text.format_issue`)."""
+        exactly one `\\boxed{` (STILL's format check, `analysis.text.format_issue`)."""
         if self.answer_pattern:
             return len(re.findall(self.answer_pattern, text[-ANSWER_WINDOW:])) == 1
         from explorl.analysis.text import format_issue

@@ -1,0 +1,70 @@
+"""The papers explorl implements, by the short name that code, configs and docs/methods.md cite them by.
+
+A registry entry names what it implements with `cites=(Cite("ERPO", "eq. 7, eq. 8", doc="3"), ...)`
+(`explorl.algos.registry.Cite`); `explorl methods` prints the entries with these papers. The five papers the
+project is built on are E3, ERPO, CW-GRPO, EAD and STILL; their authors, titles and arXiv ids are as each paper's
+own text gives them (`arxiv` is None where the text gives no id of its own). The baselines are named by author and
+title as docs/methods.md §1 and §5 cite them (no arXiv id is recorded for them). `OWN` ("explorl") is the paper
+value of explorl's own additions, which are in no paper; they cite the section of docs/methods.md that defines
+them.
+
+This module imports nothing of explorl: the registry and every method module can use it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Paper:
+    """A paper explorl implements a method of."""
+
+    authors: str
+    """The authors as the paper's own text (the five) or docs/methods.md (the baselines) gives them."""
+    title: str
+    """The title, as the same source gives it."""
+    arxiv: str | None
+    """The arXiv id the paper's own text gives, or None where it gives none (or, for a baseline, is not recorded)."""
+    doc_sections: tuple[str, ...]
+    """The sections of docs/methods.md that document the paper (`"2"` = `## 2.`, `"5a"` = `### 5a.`)."""
+
+
+OWN = "explorl"
+"""The paper value of a method that is explorl's own (in no paper); it cites the docs/methods.md section that
+defines it."""
+
+PAPERS: dict[str, Paper] = {
+    # the five papers (the author lists and titles of their texts)
+    "E3": Paper("Mengqi Liao, Xiangyu Xi, Ruinian Chen, Jia Leng, Yangen Hu, Ke Zeng, Shuai Liu, Huaiyu Wan",
+                "Enhancing Efficiency and Exploration in Reinforcement Learning for LLMs", None, ("2",)),
+    "ERPO": Paper("Song Yu, Li Li, Wenwen Zhao, Zhisheng Yang",
+                  "ERPO: Token-Level Entropy-Regulated Policy Optimization for Large Reasoning Models", "2603.28204",
+                  ("3",)),
+    "CW-GRPO": Paper("Cheng Wang, Qin Liu, Wenxuan Zhou, Muhao Chen",
+                     "Taming Extreme Tokens: Covariance-Aware GRPO with Gaussian-Kernel Advantage Reweighting",
+                     "2605.11538", ("4",)),
+    # the text is the anonymous submission under double-blind review
+    "EAD": Paper("anonymous (under double-blind review)",
+                 "Let it Calm: Exploratory Annealed Decoding for Verifiable Reinforcement Learning", None, ("6",)),
+    "STILL": Paper("Jia Deng, Jie Chen, Zhipeng Chen, Daixuan Cheng, Fei Bai, Beichen Zhang, Yinqian Min, Yanzipeng "
+                   "Gao, Wayne Xin Zhao, Ji-Rong Wen",
+                   "From Trial-and-Error to Improvement: A Systematic Analysis of LLM Exploration Mechanisms in RLVR",
+                   None, ("7", "8")),
+    # the baselines, as docs/methods.md cites them
+    "GRPO": Paper("Shao et al. 2024",
+                  "DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models", None, ("1",)),
+    "Dr.GRPO": Paper("Liu et al. 2025", "Understanding R1-Zero-like Training: A Critical Perspective", None, ("1a",)),
+    "PPO": Paper("Schulman et al. 2017", "Proximal Policy Optimization Algorithms", None, ("1b",)),
+    "Clip-Cov/KL-Cov": Paper("Cui et al. 2025",
+                             "The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models", None,
+                             ("5a", "5b")),
+    "DAPO": Paper("Yu et al. 2025", "DAPO: An Open-Source LLM Reinforcement Learning System at Scale", None, ("5c",)),
+    "forking tokens": Paper("Wang et al. 2025", "Beyond the 80/20 Rule: High-Entropy Minority Tokens Drive Effective "
+                            "Reinforcement Learning for LLM Reasoning", None, ("5d",)),
+    "entropy advantage": Paper("Cheng et al. 2025", "Reasoning with Exploration: An Entropy Perspective", None,
+                               ("5e",)),
+    "pass@k training": Paper("Chen et al. 2025", "Pass@k Training for Adaptively Balancing Exploration and "
+                             "Exploitation of Large Reasoning Models", None, ("5f",)),
+}
+"""Short name -> the paper."""

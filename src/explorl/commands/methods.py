@@ -1,0 +1,154 @@
+"""`explorl methods [NAME]`: every registered method (estimators, shapers, policy losses, token filters, temperature
+schedules, budget policies) with the paper and equations it implements (the entry's `cites`), its options with their
+defaults and config keys, and the `file:line` of its code; with NAME, the entries of that name of every kind, with
+the papers' authors, titles and arXiv ids (`explorl.algos.papers.PAPERS`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
+
+import explorl.commands.common as common
+
+
+SELECTED_BY = {"estimator": "algo.advantage", "shaper": "algo.shapers", "policy_loss": "algo.loss",
+               "token_filter": "algo.token_filter", "temperature_schedule": "sampling.schedule",
+               "budget_policy": "budget.policy"}
+"""The config key that chooses an entry of each method kind."""
+
+
+def add_parser(sub) -> None:
+    m = sub.add_parser("methods", help="list the registered methods with their papers, equations, options and code",
+                       description="Every registered method (advantage estimators, shapers, policy losses, token "
+                                   "filters, temperature schedules, budget policies): the paper and equations it "
+                                   "implements, the docs/methods.md section that documents it, its options with "
+                                   "their defaults, and the file:line of its code. With NAME, every entry of that "
+                                   "name in full (e.g. explorl methods erpo).")
+    m.add_argument("name", nargs="?", default=None, help="one method name (e.g. erpo, e3, cw_group)")
+    m.set_defaults(fn=cmd_methods)
+
+
+def method_entries() -> list:
+    """Every registered entry of the method kinds (the kinds that have a config section; tasks are not methods),
+    explorl's own modules imported first, in the order of `KINDS` then by name."""
+    from explorl.algos.registry import KINDS, SECTIONS, entries
+    from explorl.config.validation import fill_registry
+
+    fill_registry()
+    return [entry for kind in KINDS if kind in SECTIONS for _, entry in sorted(entries(kind).items())]
+
+
+def code_location(fn: Any) -> tuple[str, int]:
+    """(file, line) of the `def` or `class` statement of a registered function or class (past its decorators); the
+    file relative to the working directory when it lies below it."""
+    path = Path(inspect.getsourcefile(fn) or inspect.getfile(fn)).resolve()
+    lines, start = inspect.getsourcelines(fn)
+    statement = re.compile(rf"\s*(async\s+)?(def|class)\s+{re.escape(fn.__name__)}\b")
+    offset = next((i for i, line in enumerate(lines) if statement.match(line)), 0)
+    try:
+        shown = path.relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        shown = str(path)
+    return shown, start + offset
+
+
+def option_defaults(entry) -> list[tuple[str, str, Any]]:
+    """(config key, field, default) of each option the entry reads (its own, or those of `options_from`)."""
+    from explorl.algos.registry import SECTIONS, lookup
+
+    owner = lookup(entry.kind, entry.options_from) if entry.options_from else entry
+    if owner.options is None:
+        return []
+    rows = []
+    for f in dataclasses.fields(owner.options):
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else "(required)")
+        rows.append((f"{SECTIONS[entry.kind]}.{owner.name}.{f.name}", f.name, default))
+    return rows
+
+
+def _cite_text(cite) -> str:
+    where = f" {cite.where}" if cite.locators else ""
+    sections = ", ".join(f"§{s}" for s in cite.sections)
+    return f"{cite.paper}{where}" + (f" (docs/methods.md {sections})" if sections else "")
+
+
+def _paper_text(short: str) -> str:
+    from explorl.algos.papers import OWN, PAPERS
+
+    if short == OWN:
+        return "explorl's own (in no paper; docs/methods.md defines it)"
+    paper = PAPERS.get(short)
+    if paper is None:
+        return f"{short} (not in explorl.algos.papers.PAPERS)"
+    arxiv = f"arXiv {paper.arxiv}" if paper.arxiv else "no arXiv id given"
+    return f"{short}: {paper.authors}, \"{paper.title}\" ({arxiv})"
+
+
+def cmd_methods(args) -> int:
+    entries = method_entries()
+    if args.name is not None:
+        chosen = [e for e in entries if e.name == args.name]
+        if not chosen:
+            valid = sorted({e.name for e in entries})
+            raise ValueError(f"explorl methods: no method named {args.name!r}; valid: {', '.join(valid)}")
+        for entry in chosen:
+            _print_entry(entry)
+        return 0
+    for kind in dict.fromkeys(e.kind for e in entries):
+        table = Table(title=f"{kind} ({SELECTED_BY[kind]}; explorl methods NAME shows one in full)")
+        for col in ("name", "paper: equations", "docs §", "options (defaults)"):
+            table.add_column(col, overflow="fold")
+        table.add_column("code", no_wrap=True)
+        for entry in (e for e in entries if e.kind == kind):
+            file, line = code_location(entry.fn)
+            cites = "; ".join(f"{c.paper}: {c.where}" if c.locators else c.paper for c in entry.cites) or "-"
+            sections = ", ".join(dict.fromkeys(f"§{s}" for c in entry.cites for s in c.sections)) or "-"
+            options = ", ".join(f"{name}={default!r}" for _, name, default in option_defaults(entry))
+            if entry.options_from:
+                options = f"{entry.options_from}'s: {options}"
+            table.add_row(escape(entry.name), escape(cites), sections, escape(options or "-"),
+                          escape(f"{file}:{line}"))
+        common.console.print(table)
+    return 0
+
+
+def _print_entry(entry) -> None:
+    from explorl.config.schema import field_docs
+
+    console = common.console
+    file, line = code_location(entry.fn)
+    doc = (inspect.getdoc(entry.fn) or "").split("\n\n")[0]
+    console.print(f"[bold]{entry.kind} {escape(entry.name)}[/]: {escape(' '.join(doc.split()))}")
+    console.print(f"  code: {escape(f'{file}:{line}')}")
+    for cite in entry.cites:
+        console.print(f"  implements: {escape(_cite_text(cite))}")
+        console.print(f"    {escape(_paper_text(cite.paper))}")
+    if not entry.cites:
+        console.print("  implements: (the entry cites nothing)")
+    rows = option_defaults(entry)
+    if not rows:
+        console.print("  options: none")
+        console.print()
+        return
+    owner = entry.options_from or entry.name
+    meaning = field_docs(_options_class(entry))
+    table = Table(title=f"options of {entry.kind} {owner}" + (f" (read by {entry.name})" if entry.options_from else ""))
+    for col in ("key", "default", "meaning"):
+        table.add_column(col, overflow="fold")
+    for key, name, default in rows:
+        table.add_row(escape(key), escape(repr(default)), escape(meaning.get(name, "")))
+    console.print(table)
+    console.print()
+
+
+def _options_class(entry) -> type:
+    from explorl.algos.registry import lookup
+
+    return (lookup(entry.kind, entry.options_from) if entry.options_from else entry).options

@@ -1,0 +1,94 @@
+"""`explorl methods`: every registered method with its paper, equations, options and the `file:line` of its code;
+`explorl methods NAME` one name in full; an unknown name fails with the valid names."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+import explorl.commands.common as common
+from explorl.algos.registry import SECTIONS, _REGISTRY
+from explorl.commands import main
+from explorl.config.validation import fill_registry
+
+fill_registry()
+ENTRIES = [e for kind, table in _REGISTRY.items() if kind in SECTIONS for e in table.values()
+           if e.fn.__module__.startswith("explorl.")]
+_LOCATION = re.compile(r"(\S+\.py):([0-9]+)")
+
+
+@pytest.fixture
+def out(monkeypatch):
+    """What the command prints (a wide console, so a table row stays on one line)."""
+    buf = io.StringIO()
+    monkeypatch.setattr(common, "console", Console(file=buf, width=1000, color_system=None, highlight=False))
+    return buf.getvalue
+
+
+def _defines_or_registers(path: Path, line: int, entry) -> bool:
+    """The line defines the entry's function or class, and the file registers it under its name."""
+    text = path.read_text(encoding="utf-8")
+    defines = re.match(rf"\s*(async\s+)?(def|class)\s+{re.escape(entry.fn.__name__)}\b", text.splitlines()[line - 1])
+    registers = re.search(rf"register\w*\(\s*(\"{entry.kind}\",\s*)?\"{re.escape(entry.name)}\"", text)
+    return bool(defines and registers)
+
+
+def test_methods_lists_every_entry_with_its_paper_and_code(out):
+    assert main(["methods"]) == 0
+    text = out()
+    rows = text.splitlines()
+    for entry in ENTRIES:
+        assert entry.kind in text
+        matching = [row for row in rows if re.search(rf"│ {re.escape(entry.name)}\s+│", row)
+                    and any(c.paper in row for c in entry.cites)]
+        located = [(Path(m.group(1)), int(m.group(2))) for row in matching for m in _LOCATION.finditer(row)]
+        assert any(path.is_file() and _defines_or_registers(path, line, entry) for path, line in located), \
+            f"{entry.kind} {entry.name}: no row with its paper and a file:line of its code in\n{text}"
+
+
+def test_methods_shows_the_options_with_their_defaults(out):
+    assert main(["methods"]) == 0
+    text = out()
+    assert "beta_progress=0.1" in text and "gamma=5.0" in text  # ERPO's (docs/methods.md §3: 0.1, 5)
+    assert "cw's: bandwidth=1.0" in text  # cw_group reads cw's options
+
+
+def test_methods_paths_exist_from_another_working_directory(out, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["methods"]) == 0
+    paths = {Path(m.group(1)) for m in _LOCATION.finditer(out())}
+    assert paths and all(p.is_absolute() and p.is_file() for p in paths), paths
+
+
+def test_methods_erpo_shows_it_in_full(out):
+    assert main(["methods", "erpo"]) == 0
+    text = out()
+    assert "estimator erpo" in text
+    assert "ERPO eq. 7, eq. 8, eq. 9, eq. 10, eq. 16 (docs/methods.md §3)" in text
+    assert "arXiv 2603.28204" in text and "Entropy-Regulated Policy Optimization" in text
+    assert re.search(r"algo\.erpo\.gamma\s+│\s+5\.0\s+│ Sharpness gamma of the entropy gate", text), text
+    assert re.search(r"code: \S+advantages\.py:[0-9]+", text)
+
+
+def test_methods_name_shows_every_kind_of_that_name(out):
+    assert main(["methods", "e3"]) == 0
+    text = out()
+    assert "temperature_schedule e3" in text and "budget_policy e3" in text
+    assert "no arXiv id given" in text  # E3's text gives none
+
+
+def test_methods_of_explorls_own_say_so(out):
+    assert main(["methods", "uniform"]) == 0
+    assert "explorl's own (in no paper" in out()
+
+
+def test_methods_unknown_name_fails_with_the_valid_names(out):
+    assert main(["methods", "nonsense"]) == 2
+    text = " ".join(out().split())
+    assert "no method named 'nonsense'" in text
+    valid = text.split("valid:", 1)[1]
+    assert all(re.search(rf"\b{re.escape(e.name)}\b", valid) for e in ENTRIES)
