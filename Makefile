@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow test-gpu test-verl test-vllm bench install clean
+.PHONY: demo test test-slow test-gpu test-verl test-vllm bench docs install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,17 @@ test-vllm: $(STAMP_VLLM)
 test-gpu:
 	PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) bench/gpu_check.py
 
+# the documentation site (mkdocs.yml, docs/) into site/; --strict: a broken link, a missing page or an API object
+# that cannot be found fails the build (CI runs this). Its packages (the `docs` extra) go into .venv
+STAMP_DOCS := $(VENV)/.installed-docs
+
+$(STAMP_DOCS): pyproject.toml $(STAMP)
+	$(PY) -m pip install -q -e ".[docs]"
+	touch $(STAMP_DOCS)
+
+docs: $(STAMP_DOCS)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
 
@@ -71,4 +82,4 @@ bench: $(STAMP)
 	$(PY) bench/memory.py
 
 clean:
-	rm -rf $(VENV) $(VENV_VERL) $(VENV_VLLM) runs .pytest_cache
+	rm -rf $(VENV) $(VENV_VERL) $(VENV_VLLM) runs site .pytest_cache

@@ -1,30 +1,54 @@
-"""The README documents every config field and every per-step metric (they are generated from the code)."""
+"""The docs list every config field and every per-step metric (they are generated from the code).
 
+The configuration reference page (docs/configuration.md) holds a marker that the site's build hook
+(docs/hooks/config_reference.py) replaces with `explorl config --markdown`'s table; the metrics table is on the
+run-directory page (docs/run-directory.md). The README is the front page: it keeps the two quickstart commands."""
+
+import importlib.util
 from pathlib import Path
 
 from explorl.config import reference
 from explorl.runlog import STEP_METRICS
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+CONFIG_PAGE = (ROOT / "docs" / "configuration.md").read_text()
+RUN_DIRECTORY_PAGE = (ROOT / "docs" / "run-directory.md").read_text()
 
 
-def test_readme_lists_every_config_field():
-    missing = [name for name, *_ in reference() if f"`{name}`" not in README]
-    assert not missing, f"README config reference lacks {missing}; regenerate with `explorl config --markdown`"
+def _hook():
+    spec = importlib.util.spec_from_file_location("config_reference", ROOT / "docs" / "hooks" / "config_reference.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def test_readme_lists_every_step_metric():
-    missing = [k for k in STEP_METRICS if f"`{k}`" not in README]
-    assert not missing, f"README metrics table lacks {missing}"
+def test_the_config_page_is_generated_at_build_time():
+    hook = _hook()
+    assert CONFIG_PAGE.count(hook.MARKER) == 1, "docs/configuration.md lost the marker the table is generated into"
+    assert "hooks:\n  - docs/hooks/config_reference.py" in (ROOT / "mkdocs.yml").read_text()
+    assert hook.render("no marker here") == "no marker here"
 
 
-def test_readme_quickstart_is_the_two_make_commands():
-    assert "make demo" in README and "make test" in README
+def test_the_config_page_lists_every_config_field():
+    page = _hook().render(CONFIG_PAGE)
+    missing = [name for name, *_ in reference() if f"| `{name}` |" not in page]
+    assert not missing, f"the configuration reference page lacks {missing}"
 
 
-def test_readme_config_table_is_the_generated_one(capsys):
+def test_the_config_page_table_is_the_generated_one(capsys):
     from explorl.cli import main
 
     assert main(["config", "--markdown"]) == 0
     table = capsys.readouterr().out.strip()
-    assert table in README, "README's config table is stale: paste the output of `explorl config --markdown`"
+    assert table.startswith("| field | type | default | meaning |")
+    assert table in _hook().render(CONFIG_PAGE), "the site's config table differs from `explorl config --markdown`"
+
+
+def test_the_run_directory_page_lists_every_step_metric():
+    missing = [k for k in STEP_METRICS if f"| `{k}` |" not in RUN_DIRECTORY_PAGE]
+    assert not missing, f"docs/run-directory.md's metrics table lacks {missing}"
+
+
+def test_readme_quickstart_is_the_two_make_commands():
+    assert "make demo" in README and "make test" in README

@@ -1,4 +1,5 @@
-"""Every `explorl` subcommand the README names exists (issue 41: it named an `explorl report` that does not)."""
+"""Every `explorl` subcommand the README and the docs pages name exists (issue 41: the README named an `explorl report`
+that does not). tests/test_docs_site.py parses every full command line they show."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from pathlib import Path
 
 from explorl.commands import COMMANDS, build_parser
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+# the front page and the site's pages (docs/methods.md, another's, cites no command lines)
+PAGES = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").glob("*.md") if p.name != "methods.md")]
 
 
 def _subcommands() -> set[str]:
@@ -16,8 +19,8 @@ def _subcommands() -> set[str]:
     return set(sub.choices)
 
 
-def test_every_explorl_command_the_readme_names_exists():
-    text = README.read_text()
+def test_every_explorl_command_the_docs_name_exists():
+    text = "\n".join(p.read_text() for p in PAGES)
     known = _subcommands()
     assert len(known) == len(COMMANDS)
     # commands: an inline span that starts `explorl <word>`, a line of a code block that starts `explorl <word>`
