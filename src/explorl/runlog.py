@@ -30,7 +30,7 @@ from explorl.analysis.measures import entropy_by_position
 from explorl.runlock import (RunDirWarning, RunLock, check_out_dir, holds_steps, is_explorl_run,
                              refuse_if_locked)
 
-# Every key written to metrics.jsonl at each training step, with its meaning (the README's table comes from here).
+# Every key written to metrics.jsonl at each training step, with its meaning (docs/run-directory.md's table comes from here).
 STEP_METRICS: dict[str, str] = {
     "step": "training step (1-based)",
     "reward/mean": "mean reward of the step's responses",
@@ -78,7 +78,7 @@ STEP_METRICS: dict[str, str] = {
     "perf/mem_update_gib": "CUDA only: peak GPU memory of the update's forward, backward and optimizer steps",
     "perf/mem_peak_gib": "CUDA only: the step's peak GPU memory, the largest of the three above",
 }
-# Present only when configured (README lists them): kl/mean (a reference model is kept), loss/entropy
+# Present only when configured (docs/run-directory.md lists them): kl/mean (a reference model is kept), loss/entropy
 # (algo.entropy_coef != 0), temperature/tau|h_target|h_init|clamped (E3 schedule), temperature/ead_d|ead_min|
 # at_min_frac (EAD, RevEAD), temperature/adaptive_factor_min|max (adaptive schedule), is/* (algo.tis),
 # rollouts/dapo_rounds|dapo_kept_frac (DAPO sampling), loss/clip_cov_frac, loss/kl_cov_frac,
@@ -89,7 +89,7 @@ STEP_METRICS: dict[str, str] = {
 
 def rollout_metrics(ro, rewards: torch.Tensor, entropy: torch.Tensor, advantages: torch.Tensor,
                     correct: torch.Tensor) -> dict:
-    """Per-step statistics of a batch of rollouts (namespaced metric names, README: A run directory); `correct[N]`
+    """Per-step statistics of a batch of rollouts (namespaced metric names, docs/run-directory.md); `correct[N]`
     (bool) says which responses are correct by the task's rule (`Task.correct`), not by the shaped reward."""
     mask = ro.mask
     correct = correct.to(torch.bool)

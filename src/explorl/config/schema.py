@@ -4,7 +4,7 @@ The core sections hold what every method shares; each registered method's own op
 the method (`explorl.algos.registry`), held in its section's `options` and written `algo.<name>.<field>`,
 `sampling.<schedule>.<field>`, `budget.<policy>.<field>`. This module imports nothing of explorl: loading and
 overrides are `explorl.config.loading`, the checks against the registry `explorl.config.validation`.
-Field docstrings are read from this file's source (`field_docs`) for `explorl config` and the README.
+Field docstrings are read from this file's source (`field_docs`) for `explorl config` and docs/configuration.md.
 """
 
 from __future__ import annotations

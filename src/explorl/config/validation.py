@@ -431,12 +431,12 @@ def _get(cfg: Config, dotted: str) -> Any:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# the configuration reference (`explorl config`, the README's table): core fields, then every entry's options
+# the configuration reference (`explorl config`, docs/configuration.md's table): core fields, then every entry's options
 
 
 def reference(cls: type = Config, prefix: str = "") -> list[tuple[str, str, str, str]]:
     """Rows (dotted name, type, default, doc) for every leaf field of the core config and, after it, the options of
-    every method explorl itself registers (`algo.erpo.gamma`, ...), for `explorl config` and the README."""
+    every method explorl itself registers (`algo.erpo.gamma`, ...), for `explorl config` and docs/configuration.md."""
     rows = _reference(cls, prefix)
     if cls is Config and not prefix:
         fill_registry()

@@ -1,7 +1,7 @@
 """An explorl run directory written by another engine's trainer (TRL's `GRPOTrainer`, verl), so that `explorl
 analyze`, `compare`, `eval RUN`, `curves` and `report` read an engine's run as they read `explorl train`'s.
 
-The files and keys are explorl's own (README: "A run directory"): `config.yaml` (the explorl config the engine ran,
+The files and keys are explorl's own (docs/run-directory.md): `config.yaml` (the explorl config the engine ran,
 with `model.fingerprint`), `metrics.jsonl` (one record per step with `rollout_metrics`' keys, `reward/<name>` per
 reward function, `reward/errors|timeouts` and the method's statistics; `eval/*` after the last step), `samples.jsonl`,
 `final/` (a Hugging Face model directory) and, written last, `eval.json`. `engine.json` says which engine wrote the
