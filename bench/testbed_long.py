@@ -16,6 +16,7 @@ Commit the records as they land. Costs measured on this 2-core machine (2026-11-
     python bench/testbed_long.py --methods e3_ts,ead_tis --seeds 1          # one seed of two methods (+ baselines)
     python bench/testbed_long.py & python bench/testbed_long.py   # both cores: each takes the runs no other holds
     python bench/testbed_long.py --methods grpo --steps 6 --every 3 --problems 4 --n 4 --name smoke   # smoke run
+    python bench/testbed_ood_long.py   # issue 43: --model embedded:testbed --ood-chain --n 256, right chains only
 """
 
 from __future__ import annotations
@@ -45,10 +46,10 @@ def train_run(method: str, seed: int, run_dir: Path, args) -> None:
     from explorl.trainer import train
 
     recipe, extra = spec(method)
-    overrides = [*testbed_overrides(), f"run.seed={seed}", f"run.out_dir={run_dir}", f"run.steps={args.steps}",
-                 f"run.save_every={args.every}", f"run.keep_checkpoints={args.steps // args.every + 1}",
-                 "run.eval_every=0", f"run.eval_n={args.n_final}", f"run.eval_k={[1, args.n_final]}",
-                 f"run.threads={args.threads}", *extra]
+    overrides = [*testbed_overrides(), f"model.path={args.model}", f"run.seed={seed}", f"run.out_dir={run_dir}",
+                 f"run.steps={args.steps}", f"run.save_every={args.every}",
+                 f"run.keep_checkpoints={args.steps // args.every + 1}", "run.eval_every=0",
+                 f"run.eval_n={args.n_final}", f"run.eval_k={[1, args.n_final]}", f"run.threads={args.threads}", *extra]
     cfg = load_config(RECIPES / f"{recipe}.yaml", overrides)
     resume = run_dir if (run_dir / "config.yaml").exists() else None
     if resume is not None and RunLog(run_dir).is_complete(args.steps):
@@ -56,11 +57,11 @@ def train_run(method: str, seed: int, run_dir: Path, args) -> None:
     train(cfg, resume=resume, progress=False)
 
 
-def evaluate(model: str, split: str, mode: str, out: Path, args, temperature: float = 1.0) -> None:
+def evaluate(model: str, split: str, mode: str, out: Path, args, temperature: float | None = 1.0) -> None:
     """`explorl eval` of one checkpoint on one split, written to `out` (through a temporary name). `mode`: `t1`
     (T = 1), `matched` (the base model's entropy, `--match-entropy base`) or, with `-chain` (`t1-chain`,
     `matched-chain`), correct only when every worked step is the solution's (`task.reward: chain`) at
-    `temperature`: the answer alone is often guessed."""
+    `temperature` (None: at the base model's entropy, found here): the answer alone is often guessed."""
     from explorl import cli
 
     ks = sorted({1, 8, 32, args.n} - {k for k in (8, 32) if k > args.n})
@@ -68,7 +69,11 @@ def evaluate(model: str, split: str, mode: str, out: Path, args, temperature: fl
             "--task-opt", "train_size=4096", "--task-opt", f"eval_size={args.problems}", "--n", str(args.n),
             "--k", ",".join(map(str, ks)), "--curve", "--max-new-tokens", "128", "--device", "cpu"]
     if mode.endswith("-chain"):
-        argv += ["--task-opt", "reward=chain", "--temperature", repr(temperature)]
+        argv += ["--task-opt", "reward=chain"]
+        if temperature is None:
+            argv += ["--match-entropy", "base", "--calibration", str(min(32, args.problems))]
+        else:
+            argv += ["--temperature", repr(temperature)]
     elif mode == "matched":
         argv += ["--match-entropy", "base", "--calibration", str(min(32, args.problems))]
     else:
@@ -81,24 +86,28 @@ def evaluate(model: str, split: str, mode: str, out: Path, args, temperature: fl
 
 MODES = ["t1", "matched", "t1-chain", "matched-chain"]
 """Evaluations of each checkpoint, in this order (a `-chain` one samples at its answer evaluation's temperature);
-the `-chain` ones in distribution only: out of it no model writes a right chain (bench/RESULTS.md)."""
+the `-chain` ones in distribution only: out of it the embedded model writes no right chain (bench/RESULTS.md);
+`--ood-chain` for a model that does (`--model embedded:testbed`, bench/testbed_ood_long.py)."""
 
 
-def split_modes(modes: list[str] = MODES) -> list[tuple[str, str]]:
-    """The (split, mode) pairs evaluated, among `modes`: right chains in distribution only."""
-    return [(split, mode) for split in SPLITS for mode in modes if split == "id" or not mode.endswith("-chain")]
+def split_modes(modes: list[str] = MODES, ood_chain: bool = False) -> list[tuple[str, str]]:
+    """The (split, mode) pairs evaluated, among `modes`: right chains in distribution only, unless `ood_chain` (a
+    base model that writes right chains out of distribution, `--model embedded:testbed`)."""
+    return [(split, mode) for split in SPLITS for mode in modes
+            if split == "id" or ood_chain or not mode.endswith("-chain")]
 
 
-def wanted_records(record_dir: Path, steps: list[int]) -> dict[tuple[int, str, str], Path]:
+def wanted_records(record_dir: Path, steps: list[int], modes: list[str] = MODES,
+                   ood_chain: bool = False) -> dict[tuple[int, str, str], Path]:
     """{(step, split, mode): record path} of every evaluation a run's checkpoints get."""
     return {(s, split, mode): record_dir / f"step{s}.{split}.{mode}.json" for s in steps
-            for split, mode in split_modes()}
+            for split, mode in split_modes(modes, ood_chain)}
 
 
 def run_job(method: str, seed: int, run_dir: Path, steps: list[int], args) -> None:
     """Train one (method, seed) run as far as its evaluations need and evaluate what is not recorded."""
     record_dir = ROOT / "bench" / "results" / args.name / method / f"seed{seed}"
-    wanted = wanted_records(record_dir, steps)
+    wanted = wanted_records(record_dir, steps, args.modes, args.ood_chain)
     missing = {k: p for k, p in wanted.items() if not p.exists()}
     if not missing:
         return
@@ -112,8 +121,9 @@ def run_job(method: str, seed: int, run_dir: Path, steps: list[int], args) -> No
             print(f"  {model}: not there (kept checkpoints?), skipped", flush=True)
             continue
         temperature = 1.0
-        if mode == "matched-chain":  # the temperature its answer evaluation found
-            temperature = json.loads(wanted[(s, split, "matched")].read_text())["temperature"]
+        if mode == "matched-chain":  # the temperature its answer evaluation found, or found again (None)
+            matched = wanted.get((s, split, "matched"))
+            temperature = json.loads(matched.read_text())["temperature"] if matched else None
         print(f"  step {s} {split} {mode} -> {out.relative_to(ROOT)}", flush=True)
         evaluate(str(model), split, mode, out, args, temperature)
 
@@ -124,7 +134,7 @@ def _alive_sweep(claim: Path) -> bool:
         cmdline = Path(f"/proc/{int(claim.read_text() or 0)}/cmdline").read_bytes()
     except (OSError, ValueError):
         return False
-    return b"testbed_long" in cmdline
+    return b"testbed_long" in cmdline or b"testbed_ood_long" in cmdline
 
 
 @contextmanager
@@ -163,21 +173,32 @@ def main() -> None:
     ap.add_argument("--n-final", type=int, default=8, help="the run's own final evaluation (run.eval_n)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--name", default="testbed_long", help="runs/NAME and bench/results/NAME")
+    ap.add_argument("--model", default="embedded", help="the base model every run starts from (model.path)")
+    ap.add_argument("--modes", default=",".join(MODES),
+                    help=f"comma-separated evaluation modes of each checkpoint, among {','.join(MODES)}")
+    ap.add_argument("--ood-chain", action="store_true",
+                    help="judge right chains out of distribution too (a base model that writes some there)")
     ap.add_argument("--no-train", action="store_true", help="only evaluate checkpoints that exist")
     args = ap.parse_args()
     if args.steps % args.every:
         raise SystemExit(f"--steps {args.steps} must be a multiple of --every {args.every}")
+    args.modes = [m for m in args.modes.split(",") if m]
+    if not args.modes or set(args.modes) - set(MODES):
+        raise SystemExit(f"--modes: {args.modes} must be among {','.join(MODES)}")
+    args.modes = [m for m in MODES if m in args.modes]  # `matched` before `matched-chain`, which reads it
     import torch
 
     torch.set_num_threads(args.threads)
     base_dir = ROOT / "bench" / "results" / args.name / "base"  # the base model at T = 1 (its own entropy)
     with claimed(ROOT / "runs" / args.name / "base.claim") as mine:
-        for split, mode in split_modes(["t1", "t1-chain"]) if mine else []:  # at T = 1: its own entropy
+        # the base model at T = 1, by each judge a checkpoint's modes use
+        base_modes = [m for m in ["t1", "t1-chain"] if any(m == mode.replace("matched", "t1") for mode in args.modes)]
+        for split, mode in split_modes(base_modes, args.ood_chain) if mine else []:  # at T = 1: own entropy
             out = base_dir / f"step0.{split}.{mode}.json"
             if not out.exists():
                 base_dir.mkdir(parents=True, exist_ok=True)
                 print(f"  base model {split} {mode} -> {out.relative_to(ROOT)}", flush=True)
-                evaluate("embedded", split, mode, out, args)
+                evaluate(args.model, split, mode, out, args)
     methods = with_baselines([m for m in args.methods.split(",") if m])
     steps = list(range(args.every, args.steps + 1, args.every))
     for seed, method in [(seed, method) for seed in range(args.seeds) for method in methods]:  # every seed 0 first

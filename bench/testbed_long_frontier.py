@@ -6,9 +6,10 @@ seeds. Judged by right chains in distribution (`task.reward: chain`): there most
     python bench/testbed_long_frontier.py            # evaluate what is missing, then print the tables
     python bench/testbed_long_frontier.py --table    # only the tables, from the frontiers recorded
     python bench/testbed_long_frontier.py --table --plot bench/results/testbed_long/frontier/differences.png
+    python bench/testbed_long_frontier.py --name testbed_ood --model embedded:testbed --split ood   # issue 43
 
 Per seed, one `explorl frontier` of the base model and every run whose final checkpoint exists, into
-`bench/results/<name>/frontier/seed<k>/id_chain/` (frontier.json, frontier.png). A model's points are kept in the
+`bench/results/<name>/frontier/seed<k>/<split>_chain/` (frontier.json, frontier.png). A model's points are kept in the
 frontier's partial file as they finish, so a killed or extended sweep evaluates only what is missing (runs that
 finish later are added by running it again). Seed 0's base, `grpo` and `grpo_verified` are taken from the first
 frontier (`frontier/id_chain/`, the same split, settings and weights). Cost on this machine: about 2 min of one core
@@ -40,8 +41,8 @@ KS = [1, 8, 64]
 N = 64
 
 
-def frontier_dir(name: str, seed: int) -> Path:
-    return ROOT / "bench" / "results" / name / "frontier" / f"seed{seed}" / "id_chain"
+def frontier_dir(name: str, seed: int, split: str = "id") -> Path:
+    return ROOT / "bench" / "results" / name / "frontier" / f"seed{seed}" / f"{split}_chain"
 
 
 def final_checkpoints(name: str, seed: int, steps: int) -> dict[str, str]:
@@ -54,20 +55,21 @@ def final_checkpoints(name: str, seed: int, steps: int) -> dict[str, str]:
     return out
 
 
-def run_frontier(name: str, seed: int, models: dict[str, str], problems: int) -> None:
-    """`explorl frontier` of the base model and `models` ({label: path}) on the in-distribution split, by right
+def run_frontier(name: str, seed: int, models: dict[str, str], problems: int, base: str = "embedded",
+                 split: str = "id") -> None:
+    """`explorl frontier` of the base model `base` and `models` ({label: path}) on `split` (`SPLITS`), by right
     chains; points already in the directory's partial file are not evaluated again."""
     from explorl import cli
     from explorl.commands.frontier import PARTIAL
 
-    out = frontier_dir(name, seed)
-    first = ROOT / "bench" / "results" / name / "frontier" / "id_chain" / PARTIAL
+    out = frontier_dir(name, seed, split)
+    first = ROOT / "bench" / "results" / name / "frontier" / f"{split}_chain" / PARTIAL
     if seed == 0 and first.exists() and not (out / PARTIAL).exists():
         out.mkdir(parents=True, exist_ok=True)
         shutil.copy(first, out / PARTIAL)  # same split, settings and weights: its points are reused
     labels = ["base", *models]
-    argv = ["frontier", "embedded", *models.values(), "--labels", ",".join(labels), "--task", "arith",
-            "--task-opt", f"difficulties={SPLITS['id']}", "--task-opt", "train_size=4096",
+    argv = ["frontier", base, *models.values(), "--labels", ",".join(labels), "--task", "arith",
+            "--task-opt", f"difficulties={SPLITS[split]}", "--task-opt", "train_size=4096",
             "--task-opt", f"eval_size={problems}", "--task-opt", "reward=chain", "--n", str(N),
             "--k", ",".join(map(str, KS)), "--max-new-tokens", "128", "--temperatures", TEMPERATURES,
             "--device", "cpu", "--out", str(out)]
@@ -76,13 +78,13 @@ def run_frontier(name: str, seed: int, models: dict[str, str], problems: int) ->
         raise SystemExit(f"explorl {' '.join(argv)} failed")
 
 
-def load_frontiers(name: str, seeds: int) -> dict[int, dict[str, list]]:
+def load_frontiers(name: str, seeds: int, split: str = "id") -> dict[int, dict[str, list]]:
     """{seed: {label: [FrontierPoint]}} of every seed's recorded frontier."""
     from explorl.frontier import FrontierPoint
 
     out = {}
     for seed in range(seeds):
-        path = frontier_dir(name, seed) / "frontier.json"
+        path = frontier_dir(name, seed, split) / "frontier.json"
         if path.exists():
             data = json.loads(path.read_text())
             out[seed] = {label: [FrontierPoint(p["temperature"], p["entropy"], data["n"], p["correct"])
@@ -159,11 +161,12 @@ def summary(frontiers: dict[int, dict[str, list]]) -> list[str]:
     return lines + [""]
 
 
-def tables(frontiers: dict[int, dict[str, list]]) -> list[str]:
+def tables(frontiers: dict[int, dict[str, list]], split: str = "id") -> list[str]:
     head = ["| method | minus | seeds | entropy | " + " | ".join(f"pass@{k}" for k in KS) + " |",
             "|---|---|---:|---:|" + "---|" * len(KS)]
     methods = recorded_methods(frontiers)
-    lines = ["#### Right chains in distribution at equal entropy: each method minus its GRPO baseline (same seed)", "",
+    where = "in distribution" if split == "id" else "out of distribution"
+    lines = [f"#### Right chains {where} at equal entropy: each method minus its GRPO baseline (same seed)", "",
              *head]
     for method in methods:
         if method != baseline(method):
@@ -178,7 +181,7 @@ def tables(frontiers: dict[int, dict[str, list]]) -> list[str]:
     return lines + [""]
 
 
-def difference_figure(frontiers: dict[int, dict[str, list]], points: int = 9):
+def difference_figure(frontiers: dict[int, dict[str, list]], points: int = 9, split: str = "id"):
     """Each method minus its baseline (and each baseline minus one-update `grpo`) against sampling entropy: one panel
     per k, the mean over seeds as a line and the 95% interval over problems and seeds as a band."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -196,7 +199,8 @@ def difference_figure(frontiers: dict[int, dict[str, list]], points: int = 9):
     FigureCanvasAgg(fig)
     axes = [fig.add_subplot(len(KS), 1, i + 1) for i in range(len(KS))]
     colours = model_colours(len(comparisons))
-    fig.suptitle("In distribution, final checkpoints; mean over seeds, band: 95% interval over problems and seeds",
+    where = "In distribution" if split == "id" else "Out of distribution"
+    fig.suptitle(f"{where}, final checkpoints; mean over seeds, band: 95% interval over problems and seeds",
                  fontsize="medium")
     for ax, k in zip(axes, KS):
         ax.axhline(0.0, color="black", linewidth=0.8)
@@ -222,6 +226,9 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=1500, help="the final checkpoint's step")
     ap.add_argument("--problems", type=int, default=128)
+    ap.add_argument("--model", default="embedded", help="the base model the runs started from")
+    ap.add_argument("--split", choices=sorted(SPLITS), default="id",
+                    help="in distribution or out of it (a base model with right chains there: embedded:testbed)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--table", action="store_true", help="only print the tables of the recorded frontiers")
     ap.add_argument("--plot", default=None, help="PNG path: each method minus its baseline against entropy")
@@ -233,16 +240,16 @@ def main() -> None:
         for seed in range(args.seeds):
             models = final_checkpoints(args.name, seed, args.steps)
             if models:
-                run_frontier(args.name, seed, models, args.problems)
-    frontiers = load_frontiers(args.name, args.seeds)
+                run_frontier(args.name, seed, models, args.problems, args.model, args.split)
+    frontiers = load_frontiers(args.name, args.seeds, args.split)
     if not frontiers:
-        raise SystemExit(f"no frontier recorded under bench/results/{args.name}/frontier/seed*/id_chain")
+        raise SystemExit(f"no frontier recorded under bench/results/{args.name}/frontier/seed*/{args.split}_chain")
     print("\n".join(summary(frontiers)))
-    print("\n".join(tables(frontiers)))
+    print("\n".join(tables(frontiers, args.split)))
     if args.plot:
         from explorl.report.plots import save_png
 
-        print(f"wrote {save_png(difference_figure(frontiers), args.plot)}")
+        print(f"wrote {save_png(difference_figure(frontiers, split=args.split), args.plot)}")
 
 
 if __name__ == "__main__":

@@ -219,16 +219,19 @@ def solved_sets_table(records: dict, split: str = "ood", mode: str = "matched", 
 
 def plot(records: dict, k: int, path: Path) -> None:
     """Narrowing against training steps: pass@k of each method (mean over its seeds) at every checkpoint, one panel
-    per split and mode (in distribution also by right chains), the base model as a dotted line."""
+    per split and mode recorded (a row per split and judge, T = 1 and the base entropy side by side), the base model
+    as a dotted line."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     methods = ordered_methods(records)
-    panels = [[("id", "t1"), ("id", "matched")], [("ood", "t1"), ("ood", "matched")],
-              [("id", "t1-chain"), ("id", "matched-chain")]]
-    fig, axes = plt.subplots(len(panels), 2, figsize=(11, 13), sharex=True)
+    recorded = {key[3:] for key in records}
+    panels = [pair for pair in ([("id", "t1"), ("id", "matched")], [("ood", "t1"), ("ood", "matched")],
+                                [("id", "t1-chain"), ("id", "matched-chain")],
+                                [("ood", "t1-chain"), ("ood", "matched-chain")]) if set(pair) & recorded]
+    fig, axes = plt.subplots(len(panels), 2, figsize=(11, 4.3 * len(panels)), sharex=True, squeeze=False)
     colours = plt.get_cmap("tab20")
     for row, pair in enumerate(panels):
         for col, (split, mode) in enumerate(pair):
@@ -272,9 +275,13 @@ def main() -> None:
     for split in (["id", "ood"] if args.split == "both" else [args.split]):
         for mode in [m for m in MODES if any(key[3:] == (split, m) for key in records)]:
             print("\n".join(table(records, split, mode, k)))
-    if args.split != "id":
+    recorded = {key[3:] for key in records}
+    if args.split != "id" and ("ood", "matched") in recorded:
         print("\n".join(equal_pass1_table(records, k)))
         print("\n".join(solved_sets_table(records)))
+    if args.split != "id" and ("ood", "matched-chain") in recorded:  # a base model with right work out of it
+        print("\n".join(equal_pass1_table(records, k, ("id", "matched-chain"), ("ood", "matched-chain"))))
+        print("\n".join(solved_sets_table(records, "ood", "matched-chain")))
     if args.split != "ood":  # right chains: coverage at equal pass@1, and where they are lost or gained
         print("\n".join(equal_pass1_table(records, k, ("id", "matched-chain"), ("id", "matched-chain"))))
         print("\n".join(solved_sets_table(records, "id", "matched-chain")))

@@ -46,3 +46,41 @@ def test_bootstrap_settings_from_the_command_line():
         bootstrap_config(["head=2"])
     with pytest.raises(ConfigError, match="not key=value"):
         bootstrap_config(["heads"])
+
+
+def test_a_mixture_replaces_a_rare_fraction_of_the_data_with_held_out_free_problems():
+    from explorl.bootstrap import training_problems
+    from explorl.tasks.arith import arith_task
+
+    cfg = BootstrapConfig(**{**SMALL, "rare_fraction": 0.1, "rare_difficulties": [8, 9], "rare_operands": [1, 30]})
+    train, held_out = training_problems(cfg)
+    rare = [p for p in train if p.meta["difficulty"] >= 8]
+    # 0.1 x 200 = 20 rare problems; the other 180 are the default's first 180 (the same generator, fewer draws)
+    assert len(train) == 200 and len(rare) == 20
+    default_train, default_held_out = training_problems(BootstrapConfig(**SMALL))
+    assert [p.prompt for p in train[:180]] == [p.prompt for p in default_train[:180]]
+    assert [p.prompt for p in held_out] == [p.prompt for p in default_held_out]
+    assert all(p.meta["difficulty"] <= 5 for p in train[:180])
+    operands = [int(x) for p in rare for x in p.prompt[:-3].replace("-", "+").split("+")]
+    assert max(operands) <= 30 and max(operands) > 20  # 20 problems of 9-10 operands in 1-30: some above 20
+    # an evaluation of the rare region (the same levels and operands, eval_size <= the bootstrap's) scores none of them
+    _, region_eval = arith_task([8, 9], 64, cfg.eval_size, cfg.data_seed, (1, 30))
+    assert not {p.prompt for p in rare} & {p.prompt for p in region_eval}
+    assert training_problems(BootstrapConfig(**SMALL))[0] == arith_task([1, 2, 3, 4, 5], 200, 8, 1234)[0]
+
+
+def test_a_mixture_is_recorded_and_checked(tmp_path):
+    out = bootstrap(tmp_path / "m", BootstrapConfig(**{**SMALL, "max_steps": 2, "eval_every": 2,
+                                                       "rare_fraction": 0.05, "note": "why"}))
+    info = json.loads((out / "bootstrap.json").read_text())
+    assert info["mixture"] == {"main": {"difficulties": [1, 2, 3, 4, 5], "operands": [1, 20], "problems": 190},
+                               "rare": {"difficulties": [8, 9], "operands": [1, 20], "problems": 10,
+                                        "fraction": 0.05}}
+    assert info["note"] == "why" and info["config"]["rare_fraction"] == 0.05
+    plain = bootstrap(tmp_path / "p", BootstrapConfig(**{**SMALL, "max_steps": 2, "eval_every": 2}))
+    assert "mixture" not in json.loads((plain / "bootstrap.json").read_text())  # none without rare problems
+    for bad, field_name in [({"rare_fraction": 1.0}, "rare_fraction"), ({"rare_difficulties": [13]},
+                            "rare_difficulties"), ({"rare_operands": [5, 2]}, "rare_operands")]:
+        with pytest.raises(ValueError, match=f"bootstrap.{field_name}"):
+            bootstrap(tmp_path / "bad", BootstrapConfig(**{**SMALL, **bad}))
+        assert not (tmp_path / "bad").exists()  # refused before any work

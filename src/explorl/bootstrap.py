@@ -8,6 +8,10 @@ Deterministic for a seed and a thread count on one machine, but not across CPU m
 so the embedded default is not trained on the user's machine: its weights ship with the package
 (`explorl/embedded/`, with this command's `bootstrap.json` and the weights' fingerprint), and this command is how
 they were made and how to make another (`explorl bootstrap --out DIR`, then `EXPLORL_EMBEDDED=DIR`).
+
+A mixture (`rare_fraction` > 0) replaces that fraction of the worked solutions with problems from another region,
+`rare_difficulties` on `rare_operands` (e.g. chains longer than RL trains on), seen seldom: a model with thin support
+there, where RL can keep or lose what the base model writes (the `embedded:testbed` model, `explorl/embedded_testbed/`).
 """
 
 from __future__ import annotations
@@ -62,6 +66,60 @@ class BootstrapConfig:
     """Stop at the first check whose held-out pass@1 reaches this (keeps the model imperfect)."""
     max_new_tokens: int = 64
     """Length limit of sampled solutions during the checks."""
+    rare_fraction: float = 0.0
+    """Fraction of the `train_size` worked solutions drawn from the rare region (`rare_difficulties` on
+    `rare_operands`) instead of `difficulties`; 0 (the embedded default): none. A small value gives the model thin
+    support there."""
+    rare_difficulties: list[int] = field(default_factory=lambda: [8, 9])
+    """Difficulty levels of the rare problems (with `rare_fraction` > 0)."""
+    rare_operands: list[int] = field(default_factory=lambda: [1, 20])
+    """Inclusive operand range [low, high] of the rare problems. They are the train split of `arith_task` at
+    `data_seed` with `eval_size` held out, so an evaluation of that region (`task.difficulties` and `task.operands`
+    the same, `task.eval_size` <= `eval_size`, the default `task.data_seed`) never scores a problem trained on."""
+    note: str = ""
+    """Why this model was made (recorded in bootstrap.json with the mixture)."""
+
+
+def check_config(cfg: BootstrapConfig) -> None:
+    """Raise ValueError naming the field when the mixture settings are out of range (before any training)."""
+    from explorl.tasks.arith import MAX_DIFFICULTY, MAX_OPERAND
+
+    if not 0.0 <= cfg.rare_fraction < 1.0:
+        raise ValueError(f"bootstrap.rare_fraction: a fraction in [0, 1), got {cfg.rare_fraction}")
+    if not cfg.rare_difficulties or not all(1 <= d <= MAX_DIFFICULTY for d in cfg.rare_difficulties):
+        raise ValueError(f"bootstrap.rare_difficulties: levels in 1..{MAX_DIFFICULTY}, got {cfg.rare_difficulties}")
+    ops = cfg.rare_operands
+    if len(ops) != 2 or not 1 <= ops[0] <= ops[1] <= MAX_OPERAND:
+        raise ValueError(f"bootstrap.rare_operands: an inclusive range [low, high] with 1 <= low <= high <= "
+                         f"{MAX_OPERAND}, got {ops}")
+
+
+def training_problems(cfg: BootstrapConfig) -> tuple[list, list]:
+    """(train, held_out) problems: `train_size` worked solutions, of which round(`rare_fraction` x `train_size`)
+    come from the rare region, and the held-out split of `difficulties` that the stopping rule scores. With
+    `rare_fraction` 0 exactly the embedded default's data."""
+    from explorl.tasks.arith import arith_task
+
+    rare_count = round(cfg.rare_fraction * cfg.train_size)
+    train, held_out = arith_task(cfg.difficulties, cfg.train_size - rare_count, cfg.eval_size, cfg.data_seed)
+    if rare_count:
+        rare, _ = arith_task(cfg.rare_difficulties, rare_count, cfg.eval_size, cfg.data_seed,
+                             tuple(cfg.rare_operands))
+        train = train + rare  # the data order is a random permutation of all of them (`_batches`)
+    return train, held_out
+
+
+def mixture(cfg: BootstrapConfig) -> dict:
+    """What the model was trained on, for bootstrap.json."""
+    from explorl.tasks.arith import OPERANDS
+
+    rare_count = round(cfg.rare_fraction * cfg.train_size)
+    out = {"main": {"difficulties": cfg.difficulties, "operands": list(OPERANDS),
+                    "problems": cfg.train_size - rare_count}}
+    if rare_count:
+        out["rare"] = {"difficulties": cfg.rare_difficulties, "operands": cfg.rare_operands, "problems": rare_count,
+                       "fraction": rare_count / cfg.train_size}
+    return out
 
 
 def _batches(seqs: list[list[int]], starts: list[int], batch: int, gen: torch.Generator, pad: int):
@@ -77,10 +135,11 @@ def bootstrap(out_dir: str | Path, cfg: BootstrapConfig | None = None, *, consol
 
     from explorl.evaluate import evaluate
     from explorl.tasks import Task
-    from explorl.tasks.arith import arith_task, default_reward
+    from explorl.tasks.arith import default_reward
     from explorl.rewards import extract_boxed
 
     cfg = cfg or BootstrapConfig()
+    check_config(cfg)
     console = console or Console()
     out_dir = Path(out_dir)
     t_start = time.perf_counter()
@@ -88,7 +147,7 @@ def bootstrap(out_dir: str | Path, cfg: BootstrapConfig | None = None, *, consol
     model = tiny_qwen2(len(tok), hidden=cfg.hidden, layers=cfg.layers, heads=cfg.heads, kv_heads=cfg.kv_heads,
                        intermediate=cfg.intermediate, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
                        seed=cfg.seed)
-    train, held_out = arith_task(cfg.difficulties, cfg.train_size, cfg.eval_size, cfg.data_seed)
+    train, held_out = training_problems(cfg)
     reward_fn, isolate = default_reward()
     task = Task(name="arith", train=train, eval=held_out, reward_fn=reward_fn, isolate=isolate,
                 extract_answer=extract_boxed)
@@ -133,7 +192,9 @@ def bootstrap(out_dir: str | Path, cfg: BootstrapConfig | None = None, *, consol
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(str(tmp))
     tok.save_pretrained(str(tmp))
-    info = {"config": asdict(cfg), "steps": step, "held_out_pass@1": pass1, "parameters": count_parameters(model),
+    info = {"mixture": mixture(cfg)} if cfg.rare_fraction else {}  # first: what sets this model apart
+    info |= {"note": cfg.note} if cfg.note else {}
+    info |= {"config": asdict(cfg), "steps": step, "held_out_pass@1": pass1, "parameters": count_parameters(model),
             "seconds": time.perf_counter() - t_start, "history": history}
     info["fingerprint"] = weights_fingerprint(tmp)
     info["torch"], info["threads"] = torch.__version__, torch.get_num_threads()

@@ -1,0 +1,67 @@
+"""The runs that decide issue 43 ("A testbed where coverage out of distribution can be lost"): `bench/testbed_long.py`
+on the second shipped model, `embedded:testbed` (`src/explorl/embedded_testbed/README.md`), which writes some right
+chains out of distribution. Every checkpoint (500, 1000, 1500 steps) is judged by right chains (`task.reward:
+chain`) in distribution (difficulties 3-7, what RL trains on) and out of it (8-9), at T = 1 and at the base model's
+entropy, with pass@k curves to k = 256 (128 problems x 256 samples); the base model once per split at T = 1.
+
+Runs in `runs/testbed_ood/<method>/seed<k>/`, records in `bench/results/testbed_ood/<method>/seed<k>/step<N>.<split>.
+<t1-chain|matched-chain>.json`. Resumable as `bench/testbed_long.py` is: a killed run resumes from its last
+checkpoint, a recorded evaluation is skipped, every seed 0 first. Any option of `bench/testbed_long.py` given here
+overrides the defaults below (e.g. `--seeds 1`, `--methods grpo`). With `--commit` each record is committed as it
+lands (`git commit -- <that file>`: nothing else in the index or the working tree goes with it).
+
+    OMP_NUM_THREADS=1 nohup python bench/testbed_ood_long.py --commit > /tmp/testbed_ood.log 2>&1 &
+    python bench/testbed_long_table.py --name testbed_ood       # the tables, from what is recorded
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import testbed_long  # noqa: E402
+
+DEFAULTS = ["--model", "embedded:testbed", "--name", "testbed_ood", "--ood-chain", "--n", "256",
+            "--modes", "t1-chain,matched-chain", "--methods", "grpo_verified,clip_cov,e3_ts,ead_tis,kl_cov"]
+"""The issue's methods (their GRPO baselines are added: `grpo`, and the 8-update and 4-update ones of Clip-Cov,
+KL-Cov and EAD) on the testbed model, right chains only: answers alone are mostly guessed on this task."""
+
+
+def commit(path: Path, tries: int = 12) -> None:
+    """`git add` and `git commit` one record, that path only; waits out another process's index lock."""
+    root = testbed_long.ROOT
+    relative = str(path.relative_to(root))
+    name = relative.removeprefix("bench/results/testbed_ood/")
+    for _ in range(tries):
+        if not (root / ".git" / "index.lock").exists():
+            added = subprocess.run(["git", "add", "--", relative], cwd=root, capture_output=True)
+            done = added.returncode == 0 and subprocess.run(
+                ["git", "commit", "-q", "-m", f"testbed_ood: {name}", "--", relative], cwd=root,
+                capture_output=True).returncode == 0
+            if done:
+                return
+        time.sleep(5)
+    print(f"  {relative}: not committed (git busy or failing); commit it by hand", flush=True)
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    committing = "--commit" in argv
+    sys.argv = [sys.argv[0], *DEFAULTS, *(a for a in argv if a != "--commit")]  # argparse keeps the last value
+    if committing:
+        evaluate = testbed_long.evaluate
+
+        def evaluate_and_commit(model, split, mode, out, args, temperature=1.0):
+            evaluate(model, split, mode, out, args, temperature)
+            commit(out)
+
+        testbed_long.evaluate = evaluate_and_commit  # run_job and the base model's evaluations call it by name
+    testbed_long.main()
+
+
+if __name__ == "__main__":
+    main()

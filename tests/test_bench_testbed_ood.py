@@ -1,0 +1,92 @@
+"""The out-of-distribution testbed's scripts (issue 43): bench/testbed_long.py judging right chains out of
+distribution too, bench/testbed_ood_long.py's defaults, and bench/testbed_ood_coverage.py's pass@k (bench/ is
+scripts, not a package: loaded from its path)."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+def _load(name: str):
+    sys.path.insert(0, str(BENCH))  # testbed_ood_long imports testbed_long by name, as when run as a script
+    try:
+        spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCH))
+    return module
+
+
+def test_right_chains_are_judged_out_of_distribution_only_when_asked(tmp_path):
+    testbed_long = _load("testbed_long")
+    chains = ["t1-chain", "matched-chain"]
+    wanted = testbed_long.wanted_records(tmp_path, [500], chains, ood_chain=True)
+    assert list(wanted) == [(500, "id", "t1-chain"), (500, "id", "matched-chain"), (500, "ood", "t1-chain"),
+                            (500, "ood", "matched-chain")]
+    assert wanted[(500, "ood", "matched-chain")] == tmp_path / "step500.ood.matched-chain.json"
+    # without ood_chain (the embedded default, which writes no right chain there): in distribution only
+    assert list(testbed_long.wanted_records(tmp_path, [500], chains)) == [(500, "id", "t1-chain"),
+                                                                         (500, "id", "matched-chain")]
+
+
+def test_the_ood_runs_start_from_the_testbed_model_and_judge_chains_to_k_256(monkeypatch):
+    ood_long = _load("testbed_ood_long")
+    seen = {}
+    monkeypatch.setattr(ood_long.testbed_long, "main", lambda: seen.setdefault("argv", list(sys.argv)))
+    monkeypatch.setattr(sys, "argv", ["testbed_ood_long.py", "--seeds", "1"])
+    ood_long.main()
+    argv = seen["argv"]
+    for option, value in [("--model", "embedded:testbed"), ("--name", "testbed_ood"), ("--n", "256"),
+                          ("--modes", "t1-chain,matched-chain")]:
+        assert argv[argv.index(option) + 1] == value
+    assert "--ood-chain" in argv and argv[-2:] == ["--seeds", "1"]  # the caller's options come last: they win
+
+
+def test_coverage_is_the_mean_pass_at_k_over_problems():
+    coverage = _load("testbed_ood_coverage").coverage
+    # n = 4 samples per problem, c = 4, 0, 2 right: pass@1 = c / 4 -> (1 + 0 + 0.5) / 3 = 0.5; pass@4 = 1 when
+    # c > 0 -> 2 / 3
+    record = {"curve": {"problems": {"id": ["a", "b", "c"], "n": [4, 4, 4], "correct": [4, 0, 2]}}}
+    mean, lo, hi = coverage(record, 1)
+    assert mean == pytest.approx(0.5) and 0.0 <= lo <= mean <= hi <= 1.0
+    assert coverage(record, 4)[0] == pytest.approx(2 / 3)
+
+
+def test_commit_takes_the_record_alone(tmp_path, monkeypatch):
+    import subprocess
+
+    ood_long = _load("testbed_ood_long")
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True, text=True).stdout
+
+    git("init", "-q")
+    git("config", "user.email", "t@example.com")
+    git("config", "user.name", "t")
+    record = tmp_path / "bench" / "results" / "testbed_ood" / "grpo" / "seed0" / "step500.ood.t1-chain.json"
+    record.parent.mkdir(parents=True)
+    record.write_text("{}")
+    (tmp_path / "other.py").write_text("x = 1\n")
+    git("add", "other.py")  # someone else's staged work: it must stay staged, not ride along
+    monkeypatch.setattr(ood_long.testbed_long, "ROOT", tmp_path)
+    ood_long.commit(record)
+    assert git("log", "--format=%s") == "testbed_ood: grpo/seed0/step500.ood.t1-chain.json\n"
+    assert git("show", "--name-only", "--format=") == "bench/results/testbed_ood/grpo/seed0/step500.ood.t1-chain.json\n"
+    assert git("diff", "--cached", "--name-only") == "other.py\n"
+
+
+def test_the_commit_option_wraps_each_evaluation(monkeypatch):
+    ood_long = _load("testbed_ood_long")
+    done = []
+    monkeypatch.setattr(ood_long.testbed_long, "evaluate", lambda *a: done.append(("evaluated", a[3])))
+    monkeypatch.setattr(ood_long, "commit", lambda out: done.append(("committed", out)))
+    monkeypatch.setattr(ood_long.testbed_long, "main", lambda: ood_long.testbed_long.evaluate("m", "ood", "t1-chain",
+                                                                                             "OUT", None))
+    monkeypatch.setattr(sys, "argv", ["testbed_ood_long.py", "--commit"])
+    ood_long.main()
+    assert done == [("evaluated", "OUT"), ("committed", "OUT")] and "--commit" not in sys.argv
