@@ -38,8 +38,9 @@ class LoraConfig:
 class ModelConfig:
     path: str = "embedded"
     """A local Hugging Face causal-LM directory (config, weights, tokenizer), a LoRA adapter directory (its base
-    from `adapter_config.json`, merged on load), or `embedded` for the tiny default model shipped with explorl
-    (`explorl bootstrap` regenerates one)."""
+    from `adapter_config.json`, merged on load), `embedded` for the tiny default model shipped with explorl
+    (`explorl bootstrap` regenerates one), or `embedded:testbed` for the shipped testbed model with thin support out
+    of distribution (worked chains of 8-9 operations in 8% of its training; bench/RESULTS.md)."""
     fingerprint: str = ""
     """A hash of `path`'s weights (`explorl.models.weights_fingerprint`). Empty: not checked. A run writes it into its
     config.yaml; when set, a run refuses a model whose weights hash differently (a resumed or replayed run stays on
