@@ -340,7 +340,9 @@ def test_a_resumed_run_with_overrides_rewrites_its_config_and_keeps_the_history(
     assert record["resumed_after_step"] == 2 and record["previous"] == first
     assert record["changes"] == {"run.steps": [2, 4],
                                  "task.reward": ["rewards_for_tests:contains_digit", "rewards_for_tests:has_equals"]}
-    assert "4 steps" in (run / "final" / "README.md").read_text()  # the model card agrees with config.yaml
+    card = (run / "final" / "README.md").read_text()
+    assert "4 steps" in card  # the model card agrees with config.yaml, and says what changed on the resume
+    assert "after step 2: `run.steps` 2 -> 4, `task.reward` 'rewards_for_tests:contains_digit' -> " in card
     # resuming the finished run without overrides changes nothing, nor does resuming it from the config it started
     # from, where task.chat_template is still `auto` (config.yaml holds what it resolved to: off, for these weights)
     train(load_config(run / "config.yaml"), resume=run, progress=False)

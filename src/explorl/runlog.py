@@ -664,8 +664,10 @@ class Progress:
             self.progress.stop()
 
 
-def model_card(cfg, summary: dict, steps: int) -> str:
-    """A short Hugging Face model card: base model, method, steps, held-out pass@k (the run's own eval.json)."""
+def model_card(cfg, summary: dict, steps: int, run_dir: Path | None = None) -> str:
+    """A short Hugging Face model card: base model, method, steps, held-out pass@k (the run's own eval.json), and,
+    for a run resumed with changed keys, what changed after which step (`run_dir`'s config_history.jsonl), since the
+    settings above are the latest ones only."""
     from explorl import __version__
 
     a, s = cfg.algo, cfg.sampling
@@ -684,4 +686,11 @@ def model_card(cfg, summary: dict, steps: int) -> str:
         "", f"Held-out evaluation after training ({summary.get('problems', '?')} problems, "
         f"n = {summary.get('n', '?')} samples each, temperature {cfg.run.eval_temperature:g}):", "",
         "| metric | value |", "|---|---|", rows, ""]
+    history = run_dir / "config_history.jsonl" if run_dir is not None else None
+    changes = read_jsonl(history, torn_last_line_ok=True) if history is not None and history.is_file() else []
+    if changes:
+        lines += ["Changed when the run was resumed (the settings above are the last ones):", ""]
+        lines += [f"- after step {c.get('resumed_after_step', '?')}: " + ", ".join(
+            f"`{k}` {old!r} -> {new!r}" for k, (old, new) in sorted((c.get("changes") or {}).items())) for c in changes]
+        lines.append("")
     return "\n".join(lines)

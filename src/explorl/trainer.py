@@ -216,7 +216,7 @@ def train(cfg: Config, *, resume: str | Path | None = None, console=None, progre
         if guards.stopping:
             raise guards.interrupted(r.steps)
         final = run_eval(r.steps)
-        log.save_final_model(model, tok, model_card(cfg, final, r.steps))
+        log.save_final_model(model, tok, model_card(cfg, final, r.steps, log.dir))
         log.append_metrics({"step": r.steps, **{f"eval/{k}": v for k, v in final.items()}})
         log.write_eval(r.steps, final, cfg.model.fingerprint)
         guards.failures.print_summary()

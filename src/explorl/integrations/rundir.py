@@ -97,7 +97,7 @@ def finish_engine_run(log: RunLog, cfg: Config, model, tok, step: int) -> dict:
     was_training = model.training
     final = held_out_evaluator(model, tok, cfg, task, prompt_encoder(tok, cfg.task))(step)
     model.train(was_training)
-    log.save_final_model(model, tok, model_card(cfg, final, step))
+    log.save_final_model(model, tok, model_card(cfg, final, step, log.dir))
     log.append_metrics({"step": step, **{f"eval/{k}": v for k, v in final.items()}})
     log.write_eval(step, final, cfg.model.fingerprint)
     return final
