@@ -16,8 +16,8 @@ CONFIG_PAGE = (ROOT / "docs" / "configuration.md").read_text()
 RUN_DIRECTORY_PAGE = (ROOT / "docs" / "run-directory.md").read_text()
 
 
-def _hook():
-    spec = importlib.util.spec_from_file_location("config_reference", ROOT / "docs" / "hooks" / "config_reference.py")
+def _hook(name: str = "config_reference"):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "docs" / "hooks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -52,3 +52,19 @@ def test_the_run_directory_page_lists_every_step_metric():
 
 def test_readme_quickstart_is_the_two_make_commands():
     assert "make demo" in README and "make test" in README
+
+
+def test_each_paper_has_a_page_made_of_its_section_of_docs_methods():
+    """docs/methods-*.md hold a marker that docs/hooks/methods_sections.py replaces with that section of
+    docs/methods.md at build time: sections 1-7 (GRPO, E3, ERPO, CW-GRPO, the baselines, EAD, STILL) each on a page."""
+    hook = _hook("methods_sections")
+    assert "  - docs/hooks/methods_sections.py" in (ROOT / "mkdocs.yml").read_text()
+    pages = {m.group(1): p for p in (ROOT / "docs").glob("methods-*.md") for m in hook.MARKER.finditer(p.read_text())}
+    assert sorted(pages, key=int) == [str(n) for n in range(1, 8)]
+    methods = (ROOT / "docs" / "methods.md").read_text()
+    for number, page in pages.items():
+        rendered = hook.render(page.read_text())
+        body = hook.section(number)
+        assert body.startswith(f"## {number}. ") and body in methods and body in rendered
+        assert "\n## " not in body  # one section: it stops before the next one
+    assert hook.section("2", "## 1. a\ntext\n## 2. E3\neq. 4\n### 2a. x\n## 3. ERPO\n") == "## 2. E3\neq. 4\n### 2a. x"
