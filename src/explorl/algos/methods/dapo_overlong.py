@@ -3,7 +3,7 @@
 DAPO: Yu et al. 2025, "DAPO: An Open-Source LLM Reinforcement Learning System at Scale" (no arXiv id recorded).
 
 Implements section 3.4, eq. 13 (docs/methods.md §5c). Not a registry entry yet: its settings are the core fields
-`algo.overlong*`, read by `explorl.algos.step`.
+`algo.overlong`, `algo.overlong_buffer` and `algo.overlong_penalty`, read by `explorl.algos.step`.
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@
 EAD: anonymous (under double-blind review), "Let it Calm: Exploratory Annealed Decoding for Verifiable Reinforcement
   Learning" (no arXiv id recorded).
 
-Implements the truncated-IS loss of appendix B.2 (docs/methods.md §6c; the sequence level, §6 and §9): the
-weights `min(pi_old / pi_behaviour, C)` that multiply the token loss as `is_weights`. Not a registry entry yet:
-its settings are the core fields `algo.tis`, `algo.tis_cap` and `algo.tis_level`, read by `explorl.algos.step`.
+Implements the truncated-IS loss of appendix B.2 (docs/methods.md §6c; its sequence level: docs/methods.md §6 and
+§9): the weights `min(pi_old / pi_behaviour, C)` that multiply the token loss as `is_weights`. Not a registry entry
+yet: its settings are the core fields `algo.tis`, `algo.tis_cap` and `algo.tis_level`, read by `explorl.algos.step`.
 """
 
 from __future__ import annotations
