@@ -85,7 +85,7 @@ def pull(calls: list[dict]) -> dict[str, tuple[float, int]]:
 
 def record_calls(out: Path, steps: int, seed: int, overrides: list[str]) -> list[dict]:
     """Train `erpo` for `steps`, keeping the inputs of every call of its advantage."""
-    import explorl.algos.advantages as advantages
+    import explorl.algos.methods.erpo as advantages  # the module whose adapter calls `erpo`
 
     calls, real = [], advantages.erpo
 

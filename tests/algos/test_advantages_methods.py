@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from explorl.algos import advantages as A
+from explorl.algos.methods import ppl
 from explorl.algos import get_advantage
 from explorl.algos.batch import RolloutBatch
 from explorl.algos.registry import lookup, names
@@ -437,7 +438,7 @@ def test_segment_quantile_matches_torch_quantile():
     counted[3] = False  # an uncounted member of group 5
     dense, s = A.dense_ids(group)
     for q in (0.25, 0.5, 0.75):
-        got = A._segment_quantile(vals, dense, s, counted, q)
+        got = ppl._segment_quantile(vals, dense, s, counted, q)
         for g in group.unique().tolist():
             sel = (group == g) & counted
             assert torch.allclose(got[group == g], torch.quantile(vals[sel], q).expand(int((group == g).sum())))

@@ -71,7 +71,7 @@ def test_methods_erpo_shows_it_in_full(out):
     assert "ERPO eq. 7, eq. 8, eq. 9, eq. 10, eq. 16 (docs/methods.md §3)" in text
     assert "arXiv 2603.28204" in text and "Entropy-Regulated Policy Optimization" in text
     assert re.search(r"algo\.erpo\.gamma\s+│\s+5\.0\s+│ Sharpness gamma of the entropy gate", text), text
-    assert re.search(r"code: \S+advantages\.py:[0-9]+", text)
+    assert re.search(r"code: \S+methods/erpo\.py:[0-9]+", text)
 
 
 def test_methods_name_shows_every_kind_of_that_name(out):

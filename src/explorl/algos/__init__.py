@@ -1,7 +1,9 @@
 """Algorithm zoo and the algorithm step: pure tensor functions registered by name, torch only.
 
-- `explorl.algos.advantages`, `explorl.algos.losses`: the estimators, shapers and policy losses of the papers
-  (public API: `advantages.grpo`, `losses.policy_loss`, ...).
+- `explorl.algos.methods`: the estimators, shapers, policy losses and token filters of the papers, one file per
+  method (paper, equations, options, check, maths, registration); `explorl.algos.core`: the pieces they share.
+- `explorl.algos.advantages`, `explorl.algos.losses`: the methods' public names (public API: `advantages.grpo`,
+  `losses.policy_loss`, ...).
 - `explorl.algos.registry`: one registry for every pluggable kind (`register(kind, name, ...)`).
 - `explorl.algos.batch.RolloutBatch` and `explorl.algos.step`: `compute_advantages` and `policy_objective`,
   the step that explorl's loop and the engine integrations call.
@@ -14,7 +16,8 @@ from typing import Callable
 
 import torch
 
-from explorl.algos import advantages, losses  # noqa: F401  (fill the registry)
+from explorl.algos import methods  # noqa: F401  (fill the registry)
+from explorl.algos import advantages, losses  # noqa: F401
 from explorl.algos.batch import MissingInputError, RolloutBatch
 from explorl.algos.registry import get, register
 from explorl.algos.step import (PreparedBatch, Requirements, compute_advantages, policy_objective, requirements,

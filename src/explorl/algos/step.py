@@ -28,8 +28,9 @@ import torch
 from torch import Tensor
 
 from explorl.algos.batch import RolloutBatch
-from explorl.algos.losses import (PER_QUESTION, aggregate, kl_k3, masked_mean, overlong_penalty, question_weights,
-                                 tis_stats, tis_weights)
+from explorl.algos.core import PER_QUESTION, aggregate, kl_k3, masked_mean, question_weights
+from explorl.algos.methods.dapo_overlong import overlong_penalty
+from explorl.algos.methods.tis import tis_stats, tis_weights
 from explorl.algos.registry import lookup
 
 if TYPE_CHECKING:
