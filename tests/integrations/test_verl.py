@@ -590,6 +590,7 @@ def test_a_verl_step_writes_explorls_run_directory(tmp_path, tiny_model_dir):
         trainer._explorl_step(data, keep)
     # the final evaluation of verl's Hugging Face export of the last step
     shutil.copytree(tiny_model_dir, hf_export(out, 1))
+    _refused_while_another_process_holds_it(out, finish)
     final = finish(out)
     assert "pass@1" in final and (out / "final" / "config.json").exists()
     assert json.loads((out / "eval.json").read_text())["step"] == 1
@@ -929,3 +930,17 @@ def test_a_users_per_token_schedule_is_planned_for_verls_agent_loop(monkeypatch)
     assert plan.rollout_n == [8, 8] and plan.temperature == [1.0, 1.0] and plan.train_temperature == 1.0
     assert [check_anneal_args(a) for a in plan.anneal] == [{"schedule": "test_warm_start", "step": 3, "hot": 2.0,
                                                              "until": 4}] * 2
+
+
+def _refused_while_another_process_holds_it(run_dir, finish) -> None:
+    """`finish` takes the run directory's lock: while verl's trainer still writes the directory (here: this process,
+    whose trainer opened it), a `finish` in another process is refused naming this one, and writes nothing."""
+    import os
+    import subprocess
+    import sys
+
+    del finish  # the same function, called in a second process
+    code = "import sys; from explorl.integrations.verl.launch import finish; finish(sys.argv[1])"
+    proc = subprocess.run([sys.executable, "-c", code, str(run_dir)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "RunDirLocked" in proc.stderr and f"pid {os.getpid()}" in proc.stderr, proc.stderr
+    assert not (run_dir / "final").exists() and not (run_dir / "eval.json").exists()

@@ -606,12 +606,15 @@ def finish(out_dir: str | Path, step: int | None = None) -> dict:
     the run directory `out_dir` (its config.yaml, written by explorl's trainer mode, says what to evaluate)."""
     from explorl.integrations.rundir import finish_engine_run
     from explorl.models import WEIGHT_SUFFIXES, load_policy
+    from explorl.runlock import RunLock
     from explorl.runlog import RunLog
 
     run = Path(out_dir)
     if not (run / "config.yaml").is_file():
         raise FileNotFoundError(f"{run}: no config.yaml; explorl's verl trainer writes it (trainer.v1.trainer_mode="
                                 f"explorl with +explorl.config, as examples/verl/launch.py launches)")
+    log = RunLog(run)
+    log.lock = RunLock.acquire(run)  # one writer: refused, naming the holder, while verl's trainer still writes it
     cfg = load_config(run / "config.yaml")
     step = int(step if step is not None else cfg.run.steps)
     hf = hf_export(run, step)
@@ -622,7 +625,10 @@ def finish(out_dir: str | Path, step: int | None = None) -> dict:
             f"verl.model_merger merge --backend fsdp --local_dir {hf.parent} --target_dir {hf}")
     model, tok, _ = load_policy(dataclasses.replace(cfg.model, path=str(hf), fingerprint="",
                                                     lora=dataclasses.replace(cfg.model.lora, enabled=False)))
-    return finish_engine_run(RunLog(run), cfg, model, tok, step)
+    try:
+        return finish_engine_run(log, cfg, model, tok, step)
+    finally:
+        log.close()
 
 
 USAGE = """usage: python examples/verl/launch.py CONFIG [key=value ...] [--print] [--no-run-dir] [--no-finish]
