@@ -12,6 +12,8 @@ with `AutoModelForCausalLM` / `AutoTokenizer` or as `model.path` in a config. Tr
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -27,16 +29,37 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-@pytest.fixture(autouse=True)
-def _cpu_unless_marked_gpu(request, monkeypatch):
-    """`auto` means the CPU, here and in started processes, for every test not marked `gpu` (see above)."""
-    if request.node.get_closest_marker("gpu") is not None:
-        return
+_PIN_TO_CPU = [True]  # whether the test being set up runs on the CPU (not marked `gpu`)
+_VISIBLE = os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def pytest_configure(config):
+    """`model.device: auto` resolves through the pin below for the whole session (module-scoped fixtures included,
+    which pytest sets up before any function-scoped fixture of their first test: a function-scoped pin came too
+    late for them, and on a GPU machine they trained on CUDA in bfloat16)."""
     import explorl.models as models
 
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     resolve = models.resolve_device
-    monkeypatch.setattr(models, "resolve_device", lambda spec="auto": resolve("cpu" if spec == "auto" else spec))
+
+    def pinned(spec: str = "auto"):
+        return resolve("cpu" if spec == "auto" and _PIN_TO_CPU[0] else spec)
+
+    models.resolve_device = pinned
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Before any fixture of `item` (module-scoped ones included): pin to the CPU unless it is marked `gpu`, in this
+    process and in the processes it starts."""
+    gpu = item.get_closest_marker("gpu") is not None
+    _PIN_TO_CPU[0] = not gpu
+    if gpu:
+        if _VISIBLE is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = _VISIBLE
+    else:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 
 TINY = dict(hidden=32, layers=2, heads=4, kv_heads=2, intermediate=64, seed=0)

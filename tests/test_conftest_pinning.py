@@ -1,0 +1,36 @@
+"""The suite's device pin (tests/conftest.py): tests not marked `gpu` run on the CPU on a machine with CUDA too,
+module-scoped fixtures included (pytest sets those up before any function-scoped fixture of their first test)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+import explorl.models as models
+
+
+@pytest.fixture(scope="module")
+def seen_by_a_module_fixture():
+    """What a module-scoped fixture (one that trains a run, say) sees: `auto` with CUDA present, and the environment
+    its subprocesses inherit."""
+    real = torch.cuda.is_available
+    torch.cuda.is_available = lambda: True  # as on a GPU machine; `auto` must still be the CPU
+    try:
+        return models.resolve_device("auto"), os.environ.get("CUDA_VISIBLE_DEVICES")
+    finally:
+        torch.cuda.is_available = real
+
+
+def test_auto_is_the_cpu_even_for_a_module_fixture(seen_by_a_module_fixture):
+    device, visible = seen_by_a_module_fixture
+    assert device == torch.device("cpu")
+    assert visible == ""  # a torchrun or explorl subprocess started there sees no GPU (TRL's test then uses gloo)
+
+
+def test_an_explicit_device_is_left_as_asked():
+    assert models.resolve_device("cpu") == torch.device("cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(models.DeviceError, match="model.device='cuda'"):
+            models.resolve_device("cuda")
