@@ -274,20 +274,26 @@ def test_non_finite_weights_stop_the_run_and_are_never_saved(tiny_model_dir, tmp
 # ------------------------------------------------------------------------ item 8: resumed and finished runs
 
 
-def test_resume_after_samples_were_written_does_not_repeat_them(tiny_model_dir, tmp_path, monkeypatch, full):
+def _killed_after_step_3(model_dir, out_dir, monkeypatch):
+    """`_cfg`'s run stopped by a KeyboardInterrupt right after step 3's metrics and samples were written (its
+    checkpoint is step 2's); returns its directory."""
     real_update = Progress.update
 
     def killed_after_step_3(self, step, rec):
-        if step == 3:  # metrics and samples of step 3 are written; the checkpoint is step 2's
+        if step == 3:
             raise KeyboardInterrupt
         return real_update(self, step, rec)
 
     monkeypatch.setattr(Progress, "update", killed_after_step_3)
-    killed = tmp_path / "killed"
     with pytest.raises(KeyboardInterrupt):
-        train(_cfg(tiny_model_dir, killed), progress=False)
-    assert [json.loads(x)["step"] for x in (killed / "samples.jsonl").read_text().splitlines()] == [1, 2, 3]
+        train(_cfg(model_dir, out_dir), progress=False)
     monkeypatch.setattr(Progress, "update", real_update)
+    return out_dir
+
+
+def test_resume_after_samples_were_written_does_not_repeat_them(tiny_model_dir, tmp_path, monkeypatch, full):
+    killed = _killed_after_step_3(tiny_model_dir, tmp_path / "killed", monkeypatch)
+    assert [json.loads(x)["step"] for x in (killed / "samples.jsonl").read_text().splitlines()] == [1, 2, 3]
     _same_run(full, train(load_config(killed / "config.yaml"), resume=killed, progress=False))
 
 

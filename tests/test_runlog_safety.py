@@ -23,27 +23,9 @@ from rich.console import Console
 
 from explorl import cli
 from explorl.config import load_config
-from explorl.runlog import Progress, RunLog, load_checkpoint
+from explorl.runlog import RunLog, load_checkpoint
 from explorl.trainer import train
-
-
-def _cfg(model_dir, out_dir, *extra):
-    return load_config(None, [
-        f"model.path={model_dir}", f"run.out_dir={out_dir}", "run.steps=4", "run.batch_size=3",
-        "sampling.group_size=4", "sampling.max_new_tokens=12", "task.eval_size=4", "task.train_size=64",
-        "task.difficulties=[1]", "run.eval_n=2", "run.eval_k=[1,2]", "optim.lr=1e-3", "run.save_every=2",
-        "run.log_samples=1", "run.threads=1", "task.reward=rewards_for_tests:contains_digit", *extra])
-
-
-def _records(run_dir):
-    return [{k: v for k, v in json.loads(line).items() if not k.startswith("perf/")}
-            for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
-@pytest.fixture(scope="module")
-def full(tiny_model_dir, tmp_path_factory):
-    """The uninterrupted 4-step run (read-only)."""
-    return train(_cfg(tiny_model_dir, tmp_path_factory.mktemp("full") / "run"), progress=False)
+from test_run_control import _killed_after_step_3, _records, _strip, full  # noqa: F401  (full: a fixture)
 
 
 class RunsCode:
@@ -104,18 +86,7 @@ def test_a_torn_last_line_is_dropped_with_a_warning_and_the_resume_matches(tiny_
                                                                           full):
     """The issue: a torn last line of metrics.jsonl made `--resume` fail with `Expecting ':' delimiter`, naming
     neither file nor line."""
-    real_update = Progress.update
-
-    def killed_after_step_3(self, step, rec):
-        if step == 3:  # step 3's record and samples are written; the checkpoint is step 2's
-            raise KeyboardInterrupt
-        return real_update(self, step, rec)
-
-    monkeypatch.setattr(Progress, "update", killed_after_step_3)
-    killed = tmp_path / "killed"
-    with pytest.raises(KeyboardInterrupt):
-        train(_cfg(tiny_model_dir, killed), progress=False)
-    monkeypatch.setattr(Progress, "update", real_update)
+    killed = _killed_after_step_3(tiny_model_dir, tmp_path / "killed", monkeypatch)  # checkpoint: step 2
     with open(killed / "metrics.jsonl", "a") as f:  # a kill in the middle of writing step 4's record
         f.write('{"step": 4, "reward/mean": 0.25, "entrop')
     with open(killed / "samples.jsonl", "a") as f:
@@ -125,7 +96,7 @@ def test_a_torn_last_line_is_dropped_with_a_warning_and_the_resume_matches(tiny_
     said = [str(w.message) for w in caught]
     assert any(f"{killed / 'metrics.jsonl'}:4: the last line is incomplete" in m for m in said), said
     assert any(f"{killed / 'samples.jsonl'}:4: the last line is incomplete" in m for m in said), said
-    assert _records(resumed) == _records(full)
+    assert _strip(_records(resumed)) == _strip(_records(full))
     assert (resumed / "samples.jsonl").read_text() == (full / "samples.jsonl").read_text()
 
 
