@@ -30,7 +30,8 @@ from explorl.analysis.measures import entropy_by_position
 from explorl.runlock import (RunDirWarning, RunLock, check_out_dir, holds_steps, is_explorl_run,
                              refuse_if_locked)
 
-# Every key written to metrics.jsonl at each training step, with its meaning (docs/run-directory.md's table comes from here).
+# Every key written to metrics.jsonl at each training step, with its meaning (docs/run-directory.md's table comes
+# from here).
 STEP_METRICS: dict[str, str] = {
     "step": "training step (1-based)",
     "reward/mean": "mean reward of the step's responses",

@@ -33,7 +33,8 @@ from explorl.algos.losses import PpoOptions  # noqa: E402
 from explorl.config import AlgoConfig, Config, ConfigError, SamplingConfig, from_dict, validate  # noqa: E402
 from explorl.integrations.verl import REGISTERED, TRAINER_REGISTERED, explorl_advantages  # noqa: E402
 from explorl.integrations.verl.adapters import algo_config, loss_settings  # noqa: E402
-from explorl.integrations.verl.rollout import RolloutControl, needs_control, observed_per_prompt, rollout_config  # noqa: E402
+from explorl.integrations.verl.rollout import (  # noqa: E402
+    RolloutControl, needs_control, observed_per_prompt, rollout_config)
 
 ATOL = 1e-6
 

@@ -22,7 +22,8 @@ def add_parser(sub) -> None:
     c.add_argument("--explain", action="store_true",
                    help="with FILE (the default with FILE): each non-default key with its source, and the costs")
     c.add_argument("--resolved", action="store_true", help="with FILE: print the whole resolved config as YAML")
-    c.add_argument("--markdown", action="store_true", help="print a Markdown table (docs/configuration.md inserts it when the site is built)")
+    c.add_argument("--markdown", action="store_true",
+                   help="print a Markdown table (docs/configuration.md inserts it when the site is built)")
     c.set_defaults(fn=cmd_config)
 
 

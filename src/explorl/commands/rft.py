@@ -10,7 +10,8 @@ def add_parser(sub) -> None:
     f = sub.add_parser("rft", help="rejection-sampling fine-tuning with exploration-aware data selection")
     f.add_argument("config", help="YAML config (e.g. configs/rft.yaml)")
     f.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. rft.strategies=[noisy]")
-    f.add_argument("--dry-run", action="store_true", help="validate, print where each non-default value came from, check the inputs, then exit")
+    f.add_argument("--dry-run", action="store_true",
+                   help="validate, print where each non-default value came from, check the inputs, then exit")
     f.set_defaults(fn=cmd_rft)
 
 

@@ -13,7 +13,8 @@ def add_parser(sub) -> None:
                                     "ERPO and STILL); writes a run directory like train")
     sf.add_argument("config", nargs="?", help="YAML config (e.g. configs/sft.yaml)")
     sf.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. sft.epochs=1 optim.lr=1e-4")
-    sf.add_argument("--dry-run", action="store_true", help="validate, print where each non-default value came from, check the inputs, then exit")
+    sf.add_argument("--dry-run", action="store_true",
+                    help="validate, print where each non-default value came from, check the inputs, then exit")
     sf.add_argument("--resume", metavar="RUN", help="continue the SFT run in RUN from its last checkpoint")
     sf.set_defaults(fn=cmd_sft)
 

