@@ -196,19 +196,25 @@ def _same(values: list[Any]) -> bool:
     return len({json.dumps(canonical(v), sort_keys=True, default=str) for v in values}) <= 1
 
 
-def _config_history(path: Path) -> list[dict]:
-    """The records of a run's config_history.jsonl that say what changed (unreadable lines skipped)."""
+def _json_objects(path: Path) -> list[dict]:
+    """The JSON objects of a JSONL file a report reads; lines that are not one are skipped (a report shows what a
+    damaged or still-running run holds), and a missing file gives []."""
     if not path.is_file():
         return []
-    records = []
+    objects = []
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
-            record = json.loads(line)
+            value = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if isinstance(record, dict) and isinstance(record.get("changes"), dict):
-            records.append(record)
-    return records
+        if isinstance(value, dict):
+            objects.append(value)
+    return objects
+
+
+def _config_history(path: Path) -> list[dict]:
+    """The records of a run's config_history.jsonl that say what changed (unreadable lines skipped)."""
+    return [r for r in _json_objects(path) if isinstance(r.get("changes"), dict)]
 
 
 def changed_during(run: Run) -> dict[str, str]:
@@ -425,19 +431,8 @@ class Example:
 def load_samples(path: str | Path) -> list[dict]:
     """The rows of a run's samples.jsonl (`{"step", "prompt", "answer", "completions": [...], "rewards": [...]}`,
     the first `run.log_samples` prompts of each step); unreadable lines are skipped, a missing file gives []."""
-    path = Path(path)
-    if not path.is_file():
-        return []
-    rows = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if (isinstance(row, dict) and _finite(row.get("step")) is not None
-                and isinstance(row.get("completions"), list) and isinstance(row.get("rewards"), list)):
-            rows.append(row)
-    return rows
+    return [row for row in _json_objects(Path(path)) if _finite(row.get("step")) is not None
+            and isinstance(row.get("completions"), list) and isinstance(row.get("rewards"), list)]
 
 
 def spread_steps(steps: list[int], count: int = 3) -> list[int]:
