@@ -28,11 +28,11 @@ from rich.table import Table
 
 from explorl.algos.advantages import cov_weights, cov_weights_grouped, grpo
 from explorl.config import ModelConfig, TaskConfig
-from explorl.evaluate import decode_responses
+from explorl.evaluation.evaluate import decode_responses
 from explorl.models import load_policy
 from explorl.rewards import RewardRunner
 from explorl.rollout.logprobs import response_logprobs
-from explorl.rollout.sampler import sample
+from explorl.rollout.engines.native import sample
 from explorl.tasks import load_task
 
 

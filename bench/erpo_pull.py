@@ -43,7 +43,7 @@ def run(method: str, extra: list[str], out: Path, steps: int, seed: int, overrid
     """Train `method` for `steps` on the testbed's settings and `overrides` into `out` (kept: a finished run is not
     redone)."""
     from explorl.config import load_config
-    from explorl.trainer import train
+    from explorl.train.loop import train
 
     if (out / "final").exists():
         return out

@@ -10,7 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
-from explorl.frontier import FrontierPoint, entropy_grid, paired_frontier_difference, shared_entropy_range
+from explorl.evaluation.frontier import FrontierPoint, entropy_grid, paired_frontier_difference, shared_entropy_range
 
 
 def main(argv: list[str] | None = None) -> None:

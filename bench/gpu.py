@@ -188,7 +188,7 @@ def _task_overrides(data: Path, rows: int) -> list[str]:
 
 
 def run_explorl(model_dir: Path, data: Path, rows: int, length: int, args, device, out_dir: Path) -> dict:
-    import explorl.trainer as trainer
+    import explorl.train.loop as trainer
     from explorl.config import load_config
 
     overrides = [

@@ -157,7 +157,7 @@ def backfill_mechanism(name: str) -> int:
 
 def run_one(method: str, seed: int, out: Path, args) -> dict:
     from explorl.config import load_config
-    from explorl.trainer import train
+    from explorl.train.loop import train
 
     record = RECORDED / out.name / method / f"seed{seed}.json"
     if record.exists():

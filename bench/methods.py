@@ -1,6 +1,6 @@
 """Per-step overhead of each exploration method over plain GRPO, on the embedded default (CPU).
 
-Each method is its recipe in `configs/recipes/` run through `explorl.trainer.train` for `--steps` steps
+Each method is its recipe in `configs/recipes/` run through `explorl.train.loop.train` for `--steps` steps
 (`model.path=embedded`, no checkpoints, no evaluation during training, a tiny final evaluation that lies outside
 the step timings). From `metrics.jsonl`, after dropping `--warmup` steps, per run:
 
@@ -69,7 +69,7 @@ def extra_forwards(recipe: str, extra: list[str]) -> tuple[int, str]:
     forward for them, and a reference model (ERPO, KL) one more.
     """
     from explorl.config import load_config
-    from explorl.trainer import on_policy_single_update
+    from explorl.train.loop import on_policy_single_update
 
     cfg = load_config(RECIPES / f"{recipe}.yaml", extra)
     reasons = []
@@ -89,7 +89,7 @@ def run_method(recipe: str, extra: list[str], steps: int, threads: int, out_dir:
     from rich.console import Console
 
     from explorl.config import load_config
-    from explorl.trainer import train
+    from explorl.train.loop import train
 
     overrides = ["model.path=embedded", f"run.steps={steps}", "run.eval_every=0", "run.save_every=0",
                  "task.eval_size=4", "run.eval_n=1", "run.eval_k=[1]", "run.log_samples=0",
@@ -126,7 +126,7 @@ class ForwardProbe:
     def __init__(self, threads: int):
         from explorl.config import load_config
         from explorl.models import load_policy
-        from explorl.rollout.sampler import sample
+        from explorl.rollout.engines.native import sample
         from explorl.tasks import load_task
 
         cfg = load_config(RECIPES / "grpo.yaml", ["model.path=embedded", "task.eval_size=4"])

@@ -70,7 +70,7 @@ def _hf_valid_tokens(generated: torch.Tensor, eos: int) -> int:
 
 
 def _run_explorl(model, prompts, group, max_new, eos, pad, temperature, seed, device, compile=True):
-    from explorl.rollout.sampler import sample
+    from explorl.rollout.engines.native import sample
 
     gen = torch.Generator(device=device).manual_seed(seed)
     _sync(device)
@@ -105,7 +105,7 @@ def _vllm_engine(model, max_model_len: int = 512):
     CPU attention cannot run it (head sizes below 32)."""
     import tempfile
 
-    from explorl.integrations.vllm_engine import VllmRollouts
+    from explorl.rollout.engines.vllm import VllmRollouts
 
     head = model.config.hidden_size // model.config.num_attention_heads
     if head < 32 and not torch.cuda.is_available():

@@ -42,8 +42,8 @@ SPLITS = {"id": [3, 4, 5, 6, 7], "ood": [8, 9]}
 def train_run(method: str, seed: int, run_dir: Path, args) -> None:
     """Train `method` to `args.steps`, resuming a killed run from its last checkpoint; a complete run is left."""
     from explorl.config import load_config
-    from explorl.runlog import RunLog
-    from explorl.trainer import train
+    from explorl.runs.log import RunLog
+    from explorl.train.loop import train
 
     recipe, extra = spec(method)
     overrides = [*testbed_overrides(), f"model.path={args.model}", f"run.seed={seed}", f"run.out_dir={run_dir}",

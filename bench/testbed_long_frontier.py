@@ -17,7 +17,7 @@ per model (5 temperatures x 128 problems x 64 samples).
 
 The tables: for each method, pass@k minus its baseline's (same seed), minus one-update `grpo`'s where that is not
 its baseline, and minus the base model's, at 5 entropies evenly spaced over the range every model of the comparison
-reaches, with a 95% interval over problems and seeds (`explorl.frontier.paired_frontier_difference_seeds`) and each
+reaches, with a 95% interval over problems and seeds (`explorl.evaluation.frontier.paired_frontier_difference_seeds`) and each
 seed's difference.
 """
 
@@ -80,7 +80,7 @@ def run_frontier(name: str, seed: int, models: dict[str, str], problems: int, ba
 
 def load_frontiers(name: str, seeds: int, split: str = "id") -> dict[int, dict[str, list]]:
     """{seed: {label: [FrontierPoint]}} of every seed's recorded frontier."""
-    from explorl.frontier import FrontierPoint
+    from explorl.evaluation.frontier import FrontierPoint
 
     out = {}
     for seed in range(seeds):
@@ -97,7 +97,7 @@ def comparison(frontiers: dict[int, dict[str, list]], method: str, reference: st
     """`method` minus `reference`, paired over the seeds that have both: (seeds, low, high, {k: [(entropy, mean,
     lo, hi, [each seed's mean])]} at `points` entropies over [low, high], the range every seed's pair reaches);
     the dict is None when the ranges do not overlap (low > high), and the whole None when no seed has both."""
-    from explorl.frontier import entropy_grid, paired_frontier_difference_seeds, shared_entropy_range
+    from explorl.evaluation.frontier import entropy_grid, paired_frontier_difference_seeds, shared_entropy_range
 
     seeds = [s for s, models in sorted(frontiers.items()) if method in models and reference in models]
     if not seeds:

@@ -82,7 +82,7 @@ def curve_at(summary: dict | None, k: int) -> tuple[float, float, float] | None:
 
 def curve_cells(method: str, base_curve: dict | None) -> tuple[str, str]:
     """pass@128 of seed 0 with its interval, and its paired difference to the base model."""
-    from explorl.evaluate import paired_pass_difference
+    from explorl.evaluation.evaluate import paired_pass_difference
 
     summary = load(RESULTS / "curves" / f"{method}_seed0__d3-7_n{CURVE_N}.json")
     at = curve_at(summary, CURVE_N)
@@ -99,7 +99,7 @@ def curve_cells(method: str, base_curve: dict | None) -> tuple[str, str]:
 def paired_seeds(files: list[str]) -> None:
     """pass@k of each curve minus the first's, paired over the problems (`evaluate.paired_pass_difference`), and
     the mean ± 95% t-interval of those differences over the curves (seeds)."""
-    from explorl.evaluate import paired_pass_difference
+    from explorl.evaluation.evaluate import paired_pass_difference
 
     curves = [json.loads((RESULTS / "curves" / f).read_text())["curve"] for f in files]
     diffs = [paired_pass_difference(curves[0], c) for c in curves[1:]]

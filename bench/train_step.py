@@ -83,9 +83,9 @@ def _task_cfg():
 
 
 def run_explorl(args, out_dir: Path) -> dict:
-    import explorl.trainer as trainer
+    import explorl.train.loop as trainer
     from explorl.config import load_config
-    from explorl.runlog import RunLog
+    from explorl.runs.log import RunLog
 
     overrides = [
         "model.path=embedded", "model.device=cpu", "model.dtype=float32",

@@ -147,7 +147,7 @@ def test_the_long_runs_pair_seed_with_seed_over_the_problems_all_scored():
 
 
 def test_the_long_runs_frontier_rows_pair_each_seed_with_its_baseline():
-    from explorl.frontier import FrontierPoint
+    from explorl.evaluation.frontier import FrontierPoint
 
     frontier = _load("testbed_long_frontier")
 

@@ -19,7 +19,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import explorl.models as models
 from explorl import cli
 from explorl.config import load_config
-from explorl.trainer import train
+from explorl.train.loop import train
 from simulated_device import DeviceMismatch, simulated_accelerator
 
 RECIPES = sorted((Path(__file__).resolve().parents[1] / "configs" / "recipes").glob("*.yaml"))

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-import explorl.bootstrap
+import explorl.finetune.bootstrap
 from explorl.config import ConfigError, ModelConfig, load_config
 from explorl.models import (EMBEDDED_PACKAGE_DIR, EMBEDDED_TESTBED_DIR, check_fingerprint, find_run_output,
                             load_policy, resolve_model_path, weights_fingerprint)
@@ -23,7 +23,7 @@ TESTBED_SETTINGS = Path(__file__).resolve().parents[1] / "configs" / "testbed" /
 
 def test_the_testbed_model_ships_with_the_package_and_loads_without_training(monkeypatch):
     monkeypatch.setenv("EXPLORL_EMBEDDED", "/nonexistent")  # names another default; the testbed model is not affected
-    monkeypatch.setattr(explorl.bootstrap, "bootstrap", lambda *a, **k: pytest.fail("loading trained a model"))
+    monkeypatch.setattr(explorl.finetune.bootstrap, "bootstrap", lambda *a, **k: pytest.fail("loading trained a model"))
     assert resolve_model_path("embedded:testbed") == EMBEDDED_TESTBED_DIR
     info = json.loads((EMBEDDED_TESTBED_DIR / "bootstrap.json").read_text())
     assert weights_fingerprint("embedded:testbed") == info["fingerprint"] == TESTBED_FINGERPRINT

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-import explorl.bootstrap
+import explorl.finetune.bootstrap
 from explorl import cli
 from explorl.config import ConfigError, ModelConfig, load_config
-from explorl.evaluate import MixedModelsError, check_same_base
+from explorl.evaluation.evaluate import MixedModelsError, check_same_base
 from explorl.models import (EMBEDDED_PACKAGE_DIR, build_char_tokenizer, embedded_dir, load_policy, tiny_qwen2,
                             weights_fingerprint)
-from explorl.trainer import train
+from explorl.train.loop import train
 
 # The shipped model's fingerprint: sha256 of explorl/embedded/model.safetensors (name and bytes), first 16 hex digits.
 # It changes only when the shipped weights are regenerated (`explorl bootstrap --out src/explorl/embedded --force`),
@@ -31,7 +31,7 @@ SMALL_RUN = ["run.steps=2", "run.batch_size=2", "sampling.group_size=2", "sampli
 
 def test_the_embedded_default_ships_with_the_package_and_loads_without_training(monkeypatch):
     monkeypatch.delenv("EXPLORL_EMBEDDED", raising=False)
-    monkeypatch.setattr(explorl.bootstrap, "bootstrap", lambda *a, **k: pytest.fail("loading trained a model"))
+    monkeypatch.setattr(explorl.finetune.bootstrap, "bootstrap", lambda *a, **k: pytest.fail("loading trained a model"))
     assert embedded_dir() == EMBEDDED_PACKAGE_DIR
     info = json.loads((EMBEDDED_PACKAGE_DIR / "bootstrap.json").read_text())
     assert weights_fingerprint("embedded") == info["fingerprint"] == SHIPPED_FINGERPRINT

@@ -51,7 +51,7 @@ import pytest
 import torch
 
 from explorl.config import load_config
-from explorl.trainer import train
+from explorl.train.loop import train
 
 GOLDEN = Path(__file__).parent / "data" / "golden_metrics.json"
 RECIPES_DIR = Path(__file__).resolve().parents[1] / "configs" / "recipes"

@@ -17,7 +17,7 @@ import torch
 
 from explorl import cli
 from explorl.config import load_config
-from explorl.trainer import train
+from explorl.train.loop import train
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,7 +55,7 @@ def test_bf16_log_probs_on_cuda_agree_with_float32_on_the_cpu():
     from explorl.config.schema import ModelConfig
     from explorl.models import load_policy
     from explorl.rollout.logprobs import response_logprobs
-    from explorl.rollout.sampler import sample
+    from explorl.rollout.engines.native import sample
     from explorl.tasks import load_task
 
     task = load_task(load_config(ROOT / "configs" / "quickstart.yaml", []).task)

@@ -198,7 +198,7 @@ def _cand(i, correct, passes=True, entropy=0.0, branching=0.0):
 
 
 def test_rft_select_count_hand_values():
-    from explorl.rft import select_samples
+    from explorl.finetune.rft import select_samples
 
     cands = ([_cand(i, True, entropy=i, branching=10 - i) for i in range(10)]
              + [_cand(10, True, passes=False, entropy=99)]  # fails the rule filters: never chosen
@@ -227,7 +227,7 @@ def test_rft_select_count_hand_values():
 
 @pytest.mark.parametrize("top_p", [None, 0.95])
 def test_rft_evaluates_at_its_top_p(tiny_model_dir, tmp_path, monkeypatch, top_p):
-    import explorl.rft as rft
+    import explorl.finetune.rft as rft
 
     seen = []
 

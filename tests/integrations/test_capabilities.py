@@ -18,12 +18,12 @@ from explorl.config.validation import fill_registry
 from explorl.integrations.vllm import check_anneal_args, per_token_schedules, token_factors
 from explorl.rollout import temperature as Tm
 from explorl.rollout.controllers import Controllers
-from explorl.trainer import train
+from explorl.train.loop import train
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "explorl"
 # files where an engine or the command line meets the methods: they must ask the registry, not name a method
 ASKING = [*sorted((SRC / "integrations").rglob("*.py")), *sorted((SRC / "commands").glob("*.py")), SRC / "cli.py",
-          SRC / "eval_settings.py"]
+          SRC / "evaluation" / "settings.py"]
 # strings that equal a method's name but name something else: `explorl probe position` is a probe (paper 003's
 # entropy by position), not the position shaper
 NOT_METHODS = {("commands/probe.py", "position"), ("commands/probe_runs.py", "position")}

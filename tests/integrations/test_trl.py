@@ -2,7 +2,7 @@
 
 Equivalence: the trainer's own code paths (`_generate_and_score_completions` with generation replaced by fixed
 completions, then `compute_loss` and backward) against explorl's own loop functions on the same completions and
-rewards (`explorl.trainer.rollout_batch`, `compute_advantages`, `update_policy`, `policy_objective`). Both sides load
+rewards (`explorl.train.loop.rollout_batch`, `compute_advantages`, `update_policy`, `policy_objective`). Both sides load
 the same weights; TRL scores tokens with its fused, chunked log-prob kernel and explorl with
 `rollout.logprobs.response_logprobs`, so values agree to float32 rounding: advantages, losses and gradients to
 ATOL = 2e-5 absolute plus RTOL = 1e-4 relative (every method passes there except ERPO, whose largest measured
@@ -36,9 +36,9 @@ from explorl.config import ConfigError  # noqa: E402
 from explorl.integrations.trl import ExplorlGRPOTrainer, PerTokenTemperature, checkpointing_field  # noqa: E402
 from explorl.models import make_reference  # noqa: E402
 from explorl.rollout.logprobs import response_logprobs  # noqa: E402
-from explorl.rollout.sampler import Rollouts  # noqa: E402
+from explorl.rollout.engines.native import Rollouts  # noqa: E402
 from explorl.rollout.temperature import ead_schedule  # noqa: E402
-from explorl.trainer import on_policy_single_update, rollout_batch, update_policy  # noqa: E402
+from explorl.train.loop import on_policy_single_update, rollout_batch, update_policy  # noqa: E402
 
 ATOL, RTOL = 2e-5, 1e-4
 ROOT = Path(__file__).resolve().parents[2]
@@ -376,7 +376,7 @@ def run_argv(model_dir, out) -> list[str]:
 def two_runs(tiny_model_dir, tmp_path_factory):
     """The same 2-step config trained by `examples/trl/train.py` (one process) and by `explorl train` (about 2 s)."""
     from explorl.config import load_config
-    from explorl.trainer import train
+    from explorl.train.loop import train
 
     root = tmp_path_factory.mktemp("runs")
     trl_run = trl_example().main(run_argv(tiny_model_dir, root / "trl"))
@@ -770,7 +770,7 @@ def test_a_trl_run_stops_on_failing_rewards_as_explorls_loop_does(tiny_model_dir
     that calls each reward on a sample before the run, which would refuse this one first, is skipped: the test is
     about rewards failing on the model's own completions.)"""
     import explorl.rewards
-    from explorl.guards import RunStopped
+    from explorl.train.guards import RunStopped
 
     monkeypatch.setattr(explorl.rewards, "check_rewards", lambda *args, **kwargs: [])
 

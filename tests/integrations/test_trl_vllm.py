@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from explorl.integrations.vllm_engine import _in_process_env
+from explorl.rollout.engines.vllm import _in_process_env
 
 _in_process_env()  # before vLLM is imported (TRL imports it)
 pytest.importorskip("vllm", reason="vLLM is installed in .venv-vllm only: run `make test-vllm`")

@@ -13,13 +13,13 @@ import math
 import pytest
 import torch
 
-from explorl.integrations.vllm_engine import _in_process_env
+from explorl.rollout.engines.vllm import _in_process_env
 
 _in_process_env()  # before vLLM is imported
 vllm = pytest.importorskip("vllm", reason="vLLM is installed in .venv-vllm only: run `make test-vllm`")
 
 from explorl.integrations.vllm import token_factors  # noqa: E402
-from explorl.integrations.vllm_engine import VllmRollouts  # noqa: E402
+from explorl.rollout.engines.vllm import VllmRollouts  # noqa: E402
 from explorl.models import build_char_tokenizer, tiny_qwen2  # noqa: E402
 from explorl.rollout.controllers import PromptTemperature  # noqa: E402
 from explorl.rollout.logprobs import response_logprobs  # noqa: E402
@@ -177,7 +177,7 @@ def test_a_training_run_samples_through_the_engine(setup, tmp_path, monkeypatch,
     # vLLM's behaviour log-probs, and the records are explorl train's
     import json
 
-    import explorl.trainer as trainer
+    import explorl.train.loop as trainer
 
     tok, engine, path = setup
     monkeypatch.setattr(trainer, "rollout_engine", lambda cfg, model: engine)
@@ -199,7 +199,7 @@ def test_a_training_run_samples_through_the_engine(setup, tmp_path, monkeypatch,
 def test_the_loop_builds_its_engine_from_the_config(setup, tmp_path):
     # no stand-in: `rollout_engine` starts an engine for model.path, and a step's rollouts come from it
     from explorl.models import load_policy
-    from explorl.trainer import rollout_engine
+    from explorl.train.loop import rollout_engine
 
     tok, _, path = setup
     cfg = _run_config(path, tmp_path / "run")
@@ -224,7 +224,7 @@ def trained_model_dir():
     in .cache/ across runs of this module (about 4 minutes to build on 2 cores)."""
     from pathlib import Path
 
-    from explorl.bootstrap import BootstrapConfig, bootstrap
+    from explorl.finetune.bootstrap import BootstrapConfig, bootstrap
 
     cfg = BootstrapConfig(heads=2, kv_heads=1, target_pass1=0.2)
     target = Path(__file__).resolve().parents[2] / ".cache" / "test-vllm" / "bootstrap-h64-heads2-kv1-p020"
@@ -244,7 +244,7 @@ def test_a_quickstart_run_through_vllm_learns_like_explorls_own(setup, trained_m
     import json
     from pathlib import Path
 
-    import explorl.trainer as trainer
+    import explorl.train.loop as trainer
     from explorl.config import load_config
 
     _, engine, _ = setup

@@ -11,7 +11,7 @@ import torch
 from transformers import Qwen2Config
 
 from explorl.config import ConfigError
-from explorl.integrations.vllm_engine import VLLM_CPU_HEAD_SIZES, VllmRollouts, check_head_size, head_size
+from explorl.rollout.engines.vllm import VLLM_CPU_HEAD_SIZES, VllmRollouts, check_head_size, head_size
 from explorl.models import resolve_model_path
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "configs" / "quickstart.yaml"

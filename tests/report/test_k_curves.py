@@ -8,7 +8,7 @@ import json
 import pytest
 
 from explorl.cli import main
-from explorl.evaluate import ProblemResult, curve_ks, k_curves
+from explorl.evaluation.evaluate import ProblemResult, curve_ks, k_curves
 from explorl.report.plots import crossings, plot_k_curves
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -79,7 +79,7 @@ def test_command_errors_name_the_fix(tmp_path, capsys):
 
 
 def test_paired_difference_by_hand(tmp_path, capsys):
-    from explorl.evaluate import paired_pass_difference
+    from explorl.evaluation.evaluate import paired_pass_difference
 
     # base: A 1 of 4 correct, B 0 of 4; other: A 2 of 4, B 1 of 4 (and a problem C only the other has).
     # k = 1: differences 2/4 - 1/4 and 1/4 - 0, both 1/4: mean 1/4 with a zero-width interval.

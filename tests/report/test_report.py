@@ -22,9 +22,9 @@ EXPECTED = {spec.key for spec in PLOTS} - SCHEDULE_ONLY - MULTI_REWARD_ONLY
 
 @pytest.fixture(scope="module")
 def tiny_run(tiny_model_dir, tmp_path_factory):
-    """A real 4-step run of the tiny model, evaluated every 2 steps (as in tests/test_trainer.py)."""
+    """A real 4-step run of the tiny model, evaluated every 2 steps (as in tests/train/test_loop.py)."""
     from explorl.config import load_config
-    from explorl.trainer import train
+    from explorl.train.loop import train
 
     out = tmp_path_factory.mktemp("report") / "run"
     cfg = load_config(None, [
@@ -304,7 +304,7 @@ def test_compare_many_configs_draws_one_series_each(tiny_run, tmp_path):
 
 def test_an_ead_run_logs_and_plots_the_share_of_tokens_at_the_floor(tiny_model_dir, tmp_path):
     from explorl.config import load_config
-    from explorl.trainer import train
+    from explorl.train.loop import train
 
     cfg = load_config(None, [
         f"model.path={tiny_model_dir}", f"run.out_dir={tmp_path / 'run'}", "run.steps=2", "run.batch_size=2",

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from explorl.rollout.logprobs import response_logprobs
-from explorl.rollout.sampler import Rollouts, _FusedDecoder, sample
+from explorl.rollout.engines.native import Rollouts, _FusedDecoder, sample
 
 TEXTS = ["1+2=?\n", "13-4+17-2=?\n", "5=?\n", "20+20+20-1+3=?\n"]  # four lengths: left padding matters
 N_PER = [2, 0, 3, 1]  # variable group sizes, one empty
@@ -364,7 +364,7 @@ def test_compiled_and_eager_fused_paths_draw_the_same_samples(model, prompts, te
 
 
 def test_a_failed_compilation_falls_back_to_the_eager_sampler_with_a_warning(tiny_model, prompts, monkeypatch):
-    import explorl.rollout.sampler as sampler
+    import explorl.rollout.engines.native as sampler
 
     def broken_compile(fn, **_):
         def compiled(*args):
@@ -390,7 +390,7 @@ def test_block_inverse_cdf_is_the_direct_draw(vocab):
     # reference: the direct inverse CDF over the whole row, in float64 so no rounding separates the two; weights
     # with exact zeros (every 7th token) and uniforms at both ends of (0, 1]. 1000 is below the block threshold
     # (4 * CDF_BLOCK), 1025 pads its last block, 5000 and 32000 take many blocks.
-    from explorl.rollout.sampler import CDF_BLOCK, _inverse_cdf
+    from explorl.rollout.engines.native import CDF_BLOCK, _inverse_cdf
 
     assert 1000 <= 4 * CDF_BLOCK < 1025
     g = _gen(vocab)
@@ -411,7 +411,7 @@ def test_large_vocabulary_draws_follow_the_softmax():
     # softmax(logits / T) over the 8 likely tokens and the rest pooled (9 cells, 8 degrees of freedom); the 0.999
     # quantile is 26.12, so a correct sampler fails 1 in 1,000 seeds, and a draw off by one token (or ignoring T)
     # puts tens of thousands of draws in the wrong cell
-    from explorl.rollout.sampler import _sample_step, _uniforms
+    from explorl.rollout.engines.native import _sample_step, _uniforms
 
     v, n, temp = 2048, 40_000, 0.7
     logits = torch.full((v,), -6.0)

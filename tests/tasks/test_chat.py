@@ -66,7 +66,7 @@ def test_conversational_rows_load_and_need_the_template(tmp_path, chat_tokenizer
 def test_a_run_records_what_auto_resolved_to_and_trains_through_the_template(tmp_path, tiny_model_dir,
                                                                               char_tokenizer, monkeypatch):
     import explorl.rollout.collect as collect
-    from explorl.trainer import train
+    from explorl.train.loop import train
 
     seen = []
     real_sample = collect.sample

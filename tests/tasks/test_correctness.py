@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from explorl.config import ConfigError, load_config
-from explorl.evaluate import evaluate
+from explorl.evaluation.evaluate import evaluate
 from explorl.models import load_policy
 from explorl.tasks import load_task
 from explorl.tasks.base import pattern_extractor

@@ -55,7 +55,7 @@ def test_a_reward_reads_the_rows_columns_in_explorls_runner(tmp_path):
 
 
 def test_a_training_step_of_explorls_loop_scores_with_the_columns(tiny_model_dir, tmp_path):
-    from explorl.trainer import train
+    from explorl.train.loop import train
 
     data = write_rows(tmp_path / "d.jsonl", 12)
     cfg = load_config(QUICKSTART, [

@@ -4,7 +4,7 @@
     prepared = compute_advantages(batch, cfg, step)
     loss, stats = policy_objective(logprobs, entropy, batch, prepared, cfg)   # per micro-batch
 
-explorl's own loop (`explorl.trainer`) calls exactly these, and so do the engine integrations, so no method's
+explorl's own loop (`explorl.train.loop`) calls exactly these, and so do the engine integrations, so no method's
 logic exists twice. The pipeline, in order (docs/methods.md):
 1. reward shaping: DAPO's soft overlong penalty (`algo.overlong=penalty`) or overlong masking (`mask`);
 2. the estimator (`algo.advantage`) on the batch as the methods see it: the loss mask applied to every tensor;
@@ -121,7 +121,7 @@ def idle_rows(prepared: PreparedBatch, cfg: AlgoConfig) -> Tensor:
     vanishes with its advantage: PPO-clip, with or without importance and token weights), and no term acts
     without an advantage (`algo.kl_coef`, `algo.entropy_coef`). The update needs an idle response's log-probs
     only for its statistics (`loss/ratio_mean`, ...), so it can leave it out of the forward and backward with grad
-    (`explorl.update.update_policy`); the normaliser of the aggregation still counts it.
+    (`explorl.train.update.update_policy`); the normaliser of the aggregation still counts it.
     """
     n = prepared.advantages.shape[0]
     entry = lookup("policy_loss", cfg.loss)

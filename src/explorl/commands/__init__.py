@@ -1,8 +1,8 @@
 """The `explorl` command: one module per subcommand, each declaring its flags (`add_parser(sub)`) next to the
 function that runs it (`cmd_*`); `common` holds what several share (the console, flag parsing, result tables).
 
-  train.py    `explorl train`      a policy from a YAML config (`explorl.trainer`)
-  eval.py     `explorl eval`       pass@k / maj@k on a held-out split (settings: `explorl.eval_settings`)
+  train.py    `explorl train`      a policy from a YAML config (`explorl.train.loop`)
+  eval.py     `explorl eval`       pass@k / maj@k on a held-out split (settings: `explorl.evaluation.settings`)
   export.py   `explorl export`     a run's model as a standard Hugging Face directory
   bootstrap.py `explorl bootstrap` the tiny default model
   demo.py     `explorl demo`       base eval, GRPO, eval after

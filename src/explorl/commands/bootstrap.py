@@ -1,4 +1,4 @@
-"""`explorl bootstrap --out DIR`: train a tiny default model as the shipped embedded one was (`explorl.bootstrap`)."""
+"""`explorl bootstrap --out DIR`: train a tiny default model as the shipped embedded one was (`explorl.finetune.bootstrap`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def add_parser(sub) -> None:
     b.add_argument("--out", required=True, help="directory to write (the shipped model lies in explorl/embedded/)")
     b.add_argument("--force", action="store_true", help="retrain even if cached")
     b.add_argument("overrides", nargs="*", metavar="key=value",
-                   help="bootstrap settings (explorl.bootstrap.BootstrapConfig), e.g. heads=2 kv_heads=1 for head "
+                   help="bootstrap settings (explorl.finetune.bootstrap.BootstrapConfig), e.g. heads=2 kv_heads=1 for head "
                         "size 32, which vLLM's CPU attention needs")
     b.set_defaults(fn=cmd_bootstrap)
 
@@ -24,7 +24,7 @@ def bootstrap_config(overrides: list[str]):
     argument raises ConfigError naming it."""
     import yaml
 
-    from explorl.bootstrap import BootstrapConfig
+    from explorl.finetune.bootstrap import BootstrapConfig
     from explorl.config import ConfigError, from_dict
 
     fields = {}
@@ -37,7 +37,7 @@ def bootstrap_config(overrides: list[str]):
 
 
 def cmd_bootstrap(args) -> int:
-    from explorl.bootstrap import bootstrap
+    from explorl.finetune.bootstrap import bootstrap
 
     console = common.console
     target = Path(args.out)

@@ -64,7 +64,7 @@ def cmd_curves(args) -> int:
     console.print(table)
     paired = {}
     if args.metric == "pass@k" and all("problems" in curves[n] for n in names):
-        from explorl.evaluate import check_same_base, paired_pass_difference
+        from explorl.evaluation.evaluate import check_same_base, paired_pass_difference
 
         for warning in check_same_base(summaries):
             console.print(Text(f"warning: {warning}"), style="yellow")

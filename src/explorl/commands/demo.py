@@ -1,4 +1,4 @@
-"""`explorl demo [CONFIG]`: the main job, base eval, GRPO, eval after, a before/after table (`explorl.demo`); run
+"""`explorl demo [CONFIG]`: the main job, base eval, GRPO, eval after, a before/after table (`explorl.train.demo`); run
 again after Ctrl-C, it continues from the last checkpoint."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ def add_parser(sub) -> None:
 
 def cmd_demo(args) -> int:
     from explorl.config import load_config
-    from explorl.demo import DEFAULT_CONFIG, interrupted_hint, run_demo
+    from explorl.train.demo import DEFAULT_CONFIG, interrupted_hint, run_demo
 
     try:
         run_demo(args.config, args.overrides, console=common.console)

@@ -1,5 +1,5 @@
-"""`explorl eval --model MODEL`: pass@k / maj@k of a model on a task's held-out split (`explorl.evaluate`), with
-the settings resolved by `explorl.eval_settings` (a run's output is evaluated as the run did; flags override)."""
+"""`explorl eval --model MODEL`: pass@k / maj@k of a model on a task's held-out split (`explorl.evaluation.evaluate`), with
+the settings resolved by `explorl.evaluation.settings` (a run's output is evaluated as the run did; flags override)."""
 
 from __future__ import annotations
 
@@ -124,10 +124,10 @@ def _fingerprints(run, run_cfg, model_path: str) -> dict:
 
 
 def cmd_eval(args) -> int:
-    from explorl.bootstrap import load_model_under_test
+    from explorl.finetune.bootstrap import load_model_under_test
     from explorl.config import ModelConfig, from_dict
-    from explorl.eval_settings import resolve_eval_settings
-    from explorl.evaluate import evaluate
+    from explorl.evaluation.settings import resolve_eval_settings
+    from explorl.evaluation.evaluate import evaluate
     from explorl.tasks import load_task
     from explorl.tasks.chat import prompt_encoder
 
@@ -135,7 +135,7 @@ def cmd_eval(args) -> int:
     if args.k is not None:
         ks = _parse_ks(args.k)
     elif args.curve:  # the curve's own k (`evaluate.curve_ks`), never beyond n
-        from explorl.evaluate import curve_ks
+        from explorl.evaluation.evaluate import curve_ks
 
         ks = curve_ks(args.n)
     else:
@@ -208,7 +208,7 @@ def cmd_eval(args) -> int:
                                          compile=s.compile,
                                          progress=lambda k, j=job: bar.advance(j, k))
     if args.curve:
-        from explorl.evaluate import k_curves
+        from explorl.evaluation.evaluate import k_curves
 
         summary["curve"] = k_curves(per_problem, seed=args.seed)
     if sets:
@@ -255,7 +255,7 @@ def _match_entropy(args, s, model, tok, model_cfg):
     `--calibration` problems equals the target (`evaluate.match_entropy`), and what was found, for the record."""
     import dataclasses
 
-    from explorl.evaluate import match_entropy, sampled_entropy
+    from explorl.evaluation.evaluate import match_entropy, sampled_entropy
     from explorl.tasks.chat import prompt_encoder
 
     calib = s.problems[:args.calibration]
@@ -263,7 +263,7 @@ def _match_entropy(args, s, model, tok, model_cfg):
     kw = dict(n=4, max_new_tokens=s.max_new_tokens, top_p=s.top_p, seed=args.seed, encode=encode,
               fast_path=s.fast_path, compile=s.compile)
     if args.match_entropy == "base":
-        from explorl.bootstrap import load_model_under_test
+        from explorl.finetune.bootstrap import load_model_under_test
 
         base_model = model  # a plain model is its own base; a run's output is measured against its starting model
         if s.run is not None:

@@ -1,5 +1,5 @@
 """`explorl frontier MODEL ...`: pass@k against sampling entropy over a temperature grid, for each model, and each
-model minus the first at equal entropy, paired over problems (`explorl.frontier`, docs/methods.md §8a)."""
+model minus the first at equal entropy, paired over problems (`explorl.evaluation.frontier`, docs/methods.md §8a)."""
 
 from __future__ import annotations
 
@@ -90,12 +90,12 @@ def _write_partial(path: Path, setting: dict, fingerprints: dict, points: dict) 
 def cmd_frontier(args) -> int:
     from rich.progress import Progress
 
-    from explorl.bootstrap import load_model_under_test
+    from explorl.finetune.bootstrap import load_model_under_test
     from explorl.commands.eval import _fingerprints
     from explorl.config import ModelConfig, from_dict
-    from explorl.eval_settings import resolve_eval_settings
-    from explorl.evaluate import MixedModelsError, check_same_base, evaluate
-    from explorl.frontier import FrontierPoint, entropy_grid, paired_frontier_difference, shared_entropy_range
+    from explorl.evaluation.settings import resolve_eval_settings
+    from explorl.evaluation.evaluate import MixedModelsError, check_same_base, evaluate
+    from explorl.evaluation.frontier import FrontierPoint, entropy_grid, paired_frontier_difference, shared_entropy_range
     from explorl.metrics import bootstrap_ci, pass_at_k
     from explorl.report.plots import plot_frontier
     from explorl.tasks.chat import prompt_encoder

@@ -55,7 +55,7 @@ class Context:
     def sample(self, problems, n: int, generator: torch.Generator):
         """Rollouts of n samples per problem (one `sample` call), their rewards (the weighted sum training uses)
         and whether each is correct (`Task.correct`)."""
-        from explorl.rollout.sampler import decode_responses, sample
+        from explorl.rollout.engines.native import decode_responses, sample
 
         ro = sample(self.model, [self.encode(p) for p in problems], n, eos_token_id=self.tok.eos_token_id,
                     pad_token_id=self.tok.pad_token_id, max_new_tokens=self.max_new_tokens,
@@ -68,7 +68,7 @@ class Context:
 
 def setup(args, task_opts: dict, console) -> Context:
     """Load the model and the task as `explorl eval` does (run outputs included)."""
-    from explorl.bootstrap import load_model_under_test
+    from explorl.finetune.bootstrap import load_model_under_test
     from explorl.config import ModelConfig, command_task, from_dict, load_config
     from explorl.models import find_run_output
     from explorl.tasks import load_task

@@ -1,4 +1,4 @@
-"""`explorl rft CONFIG [key=value ...]`: rejection-sampling fine-tuning (`explorl.rft`)."""
+"""`explorl rft CONFIG [key=value ...]`: rejection-sampling fine-tuning (`explorl.finetune.rft`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def add_parser(sub) -> None:
 
 
 def cmd_rft(args) -> int:
-    from explorl.rft import run_rft
+    from explorl.finetune.rft import run_rft
 
     console = common.console
     cfg = _print_config_summary(args.config, list(args.overrides))

@@ -1,4 +1,4 @@
-"""`explorl sft CONFIG [key=value ...]`: supervised fine-tuning on the task's worked solutions (`explorl.sft`)."""
+"""`explorl sft CONFIG [key=value ...]`: supervised fine-tuning on the task's worked solutions (`explorl.finetune.sft`)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def cmd_sft(args) -> int:
 
     checks = check_run_inputs(cfg)
     if args.dry_run:
-        from explorl.sft import worked_solutions
+        from explorl.finetune.sft import worked_solutions
         from explorl.tasks import load_task
 
         with_solution, missing = worked_solutions(load_task(cfg.task), cfg.task.name, cfg.task.solution_field)
@@ -35,7 +35,7 @@ def cmd_sft(args) -> int:
         console.print("[green]config is valid[/] (dry run: nothing trained); checked without loading weights:")
         _print_checks(checks)
         return 0
-    from explorl.sft import run_sft
+    from explorl.finetune.sft import run_sft
 
     run_dir = run_sft(cfg, console=console, resume=args.resume)
     result = json.loads((run_dir / "eval.json").read_text())

@@ -1,4 +1,4 @@
-"""`explorl train CONFIG [key=value ...]`: train a policy (`explorl.trainer`), or `--resume RUN` a killed run."""
+"""`explorl train CONFIG [key=value ...]`: train a policy (`explorl.train.loop`), or `--resume RUN` a killed run."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def cmd_train(args) -> int:
         console.print("[green]config is valid[/] (dry run: nothing trained); checked without loading weights:")
         _print_checks(checks)
         return 0
-    from explorl.trainer import train
+    from explorl.train.loop import train
 
     run_dir = train(cfg, resume=args.resume, console=console)
     result = json.loads((run_dir / "eval.json").read_text())

@@ -27,7 +27,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from explorl.rollout.sampler import sample
+from explorl.rollout.engines.native import sample
 
 
 def _eos_ids(tokenizer, eos_token_id) -> list[int]:

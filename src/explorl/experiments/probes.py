@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-from explorl.rollout.sampler import sample
+from explorl.rollout.engines.native import sample
 
 __all__ = [
     "fisher_exact", "two_proportion_test", "compare_proportions", "continue_prefixes",
@@ -398,8 +398,8 @@ def one_update_effects(model, ro, rewards: Sequence[float], cfg, *, temperature:
     """
     from explorl.algos.step import compute_advantages
     from explorl.rollout.logprobs import response_logprobs
-    from explorl.trainer import make_optimizer, rollout_batch, update_policy
-    from explorl.update import fused_compile
+    from explorl.train.loop import make_optimizer, rollout_batch, update_policy
+    from explorl.train.update import fused_compile
 
     device = ro.mask.device
     batch = rollout_batch(model, ref, ro, list(rewards), temperature, cfg, pi_old_from_update=False)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import torch
 
 from explorl.rollout.controllers import Controllers, PromptStream
-from explorl.rollout.sampler import Rollouts, decode_responses, sample
+from explorl.rollout.engines.native import Rollouts, decode_responses, sample
 
 
 @dataclass

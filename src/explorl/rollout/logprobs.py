@@ -98,7 +98,7 @@ def _fused_hidden(h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layers:
     compile to a few fused loops and the matmuls (`model.compile`). The embedding lookup stays outside: its backward
     is a scatter-add, which the compiler parallelises with atomic adds on the CPU, so the embedding's gradient would
     depend on thread timing (consecutive runs differed by ~1e-9); eager's is deterministic."""
-    from explorl.rollout.sampler import _rms, _rotate
+    from explorl.rollout.engines.native import _rms, _rotate
 
     norm_w, norm_eps = norm
     n_heads, n_kv, d = dims
@@ -122,7 +122,7 @@ def _fused_hidden(h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layers:
 def _fused_params(model) -> tuple | None:
     """(((embedding weight, padding_idx), layers, norm), dims) of a model the sampler's fused decoder takes and that
     trains without dropout, where layers, norm and dims are `_fused_hidden`'s arguments; None otherwise."""
-    from explorl.rollout.sampler import _FusedDecoder
+    from explorl.rollout.engines.native import _FusedDecoder
 
     cfg = model.config
     if not _FusedDecoder.applies(model) or getattr(cfg, "attention_dropout", 0.0):
@@ -181,7 +181,7 @@ def response_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
         decoder, head = split
         fused = _fused_params(model) if compile else None
         if fused is not None:
-            from explorl.rollout.sampler import _maybe_compiled
+            from explorl.rollout.engines.native import _maybe_compiled
 
             ids, prompt_len = packed_sequences(prompt_ids, prompt_mask, response_ids, response_mask)
             positions = torch.arange(ids.shape[1], device=ids.device)[None]

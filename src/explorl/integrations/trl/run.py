@@ -1,6 +1,6 @@
 """An explorl run directory written by `ExplorlGRPOTrainer(..., run_config=cfg)`, so `explorl analyze`, `compare`,
 `eval RUN` and `curves` read a TRL run as they read `explorl train`'s (the files and the writer:
-`explorl.integrations.rundir`).
+`explorl.runs.engine`).
 
 - `TaskReward`: an explorl task's reward as a TRL reward function, scored by the task's own `RewardRunner` (reward
   lists, weights, batched functions, time limits, failures scored 0 and counted, as in explorl's loop); the trainer
@@ -25,9 +25,9 @@ import torch
 from torch import Tensor
 
 from explorl.algos import PreparedBatch, RolloutBatch
-from explorl.integrations.rundir import step_record
+from explorl.runs.engine import step_record
 from explorl.rewards import RewardResult
-from explorl.update import configured_hyperparameters, keep_configured_optimizer  # shared with explorl's loop
+from explorl.train.update import configured_hyperparameters, keep_configured_optimizer  # shared with explorl's loop
 
 __all__ = ["TaskReward", "RoundRecord", "configured_hyperparameters", "keep_configured_optimizer",
            "record_resume_step", "refuse_existing_run", "resumed_round"]

@@ -73,7 +73,7 @@ from explorl.algos.registry import lookup
 from explorl.algos.step import single_update_shortcut
 from explorl.config import AlgoConfig, BudgetConfig, Config, ConfigError, RunConfig, SamplingConfig, from_dict, validate
 from explorl.config.validation import fill_registry
-from explorl.integrations.rundir import ENGINE_FILE
+from explorl.runs.engine import ENGINE_FILE
 from explorl.integrations.trl.run import (RoundRecord, TaskReward, configured_hyperparameters,
                                           keep_configured_optimizer, record_resume_step, refuse_existing_run,
                                           resumed_round)
@@ -357,7 +357,7 @@ class ColocatedVLLM(VLLMGeneration):
         from vllm import LLM
 
         from explorl.integrations.vllm import PROCESSOR_NAME
-        from explorl.integrations.vllm_engine import _in_process_env
+        from explorl.rollout.engines.vllm import _in_process_env
 
         acc, tp = self.accelerator, self.tensor_parallel_size
         if acc.num_processes % tp:
@@ -391,7 +391,7 @@ class ColocatedVLLM(VLLMGeneration):
     def sync_weights(self):
         if self.mode != "colocate" or not _vllm_repacks_weights():
             return super().sync_weights()
-        from explorl.integrations.vllm_engine import _repack_tied_head
+        from explorl.rollout.engines.vllm import _repack_tied_head
 
         if self.enable_sleep_mode:
             self.llm.wake_up(tags=["weights"])
@@ -917,7 +917,7 @@ class ExplorlGRPOTrainer(GRPOTrainer):
         (RUN/reward_errors.log, the first traceback on the console), and every process stops (`RunStopped`) when
         more than `task.max_reward_failure_frac` of the batch's samples failed (`failed` of `scored`, summed over
         processes, so every process decides alike)."""
-        from explorl.guards import RunStopped, stop_if_rewards_failed, too_many_reward_failures
+        from explorl.train.guards import RunStopped, stop_if_rewards_failed, too_many_reward_failures
 
         if self._failure_log is not None:
             self._failure_log.record(self._round, failures, scored)
@@ -974,7 +974,7 @@ class ExplorlGRPOTrainer(GRPOTrainer):
             if self._record is not None:  # a round that max_steps cut short
                 self._write_round()
             if self.accelerator.is_main_process:  # nothing collective from here: the other processes are done
-                from explorl.integrations.rundir import finish_engine_run
+                from explorl.runs.engine import finish_engine_run
 
                 engine = self.run_log.dir / ENGINE_FILE
                 record = json.loads(engine.read_text())
@@ -994,7 +994,7 @@ class ExplorlGRPOTrainer(GRPOTrainer):
         from accelerate.utils import broadcast_object_list
         from transformers.trainer_utils import get_last_checkpoint
 
-        from explorl.integrations.rundir import open_engine_run
+        from explorl.runs.engine import open_engine_run
 
         error = None
         if self.accelerator.is_main_process:
@@ -1012,7 +1012,7 @@ class ExplorlGRPOTrainer(GRPOTrainer):
                     record_resume_step(history, before, step)
                 from rich.console import Console
 
-                from explorl.runlog import RewardFailureLog
+                from explorl.runs.log import RewardFailureLog
 
                 self._failure_log = RewardFailureLog(self.run_log.reward_errors_path, Console(stderr=True))
             except (ConfigError, OSError, ValueError) as e:

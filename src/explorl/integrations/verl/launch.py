@@ -604,10 +604,10 @@ def hf_export(out_dir: str | Path, step: int) -> Path:
 def finish(out_dir: str | Path, step: int | None = None) -> dict:
     """After verl's last step: explorl's held-out evaluation of the exported weights, `final/` and `eval.json` in
     the run directory `out_dir` (its config.yaml, written by explorl's trainer mode, says what to evaluate)."""
-    from explorl.integrations.rundir import finish_engine_run
+    from explorl.runs.engine import finish_engine_run
     from explorl.models import WEIGHT_SUFFIXES, load_policy
-    from explorl.runlock import RunLock
-    from explorl.runlog import RunLog
+    from explorl.runs.lock import RunLock
+    from explorl.runs.log import RunLog
 
     run = Path(out_dir)
     if not (run / "config.yaml").is_file():

@@ -16,7 +16,7 @@ and entropies are in, it tells the controllers. Their state is saved with each v
 (`explorl_rollout.json`) and restored on resume.
 
 Given `+explorl.config=PATH` (an explorl YAML; `examples/verl/launch.py` sets it), it also writes explorl's run
-directory at that config's `run.out_dir` (`explorl.integrations.rundir`): config.yaml and engine.json before the
+directory at that config's `run.out_dir` (`explorl.runs.engine`): config.yaml and engine.json before the
 first step, then one metrics.jsonl record per step with `explorl train`'s keys (`RunWriter`), so that `explorl
 analyze` and `explorl compare` read a verl run. The correctness and per-function rewards come from the reward
 bridge's extra info (`explorl.integrations.verl.reward`); a step whose rewards failed on more than
@@ -138,7 +138,7 @@ class RunWriter:
     def open(self, step: int):
         """The run directory, opened for verl's step `step` (1-based; > 1: verl resumed from a checkpoint)."""
         if self.log is None:
-            from explorl.integrations.rundir import open_engine_run
+            from explorl.runs.engine import open_engine_run
 
             resume = step > 1
             try:
@@ -162,8 +162,8 @@ class RunWriter:
         when its reward exceeds `task.correct_threshold`. `keep` `[N]` bool: the real responses (verl pads a batch
         with no-op rows). `temperatures` `[N]`: each response's request temperature (None: 1). Raises
         `guards.RunStopped` when more than `task.max_reward_failure_frac` of the responses failed to score."""
-        from explorl.guards import RunStopped, too_many_reward_failures
-        from explorl.integrations.rundir import step_record
+        from explorl.train.guards import RunStopped, too_many_reward_failures
+        from explorl.runs.engine import step_record
         from explorl.rewards import RewardResult
 
         n = len(batch.rewards)

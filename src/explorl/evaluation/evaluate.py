@@ -1,0 +1,319 @@
+"""Held-out evaluation: n samples per problem, unbiased pass@k, avg@n, maj@k, entropy and length; the sampling
+temperature at which a model reaches a given entropy (`match_entropy`).
+
+Shared by `explorl eval`, the trainer's periodic evaluation and `make demo`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from explorl.metrics import bootstrap_ci, maj_at_k, pass_at_k, pass_at_k_curve, vote_keys, worst_at_k
+from explorl.rollout.engines.native import decode_responses, sample
+
+
+@dataclass
+class ProblemResult:
+    """Per-problem outcome of an evaluation."""
+
+    id: str
+    prompt: str
+    answer: str
+    correct: list[bool]
+    answers: list[str | None]
+    rewards: list[float]
+    mean_entropy: float
+    mean_length: float
+    mean_branching: float | None = None
+    """Mean rollout branching factor of the responses (only with `analyze=True`)."""
+    well_formatted: int = 0
+    """Responses stating exactly one final answer (`Task.well_formatted`: one `\\boxed{`, STILL's format check,
+    or one match of `task.answer_pattern`)."""
+    completions: list[str] | None = None
+    """The sampled texts (only with `keep_completions=True`)."""
+
+
+def evaluate(model, tokenizer, problems: Sequence, task, *, n: int, ks: Sequence[int], temperature: float = 1.0,
+             top_p: float = 1.0, max_new_tokens: int = 64, prompts_per_batch: int = 64, seed: int = 0,
+             reward_timeout_s: float = 5.0, fast_path: bool = True, compile: bool = False, progress=None,
+             analyze: bool = False, branching_top_p: float = 0.95,
+             encode=None, keep_completions: bool = False,
+             failures: list | None = None) -> tuple[dict, list[ProblemResult]]:
+    """Sample `n` responses per problem and score them (`encode(problem)`: the prompt's token ids, e.g. through the
+    chat template, `tasks.chat.prompt_encoder`; default the prompt text as it is).
+
+    A response counts as correct by the task's rule (`Task.correct`: the `task.correct_by` entry's own score above
+    `task.correct_threshold`, 0.5 by default), whatever the other reward functions add; its final answer (maj@k) and
+    format (`format_rate`) are read as the task says (`task.answer_pattern`, default the last `\\boxed{}`).
+    Returns (summary, per_problem). Summary keys: `pass@k`, `maj@k` and `worst@k` for each k, `avg@n` (mean
+    accuracy), `format_rate` (responses with exactly one `\\boxed{`),
+    `entropy` (mean token entropy of the sampled distribution), `length` (mean response tokens), `errors`
+    and `timeouts` of the reward function, `problems`, `n`. With `analyze`, also `unsolvable@n` (problems with no
+    correct sample, STILL's k-rollout unsolvable set for k = n), `branching` (mean rollout branching factor,
+    docs/methods.md §8b) and `entropy/by_position` (mean token entropy in 10 relative-position bins). With
+    `keep_completions`, each `ProblemResult` keeps its sampled texts (`completions`). `failures`, when given, gets
+    every reward failure (`rewards.RewardFailure`: what failed, with its traceback) appended.
+    """
+    from explorl.analysis.measures import entropy_by_position
+
+    device = next(model.parameters()).device
+    gen = torch.Generator(device=device).manual_seed(seed)
+    runner = task.reward_runner(reward_timeout_s)
+    results: list[ProblemResult] = []
+    errors = timeouts = 0
+    ent_sum = tok_sum = 0.0
+    profile_sum, profile_count = torch.zeros(10, dtype=torch.float64), torch.zeros(10, dtype=torch.float64)
+    eos = tokenizer.eos_token_id
+    for start in range(0, len(problems), prompts_per_batch):
+        chunk = problems[start:start + prompts_per_batch]
+        ids = [encode(p) if encode else tokenizer.encode(p.prompt, add_special_tokens=False) for p in chunk]
+        ro = sample(model, ids, n, eos_token_id=eos, pad_token_id=tokenizer.pad_token_id,
+                    max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, generator=gen,
+                    fast_path=fast_path, compile=compile)
+        texts = decode_responses(tokenizer, ro)
+        group = ro.group.tolist()
+        rr = runner(texts, [chunk[g].answer for g in group], [chunk[g].meta for g in group])
+        judged = task.correct(rr)
+        errors += rr.errors
+        timeouts += rr.timeouts
+        if failures is not None:
+            failures += rr.failures
+        ent_sum += float((ro.entropy * ro.mask).sum())
+        tok_sum += float(ro.mask.sum())
+        lengths = ro.lengths.tolist()
+        ent_rows = ((ro.entropy * ro.mask).sum(-1) / ro.mask.sum(-1).clamp_min(1)).tolist()
+        bf_rows = None
+        if analyze:
+            per_token = callable(temperature) or isinstance(temperature, torch.Tensor)
+            bf_rows = response_branching(model, ro, ro.temperatures if per_token else temperature,
+                                         branching_top_p).tolist()
+            prof = entropy_by_position(ro.entropy, ro.mask, bins=10).double().cpu()
+            seen = ~torch.isnan(prof)
+            weight = float(ro.mask.sum())
+            profile_sum[seen] += prof[seen] * weight
+            profile_count[seen] += weight
+        for j, p in enumerate(chunk):
+            rows = [i for i, g in enumerate(group) if g == j]
+            rewards = [rr.rewards[i] for i in rows]
+            results.append(ProblemResult(
+                id=str(p.meta.get("id", start + j)), prompt=p.prompt, answer=p.answer,
+                correct=[judged[i] for i in rows], answers=[task.extract_answer(texts[i]) for i in rows],
+                rewards=rewards, mean_entropy=sum(ent_rows[i] for i in rows) / len(rows),
+                mean_length=sum(lengths[i] for i in rows) / len(rows),
+                mean_branching=None if bf_rows is None else sum(bf_rows[i] for i in rows) / len(rows),
+                well_formatted=sum(task.well_formatted(texts[i]) for i in rows),
+                completions=[texts[i] for i in rows] if keep_completions else None))
+        if progress is not None:
+            progress(len(chunk))
+    summary: dict = {"problems": len(results), "n": n}
+    for k in ks:
+        summary[f"pass@{k}"] = sum(pass_at_k(n, sum(r.correct), k) for r in results) / max(len(results), 1)
+    summary[f"avg@{n}"] = sum(sum(r.correct) / n for r in results) / max(len(results), 1)
+    for k in ks:
+        summary[f"maj@{k}"] = sum(maj_at_k(vote_keys(r.answers, r.correct), r.correct, k, seed=seed)
+                                  for r in results) / max(len(results), 1)
+    for k in ks:  # all k of k samples correct, unbiased (EAD's worst@k, EAD Figs. 4-5)
+        summary[f"worst@{k}"] = sum(worst_at_k(n, sum(r.correct), k) for r in results) / max(len(results), 1)
+    summary["format_rate"] = sum(r.well_formatted for r in results) / max(len(results) * n, 1)
+    summary["entropy"] = ent_sum / max(tok_sum, 1.0)
+    summary["length"] = tok_sum / max(len(results) * n, 1)
+    if analyze:
+        summary[f"unsolvable@{n}"] = sum(not any(r.correct) for r in results)
+        summary["branching"] = sum(r.mean_branching for r in results) / max(len(results), 1)
+        summary["entropy/by_position"] = [float(x) if c > 0 else None
+                                          for x, c in zip(profile_sum / profile_count.clamp_min(1), profile_count)]
+    summary["errors"] = errors
+    summary["timeouts"] = timeouts
+    return summary, results
+
+
+@dataclass
+class EntropyMatch:
+    """The sampling temperature at which a model's mean token entropy reaches a target (`match_entropy`)."""
+
+    target: float
+    temperature: float
+    entropy: float
+    """The mean token entropy reached at `temperature` on the calibration problems."""
+    problems: int
+    """Calibration problems (the first ones of the evaluated split)."""
+    n: int
+    """Samples per calibration problem."""
+    iterations: int
+
+
+@torch.no_grad()
+def sampled_entropy(model, tokenizer, problems: Sequence, temperature: float, *, n: int, max_new_tokens: int,
+                    top_p: float = 1.0, seed: int = 0, encode=None, fast_path: bool = True,
+                    compile: bool = False) -> float:
+    """Mean token entropy of the distribution sampled at `temperature` (the logits divided by it), over the valid
+    tokens of `n` responses to each problem; the same seed every call, so the curve in `temperature` is nearly smooth
+    (the samples themselves still change with it)."""
+    device = next(model.parameters()).device
+    gen = torch.Generator(device=device).manual_seed(seed)
+    ids = [encode(p) if encode else tokenizer.encode(p.prompt, add_special_tokens=False) for p in problems]
+    ro = sample(model, ids, n, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, generator=gen,
+                fast_path=fast_path, compile=compile)
+    return float((ro.entropy * ro.mask).sum() / ro.mask.sum().clamp_min(1))
+
+
+def match_entropy(model, tokenizer, problems: Sequence, target: float, *, n: int = 4, max_new_tokens: int = 64,
+                  top_p: float = 1.0, seed: int = 0, encode=None, fast_path: bool = True, compile: bool = False,
+                  tol: float = 0.002,
+                  lo: float = 0.05, hi: float = 4.0, max_iter: int = 24) -> EntropyMatch:
+    """The temperature in [lo, hi] at which the mean token entropy of `model` on `problems` (the calibration set)
+    equals `target`, by bisection on log T (entropy rises with the temperature), to within `tol` nats or after
+    `max_iter` halvings; the ends when the target lies beyond them. For comparing models at equal sampling entropy:
+    a model that covers more only because it samples hotter loses that edge here."""
+    def h(t: float) -> float:
+        return sampled_entropy(model, tokenizer, problems, t, n=n, max_new_tokens=max_new_tokens, top_p=top_p,
+                               seed=seed, encode=encode, fast_path=fast_path, compile=compile)
+
+    a, b = math.log(lo), math.log(hi)
+    h_lo, h_hi = h(lo), h(hi)
+    if target <= h_lo:
+        return EntropyMatch(target, lo, h_lo, len(problems), n, 0)
+    if target >= h_hi:
+        return EntropyMatch(target, hi, h_hi, len(problems), n, 0)
+    t, got = 1.0, h_lo
+    for it in range(1, max_iter + 1):
+        t = math.exp((a + b) / 2)
+        got = h(t)
+        if abs(got - target) <= tol:
+            return EntropyMatch(target, t, got, len(problems), n, it)
+        a, b = (math.log(t), b) if got < target else (a, math.log(t))
+    return EntropyMatch(target, t, got, len(problems), n, max_iter)
+
+
+@torch.no_grad()
+def response_branching(model, ro, temperature: float | torch.Tensor, top_p: float = 0.95,
+                       chunk: int = 16) -> torch.Tensor:
+    """Mean rollout branching factor of each response [N] (docs/methods.md §8b), one forward pass per chunk of rows.
+    `temperature`: a float, or [N, T] per-token temperatures (e.g. `ro.temperatures` of an EAD schedule)."""
+    from explorl.metrics import branching_factor
+    from explorl.rollout.logprobs import full_sequences
+
+    out = []
+    t = ro.response_ids.shape[1]
+    for s in range(0, ro.mask.shape[0], chunk):
+        rows = slice(s, s + chunk)
+        ids, attn, pos = full_sequences(ro.prompt_ids[rows], ro.prompt_mask[rows], ro.response_ids[rows])
+        logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=t + 1).logits
+        logits = logits[:, :-1].float()
+        mask = ro.mask[rows]
+        temp = temperature
+        if isinstance(temperature, torch.Tensor):  # per token; padding holds 0, which is never used
+            temp = temperature[rows].to(logits.device).masked_fill(mask.to(logits.device) == 0, 1.0)[..., None]
+        bf = branching_factor(torch.softmax(logits / temp, dim=-1), top_p=top_p).float()
+        out.append((bf * mask).sum(-1) / mask.sum(-1).clamp_min(1))
+    return torch.cat(out) if out else torch.zeros(0)
+
+
+def curve_ks(n: int) -> list[int]:
+    """The k of a pass@k / maj@k curve from n samples per problem: powers of two below n, and n."""
+    ks, k = [], 1
+    while k < n:
+        ks.append(k)
+        k *= 2
+    return ks + [n]
+
+
+def k_curves(results: Sequence[ProblemResult], *, seed: int = 0, n_boot: int = 1000) -> dict:
+    """pass@k and maj@k against k (`curve_ks(n)`) with 95% percentile-bootstrap intervals over problems
+    (`metrics.bootstrap_ci`; STILL Fig. 1a, EAD Fig. 9, E3 Fig. 8).
+
+    pass@k is the unbiased estimator from all n samples (Chen et al.; `metrics.pass_at_k_curve`); maj@k votes over
+    k-subsets (`maj_at_k`), equivalent answers pooled (`metrics.vote_keys`).
+    Returns `{"k": [...], "pass@k": [[mean, lo, hi], ...], "maj@k": [[mean, lo, hi], ...], "problems": {"id",
+    "n", "correct"}}`, the last with each problem's sample and correct counts, so that two curves on the same
+    problems can be compared pairwise (`paired_pass_difference`).
+    """
+    if not results:
+        raise ValueError("k_curves: no problems")
+    n = min(len(r.correct) for r in results)
+    ks = curve_ks(n)
+    out: dict = {"k": ks, "pass@k": [], "maj@k": [],
+                 "problems": {"id": [r.id for r in results], "n": [len(r.correct) for r in results],
+                              "correct": [sum(r.correct) for r in results]}}
+    passes = pass_at_k_curve({i: r.correct for i, r in enumerate(results)}, ks, n_boot=n_boot, seed=seed)
+    votes_of = [vote_keys(r.answers, r.correct) for r in results]
+    for k in ks:
+        majs = [maj_at_k(votes, r.correct, k, seed=seed) for r, votes in zip(results, votes_of)]
+        out["pass@k"].append(list(passes[k]))
+        out["maj@k"].append(list(bootstrap_ci(majs, n_boot=n_boot, seed=seed)))
+    return out
+
+
+class MixedModelsError(ValueError):
+    """Evaluation records of models that come from different base weights, asked to be paired or pooled."""
+
+
+def check_same_base(records: dict[str, dict]) -> list[str]:
+    """Refuse to pair evaluation records (`explorl eval` outputs, keyed by a display name) whose `base_fingerprint`
+    differ: two runs started from two different embedded models are two experiments, whatever their configs say.
+    Records written before fingerprints were recorded have none; they are not refused, but named in the returned
+    warnings, so a caller can print them. Raises `MixedModelsError` naming each record's fingerprint."""
+    bases = {name: r.get("base_fingerprint") for name, r in records.items()}
+    known = {fp for fp in bases.values() if fp}
+    if len(known) > 1:
+        listing = ", ".join(f"{name}: {fp or 'not recorded'}" for name, fp in bases.items())
+        raise MixedModelsError(f"these evaluations start from different base models ({listing}); paired "
+                               f"differences between them would mix two models. Compare runs of one base model.")
+    unknown = [name for name, fp in bases.items() if not fp]
+    if unknown and known:
+        return [f"{', '.join(unknown)}: no base-model fingerprint recorded (written before fingerprints were); "
+                f"the others start from {known.pop()}; pairing assumes they are the same model"]
+    return []
+
+
+def paired_pass_difference(base: dict, other: dict, *, n_boot: int = 1000, seed: int = 0) -> dict[int, list[float]]:
+    """pass@k of `other` minus `base` on the problems both evaluated, with a 95% paired bootstrap interval: the
+    problems are resampled and the mean per-problem difference taken, so the shared difficulty of each problem
+    cancels (tighter than comparing two independent intervals). `base` and `other` are `k_curves` results with
+    `problems`; returns `{k: [mean, lo, hi]}` for the k both curves have.
+    """
+    if "problems" not in base or "problems" not in other:
+        raise ValueError("paired_pass_difference: both curves need their per-problem counts (explorl eval --curve)")
+    b = {pid: (n, c) for pid, n, c in zip(*(base["problems"][f] for f in ("id", "n", "correct")))}
+    o = {pid: (n, c) for pid, n, c in zip(*(other["problems"][f] for f in ("id", "n", "correct")))}
+    common = [pid for pid in b if pid in o]
+    if not common:
+        raise ValueError("paired_pass_difference: the two evaluations share no problem")
+    out = {}
+    for k in (k for k in base["k"] if k in other["k"]):
+        diffs = [pass_at_k(*o[pid], k) - pass_at_k(*b[pid], k) for pid in common]
+        out[k] = list(bootstrap_ci(diffs, n_boot=n_boot, seed=seed))
+    return out
+
+
+def held_out_evaluator(model, tokenizer, cfg, task, encode):
+    """`step -> summary`: a run's held-out evaluation (`run.eval_n`, `eval_k`, `eval_temperature`, the sampling
+    settings, seeded by the step) on the task's own split and on every set of `run.eval_sets` (keys
+    `<name>/<metric>`), as `explorl train` and `explorl sft` report it. The sets are loaded once, here."""
+    from explorl.config import eval_set_task
+    from explorl.tasks import load_task
+    from explorl.tasks.chat import prompt_encoder
+
+    r, s = cfg.run, cfg.sampling
+    sets = {"": (task, encode, cfg.task)}
+    for name in r.eval_sets:
+        set_cfg = eval_set_task(cfg, name)
+        sets[name] = (load_task(set_cfg), prompt_encoder(tokenizer, set_cfg), set_cfg)
+
+    def run(step: int) -> dict:
+        summary = {}
+        for name, (t, enc, t_cfg) in sets.items():
+            result, _ = evaluate(model, tokenizer, t.eval, t, n=r.eval_n, ks=r.eval_k, temperature=r.eval_temperature,
+                                 top_p=s.top_p, max_new_tokens=s.max_new_tokens, seed=r.seed + 10_007 * (step + 1),
+                                 reward_timeout_s=t_cfg.reward_timeout_s, fast_path=s.fast_path, compile=s.compile,
+                                 encode=enc)
+            summary.update({f"{name}/{k}" if name else k: v for k, v in result.items()})
+        model.train()
+        return summary
+
+    return run

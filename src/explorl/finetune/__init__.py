@@ -1,0 +1,1 @@
+"""Supervised fine-tuning: SFT, exploration-aware rejection-sampling fine-tuning (RFT), bootstrap."""

@@ -1,0 +1,151 @@
+"""`explorl rft`: rejection-sampling fine-tuning with exploration-aware data selection (STILL, section 4.4.1).
+
+Each iteration samples `rft.samples_per_prompt` responses for `rft.prompts` training prompts, scores them,
+keeps the correct ones that pass the rule filters (one \\boxed{}, at least one digit, 3-gram redundancy <= 0.31,
+cut after the first box), applies the selection strategies (`noisy`: add 5% incorrect samples; `entropy` /
+`branching`: keep the responses with the highest mean token entropy / rollout branching factor), fine-tunes on
+the selection and evaluates pass@k on the held-out split. Results per iteration go to `RUN/rft.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import torch
+
+from explorl.config import Config, dump_yaml
+from explorl.evaluation.evaluate import decode_responses, evaluate, response_branching
+from explorl.models import check_fingerprint, load_policy
+from explorl.rollout.engines.native import sample
+from explorl.finetune.supervised import sft_batch, sft_example, supervised_step
+from explorl.tasks import load_task
+from explorl.tasks.chat import prompt_encoder, prompt_text
+
+
+def select_samples(candidates: list[dict], strategies: list[str], *, noisy_frac: float, select_frac: float,
+                   rng: random.Random, select_count: int = 0) -> list[dict]:
+    """Choose the fine-tuning data of one iteration from scored candidates.
+
+    Each candidate has `correct`, `passes_filter`, `entropy`, `branching`. Correct samples that pass the rule
+    filters are the base set; `entropy` / `branching` keep the top `select_frac` of them by that score, or the top
+    `select_count` when it is > 0; without those strategies `select_count > 0` keeps a random `select_count` of
+    them (all when fewer). `noisy` adds incorrect filtered samples numbering `noisy_frac` of the kept correct ones
+    (at least one when any exist).
+    """
+    good = [c for c in candidates if c["correct"] and c["passes_filter"]]
+    ranked = False
+    for key in ("entropy", "branching"):
+        if key in strategies and good:
+            keep = select_count if select_count > 0 else max(1, int(round(select_frac * len(good))))
+            good = sorted(good, key=lambda c: -c[key])[:keep]
+            ranked = True
+    if select_count > 0 and not ranked and len(good) > select_count:
+        good = rng.sample(good, select_count)
+    chosen = list(good)
+    if "noisy" in strategies:
+        wrong = [c for c in candidates if not c["correct"] and c["passes_filter"]]
+        count = min(len(wrong), max(1 if wrong else 0, int(round(noisy_frac * len(good)))))
+        chosen += rng.sample(wrong, count)
+    return chosen
+
+
+def finetune(model, tok, samples: list[dict], *, epochs: int, lr: float, batch_size: int,
+             generator: torch.Generator) -> float:
+    """Supervised fine-tuning on (prompt, response) pairs, loss on response tokens and EOS (the supervised step of
+    `explorl sft`, constant `lr`, gradient norm clipped at 1). Returns the last loss."""
+    device = next(model.parameters()).device
+    seqs, starts = map(list, zip(*[sft_example(tok, c["prompt"], c["response"]) for c in samples]))
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
+    model.train()
+    loss = 0.0
+    for _ in range(epochs):
+        for idx in torch.randperm(len(seqs), generator=generator).split(batch_size):
+            batch = tuple(x.to(device) for x in sft_batch(seqs, starts, idx.tolist(), tok.pad_token_id))
+            loss = supervised_step(model, opt, [batch], grad_clip=1.0)
+    return loss
+
+
+def run_rft(cfg: Config, *, console) -> Path:
+    """Run `cfg.rft.iterations` RFT iterations; writes config.yaml, rft.json and final/ in `run.out_dir`."""
+    from rich.table import Table
+
+    from explorl.analysis.text import cut_after_first_box, rft_filter
+
+    from explorl.runs.log import RunLog
+
+    f, s, r = cfg.rft, cfg.sampling, cfg.run
+    cfg.model.fingerprint = check_fingerprint(cfg.model)  # config.yaml records which weights it started from
+    # refused unless absent, empty or explorl's (`runlock.check_out_dir`); locked for this process to the end
+    log = RunLog.open(r.out_dir, dump_yaml(cfg), None)
+    run_dir = log.dir
+    torch.manual_seed(r.seed)
+    rng = random.Random(r.seed)
+    model, tok, device = load_policy(cfg.model)
+    task = load_task(cfg.task)
+    runner = task.reward_runner(cfg.task.reward_timeout_s)
+    gen = torch.Generator(device=device).manual_seed(r.seed)
+    cpu_gen = torch.Generator().manual_seed(r.seed + 1)
+
+    encode = prompt_encoder(tok, cfg.task)  # the chat template, when the task asks for it
+
+    def text_of(problem) -> str:  # the prompt text the fine-tuning sees (the same the sampler was given)
+        return prompt_text(problem, tok, chat=encode.chat, system_prompt=cfg.task.system_prompt)
+
+    def held_out(iteration: int) -> dict:
+        summary, _ = evaluate(model, tok, task.eval, task, n=r.eval_n, ks=r.eval_k, temperature=r.eval_temperature,
+                              top_p=f.eval_top_p, max_new_tokens=s.max_new_tokens,
+                              seed=r.seed + 7919 * (iteration + 1),
+                              reward_timeout_s=cfg.task.reward_timeout_s, fast_path=s.fast_path, compile=s.compile,
+                              encode=encode)
+        return summary
+
+    history = [{"iteration": 0, "selected": 0, **held_out(0)}]
+    console.print(f"iteration 0 (base): pass@1 {history[0]['pass@1']:.3f}")
+    for it in range(1, f.iterations + 1):
+        ids = rng.sample(range(len(task.train)), min(f.prompts, len(task.train)))
+        problems = [task.train[i] for i in ids]
+        model.eval()
+        candidates = []
+        for start in range(0, len(problems), 64):
+            chunk = problems[start:start + 64]
+            ro = sample(model, [encode(p) for p in chunk], f.samples_per_prompt,
+                        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                        max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p, generator=gen,
+                        fast_path=s.fast_path, compile=s.compile)
+            texts = decode_responses(tok, ro)
+            group = ro.group.tolist()
+            rr = runner(texts, [chunk[g].answer for g in group], [chunk[g].meta for g in group])
+            judged = task.correct(rr)
+            ent = ((ro.entropy * ro.mask).sum(-1) / ro.mask.sum(-1).clamp_min(1)).tolist()
+            bf = (response_branching(model, ro, s.temperature, f.branching_top_p).tolist()
+                  if "branching" in f.strategies else [0.0] * len(texts))
+            for i, text in enumerate(texts):
+                cut = cut_after_first_box(text)
+                candidates.append({"prompt": text_of(chunk[group[i]]), "response": cut, "correct": judged[i],
+                                   "passes_filter": rft_filter(cut), "entropy": ent[i], "branching": bf[i]})
+        chosen = select_samples(candidates, f.strategies, noisy_frac=f.noisy_frac, select_frac=f.select_frac, rng=rng,
+                                select_count=f.select_count)
+        loss = finetune(model, tok, chosen, epochs=f.epochs, lr=f.lr, batch_size=f.batch_size,
+                        generator=cpu_gen) if chosen else float("nan")
+        record = {"iteration": it, "selected": len(chosen),
+                  "selected_incorrect": sum(not c["correct"] for c in chosen),
+                  "sampled_correct_frac": sum(c["correct"] for c in candidates) / max(len(candidates), 1),
+                  "filtered_out_frac": sum(not c["passes_filter"] for c in candidates) / max(len(candidates), 1),
+                  "loss": loss, **held_out(it)}
+        history.append(record)
+        console.print(f"iteration {it}: {len(chosen)} samples, loss {loss:.3f}, pass@1 {record['pass@1']:.3f}")
+        (run_dir / "rft.json").write_text(json.dumps(history, indent=2))
+    (run_dir / "rft.json").write_text(json.dumps(history, indent=2))
+    model.save_pretrained(str(run_dir / "final"))
+    tok.save_pretrained(str(run_dir / "final"))
+    log.close()
+    table = Table(title=f"RFT, strategies: {', '.join(f.strategies) or 'rule filters only'}")
+    cols = [f"pass@{k}" for k in r.eval_k] + ["entropy"]
+    for c in ["iteration", "selected", *cols]:
+        table.add_column(c, justify="right")
+    for h in history:
+        table.add_row(str(h["iteration"]), str(h["selected"]), *[f"{h[c]:.3f}" for c in cols])
+    console.print(table)
+    return run_dir

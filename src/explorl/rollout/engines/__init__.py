@@ -1,0 +1,1 @@
+"""Engines the loop samples with: explorl's own (`native`) and vLLM (`vllm`)."""

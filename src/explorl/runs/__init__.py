@@ -1,0 +1,1 @@
+"""Run directories: the run log and checkpoints, the writer's lock, trackers, engines' run directories."""

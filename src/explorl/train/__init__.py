@@ -1,0 +1,1 @@
+"""The training loop and what one step runs: the loop, the update, guards, setup, memory, the demo."""
