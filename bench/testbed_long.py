@@ -62,7 +62,7 @@ def evaluate(model: str, split: str, mode: str, out: Path, args, temperature: fl
     (T = 1), `matched` (the base model's entropy, `--match-entropy base`) or, with `-chain` (`t1-chain`,
     `matched-chain`), correct only when every worked step is the solution's (`task.reward: chain`) at
     `temperature` (None: at the base model's entropy, found here): the answer alone is often guessed."""
-    from explorl import cli
+    from explorl import commands
 
     ks = sorted({1, 8, 32, args.n} - {k for k in (8, 32) if k > args.n})
     argv = ["eval", "--model", model, "--task", "arith", "--task-opt", f"difficulties={SPLITS[split]}",
@@ -79,7 +79,7 @@ def evaluate(model: str, split: str, mode: str, out: Path, args, temperature: fl
     else:
         argv += ["--temperature", "1.0"]
     tmp = out.with_name(out.name + ".tmp")
-    if cli.main([*argv, "--out", str(tmp)]) != 0:
+    if commands.main([*argv, "--out", str(tmp)]) != 0:
         raise SystemExit(f"explorl {' '.join(argv)} failed")
     tmp.replace(out)
 

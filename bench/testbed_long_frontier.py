@@ -59,7 +59,7 @@ def run_frontier(name: str, seed: int, models: dict[str, str], problems: int, ba
                  split: str = "id") -> None:
     """`explorl frontier` of the base model `base` and `models` ({label: path}) on `split` (`SPLITS`), by right
     chains; points already in the directory's partial file are not evaluated again."""
-    from explorl import cli
+    from explorl import commands
     from explorl.commands.frontier import PARTIAL
 
     out = frontier_dir(name, seed, split)
@@ -74,7 +74,7 @@ def run_frontier(name: str, seed: int, models: dict[str, str], problems: int, ba
             "--k", ",".join(map(str, KS)), "--max-new-tokens", "128", "--temperatures", TEMPERATURES,
             "--device", "cpu", "--out", str(out)]
     print(f"seed {seed}: frontier of {len(labels)} models -> {out.relative_to(ROOT)}", flush=True)
-    if cli.main(argv) != 0:
+    if commands.main(argv) != 0:
         raise SystemExit(f"explorl {' '.join(argv)} failed")
 
 

@@ -17,7 +17,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import explorl.models as models
-from explorl import cli
+from explorl import commands
 from explorl.config import load_config
 from explorl.train.loop import train
 from simulated_device import DeviceMismatch, simulated_accelerator
@@ -129,7 +129,7 @@ def lora_run(tiny_model_dir, tmp_path_factory):
         cfg = _tiny_run(RECIPES[0].with_name("grpo.yaml"), tiny_model_dir, tmp / "lora",
                         ["model.lora.enabled=true", "model.lora.rank=2", "algo.kl_coef=0.1"])
         train(cfg, progress=False)
-        assert cli.main(["train", "--resume", str(tmp / "lora"), "run.steps=3"]) == 0
+        assert commands.main(["train", "--resume", str(tmp / "lora"), "run.steps=3"]) == 0
     return tmp
 
 
@@ -142,7 +142,7 @@ def test_a_lora_run_trains_and_resumes_on_the_device(lora_run):
 def test_every_command_runs_on_the_device(command, tiny_model_dir, lora_run, on_device, tmp_path):
     argv = _commands(tiny_model_dir, lora_run)[command]
     argv = [a.replace(str(lora_run / "ead.json"), str(tmp_path / "out.json")) for a in argv]
-    assert cli.main(argv) == 0
+    assert commands.main(argv) == 0
     assert on_device, f"{command} never asked for its device"
 
 
@@ -152,10 +152,10 @@ def test_eval_on_the_device_reproduces_the_cpu_numbers(tmp_path, monkeypatch):
     argv[argv.index("cuda")] = "cpu"
     argv[argv.index("--max-new-tokens") + 1] = "40"  # room for a worked solution
     with sdpa_kernel(SDPBackend.MATH):
-        assert cli.main([*argv, "--out", str(tmp_path / "cpu.json")]) == 0
+        assert commands.main([*argv, "--out", str(tmp_path / "cpu.json")]) == 0
     with simulated_accelerator() as device:
         monkeypatch.setattr(models, "resolve_device", lambda spec="auto": device)
-        assert cli.main([*argv, "--out", str(tmp_path / "dev.json")]) == 0
+        assert commands.main([*argv, "--out", str(tmp_path / "dev.json")]) == 0
     cpu, dev = (json.loads((tmp_path / f"{x}.json").read_text()) for x in ("cpu", "dev"))
     counted = [k for k in cpu if k.split("@")[0] in ("pass", "avg", "maj", "worst") or k == "length"]
     assert cpu["pass@4"] > 0 and {k: dev[k] for k in counted} == {k: cpu[k] for k in counted}  # the same samples

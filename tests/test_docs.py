@@ -37,7 +37,7 @@ def test_the_config_page_lists_every_config_field():
 
 
 def test_the_config_page_table_is_the_generated_one(capsys):
-    from explorl.cli import main
+    from explorl.commands import main
 
     assert main(["config", "--markdown"]) == 0
     table = capsys.readouterr().out.strip()

@@ -1,7 +1,7 @@
 """The documentation site (issue 41): every `explorl ...` command line the README and the docs pages show runs, every
 config key they name exists, and the site's navigation holds every page.
 
-Command lines are parsed by `explorl.cli.main` itself, in-process, with each subcommand's `cmd_*` replaced by a
+Command lines are parsed by `explorl.commands.main` itself, in-process, with each subcommand's `cmd_*` replaced by a
 recorder: a line whose flags, choices or key=value overrides `explorl` would refuse fails here, and nothing runs.
 Each subcommand shown is also run with `--help`, and `explorl train` lines of a shipped config with `--dry-run`.
 docs/methods.md is another's (its citations are checked by tests/test_methods_doc.py) and is not scanned here.

@@ -12,7 +12,7 @@ import pytest
 from safetensors.torch import load_file
 
 import explorl.finetune.bootstrap
-from explorl import cli
+from explorl import commands
 from explorl.config import ConfigError, ModelConfig, load_config
 from explorl.evaluation.evaluate import MixedModelsError, check_same_base
 from explorl.models import (EMBEDDED_PACKAGE_DIR, build_char_tokenizer, embedded_dir, load_policy, tiny_qwen2,
@@ -72,7 +72,7 @@ def test_pairing_refuses_different_base_models_and_warns_on_unrecorded_ones():
 @pytest.fixture
 def out(monkeypatch):
     lines: list[str] = []
-    monkeypatch.setattr(cli.console, "print", lambda *a, **k: lines.append(" ".join(str(x) for x in a)))
+    monkeypatch.setattr(commands.common.console, "print", lambda *a, **k: lines.append(" ".join(str(x) for x in a)))
     return lambda: " ".join(" ".join(lines).split())
 
 
@@ -91,19 +91,19 @@ def test_runs_record_their_model_and_refuse_to_resume_or_pair_across_models(tmp_
     records = {}
     for name, run in runs.items():
         records[name] = tmp_path / f"{name}.json"
-        assert cli.main(["eval", "--model", str(run / "final"), "--n", "2", "--k", "1", "--curve", "--device", "cpu",
+        assert commands.main(["eval", "--model", str(run / "final"), "--n", "2", "--k", "1", "--curve", "--device", "cpu",
                          "--out", str(records[name])]) == 0, out()
         record = json.loads(records[name].read_text())
         assert record["base_fingerprint"] == weights_fingerprint(models[name])
         assert record["model_fingerprint"] == weights_fingerprint(run / "final") != record["base_fingerprint"]
     base_record = tmp_path / "base_a.json"
-    assert cli.main(["eval", "--model", str(models["a"]), "--n", "2", "--k", "1", "--curve", "--device", "cpu",
+    assert commands.main(["eval", "--model", str(models["a"]), "--n", "2", "--k", "1", "--curve", "--device", "cpu",
                      "--task-opt", "difficulties=[1]", "--task-opt", "eval_size=2", "--task-opt", "train_size=4",
                      "--out", str(base_record)]) == 0, out()
 
     # the base model against its own run pairs; two runs of two base models refuse, naming both fingerprints
-    assert cli.main(["curves", str(base_record), str(records["a"]), "--out", str(tmp_path / "ok.png")]) == 0, out()
-    assert cli.main(["curves", str(records["a"]), str(records["b"]), "--out", str(tmp_path / "no.png")]) != 0
+    assert commands.main(["curves", str(base_record), str(records["a"]), "--out", str(tmp_path / "ok.png")]) == 0, out()
+    assert commands.main(["curves", str(records["a"]), str(records["b"]), "--out", str(tmp_path / "no.png")]) != 0
     said = out()
     assert "different base models" in said and weights_fingerprint(models["b"]) in said
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from explorl import cli
+from explorl import commands
 from explorl.config import load_config
 from explorl.train.loop import train
 
@@ -79,7 +79,7 @@ def lora_run(tmp_path_factory):
     cfg = _short(ROOT / "configs" / "recipes" / "grpo.yaml", tmp / "lora", "model.lora.enabled=true",
                  "model.lora.rank=4", "algo.kl_coef=0.05")
     train(cfg, progress=False)
-    assert cli.main(["train", "--resume", str(tmp / "lora"), "run.steps=3"]) == 0
+    assert commands.main(["train", "--resume", str(tmp / "lora"), "run.steps=3"]) == 0
     return tmp
 
 
@@ -94,7 +94,7 @@ def test_every_command_runs_on_cuda(lora_run, tmp_path):
     for name, argv in _commands(ROOT / "src" / "explorl" / "embedded", lora_run).items():
         argv = [str(tmp_path / Path(a).name) if a.startswith(str(lora_run)) and a.endswith(".json") else a
                 for a in argv]
-        assert cli.main(argv) == 0, name
+        assert commands.main(argv) == 0, name
 
 
 def test_peak_memory_of_a_quickstart_step_is_bounded(tmp_path):

@@ -134,7 +134,7 @@ def test_rollout_sits_on_algos():
 @pytest.mark.parametrize("lower", ["explorl.algos", "explorl.rollout", "explorl.config", "explorl.models",
                                    "explorl.tasks"])
 def test_lower_layers_never_import_the_loop(lower):
-    top = ("explorl.train.loop", "explorl.runs.log", "explorl.cli", "explorl.train.demo", "explorl.finetune.rft")
+    top = ("explorl.train.loop", "explorl.runs.log", "explorl.train.demo", "explorl.finetune.rft")
     bad = {m: deps & set(top) for m, deps in GRAPH.items() if m.startswith(lower) and deps & set(top)}
     assert bad == {}
 
@@ -161,7 +161,7 @@ def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
 ANALYSIS = tuple(m for m in MODULES if _within(m, ("explorl.analysis",)))
 ANALYSIS_MAY_IMPORT = ("explorl.analysis", "explorl.metrics", "explorl.rewards")
 ABOVE_ANALYSIS = ("explorl.train.loop", "explorl.runs.log", "explorl.rollout", "explorl.models", "explorl.experiments",
-                  "explorl.commands", "explorl.cli")
+                  "explorl.commands")
 
 
 def test_analysis_imports_only_itself_metrics_and_rewards():
@@ -183,7 +183,7 @@ def test_only_the_commands_import_the_experiments():
     # below it does
     users = {m for m, deps in TYPED_GRAPH.items()
              if not _within(m, ("explorl.experiments",)) and any(_within(d, ("explorl.experiments",)) for d in deps)}
-    assert {m for m in users if not _within(m, ("explorl.commands", "explorl.cli"))} == set()
+    assert {m for m in users if not _within(m, ("explorl.commands",))} == set()
     assert "explorl.train.loop" in GRAPH["explorl.experiments.probes"]  # what keeps them out of explorl.analysis
 
 

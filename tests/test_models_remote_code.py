@@ -83,13 +83,13 @@ def test_explorls_own_loading_runs_model_code_only_with_model_trust_remote_code(
 
 
 def test_a_run_directory_alone_does_not_turn_remote_code_on(tmp_path, capsys):
-    from explorl import cli
+    from explorl import commands
     from explorl.commands.common import _refuse_remote_code_from_run
 
     run = tmp_path / "run"
     run.mkdir()
     (run / "config.yaml").write_text("model: {path: embedded, trust_remote_code: true}\n")
-    assert cli.main(["train", "--resume", str(run), "--dry-run"]) == 2
+    assert commands.main(["train", "--resume", str(run), "--dry-run"]) == 2
     said = " ".join(capsys.readouterr().out.split())
     assert "model.trust_remote_code: " in said and "Add model.trust_remote_code=true to the command" in said, said
     _refuse_remote_code_from_run(run, ["model.trust_remote_code=true"])  # said again on the command line: allowed

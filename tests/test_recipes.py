@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from explorl.cli import main
+from explorl.commands import main
 from explorl.config import load_config
 from explorl.train.loop import train
 

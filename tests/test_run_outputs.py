@@ -14,7 +14,7 @@ import pytest
 import torch
 from rich.console import Console
 
-import explorl.cli as cli
+from explorl import commands
 from explorl.config import ModelConfig, dump_yaml, load_config
 from explorl.models import find_run_output, load_policy, load_run_output, load_tokenizer
 
@@ -27,7 +27,7 @@ TEMPLATE = "Q: {question} A="
 def out(monkeypatch):
     """Capture what the CLI prints; call the fixture's value to read it."""
     buf = io.StringIO()
-    monkeypatch.setattr(cli, "console", Console(file=buf, width=200, color_system=None, highlight=False))
+    monkeypatch.setattr(commands.common, "console", Console(file=buf, width=200, color_system=None, highlight=False))
     return buf.getvalue
 
 
@@ -103,7 +103,7 @@ def test_checkpoint_loads_the_run_model_with_its_trained_weights(lora_run):
 def test_eval_of_a_run_final_uses_the_run_template_length_and_split(lora_run, tmp_path, monkeypatch, out):
     monkeypatch.chdir(tmp_path)
     per_problem = tmp_path / "pp.jsonl"
-    rc = cli.main(["eval", "--model", str(lora_run / "final"), "--n", "2", "--k", "1", "--device", "cpu",
+    rc = commands.main(["eval", "--model", str(lora_run / "final"), "--n", "2", "--k", "1", "--device", "cpu",
                    "--per-problem", str(per_problem)])
     assert rc == 0, out()
     result = json.loads((tmp_path / "runs" / "eval" / "lorarun_final-file.json").read_text())
@@ -124,7 +124,7 @@ def test_eval_flags_override_the_run_and_a_test_file_is_evaluated_whole(lora_run
     monkeypatch.chdir(tmp_path)
     test_file = lora_run.parent / "test.jsonl"
     per_problem = tmp_path / "pp.jsonl"
-    rc = cli.main(["eval", "--model", str(lora_run), "--n", "2", "--k", "1", "--device", "cpu",
+    rc = commands.main(["eval", "--model", str(lora_run), "--n", "2", "--k", "1", "--device", "cpu",
                    "--task-opt", f"path={test_file}", "--max-new-tokens", "2", "--temperature", "0.5",
                    "--out", str(tmp_path / "o.json"), "--per-problem", str(per_problem)])
     assert rc == 0, out()
@@ -143,7 +143,7 @@ def test_eval_flags_override_the_run_and_a_test_file_is_evaluated_whole(lora_run
 def test_eval_of_a_test_file_without_a_run_uses_every_row(tiny_model_dir, lora_run, tmp_path, monkeypatch, out):
     monkeypatch.chdir(tmp_path)
     test_file = lora_run.parent / "test.jsonl"  # 5 rows, fewer than the default task.eval_size of 256
-    rc = cli.main(["eval", "--model", str(tiny_model_dir), "--task", "file", "--task-opt", f"path={test_file}",
+    rc = commands.main(["eval", "--model", str(tiny_model_dir), "--task", "file", "--task-opt", f"path={test_file}",
                    "--task-opt", "prompt_field=q", "--task-opt", "answer_field=a", "--n", "1", "--k", "1",
                    "--max-new-tokens", "3", "--device", "cpu", "--out", str(tmp_path / "o.json")])
     assert rc == 0, out()
@@ -152,7 +152,7 @@ def test_eval_of_a_test_file_without_a_run_uses_every_row(tiny_model_dir, lora_r
 
 def test_eval_of_a_checkpoint_is_named_after_run_and_step(lora_run, tmp_path, monkeypatch, out):
     monkeypatch.chdir(tmp_path)
-    rc = cli.main(["eval", "--model", str(lora_run / "checkpoints" / "step_0000001"), "--n", "1", "--k", "1",
+    rc = commands.main(["eval", "--model", str(lora_run / "checkpoints" / "step_0000001"), "--n", "1", "--k", "1",
                    "--device", "cpu"])
     assert rc == 0, out()
     result = json.loads((tmp_path / "runs" / "eval" / "lorarun_step_1-file.json").read_text())
@@ -164,7 +164,7 @@ def test_export_merge_writes_a_standard_model_directory(lora_run, tiny_model_dir
     from transformers import AutoModelForCausalLM
 
     dest = tmp_path / "merged"
-    assert cli.main(["export", str(lora_run), "--merge", "--out", str(dest)]) == 0, out()
+    assert commands.main(["export", str(lora_run), "--merge", "--out", str(dest)]) == 0, out()
     assert (dest / "config.json").exists() and not (dest / "adapter_config.json").exists()
     model = AutoModelForCausalLM.from_pretrained(str(dest)).eval()
     assert torch.allclose(_logits(model), _logits(_peft_reference(tiny_model_dir, lora_run / "final")), atol=1e-5)
@@ -173,7 +173,7 @@ def test_export_merge_writes_a_standard_model_directory(lora_run, tiny_model_dir
         text, add_special_tokens=False)
     # a checkpoint exports too, and the result is a model directory for every command
     ckpt_dest = tmp_path / "step1"
-    assert cli.main(["export", str(lora_run / "checkpoints" / "step_0000001"), "--merge", "--out",
+    assert commands.main(["export", str(lora_run / "checkpoints" / "step_0000001"), "--merge", "--out",
                      str(ckpt_dest)]) == 0, out()
     run_cfg = load_config(lora_run / "config.yaml")
     step1 = load_run_output(find_run_output(lora_run / "checkpoints" / "step_0000001"), run_cfg, "cpu")[0]
@@ -183,11 +183,11 @@ def test_export_merge_writes_a_standard_model_directory(lora_run, tiny_model_dir
 
 def test_export_refuses_without_merge_and_never_overwrites(lora_run, tmp_path, out):
     dest = tmp_path / "merged"
-    assert cli.main(["export", str(lora_run / "final"), "--out", str(dest)]) == 2
+    assert commands.main(["export", str(lora_run / "final"), "--out", str(dest)]) == 2
     assert "--merge" in out() and not dest.exists()
     dest.mkdir()
     (dest / "keep.txt").write_text("mine")
-    assert cli.main(["export", str(lora_run), "--merge", "--out", str(dest)]) == 2
+    assert commands.main(["export", str(lora_run), "--merge", "--out", str(dest)]) == 2
     assert "not an empty directory" in out()
     assert [p.name for p in dest.iterdir()] == ["keep.txt"]
 
@@ -208,13 +208,13 @@ def test_two_runs_final_are_named_apart_and_never_overwritten(tiny_model_dir, tm
     monkeypatch.chdir(tmp_path)
     runs = [_full_model_run(tmp_path / "runs", name, tiny_model_dir) for name in ("grpo-a", "grpo-b")]
     for run in runs:
-        assert cli.main(["eval", "--model", str(run / "final"), "--n", "1", "--k", "1", "--device", "cpu"]) == 0, out()
+        assert commands.main(["eval", "--model", str(run / "final"), "--n", "1", "--k", "1", "--device", "cpu"]) == 0, out()
     written = sorted(p.name for p in (tmp_path / "runs" / "eval").iterdir())
     assert written == ["grpo-a_final-arith.json", "grpo-b_final-arith.json"]
     first = (tmp_path / "runs" / "eval" / "grpo-a_final-arith.json").read_text()
     assert json.loads(first)["label"] == "grpo-a_final"
     # the same model again: a new file beside the first, which is left as it was, and the console says so
-    assert cli.main(["eval", "--model", str(runs[0] / "final"), "--n", "1", "--k", "1", "--device", "cpu",
+    assert commands.main(["eval", "--model", str(runs[0] / "final"), "--n", "1", "--k", "1", "--device", "cpu",
                      "--seed", "3"]) == 0, out()
     assert (tmp_path / "runs" / "eval" / "grpo-a_final-arith.json").read_text() == first
     assert json.loads((tmp_path / "runs" / "eval" / "grpo-a_final-arith-2.json").read_text())["label"] == \

@@ -14,7 +14,7 @@ MARKER = "<!-- explorl config --markdown -->"
 
 def config_table() -> str:
     """The Markdown table `explorl config --markdown` prints, as a string."""
-    from explorl.cli import main
+    from explorl.commands import main
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

@@ -51,11 +51,11 @@ def test_malformed_lines_are_reported_with_their_number(tmp_path):
 
 
 def test_eval_saves_completions_and_analyze_reports_them(tmp_path, capsys, tiny_model_dir):
-    from explorl import cli
+    from explorl import commands
 
     model_dir = tiny_model_dir
     saved = tmp_path / "completions.jsonl"
-    rc = cli.main(["eval", "--model", str(model_dir), "--task", "arith", "--n", "3", "--k", "1,3", "--limit", "4",
+    rc = commands.main(["eval", "--model", str(model_dir), "--task", "arith", "--n", "3", "--k", "1,3", "--limit", "4",
                    "--max-new-tokens", "8", "--device", "cpu", "--task-opt", "train_size=8", "--task-opt",
                    "eval_size=8", "--out", str(tmp_path / "eval.json"), "--save-completions", str(saved),
                    "--curve"])
@@ -67,7 +67,7 @@ def test_eval_saves_completions_and_analyze_reports_them(tmp_path, capsys, tiny_
     assert summary["curve"]["k"] == [1, 2, 3]
     assert summary["curve"]["pass@k"][0][0] == pytest.approx(summary["pass@1"])
     capsys.readouterr()
-    assert cli.main(["analyze", str(saved)]) == 0
+    assert commands.main(["analyze", str(saved)]) == 0
     report = json.loads((tmp_path / "completions.report.json").read_text())
     assert report["n"] == 12 and report["format_rate"] == pytest.approx(summary["format_rate"])
     assert "format issue" in capsys.readouterr().out

@@ -1,4 +1,4 @@
-"""The `explorl` command in-process (`explorl.cli.main`) plus one real subprocess of the console script:
+"""The `explorl` command in-process (`explorl.commands.main`) plus one real subprocess of the console script:
 dry runs, errors that name the field, `config` listings, and `eval` on a tiny random model built here."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import pytest
 import yaml
 from rich.console import Console
 
-import explorl.cli as cli
+from explorl import commands
+from explorl.evaluation.settings import inference_schedule
 from explorl.config import dump_yaml, load_config, reference
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,7 +27,7 @@ QUICKSTART = ROOT / "configs" / "quickstart.yaml"
 def out(monkeypatch):
     """Capture what the CLI prints to its rich console; call the fixture's value to read it."""
     buf = io.StringIO()
-    monkeypatch.setattr(cli, "console", Console(file=buf, width=1000, color_system=None, highlight=False))
+    monkeypatch.setattr(commands.common, "console", Console(file=buf, width=1000, color_system=None, highlight=False))
     return buf.getvalue
 
 
@@ -61,7 +62,7 @@ def make_tiny_model(path: Path) -> Path:
 
 def test_train_dry_run_prints_a_summary_of_the_config_and_creates_nothing(tmp_path, out, no_work):
     run_dir = tmp_path / "x"
-    rc = cli.main(["train", str(QUICKSTART), f"run.out_dir={run_dir}", "sampling.temperature=0.7", "--dry-run"])
+    rc = commands.main(["train", str(QUICKSTART), f"run.out_dir={run_dir}", "sampling.temperature=0.7", "--dry-run"])
     text = out()
     assert rc == 0, text
     assert "config is valid" in text
@@ -76,7 +77,7 @@ def test_train_dry_run_prints_a_summary_of_the_config_and_creates_nothing(tmp_pa
 
 
 def test_train_overrides_after_options(tmp_path, out, no_work):
-    rc = cli.main(["train", str(QUICKSTART), "--dry-run", "run.steps=7", f"run.out_dir={tmp_path / 'x'}"])
+    rc = commands.main(["train", str(QUICKSTART), "--dry-run", "run.steps=7", f"run.out_dir={tmp_path / 'x'}"])
     assert rc == 0, out()
     assert re.search(r"run\.steps +\= 7  <- command line", out()), out()
     assert not (tmp_path / "x").exists()
@@ -84,13 +85,13 @@ def test_train_overrides_after_options(tmp_path, out, no_work):
 
 def test_train_unknown_argument_is_rejected(capsys):
     with pytest.raises(SystemExit) as e:
-        cli.main(["train", str(QUICKSTART), "--dry-run", "--bogus"])
+        commands.main(["train", str(QUICKSTART), "--dry-run", "--bogus"])
     assert e.value.code == 2
     assert "--bogus" in capsys.readouterr().err
 
 
 def test_train_typo_names_field_and_suggests(out, no_work):
-    rc = cli.main(["train", str(QUICKSTART), "sampling.temprature=1", "--dry-run"])
+    rc = commands.main(["train", str(QUICKSTART), "sampling.temprature=1", "--dry-run"])
     text = out()
     assert rc == 2
     assert "sampling.temprature" in text
@@ -100,27 +101,27 @@ def test_train_typo_names_field_and_suggests(out, no_work):
 
 def test_train_invalid_value_fails_before_work(out, no_work):
     # no --dry-run: validation must still stop it before the trainer is reached
-    rc = cli.main(["train", str(QUICKSTART), "run.eval_k=[1,16]"])
+    rc = commands.main(["train", str(QUICKSTART), "run.eval_k=[1,16]"])
     assert rc == 2
     assert "run.eval_k" in out() and "eval_n" in out()
 
 
 def test_train_resume_nonexistent(out, no_work):
-    rc = cli.main(["train", "--resume", "/nonexistent/run"])
+    rc = commands.main(["train", "--resume", "/nonexistent/run"])
     text = out()
     assert rc == 2
     assert "--resume" in text and "/nonexistent/run" in text and "config.yaml" in text
 
 
 def test_train_without_config(out, no_work):
-    rc = cli.main(["train"])
+    rc = commands.main(["train"])
     text = out()
     assert rc == 2
     assert "CONFIG" in text and "--resume" in text
 
 
 def test_train_missing_config_file(tmp_path, out, no_work):
-    rc = cli.main(["train", str(tmp_path / "missing.yaml"), "--dry-run"])
+    rc = commands.main(["train", str(tmp_path / "missing.yaml"), "--dry-run"])
     assert rc == 2
     assert "missing.yaml" in out() and "does not exist" in out()
 
@@ -130,7 +131,7 @@ def test_train_resume_dry_run_applies_overrides(tmp_path, out, no_work):
     run.mkdir()
     (run / "config.yaml").write_text(dump_yaml(load_config(QUICKSTART, [f"run.out_dir={run}"])))
     # argparse puts the first override in the CONFIG slot; it must still be applied
-    rc = cli.main(["train", "--resume", str(run), "run.steps=123", "sampling.top_p=0.9", "--dry-run"])
+    rc = commands.main(["train", "--resume", str(run), "run.steps=123", "sampling.top_p=0.9", "--dry-run"])
     text = out()
     assert rc == 0, text
     assert re.search(r"run\.steps +\= 123  <- command line \(over .*config\.yaml: 200\)", text), text
@@ -141,7 +142,7 @@ def test_train_resume_with_config_is_rejected(tmp_path, out, no_work):
     run = tmp_path / "run"
     run.mkdir()
     (run / "config.yaml").write_text(dump_yaml(load_config(None)))
-    rc = cli.main(["train", str(QUICKSTART), "--resume", str(run), "--dry-run"])
+    rc = commands.main(["train", str(QUICKSTART), "--resume", str(run), "--dry-run"])
     assert rc == 2
     assert "not both" in out()
 
@@ -151,7 +152,7 @@ def test_train_resume_with_config_is_rejected(tmp_path, out, no_work):
 
 
 def test_config_lists_every_field(out):
-    assert cli.main(["config"]) == 0
+    assert commands.main(["config"]) == 0
     text = out()
     for name, tp, default, doc in reference():
         assert name in text, name
@@ -160,7 +161,7 @@ def test_config_lists_every_field(out):
 
 
 def test_config_markdown_lists_every_field(capsys):
-    assert cli.main(["config", "--markdown"]) == 0
+    assert commands.main(["config", "--markdown"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "| field | type | default | meaning |"
     rows = [line for line in lines[2:] if line.startswith("| `")]
@@ -177,7 +178,7 @@ def test_config_markdown_lists_every_field(capsys):
 
 def test_eval_k_larger_than_n_fails_before_loading(no_work):
     with pytest.raises(SystemExit) as e:
-        cli.main(["eval", "--model", "/nonexistent", "--k", "1,32", "--n", "16"])
+        commands.main(["eval", "--model", "/nonexistent", "--k", "1,32", "--n", "16"])
     msg = str(e.value.code)
     assert "k=32" in msg and "--n=16" in msg
 
@@ -185,14 +186,14 @@ def test_eval_k_larger_than_n_fails_before_loading(no_work):
 @pytest.mark.parametrize("k", ["1,x", "0,1", ","])
 def test_eval_bad_k(k, no_work):
     with pytest.raises(SystemExit) as e:
-        cli.main(["eval", "--k", k, "--n", "4"])
+        commands.main(["eval", "--k", k, "--n", "4"])
     assert "--k" in str(e.value.code)
 
 
 def test_console_script_eval_k_larger_than_n():
     """The installed `explorl` entry point runs and fails clearly (exit != 0, message on stderr)."""
     exe = Path(sys.executable).with_name("explorl")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "explorl.cli"]
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "explorl"]
     res = subprocess.run([*cmd, "eval", "--model", "/nonexistent", "--k", "1,32", "--n", "16"],
                          capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert res.returncode != 0
@@ -204,7 +205,7 @@ def test_eval_tiny_model_writes_json(tmp_path, out):
     model_dir = make_tiny_model(tmp_path / "model")
     dest = tmp_path / "tmp" / "eval.json"
     per_problem = tmp_path / "per_problem.jsonl"
-    rc = cli.main(["eval", "--model", str(model_dir), "--task", "arith", "--n", "2", "--k", "1,2", "--limit", "4",
+    rc = commands.main(["eval", "--model", str(model_dir), "--task", "arith", "--n", "2", "--k", "1,2", "--limit", "4",
                    "--max-new-tokens", "8", "--device", "cpu", "--task-opt", "train_size=8",
                    "--task-opt", "eval_size=8", "--out", str(dest), "--per-problem", str(per_problem)])
     assert rc == 0, out()
@@ -222,18 +223,18 @@ def test_eval_tiny_model_writes_json(tmp_path, out):
 
 
 def test_eval_missing_model_dir(tmp_path, out):
-    rc = cli.main(["eval", "--model", str(tmp_path / "nomodel"), "--n", "2", "--k", "1", "--device", "cpu"])
+    rc = commands.main(["eval", "--model", str(tmp_path / "nomodel"), "--n", "2", "--k", "1", "--device", "cpu"])
     assert rc == 2
     # issue 41: a directory that is not there is said to be missing, not to lack a config.json
     text = " ".join(out().split())
     assert f"the directory {tmp_path / 'nomodel'} does not exist ({tmp_path} does)" in text, text
     (tmp_path / "empty").mkdir()  # there, but not a model: what it lacks
-    assert cli.main(["eval", "--model", str(tmp_path / "empty"), "--n", "2", "--k", "1", "--device", "cpu"]) == 2
+    assert commands.main(["eval", "--model", str(tmp_path / "empty"), "--n", "2", "--k", "1", "--device", "cpu"]) == 2
     assert "no config.json" in out()
 
 
 def test_eval_bad_task_opt_names_field(tmp_path, out, no_work):
-    rc = cli.main(["eval", "--model", str(tmp_path), "--n", "2", "--k", "1", "--task-opt", "prompt_feild=q"])
+    rc = commands.main(["eval", "--model", str(tmp_path), "--n", "2", "--k", "1", "--task-opt", "prompt_feild=q"])
     assert rc == 2
     assert "task.prompt_feild" in out() and "task.prompt_field" in out()
 
@@ -241,9 +242,9 @@ def test_eval_bad_task_opt_names_field(tmp_path, out, no_work):
 def test_train_dry_run_never_crops_the_summary(monkeypatch, tmp_path, no_work):
     """On a narrow terminal (or a pipe: 80 columns) a long line of the summary is printed whole, not cut off."""
     buf = io.StringIO()
-    monkeypatch.setattr(cli, "console", Console(file=buf, width=60, color_system=None, highlight=False))
+    monkeypatch.setattr(commands.common, "console", Console(file=buf, width=60, color_system=None, highlight=False))
     recipe = QUICKSTART.parent / "recipes" / "clip_cov.yaml"
-    assert cli.main(["train", str(recipe), "--dry-run", f"run.out_dir={tmp_path / 'x'}"]) == 0
+    assert commands.main(["train", str(recipe), "--dry-run", f"run.out_dir={tmp_path / 'x'}"]) == 0
     text = buf.getvalue()
     assert "up to 9 extra sampling rounds per step (budget.policy=dapo, dynamic sampling" in text, text
     assert "8 optimizer updates per rollout batch" in text
@@ -251,7 +252,7 @@ def test_train_dry_run_never_crops_the_summary(monkeypatch, tmp_path, no_work):
 
 def test_config_file_resolved_prints_the_whole_config(tmp_path, capsys):
     """`explorl config FILE --resolved`: the whole resolved config as YAML, as a run writes it to config.yaml."""
-    assert cli.main(["config", str(QUICKSTART), "sampling.temperature=0.7", "--resolved"]) == 0
+    assert commands.main(["config", str(QUICKSTART), "sampling.temperature=0.7", "--resolved"]) == 0
     data = yaml.safe_load(capsys.readouterr().out)
     assert data == yaml.safe_load(dump_yaml(load_config(QUICKSTART, ["sampling.temperature=0.7"])))
     for name, *_ in reference():  # every core field, and the options of the quickstart's methods (its PPO loss)
@@ -265,7 +266,7 @@ def test_config_file_explain_names_each_source_and_the_costs(tmp_path, out, monk
     monkeypatch.chdir(tmp_path)
     (tmp_path / "mine.yaml").write_text("methods: [e3, clip_cov]\nalgo: {loss_agg: seq-mean-token-mean-per-question,"
                                         " eps_low: 0.2, eps_high: 0.28}\nbudget: {policy: e3}\n")
-    assert cli.main(["config", "mine.yaml", "--explain", "optim.lr=2e-5"]) == 0
+    assert commands.main(["config", "mine.yaml", "--explain", "optim.lr=2e-5"]) == 0
     text = out()
     lines = {line.split("=")[0].strip(): line for line in text.splitlines() if " = " in line}
     assert re.search(r"= seq-mean-token-mean-per-question  <- mine\.yaml \(over methods: clip_cov \(.*\): "
@@ -282,9 +283,9 @@ def test_config_file_explain_names_each_source_and_the_costs(tmp_path, out, monk
 
 
 def test_config_explain_of_a_method_with_a_reference_says_so(out):
-    assert cli.main(["config", str(QUICKSTART.parent / "recipes" / "erpo.yaml")]) == 0
+    assert commands.main(["config", str(QUICKSTART.parent / "recipes" / "erpo.yaml")]) == 0
     assert "a frozen reference model (algo.kl_coef=0.001)" in out()
-    assert cli.main(["config", str(QUICKSTART)]) == 0
+    assert commands.main(["config", str(QUICKSTART)]) == 0
     assert "cost per step: one sampling round, one update, no reference model" in out()
 
 
@@ -313,7 +314,7 @@ def _file_task_args(tmp_path, tiny_model_dir, *extra):
 
 
 def test_dry_run_of_a_complete_config_lists_what_it_checked(tmp_path, tiny_model_dir, out, no_weights):
-    rc = cli.main(_file_task_args(tmp_path, tiny_model_dir, "task.reward=rewards_for_tests:has_equals", "--dry-run"))
+    rc = commands.main(_file_task_args(tmp_path, tiny_model_dir, "task.reward=rewards_for_tests:has_equals", "--dry-run"))
     text = out()
     assert rc == 0, text
     checks = text[text.index("config is valid"):]
@@ -340,7 +341,7 @@ def test_dry_run_of_a_complete_config_lists_what_it_checked(tmp_path, tiny_model
 ])
 def test_dry_run_fails_on_what_the_real_run_would_fail_on(tmp_path, tiny_model_dir, out, no_weights, overrides,
                                                           expected):
-    rc = cli.main([*_file_task_args(tmp_path, tiny_model_dir), *overrides(tmp_path), "--dry-run"])
+    rc = commands.main([*_file_task_args(tmp_path, tiny_model_dir), *overrides(tmp_path), "--dry-run"])
     text = out()
     assert rc == 2, text
     assert "config is valid" not in text
@@ -349,7 +350,7 @@ def test_dry_run_fails_on_what_the_real_run_would_fail_on(tmp_path, tiny_model_d
 
 
 def test_real_run_is_checked_before_work_starts(tmp_path, tiny_model_dir, out, no_work):
-    rc = cli.main(_file_task_args(tmp_path, tiny_model_dir, f"task.path={tmp_path / 'missing.jsonl'}"))
+    rc = commands.main(_file_task_args(tmp_path, tiny_model_dir, f"task.path={tmp_path / 'missing.jsonl'}"))
     assert rc == 2  # no_work: the trainer was never called
     assert "task.path" in out() and "does not exist" in out()
 
@@ -357,7 +358,7 @@ def test_real_run_is_checked_before_work_starts(tmp_path, tiny_model_dir, out, n
 def test_dry_run_warns_when_out_dir_holds_a_run(tmp_path, tiny_model_dir, out, no_weights):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "metrics.jsonl").write_text("")
-    rc = cli.main([*_file_task_args(tmp_path, tiny_model_dir), "--dry-run"])
+    rc = commands.main([*_file_task_args(tmp_path, tiny_model_dir), "--dry-run"])
     text = out()
     assert rc == 0, text
     assert f"run.out_dir: warning: {tmp_path / 'run'} already holds a run" in text and "--resume" in text
@@ -368,7 +369,7 @@ def test_dry_run_of_an_adapter_checks_its_base(tmp_path, tiny_model_dir, out, no
     adapter.mkdir()
     (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(tmp_path / "gone")}))
     (adapter / "adapter_model.safetensors").write_bytes(b"")
-    rc = cli.main([*_file_task_args(tmp_path, tiny_model_dir), f"model.path={adapter}", "--dry-run"])
+    rc = commands.main([*_file_task_args(tmp_path, tiny_model_dir), f"model.path={adapter}", "--dry-run"])
     assert rc == 2
     assert "base_model_name_or_path" in out() and str(tmp_path / "gone") in out()
 
@@ -396,13 +397,13 @@ def test_dry_run_reads_every_row_and_names_the_bad_line(tmp_path, tiny_model_dir
     data.write_text("".join(json.dumps(r) + "\n" for r in _question_rows(40, without_answer={20})))
     config = _config_file(tmp_path, tiny_model_dir, data)
     expected = f"{data}:20: missing field 'answer' (task.answer_field='answer'); fields present: question"
-    rc = cli.main(["train", str(config), "--dry-run"])
+    rc = commands.main(["train", str(config), "--dry-run"])
     text = out()
     assert rc == 2 and "config is valid" not in text, text
     assert f"error: {expected}" in text
     assert not (tmp_path / "run").exists()
     # a real run stops at the same check, before any work (no_work), and the task's own load says the same
-    rc = cli.main(["train", str(config)])
+    rc = commands.main(["train", str(config)])
     assert rc == 2 and out().count(f"error: {expected}") == 2
     with pytest.raises(ValueError) as e:
         load_task(load_config(config).task)
@@ -417,7 +418,7 @@ def test_dry_run_names_the_bad_row_of_a_parquet_file(tmp_path, tiny_model_dir, o
     rows[19]["answer"] = None  # row 20 has no answer (Parquet: null)
     data = tmp_path / "train.parquet"
     pq.write_table(pa.Table.from_pylist(rows), data)
-    rc = cli.main(["train", str(_config_file(tmp_path, tiny_model_dir, data)), "--dry-run"])
+    rc = commands.main(["train", str(_config_file(tmp_path, tiny_model_dir, data)), "--dry-run"])
     text = out()
     assert rc == 2 and "config is valid" not in text, text
     assert (f"error: {data}: row 20 (index 19): field 'answer' (task.answer_field) must be a string or a number, got "
@@ -428,18 +429,18 @@ def test_dry_run_reads_every_row_of_the_eval_files(tmp_path, tiny_model_dir, out
     data, held_out, extra = tmp_path / "train.jsonl", tmp_path / "test.jsonl", tmp_path / "extra.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in _question_rows(10)))
     held_out.write_text("".join(json.dumps(r) + "\n" for r in _question_rows(30, without_answer={25})))
-    rc = cli.main(["train", str(_config_file(tmp_path, tiny_model_dir, data, {"eval_path": str(held_out)})),
+    rc = commands.main(["train", str(_config_file(tmp_path, tiny_model_dir, data, {"eval_path": str(held_out)})),
                    "--dry-run"])
     assert rc == 2 and f"error: {held_out}:25: missing field 'answer'" in out()
     extra.write_text("".join(json.dumps(r) + "\n" for r in _question_rows(30, without_answer={21})))
     config = _config_file(tmp_path, tiny_model_dir, data, run={"eval_sets": {"extra": {"path": str(extra)}}})
-    rc = cli.main(["train", str(config), "--dry-run"])
+    rc = commands.main(["train", str(config), "--dry-run"])
     text = out()
     assert rc == 2, text
     assert (f"error: run.eval_sets.extra: {extra}:21: missing field 'answer' (task.answer_field='answer'); fields "
             f"present: question") in text
     extra.write_text("".join(json.dumps(r) + "\n" for r in _question_rows(30)))
-    rc = cli.main(["train", str(config), "--dry-run"])
+    rc = commands.main(["train", str(config), "--dry-run"])
     text = out()
     assert rc == 0, text
     assert f"run.eval_sets.extra: file {extra}: 30 rows, every one parses" in text
@@ -449,7 +450,7 @@ def test_dry_run_calls_each_reward_on_a_sample(tmp_path, tiny_model_dir, out, no
     data = tmp_path / "train.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in _question_rows(10)))
     rewards = ["math", "rewards_for_tests:contains_digit", "rewards_for_tests:digit_share"]
-    rc = cli.main(["train", str(_config_file(tmp_path, tiny_model_dir, data, {"reward": rewards})), "--dry-run"])
+    rc = commands.main(["train", str(_config_file(tmp_path, tiny_model_dir, data, {"reward": rewards})), "--dry-run"])
     text = out()
     assert rc == 0, text
     sample = "The answer is \\boxed{1}."  # each row's answer, boxed (the rows have no worked solution); all 24 long
@@ -460,13 +461,13 @@ def test_dry_run_calls_each_reward_on_a_sample(tmp_path, tiny_model_dir, out, no
     assert f"task.reward[2]: rewards_for_tests:digit_share returned {share} {on}" in text
     # a worked solution is the sample completion when the rows have one: its box (7) is not the answer (1)
     data.write_text("".join(json.dumps({**r, "solution": "\\boxed{7}"}) + "\n" for r in _question_rows(10)))
-    rc = cli.main(["train", str(_config_file(tmp_path, tiny_model_dir, data, {"reward": "exact"})), "--dry-run"])
+    rc = commands.main(["train", str(_config_file(tmp_path, tiny_model_dir, data, {"reward": "exact"})), "--dry-run"])
     assert rc == 0
     # ... so exact scores 0 on every row but row 7, whose answer is 7
     assert "task.reward[0]: exact (explorl.rewards:exact_reward) returned 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0 on 8" \
         in out()
     # the arith task's own reward (auto), on its first problem's worked solution
-    rc = cli.main(["train", str(QUICKSTART), f"run.out_dir={tmp_path / 'q'}", "--dry-run"])
+    rc = commands.main(["train", str(QUICKSTART), f"run.out_dir={tmp_path / 'q'}", "--dry-run"])
     assert rc == 0 and "task.reward[0]: auto (explorl.rewards:int_reward) returned 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0" \
         " on 8 sample completions (rows " in out()
 
@@ -493,7 +494,7 @@ def test_dry_run_calls_each_reward_on_a_sample(tmp_path, tiny_model_dir, out, no
 ])
 def test_dry_run_fails_on_a_reward_that_fails_on_a_sample(tmp_path, tiny_model_dir, out, no_weights, reward, extra,
                                                           expected):
-    rc = cli.main(_file_task_args(tmp_path, tiny_model_dir, f"task.reward={reward}", *extra, "--dry-run"))
+    rc = commands.main(_file_task_args(tmp_path, tiny_model_dir, f"task.reward={reward}", *extra, "--dry-run"))
     text = out()
     assert rc == 2 and "config is valid" not in text, text
     for part in expected:
@@ -504,7 +505,7 @@ def test_dry_run_fails_on_a_reward_that_fails_on_a_sample(tmp_path, tiny_model_d
 def test_dry_run_warns_of_a_failing_reward_when_training_would_never_stop(tmp_path, tiny_model_dir, out, no_weights):
     # task.max_reward_failure_frac=1 tells training to score failures 0 and go on: the dry run says what failed,
     # with its traceback, as a warning, and does not refuse; below 1 it refuses (the test above)
-    rc = cli.main(_file_task_args(tmp_path, tiny_model_dir, "task.reward=broken_rewards:divides_by_zero",
+    rc = commands.main(_file_task_args(tmp_path, tiny_model_dir, "task.reward=broken_rewards:divides_by_zero",
                                   "task.max_reward_failure_frac=1", "--dry-run"))
     text = out()
     assert rc == 0, text
@@ -520,7 +521,7 @@ def test_dry_run_warns_of_a_failing_reward_when_training_would_never_stop(tmp_pa
 def test_yaml_error_keeps_brackets_and_names_the_file(tmp_path, out, no_work):
     bad = tmp_path / "bad.yaml"
     bad.write_text("run:\n  plugins: [myplug, other]: 1\n")
-    rc = cli.main(["train", str(bad), "--dry-run"])
+    rc = commands.main(["train", str(bad), "--dry-run"])
     text = out()
     assert rc == 2
     assert "plugins: [myplug, other]: 1" in text  # not eaten as console markup
@@ -528,7 +529,7 @@ def test_yaml_error_keeps_brackets_and_names_the_file(tmp_path, out, no_work):
 
 
 def test_error_messages_are_printed_as_text_not_markup(tmp_path, out, no_work):
-    rc = cli.main(["train", str(QUICKSTART), "task.name=file", f"task.path={tmp_path / '[bold]x.jsonl'}",
+    rc = commands.main(["train", str(QUICKSTART), "task.name=file", f"task.path={tmp_path / '[bold]x.jsonl'}",
                    "--dry-run"])
     assert rc == 2
     assert "[bold]x.jsonl" in out()
@@ -536,7 +537,7 @@ def test_error_messages_are_printed_as_text_not_markup(tmp_path, out, no_work):
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the error raised without a GPU")
 def test_train_cuda_without_a_gpu_is_one_line(tmp_path, out, no_work):
-    rc = cli.main(["train", str(QUICKSTART), "model.device=cuda", f"run.out_dir={tmp_path / 'run'}"])
+    rc = commands.main(["train", str(QUICKSTART), "model.device=cuda", f"run.out_dir={tmp_path / 'run'}"])
     text = out()
     assert rc == 2
     last = text.strip().splitlines()[-1]  # after the config's summary, one line
@@ -547,7 +548,7 @@ def test_train_cuda_without_a_gpu_is_one_line(tmp_path, out, no_work):
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the error raised without a GPU")
 def test_eval_device_cuda_without_a_gpu_is_one_line(tiny_model_dir, tmp_path, monkeypatch, out):
     monkeypatch.chdir(tmp_path)
-    rc = cli.main(["eval", "--model", str(tiny_model_dir), "--device", "cuda", "--n", "1", "--k", "1",
+    rc = commands.main(["eval", "--model", str(tiny_model_dir), "--device", "cuda", "--n", "1", "--k", "1",
                    "--task-opt", "eval_size=2", "--task-opt", "train_size=2"])
     assert rc == 2
     assert "no CUDA device is available" in out() and "--device cpu" in out()
@@ -558,28 +559,28 @@ def test_inference_time_ead_schedule_is_the_training_table_at_decay_d():
     5.4): 1.0 for t < c = 10, then max(1 + 1.2 - exp(t / D), 0.1), times --temperature."""
     from explorl.rollout import temperature as Tm
 
-    assert cli._inference_schedule(None, 0.7, 32) == 0.7  # the default schedule: --temperature
-    assert cli._inference_schedule("fixed", 0.7, 32) == 0.7
-    fn = cli._inference_schedule("ead", 0.5, 64, {"d0": 40.0})
+    assert inference_schedule(None, 0.7, 32) == 0.7  # the default schedule: --temperature
+    assert inference_schedule("fixed", 0.7, 32) == 0.7
+    fn = inference_schedule("ead", 0.5, 64, {"d0": 40.0})
     for t in (0, 9, 10, 20, 63):
         want = (1.0 if t < 10 else max(1 + 1.2 - math.exp(t / 40.0), 0.1)) * 0.5
         assert fn(t) == pytest.approx(want, rel=1e-6), t
         assert fn(t) == pytest.approx(float(Tm.ead(t, 0, d0=40.0)) * 0.5, rel=1e-6)
-    rev = cli._inference_schedule("revead", 1.0, 64, {"d0": 25.0})  # RevEAD reads EAD's options
+    rev = inference_schedule("revead", 1.0, 64, {"d0": 25.0})  # RevEAD reads EAD's options
     assert rev(30) == pytest.approx(min(0.1 + math.exp(30 / 25.0), 1.2))
     with pytest.raises(SystemExit, match="--schedule-opt.*sampling.ead.d0"):
-        cli._inference_schedule("ead", 1.0, 64, {"d0": 0.0})
+        inference_schedule("ead", 1.0, 64, {"d0": 0.0})
     with pytest.raises(SystemExit, match="--schedule-opt.*sampling.ead.d00"):
-        cli._inference_schedule("ead", 1.0, 64, {"d00": 5})
+        inference_schedule("ead", 1.0, 64, {"d00": 5})
     # a schedule that adapts during training has no inference-time meaning
     with pytest.raises(SystemExit, match="--schedule e3: not a schedule that samples without training.*ead"):
-        cli._inference_schedule("e3", 1.0, 64)
+        inference_schedule("e3", 1.0, 64)
 
 
 def test_eval_with_an_inference_schedule_records_it(tmp_path, out):
     model_dir = make_tiny_model(tmp_path / "model")
     dest = tmp_path / "ead.json"
-    rc = cli.main(["eval", "--model", str(model_dir), "--task", "arith", "--n", "4", "--k", "1,2,4", "--limit", "3",
+    rc = commands.main(["eval", "--model", str(model_dir), "--task", "arith", "--n", "4", "--k", "1,2,4", "--limit", "3",
                    "--max-new-tokens", "16", "--device", "cpu", "--task-opt", "train_size=8", "--task-opt",
                    "eval_size=8", "--schedule", "ead", "--schedule-opt", "d0=10", "--analyze", "--out", str(dest)])
     assert rc == 0, out()
@@ -604,13 +605,13 @@ def test_an_evaluation_whose_rewards_fail_says_so_and_fails_when_most_do(tmp_pat
     model_dir = make_tiny_model(tmp_path / "model")
     base = ["eval", "--model", str(model_dir), "--task", "arith", "--n", "2", "--k", "1", "--limit", "3",
             "--max-new-tokens", "8", "--device", "cpu", "--task-opt", "train_size=8", "--task-opt", "eval_size=8"]
-    rc = cli.main([*base, "--task-opt", "reward=broken_rewards:divides_by_zero", "--out", str(tmp_path / "a.json")])
+    rc = commands.main([*base, "--task-opt", "reward=broken_rewards:divides_by_zero", "--out", str(tmp_path / "a.json")])
     said = out()
     assert rc == 1, said
     assert "most reward calls failed: 6 of 6 reward calls failed" in said and "ZeroDivisionError" in said
     assert "'broken_rewards:divides_by_zero' (from --task-opt reward)" in said
     assert json.loads((tmp_path / "a.json").read_text())["errors"] == 6  # the record is still written
     # one function of two failing on every sample: half the calls, a warning, exit 0
-    rc = cli.main([*base, "--task-opt", "reward=[rewards_for_tests:contains_digit,broken_rewards:divides_by_zero]",
+    rc = commands.main([*base, "--task-opt", "reward=[rewards_for_tests:contains_digit,broken_rewards:divides_by_zero]",
                    "--out", str(tmp_path / "b.json")])
     assert rc == 0 and "warning: 6 of 12 reward calls failed" in out()

@@ -11,7 +11,7 @@ import json
 import pytest
 from rich.console import Console
 
-from explorl import cli
+from explorl import commands
 
 EVAL = ["eval", "--task", "arith", "--n", "2", "--k", "1,2", "--limit", "2", "--max-new-tokens", "4", "--device",
         "cpu", "--task-opt", "train_size=8", "--task-opt", "eval_size=4"]
@@ -21,7 +21,7 @@ EVAL = ["eval", "--task", "arith", "--n", "2", "--k", "1,2", "--limit", "2", "--
 def said(monkeypatch):
     """What the commands print, as one line."""
     buf = io.StringIO()
-    monkeypatch.setattr(cli, "console", Console(file=buf, width=400, force_terminal=False))
+    monkeypatch.setattr(commands.common, "console", Console(file=buf, width=400, force_terminal=False))
     return lambda: " ".join(buf.getvalue().split())
 
 
@@ -46,7 +46,7 @@ def _mine(path):
 def test_every_command_refuses_to_replace_what_you_name_before_any_work(tmp_path, said, argv, flag, target):
     mine = _mine(tmp_path / target)
     named = mine if "/" not in target else mine.parent  # a directory's own path is what the flag names
-    rc = cli.main([a.replace("{t}", str(named)) for a in argv])
+    rc = commands.main([a.replace("{t}", str(named)) for a in argv])
     assert rc == 2
     assert f"{flag} {named}: already exists" in said(), said()
     assert mine.read_text() == "the user's own file\n"
@@ -55,19 +55,19 @@ def test_every_command_refuses_to_replace_what_you_name_before_any_work(tmp_path
 def test_overwrite_replaces_what_you_name(tmp_path, said, tiny_model_dir):
     completions, summary = _mine(tmp_path / "c.jsonl"), _mine(tmp_path / "e.json")
     argv = [*EVAL, "--model", str(tiny_model_dir), "--save-completions", str(completions), "--out", str(summary)]
-    assert cli.main(argv) == 2 and completions.read_text() == "the user's own file\n"
-    assert cli.main([*argv, "--overwrite"]) == 0, said()
+    assert commands.main(argv) == 2 and completions.read_text() == "the user's own file\n"
+    assert commands.main([*argv, "--overwrite"]) == 0, said()
     assert len(completions.read_text().splitlines()) == 2 * 2  # 2 problems x n = 2
     assert json.loads(summary.read_text())["problems"] == 2
 
 
 def test_export_overwrite_replaces_only_a_model_directory(tmp_path, said, tiny_model_dir):
     notes = _mine(tmp_path / "notes" / "todo.txt")
-    assert cli.main(["export", str(tiny_model_dir), "--out", str(notes.parent), "--overwrite"]) == 2
+    assert commands.main(["export", str(tiny_model_dir), "--out", str(notes.parent), "--overwrite"]) == 2
     assert "is not one" in said() and notes.read_text() == "the user's own file\n"
     dest = tmp_path / "model"
-    assert cli.main(["export", str(tiny_model_dir), "--out", str(dest)]) == 0
+    assert commands.main(["export", str(tiny_model_dir), "--out", str(dest)]) == 0
     (dest / "stale.bin").write_text("from an older export")
-    assert cli.main(["export", str(tiny_model_dir), "--out", str(dest)]) == 2
-    assert cli.main(["export", str(tiny_model_dir), "--out", str(dest), "--overwrite"]) == 0
+    assert commands.main(["export", str(tiny_model_dir), "--out", str(dest)]) == 2
+    assert commands.main(["export", str(tiny_model_dir), "--out", str(dest), "--overwrite"]) == 0
     assert (dest / "config.json").is_file() and not (dest / "stale.bin").exists()  # replaced whole, not mixed

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
-from explorl import cli
+from explorl import commands
 from explorl.config import ConfigError, load_config, reference
 
 
@@ -81,8 +81,8 @@ def test_a_training_set_smaller_than_a_batch_is_warned_about_in_the_dry_run_and_
              "sampling.group_size=2", "sampling.max_new_tokens=4", "task.eval_size=2", "run.eval_n=1",
              "run.eval_k=[1]", "task.reward=rewards_for_tests:contains_digit", "task.difficulties=[1]"]
     console, buf = _console()
-    monkeypatch.setattr(cli, "console", console)
-    assert cli.main(["train", str(config), *small, "--dry-run"]) == 0
+    monkeypatch.setattr(commands.common, "console", console)
+    assert commands.main(["train", str(config), *small, "--dry-run"]) == 0
     said = " ".join(buf.getvalue().split())
     assert "run.batch_size: warning: run.batch_size=8 is larger than the training split (1 problem)" in said, said
     assert not (tmp_path / "run").exists()
@@ -143,7 +143,7 @@ def test_every_refusal_names_the_field_and_nothing_is_written_first(field, value
         config.write_text("run: {steps: 2}\n")
         out_dir = tmp / "run"
         console, buf = _console()
-        mp.setattr(cli, "console", console)
+        mp.setattr(commands.common, "console", console)
         import explorl.models
 
         def reached(*args, **kwargs):  # past validation: nothing may be written yet
@@ -153,7 +153,7 @@ def test_every_refusal_names_the_field_and_nothing_is_written_first(field, value
         mp.setattr(explorl.models, "check_run_inputs", reached)
         override = f"{field}={value}"
         try:
-            rc = cli.main(["train", str(config), *_selecting(field), override, f"run.out_dir={out_dir}"])
+            rc = commands.main(["train", str(config), *_selecting(field), override, f"run.out_dir={out_dir}"])
         except _Reached:
             rc = None
         assert sorted(p.name for p in tmp.iterdir()) == ["c.yaml"]  # validation writes nothing, pass or fail

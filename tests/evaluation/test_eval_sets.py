@@ -48,18 +48,18 @@ def test_training_reports_each_set_on_its_own(tiny_model_dir, tmp_path):
     final = json.loads((run / "eval.json").read_text())
     assert "hard/pass@1" in json.dumps(final)
     # `explorl eval` of the run's output evaluates the run's own sets too
-    from explorl import cli
+    from explorl import commands
 
     out = tmp_path / "eval.json"
-    assert cli.main(["eval", "--model", str(run / "final"), "--n", "2", "--k", "1,2", "--out", str(out)]) == 0
+    assert commands.main(["eval", "--model", str(run / "final"), "--n", "2", "--k", "1,2", "--out", str(out)]) == 0
     assert json.loads(out.read_text())["sets"]["hard"]["problems"] == 3
 
 
 def test_eval_command_takes_several_sets(tiny_model_dir, tmp_path, capsys):
-    from explorl import cli
+    from explorl import commands
 
     out = tmp_path / "eval.json"
-    rc = cli.main(["eval", "--model", str(tiny_model_dir), "--task", "arith", "--n", "2", "--k", "1,2",
+    rc = commands.main(["eval", "--model", str(tiny_model_dir), "--task", "arith", "--n", "2", "--k", "1,2",
                    "--max-new-tokens", "8", "--device", "cpu", "--task-opt", "difficulties=[1]", "--task-opt",
                    "train_size=8", "--task-opt", "eval_size=4", "--eval-set", "hard={difficulties: [3], eval_size: 3}",
                    "--eval-set", "two={eval_size: 2}", "--out", str(out)])
@@ -69,7 +69,7 @@ def test_eval_command_takes_several_sets(tiny_model_dir, tmp_path, capsys):
     assert summary["sets"]["two"]["problems"] == 2 and 0 <= summary["sets"]["hard"]["pass@2"] <= 1
     assert "on hard" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="NAME="):  # refused before any model loads
-        cli.main(["eval", "--model", str(tmp_path / "none"), "--n", "1", "--k", "1", "--eval-set", "bad"])
+        commands.main(["eval", "--model", str(tmp_path / "none"), "--n", "1", "--k", "1", "--eval-set", "bad"])
 
 
 def test_sft_reports_the_eval_sets_as_train_does(tiny_model_dir, tmp_path):

@@ -66,15 +66,15 @@ def test_paired_frontier_difference_over_seeds():
 def test_explorl_frontier_of_a_model_against_itself_is_zero_at_every_entropy(tiny_model_dir, tmp_path, monkeypatch):
     import json
 
-    from explorl import cli
+    from explorl import commands
 
     printed: list = []
-    monkeypatch.setattr(cli.console, "print", lambda *a, **k: printed.extend(a))
+    monkeypatch.setattr(commands.common.console, "print", lambda *a, **k: printed.extend(a))
     args = ["frontier", str(tiny_model_dir), str(tiny_model_dir), "--task", "arith", "--n", "4", "--k", "1,4",
             "--temperatures", "0.5,1.0,1.5", "--grid", "3", "--device", "cpu", "--max-new-tokens", "10",
             "--task-opt", "difficulties=[1]", "--task-opt", "train_size=8", "--task-opt", "eval_size=6",
             "--labels", "a,b", "--out", str(tmp_path / "f")]
-    assert cli.main(args) == 0, printed
+    assert commands.main(args) == 0, printed
     record = json.loads((tmp_path / "f" / "frontier.json").read_text())
     assert (tmp_path / "f" / "frontier.png").stat().st_size > 0
     a, b = record["models"]["a"]["points"], record["models"]["b"]["points"]
@@ -100,11 +100,11 @@ def test_explorl_frontier_of_a_model_against_itself_is_zero_at_every_entropy(tin
     (["--grid", "0"], "--grid"),
 ])
 def test_explorl_frontier_checks_its_flags_before_loading_a_model(flags, message):
-    from explorl import cli
+    from explorl import commands
 
     # a model path that does not exist: the flag error must come first
     with pytest.raises(SystemExit, match=message):
-        cli.main(["frontier", "/nonexistent/a", "/nonexistent/b", "--n", "4", *flags])
+        commands.main(["frontier", "/nonexistent/a", "/nonexistent/b", "--n", "4", *flags])
 
 
 def test_explorl_frontier_continues_from_its_recorded_points(tiny_model_dir, tmp_path, monkeypatch):
@@ -113,9 +113,9 @@ def test_explorl_frontier_continues_from_its_recorded_points(tiny_model_dir, tmp
     import json
 
     import explorl.evaluation.evaluate
-    from explorl import cli
+    from explorl import commands
 
-    monkeypatch.setattr(cli.console, "print", lambda *a, **k: None)
+    monkeypatch.setattr(commands.common.console, "print", lambda *a, **k: None)
     calls: list[float] = []
     real = explorl.evaluation.evaluate.evaluate
 
@@ -128,19 +128,19 @@ def test_explorl_frontier_continues_from_its_recorded_points(tiny_model_dir, tmp
               "--device", "cpu", "--max-new-tokens", "10", "--task-opt", "difficulties=[1]",
               "--task-opt", "train_size=8", "--task-opt", "eval_size=6", "--labels", "a,b"]
     out, fresh = tmp_path / "f", tmp_path / "fresh"
-    assert cli.main([*common, "--temperatures", "0.5,1.0", "--out", str(out)]) == 0
+    assert commands.main([*common, "--temperatures", "0.5,1.0", "--out", str(out)]) == 0
     assert calls == [0.5, 1.0, 0.5, 1.0]
     calls.clear()
-    assert cli.main([*common, "--temperatures", "0.5,1.0,1.5", "--out", str(out)]) == 0
+    assert commands.main([*common, "--temperatures", "0.5,1.0,1.5", "--out", str(out)]) == 0
     assert calls == [1.5, 1.5]
     calls.clear()
-    assert cli.main([*common, "--temperatures", "0.5,1.0,1.5", "--out", str(fresh)]) == 0
+    assert commands.main([*common, "--temperatures", "0.5,1.0,1.5", "--out", str(fresh)]) == 0
     assert len(calls) == 6
     assert json.loads((out / "frontier.json").read_text()) == json.loads((fresh / "frontier.json").read_text())
     calls.clear()
     common[common.index("--n") + 1] = "2"
     common[common.index("--k") + 1] = "1,2"
-    assert cli.main([*common, "--temperatures", "0.5", "--out", str(out)]) == 0
+    assert commands.main([*common, "--temperatures", "0.5", "--out", str(out)]) == 0
     assert calls == [0.5, 0.5]  # evaluated in another setting: nothing reused
 
 

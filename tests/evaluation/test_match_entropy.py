@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from explorl import cli
+from explorl import commands
 from explorl.config import load_config
 from explorl.evaluation.evaluate import match_entropy, sampled_entropy
 from explorl.models import load_policy
@@ -40,12 +40,12 @@ def test_the_entropy_temperature_curve_rises_and_bisection_finds_a_known_tempera
 
 def test_eval_match_entropy_records_what_it_found(tiny_model_dir, tmp_path, monkeypatch):
     lines: list[str] = []
-    monkeypatch.setattr(cli.console, "print", lambda *a, **k: lines.append(" ".join(str(x) for x in a)))
+    monkeypatch.setattr(commands.common.console, "print", lambda *a, **k: lines.append(" ".join(str(x) for x in a)))
     out = tmp_path / "m.json"
     args = ["eval", "--model", str(tiny_model_dir), "--task", "arith", "--n", "2", "--k", "1", "--device", "cpu",
             "--max-new-tokens", "12", "--task-opt", "difficulties=[1]", "--task-opt", "train_size=8",
             "--task-opt", "eval_size=8", "--calibration", "4", "--out", str(out), "--overwrite"]
-    assert cli.main([*args, "--match-entropy", "base"]) == 0, lines
+    assert commands.main([*args, "--match-entropy", "base"]) == 0, lines
     record = json.loads(out.read_text())
     m = record["match_entropy"]
     # a plain model is its own base: its entropy at T = 1 is matched near T = 1 (the samples themselves change with
@@ -55,6 +55,6 @@ def test_eval_match_entropy_records_what_it_found(tiny_model_dir, tmp_path, monk
     assert record["settings"]["temperature"]["from"] == "--match-entropy"
     assert any("matched entropy: target" in line for line in lines)
     with pytest.raises(SystemExit, match="neither a number"):
-        cli.main([*args, "--match-entropy", "hot"])
+        commands.main([*args, "--match-entropy", "hot"])
     with pytest.raises(SystemExit, match="per-token"):
-        cli.main([*args, "--match-entropy", "1.0", "--schedule", "ead"])
+        commands.main([*args, "--match-entropy", "1.0", "--schedule", "ead"])

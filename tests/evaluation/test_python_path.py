@@ -9,7 +9,7 @@ import sys
 from rich.console import Console
 
 import explorl.commands.common as common
-from explorl import cli
+from explorl import commands
 from explorl.rewards.sandbox import close_shared_pools
 
 
@@ -27,10 +27,10 @@ def test_eval_finds_a_reward_module_on_python_path(tiny_model_dir, tmp_path, mon
             "--k", "1", "--limit", "2", "--max-new-tokens", "4", "--device", "cpu", "--out", str(tmp_path / "e.json")]
     close_shared_pools()  # no worker started with another sys.path
     try:
-        assert cli.main(argv) == 2
+        assert commands.main(argv) == 2
         assert "cannot import module 'evalpath_rewards_xyz'" in buf.getvalue()
         assert "--python-path DIR" in " ".join(buf.getvalue().split())
-        assert cli.main([*argv, "--python-path", str(mine)]) == 0, buf.getvalue()
+        assert commands.main([*argv, "--python-path", str(mine)]) == 0, buf.getvalue()
     finally:
         close_shared_pools()
     assert str(mine) in sys.path

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from explorl import cli
+from explorl import commands
 from explorl.algos.advantages import grpo, token_covariance
 from explorl.experiments import probes as P
 from explorl.rollout.logprobs import response_logprobs
@@ -317,7 +317,7 @@ TINY = ["--limit", "2", "--max-new-tokens", "6", "--device", "cpu", "--task", "a
 ])
 def test_probe_command(probe, extra, keys, tiny_model_dir, tmp_path, out):
     dest = tmp_path / f"{probe}.json"
-    rc = cli.main(["probe", probe, "--model", str(tiny_model_dir), *TINY, *extra, "--out", str(dest)])
+    rc = commands.main(["probe", probe, "--model", str(tiny_model_dir), *TINY, *extra, "--out", str(dest)])
     text = out()
     assert rc == 0, text
     result = json.loads(dest.read_text())
@@ -332,10 +332,10 @@ def test_probe_command(probe, extra, keys, tiny_model_dir, tmp_path, out):
 
 def test_probe_bad_flags_name_the_fix(tiny_model_dir, out):
     with pytest.raises(SystemExit, match="--cuts"):
-        cli.main(["probe", "branch", "--model", str(tiny_model_dir), "--cuts", "0,x"])
+        commands.main(["probe", "branch", "--model", str(tiny_model_dir), "--cuts", "0,x"])
     with pytest.raises(SystemExit, match="--modes"):
-        cli.main(["probe", "perturb", "--model", str(tiny_model_dir), "--modes", "shuffle"])
-    rc = cli.main(["probe", "perturb", "--model", str(tiny_model_dir), *TINY, "--attempts", "1", "--no-plot"])
+        commands.main(["probe", "perturb", "--model", str(tiny_model_dir), "--modes", "shuffle"])
+    rc = commands.main(["probe", "perturb", "--model", str(tiny_model_dir), *TINY, "--attempts", "1", "--no-plot"])
     assert rc == 2 and "--any-response" in out()  # the random tiny model never answers correctly
 
 

@@ -7,12 +7,13 @@ from __future__ import annotations
 import io
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
 from rich.console import Console
 
-import explorl.cli as cli
+from explorl import commands
 from explorl.config import load_config
 from explorl.finetune.supervised import labelled_tokens, sft_batch, sft_example, supervised_loss, supervised_step
 
@@ -115,26 +116,26 @@ def test_sft_raises_the_likelihood_of_the_solutions_and_writes_a_run(tiny_model_
     assert (run / "final" / "config.json").exists() and (run / "final" / "README.md").exists()
     # `explorl eval --model RUN/final` evaluates it with the run's settings
     buf = io.StringIO()
-    monkeypatch.setattr(cli, "console", Console(file=buf, width=200, color_system=None))
+    monkeypatch.setattr(commands.common, "console", Console(file=buf, width=200, color_system=None))
     result = tmp_path / "eval.json"
-    assert cli.main(["eval", "--model", str(run / "final"), "--n", "2", "--k", "1,2", "--out", str(result)]) == 0
+    assert commands.main(["eval", "--model", str(run / "final"), "--n", "2", "--k", "1,2", "--out", str(result)]) == 0
     summary = json.loads(result.read_text())
     assert summary["run_config"] == str(run / "config.yaml") and summary["problems"] == 3
 
 
 def test_sft_cli_dry_run_and_run(tiny_model_dir, tmp_path, monkeypatch):
     buf = io.StringIO()
-    monkeypatch.setattr(cli, "console", Console(file=buf, width=200, color_system=None))
+    monkeypatch.setattr(commands.common, "console", Console(file=buf, width=200, color_system=None))
     run = tmp_path / "run"
-    args = ["sft", str(cli.Path(__file__).resolve().parents[2] / "configs" / "sft.yaml"),
+    args = ["sft", str(Path(__file__).resolve().parents[2] / "configs" / "sft.yaml"),
             f"model.path={tiny_model_dir}", f"run.out_dir={run}", *SMALL, "sft.epochs=1"]
-    assert cli.main([*args, "--dry-run"]) == 0
+    assert commands.main([*args, "--dry-run"]) == 0
     assert "config is valid" in buf.getvalue() and not run.exists()
     assert "sft data: 24 training problems with a worked solution" in buf.getvalue()
-    assert cli.main(args) == 0
+    assert commands.main(args) == 0
     assert "held-out evaluation" in buf.getvalue() and (run / "final" / "config.json").exists()
     assert (run / "eval.json").exists() and "sft:" in (run / "config.yaml").read_text()
-    assert cli.main(args) == 2  # the run directory holds a run now: refused, nothing overwritten
+    assert commands.main(args) == 2  # the run directory holds a run now: refused, nothing overwritten
     assert "already holds a run" in buf.getvalue()
 
 
@@ -146,13 +147,13 @@ def _write_rows(path, rows):
 def test_file_task_without_solutions_is_refused_naming_the_field(tiny_model_dir, tmp_path, monkeypatch):
     data = _write_rows(tmp_path / "data.jsonl", [{"problem": f"{i}+1=?", "answer": str(i + 1)} for i in range(8)])
     buf = io.StringIO()
-    monkeypatch.setattr(cli, "console", Console(file=buf, width=300, color_system=None))
+    monkeypatch.setattr(commands.common, "console", Console(file=buf, width=300, color_system=None))
     run = tmp_path / "run"
-    args = ["sft", str(cli.Path(__file__).resolve().parents[2] / "configs" / "sft.yaml"),
+    args = ["sft", str(Path(__file__).resolve().parents[2] / "configs" / "sft.yaml"),
             f"model.path={tiny_model_dir}", f"run.out_dir={run}", "task.name=file", f"task.path={data}",
             "task.eval_size=2"]
     for extra in (["--dry-run"], []):  # the dry run finds it too
-        assert cli.main([*args, *extra]) == 2
+        assert commands.main([*args, *extra]) == 2
         text = " ".join(buf.getvalue().split())
         assert "task.solution_field" in text and "'solution'" in text and "data.jsonl:1" in text
         assert "config is valid" not in text
@@ -253,5 +254,5 @@ def test_a_killed_sft_run_resumes_to_the_same_model(tiny_model_dir, tmp_path, mo
         load_file(str(tmp_path / "killed" / "final" / "model.safetensors"))
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert run(tmp_path / "killed", resume=True) == 0  # complete: nothing to do
-    monkeypatch.setattr(cli, "console", Console(file=io.StringIO(), width=200))
-    assert cli.main(["sft", "--resume", str(tmp_path / "killed")]) == 0  # the command takes the run's config
+    monkeypatch.setattr(commands.common, "console", Console(file=io.StringIO(), width=200))
+    assert commands.main(["sft", "--resume", str(tmp_path / "killed")]) == 0  # the command takes the run's config

@@ -424,18 +424,18 @@ def test_a_trl_run_writes_explorl_trains_run_directory(two_runs, tiny_model_dir)
 
 
 def test_explorl_commands_read_a_trl_run(two_runs, tiny_model_dir, tmp_path):
-    from explorl import cli
+    from explorl import commands
     from explorl.models import weights_fingerprint
 
     trl_dir, explorl_dir = two_runs
-    assert cli.main(["analyze", str(trl_dir), "--out", str(tmp_path / "report")]) == 0
+    assert commands.main(["analyze", str(trl_dir), "--out", str(tmp_path / "report")]) == 0
     assert "reward" in (tmp_path / "report" / "index.html").read_text()
-    assert cli.main(["compare", str(trl_dir), str(explorl_dir), "--out", str(tmp_path / "compare")]) == 0
+    assert commands.main(["compare", str(trl_dir), str(explorl_dir), "--out", str(tmp_path / "compare")]) == 0
     assert any((tmp_path / "compare").iterdir())
     out = tmp_path / "eval.json"
-    assert cli.main(["eval", "--model", str(trl_dir), "--n", "2", "--k", "1,2", "--limit", "2", "--curve",
+    assert commands.main(["eval", "--model", str(trl_dir), "--n", "2", "--k", "1,2", "--limit", "2", "--curve",
                      "--out", str(out)]) == 0
-    assert cli.main(["curves", str(out), "--out", str(tmp_path / "curves")]) == 0
+    assert commands.main(["curves", str(out), "--out", str(tmp_path / "curves")]) == 0
     assert (tmp_path / "curves").stat().st_size > 0
     summary = json.loads(out.read_text())
     run_eval = json.loads((trl_dir / "eval.json").read_text())

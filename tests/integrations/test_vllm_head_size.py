@@ -54,12 +54,12 @@ def test_the_dry_run_refuses_the_embedded_model_with_the_vllm_engine(monkeypatch
     from rich.console import Console
 
     import explorl.commands.common as common
-    from explorl import cli
+    from explorl import commands
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else real(name, *a))
     buf = io.StringIO()
     monkeypatch.setattr(common, "console", Console(file=buf, width=400))
-    rc = cli.main(["train", str(QUICKSTART), "sampling.engine=vllm", f"run.out_dir={tmp_path / 'r'}", "--dry-run"])
+    rc = commands.main(["train", str(QUICKSTART), "sampling.engine=vllm", f"run.out_dir={tmp_path / 'r'}", "--dry-run"])
     text = buf.getvalue()
     assert rc == 2 and "attention head size 16" in text and "Traceback" not in text, text

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from explorl.cli import main
+from explorl.commands import main
 from explorl.evaluation.evaluate import ProblemResult, curve_ks, k_curves
 from explorl.report.plots import crossings, plot_k_curves
 

@@ -222,13 +222,13 @@ def wide_console(monkeypatch):
     """The CLI's rich console at a fixed width of 200, so that table headers and messages are not wrapped."""
     from rich.console import Console
 
-    import explorl.cli
+    import explorl.commands.common
 
-    monkeypatch.setattr(explorl.cli, "console", Console(width=200))
+    monkeypatch.setattr(explorl.commands.common, "console", Console(width=200))
 
 
 def test_cli_analyze_and_compare(tiny_run, tmp_path, capsys, wide_console):
-    from explorl.cli import main
+    from explorl.commands import main
 
     dst = _variant(tiny_run, tmp_path / "cli")
     assert main(["analyze", str(dst)]) == 0
@@ -244,7 +244,7 @@ def test_cli_analyze_and_compare(tiny_run, tmp_path, capsys, wide_console):
 
 
 def test_cli_errors_on_a_non_run_path(tmp_path, capsys, wide_console):
-    from explorl.cli import main
+    from explorl.commands import main
 
     assert main(["analyze", str(tmp_path)]) == 2
     assert "not a run directory" in capsys.readouterr().out

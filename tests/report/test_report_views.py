@@ -253,7 +253,7 @@ def test_differs_in_ignores_keys_equal_in_every_run(tmp_path):
 # 7. explorl eval --curve without --k ------------------------------------------------------------------------------
 
 def test_eval_curve_without_k_reports_k_up_to_n(tiny_model_dir, tmp_path, capsys):
-    from explorl.cli import build_parser, main
+    from explorl.commands import build_parser, main
 
     assert build_parser().parse_args(["eval"]).k is None
     dest = tmp_path / "curve.json"

@@ -2,7 +2,7 @@
 
 import json
 
-from explorl.cli import main
+from explorl.commands import main
 from explorl.report import fit_table
 from explorl.report.plots import plot_venn
 from explorl.report.runs import Run

@@ -20,7 +20,7 @@ import textwrap
 import pytest
 from rich.console import Console
 
-from explorl import cli
+from explorl import commands
 from explorl.config import load_config
 from explorl.runs.log import RunLog
 
@@ -85,8 +85,8 @@ def test_a_second_run_into_a_directory_in_use_is_refused_naming_pid_and_host(tin
     first = holder(run_dir, steps)
     before = _snapshot(run_dir)
     console, buf = _console()
-    monkeypatch.setattr(cli, "console", console)
-    assert cli.main(_train_argv(tiny_model_dir, run_dir)) == 2
+    monkeypatch.setattr(commands.common, "console", console)
+    assert commands.main(_train_argv(tiny_model_dir, run_dir)) == 2
     said = " ".join(buf.getvalue().split())
     assert f"in use by another explorl run (pid {first.pid} on host {socket.gethostname()}" in said, said
     assert _snapshot(run_dir) == before  # config.yaml still the first run's, no record added

@@ -21,7 +21,7 @@ import pytest
 import torch
 from rich.console import Console
 
-from explorl import cli
+from explorl import commands
 from explorl.config import load_config
 from explorl.runs.log import RunLog, load_checkpoint
 from explorl.train.loop import train
@@ -50,8 +50,8 @@ def test_resume_never_runs_code_from_a_checkpoint(full, tmp_path, monkeypatch):
     marker = tmp_path / "pwned"
     torch.save({**state, "stream": RunsCode(marker)}, state_file)
     buf = io.StringIO()
-    monkeypatch.setattr(cli, "console", Console(file=buf, width=400, force_terminal=False))
-    assert cli.main(["train", "--resume", str(run)]) == 2
+    monkeypatch.setattr(commands.common, "console", Console(file=buf, width=400, force_terminal=False))
+    assert commands.main(["train", "--resume", str(run)]) == 2
     said = " ".join(buf.getvalue().split())
     assert not marker.exists()  # the code in the file did not run
     assert f"{state_file}: holds more than data" in said and "never unpickles" in said, said

@@ -86,7 +86,7 @@ def test_the_demo_never_deletes_a_directory_that_is_not_a_demos(tiny_model_dir, 
 def test_ctrl_c_in_the_demo_names_the_demos_own_command(monkeypatch, tmp_path):
     import explorl.commands.common as common
     import explorl.train.demo
-    from explorl import cli
+    from explorl import commands
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt
@@ -94,7 +94,7 @@ def test_ctrl_c_in_the_demo_names_the_demos_own_command(monkeypatch, tmp_path):
     monkeypatch.setattr(explorl.train.demo, "run_demo", interrupted)
     buf = io.StringIO()
     monkeypatch.setattr(common, "console", Console(file=buf, width=300))
-    assert cli.main(["demo", str(DEFAULT_CONFIG), f"run.out_dir={tmp_path / 'd'}"]) == 130
+    assert commands.main(["demo", str(DEFAULT_CONFIG), f"run.out_dir={tmp_path / 'd'}"]) == 130
     text = buf.getvalue()
     assert "run `make demo` (or the same `explorl demo` command) again: it continues from the last checkpoint" in text
     assert str(tmp_path / "d") in text

@@ -13,8 +13,6 @@ function that runs it (`cmd_*`); `common` holds what several share (the console,
   methods.py  `explorl methods`    the registered methods: papers, equations, options, code
   analyze.py  `explorl analyze`    a run's report, or a completions file's;  compare.py  `explorl compare`
   probe.py    `explorl probe`      the papers' analyses on a model (the work: probe_runs.py)
-
-`explorl.cli` re-exports `main`, `build_parser` and `console` for older callers.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What several `explorl` commands share: the console they print to, flag parsing, and the tables they print.
 
 The commands read `common.console` when they run (never `from ... import console` at import time), so a caller or a
-test may replace it, e.g. by a `Console(file=...)` that records the output; `explorl.cli.console` is the same object.
+test may replace it, e.g. by a `Console(file=...)` that records the output.
 """
 
 from __future__ import annotations
