@@ -31,6 +31,11 @@ fails: ERPO's gamma 5 -> 5.5 exceeds the bound 2.8x, its eta 0.2 -> 0.21 34x, it
 (a PPO KL near 0, step 4) between AVX2 at 1 thread and no vectorisation at 2 threads: 2e-3 + 1e-5.
 Keys added later (`loss/ratio_min`, `loss/kl_cov_penalty_share`) were appended by replaying the recorded configs,
 every value recorded before checked unchanged within these tolerances.
+The recorded configs were rewritten again (issue 40) when EAD's truncated importance sampling and DAPO's overlong
+shaping became registry entries: `tis: true, tis_cap, tis_level` -> `importance_weights: tis` with `tis: {cap,
+level}` (the level `token` where the recording predates it), `overlong: penalty | mask | none, overlong_buffer,
+overlong_penalty` -> `reward_shapers: [dapo_overlong] | [dapo_overlong_filter] | []` with `dapo_overlong: {buffer,
+penalty}` (only the selected methods' options); every recorded metric is unchanged.
 The compiled training forward (`model.compile`, on by default since 2026-11-25) is one more kernel variant: replayed
 with it, every run stays within the bounds above except `dapo_updates` (its PPO KL of -1e-3 at step 4, after 48
 updates at lr 0.01, moved by 1.05e-2 relative: 3e-2 + 1e-5); `dapo` came to 0.8 of its bound (entropy/neg 7.8e-6
@@ -59,11 +64,12 @@ GOLDEN_RECIPES = ["grpo", "erpo", "e3", "ead_tis", "cw_grpo", "dapo", "passk"]
 # and two runs that reach the options no recipe above uses
 COMPOSED = {
     "composed": ("ead_tis", ["budget.policy=e3", "algo.advantage=erpo", "algo.shapers=[cw,ppl,position]",
-                             "algo.loss=clip_cov", "algo.token_filter=forking", "algo.overlong=mask",
-                             "algo.kl_coef=0.01", "algo.entropy_coef=1e-3", "algo.micro_batch_size=5",
-                             "algo.mini_batches=2", "algo.epochs=2", "algo.position.start=1"]),
-    "kl_cov_entropy_adv": ("kl_cov", ["algo.shapers=[entropy_adv,cw_group]", "algo.overlong=penalty",
-                                      "algo.overlong_buffer=4", "algo.loss_agg=seq-mean-token-mean"]),
+                             "algo.loss=clip_cov", "algo.token_filter=forking",
+                             "algo.reward_shapers=[dapo_overlong_filter]", "algo.kl_coef=0.01",
+                             "algo.entropy_coef=1e-3", "algo.micro_batch_size=5", "algo.mini_batches=2",
+                             "algo.epochs=2", "algo.position.start=1"]),
+    "kl_cov_entropy_adv": ("kl_cov", ["algo.shapers=[entropy_adv,cw_group]", "algo.reward_shapers=[dapo_overlong]",
+                                      "algo.dapo_overlong.buffer=4", "algo.loss_agg=seq-mean-token-mean"]),
     # DAPO's 16 updates per rollout batch with clip-higher acting: lr 0.01 moves the policy far enough within a batch
     # that ratios leave [0.8, 1.28] (loss/clip_frac_high 0.11 and clip_frac_low 0.02 at step 1)
     "dapo_updates": ("dapo", ["optim.lr=0.01", "optim.warmup_steps=0"]),

@@ -220,6 +220,10 @@ def test_the_registry_is_the_bottom_and_the_config_schema_imports_no_method():
     module can import them; `config.validation`, which checks a config against the registry, sits above both."""
     assert TYPED_GRAPH["explorl.algos.registry"] == set()
     assert TYPED_GRAPH["explorl.config.schema"] == set()
+    # the methods register themselves when imported, and the package (not the registry) imports them
+    assert "explorl.algos.methods" in GRAPH["explorl.algos"]
+    method_files = [m for m in MODULES if m.startswith("explorl.algos.methods.")]
+    assert len(method_files) >= 13 and all("explorl.algos.registry" in GRAPH[m] for m in method_files)
     assert {"explorl.algos.registry", "explorl.config.schema", "explorl.config.loading"} <= \
         GRAPH["explorl.config.validation"]
     methods = ("explorl.algos", "explorl.rollout", "explorl.tasks")

@@ -1,4 +1,4 @@
-"""bootstrap_ci, pass_at_k_curve, worst_at_k_table (METHODS.md section 8; paper 004, section 2.1)."""
+"""bootstrap_ci, pass_at_k_curve, worst_at_k_table (METHODS.md section 8; STILL, section 2.1)."""
 
 import math
 

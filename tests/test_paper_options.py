@@ -1,7 +1,7 @@
 """Options the papers vary (issue 14, item 6), each checked against numbers derived by hand in the comments, with its
 default reproducing the paper / the behaviour before the option existed, and its validation naming the field:
-the covariance-weighting kernel bandwidth (paper 002), the position bonus's centre shift n (paper 004), E3's budget
-curriculum off and its starting bounds (paper 000), RFT's fixed sample count and its evaluation's top-p (paper 004)."""
+the covariance-weighting kernel bandwidth (CW-GRPO), the position bonus's centre shift n (STILL), E3's budget
+curriculum off and its starting bounds (E3), RFT's fixed sample count and its evaluation's top-p (STILL)."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def test_cw_bandwidth_hand_values():
 
 
 def test_cw_bandwidth_default_is_the_papers_kernel():
-    # bandwidth 1 (paper 002: the bandwidth is sigma): e^-1 -> w~ = 2/e / (1 + 1/e) = 0.5378828, 1.4621172 -- the
+    # bandwidth 1 (CW-GRPO: the bandwidth is sigma): e^-1 -> w~ = 2/e / (1 + 1/e) = 0.5378828, 1.4621172 -- the
     # numbers of test_cov_weighted_hand_values; the registered shapers with the default config give them exactly as
     # the functions without the keyword do
     assert A.CwOptions().bandwidth == 1.0
@@ -100,7 +100,7 @@ def test_cw_bandwidth_wide_kernel_tends_to_plain_grpo():
 
 def test_position_n_hand_values():
     # one response of 3 tokens, A = 1: l = (t - 1) / 3 = 0, 1/3, 2/3; b = 0.1 * sigmoid(15 * (l - n)).
-    # n = -0.5 (as paper 004 prints it): sigmoid(7.5), sigmoid(12.5), sigmoid(17.5) = 0.99944722, 0.99999627,
+    # n = -0.5 (as STILL prints it): sigmoid(7.5), sigmoid(12.5), sigmoid(17.5) = 0.99944722, 0.99999627,
     #   0.99999997: every token gets about the full gamma = 0.1 (the saturation docs/methods.md §7b describes).
     # n = 0: sigmoid(0), sigmoid(5), sigmoid(10) = 0.5, 0.99330715, 0.99995460.
     adv, mask = torch.ones(1, 3), torch.ones(1, 3)

@@ -71,8 +71,8 @@ def test_methods_compose_in_one_run(tiny_model_dir, tmp_path):
         "sampling.max_new_tokens=16", "task.train_size=6", "task.eval_size=3", "task.difficulties=[1]",
         "run.eval_n=2", "run.eval_k=[1]", "run.save_every=0", "task.reward=rewards_for_tests:contains_digit",
         "budget.policy=e3", "algo.advantage=erpo", "algo.shapers=[cw,ppl,position]", "algo.loss=clip_cov",
-        "algo.token_filter=forking", "algo.overlong=mask", "algo.kl_coef=0.01", "algo.entropy_coef=1e-3",
-        "algo.micro_batch_size=5", "algo.mini_batches=2"])
+        "algo.token_filter=forking", "algo.reward_shapers=[dapo_overlong_filter]", "algo.kl_coef=0.01",
+        "algo.entropy_coef=1e-3", "algo.micro_batch_size=5", "algo.mini_batches=2"])
     run = train(cfg, progress=False)
     last = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if "reward/mean" in x][-1]
     assert {"temperature/ead_d", "is/weight_mean", "loss/clip_cov_frac", "kl/mean", "loss/entropy"} <= set(last)
@@ -82,7 +82,7 @@ def test_methods_compose_in_one_run(tiny_model_dir, tmp_path):
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (["algo.tis=true"], "algo.tis"),  # no behaviour/policy mismatch to correct under a fixed schedule
+    (["algo.importance_weights=tis"], "algo.importance_weights=tis"),  # no behaviour/policy mismatch to correct
     (["algo.shapers=[cw,cw]"], "twice"),
     (["algo.shapers=[cov]"], "valid: cw"),
     (["budget.policy=e3", "budget.e3.g_max_limit=6"], "g_max_limit"),
@@ -123,7 +123,7 @@ def test_recipe_matches_the_documented_table(recipe):
     assert float(row["kl_coef"]) == a.kl_coef and float(row["entropy_coef"]) == a.entropy_coef
     assert int(row["group_size"]) == s.group_size
     assert row["schedule"] == _code(s.schedule) and row["budget"] == _code(b.policy)
-    assert row["tis"] == (_code(a.tis_level) if a.tis else "-")
+    assert row["tis"] == (_code(a.options["tis"].level) if a.importance_weights == "tis" else "-")
     assert int(row["updates"]) == a.epochs * a.mini_batches  # policy updates per rollout batch
 
 
@@ -185,13 +185,13 @@ def test_methods_that_disagree_are_refused_and_unknown_ones_named(tmp_path):
 
 
 @pytest.mark.parametrize("name, agg, kl, extra", [
-    ("cw_grpo", "seq-mean-token-mean", 0.0, {"shapers": ["cw_group"]}),  # paper 002 section 2.3, per-group normaliser
-    ("e3", "seq-mean-token-mean-per-question", 0.0, {}),  # paper 000 eq. 1 with dynamic budgets
+    ("cw_grpo", "seq-mean-token-mean", 0.0, {"shapers": ["cw_group"]}),  # CW-GRPO section 2.3, per-group normaliser
+    ("e3", "seq-mean-token-mean-per-question", 0.0, {}),  # E3 eq. 1 with dynamic budgets
     ("e3_ts", "seq-mean-token-mean", 0.0, {}),  # eq. 1 with equal groups
     ("e3_ts_an", "seq-mean-token-mean", 0.0, {}),
-    ("erpo", "token-mean", 0.001, {}),  # paper 001 eq. 5 and App. A
-    ("ead", "token-mean", 0.0, {"eps_high": 0.28, "overlong": "none"}),  # paper 003 section 5.1: DAPO's objective
-    ("ead_tis", "token-mean", 0.0, {"eps_high": 0.28, "overlong": "none", "tis": True}),
+    ("erpo", "token-mean", 0.001, {}),  # ERPO eq. 5 and App. A
+    ("ead", "token-mean", 0.0, {"eps_high": 0.28, "reward_shapers": []}),  # EAD section 5.1: DAPO's objective
+    ("ead_tis", "token-mean", 0.0, {"eps_high": 0.28, "reward_shapers": [], "importance_weights": "tis"}),
 ])
 def test_the_recipes_issue_16_named_are_their_papers(name, agg, kl, extra):
     cfg = load_config(RECIPES[0].parent / f"{name}.yaml")

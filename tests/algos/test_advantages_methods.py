@@ -308,7 +308,7 @@ def test_cw_balanced_keeps_each_signs_mass_where_the_paper_form_drifts(sign):
 
 
 def slow_cw_balanced(adv, lp, group, mask):
-    """Reference by loops: paper 002's kernel per group, then w / mean(w) over each (group, sign of A)."""
+    """Reference by loops: CW-GRPO's kernel per group, then w / mean(w) over each (group, sign of A)."""
     n, t = mask.shape
     out = torch.zeros(n, t, dtype=torch.float64)
     for g in set(group.tolist()):
@@ -690,7 +690,7 @@ def test_position_shaper_step_window():
 
 
 def test_cov_weights_grouped_paper_reading():
-    """Paper 002 section 2.3 normalises within each prompt's group: weights average 1 over each group's valid
+    """CW-GRPO section 2.3 normalises within each prompt's group: weights average 1 over each group's valid
     tokens, 0 on padding; with one group it equals the batch-wide `cov_weights` of METHODS."""
     from explorl.algos.advantages import cov_weights, cov_weights_grouped
 

@@ -1,4 +1,4 @@
-"""The engines' conventions and paper 003's own TIS as options (docs/methods.md §6 and §9): sequence-level truncated
+"""The engines' conventions and EAD's own TIS as options (docs/methods.md §6 and §9): sequence-level truncated
 importance weights (`tis_weights(level="sequence")`), verl's dual-clip PPO (`policy_loss(dual_clip_c=...)`) and
 verl's clamped k3 KL (`kl_k3(clamp=...)`).
 
@@ -33,11 +33,11 @@ def _rand_mask(n, t, seed):
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Sequence-level truncated importance weights (paper 003 App. B.2; docs/methods.md §6)
+# Sequence-level truncated importance weights (EAD App. B.2; docs/methods.md §6)
 
 
 def ref_seq_tis(logprobs, behavior, mask, cap):
-    """Reference, float64. Paper 003 App. B.2 truncates the ratio of whole sequences, min(pi_old(y|x) / mu(y|x), C);
+    """Reference, float64. EAD App. B.2 truncates the ratio of whole sequences, min(pi_old(y|x) / mu(y|x), C);
     with pi(y|x) = prod_t pi(y_t | x, y_<t) over the response's tokens, log of the ratio is
     S = sum_t (log pi_old(y_t) - log mu(y_t)) over the valid tokens, so w = min(exp(S), C) = exp(min(S, log C))
     (the second form never overflows). Every valid token of the response carries w; padding carries 0."""

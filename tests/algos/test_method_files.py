@@ -17,7 +17,8 @@ from explorl.algos import losses as L
 from explorl.algos.papers import OWN, PAPERS
 from explorl.algos.registry import _REGISTRY
 
-BUILT_IN = [e for kind, table in _REGISTRY.items() if kind in ("estimator", "shaper", "policy_loss", "token_filter")
+ALGO_KINDS = ("estimator", "shaper", "policy_loss", "token_filter", "reward_shaper", "importance_weights")
+BUILT_IN = [e for kind, table in _REGISTRY.items() if kind in ALGO_KINDS
             for e in table.values() if e.fn.__module__.startswith("explorl.")]
 
 

@@ -32,6 +32,8 @@ def test_every_kind_has_its_builtin_entries():
         "shaper": {"cw", "cw_group", "ppl", "position", "entropy_adv"},
         "policy_loss": {"ppo", "clip_cov", "kl_cov"},
         "token_filter": {"none", "forking"},
+        "reward_shaper": {"dapo_overlong", "dapo_overlong_filter"},
+        "importance_weights": {"none", "tis"},
         "temperature_schedule": {"fixed", "e3", "ead", "revead", "adaptive"},
         "budget_policy": {"uniform", "e3", "dapo"},
         "task": {"arith", "file", "rg"},
@@ -124,7 +126,9 @@ def test_the_public_functions_defaults_are_the_configs():
                 for fn in (A.cov_weights, A.cov_weighted, A.cov_weights_grouped, A.cov_weights_balanced)),
               (A.entropy_shaped, values(A.EntropyAdvOptions(), "alpha", "kappa")),
               (A.grpo, {"eps": cfg.adv_eps}),
-              (L.forking_mask, values(L.ForkingOptions(), "top_frac")), (L.tis_weights, {"cap": cfg.tis_cap})]
+              (L.forking_mask, values(L.ForkingOptions(), "top_frac")),
+              (L.tis_weights, {"cap": L.TisOptions().cap, "level": L.TisOptions().level}),
+              (L.overlong_penalty, values(L.OverlongOptions(), "penalty"))]
     compared = 0
     for fn, expected in pairs:
         defaults = _keyword_defaults(fn)

@@ -12,7 +12,7 @@ import torch
 
 from explorl.algos import MissingInputError, RolloutBatch, compute_advantages, policy_objective, requirements
 from explorl.algos.advantages import PositionOptions
-from explorl.algos.losses import ForkingOptions, PpoOptions
+from explorl.algos.losses import ForkingOptions, OverlongOptions, PpoOptions, TisOptions
 from explorl.algos.step import single_update_shortcut
 from explorl.config import AlgoConfig, ConfigError, load_config
 from explorl.train.loop import on_policy_single_update
@@ -65,7 +65,7 @@ def test_compute_advantages_grpo_by_hand():
 
 
 def test_overlong_mask_removes_the_truncated_response_from_the_loss():
-    out = compute_advantages(_batch(), replace(AlgoConfig(), overlong="mask"), step=1)
+    out = compute_advantages(_batch(), replace(AlgoConfig(), reward_shapers=["dapo_overlong_filter"]), step=1)
     assert out.loss_mask[3].tolist() == [0.0, 0.0, 0.0] and out.advantages[3].tolist() == [0.0, 0.0, 0.0]
     assert out.stats["tokens/masked_frac"] == pytest.approx(3 / 9)  # 3 of the batch's 9 response tokens
 
@@ -73,10 +73,26 @@ def test_overlong_mask_removes_the_truncated_response_from_the_loss():
 def test_overlong_penalty_shapes_the_reward_before_the_estimator():
     # DAPO eq. 13 with limit 3, buffer 1: length 3 is at the limit -> -1 * (3 - 2) / 1 = -1; response 3 is also
     # flagged truncated (-1). Group 5's rewards become (1 - 1, 0 - 1) = (0, -1): still a spread of 1.
-    cfg = replace(AlgoConfig(), overlong="penalty", overlong_buffer=1, overlong_penalty=1.0)
+    cfg = replace(AlgoConfig(), reward_shapers=["dapo_overlong"],
+                  options={"dapo_overlong": OverlongOptions(buffer=1, penalty=1.0)})
     out = compute_advantages(_batch(), cfg, step=1)
     assert out.rewards.tolist() == [1.0, 0.0, 0.0, -1.0]
     assert out.advantages[2, 0].item() == pytest.approx(0.5 / (math.sqrt(0.5) + 1e-6), abs=1e-6)
+
+
+def test_reward_shapers_run_in_order_each_on_what_the_previous_returned():
+    # the penalty as above (rewards 1, 0, 0, -1), then the filter drops the truncated response 3 from the loss (its
+    # reward still counts in its group's statistics, as DAPO's filtering masks the loss only): group 5's rewards
+    # (0, -1) give response 2 the advantage +a on its 3 tokens and response 3 none; group 0 is untouched
+    cfg = replace(AlgoConfig(), reward_shapers=["dapo_overlong", "dapo_overlong_filter"],
+                  options={"dapo_overlong": OverlongOptions(buffer=1, penalty=1.0)})
+    out = compute_advantages(_batch(), cfg, step=1)
+    a = 0.5 / (math.sqrt(0.5) + 1e-6)
+    assert out.rewards.tolist() == [1.0, 0.0, 0.0, -1.0] and out.loss_mask[3].tolist() == [0.0, 0.0, 0.0]
+    assert out.advantages[2:].flatten().tolist() == pytest.approx([a, a, a, 0.0, 0.0, 0.0], abs=1e-6)
+    assert out.advantages[0, 0].item() == pytest.approx(a, abs=1e-6)
+    with pytest.raises(ValueError, match="dapo_overlong .*max_response_len"):
+        compute_advantages(_batch(max_response_len=None), cfg, step=1)
 
 
 def test_shapers_run_in_order_and_missing_inputs_are_named():
@@ -101,8 +117,8 @@ def test_tis_weights_and_forking_filter():
     lp = torch.log(torch.full((4, 3), 0.5))
     behavior = torch.log(torch.tensor([[0.1, 0.5, 0.5], [0.5, 0.5, 0.5], [1.0, 0.5, 0.5], [0.5, 0.5, 0.5]]))
     entropy = torch.tensor([[0.1, 0.9, 0.0], [0.2, 0, 0], [0.3, 0.4, 0.5], [0.6, 0.7, 0.8]])
-    cfg = replace(AlgoConfig(), tis=True, tis_cap=2.0, token_filter="forking",
-                  options={"forking": ForkingOptions(top_frac=0.25)})
+    cfg = replace(AlgoConfig(), importance_weights="tis", token_filter="forking",
+                  options={"forking": ForkingOptions(top_frac=0.25), "tis": TisOptions(cap=2.0)})
     out = compute_advantages(_batch(logprobs=lp, behavior_logprobs=behavior, entropy=entropy), cfg, step=1)
     # w = min(0.5 / mu, 2): 0.5 / 0.1 = 5 -> 2; 0.5 / 1.0 = 0.5; 1 elsewhere on valid tokens
     assert out.is_weights[0].tolist() == pytest.approx([2.0, 1.0, 0.0])
@@ -159,7 +175,7 @@ def test_requirements_come_from_the_registry():
     assert not (base.ref or base.old_logprobs or base.behavior or base.update_entropy)
     assert requirements(replace(AlgoConfig(), advantage="erpo")).ref
     assert requirements(replace(AlgoConfig(), kl_coef=0.01)).ref
-    tis = requirements(replace(AlgoConfig(), tis=True))
+    tis = requirements(replace(AlgoConfig(), importance_weights="tis"))
     assert tis.old_logprobs and tis.behavior
     assert requirements(replace(AlgoConfig(), shapers=["ppl"])).old_logprobs
     assert requirements(replace(AlgoConfig(), entropy_coef=1e-4)).update_entropy
@@ -184,7 +200,7 @@ def load_reselected(recipe, extra: list[str]):
 def _rule_before_issue_17(cfg) -> bool:
     """`trainer.on_policy_single_update` as it was written before the registry (method names in the trainer)."""
     a, s = cfg.algo, cfg.sampling
-    return (a.epochs == 1 and a.mini_batches == 1 and s.schedule in ("fixed", "e3") and not a.tis
+    return (a.epochs == 1 and a.mini_batches == 1 and s.schedule in ("fixed", "e3") and a.importance_weights == "none"
             and a.advantage in ("grpo", "dr_grpo", "passk") and set(a.shapers) <= {"entropy_adv", "position"})
 
 
@@ -199,7 +215,7 @@ def test_the_single_update_shortcut_is_the_rule_it_replaced(recipe, extra):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# the engines' conventions as options (docs/methods.md §6, §9): the step passes algo.tis_level, algo.ppo.dual_clip_c
+# the engines' conventions as options (docs/methods.md §6, §9): the step passes algo.tis.level, algo.ppo.dual_clip_c
 # and algo.kl_clamp on; the formulas themselves are tested in test_conventions.py
 
 
@@ -209,14 +225,15 @@ def test_sequence_level_tis_through_the_step():
     # its 3 tokens; row 3: 1. Padding 0.
     lp = torch.log(torch.full((4, 3), 0.5))
     behavior = torch.log(torch.tensor([[0.1, 0.5, 0.5], [0.5, 0.5, 0.5], [1.0, 0.5, 0.5], [0.5, 0.5, 0.5]]))
-    cfg = replace(AlgoConfig(), tis=True, tis_cap=2.0, tis_level="sequence")
+    cfg = replace(AlgoConfig(), importance_weights="tis", options={"tis": TisOptions(cap=2.0, level="sequence")})
     out = compute_advantages(_batch(logprobs=lp, behavior_logprobs=behavior), cfg, step=1)
     want = torch.tensor([[2.0, 2.0, 0.0], [1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [1.0, 1.0, 1.0]])
     assert torch.allclose(out.is_weights, want, atol=1e-6)
     # is/* describe these weights: (2 * 2 + 1 + 3 * 0.5 + 3 * 1) / 9 valid tokens = 9.5 / 9; 2 of 9 truncated
     assert out.stats["is/weight_mean"] == pytest.approx(9.5 / 9, abs=1e-6)
     assert out.stats["is/truncated_frac"] == pytest.approx(2 / 9)
-    token = compute_advantages(_batch(logprobs=lp, behavior_logprobs=behavior), replace(cfg, tis_level="token"), 1)
+    token = compute_advantages(_batch(logprobs=lp, behavior_logprobs=behavior),
+                               replace(cfg, options={"tis": TisOptions(cap=2.0, level="token")}), 1)
     assert token.is_weights[0].tolist() == pytest.approx([2.0, 1.0, 0.0])
 
 
@@ -255,9 +272,10 @@ def test_new_options_at_their_defaults_change_nothing():
     behavior = lp + 0.3 * torch.randn(4, 3, generator=g)
     ref = lp + torch.randn(4, 3, generator=g)
     batch = _batch(logprobs=lp, behavior_logprobs=behavior, ref_logprobs=ref)
-    cfg = replace(AlgoConfig(), tis=True, tis_cap=1.5, kl_coef=0.05)
-    explicit = replace(cfg, tis_level="token", kl_clamp=None, options={"ppo": PpoOptions(dual_clip_c=None)})
-    assert AlgoConfig().tis_level == "token" and PpoOptions().dual_clip_c is None and AlgoConfig().kl_clamp is None
+    cfg = replace(AlgoConfig(), importance_weights="tis", options={"tis": TisOptions(cap=1.5)}, kl_coef=0.05)
+    explicit = replace(cfg, kl_clamp=None, options={"ppo": PpoOptions(dual_clip_c=None),
+                                                    "tis": TisOptions(cap=1.5, level="token")})
+    assert TisOptions().level == "token" and PpoOptions().dual_clip_c is None and AlgoConfig().kl_clamp is None
     p0, p1 = compute_advantages(batch, cfg, step=1), compute_advantages(batch, explicit, step=1)
     assert torch.equal(p0.is_weights, p1.is_weights) and p0.stats == p1.stats
     new = lp + 0.2 * torch.randn(4, 3, generator=g)
@@ -267,7 +285,7 @@ def test_new_options_at_their_defaults_change_nothing():
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# paper 000 eq. 1 with a rollout count per question (E3's dynamic budgets): every question weighs the same
+# E3 eq. 1 with a rollout count per question (E3's dynamic budgets): every question weighs the same
 
 
 def test_per_question_weights_by_hand():

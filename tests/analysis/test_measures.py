@@ -1,4 +1,4 @@
-"""explorl.analysis.measures on hand-checked examples (paper 004, sections 2-3; METHODS.md section 8)."""
+"""explorl.analysis.measures on hand-checked examples (STILL, sections 2-3; METHODS.md section 8)."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""explorl.analysis.text: quality issues, token categories, RFT filters (paper 004; METHODS.md section 8)."""
+"""explorl.analysis.text: quality issues, token categories, RFT filters (STILL; METHODS.md section 8)."""
 
 import pytest
 

@@ -555,7 +555,7 @@ def test_eval_device_cuda_without_a_gpu_is_one_line(tiny_model_dir, tmp_path, mo
 
 
 def test_inference_time_ead_schedule_is_the_training_table_at_decay_d():
-    """`explorl eval --schedule ead --schedule-opt d0=D` samples token t at EAD's tau_t with d = D (paper 003 section
+    """`explorl eval --schedule ead --schedule-opt d0=D` samples token t at EAD's tau_t with d = D (EAD section
     5.4): 1.0 for t < c = 10, then max(1 + 1.2 - exp(t / D), 0.1), times --temperature."""
     from explorl.rollout import temperature as Tm
 

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from explorl.algos.losses import PpoOptions
+from explorl.algos.losses import PpoOptions, TisOptions
 from explorl.config import (
     AlgoConfig,
+    SamplingConfig,
     to_dict,
     Config,
     ConfigError,
@@ -280,8 +281,19 @@ def test_impossible_combinations(overrides, field):
 
 
 @pytest.mark.parametrize("overrides, field, words", [
-    (["algo.tis_level=seq"], "algo.tis_level", "token, sequence"),
-    (["algo.tis_level=response", "algo.tis=true", "sampling.schedule=ead"], "algo.tis_level", "sequence"),
+    (["algo.importance_weights=tis", "algo.tis.level=seq", "sampling.schedule=ead"], "algo.tis.level",
+     "token, sequence"),
+    (["algo.tis.level=response", "algo.importance_weights=tis", "sampling.schedule=ead"], "algo.tis.level", "sequence"),
+    (["algo.importance_weights=tis", "algo.tis.cap=0.5", "sampling.schedule=ead"], "algo.tis.cap", ">= 1"),
+    (["algo.tis.cap=3"], "algo.tis", "not selected (algo.importance_weights is 'none')"),
+    (["algo.reward_shapers=[dapo_overlong]", "algo.dapo_overlong.penalty=-1"], "algo.dapo_overlong.penalty", ">= 0"),
+    (["algo.reward_shapers=[dapo_overlong]", "algo.dapo_overlong.buffer=64"], "algo.dapo_overlong.buffer",
+     "(0, sampling.max_new_tokens=64)"),
+    (["algo.reward_shapers=[dapo_overlong_filter]", "algo.dapo_overlong.buffer=4"], "algo.dapo_overlong",
+     "not selected (algo.reward_shapers is ['dapo_overlong_filter'])"),
+    (["algo.reward_shapers=[dapo_overlong,dapo_overlong]"], "algo.reward_shapers", "twice"),
+    (["algo.reward_shapers=[overlong]"], "algo.reward_shapers[0]", "valid: dapo_overlong, dapo_overlong_filter"),
+    (["algo.importance_weights=is"], "algo.importance_weights", "valid: none, tis"),
     (["algo.ppo.dual_clip_c=1.0"], "algo.ppo.dual_clip_c", "> 1"),
     (["algo.ppo.dual_clip_c=0.5"], "algo.ppo.dual_clip_c", "> 1"),
     (["algo.ppo.dual_clip_c=-3"], "algo.ppo.dual_clip_c", "> 1"),
@@ -302,21 +314,81 @@ def test_convention_options_default_off_and_accept_good_values():
     from explorl.config import validate
 
     a = AlgoConfig()
-    assert (a.tis_level, PpoOptions().dual_clip_c, a.kl_clamp) == ("token", None, None)  # explorl's defaults: off
-    cfg = load_config(None, ["algo.tis=true", "sampling.schedule=ead", "algo.tis_level=sequence",
+    assert (TisOptions().level, PpoOptions().dual_clip_c, a.kl_clamp) == ("token", None, None)  # explorl's: off
+    cfg = load_config(None, ["algo.importance_weights=tis", "sampling.schedule=ead", "algo.tis.level=sequence",
                              "algo.ppo.dual_clip_c=3", "algo.kl_clamp=10", "algo.kl_coef=0.01"])
     dual_clip_c = cfg.algo.options["ppo"].dual_clip_c
-    assert cfg.algo.tis_level == "sequence" and dual_clip_c == 3.0 and cfg.algo.kl_clamp == 10.0
+    assert cfg.algo.options["tis"].level == "sequence" and dual_clip_c == 3.0 and cfg.algo.kl_clamp == 10.0
     assert isinstance(dual_clip_c, float) and isinstance(cfg.algo.kl_clamp, float)
     assert load_config(None, ["algo.ppo.dual_clip_c=null", "algo.kl_clamp=null"]) == load_config(None)
     # a value set in code, past the YAML coercion, is still caught by validate
-    bad = Config()
-    bad.algo = dataclasses.replace(bad.algo, tis_level="seq")
-    with pytest.raises(ConfigError, match="^algo.tis_level"):
+    bad = Config(sampling=SamplingConfig(schedule="ead"))
+    bad.algo = dataclasses.replace(bad.algo, importance_weights="tis", options={"tis": TisOptions(level="seq")})
+    with pytest.raises(ConfigError, match="^algo.tis.level"):
+        validate(bad)
+    bad.algo = dataclasses.replace(bad.algo, loss_agg="mean", options={})
+    with pytest.raises(ConfigError, match="^algo.loss_agg: 'mean' is not a valid choice"):
         validate(bad)
     docs = field_docs(AlgoConfig)
     assert "clip_ratio_c" in field_docs(PpoOptions)["dual_clip_c"] and "low_var_kl" in docs["kl_clamp"]
-    assert "B.2" in docs["tis_level"]
+    assert "B.2" in field_docs(TisOptions)["level"]
+
+
+@pytest.mark.parametrize("overrides, words", [
+    # EAD's truncated importance sampling and DAPO's overlong shaping were core fields; now registry entries
+    (["algo.tis=true"], "'algo.tis' is now the selection of a method: write algo.importance_weights=tis instead of "
+                        "algo.tis=true (`explorl methods tis` shows the method and its options, `algo.tis.<field>`)"),
+    (["algo.tis=false"], "write algo.importance_weights=none instead of algo.tis=false"),
+    (["algo.tis_cap=3"], "'algo.tis_cap' is now 'algo.tis.cap'"),
+    (["algo.tis_level=sequence"], "'algo.tis_level' is now 'algo.tis.level'"),
+    (["algo.overlong=penalty"], "write algo.reward_shapers=[dapo_overlong] instead of algo.overlong=penalty"),
+    (["algo.overlong=mask"], "write algo.reward_shapers=[dapo_overlong_filter] instead of algo.overlong=mask"),
+    (["algo.overlong=none"], "write algo.reward_shapers=[] instead of algo.overlong=none"),
+    (["algo.overlong=clip"], "algo.reward_shapers=[dapo_overlong] for algo.overlong=penalty, "
+                             "algo.reward_shapers=[dapo_overlong_filter] for algo.overlong=mask"),
+    (["algo.overlong_buffer=4"], "'algo.overlong_buffer' is now 'algo.dapo_overlong.buffer'"),
+    (["algo.overlong_penalty=0.5"], "'algo.overlong_penalty' is now 'algo.dapo_overlong.penalty'"),
+])
+def test_the_switches_that_became_methods_are_refused_with_their_new_setting(overrides, words):
+    assert words in err(overrides)
+
+
+def test_tis_and_overlong_are_selected_with_their_options_under_their_names(tmp_path):
+    cfg = load_config(None, ["algo.importance_weights=tis", "sampling.schedule=ead", "algo.tis.cap=3",
+                             "algo.reward_shapers=[dapo_overlong]", "algo.dapo_overlong.buffer=8"])
+    assert cfg.algo.options["tis"] == TisOptions(cap=3.0, level="token")
+    assert (cfg.algo.options["dapo_overlong"].buffer, cfg.algo.options["dapo_overlong"].penalty) == (8, 1.0)
+    # the YAML form, and the round trip of a run's config.yaml
+    path = write(tmp_path / "m.yaml", "sampling: {schedule: ead}\nalgo:\n  importance_weights: tis\n"
+                                      "  tis: {level: sequence}\n  reward_shapers: [dapo_overlong_filter]\n")
+    loaded = load_config(path)
+    assert loaded.algo.options["tis"] == TisOptions(cap=2.0, level="sequence")
+    assert loaded.algo.reward_shapers == ["dapo_overlong_filter"] and "dapo_overlong" not in loaded.algo.options
+    assert load_config(write(tmp_path / "again.yaml", dump_yaml(loaded))) == loaded
+    # `algo.tis: null` drops the options (a layered recipe's), as for any method
+    assert "tis" not in load_config(None, ["algo.tis.cap=3", "algo.tis=null"]).algo.options
+
+
+def test_the_loss_agg_modes_have_one_source():
+    """`explorl.algos.aggregation.LOSS_AGG_MODES` is the list: the config accepts exactly these (the schema, which
+    imports nothing of explorl, types the field `str`; validation checks it), `explorl config` shows them as the
+    field's type, the field's docstring names each, and `aggregate` computes each."""
+    import torch
+
+    from explorl.algos.aggregation import LOSS_AGG, LOSS_AGG_MODES, PER_QUESTION, aggregate
+    from explorl.config.validation import CHOICES
+
+    assert CHOICES["algo.loss_agg"] is LOSS_AGG_MODES and tuple(LOSS_AGG) == LOSS_AGG_MODES
+    for mode in LOSS_AGG_MODES:
+        assert load_config(None, [f"algo.loss_agg={mode}"]).algo.loss_agg == mode
+        assert mode in " ".join(field_docs(AlgoConfig)["loss_agg"].split())
+        mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+        assert torch.isfinite(aggregate(torch.ones(2, 2), mask, mode, max_response_len=2))
+    msg = err(["algo.loss_agg=token-sum"])
+    assert msg.startswith("algo.loss_agg: 'token-sum' is not a valid choice") and ", ".join(LOSS_AGG_MODES) in msg
+    rows = {name: tp for name, tp, *_ in reference()}
+    assert rows["algo.loss_agg"] == " | ".join(map(repr, LOSS_AGG_MODES))
+    assert "E3 eq. 1" in LOSS_AGG[PER_QUESTION] and "E3 eq. 1" in field_docs(AlgoConfig)["loss_agg"]
 
 
 def test_eval_k_message_names_eval_n():

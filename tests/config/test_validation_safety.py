@@ -103,7 +103,8 @@ NUMERIC = [name for name, kind, *_ in reference() if kind in ("int", "float", "i
 
 
 def _selecting(field: str) -> list[str]:
-    """The override that selects the method whose option `field` is (none for a core field)."""
+    """The overrides that select the method whose option `field` is (none for a core field), and a behaviour policy
+    other than the optimised one for importance weights (which are refused where every weight would be 1)."""
     from explorl.algos.registry import SECTIONS, entries
     from explorl.config.validation import SELECTED_BY
 
@@ -113,7 +114,10 @@ def _selecting(field: str) -> list[str]:
     for kind, sec in SECTIONS.items():
         entry = entries(kind).get(rest[0]) if sec == section else None
         if entry is not None:
-            return [f"algo.shapers=[{rest[0]}]" if kind == "shaper" else f"{SELECTED_BY[kind]}={rest[0]}"]
+            if kind in ("shaper", "reward_shaper"):
+                return [f"{SELECTED_BY[kind]}=[{rest[0]}]"]
+            return [f"{SELECTED_BY[kind]}={rest[0]}"] + (["sampling.schedule=ead"] if kind == "importance_weights"
+                                                          else [])
     return []
 
 
@@ -127,7 +131,7 @@ VALUES = st.one_of(
 # a single override refused for another field's sake: the check that relates them is the other field's, and its
 # message names the overridden one (e.g. run.eval_n=1 leaves the default run.eval_k = [1, 8] out of range)
 RELATED = {"run.eval_n": ("run.eval_k",), "sampling.group_size": ("algo.mini_batches",),
-           "sampling.max_new_tokens": ("algo.overlong_buffer",)}
+           "sampling.max_new_tokens": ("algo.dapo_overlong.buffer",)}
 
 
 class _Reached(Exception):

@@ -1,4 +1,4 @@
-"""Closed-form token gradient norms (paper 004 eq. 4) against autograd at the output layer."""
+"""Closed-form token gradient norms (STILL eq. 4) against autograd at the output layer."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Token impact by replacement (paper 004 eq. 5-6) on the tiny random Qwen2 with deterministic rewards."""
+"""Token impact by replacement (STILL eq. 5-6) on the tiny random Qwen2 with deterministic rewards."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "explorl"
 # files where an engine or the command line meets the methods: they must ask the registry, not name a method
 ASKING = [*sorted((SRC / "integrations").rglob("*.py")), *sorted((SRC / "commands").glob("*.py")),
           SRC / "evaluation" / "settings.py"]
-# strings that equal a method's name but name something else: `explorl probe position` is a probe (paper 003's
+# strings that equal a method's name but name something else: `explorl probe position` is a probe (EAD's
 # entropy by position), not the position shaper
 NOT_METHODS = {("commands/probe.py", "position"), ("commands/probe_runs.py", "position")}
 
@@ -102,8 +102,8 @@ def test_a_users_per_token_schedule_reaches_the_vllm_processor(user_schedule):
 def test_a_users_per_token_schedule_trains_in_explorls_loop(user_schedule, tiny_model_dir, tmp_path):
     cfg = load_config(None, [
         f"model.path={tiny_model_dir}", f"run.out_dir={tmp_path / 'run'}", "run.plugins=[schedule_for_tests]",
-        "sampling.schedule=test_warm_start", "sampling.test_warm_start.until=4", "algo.tis=true", "run.steps=2",
-        "run.batch_size=2", "sampling.group_size=2", "sampling.max_new_tokens=8", "task.train_size=4",
+        "sampling.schedule=test_warm_start", "sampling.test_warm_start.until=4", "algo.importance_weights=tis",
+        "run.steps=2", "run.batch_size=2", "sampling.group_size=2", "sampling.max_new_tokens=8", "task.train_size=4",
         "task.eval_size=2", "task.difficulties=[1]", "run.eval_n=1", "run.eval_k=[1]", "run.save_every=0",
         "task.reward=rewards_for_tests:contains_digit"])
     run = train(cfg, progress=False)

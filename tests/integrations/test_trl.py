@@ -150,7 +150,7 @@ def assert_close(a, b, what, atol=ATOL):
     torch.testing.assert_close(a, b, atol=atol, rtol=RTOL, msg=lambda m: f"{what}: {m}")
 
 
-# ERPO divides the policy-reference log-ratio by its per-bucket spread (paper 001 eq. 9), which magnifies the
+# ERPO divides the policy-reference log-ratio by its per-bucket spread (ERPO eq. 9), which magnifies the
 # float32 difference between the two log-prob kernels: measured up to 8e-5 on one token's advantage
 LOOSER = {"erpo": 2e-4}
 
@@ -171,10 +171,10 @@ METHODS = {
     "kl_cov": ({"loss": "kl_cov", "kl_cov": {"k_percent": 20.0}}, None),
     "kl+clamp+dual_clip": ({"kl_coef": 0.1, "kl_clamp": 10.0, "ppo": {"dual_clip_c": 3.0}}, None),
     "entropy_bonus": ({"entropy_coef": 0.01}, None),
-    "overlong_penalty": ({"overlong": "penalty", "overlong_buffer": 2}, None),
-    "overlong_mask": ({"overlong": "mask"}, None),
+    "overlong_penalty": ({"reward_shapers": ["dapo_overlong"], "dapo_overlong": {"buffer": 2}}, None),
+    "overlong_mask": ({"reward_shapers": ["dapo_overlong_filter"]}, None),
     "e3": ({}, {"schedule": "e3"}),
-    "ead+tis": ({"tis": True, "tis_cap": 2.0},
+    "ead+tis": ({"importance_weights": "tis", "tis": {"cap": 2.0}},
                 {"schedule": "ead", "ead": {"d0": 2.0, "c": 1, "tau_max": 1.5, "tau_min": 0.5}}),
 }
 
@@ -322,7 +322,7 @@ def test_dynamic_budgets_are_refused_with_where_to_go(budget, word, tiny_model_d
     ({}, {"temperature": 0.7, "group_size": G, "max_new_tokens": MAX_LEN}, "sampling.temperature"),
     ({"top_p": 0.9}, {"schedule": "ead", "group_size": G, "max_new_tokens": MAX_LEN, "top_p": 0.9}, "top_p"),
     ({"top_entropy_quantile": 0.2}, None, "algo.token_filter=forking"),
-    ({"mask_truncated_completions": True}, None, "algo.overlong=mask"),
+    ({"mask_truncated_completions": True}, None, r"algo.reward_shapers=\[dapo_overlong_filter\]"),
     ({"num_iterations": 2}, None, "algo.epochs"),
 ])
 def test_conflicting_trl_settings_name_the_field(args, sampling, field, tiny_model_dir, tmp_path):

@@ -99,7 +99,7 @@ class Recorder:
     """Wraps one trainer's `vllm_generation.generate` and its engine's `generate`: each generation round's
     SamplingParams, tokens, vLLM's log-probs of the sampled tokens (`[N, T]`, 0 past a row's end), the trainer's own
     log-probs of them at that moment (TRL's fused head at the trainer's temperature), the policy's weights and the
-    schedule's tau; and what the trainer's behaviour log-probs (algo.tis) were."""
+    schedule's tau; and what the trainer's behaviour log-probs (algo.importance_weights=tis) were."""
 
     def __init__(self, trainer: ExplorlGRPOTrainer):
         self.trainer, self.rounds, self.behavior = trainer, [], []
@@ -159,7 +159,7 @@ def e3_run(model_dir, tmp_path_factory):
 @pytest.fixture(scope="module")
 def ead_run(model_dir, tmp_path_factory):
     return trained(model_dir, tmp_path_factory.mktemp("ead"), {"schedule": "ead", "ead": EAD},
-                   {"tis": True, "tis_cap": 2.0}, temperature=0.9)
+                   {"importance_weights": "tis", "tis": {"cap": 2.0}}, temperature=0.9)
 
 
 def policy(model_dir, state=None):
@@ -263,10 +263,10 @@ def test_tis_reads_vllms_processed_log_probs(ead_run):
 
 
 @pytest.mark.parametrize("sampling, args, algo, match", [
-    ({"schedule": "adaptive"}, {}, {"tis": True}, r"sampling\.schedule=adaptive: .*one SamplingParams"),
+    ({"schedule": "adaptive"}, {}, {"importance_weights": "tis"}, r"sampling\.schedule=adaptive: .*one SamplingParams"),
     (None, {"generation_kwargs": {"temperature": 0.7}}, None, r"generation_kwargs\['temperature'\].*schedule"),
-    (None, {"generation_kwargs": {"logprobs": 3}, "vllm_importance_sampling_correction": True}, {"tis": True},
-     r"generation_kwargs\['logprobs'\].*algo\.tis"),
+    (None, {"generation_kwargs": {"logprobs": 3}, "vllm_importance_sampling_correction": True},
+     {"importance_weights": "tis"}, r"generation_kwargs\['logprobs'\].*algo\.importance_weights=tis"),
 ])
 def test_what_trls_vllm_path_cannot_carry_is_refused(sampling, args, algo, match, model_dir, tmp_path):
     with pytest.raises(ConfigError, match=match):

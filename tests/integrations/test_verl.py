@@ -43,7 +43,7 @@ def validated_algo(**fields) -> AlgoConfig:
     """explorl's `algo` section from its fields (each method's options under its name), validated as a config is."""
     algo = from_dict(AlgoConfig, fields, "algo.")
     # as in verl (`adapters.algo_config`): the engine's sampler differs from the trainer's forward, so TIS may act
-    cfg = Config(algo=algo, sampling=SamplingConfig(top_p=0.999 if algo.tis else 1.0))
+    cfg = Config(algo=algo, sampling=SamplingConfig(top_p=0.999 if algo.importance_weights != "none" else 1.0))
     validate(cfg)
     return cfg.algo
 
@@ -97,8 +97,8 @@ def test_the_plugin_loads_through_verls_entry_point():
 @pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize("name, settings", [
     ("grpo", {}), ("dr_grpo", {}), ("passk", {"passk": {"k": 2}}),
-    ("grpo", {"shapers": ["position"], "overlong": "penalty", "overlong_buffer": 3}),
-    ("grpo", {"overlong": "mask"}),
+    ("grpo", {"shapers": ["position"], "reward_shapers": ["dapo_overlong"], "dapo_overlong": {"buffer": 3}}),
+    ("grpo", {"reward_shapers": ["dapo_overlong_filter"]}),
 ])
 def test_estimators_through_verls_compute_advantage_equal_explorls_step(seed, name, settings):
     data, batch = make_batch(seed)
@@ -136,7 +136,8 @@ def test_methods_that_need_more_than_verls_estimator_call_say_which_trainer_to_u
 
 @pytest.mark.parametrize("settings", [
     {"advantage": "erpo"}, {"shapers": ["cw_group", "ppl", "entropy_adv"]}, {"shapers": ["cw"]},
-    {"token_filter": "forking", "tis": True, "tis_cap": 2.0}, {"tis": True, "tis_level": "sequence"},
+    {"token_filter": "forking", "importance_weights": "tis", "tis": {"cap": 2.0}},
+    {"importance_weights": "tis", "tis": {"level": "sequence"}},
     {"advantage": "erpo", "shapers": ["position"], "position": {"start": 3, "steps": 2}},
 ])
 def test_the_explorl_trainer_step_equals_explorls_step(settings):
@@ -627,7 +628,7 @@ def test_each_recipe_composes_through_the_launcher(recipe, tmp_path, verl_model_
     elif any(r.startswith("verl's estimator call lacks") or "step window" in r for r in needs):
         with pytest.raises((MissingInputError, ValueError), match="trainer.v1.trainer_mode=explorl"):
             compute_advantage(data, adv_estimator=cfg.algorithm.adv_estimator, config=cfg.algorithm)
-    if explorl_cfg.algo.tis:
+    if explorl_cfg.algo.importance_weights == "tis":
         assert cfg.actor_rollout_ref.rollout.calculate_log_probs
     if "ead" in (explorl_cfg.sampling.schedule, getattr(explorl_cfg.sampling.options.get("adaptive"), "base", "")):
         assert "explorl.integrations.vllm:EADLogitsProcessor" in \

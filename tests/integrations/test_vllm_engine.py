@@ -181,7 +181,7 @@ def test_a_training_run_samples_through_the_engine(setup, tmp_path, monkeypatch,
 
     tok, engine, path = setup
     monkeypatch.setattr(trainer, "rollout_engine", lambda cfg, model: engine)
-    extra = ["sampling.schedule=ead", "algo.tis=true"] if schedule == "ead" else ["sampling.schedule=e3"]
+    extra = ["sampling.schedule=ead", "algo.importance_weights=tis"] if schedule == "ead" else ["sampling.schedule=e3"]
     run = trainer.train(_run_config(path, tmp_path / "run", "run.steps=3", *extra), progress=False)
     steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in steps if "reward/mean" in r]

@@ -122,7 +122,7 @@ def _entropy(logits: torch.Tensor, tau: float) -> float:
 @pytest.mark.parametrize("tau", [0.8, 1.0, 1.2])
 @pytest.mark.parametrize("ratio", [0.8, 0.9, 1.1, 1.25])
 def test_e3_update_moves_entropy_toward_target(tau, ratio):
-    # a synthetic LM-like next-token distribution (paper 000 App. A): Gaussian noise logits plus one outlier
+    # a synthetic LM-like next-token distribution (E3 App. A): Gaussian noise logits plus one outlier
     # token per row, so the entropy is small (~0.02-0.7 nats) as eq. 4's derivation assumes
     g = torch.Generator().manual_seed(0)
     V, N = 1000, 64

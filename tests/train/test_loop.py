@@ -94,9 +94,9 @@ def test_first_update_has_ratio_exactly_one(tiny_model_dir, tmp_path):
     [],
     # controllers carry state across steps: the E3 temperature, difficulty ranks and the budget curriculum
     ["sampling.schedule=e3", "budget.policy=e3", "task.train_size=6", "sampling.e3.anneal=true"],
-    ["sampling.schedule=ead", "algo.tis=true", "budget.policy=dapo", "algo.advantage=erpo"],
+    ["sampling.schedule=ead", "algo.importance_weights=tis", "budget.policy=dapo", "algo.advantage=erpo"],
     # per-prompt success rates and the E3 controller inside the adaptive schedule
-    ["sampling.schedule=adaptive", "sampling.adaptive.base=e3", "algo.tis=true", "task.train_size=6"],
+    ["sampling.schedule=adaptive", "sampling.adaptive.base=e3", "algo.importance_weights=tis", "task.train_size=6"],
 ], ids=["grpo", "e3", "ead_dapo_erpo", "adaptive_e3"])
 def test_resume_reaches_the_same_metrics_as_an_uninterrupted_run(tiny_model_dir, tmp_path, monkeypatch, extra):
     from explorl.runs.log import RunLog

@@ -1,10 +1,12 @@
 """Algorithm zoo and the algorithm step: pure tensor functions registered by name, torch only.
 
-- `explorl.algos.methods`: the estimators, shapers, policy losses and token filters of the papers, one file per
-  method (paper, equations, options, check, maths, registration); `explorl.algos.core`: the pieces they share.
+- `explorl.algos.methods`: the estimators, shapers, policy losses, token filters, reward shapers and importance
+  weights of the papers, one file per method (paper, equations, options, check, maths, registration);
+  `explorl.algos.core` and `explorl.algos.aggregation` (the `loss_agg` modes): the pieces they share.
 - `explorl.algos.advantages`, `explorl.algos.losses`: the methods' public names (public API: `advantages.grpo`,
   `losses.policy_loss`, ...).
-- `explorl.algos.registry`: one registry for every pluggable kind (`register(kind, name, ...)`).
+- `explorl.algos.registry`: one registry for every pluggable kind (`register(kind, name, ...)`), at the bottom of
+  the import graph: it imports nothing, and this package fills it by importing `explorl.algos.methods`.
 - `explorl.algos.batch.RolloutBatch` and `explorl.algos.step`: `compute_advantages` and `policy_objective`,
   the step that explorl's loop and the engine integrations call.
 Nothing here imports explorl outside `explorl.algos`, so an engine imports it without the training loop.

@@ -6,9 +6,10 @@ policy loss builds its token loss and hands it to `aggregate`, which the step al
 entropy terms, so every term of the objective is normalised the same way. The losses are one file each under
 `explorl.algos.methods` (`ppo`: `policy_loss`; `clip_cov`; `kl_cov`), as are the forking-token filter
 (`forking_mask`), EAD's truncated importance weights (`tis`) and DAPO's soft overlong punishment
-(`dapo_overlong`); aggregation, the k3 KL and the micro-batch accounting are `explorl.algos.core`. Every loss
-takes `(logprobs_new, logprobs_old, advantages, mask, *, agg, max_response_len, is_weights, token_weights, ...)`,
-so the step can call any of them the same way (docs/methods.md §1, §5, §6, §9).
+(`dapo_overlong`); the aggregation (`LOSS_AGG_MODES`) and the micro-batch accounting are
+`explorl.algos.aggregation`, the k3 KL `explorl.algos.core`. Every loss takes `(logprobs_new, logprobs_old,
+advantages, mask, *, agg, max_response_len, is_weights, token_weights, ...)`, so the step can call any of them the
+same way (docs/methods.md §1, §5, §6, §9).
 """
 
 from __future__ import annotations
@@ -17,21 +18,22 @@ from typing import Callable
 
 from torch import Tensor
 
-from explorl.algos.core import (LOSS_AGG_MODES, PER_QUESTION, aggregate, aggregation_count, kl_k3, masked_mean,
-                                masked_sum, micro_batch_share, question_weights)
+from explorl.algos.aggregation import (LOSS_AGG, LOSS_AGG_MODES, PER_QUESTION, aggregate, aggregation_count,
+                                       masked_mean, masked_sum, micro_batch_share, question_weights)
+from explorl.algos.core import kl_k3
 from explorl.algos.methods.clip_cov import ClipCovOptions, clip_cov_loss
-from explorl.algos.methods.dapo_overlong import overlong_penalty
+from explorl.algos.methods.dapo_overlong import OverlongOptions, overlong_penalty
 from explorl.algos.methods.forking import ForkingOptions, forking_mask
 from explorl.algos.methods.kl_cov import KlCovOptions, kl_cov_loss
 from explorl.algos.methods.ppo import PpoOptions, policy_loss
-from explorl.algos.methods.tis import TIS_LEVELS, tis_stats, tis_weights
+from explorl.algos.methods.tis import TIS_LEVELS, TisOptions, tis_stats, tis_weights
 from explorl.algos.registry import get
 
 __all__ = [
-    "LOSS_AGG_MODES", "masked_sum", "masked_mean", "aggregate", "kl_k3", "policy_loss",
+    "LOSS_AGG", "LOSS_AGG_MODES", "masked_sum", "masked_mean", "aggregate", "kl_k3", "policy_loss",
     "tis_weights", "tis_stats", "TIS_LEVELS", "forking_mask", "clip_cov_loss", "kl_cov_loss", "overlong_penalty",
     "get_policy_loss", "aggregation_count", "micro_batch_share", "PpoOptions", "ClipCovOptions", "KlCovOptions",
-    "ForkingOptions", "PER_QUESTION", "question_weights",
+    "ForkingOptions", "PER_QUESTION", "question_weights", "TisOptions", "OverlongOptions",
 ]
 
 

@@ -1,5 +1,5 @@
-"""One registry for every pluggable kind of explorl: estimators, shapers, policy losses, token filters, temperature
-schedules, budget policies and tasks.
+"""One registry for every pluggable kind of explorl: estimators, shapers, policy losses, token filters, reward
+shapers, importance weights, temperature schedules, budget policies and tasks.
 
     @dataclass
     class MyAdvOptions:
@@ -32,6 +32,8 @@ training loop, the config validation and the engines (TRL, verl, vLLM) ask the r
   entry is chosen, so a method validates its own settings before any work starts;
 - `needs_step` (shapers, optional): `fn(options) -> bool`, whether the entry reads the training step (a step
   window), which an engine must then pass;
+- `needs_length_limit` (reward shapers, optional): the entry reads the length limit the responses were sampled
+  under and their truncation flags (`RolloutBatch.max_response_len`, `truncated`), which an engine must then pass;
 - `verl_fields` (policy losses, optional): option -> (key of verl's actor config, factor, verl's default), how
   verl spells the option, so the verl adapter reads it without naming the method.
 - `cites`: what the entry implements, a tuple of `Cite(paper, where, doc)`: the paper's short name
@@ -81,6 +83,12 @@ KINDS: dict[str, str] = {
                    "core fields",
     "token_filter": "fn(batch: RolloutBatch, loss_mask: Tensor[N, T], cfg: AlgoConfig[, *, options]) -> "
                     "Tensor[N, T] | None (per-token weights, 1 keeps, 0 drops); `algo.token_filter`",
+    "reward_shaper": "fn(batch: RolloutBatch, cfg: AlgoConfig[, *, options]) -> (rewards: Tensor[N], loss_mask: "
+                     "Tensor[N, T]); `algo.reward_shapers`, applied in order before the estimator (each sees the "
+                     "rewards and mask the previous one returned)",
+    "importance_weights": "fn(batch: RolloutBatch, loss_mask: Tensor[N, T], cfg: AlgoConfig[, *, options]) -> "
+                          "(Tensor[N, T] | None, stats: dict[str, float]) (per-token weights that multiply the token "
+                          "loss as `is_weights`, and their statistics); `algo.importance_weights`",
     "temperature_schedule": "factory(cfg: Config, vocab_size: int[, *, options]) -> schedule object; "
                             "`sampling.schedule`",
     "budget_policy": "factory(cfg: Config, num_prompts: int[, *, options]) -> budget object; `budget.policy`",
@@ -98,7 +106,14 @@ CAPABILITIES: dict[str, str] = {
 
 # the config section that holds the selection and the options of each kind (tasks keep theirs in `task`)
 SECTIONS: dict[str, str] = {"estimator": "algo", "shaper": "algo", "policy_loss": "algo", "token_filter": "algo",
+                            "reward_shaper": "algo", "importance_weights": "algo",
                             "temperature_schedule": "sampling", "budget_policy": "budget"}
+
+# the config field that selects the entries of each kind (a list for `shaper` and `reward_shaper`)
+SELECTED_BY: dict[str, str] = {"estimator": "algo.advantage", "shaper": "algo.shapers", "policy_loss": "algo.loss",
+                               "token_filter": "algo.token_filter", "reward_shaper": "algo.reward_shapers",
+                               "importance_weights": "algo.importance_weights",
+                               "temperature_schedule": "sampling.schedule", "budget_policy": "budget.policy"}
 
 
 @dataclass(frozen=True)

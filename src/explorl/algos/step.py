@@ -6,11 +6,12 @@
 
 explorl's own loop (`explorl.train.loop`) calls exactly these, and so do the engine integrations, so no method's
 logic exists twice. The pipeline, in order (docs/methods.md):
-1. reward shaping: DAPO's soft overlong penalty (`algo.overlong=penalty`) or overlong masking (`mask`);
+1. the reward shapers (`algo.reward_shapers`) in order: the rewards and the loss mask (DAPO's soft overlong penalty
+   `dapo_overlong`, its overlong filtering `dapo_overlong_filter`);
 2. the estimator (`algo.advantage`) on the batch as the methods see it: the loss mask applied to every tensor;
 3. the shapers (`algo.shapers`) in order;
-4. the token filter (`algo.token_filter`, per-token weights) and truncated importance weights (`algo.tis`, per
-   token or per sequence by `algo.tis_level`, docs/methods.md §6);
+4. the token filter (`algo.token_filter`, per-token weights) and the importance weights (`algo.importance_weights`:
+   EAD's truncated importance sampling `tis`, per token or per sequence, docs/methods.md §6);
 5. per micro-batch: the policy loss (`algo.loss`; verl's dual clip by `algo.ppo.dual_clip_c`) plus the k3 KL
    (`algo.kl_coef`; clamped as verl's `low_var_kl` by `algo.kl_clamp`, docs/methods.md §9) minus the entropy
    bonus (`algo.entropy_coef`), each aggregated by `algo.loss_agg`.
@@ -28,9 +29,8 @@ import torch
 from torch import Tensor
 
 from explorl.algos.batch import RolloutBatch
-from explorl.algos.core import PER_QUESTION, aggregate, kl_k3, masked_mean, question_weights
-from explorl.algos.methods.dapo_overlong import overlong_penalty
-from explorl.algos.methods.tis import tis_stats, tis_weights
+from explorl.algos.aggregation import PER_QUESTION, aggregate, masked_mean, question_weights
+from explorl.algos.core import kl_k3
 from explorl.algos.registry import lookup
 
 if TYPE_CHECKING:
@@ -55,8 +55,10 @@ class Requirements:
 
 
 def _chosen(cfg: AlgoConfig) -> list:
-    return ([lookup("estimator", cfg.advantage)] + [lookup("shaper", s) for s in cfg.shapers]
-            + [lookup("token_filter", cfg.token_filter), lookup("policy_loss", cfg.loss)])
+    return ([lookup("reward_shaper", r) for r in cfg.reward_shapers] + [lookup("estimator", cfg.advantage)]
+            + [lookup("shaper", s) for s in cfg.shapers] + [lookup("token_filter", cfg.token_filter),
+                                                            lookup("importance_weights", cfg.importance_weights),
+                                                            lookup("policy_loss", cfg.loss)])
 
 
 def requirements(cfg: AlgoConfig) -> Requirements:
@@ -64,8 +66,8 @@ def requirements(cfg: AlgoConfig) -> Requirements:
     chosen = _chosen(cfg)
     return Requirements(
         ref=cfg.kl_coef > 0 or any(e.needs_ref for e in chosen),
-        old_logprobs=cfg.tis or any(e.needs_old_logprobs for e in chosen),
-        behavior=cfg.tis or any(e.needs_behavior for e in chosen),
+        old_logprobs=any(e.needs_old_logprobs for e in chosen),
+        behavior=any(e.needs_behavior for e in chosen),
         update_entropy=cfg.entropy_coef != 0,
     )
 
@@ -87,8 +89,8 @@ class PreparedBatch:
 
     advantages:      [N, T] the final per-token advantages (0 outside `loss_mask`).
     base_advantages: [N, T] the estimator's output before the shapers.
-    loss_mask:       [N, T] the batch's mask less the responses removed by overlong masking.
-    rewards:         [N] the rewards after reward shaping (overlong penalty).
+    loss_mask:       [N, T] the batch's mask less what the reward shapers removed (DAPO's overlong filtering).
+    rewards:         [N] the rewards after the reward shapers (DAPO's overlong penalty).
     token_weights:   [N, T] per-token loss multipliers of the token filter, or None.
     is_weights:      [N, T] truncated importance weights, or None.
     stats:           namespaced metrics of what the method did (`tokens/*`, `is/*`, `kl/mean`).
@@ -136,7 +138,7 @@ def _masked(x: Tensor | None, mask: Tensor) -> Tensor | None:
 
 @torch.no_grad()
 def compute_advantages(batch: RolloutBatch, cfg: AlgoConfig, step: int) -> PreparedBatch:
-    """Reward shaping, estimator, shapers, token filter and importance weights for one batch.
+    """Reward shapers, estimator, shapers, token filter and importance weights for one batch.
 
     Args:
         batch: the scored responses (`RolloutBatch`); `logprobs` may be None under `single_update_shortcut`.
@@ -145,16 +147,10 @@ def compute_advantages(batch: RolloutBatch, cfg: AlgoConfig, step: int) -> Prepa
     Returns:
         `PreparedBatch`. The estimator and shapers see the batch with the loss mask applied to every tensor.
     """
-    rewards = batch.rewards
-    if cfg.overlong == "penalty":  # DAPO eq. 13: soft penalty for responses that run into the limit
-        if batch.max_response_len is None:
-            raise ValueError("algo.overlong=penalty needs RolloutBatch.max_response_len")
-        buffer = cfg.overlong_buffer if cfg.overlong_buffer is not None else max(1, batch.max_response_len // 5)
-        rewards = rewards + overlong_penalty(batch.lengths, batch.truncated, batch.max_response_len,
-                                             buffer=buffer, penalty=cfg.overlong_penalty)
-    loss_mask = batch.mask
-    if cfg.overlong == "mask":  # DAPO overlong filtering: truncated responses do not train
-        loss_mask = batch.mask * (~batch.truncated).to(batch.mask.dtype)[:, None]
+    rewards, loss_mask = batch.rewards, batch.mask
+    for name in cfg.reward_shapers:  # DAPO's overlong shaping: a penalty on the rewards, or the mask less truncation
+        rewards, loss_mask = lookup("reward_shaper", name).bind(cfg)(batch.replace(rewards=rewards, mask=loss_mask),
+                                                                     cfg)
     seen = batch.replace(mask=loss_mask, rewards=rewards, logprobs=_masked(batch.logprobs, loss_mask),
                          entropy=_masked(batch.entropy, loss_mask),
                          behavior_logprobs=_masked(batch.behavior_logprobs, loss_mask),
@@ -164,18 +160,12 @@ def compute_advantages(batch: RolloutBatch, cfg: AlgoConfig, step: int) -> Prepa
     for name in cfg.shapers:
         advantages = lookup("shaper", name).bind(cfg)(advantages, seen, cfg, step)
     token_weights = lookup("token_filter", cfg.token_filter).bind(cfg)(seen, loss_mask, cfg)
-    is_weights = None
-    if cfg.tis:
-        seen.require("logprobs", "behavior_logprobs", by="algo.tis")
-        is_weights = tis_weights(seen.logprobs, seen.behavior_logprobs, loss_mask, cap=cfg.tis_cap,
-                                 level=cfg.tis_level)
+    is_weights, is_stats = lookup("importance_weights", cfg.importance_weights).bind(cfg)(seen, loss_mask, cfg)
     stats = _method_stats(batch.mask, loss_mask, base, advantages, token_weights)
     if cfg.loss_agg == PER_QUESTION:  # E3 eq. 1: every question weighs the same, whatever its rollouts
         weights = question_weights(batch.group, loss_mask.sum(-1) > 0).to(loss_mask.dtype)[:, None] * loss_mask
         token_weights = weights if token_weights is None else token_weights * weights
-    if is_weights is not None:
-        stats.update(tis_stats(seen.logprobs, seen.behavior_logprobs, loss_mask, cap=cfg.tis_cap,
-                               level=cfg.tis_level))
+    stats.update(is_stats)
     if batch.ref_logprobs is not None and batch.logprobs is not None:
         kl = kl_k3(batch.logprobs, seen.ref_logprobs, loss_mask, clamp=cfg.kl_clamp)
         stats["kl/mean"] = float(masked_mean(kl, loss_mask))

@@ -1,7 +1,7 @@
-"""`explorl methods [NAME]`: every registered method (estimators, shapers, policy losses, token filters, temperature
-schedules, budget policies) with the paper and equations it implements (the entry's `cites`), its options with their
-defaults and config keys, and the `file:line` of its code; with NAME, the entries of that name of every kind, with
-the papers' authors, titles and arXiv ids (`explorl.algos.papers.PAPERS`)."""
+"""`explorl methods [NAME]`: every registered method (estimators, shapers, policy losses, token filters, reward
+shapers, importance weights, temperature schedules, budget policies) with the paper and equations it implements (the
+entry's `cites`), its options with their defaults and config keys, and the `file:line` of its code; with NAME, the
+entries of that name of every kind, with the papers' authors, titles and arXiv ids (`explorl.algos.papers.PAPERS`)."""
 
 from __future__ import annotations
 
@@ -17,16 +17,11 @@ from rich.table import Table
 import explorl.commands.common as common
 
 
-SELECTED_BY = {"estimator": "algo.advantage", "shaper": "algo.shapers", "policy_loss": "algo.loss",
-               "token_filter": "algo.token_filter", "temperature_schedule": "sampling.schedule",
-               "budget_policy": "budget.policy"}
-"""The config key that chooses an entry of each method kind."""
-
-
 def add_parser(sub) -> None:
     m = sub.add_parser("methods", help="list the registered methods with their papers, equations, options and code",
                        description="Every registered method (advantage estimators, shapers, policy losses, token "
-                                   "filters, temperature schedules, budget policies): the paper and equations it "
+                                   "filters, reward shapers, importance weights, temperature schedules, budget "
+                                   "policies): the paper and equations it "
                                    "implements, the docs/methods.md section that documents it, its options with "
                                    "their defaults, and the file:line of its code. With NAME, every entry of that "
                                    "name in full (e.g. explorl methods erpo).")
@@ -92,6 +87,8 @@ def _paper_text(short: str) -> str:
 
 
 def cmd_methods(args) -> int:
+    from explorl.algos.registry import SELECTED_BY  # the config key that chooses an entry of each method kind
+
     entries = method_entries()
     if args.name is not None:
         chosen = [e for e in entries if e.name == args.name]

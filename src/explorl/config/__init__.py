@@ -2,15 +2,15 @@
 (`validation`). Everything is importable from here, as before the split."""
 
 from explorl.config.loading import apply_override, dump_yaml, from_dict, read_config, to_dict
-from explorl.config.schema import (MOVED_KEYS, AlgoConfig, BudgetConfig, Config, ConfigError, LoraConfig, ModelConfig,
-                                   OptimConfig, RftConfig, RunConfig, SamplingConfig, SftConfig, TaskConfig,
-                                   field_docs)
+from explorl.config.schema import (MOVED_KEYS, MOVED_SWITCHES, AlgoConfig, BudgetConfig, Config, ConfigError,
+                                   LoraConfig, ModelConfig, OptimConfig, RftConfig, RunConfig, SamplingConfig,
+                                   SftConfig, TaskConfig, field_docs)
 from explorl.config.validation import (DEVICES, EVAL_KEYS_RESERVED, command_task, eval_set_task, held_out_task,
                                        import_plugins, load_config, reference, resolve_options, selected_entries,
                                        valid_device, validate)
 
 __all__ = ["AlgoConfig", "BudgetConfig", "Config", "ConfigError", "DEVICES", "EVAL_KEYS_RESERVED", "LoraConfig",
-           "MOVED_KEYS", "ModelConfig", "OptimConfig", "RftConfig", "RunConfig", "SamplingConfig", "SftConfig",
-           "TaskConfig", "apply_override", "command_task", "dump_yaml", "eval_set_task", "field_docs", "from_dict",
-           "held_out_task", "import_plugins", "load_config", "read_config", "reference", "resolve_options",
-           "selected_entries", "to_dict", "valid_device", "validate"]
+           "MOVED_KEYS", "MOVED_SWITCHES", "ModelConfig", "OptimConfig", "RftConfig", "RunConfig", "SamplingConfig",
+           "SftConfig", "TaskConfig", "apply_override", "command_task", "dump_yaml", "eval_set_task", "field_docs",
+           "from_dict", "held_out_task", "import_plugins", "load_config", "read_config", "reference",
+           "resolve_options", "selected_entries", "to_dict", "valid_device", "validate"]

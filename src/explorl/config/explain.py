@@ -106,17 +106,18 @@ def implications(cfg: Config, layers: list[Layer]) -> list[str]:
                    f"algo.mini_batches={a.mini_batches}): the update costs about {updates}x one update, plus a "
                    f"forward pass for pi_old" + src("algo.epochs", "algo.mini_batches"))
     needs = requirements(a)
+    weighs = lookup("importance_weights", a.importance_weights).needs_old_logprobs  # TIS reads pi_old
     if needs.ref:
         why = f"algo.kl_coef={a.kl_coef:g}" if a.kl_coef > 0 else "the chosen method reads reference log-probs"
         copy = "the base with adapters off (LoRA)" if cfg.model.lora.enabled else "a second copy of the weights"
         keys = ("algo.kl_coef",) if a.kl_coef > 0 else ("algo.advantage", "algo.loss", "algo.shapers")
         out.append(f"a frozen reference model ({why}): {copy}, and one more forward pass per step" + src(*keys))
-    elif updates == 1 and needs.old_logprobs and not a.tis:
+    elif updates == 1 and needs.old_logprobs and not weighs:
         out.append(f"one more forward pass per step for pi_old's log-probs (algo.loss={a.loss}, "
                    f"algo.advantage={a.advantage} read them)" + src("algo.loss", "algo.advantage"))
-    if a.tis and updates == 1:
-        out.append("truncated importance sampling (algo.tis): one more forward pass per step for pi_old"
-                   + src("algo.tis"))
+    if weighs and updates == 1:
+        out.append(f"importance weights (algo.importance_weights={a.importance_weights}): one more forward pass per "
+                   f"step for pi_old" + src("algo.importance_weights"))
     return out
 
 

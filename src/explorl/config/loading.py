@@ -18,7 +18,8 @@ from typing import Any, Literal
 
 import yaml
 
-from explorl.config.schema import MOVED_KEYS, AlgoConfig, BudgetConfig, Config, ConfigError, SamplingConfig
+from explorl.config.schema import (MOVED_KEYS, MOVED_SWITCHES, AlgoConfig, BudgetConfig, Config, ConfigError,
+                                   SamplingConfig)
 
 # the sections whose earlier flat keys moved (`MOVED_KEYS` names them by these)
 SECTION_OF = {AlgoConfig: "algo", SamplingConfig: "sampling", BudgetConfig: "budget"}
@@ -111,7 +112,8 @@ def from_dict(cls: type, data: dict[str, Any] | None, prefix: str = "") -> Any:
     A section with an `options` field (algo, sampling, budget) takes every other mapping-valued key as the options
     of the entry of that name (`algo.erpo: {gamma: 5}`), kept raw here and checked against the registry by
     `explorl.config.validation.validate`; a key that earlier versions had as a flat field (`algo.erpo_gamma`) is
-    refused with its new name (`MOVED_KEYS`)."""
+    refused with its new name (`MOVED_KEYS`), and a switch that became an entry's selection (`algo.tis: true`) with
+    the selection that replaces it (`MOVED_SWITCHES`)."""
     if data is not None and not isinstance(data, dict):
         raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {data!r}")
     data = dict(data or {})
@@ -122,7 +124,9 @@ def from_dict(cls: type, data: dict[str, Any] | None, prefix: str = "") -> Any:
     for key in list(data):
         if key in names:
             continue
-        moved = MOVED_KEYS.get(f"{SECTION_OF.get(cls, prefix.rstrip('.'))}.{key}")
+        section = SECTION_OF.get(cls, prefix.rstrip('.'))
+        _refuse_switch(MOVED_SWITCHES.get(f"{section}.{key}"), prefix, key, data[key])
+        moved = MOVED_KEYS.get(f"{section}.{key}")
         if moved is not None:  # named as the caller names the section (an engine's prefix, e.g. verl's)
             moved = prefix + moved.split(".", 1)[1]
             raise ConfigError(f"'{prefix}{key}' is now '{moved}': each method's options live under its name "
@@ -151,6 +155,25 @@ def from_dict(cls: type, data: dict[str, Any] | None, prefix: str = "") -> Any:
         else:
             kwargs[f.name] = _coerce(data[f.name], tp, f"{prefix}{f.name}")
     return cls(**kwargs)
+
+
+def _refuse_switch(switch: dict[Any, str] | None, prefix: str, key: str, value: Any) -> None:
+    """ConfigError for `prefix + key`, a switch of earlier versions (`MOVED_SWITCHES`), naming the selection that
+    replaces `value`; nothing when `switch` is None or `value` is a mapping or null (the options of the entry of
+    that name, `algo.tis: {cap: 2}`, or none)."""
+    if switch is None or value is None or isinstance(value, dict):
+        return
+    new = {str(old).lower() if isinstance(old, bool) else old: prefix + to.split(".", 1)[1]
+           for old, to in switch.items()}
+    shown = str(value).lower() if isinstance(value, bool) else value
+    if shown in new:
+        name = new[shown].split("=", 1)[1].strip("[]")
+        options = f" (`explorl methods {name}` shows the method and its options, `{prefix}{name}.<field>`)" \
+            if name not in ("", "none") else ""
+        raise ConfigError(f"'{prefix}{key}' is now the selection of a method: write {new[shown]} instead of "
+                          f"{prefix}{key}={shown}{options}")
+    raise ConfigError(f"'{prefix}{key}' is now the selection of a method: write "
+                      + ", ".join(f"{to} for {prefix}{key}={old}" for old, to in new.items()))
 
 
 def _inline_options(data: Any) -> Any:

@@ -207,12 +207,12 @@ class AlgoConfig:
     """PPO clip: lower bound of the ratio is 1 - eps_low."""
     eps_high: float = 0.2
     """PPO clip: upper bound of the ratio is 1 + eps_high (DAPO's clip-higher uses 0.28)."""
-    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm",
-                      "seq-mean-token-mean-per-question"] = "token-mean"
-    """Aggregation of token losses (docs/methods.md §1d): token-mean (DAPO), seq-mean-token-mean (GRPO paper),
-    seq-mean-token-sum-norm (Dr.GRPO, divides by N * max_new_tokens), seq-mean-token-mean-per-question (E3
-    eq. 1 when questions have different rollout counts, E3's dynamic budgets: every question weighs the same; the
-    KL and entropy terms are then aggregated as seq-mean-token-mean)."""
+    loss_agg: str = "token-mean"
+    """Aggregation of token losses (docs/methods.md §1d): token-mean (DAPO), seq-mean-token-mean (GRPO paper; E3
+    eq. 1 with equal groups), seq-mean-token-sum-norm (Dr.GRPO, divides by N * max_new_tokens),
+    seq-mean-token-mean-per-question (E3 eq. 1 when questions have different rollout counts, E3's dynamic budgets:
+    every question weighs the same; the KL and entropy terms are then aggregated as seq-mean-token-mean). The modes
+    are `explorl.algos.aggregation.LOSS_AGG_MODES`, which validation checks this against."""
     kl_coef: float = 0.0
     """beta of the k3 KL penalty to the frozen reference model (0 = no reference model is kept)."""
     entropy_coef: float = 0.0
@@ -237,29 +237,20 @@ class AlgoConfig:
     token_filter: str = "none"
     """Token filter by registry name (kind `token_filter`): `none`, or `forking`: only the top `algo.forking.top_frac`
     highest-entropy tokens of the batch train (Wang et al. 80/20)."""
-    tis: bool = False
-    """Truncated importance sampling (EAD): weight each token loss by min(pi_old / mu, tis_cap), mu the
-    distribution actually sampled from (EAD's per-token temperatures, top-p)."""
-    tis_cap: float = 2.0
-    """Cap C of the truncated importance weights."""
-    tis_level: Literal["token", "sequence"] = "token"
-    """Level of the truncated importance weights (docs/methods.md §6). `token` (explorl's default): each token's
-    own min(pi_old / mu, tis_cap). `sequence`: the truncated ratio of whole sequences that EAD writes
-    (App. B.2, min(pi_old(y|x) / pi_EAD(y|x), C)), the same weight on every token of a response, computed in log
-    space."""
+    reward_shapers: list[str] = field(default_factory=list)
+    """Reward shapers by registry name (kind `reward_shaper`), applied in order before the estimator:
+    `dapo_overlong` (DAPO's soft overlong punishment, eq. 13, added to the reward; options
+    `algo.dapo_overlong.buffer`, `algo.dapo_overlong.penalty`), `dapo_overlong_filter` (DAPO's overlong filtering:
+    responses truncated at the length limit leave the loss). docs/methods.md §5c."""
+    importance_weights: str = "none"
+    """Importance weights by registry name (kind `importance_weights`) multiplying each token loss: `none`, or `tis`:
+    EAD's truncated importance sampling, min(pi_old / mu, algo.tis.cap), mu the distribution actually sampled from
+    (EAD's per-token temperatures, top-p), per token or per sequence (`algo.tis.level`; docs/methods.md §6c)."""
     kl_clamp: float | None = None
     """Clamp of the per-token k3 KL estimate to [-kl_clamp, kl_clamp], with its log-ratio clamped to [-20, 20]
     before exp, as verl 0.9's `low_var_kl` (`kl_penalty` in verl/trainer/ppo/core_algos.py, clamp 10); no gradient
     where a clamp acts. Acts on the KL term and the `kl/mean` statistic. Must be > 0. null (explorl's default):
     off. docs/methods.md §1, §9."""
-    overlong: Literal["none", "mask", "penalty"] = "none"
-    """DAPO overlong handling of responses that hit the length limit: drop them from the loss (`mask`) or
-    the soft length penalty (`penalty`, DAPO eq. 13) added to the reward."""
-    overlong_buffer: int | None = None
-    """DAPO: tokens before the limit where the soft penalty ramps from 0 to -overlong_penalty. null: a fifth of
-    sampling.max_new_tokens (DAPO's 4,096 of 20,480), so the penalty keeps the paper's shape at any length."""
-    overlong_penalty: float = 1.0
-    """DAPO: size of the overlong penalty."""
     options: dict[str, Any] = field(default_factory=dict)
     """The options of the estimator, shapers, loss and token filter, each under its name: `algo.<name>.<field>` in
     YAML and on the command line (e.g. `algo.erpo.gamma=5`). Validation fills in the defaults of every selected
@@ -440,6 +431,17 @@ MOVED_KEYS: dict[str, str] = {
     **{f"budget.{f}": f"budget.e3.{f}" for f in ("g_min_limit", "g_max_limit", "g_step", "curriculum", "g_min_start",
                                                  "g_max_start")},
     "budget.dapo_max_rounds": "budget.dapo.max_rounds",
+    "algo.tis_cap": "algo.tis.cap", "algo.tis_level": "algo.tis.level",
+    "algo.overlong_buffer": "algo.dapo_overlong.buffer", "algo.overlong_penalty": "algo.dapo_overlong.penalty",
+}
+
+# Switches of earlier versions that became the selection of a registry entry (issue 40: EAD's truncated importance
+# sampling and DAPO's overlong shaping): each old value -> the setting that replaces it, refused with it by
+# `explorl.config.loading.from_dict`. The entry's options then live under its name (`MOVED_KEYS`).
+MOVED_SWITCHES: dict[str, dict[Any, str]] = {
+    "algo.tis": {True: "algo.importance_weights=tis", False: "algo.importance_weights=none"},
+    "algo.overlong": {"penalty": "algo.reward_shapers=[dapo_overlong]",
+                      "mask": "algo.reward_shapers=[dapo_overlong_filter]", "none": "algo.reward_shapers=[]"},
 }
 
 

@@ -14,14 +14,15 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-from explorl.algos.registry import SECTIONS, Entry, entries, lookup, names
-from explorl.config.loading import _hints, _type_name, apply_override, from_dict, read_config, to_dict
+from explorl.algos.aggregation import LOSS_AGG_MODES
+from explorl.algos.registry import SECTIONS, SELECTED_BY, Entry, entries, lookup, names
+from explorl.config.loading import (_hints, _located, _type_name, apply_override, from_dict, read_config, read_layers,
+                                    to_dict)
 from explorl.config.schema import Config, ConfigError, TaskConfig, field_docs
 
-# the core field that selects entries of each kind
-SELECTED_BY = {"estimator": "algo.advantage", "shaper": "algo.shapers", "policy_loss": "algo.loss",
-               "token_filter": "algo.token_filter", "temperature_schedule": "sampling.schedule",
-               "budget_policy": "budget.policy"}
+CHOICES: dict[str, tuple[str, ...]] = {"algo.loss_agg": LOSS_AGG_MODES}
+"""Core fields whose valid values the algorithms define (their one source): the schema types them `str` (it imports
+nothing of explorl), `validate` refuses any other value and `reference` shows them as the field's type."""
 
 
 def use_python_path(dirs: list[str]) -> None:
@@ -56,8 +57,20 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     A YAML file may name `base: other.yaml` (relative to itself) to inherit from another config.
     """
     cfg = read_config(path, overrides)
+    try:
+        _check_choices(cfg)
+    except ConfigError as e:  # a value the schema cannot check when loading: say where it was written, as loading does
+        raise ConfigError(_located(str(e), read_layers(path, overrides))) from None
     validate(cfg)
     return cfg
+
+
+def _check_choices(cfg: Config) -> None:
+    """ConfigError naming the first field of `CHOICES` whose value is not one of its choices."""
+    for key, choices in CHOICES.items():
+        value = _get(cfg, key)
+        if value not in choices:
+            raise ConfigError(f"{key}: {value!r} is not a valid choice; valid choices: {', '.join(choices)}")
 
 
 def fill_registry() -> None:
@@ -142,12 +155,17 @@ def validate(cfg: Config) -> None:
     chosen = [_registered("estimator", a.advantage, "algo.advantage")]
     chosen += [_registered("shaper", x, f"algo.shapers[{i}]") for i, x in enumerate(a.shapers)]
     need(len(set(a.shapers)) == len(a.shapers), f"algo.shapers: {a.shapers} names a shaper twice")
+    chosen += [_registered("reward_shaper", x, f"algo.reward_shapers[{i}]") for i, x in enumerate(a.reward_shapers)]
+    need(len(set(a.reward_shapers)) == len(a.reward_shapers),
+         f"algo.reward_shapers: {a.reward_shapers} names a reward shaper twice")
     chosen += [_registered("policy_loss", a.loss, "algo.loss"),
-               _registered("token_filter", a.token_filter, "algo.token_filter")]
+               _registered("token_filter", a.token_filter, "algo.token_filter"),
+               _registered("importance_weights", a.importance_weights, "algo.importance_weights")]
     schedule = _registered("temperature_schedule", s.schedule, "sampling.schedule")
     chosen += [schedule, _registered("budget_policy", b.policy, "budget.policy"),
                _registered("task", t.name, "task.name")]
     resolve_options(cfg)
+    _check_choices(cfg)
     _validate_finite(cfg, "", need)  # every number, the methods' options too: inf is never a setting
     need(s.group_size >= 1, "sampling.group_size: must be >= 1")
     need(s.temperature > 0, "sampling.temperature: must be > 0 (use a small value such as 1e-3 for near-greedy)")
@@ -159,14 +177,11 @@ def validate(cfg: Config) -> None:
     need(a.kl_coef >= 0, "algo.kl_coef: must be >= 0")
     need(a.kl_clamp is None or a.kl_clamp > 0,
          f"algo.kl_clamp: must be > 0 (verl's low_var_kl uses 10) or null for no clamp, got {a.kl_clamp}")
-    need(a.tis_level in ("token", "sequence"),
-         f"algo.tis_level: {a.tis_level!r} is not a valid choice; valid choices: token, sequence")
     need(a.epochs >= 1, "algo.epochs: must be >= 1")
     need(a.mini_batches >= 1, "algo.mini_batches: must be >= 1")
     need(a.micro_batch_size >= 0, "algo.micro_batch_size: must be >= 0 (0 = split by algo.length_buckets)")
     need(a.length_buckets >= 1, "algo.length_buckets: must be >= 1 (1 = the whole mini-batch in one forward)")
     need(a.adv_eps >= 0, f"algo.adv_eps: must be >= 0, got {a.adv_eps}")
-    need(a.overlong_penalty >= 0, f"algo.overlong_penalty: must be >= 0, got {a.overlong_penalty}")
     need(r.batch_size >= 1, f"run.batch_size: must be >= 1 (prompts per step), got {r.batch_size}")
     need(a.mini_batches <= r.batch_size * s.group_size,
          f"algo.mini_batches: {a.mini_batches} mini-batches need at least that many responses; "
@@ -230,15 +245,6 @@ def validate(cfg: Config) -> None:
              "sampling.engine=vllm: a LoRA policy (model.lora) cannot be synced to vLLM's engine; train without "
              "model.lora or use sampling.engine=explorl")
         need(0 < s.vllm_memory <= 1, f"sampling.vllm_memory: must be in (0, 1], got {s.vllm_memory}")
-    if a.tis:
-        # vLLM's kernels are not the trainer's: its log-probs differ from the policy's even at one temperature
-        need(not schedule.behavior_is_policy or s.top_p < 1.0 or s.engine == "vllm",
-             f"algo.tis: the behaviour policy equals the optimised one here (schedule {s.schedule}, top_p = 1), so "
-             "every importance weight is 1; use sampling.schedule=ead or revead, sampling.engine=vllm, or turn tis off")
-        need(a.tis_cap >= 1.0, "algo.tis_cap: must be >= 1")
-    if a.overlong == "penalty" and a.overlong_buffer is not None:
-        need(0 < a.overlong_buffer < s.max_new_tokens,
-             f"algo.overlong_buffer: must be in (0, sampling.max_new_tokens={s.max_new_tokens})")
     for entry in chosen:
         check = entry.extra.get("check")
         message = check(cfg) if check is not None else None
@@ -355,8 +361,9 @@ def selected_entries(cfg: Config) -> dict[str, list[Entry]]:
     an entry selects in turn (`Entry.selects`, e.g. the adaptive schedule's base)."""
     fill_registry()
     a, s, b = cfg.algo, cfg.sampling, cfg.budget
-    chosen = {"algo": [("estimator", a.advantage), *(("shaper", x) for x in a.shapers), ("policy_loss", a.loss),
-                       ("token_filter", a.token_filter)],
+    chosen = {"algo": [*(("reward_shaper", x) for x in a.reward_shapers), ("estimator", a.advantage),
+                       *(("shaper", x) for x in a.shapers), ("policy_loss", a.loss), ("token_filter", a.token_filter),
+                       ("importance_weights", a.importance_weights)],
               "sampling": [("temperature_schedule", s.schedule)], "budget": [("budget_policy", b.policy)]}
     out: dict[str, list[Entry]] = {}
     for section_name, queue in chosen.items():
@@ -462,5 +469,7 @@ def _reference(cls: type, prefix: str) -> list[tuple[str, str, str, str]]:
         if dataclasses.is_dataclass(tp):
             rows.extend(_reference(tp, f"{prefix}{f.name}."))
         else:
-            rows.append((f"{prefix}{f.name}", _type_name(tp), repr(getattr(default, f.name)), docs.get(f.name, "")))
+            choices = CHOICES.get(f"{prefix}{f.name}")
+            shown = " | ".join(map(repr, choices)) if choices else _type_name(tp)
+            rows.append((f"{prefix}{f.name}", shown, repr(getattr(default, f.name)), docs.get(f.name, "")))
     return rows

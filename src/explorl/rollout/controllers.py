@@ -304,7 +304,7 @@ class AdaptiveTemperature(_Stateless):
     §2c): the base schedule's temperature times `adaptive_factor` of the prompt's running success rate (hard
     prompts hotter, easy ones cooler). With an EAD base the factor scales each prompt's tau_max instead. The
     optimised policy stays at the base schedule's training temperature: the per-prompt temperatures belong to the
-    behaviour policy (truncated importance sampling applies, `algo.tis`)."""
+    behaviour policy (truncated importance sampling applies, `algo.importance_weights=tis`)."""
 
     def __init__(self, cfg: Config, vocab_size: int, *, options: AdaptiveOptions):
         self.s, self.o = cfg.sampling, options

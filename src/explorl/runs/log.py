@@ -81,7 +81,7 @@ STEP_METRICS: dict[str, str] = {
 }
 # Present only when configured (docs/run-directory.md lists them): kl/mean (a reference model is kept), loss/entropy
 # (algo.entropy_coef != 0), temperature/tau|h_target|h_init|clamped (E3 schedule), temperature/ead_d|ead_min|
-# at_min_frac (EAD, RevEAD), temperature/adaptive_factor_min|max (adaptive schedule), is/* (algo.tis),
+# at_min_frac (EAD, RevEAD), temperature/adaptive_factor_min|max (adaptive schedule), is/* (algo.importance_weights),
 # rollouts/dapo_rounds|dapo_kept_frac (DAPO sampling), loss/clip_cov_frac, loss/kl_cov_frac,
 # loss/kl_cov_penalty_share (those losses),
 # loss/dual_clip_frac (algo.ppo.dual_clip_c), reward/<name> (several task.reward functions: each one's mean,

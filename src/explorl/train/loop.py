@@ -7,7 +7,7 @@ Deliberate choices, stated up front:
   the first PPO ratio is exactly 1. With one update per batch and nothing needing pi_old before it, pi_old is
   that update's own forward, detached (`explorl.algos.step.single_update_shortcut`), which saves a forward pass,
   as TRL does.
-- The sampler's own log-probs are behaviour log-probs: they feed truncated importance weights (`algo.tis`).
+- The sampler's own log-probs are behaviour log-probs: they feed importance weights (`algo.importance_weights`).
 - The loop names no method: the temperature schedule and budget policy (`rollout.controllers`), the estimator,
   shapers, token filter and loss (`explorl.algos`) are looked up by name in one registry, and the method logic is
   `algos.step.compute_advantages` and `algos.step.policy_objective`, which the engine integrations call too.

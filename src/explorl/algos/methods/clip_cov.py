@@ -15,8 +15,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from explorl.algos.core import (aggregate, apply_weights, as_constant, centered_cov, check_loss_inputs,
-                                importance_ratio, ppo_stats, ppo_token_loss, valid_fraction, weight_stats)
+from explorl.algos.aggregation import aggregate
+from explorl.algos.core import (apply_weights, as_constant, centered_cov, check_loss_inputs, importance_ratio,
+                                ppo_stats, ppo_token_loss, valid_fraction, weight_stats)
 from explorl.algos.registry import Cite, register
 
 
@@ -37,23 +38,11 @@ class ClipCovOptions:
           verl_fields={"ratio": ("policy_loss.clip_cov_ratio", 1.0, 2e-4), "lb": ("policy_loss.clip_cov_lb", 1.0, 1.0),
                        "ub": ("policy_loss.clip_cov_ub", 1.0, 5.0)},
           cites=(Cite("Clip-Cov/KL-Cov", "section 4.2", doc="5a"),))
-def clip_cov_loss(
-    logprobs_new: Tensor,
-    logprobs_old: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    *,
-    eps_low: float = 0.2,
-    eps_high: float = 0.2,
-    clip_ratio: float = 2e-4,
-    lb: float = 1.0,
-    ub: float = 5.0,
-    agg: str = "token-mean",
-    max_response_len: int | None = None,
-    generator: torch.Generator | None = None,
-    is_weights: Tensor | None = None,
-    token_weights: Tensor | None = None,
-) -> tuple[Tensor, dict[str, float]]:
+def clip_cov_loss(logprobs_new: Tensor, logprobs_old: Tensor, advantages: Tensor, mask: Tensor, *,
+                  eps_low: float = 0.2, eps_high: float = 0.2, clip_ratio: float = 2e-4, lb: float = 1.0,
+                  ub: float = 5.0, agg: str = "token-mean", max_response_len: int | None = None,
+                  generator: torch.Generator | None = None, is_weights: Tensor | None = None,
+                  token_weights: Tensor | None = None) -> tuple[Tensor, dict[str, float]]:
     """Clip-Cov: the PPO-clip loss with the gradient of a few random high-covariance tokens removed.
 
     Cui et al. 2025, "The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models", section 4.2
@@ -98,19 +87,11 @@ def clip_cov_loss(
     log_ratio, ratio = importance_ratio(logprobs_new, logprobs_old, valid)
     adv = as_constant(advantages, valid, ratio.dtype)
     token_loss, loss_unclipped, loss_clipped = ppo_token_loss(ratio, adv, eps_low, eps_high)
-
-    with torch.no_grad():
-        n_valid = int(valid.sum())
+    n_valid = int(valid.sum())
+    with torch.no_grad():  # 1.-2. the candidates: not clipped already, lb < cov < ub
         cov = centered_cov(advantages, logprobs_new, valid)
         candidates = valid & ~(loss_clipped > loss_unclipped) & (cov > lb) & (cov < ub)
-        cand_idx = torch.nonzero(candidates.reshape(-1)).squeeze(1)
-        n_clip = min(max(int(clip_ratio * n_valid), 1), cand_idx.numel()) if n_valid else 0
-        selected = torch.zeros_like(candidates.reshape(-1))
-        if n_clip > 0:
-            device = generator.device if generator is not None else torch.device("cpu")
-            perm = torch.randperm(cand_idx.numel(), generator=generator, device=device)
-            selected[cand_idx[perm[:n_clip].to(cand_idx.device)]] = True
-        selected = selected.reshape(valid.shape)
+    selected = _draw(candidates, max(int(clip_ratio * n_valid), 1) if n_valid else 0, generator)  # 3.
 
     token_loss = torch.where(selected, torch.zeros((), dtype=token_loss.dtype, device=token_loss.device),
                              token_loss)
@@ -124,3 +105,17 @@ def clip_cov_loss(
         stats["loss/clip_cov_candidate_frac"] = valid_fraction(candidates, valid, n_valid)
         weight_stats(stats, valid, n_valid, ratio.dtype, is_weights, token_weights)
     return loss, stats
+
+
+@torch.no_grad()
+def _draw(candidates: Tensor, n: int, generator: torch.Generator | None) -> Tensor:
+    """Bool `[N, T]`: `min(n, #candidates)` of the `candidates` drawn uniformly without replacement with `generator`
+    (the global torch RNG when None; drawn from only when there is something to draw)."""
+    cand_idx = torch.nonzero(candidates.reshape(-1)).squeeze(1)
+    n_clip = min(n, cand_idx.numel())
+    selected = torch.zeros_like(candidates.reshape(-1))
+    if n_clip > 0:
+        device = generator.device if generator is not None else torch.device("cpu")
+        perm = torch.randperm(cand_idx.numel(), generator=generator, device=device)
+        selected[cand_idx[perm[:n_clip].to(cand_idx.device)]] = True
+    return selected.reshape(candidates.shape)

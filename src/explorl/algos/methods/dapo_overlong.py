@@ -1,15 +1,25 @@
-"""DAPO's soft overlong punishment: a length-aware reward term.
+"""DAPO's overlong reward shaping: the soft overlong punishment (a length-aware reward term) and overlong filtering.
 
 DAPO: Yu et al. 2025, "DAPO: An Open-Source LLM Reinforcement Learning System at Scale" (no arXiv id recorded).
 
-Implements section 3.4, eq. 13 (docs/methods.md §5c). Not a registry entry yet: its settings are the core fields
-`algo.overlong`, `algo.overlong_buffer` and `algo.overlong_penalty`, read by `explorl.algos.step`.
+Implements section 3.4, eq. 13 (docs/methods.md §5c). Reward shapers (`algo.reward_shapers`): `dapo_overlong`, the
+soft punishment added to the reward, options `algo.dapo_overlong.<field>` (`OverlongOptions`); and
+`dapo_overlong_filter`, which removes truncated responses from the loss. Both read the length limit the responses
+were sampled under and their truncation flags.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor
+
+from explorl.algos.registry import Cite, register
+
+if TYPE_CHECKING:
+    from explorl.algos.batch import RolloutBatch
 
 
 def overlong_penalty(
@@ -55,3 +65,44 @@ def overlong_penalty(
                              f"{tuple(truncated.shape)} differ in shape")
         over = over | truncated.bool()
     return torch.where(over, torch.full((), -float(penalty), dtype=dtype, device=length.device), out)
+
+
+@dataclass
+class OverlongOptions:
+    """DAPO's soft overlong punishment's options, `algo.dapo_overlong.<field>` (DAPO eq. 13; docs/methods.md §5c)."""
+
+    buffer: int | None = None
+    """L_cache: tokens before the length limit where the penalty ramps from 0 to -penalty, in (0,
+    sampling.max_new_tokens). null: a fifth of the limit (DAPO's 4,096 of 20,480), so the penalty keeps the paper's
+    shape at any length."""
+    penalty: float = 1.0
+    """Size of the full penalty (DAPO: 1), >= 0."""
+
+
+def _check_overlong(cfg) -> str | None:
+    o, limit = cfg.algo.options["dapo_overlong"], cfg.sampling.max_new_tokens
+    if not o.penalty >= 0:
+        return f"algo.dapo_overlong.penalty: must be >= 0, got {o.penalty}"
+    if o.buffer is not None and not 0 < o.buffer < limit:
+        return f"algo.dapo_overlong.buffer: must be in (0, sampling.max_new_tokens={limit}), got {o.buffer}"
+    return None
+
+
+@register("reward_shaper", "dapo_overlong", needs_old_logprobs=False, needs_length_limit=True,
+          options=OverlongOptions, check=_check_overlong, cites=(Cite("DAPO", "section 3.4, eq. 13", doc="5c"),))
+def soft_overlong_punishment(batch: RolloutBatch, cfg, *, options: OverlongOptions) -> tuple[Tensor, Tensor]:
+    """DAPO eq. 13: the soft penalty of responses that run into the length limit, added to their rewards."""
+    if batch.max_response_len is None:
+        raise ValueError("reward shaper dapo_overlong (algo.reward_shapers) needs RolloutBatch.max_response_len, "
+                         "the length limit the responses were sampled under")
+    limit = batch.max_response_len
+    buffer = options.buffer if options.buffer is not None else max(1, limit // 5)
+    penalty = overlong_penalty(batch.lengths, batch.truncated, limit, buffer=buffer, penalty=options.penalty)
+    return batch.rewards + penalty, batch.mask
+
+
+@register("reward_shaper", "dapo_overlong_filter", needs_old_logprobs=False, needs_length_limit=True,
+          cites=(Cite("DAPO", "section 3.4", doc="5c"),))
+def overlong_filter(batch: RolloutBatch, cfg) -> tuple[Tensor, Tensor]:
+    """DAPO's overlong filtering: responses truncated at the length limit are removed from the loss."""
+    return batch.rewards, batch.mask * (~batch.truncated).to(batch.mask.dtype)[:, None]

@@ -27,21 +27,9 @@ if TYPE_CHECKING:
     from explorl.config.schema import AlgoConfig
 
 
-def erpo(
-    rewards: Tensor,
-    group: Tensor,
-    mask: Tensor,
-    entropy: Tensor,
-    logprobs: Tensor,
-    ref_logprobs: Tensor,
-    *,
-    beta_progress: float = 0.1,
-    gamma: float = 5.0,
-    eta: float = 0.2,
-    num_buckets: int = 10,
-    sigma_target: float = 1.0,
-    delta: float = 1e-6,
-) -> Tensor:
+def erpo(rewards: Tensor, group: Tensor, mask: Tensor, entropy: Tensor, logprobs: Tensor, ref_logprobs: Tensor, *,
+         beta_progress: float = 0.1, gamma: float = 5.0, eta: float = 0.2, num_buckets: int = 10,
+         sigma_target: float = 1.0, delta: float = 1e-6) -> Tensor:
     """ERPO token-level advantage (docs/methods.md §3; Yu et al. 2026, "ERPO: Token-Level Entropy-Regulated
     Policy Optimization for Large Reasoning Models", eqs. 7-10 and Algorithm 1).
 
@@ -82,42 +70,49 @@ def erpo(
     n, t_len = mask.shape
     if n == 0 or t_len == 0:
         return torch.zeros(mask.shape, dtype=out_dtype, device=mask.device)
-    valid = mask.bool()
-    f64 = torch.float64
+    valid, f64 = mask.bool(), torch.float64
     zero = torch.zeros((), dtype=f64, device=mask.device)
-
     dense, n_groups = dense_ids(group)
     # A_group per response: grpo on a one-token mask gives [N, 1]
     a_group = grpo(rewards.detach().to(f64), group, torch.ones(n, 1, device=mask.device), eps=delta)[:, 0]
     degenerate = group_range_equal(rewards, dense, n_groups, torch.ones(n, dtype=torch.bool, device=mask.device))
-
     gid = dense[:, None].expand(n, t_len)
     h = torch.where(valid, entropy.detach().to(f64), zero)
-    s = torch.where(valid, beta_progress * (logprobs.detach().to(f64) - ref_logprobs.detach().to(f64)), zero)
+    s = torch.where(valid, beta_progress * (logprobs.detach().to(f64) - ref_logprobs.detach().to(f64)), zero)  # eq. 7
 
-    # 2. entropy gate, eq. 8
-    h_mean, h_std, _ = segment_stats(h, gid, valid)
-    w = torch.sigmoid(gamma * (h - h_mean) / (h_std + delta))
-
-    # 3. relative-position buckets, eq. 9
-    pos, length = token_positions(valid)
-    k = torch.clamp((pos * num_buckets) // length.clamp_min(1), max=num_buckets - 1)
-    bucket = gid * num_buckets + k
-    s_mean, s_std, _ = segment_stats(s, bucket, valid)
-    s_tilde = (s - s_mean) / (s_std + delta)
-
-    # 4. outcome-anchored, rescaled process term, eq. 10
-    raw = w * torch.sign(a_group)[:, None] * s_tilde
-    active = valid & (a_group != 0)[:, None]
-    _, raw_std, _ = segment_stats(raw, gid, active)
-    psi = sigma_target * raw / (raw_std + delta)
-
+    w = _entropy_gate(h, gid, valid, gamma, delta)  # 2. eq. 8
+    s_tilde = _bucket_normalised(s, gid, valid, num_buckets, delta)  # 3. eq. 9
+    psi = _process_term(w, s_tilde, a_group, gid, valid, sigma_target, delta)  # 4. eq. 10
     # 5. group z-score over valid tokens
     x = torch.where(valid, a_group[:, None] + eta * psi, zero)
     x_mean, x_std, _ = segment_stats(x, gid, valid)
     out = (x - x_mean) / (x_std + delta)
-    out = torch.where(valid & ~degenerate[:, None], out, zero)
-    return out.to(out_dtype)
+    return torch.where(valid & ~degenerate[:, None], out, zero).to(out_dtype)
+
+
+def _entropy_gate(h: Tensor, gid: Tensor, valid: Tensor, gamma: float, delta: float) -> Tensor:
+    """ERPO eq. 8, `[N, T]`: `W = sigmoid(gamma * (H - mean_G(H)) / (std_G(H) + delta))` per group `gid`."""
+    h_mean, h_std, _ = segment_stats(h, gid, valid)
+    return torch.sigmoid(gamma * (h - h_mean) / (h_std + delta))
+
+
+def _bucket_normalised(s: Tensor, gid: Tensor, valid: Tensor, num_buckets: int, delta: float) -> Tensor:
+    """ERPO eq. 9, `[N, T]`: the progress signal z-scored within each (group, relative-position bucket `k`),
+    `k = min((t * K) // |o_i|, K - 1)` in integers, t the 1-based position among the response's valid tokens."""
+    pos, length = token_positions(valid)
+    k = torch.clamp((pos * num_buckets) // length.clamp_min(1), max=num_buckets - 1)
+    s_mean, s_std, _ = segment_stats(s, gid * num_buckets + k, valid)
+    return (s - s_mean) / (s_std + delta)
+
+
+def _process_term(w: Tensor, s_tilde: Tensor, a_group: Tensor, gid: Tensor, valid: Tensor, sigma_target: float,
+                  delta: float) -> Tensor:
+    """ERPO eq. 10, `[N, T]`: `Psi = sigma_target * raw / (std_active(raw) + delta)`, `raw = W * sign(A_group) *
+    s~`, the std over the group's active tokens (valid, `A_group != 0`)."""
+    raw = w * torch.sign(a_group)[:, None] * s_tilde
+    active = valid & (a_group != 0)[:, None]
+    _, raw_std, _ = segment_stats(raw, gid, active)
+    return sigma_target * raw / (raw_std + delta)
 
 
 @dataclass

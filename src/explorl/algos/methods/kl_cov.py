@@ -14,8 +14,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from explorl.algos.core import (aggregate, apply_weights, as_constant, centered_cov, check_loss_inputs,
-                                importance_ratio, masked_mean, ratio_stats, top_k_mask, valid_fraction, weight_stats)
+from explorl.algos.aggregation import aggregate, masked_mean
+from explorl.algos.core import (apply_weights, as_constant, centered_cov, check_loss_inputs, importance_ratio,
+                                ratio_stats, top_k_mask, valid_fraction, weight_stats)
 from explorl.algos.registry import Cite, register
 
 

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from explorl.algos.core import (aggregate, apply_weights, as_constant, check_loss_inputs, importance_ratio, ppo_stats,
+from explorl.algos.aggregation import aggregate
+from explorl.algos.core import (apply_weights, as_constant, check_loss_inputs, importance_ratio, ppo_stats,
                                 ppo_token_loss, valid_fraction, weight_stats)
 from explorl.algos.registry import Cite, register
 

@@ -3,19 +3,27 @@
 EAD: anonymous (under double-blind review), "Let it Calm: Exploratory Annealed Decoding for Verifiable Reinforcement
   Learning" (no arXiv id recorded).
 
-Implements the truncated-IS loss of appendix B.2 (docs/methods.md §6c; its sequence level: docs/methods.md §6 and
-§9): the weights `min(pi_old / pi_behaviour, C)` that multiply the token loss as `is_weights`. Not a registry entry
-yet: its settings are the core fields `algo.tis`, `algo.tis_cap` and `algo.tis_level`, read by `explorl.algos.step`.
+Implements the truncated-IS loss of App. B.2 (docs/methods.md §6c; its sequence level: docs/methods.md §6 and
+§9): the weights `min(pi_old / pi_behaviour, C)` that multiply the token loss as `is_weights`. Importance weights
+`tis` (`algo.importance_weights: tis`), options `algo.tis.<field>` (`TisOptions`); `none`, the default, weighs
+nothing. It reads pi_old's and the sampler's (behaviour) log-probs.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from torch import Tensor
 
-from explorl.algos.core import LOG_RATIO_BOUND, masked_mean, valid_fraction, zero_padding
+from explorl.algos.aggregation import masked_mean, zero_padding
+from explorl.algos.core import LOG_RATIO_BOUND, valid_fraction
+from explorl.algos.registry import Cite, lookup, register
+
+if TYPE_CHECKING:
+    from explorl.algos.batch import RolloutBatch
 
 
 TIS_LEVELS: tuple[str, ...] = ("token", "sequence")
@@ -111,3 +119,46 @@ def tis_stats(logprobs: Tensor, behavior_logprobs: Tensor, mask: Tensor, cap: fl
             "is/weight_max": float(w[valid].max()) if n_valid else 1.0,
             "is/truncated_frac": valid_fraction(truncated, valid, n_valid),
         }
+
+
+@dataclass
+class TisOptions:
+    """Truncated importance sampling's options, `algo.tis.<field>` (EAD App. B.2; docs/methods.md §6c)."""
+
+    cap: float = 2.0
+    """Cap C of the truncated importance weights (must be >= 1; the paper names no value)."""
+    level: Literal[TIS_LEVELS] = "token"
+    """Level of the truncated importance weights (docs/methods.md §6). `token` (explorl's default): each token's
+    own min(pi_old / mu, cap). `sequence`: the truncated ratio of whole sequences that EAD writes (App. B.2,
+    min(pi_old(y|x) / pi_EAD(y|x), C)), the same weight on every token of a response, computed in log space."""
+
+
+def _check_tis_options(cfg) -> str | None:
+    o, s = cfg.algo.options["tis"], cfg.sampling
+    if o.level not in TIS_LEVELS:
+        return f"algo.tis.level: {o.level!r} is not a valid choice; valid choices: {', '.join(TIS_LEVELS)}"
+    if not o.cap >= 1.0:
+        return f"algo.tis.cap: must be >= 1, got {o.cap}"
+    # vLLM's kernels are not the trainer's: its log-probs differ from the policy's even at one temperature
+    if lookup("temperature_schedule", s.schedule).behavior_is_policy and s.top_p >= 1.0 and s.engine != "vllm":
+        return (f"algo.importance_weights=tis: the behaviour policy equals the optimised one here (schedule "
+                f"{s.schedule}, top_p = 1), so every importance weight is 1; use sampling.schedule=ead or revead, "
+                f"sampling.engine=vllm, or algo.importance_weights=none")
+    return None
+
+
+@register("importance_weights", "none", needs_old_logprobs=False, cites=(Cite("explorl", doc="1b"),))
+def no_importance_weights(batch: RolloutBatch, loss_mask: Tensor, cfg) -> tuple[None, dict[str, float]]:
+    """No importance weights: the samples are taken as drawn from the optimised policy."""
+    return None, {}
+
+
+@register("importance_weights", "tis", needs_behavior=True, options=TisOptions, check=_check_tis_options,
+          cites=(Cite("EAD", "App. B.2", doc="6c"),))
+def truncated_importance_weights(batch: RolloutBatch, loss_mask: Tensor, cfg, *,
+                                 options: TisOptions) -> tuple[Tensor, dict[str, float]]:
+    """EAD's truncated importance weights of the batch (`tis_weights`) and their statistics (`tis_stats`)."""
+    batch.require("logprobs", "behavior_logprobs", by="algo.importance_weights=tis")
+    weights = tis_weights(batch.logprobs, batch.behavior_logprobs, loss_mask, cap=options.cap, level=options.level)
+    return weights, tis_stats(batch.logprobs, batch.behavior_logprobs, loss_mask, cap=options.cap,
+                              level=options.level)

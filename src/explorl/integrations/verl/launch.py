@@ -48,7 +48,7 @@ from typing import Any
 
 import yaml
 
-from explorl.config import AlgoConfig, Config, ConfigError, dump_yaml, load_config, to_dict
+from explorl.config import Config, ConfigError, dump_yaml, load_config, to_dict
 from explorl.integrations.vllm import PROCESSOR_NAME
 
 VERL_DIR = "verl"
@@ -299,8 +299,9 @@ def trainer_needs(cfg: Config) -> list[str]:
         entry = lookup("shaper", name)
         if entry.extra.get("needs_step", lambda o: False)(entry.options_in(algo)):
             reasons.append(f"shaper {name!r} has a step window")
-    if algo.overlong != AlgoConfig().overlong:  # overlong shaping is on
-        reasons.append(f"algo.overlong={algo.overlong} needs the response-length limit")
+    for name in algo.reward_shapers:  # DAPO's overlong shaping reads the length limit and the truncation flags
+        if lookup("reward_shaper", name).extra.get("needs_length_limit"):
+            reasons.append(f"reward shaper {name!r} needs the response-length limit")
     if needs_control(controller_settings(cfg)):
         reasons.append(f"explorl's controllers steer sampling (sampling.schedule={cfg.sampling.schedule}, "
                        f"budget.policy={cfg.budget.policy})")
@@ -352,6 +353,7 @@ def verl_overrides(cfg: Config, data: DataFiles, *, run_dir: bool = True) -> Ove
     """verl's Hydra overrides for the validated explorl config `cfg` and its converted task `data`; ConfigError
     names an explorl field verl has no counterpart for. `run_dir`: write explorl's run directory (explorl's
     trainer mode then runs even where the method does not need it)."""
+    from explorl.algos import requirements
     from explorl.algos.registry import lookup
     from explorl.models import resolve_model_path
 
@@ -447,8 +449,8 @@ def verl_overrides(cfg: Config, data: DataFiles, *, run_dir: bool = True) -> Ove
     settings = {k: v for k, v in to_dict(a).items() if k not in (*ALGO_OWNED, loss.options_owner)}
     for key, value in _flat("+algorithm.explorl", settings):
         o.set(key, value, f"algo.{key.split('.', 2)[2]}")
-    if a.tis:
-        o.set(f"{R}.calculate_log_probs", True, "algo.tis")
+    if requirements(a).behavior:  # the rollout's own log-probs (EAD's truncated importance weights)
+        o.set(f"{R}.calculate_log_probs", True, "algo.importance_weights")
 
     # rollout controllers and DAPO's dynamic sampling
     control = controller_settings(cfg)
