@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import explorl.algos  # noqa: F401  (registers the built-in methods)
+import explorl.algos.methods  # registers the built-in methods
 from explorl.algos import advantages as A
 from explorl.algos import losses as L
 from explorl.algos.papers import OWN, PAPERS
@@ -54,3 +54,31 @@ def test_the_public_modules_re_export_the_methods_objects(public):
             assert getattr(importlib.import_module(home), name) is obj
     assert A.erpo is importlib.import_module("explorl.algos.methods.erpo").erpo
     assert L.policy_loss is importlib.import_module("explorl.algos.methods.ppo").policy_loss
+
+
+def test_a_new_built_in_method_is_one_new_file(tmp_path):
+    """`explorl.algos.methods` imports every module beside it by name, so a file dropped there registers its
+    entries with no other edit: its `__init__.py` copied into a fresh package beside one new method file (the
+    built-in files are not copied: their names are taken) and imported in a fresh interpreter."""
+    import subprocess
+
+    package = Path(explorl.algos.methods.__file__).parent
+    copy = tmp_path / "methods_copy"
+    copy.mkdir()
+    (copy / "__init__.py").write_text((package / "__init__.py").read_text())
+    (copy / "zz_new.py").write_text(
+        "from explorl.algos.registry import register\n\n\n"
+        "@register('estimator', 'zz_new_estimator', needs_old_logprobs=False)\n"
+        "def zz_new(batch, cfg):\n    return batch.mask * 0\n")
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import explorl.algos, methods_copy; "
+            "from explorl.algos.registry import names; print(methods_copy.MODULES, 'zz_new_estimator' in "
+            "names('estimator'))")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["('zz_new',)", "True"]
+
+
+def test_every_file_of_the_methods_package_is_imported():
+    files = sorted(p.stem for p in Path(explorl.algos.methods.__file__).parent.glob("*.py") if p.stem != "__init__")
+    assert list(explorl.algos.methods.MODULES) == files and all(f"explorl.algos.methods.{f}" in sys.modules
+                                                                 for f in files)

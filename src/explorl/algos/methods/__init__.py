@@ -6,15 +6,16 @@ Estimators: `grpo` (`grpo`, `dr_grpo`), `erpo`, `passk`. Shapers: `cw` (`cw`, `c
 `forking`). Reward shapers: `dapo_overlong` (`dapo_overlong`, `dapo_overlong_filter`: DAPO's overlong shaping).
 Importance weights: `tis` (`none`, `tis`: EAD's truncated importance sampling). The pieces they share are
 `explorl.algos.core` and `explorl.algos.aggregation`; `explorl methods` lists every entry with its paper and the
-`file:line` of its code. Importing this package registers them all (`explorl.algos` imports it; the registry itself
-imports no method).
+`file:line` of its code. Importing this package registers them all, each module of it found by name, so a new built-in
+method is one new file (`explorl.algos` imports this package; the registry itself imports no method).
 """
 
 from __future__ import annotations
 
-from explorl.algos.methods import grpo, erpo, passk  # noqa: F401  (estimators)
-from explorl.algos.methods import cw, ppl, position, entropy_adv  # noqa: F401  (shapers)
-from explorl.algos.methods import ppo, clip_cov, kl_cov  # noqa: F401  (policy losses)
-from explorl.algos.methods import forking  # noqa: F401  (token filters)
-from explorl.algos.methods import dapo_overlong  # noqa: F401  (reward shapers)
-from explorl.algos.methods import tis  # noqa: F401  (importance weights)
+import importlib
+import pkgutil
+
+# every module of this package, in name order: a new method is one new file here and nothing else
+MODULES = tuple(info.name for info in pkgutil.iter_modules(__path__) if not info.name.startswith("_"))
+for _name in MODULES:
+    importlib.import_module(f"{__name__}.{_name}")
