@@ -8,7 +8,7 @@ import importlib.util
 from pathlib import Path
 
 from explorl.config import reference
-from explorl.runs.log import STEP_METRICS
+from explorl.runs.metrics import STEP_METRICS
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()

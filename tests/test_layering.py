@@ -134,7 +134,9 @@ def test_rollout_sits_on_algos():
 @pytest.mark.parametrize("lower", ["explorl.algos", "explorl.rollout", "explorl.config", "explorl.models",
                                    "explorl.tasks"])
 def test_lower_layers_never_import_the_loop(lower):
-    top = ("explorl.train.loop", "explorl.runs.log", "explorl.train.demo", "explorl.finetune.rft")
+    top = ("explorl.train.loop", "explorl.runs.log", "explorl.runs.checkpoints", "explorl.runs.metrics",
+           "explorl.runs.progress", "explorl.runs.failures", "explorl.runs.final", "explorl.runs.jsonl",
+           "explorl.train.demo", "explorl.finetune.rft")
     bad = {m: deps & set(top) for m, deps in GRAPH.items() if m.startswith(lower) and deps & set(top)}
     assert bad == {}
 
@@ -160,7 +162,7 @@ def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
 # matches braces with `rewards.closing_brace`); the loop, the models, the rollout and the experiments sit above it.
 ANALYSIS = tuple(m for m in MODULES if _within(m, ("explorl.analysis",)))
 ANALYSIS_MAY_IMPORT = ("explorl.analysis", "explorl.metrics", "explorl.rewards")
-ABOVE_ANALYSIS = ("explorl.train.loop", "explorl.runs.log", "explorl.rollout", "explorl.models", "explorl.experiments",
+ABOVE_ANALYSIS = ("explorl.train.loop", "explorl.runs", "explorl.rollout", "explorl.models", "explorl.experiments",
                   "explorl.commands")
 
 
@@ -203,14 +205,14 @@ def test_importing_the_algorithm_step_loads_no_other_part_of_explorl():
 
 def test_importing_the_measures_loads_no_model_code():
     """`import explorl.analysis` (and the completions reader) in a fresh interpreter, then a measure that uses the
-    reward module: explorl.analysis.*, explorl.rewards and its sandbox at most; not transformers, the loop, the
-    rollout, the config or the experiments."""
+    reward module: explorl.analysis.*, explorl.rewards and its modules (the checkers, the runner, the sandbox) at
+    most; not transformers, the loop, the rollout, the config or the experiments."""
     code = ("import json, sys, explorl.analysis, explorl.analysis.completions; "
             "explorl.analysis.cut_after_first_box('so \\\\boxed{1} and more'); "
             "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('explorl', 'transformers', 'yaml')))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     loaded = set(json.loads(out))
-    allowed = ("explorl.analysis", "explorl.metrics", "explorl.rewards", "explorl.rewards.sandbox")
+    allowed = ("explorl.analysis", "explorl.metrics", "explorl.rewards")  # explorl.rewards.* included
     assert "explorl.analysis.measures" in loaded and "explorl.rewards" in loaded, loaded
     assert all(m == "explorl" or _within(m, allowed) for m in loaded), loaded
 

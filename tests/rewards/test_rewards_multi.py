@@ -19,7 +19,7 @@ from explorl.config import ConfigError, load_config  # noqa: E402
 from explorl.rewards import (  # noqa: E402
     RewardPart, RewardRunner, WeightedRewards, batched, exact_reward, int_reward, is_batched, resolve_rewards,
 )
-from explorl.runs.log import STEP_METRICS  # noqa: E402
+from explorl.runs.metrics import STEP_METRICS  # noqa: E402
 from explorl.train.loop import RunStopped, train  # noqa: E402
 
 DEFAULT = (int_reward, False)  # a task's own reward, for `auto`

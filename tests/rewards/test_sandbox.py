@@ -133,7 +133,7 @@ def test_exception_comes_back_with_the_worker_traceback(pool):
     assert out.traceback.startswith("Traceback (most recent call last):")
     assert "sandbox_helpers.py" in out.traceback and "in boom" in out.traceback
     assert out.traceback.rstrip().endswith("ValueError: bad input")
-    assert "_worker_main" not in out.traceback  # starts at the called function, not the worker loop
+    assert "worker_main" not in out.traceback  # starts at the called function, not the worker loop
 
 
 def test_a_module_on_a_path_added_after_the_workers_started_imports(tmp_path, monkeypatch):

@@ -87,8 +87,8 @@ def test_sigkill_of_the_trainer_mid_reward_leaves_no_worker_alive_5s_later(tmp_p
 def test_a_worker_whose_parent_is_already_gone_exits_at_once(tmp_path):
     """The parent can die between starting a worker and the worker asking for the signal: the worker sees its parent
     pid is not the one it was given, and exits instead of serving nobody."""
-    code = ("import sys; from explorl.rewards.sandbox import _worker_main; "
-            "_worker_main(0, 0, parent_pid=1, death_signal=False)")  # pid 1 is never this process's parent here
+    code = ("import sys; from explorl.rewards.worker import worker_main; "
+            "worker_main(0, 0, parent_pid=1, death_signal=False)")  # pid 1 is never this process's parent here
     if os.getpid() == 1:
         pytest.skip("the test process is pid 1")
     done = subprocess.run([sys.executable, "-c", code], timeout=60, capture_output=True, text=True)

@@ -23,7 +23,8 @@ from rich.console import Console
 
 from explorl import commands
 from explorl.config import load_config
-from explorl.runs.log import RunLog, load_checkpoint
+from explorl.runs.checkpoints import load_checkpoint
+from explorl.runs.log import RunLog
 from explorl.train.loop import train
 from test_run_control import _killed_after_step_3, _records, _strip, full  # noqa: F401  (full: a fixture)
 
@@ -59,7 +60,7 @@ def test_resume_never_runs_code_from_a_checkpoint(full, tmp_path, monkeypatch):
 
 
 def test_explorls_own_checkpoints_load_as_data_and_anything_else_is_refused_when_written(full, tiny_model, tmp_path):
-    from explorl.runs.log import UnsafeCheckpointError, check_data_only, load_trainer_state
+    from explorl.runs.checkpoints import UnsafeCheckpointError, check_data_only, load_trainer_state
 
     state = load_trainer_state(full / "checkpoints" / "step_0000004" / "trainer_state.pt")  # weights_only=True
     assert {"optimizer", "scheduler", "step", "stream", "torch_rng", "python_rng"} <= set(state)

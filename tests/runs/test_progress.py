@@ -7,7 +7,7 @@ import io
 
 from rich.console import Console
 
-from explorl.runs.log import Progress, format_duration
+from explorl.runs.progress import Progress, format_duration
 
 REC = {"reward/mean": 0.5, "entropy/mean": 1.25, "reward/all_wrong_frac": 0.25, "length/mean": 7.0}
 

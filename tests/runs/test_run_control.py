@@ -16,7 +16,8 @@ from rich.console import Console
 import explorl.evaluation.evaluate as evaluate_module
 import explorl.train.loop as trainer
 from explorl.config import ConfigError, load_config
-from explorl.runs.log import Progress, RunLog
+from explorl.runs.log import RunLog
+from explorl.runs.progress import Progress
 from explorl.train.loop import Interrupted, RunStopped, train
 
 
@@ -374,7 +375,7 @@ def test_the_reward_failure_rule_is_strictly_more_than_the_fraction():
 
 
 def test_a_stops_checkpoint_never_takes_a_scheduled_ones_place(tmp_path):
-    from explorl.runs.log import save_checkpoint
+    from explorl.runs.checkpoints import save_checkpoint
 
     model = torch.nn.Linear(2, 1)
     optimizer = torch.optim.AdamW(model.parameters())

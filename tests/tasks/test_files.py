@@ -141,7 +141,7 @@ def test_parquet_and_json_rows_are_named_with_their_index(tmp_path):
 
 
 def test_rows_are_streamed_and_bad_utf8_names_its_line(tmp_path):
-    from explorl.tasks.files import RowReader
+    from explorl.tasks.rows import RowReader
 
     path = tmp_path / "d.jsonl"
     path.write_bytes(b'{"problem": "a", "answer": 1}\n{"problem": "b", "answer": 2}\n{"problem": \n')

@@ -14,7 +14,7 @@ from explorl.algos.registry import names
 from explorl.algos.step import PreparedBatch
 from explorl.config import load_config
 from explorl.rollout.controllers import PromptStream
-from explorl.runs.log import STEP_METRICS
+from explorl.runs.metrics import STEP_METRICS
 from explorl.train.loop import lr_lambda, train
 
 

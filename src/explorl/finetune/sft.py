@@ -72,7 +72,7 @@ def run_sft(cfg: Config, *, console=None, resume: str | Path | None = None) -> P
     from explorl.config import to_dict
     from explorl.evaluation.evaluate import held_out_evaluator
     from explorl.train.setup import load_run_model, open_run_dir
-    from explorl.runs.log import format_duration
+    from explorl.runs.progress import format_duration
     from explorl.tasks import load_task
     from explorl.tasks.chat import prompt_text
     from explorl.train.update import lr_lambda
@@ -107,7 +107,7 @@ def run_sft(cfg: Config, *, console=None, resume: str | Path | None = None) -> P
         console.print(f"{log.dir} is a complete SFT run ({total}/{total} steps): nothing to do", highlight=False)
         return log.dir
     if resume is not None and log.checkpoints():
-        from explorl.runs.log import load_checkpoint
+        from explorl.runs.checkpoints import load_checkpoint
 
         start = int(load_checkpoint(log.checkpoints()[-1], model, optimizer, scheduler)["step"])  # data only
         console.print(f"resuming {log.dir} after step {start} of {total}", highlight=False)

@@ -20,7 +20,9 @@ from types import SimpleNamespace
 import torch
 
 from explorl.config import Config
-from explorl.runs.log import RunLog, model_card, rollout_metrics
+from explorl.runs.final import model_card
+from explorl.runs.log import RunLog
+from explorl.runs.metrics import rollout_metrics
 
 __all__ = ["open_engine_run", "step_record", "finish_engine_run"]
 
@@ -55,7 +57,7 @@ def step_record(step: int, *, rewards: torch.Tensor, correct: torch.Tensor, grou
                 mask: torch.Tensor, advantages: torch.Tensor, entropy: torch.Tensor | None = None,
                 truncated: torch.Tensor | None = None, temperatures: torch.Tensor | None = None,
                 reward_result=None, extra: dict | None = None) -> dict:
-    """One step's metrics record with `explorl train`'s keys (`runlog.rollout_metrics`).
+    """One step's metrics record with `explorl train`'s keys (`runs.metrics.rollout_metrics`).
 
     Shapes: `rewards [N]` (the weighted reward), `correct [N]` bool (by the task's rule, `Task.correct`),
     `group [N]` (prompt ids 0..G-1), `mask [N, T]`, `advantages [N, T]` (or `[N]`, broadcast over tokens),

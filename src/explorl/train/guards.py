@@ -12,7 +12,8 @@ import threading
 from rich.markup import escape
 
 from explorl.config import Config
-from explorl.runs.log import RewardFailureLog, RunLog
+from explorl.runs.failures import RewardFailureLog
+from explorl.runs.log import RunLog
 from explorl.train.update import NonFiniteError, NonFiniteWeightsError
 
 
