@@ -37,14 +37,14 @@ def pytest_configure(config):
     """`model.device: auto` resolves through the pin below for the whole session (module-scoped fixtures included,
     which pytest sets up before any function-scoped fixture of their first test: a function-scoped pin came too
     late for them, and on a GPU machine they trained on CUDA in bfloat16)."""
-    import explorl.models as models
+    import explorl.models.devices as devices  # where every load looks `resolve_device` up
 
-    resolve = models.resolve_device
+    resolve = devices.resolve_device
 
     def pinned(spec: str = "auto"):
         return resolve("cpu" if spec == "auto" and _PIN_TO_CPU[0] else spec)
 
-    models.resolve_device = pinned
+    devices.resolve_device = pinned
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-import explorl.models as models
+import explorl.models.devices as devices
 
 
 @pytest.fixture(scope="module")
@@ -18,7 +18,7 @@ def seen_by_a_module_fixture():
     real = torch.cuda.is_available
     torch.cuda.is_available = lambda: True  # as on a GPU machine; `auto` must still be the CPU
     try:
-        return models.resolve_device("auto"), os.environ.get("CUDA_VISIBLE_DEVICES")
+        return devices.resolve_device("auto"), os.environ.get("CUDA_VISIBLE_DEVICES")
     finally:
         torch.cuda.is_available = real
 
@@ -30,7 +30,7 @@ def test_auto_is_the_cpu_even_for_a_module_fixture(seen_by_a_module_fixture):
 
 
 def test_an_explicit_device_is_left_as_asked():
-    assert models.resolve_device("cpu") == torch.device("cpu")
+    assert devices.resolve_device("cpu") == torch.device("cpu")
     if not torch.cuda.is_available():
-        with pytest.raises(models.DeviceError, match="model.device='cuda'"):
-            models.resolve_device("cuda")
+        with pytest.raises(devices.DeviceError, match="model.device='cuda'"):
+            devices.resolve_device("cuda")

@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-import explorl.models as models
+import explorl.models.devices as devices
 from explorl import commands
 from explorl.config import load_config
 from explorl.train.loop import train
@@ -37,7 +37,7 @@ def on_device(monkeypatch):
         return device
 
     with simulated_accelerator() as device:
-        monkeypatch.setattr(models, "resolve_device", resolve)
+        monkeypatch.setattr(devices, "resolve_device", resolve)
         monkeypatch.setattr("explorl.commands.common._check_device", lambda spec: None)  # `--device cuda` accepted
         yield handed
 
@@ -85,7 +85,7 @@ def test_every_recipe_trains_on_the_device_as_on_the_cpu(recipe, extra, tiny_mod
     with sdpa_kernel(SDPBackend.MATH):  # the kernel the simulated device's attention dispatches to
         on_cpu = train(_tiny_run(recipe, tiny_model_dir, tmp_path / "cpu", extra), progress=False)
     with simulated_accelerator() as device:
-        monkeypatch.setattr(models, "resolve_device", lambda spec="auto": device)
+        monkeypatch.setattr(devices, "resolve_device", lambda spec="auto": device)
         on_dev = train(_tiny_run(recipe, tiny_model_dir, tmp_path / "dev", extra), progress=False)
     dev_steps, cpu_steps = _steps(on_dev), _steps(on_cpu)
     differ = [(r["step"], k, r.get(k), c.get(k)) for r, c in zip(dev_steps, cpu_steps) for k in r.keys() | c.keys()
@@ -125,7 +125,7 @@ def lora_run(tiny_model_dir, tmp_path_factory):
     """A LoRA run with a KL term (the reference is the base with adapters off), trained and resumed on the device."""
     tmp = tmp_path_factory.mktemp("device_lora")
     with simulated_accelerator() as device, pytest.MonkeyPatch.context() as mp:
-        mp.setattr(models, "resolve_device", lambda spec="auto": device)
+        mp.setattr(devices, "resolve_device", lambda spec="auto": device)
         cfg = _tiny_run(RECIPES[0].with_name("grpo.yaml"), tiny_model_dir, tmp / "lora",
                         ["model.lora.enabled=true", "model.lora.rank=2", "algo.kl_coef=0.1"])
         train(cfg, progress=False)
@@ -154,7 +154,7 @@ def test_eval_on_the_device_reproduces_the_cpu_numbers(tmp_path, monkeypatch):
     with sdpa_kernel(SDPBackend.MATH):
         assert commands.main([*argv, "--out", str(tmp_path / "cpu.json")]) == 0
     with simulated_accelerator() as device:
-        monkeypatch.setattr(models, "resolve_device", lambda spec="auto": device)
+        monkeypatch.setattr(devices, "resolve_device", lambda spec="auto": device)
         assert commands.main([*argv, "--out", str(tmp_path / "dev.json")]) == 0
     cpu, dev = (json.loads((tmp_path / f"{x}.json").read_text()) for x in ("cpu", "dev"))
     counted = [k for k in cpu if k.split("@")[0] in ("pass", "avg", "maj", "worst") or k == "length"]

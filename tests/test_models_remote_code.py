@@ -97,10 +97,12 @@ def test_a_run_directory_alone_does_not_turn_remote_code_on(tmp_path, capsys):
 
 def test_evaluating_or_exporting_a_run_never_follows_its_trust_remote_code(monkeypatch, tmp_path):
     import explorl.models as models
+    import explorl.models.run_outputs
     from explorl.config import Config
 
-    seen = []
-    monkeypatch.setattr(models, "load_policy", lambda cfg: seen.append(cfg) or ("model", "tok", "cpu"))
+    seen = []  # replaced where load_run_output looks it up
+    monkeypatch.setattr(explorl.models.run_outputs, "load_policy",
+                        lambda cfg: seen.append(cfg) or ("model", "tok", "cpu"))
     cfg = Config()
     cfg.model.trust_remote_code = True  # what a downloaded run's config.yaml may say
     out = models.RunOutput(kind="final", run_dir=tmp_path, model_dir=tmp_path / "final")

@@ -35,13 +35,16 @@ def out(monkeypatch):
 def no_work(monkeypatch):
     """Fail the test if the CLI gets as far as loading a model or training."""
     import explorl.models
+    import explorl.models.run_outputs
     import explorl.train.loop
 
     def boom(*a, **k):
         raise AssertionError("the CLI started real work")
 
     monkeypatch.setattr(explorl.train.loop, "train", boom)
-    monkeypatch.setattr(explorl.models, "load_policy", boom)
+    # where the commands look it up (the package) and where `load_run_output` does
+    for where in (explorl.models, explorl.models.run_outputs):
+        monkeypatch.setattr(where, "load_policy", boom)
 
 
 def make_tiny_model(path: Path) -> Path:
@@ -297,12 +300,15 @@ def test_config_explain_of_a_method_with_a_reference_says_so(out):
 def no_weights(monkeypatch, no_work):
     """`no_work`, and fail the test if any weights are loaded (from_pretrained of a model)."""
     import explorl.models
+    import explorl.models.loading
     from transformers import AutoModelForCausalLM
 
     def boom(*a, **k):
         raise AssertionError("weights were loaded")
 
-    monkeypatch.setattr(explorl.models, "load_causal_lm", boom, raising=False)  # (absent before issue 10)
+    # where the commands look it up (the package) and where `load_policy` does
+    for where in (explorl.models, explorl.models.loading):
+        monkeypatch.setattr(where, "load_causal_lm", boom)
     monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", boom)
 
 

@@ -124,40 +124,19 @@ def _fingerprints(run, run_cfg, model_path: str) -> dict:
 
 
 def cmd_eval(args) -> int:
-    from explorl.finetune.bootstrap import load_model_under_test
+    """Check the flags, resolve the settings (a run's own, flags override), load the model, evaluate it on the
+    split and on each extra held-out set, print the table and write the summary (and what the flags ask for)."""
     from explorl.config import ModelConfig, from_dict
     from explorl.evaluation.settings import resolve_eval_settings
-    from explorl.evaluation.evaluate import evaluate
-    from explorl.tasks import load_task
-    from explorl.tasks.chat import prompt_encoder
+    from explorl.finetune.bootstrap import load_model_under_test
 
     console = common.console
-    if args.k is not None:
-        ks = _parse_ks(args.k)
-    elif args.curve:  # the curve's own k (`evaluate.curve_ks`), never beyond n
-        from explorl.evaluation.evaluate import curve_ks
-
-        ks = curve_ks(args.n)
-    else:
-        ks = _parse_ks("1,2,4,8,16")
+    ks = _eval_ks(args)
     _check_ks_within_n(ks, args.n)
     if args.python_path:  # before a reward module is imported or a worker starts (workers inherit sys.path)
-        from explorl.config.validation import use_python_path
-
-        missing = [d for d in args.python_path if not Path(d).expanduser().is_dir()]
-        if missing:
-            raise SystemExit(f"--python-path: {', '.join(missing)} is not a directory")
-        use_python_path([str(Path(d).expanduser().resolve()) for d in args.python_path])
+        _use_python_path(args.python_path)
     opts = _task_opts(args.task_opt)
-    if args.match_entropy is not None:  # checked before any model loads
-        if args.match_entropy != "base":
-            try:
-                float(args.match_entropy)
-            except ValueError:
-                raise SystemExit(f"--match-entropy: {args.match_entropy!r} is neither a number (nats) nor `base`; "
-                                 "pass e.g. --match-entropy 0.8 or --match-entropy base") from None
-        if args.calibration < 1:
-            raise SystemExit(f"--calibration: {args.calibration} must be at least 1 (problems to calibrate on)")
+    _check_match_entropy_flags(args)  # checked before any model loads
     _check_device(args.device)
     for flag, path in (("--out", args.out), ("--save-completions", args.save_completions),
                        ("--per-problem", args.per_problem)):
@@ -172,41 +151,14 @@ def cmd_eval(args) -> int:
                          f"--schedule {s.schedule}; drop one of them")
     # checked before the model loads: more held-out sets (--eval-set, else the run's run.eval_sets)
     extra_sets = _eval_sets(args.eval_set, task_cfg, run_cfg if not args.eval_set else None)
-    shown = Table(title=Text("eval settings" + (f" (run config: {run.config_path}; flags override it)"
-                                                if run is not None else "")))
-    for col in ("setting", "value", "from"):
-        shown.add_column(col, overflow="fold")
-    for name, value, where in s.settings:
-        shown.add_row(Text(name), Text(repr(value) if name == "prompt template" else str(value)), Text(where))
-    console.print(shown)
+    _print_settings(s)
     model, tok = load_model_under_test(run, run_cfg, model_cfg, console)
     label = run.label if run is not None else Path(args.model).name
     matched = None
     if args.match_entropy is not None:
         s, matched = _match_entropy(args, s, model, tok, model_cfg)
-    from rich.progress import Progress
-
     failures: list = []
-    with Progress(console=console, disable=not console.is_terminal) as bar:
-        job = bar.add_task("eval", total=len(problems))
-        summary, per_problem = evaluate(model, tok, problems, s.task, n=args.n, ks=ks,
-                                        temperature=s.sampler_temperature, encode=prompt_encoder(tok, task_cfg),
-                                        top_p=s.top_p, max_new_tokens=s.max_new_tokens, seed=args.seed,
-                                        reward_timeout_s=task_cfg.reward_timeout_s, fast_path=s.fast_path,
-                                        compile=s.compile,
-                                        progress=lambda k: bar.advance(job, k), analyze=args.analyze,
-                                        keep_completions=bool(args.save_completions), failures=failures)
-        sets = {}  # each extra held-out set reported on its own
-        for set_name, set_cfg in extra_sets.items():
-            set_task = load_task(set_cfg)
-            set_problems = set_task.eval[: args.limit] if args.limit else set_task.eval
-            job = bar.add_task(f"eval {set_name}", total=len(set_problems))
-            sets[set_name], _ = evaluate(model, tok, set_problems, set_task, n=args.n, ks=ks,
-                                         temperature=s.sampler_temperature, encode=prompt_encoder(tok, set_cfg),
-                                         top_p=s.top_p, max_new_tokens=s.max_new_tokens, seed=args.seed,
-                                         reward_timeout_s=set_cfg.reward_timeout_s, fast_path=s.fast_path,
-                                         compile=s.compile,
-                                         progress=lambda k, j=job: bar.advance(j, k))
+    summary, per_problem, sets = _evaluate_all(args, s, model, tok, ks, extra_sets, failures)
     if args.curve:
         from explorl.evaluation.evaluate import k_curves
 
@@ -225,16 +177,8 @@ def cmd_eval(args) -> int:
     out_path.parent.mkdir(parents=True, exist_ok=True)
     per_problem_path = Path(args.per_problem) if args.per_problem else None
     if args.analyze:
-        from explorl.analysis.measures import mean_answer_diversity
-
-        unsolvable = sorted(r.id for r in per_problem if not any(r.correct))
-        out["unsolvable"] = unsolvable
-        out["answer_diversity"] = mean_answer_diversity({r.id: r.answers for r in per_problem})
+        _add_analysis(out, summary, per_problem, args.n)
         per_problem_path = per_problem_path or out_path.with_suffix(".problems.jsonl")
-        profile = ", ".join("-" if v is None else f"{v:.3f}" for v in summary["entropy/by_position"])
-        console.print(f"unsolvable with n={args.n}: {len(unsolvable)} of {len(per_problem)} problems; "
-                      f"mean rollout branching factor {summary['branching']:.3f}; distinct answers per problem "
-                      f"{out['answer_diversity']:.2f}\nentropy by relative position (10 bins): {profile}")
     out_path.write_text(json.dumps(out, indent=2))
     console.print(Text(f"wrote {out_path}"))
     failed = _reward_failures(failures, summary, s)
@@ -243,11 +187,100 @@ def cmd_eval(args) -> int:
     if args.save_completions:
         _write_completions(Path(args.save_completions), per_problem)
     if per_problem_path is not None:
-        with open(per_problem_path, "w") as f:
-            for r in per_problem:
-                f.write(json.dumps({k: v for k, v in r.__dict__.items() if k != "completions"}) + "\n")
-        console.print(Text(f"wrote {per_problem_path} (one line per problem)"))
+        _write_per_problem(per_problem_path, per_problem)
     return 0
+
+
+def _eval_ks(args) -> list[int]:
+    """`--k`, else with `--curve` the curve's own k (`evaluate.curve_ks`, never beyond n), else 1, 2, 4, 8, 16."""
+    if args.k is not None:
+        return _parse_ks(args.k)
+    if args.curve:
+        from explorl.evaluation.evaluate import curve_ks
+
+        return curve_ks(args.n)
+    return _parse_ks("1,2,4,8,16")
+
+
+def _use_python_path(dirs: list[str]) -> None:
+    """`--python-path`: each directory must exist; searched first for modules from now on."""
+    from explorl.config.validation import use_python_path
+
+    missing = [d for d in dirs if not Path(d).expanduser().is_dir()]
+    if missing:
+        raise SystemExit(f"--python-path: {', '.join(missing)} is not a directory")
+    use_python_path([str(Path(d).expanduser().resolve()) for d in dirs])
+
+
+def _check_match_entropy_flags(args) -> None:
+    """`--match-entropy` is a number (nats) or `base`, and `--calibration` at least 1 (when it is given)."""
+    if args.match_entropy is None:
+        return
+    if args.match_entropy != "base":
+        try:
+            float(args.match_entropy)
+        except ValueError:
+            raise SystemExit(f"--match-entropy: {args.match_entropy!r} is neither a number (nats) nor `base`; "
+                             "pass e.g. --match-entropy 0.8 or --match-entropy base") from None
+    if args.calibration < 1:
+        raise SystemExit(f"--calibration: {args.calibration} must be at least 1 (problems to calibrate on)")
+
+
+def _print_settings(s) -> None:
+    """The settings the evaluation runs with, each with where it came from."""
+    shown = Table(title=Text("eval settings" + (f" (run config: {s.run.config_path}; flags override it)"
+                                                if s.run is not None else "")))
+    for col in ("setting", "value", "from"):
+        shown.add_column(col, overflow="fold")
+    for name, value, where in s.settings:
+        shown.add_row(Text(name), Text(repr(value) if name == "prompt template" else str(value)), Text(where))
+    common.console.print(shown)
+
+
+def _evaluate_all(args, s, model, tok, ks: list[int], extra_sets: dict, failures: list) -> tuple[dict, list, dict]:
+    """(summary, per-problem results) on the evaluated split, and the summary of each extra held-out set, reported
+    on its own; every reward failure of the split is appended to `failures`."""
+    from rich.progress import Progress
+
+    from explorl.evaluation.evaluate import evaluate
+    from explorl.tasks import load_task
+    from explorl.tasks.chat import prompt_encoder
+
+    with Progress(console=common.console, disable=not common.console.is_terminal) as bar:
+        job = bar.add_task("eval", total=len(s.problems))
+        summary, per_problem = evaluate(model, tok, s.problems, s.task, n=args.n, ks=ks,
+                                        temperature=s.sampler_temperature, encode=prompt_encoder(tok, s.task_cfg),
+                                        top_p=s.top_p, max_new_tokens=s.max_new_tokens, seed=args.seed,
+                                        reward_timeout_s=s.task_cfg.reward_timeout_s, fast_path=s.fast_path,
+                                        compile=s.compile,
+                                        progress=lambda k: bar.advance(job, k), analyze=args.analyze,
+                                        keep_completions=bool(args.save_completions), failures=failures)
+        sets = {}
+        for set_name, set_cfg in extra_sets.items():
+            set_task = load_task(set_cfg)
+            set_problems = set_task.eval[: args.limit] if args.limit else set_task.eval
+            job = bar.add_task(f"eval {set_name}", total=len(set_problems))
+            sets[set_name], _ = evaluate(model, tok, set_problems, set_task, n=args.n, ks=ks,
+                                         temperature=s.sampler_temperature, encode=prompt_encoder(tok, set_cfg),
+                                         top_p=s.top_p, max_new_tokens=s.max_new_tokens, seed=args.seed,
+                                         reward_timeout_s=set_cfg.reward_timeout_s, fast_path=s.fast_path,
+                                         compile=s.compile,
+                                         progress=lambda k, j=job: bar.advance(j, k))
+    return summary, per_problem, sets
+
+
+def _add_analysis(out: dict, summary: dict, per_problem, n: int) -> None:
+    """`--analyze`: the unsolvable problems and the answer diversity added to the record `out`, and said with the
+    branching factor and the entropy profile."""
+    from explorl.analysis.measures import mean_answer_diversity
+
+    unsolvable = sorted(r.id for r in per_problem if not any(r.correct))
+    out["unsolvable"] = unsolvable
+    out["answer_diversity"] = mean_answer_diversity({r.id: r.answers for r in per_problem})
+    profile = ", ".join("-" if v is None else f"{v:.3f}" for v in summary["entropy/by_position"])
+    common.console.print(f"unsolvable with n={n}: {len(unsolvable)} of {len(per_problem)} problems; "
+                         f"mean rollout branching factor {summary['branching']:.3f}; distinct answers per problem "
+                         f"{out['answer_diversity']:.2f}\nentropy by relative position (10 bins): {profile}")
 
 
 def _match_entropy(args, s, model, tok, model_cfg):
@@ -332,3 +365,11 @@ def _write_completions(path: Path, per_problem) -> None:
                 f.write(json.dumps(dict(zip(COMPLETION_FIELDS, row))) + "\n")
     common.console.print(Text(f"wrote {path} ({sum(len(r.completions) for r in per_problem)} completions; "
                               f"`explorl analyze {path}` reports on them)"))
+
+
+def _write_per_problem(path: Path, per_problem) -> None:
+    """One JSON line per problem: its results without the sampled texts."""
+    with open(path, "w") as f:
+        for r in per_problem:
+            f.write(json.dumps({k: v for k, v in r.__dict__.items() if k != "completions"}) + "\n")
+    common.console.print(Text(f"wrote {path} (one line per problem)"))

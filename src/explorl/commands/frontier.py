@@ -88,55 +88,18 @@ def _write_partial(path: Path, setting: dict, fingerprints: dict, points: dict) 
 
 
 def cmd_frontier(args) -> int:
+    """Evaluate every model at every temperature (reusing the points of frontier.partial.json), print the points
+    and the paired differences at equal entropy, and write frontier.json and frontier.png to `--out`."""
     from rich.progress import Progress
 
-    from explorl.finetune.bootstrap import load_model_under_test
-    from explorl.commands.eval import _fingerprints
-    from explorl.config import ModelConfig, from_dict
-    from explorl.evaluation.settings import resolve_eval_settings
-    from explorl.evaluation.evaluate import MixedModelsError, check_same_base, evaluate
-    from explorl.evaluation.frontier import FrontierPoint, entropy_grid, paired_frontier_difference, shared_entropy_range
-    from explorl.metrics import bootstrap_ci, pass_at_k
+    from explorl.evaluation.frontier import FrontierPoint
     from explorl.report.plots import plot_frontier
-    from explorl.tasks.chat import prompt_encoder
 
     console = common.console
-    # everything is checked before the first model loads
-    temps = _temperatures(args.temperatures)
-    ks = _parse_ks(args.k) if args.k is not None else sorted({1, args.n})
-    _check_ks_within_n(ks, args.n)
-    if args.grid < 1:
-        raise SystemExit(f"--grid: {args.grid} must be at least 1")
-    _check_device(args.device)
-    refuse_to_replace(args.out, "--out", args.overwrite, own=(PARTIAL, "frontier.json"))
-    labels = [x.strip() for x in args.labels.split(",")] if args.labels else []
-    if labels and len(labels) != len(args.models):
-        raise SystemExit(f"--labels: {len(labels)} names for {len(args.models)} models")
-    opts = _task_opts(args.task_opt)
-    settings = []
-    for path in args.models:
-        # the first model's run fixes the task and length; the others are evaluated on exactly that split
-        first = settings[0] if settings else None
-        s = resolve_eval_settings(path, args.task or (first.task_cfg.name if first else None), opts,
-                                  max_new_tokens=args.max_new_tokens or (first.max_new_tokens if first else None),
-                                  temperature=1.0, top_p=args.top_p if args.top_p is not None else
-                                  (first.top_p if first else None), limit=args.limit)
-        if first is not None and [p.prompt for p in s.problems] != [p.prompt for p in first.problems]:
-            raise SystemExit(f"{path}: its run evaluates another split than {args.models[0]}'s; pass --task and "
-                             f"--task-opt so that every model is evaluated on the same problems")
-        settings.append(s)
-    names = []
-    for i, (path, s) in enumerate(zip(args.models, settings)):
-        name = labels[i] if labels else (s.run.label if s.run is not None else Path(path).name)
-        names.append(name if name not in names else f"{name}-{i}")
-    fingerprints = {name: _fingerprints(s.run, s.run_cfg, path) for name, path, s in zip(names, args.models, settings)}
-    try:
-        warnings = check_same_base(fingerprints)
-    except MixedModelsError as e:
-        raise SystemExit(str(e)) from None
-    for warning in warnings:
-        console.print(Text(f"warning: {warning}"), style="yellow")
-
+    temps, ks, labels = _checked_flags(args)  # everything is checked before the first model loads
+    settings = _same_split_settings(args)
+    names = _model_names(args.models, labels, settings)
+    fingerprints = _checked_fingerprints(names, args.models, settings)
     s0 = settings[0]
     console.print(Text(f"frontier: {len(args.models)} models on {s0.task_cfg.name} ({len(s0.problems)} problems), "
                        f"n={args.n}, temperatures {', '.join(f'{t:g}' for t in temps)}, "
@@ -153,44 +116,133 @@ def cmd_frontier(args) -> int:
     done = _recorded_points(partial, setting, fingerprints)
     if done:
         console.print(Text(f"continuing from {partial}: {len(done)} point(s) already evaluated"))
+
+    def keep(key: str, point: FrontierPoint) -> None:
+        done[key] = {"entropy": point.entropy, "correct": point.correct}
+        _write_partial(partial, setting, fingerprints, done)
+
     frontiers: dict[str, list[FrontierPoint]] = {}
     with Progress(console=console, disable=not console.is_terminal) as bar:
         for name, path, s in zip(names, args.models, settings):
-            points, shown = [], []
-            model = tok = encode = None
-            for t in temps:
-                key = _point_key(name, path, t)
-                if key in done:
-                    entry = done[key]
-                    point = FrontierPoint(t, entry["entropy"], args.n, dict(entry["correct"]))
-                else:
-                    if model is None:
-                        model_cfg = from_dict(ModelConfig, {"path": path, "device": args.device, "dtype": args.dtype})
-                        model, tok = load_model_under_test(s.run, s.run_cfg, model_cfg, console)
-                        encode = prompt_encoder(tok, s.task_cfg)
-                    job = bar.add_task(f"{name} T={t:g}", total=len(s.problems))
-                    summary, results = evaluate(model, tok, s.problems, s.task, n=args.n, ks=ks, temperature=t,
-                                                encode=encode, top_p=s0.top_p, max_new_tokens=s0.max_new_tokens,
-                                                seed=args.seed, reward_timeout_s=s.task_cfg.reward_timeout_s,
-                                                fast_path=s.fast_path, compile=s.compile,
-                                                progress=lambda c, j=job: bar.advance(j, c))
-                    # problem ids as strings, as they read back from the JSON record
-                    point = FrontierPoint(t, summary["entropy"], args.n,
-                                          {str(r.id): sum(r.correct) for r in results})
-                    done[key] = {"entropy": point.entropy, "correct": point.correct}
-                    _write_partial(partial, setting, fingerprints, done)
-                    if not console.is_terminal:  # a log file gets one line per point instead of the bar
-                        console.print(Text(f"{name} T={t:g}: entropy {point.entropy:.4f}, "
-                                           + ", ".join(f"pass@{k} {summary[f'pass@{k}']:.3f}" for k in ks)))
-                points.append(point)
-                shown.append({"temperature": t, "entropy": point.entropy, "correct": dict(point.correct),
-                              **{f"pass@{k}": list(bootstrap_ci([pass_at_k(args.n, c, k)
-                                                                  for c in point.correct.values()], seed=args.seed))
-                                 for k in ks}})
-            frontiers[name] = points
+            frontiers[name], shown = _model_frontier(args, name, path, s, s0, temps, ks, done, keep, bar)
             record["models"][name] = {"path": path, **fingerprints[name], "points": shown}
-            del model
-    table = Table(title=f"pass@k against sampling entropy ({len(s0.problems)} problems, n={args.n}; 95% intervals "
+    _print_points(record, names, ks, len(s0.problems), args.n)
+    paired = _paired_differences(frontiers, names, ks, args.grid, args.seed)
+    record["paired"] = {name: {str(k): v for k, v in by_k.items()} for name, by_k in paired.items()}
+    (out / "frontier.json").write_text(json.dumps(record, indent=1) + "\n")
+    png = plot_frontier({n: record["models"][n]["points"] for n in names}, ks, paired, out / "frontier.png")
+    console.print(f"wrote {out / 'frontier.json'} and {png}")
+    return 0
+
+
+def _checked_flags(args) -> tuple[list[float], list[int], list[str]]:
+    """(temperatures, ks, labels) of the command line, each checked; `--out` may be written."""
+    temps = _temperatures(args.temperatures)
+    ks = _parse_ks(args.k) if args.k is not None else sorted({1, args.n})
+    _check_ks_within_n(ks, args.n)
+    if args.grid < 1:
+        raise SystemExit(f"--grid: {args.grid} must be at least 1")
+    _check_device(args.device)
+    refuse_to_replace(args.out, "--out", args.overwrite, own=(PARTIAL, "frontier.json"))
+    labels = [x.strip() for x in args.labels.split(",")] if args.labels else []
+    if labels and len(labels) != len(args.models):
+        raise SystemExit(f"--labels: {len(labels)} names for {len(args.models)} models")
+    return temps, ks, labels
+
+
+def _same_split_settings(args) -> list:
+    """Each model's evaluation settings (`resolve_eval_settings`). The first model's run fixes the task, length and
+    top-p; the others are evaluated on exactly that split, or the command stops."""
+    from explorl.evaluation.settings import resolve_eval_settings
+
+    opts = _task_opts(args.task_opt)
+    settings = []
+    for path in args.models:
+        first = settings[0] if settings else None
+        s = resolve_eval_settings(path, args.task or (first.task_cfg.name if first else None), opts,
+                                  max_new_tokens=args.max_new_tokens or (first.max_new_tokens if first else None),
+                                  temperature=1.0, top_p=args.top_p if args.top_p is not None else
+                                  (first.top_p if first else None), limit=args.limit)
+        if first is not None and [p.prompt for p in s.problems] != [p.prompt for p in first.problems]:
+            raise SystemExit(f"{path}: its run evaluates another split than {args.models[0]}'s; pass --task and "
+                             f"--task-opt so that every model is evaluated on the same problems")
+        settings.append(s)
+    return settings
+
+
+def _model_names(paths: list[str], labels: list[str], settings: list) -> list[str]:
+    """`--labels`, else each run's label or the model directory's name; a name taken already gets `-i`."""
+    names: list[str] = []
+    for i, (path, s) in enumerate(zip(paths, settings)):
+        name = labels[i] if labels else (s.run.label if s.run is not None else Path(path).name)
+        names.append(name if name not in names else f"{name}-{i}")
+    return names
+
+
+def _checked_fingerprints(names: list[str], paths: list[str], settings: list) -> dict:
+    """Each model's fingerprints (`commands.eval._fingerprints`); the command stops when the models do not share a
+    base (`evaluate.check_same_base`), and says its warnings."""
+    from explorl.commands.eval import _fingerprints
+    from explorl.evaluation.evaluate import MixedModelsError, check_same_base
+
+    fingerprints = {name: _fingerprints(s.run, s.run_cfg, path) for name, path, s in zip(names, paths, settings)}
+    try:
+        warnings = check_same_base(fingerprints)
+    except MixedModelsError as e:
+        raise SystemExit(str(e)) from None
+    for warning in warnings:
+        common.console.print(Text(f"warning: {warning}"), style="yellow")
+    return fingerprints
+
+
+def _model_frontier(args, name: str, path: str, s, s0, temps: list[float], ks: list[int], done: dict, keep,
+                    bar) -> tuple[list, list[dict]]:
+    """One model's frontier points at every temperature, and each as recorded in frontier.json (with pass@k's
+    bootstrap interval over problems). A point in `done` is reused; the model loads only when a point is missing,
+    and every point evaluated is handed to `keep(key, point)` at once."""
+    from explorl.config import ModelConfig, from_dict
+    from explorl.evaluation.evaluate import evaluate
+    from explorl.evaluation.frontier import FrontierPoint
+    from explorl.finetune.bootstrap import load_model_under_test
+    from explorl.metrics import bootstrap_ci, pass_at_k
+    from explorl.tasks.chat import prompt_encoder
+
+    console = common.console
+    points, shown = [], []
+    model = tok = encode = None
+    for t in temps:
+        key = _point_key(name, path, t)
+        if key in done:
+            entry = done[key]
+            point = FrontierPoint(t, entry["entropy"], args.n, dict(entry["correct"]))
+        else:
+            if model is None:
+                model_cfg = from_dict(ModelConfig, {"path": path, "device": args.device, "dtype": args.dtype})
+                model, tok = load_model_under_test(s.run, s.run_cfg, model_cfg, console)
+                encode = prompt_encoder(tok, s.task_cfg)
+            job = bar.add_task(f"{name} T={t:g}", total=len(s.problems))
+            summary, results = evaluate(model, tok, s.problems, s.task, n=args.n, ks=ks, temperature=t,
+                                        encode=encode, top_p=s0.top_p, max_new_tokens=s0.max_new_tokens,
+                                        seed=args.seed, reward_timeout_s=s.task_cfg.reward_timeout_s,
+                                        fast_path=s.fast_path, compile=s.compile,
+                                        progress=lambda c, j=job: bar.advance(j, c))
+            # problem ids as strings, as they read back from the JSON record
+            point = FrontierPoint(t, summary["entropy"], args.n, {str(r.id): sum(r.correct) for r in results})
+            keep(key, point)
+            if not console.is_terminal:  # a log file gets one line per point instead of the bar
+                console.print(Text(f"{name} T={t:g}: entropy {point.entropy:.4f}, "
+                                   + ", ".join(f"pass@{k} {summary[f'pass@{k}']:.3f}" for k in ks)))
+        points.append(point)
+        shown.append({"temperature": t, "entropy": point.entropy, "correct": dict(point.correct),
+                      **{f"pass@{k}": list(bootstrap_ci([pass_at_k(args.n, c, k) for c in point.correct.values()],
+                                                        seed=args.seed))
+                         for k in ks}})
+    return points, shown
+
+
+def _print_points(record: dict, names: list[str], ks: list[int], problems: int, n: int) -> None:
+    """Every model's points: temperature, entropy and pass@k with its 95% interval over problems."""
+    table = Table(title=f"pass@k against sampling entropy ({problems} problems, n={n}; 95% intervals "
                         f"over problems)")
     for col in ("model", "T", "entropy", *(f"pass@{k}" for k in ks)):
         table.add_column(col, justify="left" if col == "model" else "right")
@@ -199,15 +251,23 @@ def cmd_frontier(args) -> int:
             table.add_row(Text(name), f"{p['temperature']:g}", f"{p['entropy']:.4f}",
                           *(f"{p[f'pass@{k}'][0]:.3f} [{p[f'pass@{k}'][1]:.3f}, {p[f'pass@{k}'][2]:.3f}]"
                             for k in ks))
-    console.print(table)
+    common.console.print(table)
 
+
+def _paired_differences(frontiers: dict, names: list[str], ks: list[int], grid_size: int, seed: int) -> dict:
+    """Each model minus the first at equal sampling entropy, paired over problems, at `grid_size` entropies over
+    the range all models reach ({name: {k: rows}}), printed as a table; empty (and said) when the ranges do not
+    overlap, or for one model."""
+    from explorl.evaluation.frontier import entropy_grid, paired_frontier_difference, shared_entropy_range
+
+    console = common.console
     low, high = shared_entropy_range(frontiers)
     paired: dict = {}
     if len(names) > 1 and low <= high:
-        grid = entropy_grid(low, high, args.grid)
+        grid = entropy_grid(low, high, grid_size)
         for name in names[1:]:
             paired[name] = {k: paired_frontier_difference(frontiers[names[0]], frontiers[name], k, grid,
-                                                          seed=args.seed) for k in ks}
+                                                          seed=seed) for k in ks}
         diff = Table(title=f"pass@k minus {names[0]} at equal sampling entropy, paired over problems (95% bootstrap "
                            f"interval)")
         for col in ("model", "entropy", *(f"pass@{k}" for k in ks)):
@@ -221,8 +281,4 @@ def cmd_frontier(args) -> int:
         console.print(Text(f"the models' entropy ranges do not overlap (the largest low end {low:.4f} is above the "
                            f"smallest high end {high:.4f}): no difference at equal entropy; widen --temperatures"),
                       style="yellow")
-    record["paired"] = {name: {str(k): v for k, v in by_k.items()} for name, by_k in paired.items()}
-    (out / "frontier.json").write_text(json.dumps(record, indent=1) + "\n")
-    png = plot_frontier({n: record["models"][n]["points"] for n in names}, ks, paired, out / "frontier.png")
-    console.print(f"wrote {out / 'frontier.json'} and {png}")
-    return 0
+    return paired

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -58,57 +58,87 @@ def evaluate(model, tokenizer, problems: Sequence, task, *, n: int, ks: Sequence
     `keep_completions`, each `ProblemResult` keeps its sampled texts (`completions`). `failures`, when given, gets
     every reward failure (`rewards.RewardFailure`: what failed, with its traceback) appended.
     """
-    from explorl.analysis.measures import entropy_by_position
-
     device = next(model.parameters()).device
     gen = torch.Generator(device=device).manual_seed(seed)
     runner = task.reward_runner(reward_timeout_s)
     results: list[ProblemResult] = []
-    errors = timeouts = 0
-    ent_sum = tok_sum = 0.0
-    profile_sum, profile_count = torch.zeros(10, dtype=torch.float64), torch.zeros(10, dtype=torch.float64)
-    eos = tokenizer.eos_token_id
+    totals = _Totals()
     for start in range(0, len(problems), prompts_per_batch):
         chunk = problems[start:start + prompts_per_batch]
         ids = [encode(p) if encode else tokenizer.encode(p.prompt, add_special_tokens=False) for p in chunk]
-        ro = sample(model, ids, n, eos_token_id=eos, pad_token_id=tokenizer.pad_token_id,
+        ro = sample(model, ids, n, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
                     max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, generator=gen,
                     fast_path=fast_path, compile=compile)
-        texts = decode_responses(tokenizer, ro)
-        group = ro.group.tolist()
-        rr = runner(texts, [chunk[g].answer for g in group], [chunk[g].meta for g in group])
-        judged = task.correct(rr)
-        errors += rr.errors
-        timeouts += rr.timeouts
-        if failures is not None:
-            failures += rr.failures
-        ent_sum += float((ro.entropy * ro.mask).sum())
-        tok_sum += float(ro.mask.sum())
-        lengths = ro.lengths.tolist()
-        ent_rows = ((ro.entropy * ro.mask).sum(-1) / ro.mask.sum(-1).clamp_min(1)).tolist()
-        bf_rows = None
-        if analyze:
-            per_token = callable(temperature) or isinstance(temperature, torch.Tensor)
-            bf_rows = response_branching(model, ro, ro.temperatures if per_token else temperature,
-                                         branching_top_p).tolist()
-            prof = entropy_by_position(ro.entropy, ro.mask, bins=10).double().cpu()
-            seen = ~torch.isnan(prof)
-            weight = float(ro.mask.sum())
-            profile_sum[seen] += prof[seen] * weight
-            profile_count[seen] += weight
-        for j, p in enumerate(chunk):
-            rows = [i for i, g in enumerate(group) if g == j]
-            rewards = [rr.rewards[i] for i in rows]
-            results.append(ProblemResult(
-                id=str(p.meta.get("id", start + j)), prompt=p.prompt, answer=p.answer,
-                correct=[judged[i] for i in rows], answers=[task.extract_answer(texts[i]) for i in rows],
-                rewards=rewards, mean_entropy=sum(ent_rows[i] for i in rows) / len(rows),
-                mean_length=sum(lengths[i] for i in rows) / len(rows),
-                mean_branching=None if bf_rows is None else sum(bf_rows[i] for i in rows) / len(rows),
-                well_formatted=sum(task.well_formatted(texts[i]) for i in rows),
-                completions=[texts[i] for i in rows] if keep_completions else None))
+        results += _score_batch(model, tokenizer, task, runner, chunk, start, ro, totals, temperature=temperature,
+                                analyze=analyze, branching_top_p=branching_top_p,
+                                keep_completions=keep_completions, failures=failures)
         if progress is not None:
             progress(len(chunk))
+    return _summary(results, totals, n=n, ks=ks, seed=seed, analyze=analyze), results
+
+
+@dataclass
+class _Totals:
+    """What an evaluation sums over its batches besides the per-problem results."""
+
+    errors: int = 0
+    timeouts: int = 0
+    entropy: float = 0.0
+    """Token entropy summed over the valid tokens of every response."""
+    tokens: float = 0.0
+    profile_sum: torch.Tensor = field(default_factory=lambda: torch.zeros(10, dtype=torch.float64))
+    """Entropy by relative position (10 bins), each batch's weighted by its valid tokens (with `analyze`)."""
+    profile_count: torch.Tensor = field(default_factory=lambda: torch.zeros(10, dtype=torch.float64))
+
+
+def _score_batch(model, tokenizer, task, runner, chunk: Sequence, start: int, ro, totals: _Totals, *, temperature,
+                 analyze: bool, branching_top_p: float, keep_completions: bool,
+                 failures: list | None) -> list[ProblemResult]:
+    """The results of the problems `chunk` (the `start`-th of the split on) from their samples `ro`: the responses
+    decoded, rewarded and judged; the reward failures, entropy and length (and with `analyze` the branching factor
+    and the entropy profile) added to `totals`."""
+    from explorl.analysis.measures import entropy_by_position
+
+    texts = decode_responses(tokenizer, ro)
+    group = ro.group.tolist()
+    rr = runner(texts, [chunk[g].answer for g in group], [chunk[g].meta for g in group])
+    judged = task.correct(rr)
+    totals.errors += rr.errors
+    totals.timeouts += rr.timeouts
+    if failures is not None:
+        failures += rr.failures
+    totals.entropy += float((ro.entropy * ro.mask).sum())
+    totals.tokens += float(ro.mask.sum())
+    lengths = ro.lengths.tolist()
+    ent_rows = ((ro.entropy * ro.mask).sum(-1) / ro.mask.sum(-1).clamp_min(1)).tolist()
+    bf_rows = None
+    if analyze:
+        per_token = callable(temperature) or isinstance(temperature, torch.Tensor)
+        bf_rows = response_branching(model, ro, ro.temperatures if per_token else temperature,
+                                     branching_top_p).tolist()
+        prof = entropy_by_position(ro.entropy, ro.mask, bins=10).double().cpu()
+        seen = ~torch.isnan(prof)
+        weight = float(ro.mask.sum())
+        totals.profile_sum[seen] += prof[seen] * weight
+        totals.profile_count[seen] += weight
+    results = []
+    for j, p in enumerate(chunk):
+        rows = [i for i, g in enumerate(group) if g == j]
+        rewards = [rr.rewards[i] for i in rows]
+        results.append(ProblemResult(
+            id=str(p.meta.get("id", start + j)), prompt=p.prompt, answer=p.answer,
+            correct=[judged[i] for i in rows], answers=[task.extract_answer(texts[i]) for i in rows],
+            rewards=rewards, mean_entropy=sum(ent_rows[i] for i in rows) / len(rows),
+            mean_length=sum(lengths[i] for i in rows) / len(rows),
+            mean_branching=None if bf_rows is None else sum(bf_rows[i] for i in rows) / len(rows),
+            well_formatted=sum(task.well_formatted(texts[i]) for i in rows),
+            completions=[texts[i] for i in rows] if keep_completions else None))
+    return results
+
+
+def _summary(results: list[ProblemResult], totals: _Totals, *, n: int, ks: Sequence[int], seed: int,
+             analyze: bool) -> dict:
+    """The summary `evaluate` returns (its keys in this order), from the per-problem results and the totals."""
     summary: dict = {"problems": len(results), "n": n}
     for k in ks:
         summary[f"pass@{k}"] = sum(pass_at_k(n, sum(r.correct), k) for r in results) / max(len(results), 1)
@@ -119,16 +149,17 @@ def evaluate(model, tokenizer, problems: Sequence, task, *, n: int, ks: Sequence
     for k in ks:  # all k of k samples correct, unbiased (EAD's worst@k, EAD Figs. 4-5)
         summary[f"worst@{k}"] = sum(worst_at_k(n, sum(r.correct), k) for r in results) / max(len(results), 1)
     summary["format_rate"] = sum(r.well_formatted for r in results) / max(len(results) * n, 1)
-    summary["entropy"] = ent_sum / max(tok_sum, 1.0)
-    summary["length"] = tok_sum / max(len(results) * n, 1)
+    summary["entropy"] = totals.entropy / max(totals.tokens, 1.0)
+    summary["length"] = totals.tokens / max(len(results) * n, 1)
     if analyze:
         summary[f"unsolvable@{n}"] = sum(not any(r.correct) for r in results)
         summary["branching"] = sum(r.mean_branching for r in results) / max(len(results), 1)
-        summary["entropy/by_position"] = [float(x) if c > 0 else None
-                                          for x, c in zip(profile_sum / profile_count.clamp_min(1), profile_count)]
-    summary["errors"] = errors
-    summary["timeouts"] = timeouts
-    return summary, results
+        summary["entropy/by_position"] = [float(x) if c > 0 else None for x, c in
+                                          zip(totals.profile_sum / totals.profile_count.clamp_min(1),
+                                              totals.profile_count)]
+    summary["errors"] = totals.errors
+    summary["timeouts"] = totals.timeouts
+    return summary
 
 
 @dataclass

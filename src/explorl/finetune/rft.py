@@ -69,10 +69,6 @@ def finetune(model, tok, samples: list[dict], *, epochs: int, lr: float, batch_s
 
 def run_rft(cfg: Config, *, console) -> Path:
     """Run `cfg.rft.iterations` RFT iterations; writes config.yaml, rft.json and final/ in `run.out_dir`."""
-    from rich.table import Table
-
-    from explorl.analysis.text import cut_after_first_box, rft_filter
-
     from explorl.runs.log import RunLog
 
     f, s, r = cfg.rft, cfg.sampling, cfg.run
@@ -90,9 +86,6 @@ def run_rft(cfg: Config, *, console) -> Path:
 
     encode = prompt_encoder(tok, cfg.task)  # the chat template, when the task asks for it
 
-    def text_of(problem) -> str:  # the prompt text the fine-tuning sees (the same the sampler was given)
-        return prompt_text(problem, tok, chat=encode.chat, system_prompt=cfg.task.system_prompt)
-
     def held_out(iteration: int) -> dict:
         summary, _ = evaluate(model, tok, task.eval, task, n=r.eval_n, ks=r.eval_k, temperature=r.eval_temperature,
                               top_p=f.eval_top_p, max_new_tokens=s.max_new_tokens,
@@ -107,24 +100,7 @@ def run_rft(cfg: Config, *, console) -> Path:
         ids = rng.sample(range(len(task.train)), min(f.prompts, len(task.train)))
         problems = [task.train[i] for i in ids]
         model.eval()
-        candidates = []
-        for start in range(0, len(problems), 64):
-            chunk = problems[start:start + 64]
-            ro = sample(model, [encode(p) for p in chunk], f.samples_per_prompt,
-                        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                        max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p, generator=gen,
-                        fast_path=s.fast_path, compile=s.compile)
-            texts = decode_responses(tok, ro)
-            group = ro.group.tolist()
-            rr = runner(texts, [chunk[g].answer for g in group], [chunk[g].meta for g in group])
-            judged = task.correct(rr)
-            ent = ((ro.entropy * ro.mask).sum(-1) / ro.mask.sum(-1).clamp_min(1)).tolist()
-            bf = (response_branching(model, ro, s.temperature, f.branching_top_p).tolist()
-                  if "branching" in f.strategies else [0.0] * len(texts))
-            for i, text in enumerate(texts):
-                cut = cut_after_first_box(text)
-                candidates.append({"prompt": text_of(chunk[group[i]]), "response": cut, "correct": judged[i],
-                                   "passes_filter": rft_filter(cut), "entropy": ent[i], "branching": bf[i]})
+        candidates = scored_candidates(model, tok, problems, task, runner, encode, cfg, gen)
         chosen = select_samples(candidates, f.strategies, noisy_frac=f.noisy_frac, select_frac=f.select_frac, rng=rng,
                                 select_count=f.select_count)
         loss = finetune(model, tok, chosen, epochs=f.epochs, lr=f.lr, batch_size=f.batch_size,
@@ -141,11 +117,49 @@ def run_rft(cfg: Config, *, console) -> Path:
     model.save_pretrained(str(run_dir / "final"))
     tok.save_pretrained(str(run_dir / "final"))
     log.close()
-    table = Table(title=f"RFT, strategies: {', '.join(f.strategies) or 'rule filters only'}")
-    cols = [f"pass@{k}" for k in r.eval_k] + ["entropy"]
+    _print_history(history, cfg, console)
+    return run_dir
+
+
+def scored_candidates(model, tok, problems: list, task, runner, encode, cfg: Config,
+                      gen: torch.Generator) -> list[dict]:
+    """One iteration's candidates: `rft.samples_per_prompt` responses to each problem, sampled as `cfg.sampling`
+    says, each cut after its first box, with its prompt text (the one the sampler was given), whether it is
+    correct and passes the rule filters, its mean token entropy and (with the `branching` strategy) its mean
+    rollout branching factor."""
+    from explorl.analysis.text import cut_after_first_box, rft_filter
+
+    f, s = cfg.rft, cfg.sampling
+    candidates = []
+    for start in range(0, len(problems), 64):
+        chunk = problems[start:start + 64]
+        ro = sample(model, [encode(p) for p in chunk], f.samples_per_prompt,
+                    eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                    max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p, generator=gen,
+                    fast_path=s.fast_path, compile=s.compile)
+        texts = decode_responses(tok, ro)
+        group = ro.group.tolist()
+        rr = runner(texts, [chunk[g].answer for g in group], [chunk[g].meta for g in group])
+        judged = task.correct(rr)
+        ent = ((ro.entropy * ro.mask).sum(-1) / ro.mask.sum(-1).clamp_min(1)).tolist()
+        bf = (response_branching(model, ro, s.temperature, f.branching_top_p).tolist()
+              if "branching" in f.strategies else [0.0] * len(texts))
+        for i, text in enumerate(texts):
+            cut = cut_after_first_box(text)
+            prompt = prompt_text(chunk[group[i]], tok, chat=encode.chat, system_prompt=cfg.task.system_prompt)
+            candidates.append({"prompt": prompt, "response": cut, "correct": judged[i],
+                               "passes_filter": rft_filter(cut), "entropy": ent[i], "branching": bf[i]})
+    return candidates
+
+
+def _print_history(history: list[dict], cfg: Config, console) -> None:
+    """pass@k and entropy of every iteration (0: the base model), as a table."""
+    from rich.table import Table
+
+    table = Table(title=f"RFT, strategies: {', '.join(cfg.rft.strategies) or 'rule filters only'}")
+    cols = [f"pass@{k}" for k in cfg.run.eval_k] + ["entropy"]
     for c in ["iteration", "selected", *cols]:
         table.add_column(c, justify="right")
     for h in history:
         table.add_row(str(h["iteration"]), str(h["selected"]), *[f"{h[c]:.3f}" for c in cols])
     console.print(table)
-    return run_dir

@@ -67,18 +67,15 @@ def run_sft(cfg: Config, *, console=None, resume: str | Path | None = None) -> P
     say; returns the run directory (`cfg.run.out_dir`, which must not hold a run yet, or `resume`: a run of this
     command continued from its last checkpoint, with the same batches as an uninterrupted run)."""
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from explorl.config import to_dict
     from explorl.evaluation.evaluate import held_out_evaluator
     from explorl.train.setup import load_run_model, open_run_dir
-    from explorl.runs.progress import format_duration
     from explorl.tasks import load_task
     from explorl.tasks.chat import prompt_text
-    from explorl.train.update import lr_lambda
 
     console = console or Console()
-    r, o, f = cfg.run, cfg.optim, cfg.sft
+    r, f = cfg.run, cfg.sft
     task = load_task(cfg.task)
     problems, missing = worked_solutions(task, cfg.task.name, cfg.task.solution_field)  # before anything is written
     log = open_run_dir(cfg, resume, "sft")  # the same set-up as `explorl train` (explorl.train.setup)
@@ -86,13 +83,8 @@ def run_sft(cfg: Config, *, console=None, resume: str | Path | None = None) -> P
     pairs = [sft_example(tok, prompt_text(p, tok, chat=encode.chat, system_prompt=cfg.task.system_prompt),
                          p.solution, f.max_length) for p in problems]
     seqs, starts = [q for q, _ in pairs], [st for _, st in pairs]
-    per_epoch = math.ceil(len(seqs) / f.batch_size)
-    total = f.epochs * per_epoch
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay,
-                                  foreach=device.type == "cuda")
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(o.warmup_steps, total, o.min_lr_ratio))
-    shuffle = torch.Generator().manual_seed(r.seed)
+    total = f.epochs * math.ceil(len(seqs) / f.batch_size)
+    optimizer, scheduler = _optimizer(model, cfg, device, total)
     skipped = f" ({missing} training problems without one skipped)" if missing else ""
     console.print(f"[bold]sft[/]: {len(seqs)} worked solutions{skipped}, {f.epochs} epoch(s), {total} optimizer steps "
                   f"of {f.batch_size} sequences", highlight=False)
@@ -103,17 +95,61 @@ def run_sft(cfg: Config, *, console=None, resume: str | Path | None = None) -> P
         log.save_checkpoint(step, model, optimizer, scheduler, {"step": step}, r.keep_checkpoints, r.save_every)
 
     start = 0
-    if resume is not None and log.is_complete(total):
+    if resume is not None:
+        start = _resumed_step(log, total, model, optimizer, scheduler, console)
+        if start is None:
+            return log.dir
+    log.start_trackers(r, to_dict(cfg), resume_step=start if resume is not None else None)  # as `explorl train`
+    _train_steps(cfg, model, tok, device, optimizer, scheduler, seqs, starts, start=start, total=total,
+                 held_out=held_out, checkpoint=checkpoint, log=log, console=console)
+    checkpoint(total)
+    final = held_out(total)
+    log.save_final_model(model, tok, sft_model_card(cfg, final, total, len(seqs)))
+    log.append_metrics({"step": total, **{f"eval/{k}": v for k, v in final.items()}})
+    log.write_eval(total, final, cfg.model.fingerprint)
+    log.close()
+    return log.dir
+
+
+def _optimizer(model, cfg: Config, device: torch.device, total: int):
+    """AdamW over the trainable parameters and its learning-rate schedule over `total` steps (`cfg.optim`)."""
+    from explorl.train.update import lr_lambda
+
+    o = cfg.optim
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay,
+                                  foreach=device.type == "cuda")
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(o.warmup_steps, total, o.min_lr_ratio))
+    return optimizer, scheduler
+
+
+def _resumed_step(log, total: int, model, optimizer, scheduler, console) -> int | None:
+    """A resumed run: the step its last checkpoint was written after (restored into `model`, `optimizer` and
+    `scheduler`; 0 without one), with the metrics records after it dropped; None when the run is complete."""
+    if log.is_complete(total):
         console.print(f"{log.dir} is a complete SFT run ({total}/{total} steps): nothing to do", highlight=False)
-        return log.dir
-    if resume is not None and log.checkpoints():
+        return None
+    start = 0
+    if log.checkpoints():
         from explorl.runs.checkpoints import load_checkpoint
 
         start = int(load_checkpoint(log.checkpoints()[-1], model, optimizer, scheduler)["step"])  # data only
         console.print(f"resuming {log.dir} after step {start} of {total}", highlight=False)
-    if resume is not None:  # the records after the checkpoint (all, without one) are written again
-        log.truncate_metrics(start, step_key="sft/loss")
-    log.start_trackers(r, to_dict(cfg), resume_step=start if resume is not None else None)  # as `explorl train`
+    log.truncate_metrics(start, step_key="sft/loss")  # the records after the checkpoint (all, without one)
+    return start
+
+
+def _train_steps(cfg: Config, model, tok, device, optimizer, scheduler, seqs: list, starts: list, *, start: int,
+                 total: int, held_out, checkpoint, log, console) -> None:
+    """The optimizer steps after `start` up to `total`: each epoch's shuffled batches (the permutations of an
+    uninterrupted run, the batches before `start` skipped), one metrics record per step, the held-out evaluations
+    and checkpoints of `run.eval_every` / `run.save_every` on the way."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from explorl.runs.progress import format_duration
+
+    r, o, f = cfg.run, cfg.optim, cfg.sft
+    shuffle = torch.Generator().manual_seed(r.seed)
     t0 = time.monotonic()
     step = 0
     model.train()
@@ -147,10 +183,3 @@ def run_sft(cfg: Config, *, console=None, resume: str | Path | None = None) -> P
                 if not console.is_terminal and (step % max(1, total // 10) == 0 or step == total):
                     console.print(f"step {step}/{total}: epoch {epoch}, loss {loss:.4f}, "
                                   f"{format_duration(time.monotonic() - t0)} elapsed", highlight=False)
-    checkpoint(total)
-    final = held_out(total)
-    log.save_final_model(model, tok, sft_model_card(cfg, final, total, len(seqs)))
-    log.append_metrics({"step": total, **{f"eval/{k}": v for k, v in final.items()}})
-    log.write_eval(total, final, cfg.model.fingerprint)
-    log.close()
-    return log.dir

@@ -20,7 +20,7 @@ def check_trainable_dtype(model_cfg: ModelConfig) -> None:
     """Refuse a parameter dtype the device cannot train in, with `auto` resolved for this machine: float16
     anywhere (AdamW keeps its moments in the weights' dtype: squared gradients below ~2e-4 and its eps of 1e-8
     round to 0 in float16, so the first step writes inf and NaN), bfloat16 on a GPU without it."""
-    from explorl.models import resolve_device, resolve_dtype
+    from explorl.models.devices import resolve_device, resolve_dtype  # at call time: a replaced one is used
 
     device = resolve_device(model_cfg.device)
     dtype = resolve_dtype(model_cfg.dtype, device)
