@@ -11,7 +11,7 @@ CONFIG = Path(__file__).resolve().parents[2] / "src" / "explorl" / "config"
 
 def test_no_config_file_over_400_lines_and_no_function_over_80():
     files = sorted(CONFIG.glob("*.py"))
-    assert {"schema.py", "loading.py", "validation.py"} <= {p.name for p in files}
+    assert {"schema.py", "loading.py", "validation.py", "recorded.py"} <= {p.name for p in files}
     long_files = {p.name: n for p in files if (n := len(p.read_text().splitlines())) > 400}
     long_functions = {f"{p.name}:{node.name}": node.end_lineno - node.lineno + 1 for p in files
                       for node in ast.walk(ast.parse(p.read_text()))

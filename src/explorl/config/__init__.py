@@ -1,7 +1,7 @@
 """Typed configuration: the schema (`schema`, its task section `task`, the keys of earlier versions `moved`), loading
 and overrides (`loading`, built on `files`, `layers`, `paths` and `building`), checks against the registry
-(`validation`, on `selection` and `held_out`), the reference table (`fields`), where each value came from
-(`explain`). Everything is importable from here."""
+(`validation`, on `selection` and `held_out`), the reference table (`fields`), a run directory's config.yaml of an
+earlier version (`recorded`), where each value came from (`explain`). Everything is importable from here."""
 
 from explorl.config.loading import apply_override, dump_yaml, from_dict, read_config, to_dict
 from explorl.config.moved import MOVED_KEYS, MOVED_SWITCHES

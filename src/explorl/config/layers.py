@@ -8,12 +8,16 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from explorl.config.building import apply_override
 from explorl.config.files import _read_yaml, _shown
 from explorl.config.paths import _resolve_paths, _resolve_paths_of_overrides
 from explorl.config.schema import ConfigError
+
+Upgrade = Callable[[dict, Path], dict]
+"""What `read_layers` may apply to the data of the file it reads (not of its `base:` or `methods:`), before its paths
+are resolved: `explorl.config.recorded.upgrade_recorded`, for a run directory's config.yaml of an earlier version."""
 
 METHODS_DIR = Path(__file__).resolve().parents[1] / "methods"
 """The method layers shipped with explorl (`methods: [e3]`): each a method's settings as its paper gives them
@@ -65,7 +69,8 @@ class _Conflict:
     owner: Layer
 
 
-def read_layers(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> list[Layer]:
+def read_layers(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (),
+                upgrade: Upgrade | None = None) -> list[Layer]:
     """The layers of a config, lowest first, under one precedence: **the command line > the file > its `methods:`
     (in order, a later one over an earlier one) > its `base:` > the defaults**. A `base:` file is read the same way
     (its own keys over its methods over its base), so it is one layer group below the file's methods: a method you
@@ -73,11 +78,12 @@ def read_layers(path: str | Path | None = None, overrides: list[str] | tuple[str
 
     Two methods of one file that set a key to different values are refused, naming each key, unless the key is
     settled by a higher layer: the file's own keys, a file that takes this one as its `base:`, or the command line.
-    `settings` merges the layers; `explorl config FILE --explain` shows which layer each value came from."""
+    `settings` merges the layers; `explorl config FILE --explain` shows which layer each value came from.
+    `upgrade` (`Upgrade`) rewrites the file's own data as read, before its paths are resolved."""
     layers: list[Layer] = []
     conflicts: list[_Conflict] = []
     if path is not None:
-        layers, conflicts = _file_layers(Path(path), "", 0)
+        layers, conflicts = _file_layers(Path(path), "", 0, upgrade)
     command_line: dict[str, Any] = {}
     for ov in overrides:
         apply_override(command_line, ov)
@@ -109,14 +115,18 @@ def _settled(conflict: _Conflict, layers: list[Layer]) -> bool:
     return any(layer.sets(conflict.key) for layer in layers[at:])
 
 
-def _file_layers(path: Path, role: str, depth: int) -> tuple[list[Layer], list[_Conflict]]:
+def _file_layers(path: Path, role: str, depth: int,
+                 upgrade: Upgrade | None = None) -> tuple[list[Layer], list[_Conflict]]:
     """The layers of one config file, lowest first (its base's, its methods', its own keys) and its methods'
-    conflicts. `role`: how it is named, "" for the file itself, `base: ` or `methods: <name> `."""
+    conflicts. `role`: how it is named, "" for the file itself, `base: ` or `methods: <name> `; `upgrade`: applied to
+    this file's data as read (`read_layers`)."""
     if depth > 8:
         raise ConfigError(f"{path}: `base:` chain is too deep (a cycle?)")
     data = _read_yaml(path)
     base = data.pop("base", None)
     methods = data.pop("methods", None)
+    if upgrade is not None:
+        data = upgrade(data, path)
     _resolve_paths(data, path.parent.resolve())  # this file's paths, relative to itself
     layers: list[Layer] = []
     conflicts: list[_Conflict] = []

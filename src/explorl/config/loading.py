@@ -16,21 +16,22 @@ from pathlib import Path
 from explorl.config.building import (SECTION_OF, _coerce, _field_type, _hints, _inline_options,  # noqa: F401
                                      _refuse_switch, _scalar, _type_name, apply_override, from_dict, to_dict)
 from explorl.config.files import _line_of, _read_yaml, _refuse_duplicate_keys, _shown, dump_yaml  # noqa: F401
-from explorl.config.layers import (METHODS_DIR, SELECTING_SECTIONS, Layer, _drop_lost_options,  # noqa: F401
+from explorl.config.layers import (METHODS_DIR, SELECTING_SECTIONS, Layer, Upgrade, _drop_lost_options,  # noqa: F401
                                    _file_layers, _get, _leaves, _merge, _method_layers, method_names, read_layers,
                                    settings)
 from explorl.config.paths import HUB_NAME, PATH_FIELDS, _hub_name, _resolve_paths  # noqa: F401
 from explorl.config.schema import Config, ConfigError
 
 
-def read_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+def read_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (),
+                upgrade: Upgrade | None = None) -> Config:
     """Read a YAML config (optional) and apply overrides into the typed `Config`, not yet checked against the
     registry (`explorl.config.validation.load_config` does both).
 
     A YAML file may name `base: other.yaml` (relative to itself) to inherit from another config, and `methods:
-    [...]` to layer methods on it; the precedence is `read_layers`'.
+    [...]` to layer methods on it; the precedence is `read_layers`'. `upgrade`: see `read_layers`.
     """
-    return config_from_layers(read_layers(path, overrides))
+    return config_from_layers(read_layers(path, overrides, upgrade))
 
 
 def config_from_layers(layers: list[Layer]) -> Config:

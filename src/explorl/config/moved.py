@@ -1,5 +1,6 @@
 """Keys of earlier versions of the config and what replaced them: refused with the new form in a user's YAML and on
-the command line (`explorl.config.building.from_dict`). This module imports nothing of explorl.
+the command line (`explorl.config.building.from_dict`), translated in a run directory's recorded config.yaml
+(`explorl.config.recorded`). This module imports nothing of explorl.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ the registry (`explorl.algos.registry`, the bottom of the import graph); it impo
 registry when `validate` runs. `validate` runs one check per section (`_check_sampling`, `_check_algo`, ...), each
 raising ConfigError with the field's dotted name and the fix. The pieces it stands on: `explorl.config.selection`
 (the selected entries and their options), `explorl.config.held_out` (the tasks of the held-out sets and of `explorl
-eval`), and `explorl.config.fields` (the reference table); their names are re-exported here as before the split.
+eval`), `explorl.config.fields` (the reference table), `explorl.config.recorded` (a run directory's config.yaml of an
+earlier version); their names are re-exported here as before the split.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from explorl.algos.registry import SECTIONS, SELECTED_BY, Entry, entries, lookup
 from explorl.config.fields import _reference, reference  # noqa: F401
 from explorl.config.held_out import EVAL_KEYS_RESERVED, command_task, eval_set_task, held_out_task  # noqa: F401
 from explorl.config.loading import _located, config_from_layers, read_layers
+from explorl.config.recorded import upgrade_for
 from explorl.config.schema import (Config, ConfigError, LoraConfig, ModelConfig, OptimConfig, RftConfig,
                                    SamplingConfig, SftConfig, TaskConfig)
 from explorl.config.selection import (CHOICES, _check_choices, _registered, _stray_options_message,  # noqa: F401
@@ -30,9 +32,11 @@ from explorl.config.selection import (CHOICES, _check_choices, _registered, _str
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """Read a YAML config (optional), apply overrides, build and validate the typed `Config`.
 
-    A YAML file may name `base: other.yaml` (relative to itself) to inherit from another config.
+    A YAML file may name `base: other.yaml` (relative to itself) to inherit from another config. A run directory's
+    config.yaml written by an earlier version is read in today's form (`explorl.config.recorded`); the keys of
+    earlier versions stay refused anywhere else, the command line included.
     """
-    layers = read_layers(path, overrides)
+    layers = read_layers(path, overrides, upgrade_for(path))
     cfg = config_from_layers(layers)
     try:
         _check_choices(cfg)
