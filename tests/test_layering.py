@@ -222,19 +222,28 @@ def test_importing_the_measures_loads_no_model_code():
     assert all(m == "explorl" or _within(m, allowed) for m in loaded), loaded
 
 
+CONFIG_SCHEMA = ("explorl.config.schema", "explorl.config.task", "explorl.config.moved")
+"""The schema of the config: its sections (`task` its own module, re-exported by `schema`) and the keys of earlier
+versions."""
+
+
 def test_the_registry_is_the_bottom_and_the_config_schema_imports_no_method():
-    """`algos.registry` and `config.schema` import nothing of explorl (typing-only imports counted), so every method
-    module can import them; `config.validation`, which checks a config against the registry, sits above both."""
+    """`algos.registry` and the config schema import nothing of explorl (typing-only imports counted; the schema's
+    modules only each other), so every method module can import them; `config.validation`, which checks a config
+    against the registry, sits above both."""
     assert TYPED_GRAPH["explorl.algos.registry"] == set()
-    assert TYPED_GRAPH["explorl.config.schema"] == set()
+    assert all(TYPED_GRAPH[m] <= set(CONFIG_SCHEMA) for m in CONFIG_SCHEMA), {m: TYPED_GRAPH[m] for m in CONFIG_SCHEMA}
+    assert TYPED_GRAPH["explorl.config.task"] == TYPED_GRAPH["explorl.config.moved"] == set()
     # the methods register themselves when imported, and the package (not the registry) imports them
     assert "explorl.algos.methods" in GRAPH["explorl.algos"]
     method_files = [m for m in MODULES if m.startswith("explorl.algos.methods.")]
     assert len(method_files) >= 13 and all("explorl.algos.registry" in GRAPH[m] for m in method_files)
     assert {"explorl.algos.registry", "explorl.config.schema", "explorl.config.loading"} <= \
         GRAPH["explorl.config.validation"]
+    # loading (files, layers, paths, building) reaches no method module, typing-only imports counted
     methods = ("explorl.algos", "explorl.rollout", "explorl.tasks")
-    assert not {d for d in TYPED_GRAPH["explorl.config.loading"] if d.startswith(methods)}
+    assert {"explorl.config.layers", "explorl.config.building"} <= _reachable(TYPED_GRAPH, "explorl.config.loading")
+    assert not {d for d in _reachable(TYPED_GRAPH, "explorl.config.loading") if d.startswith(methods)}
 
 
 def test_the_loop_reads_as_a_page():

@@ -42,10 +42,11 @@ class Explanation:
 
 def explain(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Explanation:
     """Load and validate the config (`load_config`) and say where each non-default value came from."""
+    from explorl.config.recorded import upgrade_for
     from explorl.config.validation import load_config
 
     cfg = load_config(path, overrides)
-    layers = read_layers(path, overrides)
+    layers = read_layers(path, overrides, upgrade_for(path))  # a run's config.yaml of an earlier version: as loaded
     return Explanation(cfg, sources(cfg, layers), implications(cfg, layers), layers)
 
 

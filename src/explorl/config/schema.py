@@ -2,9 +2,10 @@
 
 The core sections hold what every method shares; each registered method's own options are a dataclass beside
 the method (`explorl.algos.registry`), held in its section's `options` and written `algo.<name>.<field>`,
-`sampling.<schedule>.<field>`, `budget.<policy>.<field>`. This module imports nothing of explorl: loading and
-overrides are `explorl.config.loading`, the checks against the registry `explorl.config.validation`.
-Field docstrings are read from this file's source (`field_docs`) for `explorl config` and docs/configuration.md.
+`sampling.<schedule>.<field>`, `budget.<policy>.<field>`. The task section is `explorl.config.task` (re-exported
+here), the keys of earlier versions `explorl.config.moved`; these three modules import nothing else of explorl.
+Loading and overrides are `explorl.config.loading`, the checks against the registry `explorl.config.validation`.
+Field docstrings are read from the source (`field_docs`) for `explorl config` and docs/configuration.md.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import ast
 import inspect
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from explorl.config.task import TaskConfig
 
 
 class ConfigError(ValueError):
@@ -67,95 +70,6 @@ class ModelConfig:
     forward's up to float rounding."""
     lora: LoraConfig = field(default_factory=LoraConfig)
     """Optional LoRA adapters."""
-
-
-@dataclass
-class TaskConfig:
-    name: str = "arith"
-    """`arith` (built-in procedural arithmetic with worked solutions), `file` (question/answer JSONL or
-    Parquet at `path`), `hf` (a Hugging Face dataset: `path` a directory or a dataset name), or `rg:<dataset>` for
-    a reasoning-gym task such as `rg:chain_sum`."""
-    path: str = ""
-    """`file` task: training data (.jsonl, .json or .parquet). `hf` task: a directory written by `save_to_disk`
-    (a Dataset or a DatasetDict, read by `datasets.load_from_disk`), or anything `datasets.load_dataset` reads: a
-    local folder of data files, or a dataset name on the Hub (from its cache when `HF_DATASETS_OFFLINE=1`)."""
-    eval_path: str = ""
-    """`file` task: held-out data. Empty: the last `eval_size` rows of `path` are held out."""
-    split: str = "train"
-    """`hf` task: the split training reads (`task.eval_split` the held-out one)."""
-    eval_split: str = ""
-    """`hf` task: the held-out split (its first `eval_size` rows), e.g. `test`. Empty: the last `eval_size` rows of
-    `split` are held out."""
-    subset: str = ""
-    """`hf` task: the dataset's configuration (`load_dataset`'s `name`, a "subset" on the Hub), e.g. `main` for
-    gsm8k. Empty: its default."""
-    data_files: list[str] = field(default_factory=list)
-    """`hf` task: `load_dataset`'s `data_files` (files or glob patterns inside `path`), e.g. `[train-*.parquet]`.
-    Empty: the dataset's own layout."""
-    prompt_field: str = "problem"
-    """`file` task: the field holding the question."""
-    answer_field: str = "answer"
-    """`file` task: the field holding the ground-truth answer."""
-    solution_field: str = "solution"
-    """`file` task: the field holding a worked solution (MATH's `solution`), the target text of `explorl sft`;
-    optional for the other commands (rows without it have none)."""
-    chat_template: Literal["auto", "on", "off"] = "auto"
-    """Prompt through the tokenizer's chat template (instruct and reasoning models): `auto` (on when the tokenizer
-    has one; the run's config.yaml records what it resolved to), `on`, `off`. The question (after
-    `prompt_template`) or a conversational row's messages become the user turn."""
-    system_prompt: str = ""
-    """A system message before the user turn (chat template on), or a line before the prompt (off)."""
-    prompt_template: str = "{question}"
-    """Format string that turns a question into the prompt: `{question}` is replaced by the question (`file`, `hf`
-    and `rg:` tasks), and in `file` and `hf` tasks `{name}` by the row's column `name` (`{context}`, `{problem}`);
-    any other braces stay as written."""
-    difficulties: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5])
-    """`arith`: difficulty levels mixed in one dataset (level d has d operations), so some prompts are easy
-    and some hard. `rg:` tasks ignore it."""
-    operands: list[int] = field(default_factory=lambda: [1, 20])
-    """`arith`: the inclusive range [low, high] its operands are drawn from. [1, 20] is the range the embedded model
-    was trained on; a range above it (e.g. [21, 30]) tests generalisation to larger numbers."""
-    train_size: int = 4096
-    """Number of training problems: generated for `arith` and `rg:`, a cap on the rows used for `file`."""
-    eval_size: int = 256
-    """Number of held-out problems."""
-    data_seed: int = 1234
-    """Seed of the procedural generators; independent of the training seed so runs share data."""
-    reward: str | list[str] = "auto"
-    """`auto` (the task's own checker), `math` (math-verify on the last \\boxed{}), `exact` (string match of the
-    last \\boxed{}), `verified` (`auto`, but 0 when the response states a false integer equation such as `7+5=13`),
-    `chain` (1 when the response's lines are the problem's worked solution, arith; docs/methods.md §8f), or
-    `module:function` for your own `fn(completion, answer, **meta) -> float`; or a list of these (`[math,
-    my_rewards:fmt]`, TRL's `reward_funcs`): the reward is their weighted sum (`reward_weights`), and each
-    function's mean is logged as `reward/<entry>` (`:` written `.`). A function marked `@explorl.rewards.batched`,
-    or whose first parameter is named `completions`, is called once per batch as `fn(completions, answers, **meta)
-    -> list[float]`, each meta key a list. In `file` and `hf` tasks `meta` holds every column of the row (TRL's
-    convention; the columns named completion(s) or answer(s) aside) and `id`."""
-    reward_weights: list[float] | None = None
-    """Weights of the `reward` functions, one per entry, in order (TRL's `reward_weights`): reward = sum_i w_i * r_i,
-    a failed function scoring 0 for that sample. null: every weight is 1."""
-    correct_by: str = ""
-    """Which `task.reward` entry decides whether a sample is correct (pass@k, maj@k, worst@k, the unsolvable sets,
-    `reward/correct_frac`, `entropy/pos`): the entry as written (`math`, `my_rewards:fmt`) or its metric name.
-    Empty: the first entry (with `auto`, the task's own checker). Never the weighted sum, so a format bonus cannot
-    make a wrong answer correct."""
-    correct_threshold: float = 0.5
-    """A sample is correct when the `correct_by` entry's own (unweighted) score exceeds this (the built-in checkers
-    score 0 or 1)."""
-    answer_pattern: str = ""
-    """How a completion's final answer is read for maj@k (which answers agree) and the format rate (exactly one
-    answer): a regular expression whose first group is the answer, e.g. `Answer: *(-?[0-9]+)`, searched in the
-    last 4,000 characters. Empty: the task's own (the last `\\boxed{...}`)."""
-    reward_timeout_s: float = 5.0
-    """Hard time limit per sample for rewards that run in a worker process; a timeout scores 0 and is counted."""
-    reward_workers: int = 0
-    """Worker processes that score a batch in parallel (each sample keeps its own time limit, so n hanging samples
-    cost about reward_timeout_s * ceil(n / workers)); 0 = one per CPU core, at least 2 and at most 16."""
-    max_reward_failure_frac: float = 0.5
-    """Stop the run, before the step's update changes the weights, when more than this fraction of a step's
-    rewards fail (raise, return something that is not a finite number) or time out; 1 = never stop. Failures
-    below it score 0 and are counted; the first one's traceback is printed and each distinct one is logged to
-    RUN/reward_errors.log."""
 
 
 @dataclass
@@ -405,44 +319,6 @@ class Config:
     """Rejection-sampling fine-tuning (`explorl rft`)."""
     sft: SftConfig = field(default_factory=SftConfig)
     """Supervised fine-tuning on worked solutions (`explorl sft`)."""
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# building from dicts, with errors that name the field
-
-
-# Keys of earlier versions, where each method's options were flat fields of the core sections: refused with the
-# new key (`explorl.config.loading.from_dict`).
-MOVED_KEYS: dict[str, str] = {
-    **{f"algo.erpo_{f}": f"algo.erpo.{f}" for f in ("beta_progress", "gamma", "eta", "num_buckets", "sigma_target")},
-    "algo.cw_bandwidth": "algo.cw.bandwidth",
-    **{f"algo.ppl_{f}": f"algo.ppl.{f}" for f in ("alpha", "iqr_filter", "clamp")},
-    **{f"algo.position_{f}": f"algo.position.{f}" for f in ("gamma", "m", "d", "n", "start", "steps", "cap_frac")},
-    **{f"algo.entropy_adv_{f}": f"algo.entropy_adv.{f}" for f in ("alpha", "kappa")},
-    "algo.passk_k": "algo.passk.k",
-    **{f"algo.clip_cov_{f}": f"algo.clip_cov.{f}" for f in ("ratio", "lb", "ub")},
-    "algo.kl_cov_k_percent": "algo.kl_cov.k_percent", "algo.kl_cov_coef": "algo.kl_cov.coef",
-    "algo.forking_top_frac": "algo.forking.top_frac", "algo.dual_clip_c": "algo.ppo.dual_clip_c",
-    "sampling.e3_anneal": "sampling.e3.anneal", "sampling.e3_eta": "sampling.e3.eta",
-    "sampling.e3_anneal_frac": "sampling.e3.anneal_frac", "sampling.tau_floor": "sampling.e3.tau_floor",
-    "sampling.tau_ceil": "sampling.e3.tau_ceil",
-    **{f"sampling.ead_{f}": f"sampling.ead.{f}" for f in ("tau_max", "tau_min", "d0", "alpha", "d_max", "c", "scale")},
-    **{f"sampling.adaptive_{f}": f"sampling.adaptive.{f}" for f in ("base", "gamma", "target")},
-    **{f"budget.{f}": f"budget.e3.{f}" for f in ("g_min_limit", "g_max_limit", "g_step", "curriculum", "g_min_start",
-                                                 "g_max_start")},
-    "budget.dapo_max_rounds": "budget.dapo.max_rounds",
-    "algo.tis_cap": "algo.tis.cap", "algo.tis_level": "algo.tis.level",
-    "algo.overlong_buffer": "algo.dapo_overlong.buffer", "algo.overlong_penalty": "algo.dapo_overlong.penalty",
-}
-
-# Switches of earlier versions that became the selection of a registry entry (issue 40: EAD's truncated importance
-# sampling and DAPO's overlong shaping): each old value -> the setting that replaces it, refused with it by
-# `explorl.config.loading.from_dict`. The entry's options then live under its name (`MOVED_KEYS`).
-MOVED_SWITCHES: dict[str, dict[Any, str]] = {
-    "algo.tis": {True: "algo.importance_weights=tis", False: "algo.importance_weights=none"},
-    "algo.overlong": {"penalty": "algo.reward_shapers=[dapo_overlong]",
-                      "mask": "algo.reward_shapers=[dapo_overlong_filter]", "none": "algo.reward_shapers=[]"},
-}
 
 
 def field_docs(cls: type) -> dict[str, str]:

@@ -1,0 +1,45 @@
+"""The configuration reference (`explorl config`, docs/configuration.md's table): every core field, then the options
+of every method explorl registers, each with its type, default and the docstring written under it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from explorl.algos.registry import SECTIONS, entries
+from explorl.config.building import _hints, _type_name
+from explorl.config.schema import Config, field_docs
+from explorl.config.selection import CHOICES, fill_registry
+
+def reference(cls: type = Config, prefix: str = "") -> list[tuple[str, str, str, str]]:
+    """Rows (dotted name, type, default, doc) for every leaf field of the core config and, after it, the options of
+    every method explorl itself registers (`algo.erpo.gamma`, ...), for `explorl config` and docs/configuration.md."""
+    rows = _reference(cls, prefix)
+    if cls is Config and not prefix:
+        fill_registry()
+        for kind, section in SECTIONS.items():
+            for name, entry in sorted(entries(kind).items()):
+                if entry.options is None or not entry.fn.__module__.startswith("explorl."):
+                    continue  # explorl's own methods (a plugin's are listed by its own module's docs)
+                shared = sorted(n for n, e in entries(kind).items() if e.options_from == name)
+                note = f"{kind.replace('_', ' ')} `{name}`" + (f" (and {', '.join(shared)})" if shared else "")
+                rows += [(r[0], r[1], r[2], f"{note}: {r[3]}") for r in _reference(entry.options, f"{section}.{name}.")]
+    return rows
+
+
+def _reference(cls: type, prefix: str) -> list[tuple[str, str, str, str]]:
+    rows = []
+    docs = field_docs(cls)
+    hints = _hints(cls)
+    default = cls()
+    for f in dataclasses.fields(cls):
+        if f.name == "options":
+            continue
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            rows.extend(_reference(tp, f"{prefix}{f.name}."))
+        else:
+            choices = CHOICES.get(f"{prefix}{f.name}")
+            shown = " | ".join(map(repr, choices)) if choices else _type_name(tp)
+            rows.append((f"{prefix}{f.name}", shown, repr(getattr(default, f.name)), docs.get(f.name, "")))
+    return rows
