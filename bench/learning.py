@@ -55,8 +55,8 @@ VARIANTS = {"cw_grpo_group": ("cw_grpo", ["algo.shapers=[cw_group]"]),
 
 
 def interval(values: list[float]) -> tuple[float, float]:
-    """Mean and the half-width of its 95% t-interval across seeds (0 with one seed): `report.runs.seed_stat`."""
-    from explorl.report.runs import seed_stat
+    """Mean and the half-width of its 95% t-interval across seeds (0 with one seed): `report.seeds.seed_stat`."""
+    from explorl.report.seeds import seed_stat
 
     stat = seed_stat(values)
     return stat.mean, stat.half_width or 0.0

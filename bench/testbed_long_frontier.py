@@ -187,7 +187,7 @@ def difference_figure(frontiers: dict[int, dict[str, list]], points: int = 9, sp
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from explorl.report.plots import legend_outside, model_colours, style_axes
+    from explorl.report.style import legend_outside, model_colours, style_axes
 
     comparisons = []
     for method in with_baselines(METHODS):
@@ -247,7 +247,7 @@ def main() -> None:
     print("\n".join(summary(frontiers)))
     print("\n".join(tables(frontiers, args.split)))
     if args.plot:
-        from explorl.report.plots import save_png
+        from explorl.report.style import save_png
 
         print(f"wrote {save_png(difference_figure(frontiers, split=args.split), args.plot)}")
 

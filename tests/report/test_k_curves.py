@@ -9,7 +9,7 @@ import pytest
 
 from explorl.commands import main
 from explorl.evaluation.evaluate import ProblemResult, curve_ks, k_curves
-from explorl.report.plots import crossings, plot_k_curves
+from explorl.report.eval_plots import crossings, plot_k_curves
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -104,7 +104,7 @@ def test_paired_difference_by_hand(tmp_path, capsys):
 def test_model_colours_stay_apart_for_many_models():
     from matplotlib.colors import to_rgba
 
-    from explorl.report.plots import model_colours
+    from explorl.report.style import model_colours
 
     for n in (1, 10, 11, 14, 20, 21, 40):
         colours = [to_rgba(c) for c in model_colours(n)]

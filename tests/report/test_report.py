@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from explorl.report import PLOTS, analyze, compare, group_by_config, load_run, seed_stat
-from explorl.report.runs import Run, RunError, group_labels, seed_mean, t_quantile_975
+from explorl.report.runs import Run, RunError
+from explorl.report.seeds import group_labels, seed_mean, t_quantile_975
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 SCHEDULE_ONLY = {"temperature_floor"}  # drawn for runs with an EAD-family schedule (test below)
@@ -323,7 +324,7 @@ def test_an_ead_run_logs_and_plots_the_share_of_tokens_at_the_floor(tiny_model_d
 
 
 def test_ema_by_hand():
-    from explorl.report.plots import ema
+    from explorl.report.style import ema
 
     # m1 = 1; m2 = 0.5 * 1 + 0.5 * 3 = 2; m3 = 0.5 * 2 + 0.5 * 0 = 1; smooth 0 leaves the values
     assert ema([1.0, 3.0, 0.0], 0.5) == [1.0, 2.0, 1.0]

@@ -4,7 +4,7 @@ import json
 
 from explorl.commands import main
 from explorl.report import fit_table
-from explorl.report.plots import plot_venn
+from explorl.report.eval_plots import plot_venn
 from explorl.report.runs import Run
 
 PNG = b"\x89PNG\r\n\x1a\n"

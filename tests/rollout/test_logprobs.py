@@ -140,7 +140,7 @@ def test_position_ids_skip_left_padding():
 
 @pytest.mark.parametrize("temp_kind", list(TEMPERATURES))
 def test_compiled_fused_forward_gives_the_models_values_and_gradients(model, temp_kind):
-    # model.compile: the decoder as `_fused_hidden` under torch.compile against the Hugging Face forward, the same
+    # model.compile: the decoder as `rollout.forward.fused_hidden` under torch.compile against the Hugging Face forward, the same
     # padded batch (left-padded prompts, padded and empty responses, pad tokens of id 0 in both): log-probs,
     # entropies and the gradient of every parameter. The pad row of the embedding gets no gradient in the model
     # (padding_idx); a fused forward that forgot it changed the golden runs' gradient norm by 2%.
@@ -161,11 +161,11 @@ def test_compiled_fused_forward_gives_the_models_values_and_gradients(model, tem
 
 
 def test_the_fused_forward_declines_models_it_would_change(tiny_model):
-    from explorl.rollout.logprobs import _fused_params
+    from explorl.rollout.forward import fused_training_params
 
-    assert _fused_params(tiny_model) is not None
+    assert fused_training_params(tiny_model) is not None
     tiny_model.config.attention_dropout = 0.1  # dropout in training: the model's own forward keeps it
-    assert _fused_params(tiny_model) is None
+    assert fused_training_params(tiny_model) is None
 
 
 def test_packed_sequences_put_each_prompt_and_response_side_by_side():

@@ -1,4 +1,4 @@
-"""Properties of `rollout.sampler.sample`, checked against independent references on tiny random models.
+"""Properties of `rollout.engines.native.sample`, checked against independent references on tiny random models.
 
 References are computed here, one unpadded sequence at a time through `model(...).logits`, or through the
 training forward `response_logprobs` (the contract: behaviour log-probs equal a full forward's within 1e-4).
@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from explorl.rollout.logprobs import response_logprobs
-from explorl.rollout.engines.native import Rollouts, _FusedDecoder, sample
+from explorl.rollout.engines.native import Rollouts, sample
+from explorl.rollout.forward import supports_fused_forward
 
 TEXTS = ["1+2=?\n", "13-4+17-2=?\n", "5=?\n", "20+20+20-1+3=?\n"]  # four lengths: left padding matters
 N_PER = [2, 0, 3, 1]  # variable group sizes, one empty
@@ -332,7 +333,7 @@ def test_seeds_reproduce_and_differ(tiny_model, prompts, path):
 @pytest.mark.parametrize("top_p", [1.0, 0.8])
 def test_fused_and_generic_paths_draw_the_same_samples(model, prompts, top_p):
     # same math and one uniform per live row per step on both paths, so the same seed gives the same tokens
-    assert _FusedDecoder.applies(model)
+    assert supports_fused_forward(model)
     temps = 0.5 + torch.rand((sum(N_PER), MAX_NEW), generator=_gen(5))
     kw = dict(eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW, temperature=temps, top_p=top_p)
     fused = sample(model, prompts, N_PER, generator=_gen(4), fast_path=True, **kw)
@@ -364,15 +365,15 @@ def test_compiled_and_eager_fused_paths_draw_the_same_samples(model, prompts, te
 
 
 def test_a_failed_compilation_falls_back_to_the_eager_sampler_with_a_warning(tiny_model, prompts, monkeypatch):
-    import explorl.rollout.engines.native as sampler
+    import explorl.rollout.forward as forward
 
     def broken_compile(fn, **_):
         def compiled(*args):
             raise RuntimeError("no C compiler found")
         return compiled
 
-    monkeypatch.setattr(sampler, "_COMPILED", {})
-    monkeypatch.setattr(sampler, "_COMPILE_FAILED", [])
+    monkeypatch.setattr(forward, "_COMPILED", {})
+    monkeypatch.setattr(forward, "_COMPILE_FAILED", [])
     monkeypatch.setattr(torch, "compile", broken_compile)
     kw = dict(eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW, fast_path=True)
     failed = "torch.compile of the sampler failed .*no C compiler found.*sampling.compile"
@@ -382,7 +383,7 @@ def test_a_failed_compilation_falls_back_to_the_eager_sampler_with_a_warning(tin
     assert torch.equal(fallback.response_ids, eager.response_ids)
     # the first step ran the compiled layout (the whole cache under a mask) eagerly: equal up to rounding
     torch.testing.assert_close(fallback.behavior_logprobs, eager.behavior_logprobs, atol=1e-6, rtol=0)
-    assert sampler._COMPILE_FAILED  # later calls go straight to the eager functions
+    assert forward.compile_failed()  # later calls go straight to the eager functions
 
 
 @pytest.mark.parametrize("vocab", [1000, 1025, 5000, 32000])
@@ -390,7 +391,7 @@ def test_block_inverse_cdf_is_the_direct_draw(vocab):
     # reference: the direct inverse CDF over the whole row, in float64 so no rounding separates the two; weights
     # with exact zeros (every 7th token) and uniforms at both ends of (0, 1]. 1000 is below the block threshold
     # (4 * CDF_BLOCK), 1025 pads its last block, 5000 and 32000 take many blocks.
-    from explorl.rollout.engines.native import CDF_BLOCK, _inverse_cdf
+    from explorl.rollout.draw import CDF_BLOCK, inverse_cdf
 
     assert 1000 <= 4 * CDF_BLOCK < 1025
     g = _gen(vocab)
@@ -400,25 +401,25 @@ def test_block_inverse_cdf_is_the_direct_draw(vocab):
     u[0], u[1] = 1.0, 1e-12
     cdf = w.cumsum(-1)
     direct = (cdf < u * cdf[:, -1:]).sum(-1)
-    drawn = _inverse_cdf(w, u)
+    drawn = inverse_cdf(w, u)
     assert torch.equal(drawn, direct)
     assert (w.gather(-1, drawn[:, None]) > 0).all()  # never a token of weight 0
     assert drawn[0] == int(w[0].nonzero().max())  # u = 1: the last token of positive weight
 
 
 def test_large_vocabulary_draws_follow_the_softmax():
-    # chi-square goodness of fit of 40,000 draws of `_sample_step` (the block path: V = 2048 > 4 blocks) against
+    # chi-square goodness of fit of 40,000 draws of `draw_tokens` (the block path: V = 2048 > 4 blocks) against
     # softmax(logits / T) over the 8 likely tokens and the rest pooled (9 cells, 8 degrees of freedom); the 0.999
     # quantile is 26.12, so a correct sampler fails 1 in 1,000 seeds, and a draw off by one token (or ignoring T)
     # puts tens of thousands of draws in the wrong cell
-    from explorl.rollout.engines.native import _sample_step, _uniforms
+    from explorl.rollout.draw import draw_tokens, uniforms
 
     v, n, temp = 2048, 40_000, 0.7
     logits = torch.full((v,), -6.0)
     likely = torch.tensor([3, 250, 256, 700, 1023, 1024, 1500, 2047])
     logits[likely] = torch.linspace(0.0, 1.4, 8)
     p = torch.softmax(logits.double() / temp, -1)
-    tokens, logp, _ = _sample_step(logits.expand(n, v), torch.full((n,), temp), 1.0, _uniforms(n, "cpu", _gen(11)))
+    tokens, logp, _ = draw_tokens(logits.expand(n, v), torch.full((n,), temp), 1.0, uniforms(n, "cpu", _gen(11)))
     expected = torch.cat([p[likely], (1 - p[likely].sum())[None]]) * n
     counts = torch.cat([(tokens[:, None] == likely).sum(0), (~torch.isin(tokens, likely)).sum()[None]]).double()
     chi2 = float(((counts - expected) ** 2 / expected).sum())
@@ -457,8 +458,8 @@ def test_fused_path_declines_mistral_sliding_window_and_stays_exact(prompts):
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         model = MistralForCausalLM(cfg).eval()
-    assert not _FusedDecoder.applies(model)
+    assert not supports_fused_forward(model)
     ro = sample(model, prompts, 2, eos_token_id=1, pad_token_id=PAD, max_new_tokens=8, generator=_gen())
     _assert_matches_full_forward(model, ro, temperature=1.0)
     cfg_full = MistralConfig(**{**cfg.to_dict(), "sliding_window": None})
-    assert _FusedDecoder.applies(MistralForCausalLM(cfg_full))
+    assert supports_fused_forward(MistralForCausalLM(cfg_full))

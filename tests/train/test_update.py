@@ -125,7 +125,7 @@ def test_model_compile_false_keeps_the_update_on_the_models_own_forward(tiny_mod
     def refuse(model):
         raise AssertionError("the fused training forward was used with model.compile false")
 
-    monkeypatch.setattr(LP, "_fused_params", refuse)
+    monkeypatch.setattr(LP, "fused_training_params", refuse)
     _, stats, rows = _run(tiny_model_dir, ["model.compile=false"], adv_rows, True, skip=True,
                           monkeypatch=monkeypatch)
     assert rows >= len(adv_rows) and stats["loss/ratio_mean"] == pytest.approx(1.0)

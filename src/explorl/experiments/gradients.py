@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from explorl.rollout.logprobs import _as_temperature, position_ids_from_mask
+from explorl.rollout.logprobs import per_token_temperature, position_ids_from_mask
 
 
 def logit_gradient_norm(probs: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
@@ -102,7 +102,7 @@ def token_gradient_norms(model, prompt_ids: torch.Tensor, prompt_mask: torch.Ten
     if hidden.shape[:2] != (n, t):
         raise RuntimeError(f"lm_head input of shape {tuple(captured[0].shape)} does not match the response width {t}")
     mask = response_mask.to(device=logits.device, dtype=torch.float32)
-    temp = _as_temperature(temperature, n, t, logits.device).masked_fill(mask[..., None] == 0, 1.0)
+    temp = per_token_temperature(temperature, n, t, logits.device).masked_fill(mask[..., None] == 0, 1.0)
     alpha = _as_advantages(advantages, n, t, logits.device)
     tokens = response_ids.to(logits.device)
     norms = []

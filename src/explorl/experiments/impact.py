@@ -79,7 +79,7 @@ def token_impact(model, tokenizer, prompt: str, response_ids: list[int], positio
         k: continuations sampled from each of the two prefixes of a position.
         reward_fn: fn(response_text, answer) -> score (1.0 correct, 0.0 not).
         max_new_tokens: length limit of each continuation.
-        temperature, top_p, generator: passed to `rollout.sampler.sample`.
+        temperature, top_p, generator: passed to `rollout.engines.native.sample`.
         eos_token_id: defaults to the tokenizer's.
         max_rows: at most this many sampled rows per `sample` call (None: one call for all positions).
     Returns:

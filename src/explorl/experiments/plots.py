@@ -1,5 +1,5 @@
 """Pictures of `explorl probe` results (`experiments.probes`; docs/methods.md §8e), one PNG each, drawn with
-matplotlib's Agg renderer (no pyplot state), as `report.plots`."""
+matplotlib's Agg renderer (no pyplot state), as `report.style`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from explorl.report.plots import save_png
+from explorl.report.style import save_png
 
 __all__ = ["plot_position", "plot_covariance", "plot_branch", "plot_perturb", "plot_update"]
 

@@ -11,8 +11,10 @@ from typing import Any
 
 from explorl.report.html import HtmlTable, Page, write_page
 from explorl.report.plots import PLOTS, PlotFile, make_plots, plot_difference, run_labels
-from explorl.report.runs import (MISSING, Run, RunError, SeedStat, config_differences, example_completions,
-                                 group_by_config, group_labels, load_run, load_samples, seed_mean, seed_stat)
+from explorl.report.configs import MISSING, config_differences
+from explorl.report.examples import example_completions, load_samples
+from explorl.report.runs import Run, RunError, load_run
+from explorl.report.seeds import SeedStat, group_by_config, group_labels, seed_mean, seed_stat
 
 __all__ = ["PLOTS", "Report", "Run", "RunError", "analyze", "compare", "compare_tables", "final_table",
            "group_by_config", "load_run", "make_plots", "seed_mean", "seed_stat"]

@@ -8,7 +8,7 @@ from html import escape
 from pathlib import Path
 
 from explorl.report.plots import PlotFile
-from explorl.report.runs import Example
+from explorl.report.examples import Example
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -54,7 +54,7 @@ class Page:
     """(label, YAML text) of each config shown."""
     notes: list[str] = field(default_factory=list)
     examples: list[Example] | None = None
-    """Example completions (`runs.example_completions`); None: no such section (`compare`)."""
+    """Example completions (`examples.example_completions`); None: no such section (`compare`)."""
     examples_note: str = ""
     """Said above the examples: where they come from, or why there are none."""
 

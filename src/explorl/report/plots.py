@@ -1,7 +1,8 @@
 """Training curves of one run, or several overlaid, as PNG files (matplotlib's Agg renderer, no pyplot state).
 
 Every plot: a training-step axis has integer ticks; no axis writes an offset or a scale factor beside it (tick
-labels are the values themselves); the legend sits to the right of the axes, never over the curves.
+labels are the values themselves); the legend sits to the right of the axes, never over the curves
+(`report.style`). The figures of evaluations are `report.eval_plots`.
 """
 
 from __future__ import annotations
@@ -11,13 +12,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from matplotlib import colormaps
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter, ScalarFormatter
 
+# the evaluation figures and the shared look lived here: their importers keep working
+from explorl.report.eval_plots import (crossings, curve_difference, k_curves_figure, plot_frontier,  # noqa: F401
+                                       plot_k_curves, plot_venn)
 from explorl.report.runs import Run
+from explorl.report.seeds import seed_stat
+from explorl.report.style import ema, legend_outside, model_colours, save_png, style_axes  # noqa: F401
 
 LINESTYLES = ("-", "--", ":", "-.")
 POSITION_TAIL = 0.2  # entropy by position: average over the last 20% of the steps
@@ -47,48 +51,6 @@ def run_labels(runs: list[Run]) -> list[str]:
     if len(set(labels)) < len(labels):
         labels = [f"{lab} [{i + 1}]" for i, lab in enumerate(labels)]
     return labels
-
-
-def ema(values: list[float], smooth: float) -> list[float]:
-    """Exponential moving average `m_t = smooth * m_{t-1} + (1 - smooth) * x_t`, started at the first value and
-    debiased as TensorBoard's smoothing is not (a plain running average over the first points); `smooth` 0 = off."""
-    if not 0 <= smooth < 1:
-        raise ValueError(f"smoothing must be in [0, 1), got {smooth}")
-    out, m = [], None
-    for x in values:
-        m = x if m is None else smooth * m + (1 - smooth) * x
-        out.append(m)
-    return out
-
-
-def model_colours(n: int) -> list:
-    """`n` colours that stay apart, one per run or model: tab10 up to 10, tab20 up to 20 (tab10 repeats after 10),
-    beyond that evenly spaced along a perceptually ordered map."""
-    if n <= 10:
-        return [f"C{i}" for i in range(n)]
-    if n <= 20:
-        return [colormaps["tab20"](i) for i in range(n)]
-    return [colormaps["turbo"](0.05 + 0.9 * i / (n - 1)) for i in range(n)]
-
-
-def style_axes(ax: Axes, *, step_axis: bool = False) -> None:
-    """explorl's look of an axes: integer ticks on a training-step x axis (`step_axis`), and tick labels that are
-    the values themselves on every linear axis (no offset such as "+5.686", no "1e-7" factor: matplotlib would
-    write one for values that differ only far behind the decimal point)."""
-    if step_axis:
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    for axis in (ax.xaxis, ax.yaxis):
-        if type(axis.get_major_formatter()) is ScalarFormatter:  # log axes keep their own formatters
-            plain = ScalarFormatter(useOffset=False)
-            plain.set_scientific(False)
-            axis.set_major_formatter(plain)
-
-
-def legend_outside(ax: Axes, fontsize: str = "small") -> None:
-    """The legend of `ax` (if it has labelled artists) to the right of the axes, top-aligned, so that it never
-    covers data; a constrained-layout figure makes room for it."""
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
 
 
 class _Drawer:
@@ -153,8 +115,6 @@ def _draw_reward_functions(d: _Drawer, runs: list[Run]) -> list[int]:
 
 
 def _seed_band(d: _Drawer, run_i: int, run: Run, key: str, xs: list[int]) -> None:
-    from explorl.report.runs import seed_stat
-
     per_seed = []
     for m in run.members:
         sx, sy = m.series(key)
@@ -301,169 +261,6 @@ def make_plots(runs: list[Run], out_dir: str | Path, labels: list[str] | None = 
             note = f"no {spec.metric} in: {', '.join(labels[i] for i in lacking)}"
         results.append(PlotFile(spec.key, title, target, note, fig))
     return results
-
-
-def plot_venn(sets: dict[str, set], path: str | Path, title: str = "unsolvable problems") -> Path:
-    """A Venn diagram of 2-3 sets (e.g. k-rollout unsolvable sets of several models, STILL section 2.1).
-
-    Circles of equal size with the count of every region written in it (`analysis.measures.set_overlaps`).
-    """
-    from matplotlib.patches import Circle
-
-    from explorl.analysis.measures import set_overlaps
-
-    names = list(sets)
-    if not 2 <= len(names) <= 3:
-        raise ValueError(f"plot_venn: give 2 or 3 sets, got {len(names)}")
-    regions = set_overlaps(sets)
-    centres = [(-0.6, 0.0), (0.6, 0.0)] if len(names) == 2 else [(-0.6, 0.35), (0.6, 0.35), (0.0, -0.65)]
-    colours = ["tab:blue", "tab:orange", "tab:green"]
-    fig = Figure(figsize=(6, 5))
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    for (x, y), colour, name in zip(centres, colours, names):
-        ax.add_patch(Circle((x, y), 1.0, alpha=0.25, color=colour))
-        ax.text(x * 1.3, y + (1.1 if y >= 0 else -1.2), f"{name} ({len(sets[name])})", ha="center",
-                fontsize=10, color=colour, weight="bold")
-    for key, count in regions.items():
-        inside = [n for n in names if n in key.split("-")[0].split("&")]
-        xs = [centres[names.index(n)][0] for n in inside]
-        ys = [centres[names.index(n)][1] for n in inside]
-        x, y = sum(xs) / len(xs), sum(ys) / len(ys)
-        if len(inside) < len(names):  # push single and pairwise regions away from the other circles' centres
-            outside = [centres[names.index(n)] for n in names if n not in inside]
-            ox, oy = sum(c[0] for c in outside) / len(outside), sum(c[1] for c in outside) / len(outside)
-            x, y = x + 0.45 * (x - ox), y + 0.45 * (y - oy)
-        ax.text(x, y, str(count), ha="center", va="center", fontsize=12)
-    ax.set_xlim(-2.2, 2.2)
-    ax.set_ylim(-2.0, 1.9)
-    ax.set_aspect("equal")
-    ax.axis("off")
-    ax.set_title(title)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    return path
-
-
-def save_png(fig: Figure, path: str | Path) -> Path:
-    """Write `fig` as a PNG at `path` (parents created; no software tag, so equal figures give equal bytes)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png", metadata={"Software": None})
-    return path
-
-
-def curve_difference(base: dict, other: dict, metric: str = "pass@k") -> tuple[list[int], list[float]]:
-    """(k, `other`'s mean minus `base`'s) at the k both curves have (`evaluate.k_curves` results)."""
-    ks = [k for k in other["k"] if k in base["k"]]
-    return ks, [other[metric][other["k"].index(k)][0] - base[metric][base["k"].index(k)][0] for k in ks]
-
-
-def crossings(base: dict, other: dict, metric: str = "pass@k") -> list[int]:
-    """The k (of both curves) at which `other`'s mean moves from above `base`'s to at or below it, or back:
-    where a trained model's curve crosses the base model's (E3, EAD, STILL)."""
-    ks, diff = curve_difference(base, other, metric)
-    return [k for k, before, now in zip(ks[1:], diff, diff[1:]) if (before > 0) != (now > 0)]
-
-
-def plot_k_curves(curves: dict[str, dict], path: str | Path, metric: str = "pass@k",
-                  paired: dict[str, dict] | None = None) -> Path:
-    """`metric` (pass@k or maj@k) against k on a log-2 axis, one line per evaluation with its 95% interval over
-    problems shaded (`evaluate.k_curves`); with two or more, a second panel shows each curve minus the first
-    (the base model's), so a crossing is where the difference meets 0 (E3 Fig. 8, STILL Fig. 1a),
-    shaded with its paired interval where `paired[name]` gives one (`evaluate.paired_pass_difference`).
-    Written as a PNG at `path` (`k_curves_figure` draws it)."""
-    return save_png(k_curves_figure(curves, metric, paired), path)
-
-
-def k_curves_figure(curves: dict[str, dict], metric: str = "pass@k", paired: dict[str, dict] | None = None) -> Figure:
-    """The figure of `plot_k_curves`."""
-    if not curves:
-        raise ValueError("plot_k_curves: no curves")
-    names = list(curves)
-    panels = 2 if len(names) > 1 else 1
-    fig = Figure(figsize=(9.0, 4.2 * panels), dpi=100, layout="constrained")
-    FigureCanvasAgg(fig)
-    axes = [fig.add_subplot(panels, 1, i + 1) for i in range(panels)]
-    colours = model_colours(len(names))
-    for i, name in enumerate(names):
-        c = curves[name]
-        mean, lo, hi = zip(*c[metric])
-        axes[0].plot(c["k"], mean, marker="o", ms=3, color=colours[i], label=name)
-        axes[0].fill_between(c["k"], lo, hi, color=colours[i], alpha=0.15, linewidth=0)
-    axes[0].set_ylabel(metric)
-    axes[0].set_title(f"{metric} against k (95% intervals over problems)")
-    if panels == 2:
-        base = curves[names[0]]
-        axes[1].axhline(0.0, color="black", linewidth=0.8)
-        for i, name in enumerate(names[1:], 1):
-            ks, diff = curve_difference(base, curves[name], metric)
-            axes[1].plot(ks, diff, marker="o", ms=3, color=colours[i], label=f"{name} - {names[0]}")
-            band = (paired or {}).get(name)
-            if band:
-                shown = [k for k in ks if k in band]
-                axes[1].fill_between(shown, [band[k][1] for k in shown], [band[k][2] for k in shown],
-                                     color=colours[i], alpha=0.15, linewidth=0)
-        axes[1].set_ylabel(f"{metric} minus {names[0]}")
-    for ax in axes:
-        ax.set_xscale("log", base=2)
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))  # 1, 2, 4, ... rather than 2^0, 2^1
-        ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.set_xlabel("k")
-        ax.grid(True, alpha=0.3)
-        style_axes(ax)
-        legend_outside(ax)
-    return fig
-
-
-def plot_frontier(points: dict[str, list[dict]], ks: list[int], paired: dict[str, dict] | None,
-                  path: str | Path) -> Path:
-    """The coverage-entropy frontier (`explorl frontier`): pass@1 and pass@k at the largest k against the mean token
-    entropy of the samples, one line per model through its temperatures, shaded with the 95% interval over
-    problems; with `paired` (`{model: {k: [(entropy, mean, lo, hi)]}}`, `frontier.paired_frontier_difference`) a
-    last panel shows each model minus the first at equal entropy, with its paired interval. Written as a PNG."""
-    if not points:
-        raise ValueError("plot_frontier: no models")
-    shown_ks = sorted({min(ks), max(ks)})
-    panels = len(shown_ks) + (1 if paired else 0)
-    fig = Figure(figsize=(9.0, 3.6 * panels), dpi=100, layout="constrained")
-    FigureCanvasAgg(fig)
-    axes = [fig.add_subplot(panels, 1, i + 1) for i in range(panels)]
-    names = list(points)
-    colours = model_colours(len(names))
-    few = len(names) <= 4  # with more models the temperature labels and bands would hide the lines
-    for ax, k in zip(axes, shown_ks):
-        for i, name in enumerate(names):
-            pts = sorted(points[name], key=lambda p: p["entropy"])
-            xs = [p["entropy"] for p in pts]
-            mean, lo, hi = zip(*(p[f"pass@{k}"] for p in pts))
-            ax.plot(xs, mean, marker="o", ms=3, color=colours[i], label=name)
-            ax.fill_between(xs, lo, hi, color=colours[i], alpha=0.15 if few else 0.05, linewidth=0)
-            for p in pts if few else []:  # each point's sampling temperature, small, beside it
-                ax.annotate(f"T={p['temperature']:g}", (p["entropy"], p[f"pass@{k}"][0]), fontsize="x-small",
-                            textcoords="offset points", xytext=(3, -9), color=colours[i])
-        ax.set_ylabel(f"pass@{k}")
-        ax.set_title(f"pass@{k} against sampling entropy (95% intervals over problems)")
-    if paired:
-        ax = axes[-1]
-        ax.axhline(0.0, color="black", linewidth=0.8)
-        k = max(ks)
-        for i, name in enumerate(names[1:], 1):
-            rows = paired[name][k]
-            if not rows:
-                continue
-            xs, mean, lo, hi = zip(*rows)
-            ax.plot(xs, mean, marker="o", ms=3, color=colours[i], label=f"{name} - {names[0]}")
-            ax.fill_between(xs, lo, hi, color=colours[i], alpha=0.15 if few else 0.05, linewidth=0)
-        ax.set_ylabel(f"pass@{k} minus {names[0]}")
-        ax.set_title(f"pass@{k} at equal entropy, paired over problems (95% interval)")
-    for ax in axes:
-        ax.set_xlabel("mean token entropy of the samples (nats)")
-        ax.grid(True, alpha=0.3)
-        style_axes(ax)
-        legend_outside(ax)
-    return save_png(fig, path)
 
 
 def plot_difference(runs: list[Run], labels: list[str], metric: str, out_dir: str | Path,

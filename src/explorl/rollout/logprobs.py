@@ -9,11 +9,8 @@ from __future__ import annotations
 import torch
 
 from explorl.metrics import token_entropy
-
-
-def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Positions that skip left padding: 0 at each row's first real token. [N, L] -> [N, L] (int64)."""
-    return (attention_mask.long().cumsum(-1) - 1).clamp_(min=0)
+from explorl.rollout.forward import (fused_hidden, fused_hidden_dynamic_dims, fused_training_params, maybe_compiled,
+                                     position_ids_from_mask, rotary_tables)
 
 
 def full_sequences(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_ids: torch.Tensor):
@@ -26,7 +23,7 @@ def full_sequences(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response
     return input_ids, attention_mask, position_ids_from_mask(attention_mask)
 
 
-def _as_temperature(temperature, n: int, t: int, device) -> torch.Tensor:
+def per_token_temperature(temperature, n: int, t: int, device) -> torch.Tensor:
     """Broadcastable temperature [N, T, 1] from a float, [N] or [N, T]."""
     if isinstance(temperature, torch.Tensor):
         temp = temperature.to(device=device, dtype=torch.float32)
@@ -89,64 +86,6 @@ def packed_sequences(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, respon
     return both.gather(1, index.clamp_(max=p + t - 1)), prompt_len
 
 
-def _fused_hidden(h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layers: tuple, norm: tuple,
-                  dims: tuple[int, int, int]) -> torch.Tensor:
-    """The decoder layers of a Llama-family model as one function of their parameters (the sampler's fused math,
-    without a cache) on `packed_sequences` rows: the embedded tokens h [N, L, H], cos / sin [1, L, D] of positions
-    0..L-1 -> the final normalised hidden states [N, L, H]. Causal attention, no mask: each row's real tokens come
-    first. Differentiable in `layers` and `norm` (the model's own parameters), so the training forward and backward
-    compile to a few fused loops and the matmuls (`model.compile`). The embedding lookup stays outside: its backward
-    is a scatter-add, which the compiler parallelises with atomic adds on the CPU, so the embedding's gradient would
-    depend on thread timing (consecutive runs differed by ~1e-9); eager's is deterministic."""
-    from explorl.rollout.engines.native import _rms, _rotate
-
-    norm_w, norm_eps = norm
-    n_heads, n_kv, d = dims
-    n, length = h.shape[:2]
-    cos, sin = cos[:, None], sin[:, None]  # [1, 1, L, D]
-    for ln1, eps1, q_w, k_w, v_w, q_b, k_b, v_b, o_w, o_b, ln2, eps2, gate_w, up_w, down_w in layers:
-        qkv_b = None if q_b is None else torch.cat([q_b, k_b, v_b])
-        qkv = torch.nn.functional.linear(_rms(h, ln1, eps1), torch.cat([q_w, k_w, v_w]), qkv_b)
-        hq, hk = n_heads * d, n_kv * d
-        q = qkv[..., :hq].view(n, length, n_heads, d).transpose(1, 2)
-        k = qkv[..., hq:hq + hk].view(n, length, n_kv, d).transpose(1, 2)
-        v = qkv[..., hq + hk:].view(n, length, n_kv, d).transpose(1, 2)
-        o = torch.nn.functional.scaled_dot_product_attention(_rotate(q, cos, sin), _rotate(k, cos, sin), v,
-                                                             is_causal=True, enable_gqa=n_kv != n_heads)
-        h = h + torch.nn.functional.linear(o.transpose(1, 2).reshape(n, length, hq), o_w, o_b)
-        gate, up = torch.nn.functional.linear(_rms(h, ln2, eps2), torch.cat([gate_w, up_w])).chunk(2, dim=-1)
-        h = h + torch.nn.functional.linear(torch.nn.functional.silu(gate) * up, down_w)
-    return _rms(h, norm_w, norm_eps)
-
-
-def _fused_params(model) -> tuple | None:
-    """(((embedding weight, padding_idx), layers, norm), dims) of a model the sampler's fused decoder takes and that
-    trains without dropout, where layers, norm and dims are `_fused_hidden`'s arguments; None otherwise."""
-    from explorl.rollout.engines.native import _FusedDecoder
-
-    cfg = model.config
-    if not _FusedDecoder.applies(model) or getattr(cfg, "attention_dropout", 0.0):
-        return None
-    layers = []
-    for layer in model.model.layers:
-        a, m = layer.self_attn, layer.mlp
-        layers.append((layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon, a.q_proj.weight,
-                       a.k_proj.weight, a.v_proj.weight, a.q_proj.bias, a.k_proj.bias, a.v_proj.bias, a.o_proj.weight,
-                       a.o_proj.bias, layer.post_attention_layernorm.weight,
-                       layer.post_attention_layernorm.variance_epsilon, m.gate_proj.weight, m.up_proj.weight,
-                       m.down_proj.weight))
-    n_heads = cfg.num_attention_heads
-    dims = (n_heads, getattr(cfg, "num_key_value_heads", None) or n_heads,
-            getattr(cfg, "head_dim", None) or cfg.hidden_size // n_heads)
-    inner = model.model
-    return ((inner.embed_tokens.weight, inner.embed_tokens.padding_idx), tuple(layers),
-            (inner.norm.weight, inner.norm.variance_epsilon)), dims
-
-
-def _hidden_dynamic_dims(h, cos, sin, *_):
-    yield from ((h, 0), (h, 1), (cos, 1), (sin, 1))
-
-
 def response_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_ids: torch.Tensor,
                       response_mask: torch.Tensor, temperature=1.0, *, with_entropy: bool = True,
                       chunk_size: int = 2048, max_block_logits: int = 2**25, compile: bool = False):
@@ -165,66 +104,94 @@ def response_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
         temperature: float, [N] (per response) or [N, T] (per token).
         chunk_size: tokens (rows x positions) per block of the output layer, at most.
         max_block_logits: logits (tokens x vocabulary) per block, at most: large vocabularies get smaller blocks.
-        compile: for a model the sampler's fused decoder takes (Qwen2, Llama; no dropout, no LoRA), run the decoder
-            as `_fused_hidden` compiled by torch.compile (`model.compile`), forward and backward; the same values
-            up to float rounding.
+        compile: for a model the fused forward takes (Qwen2, Llama; no dropout, no LoRA), run the decoder as
+            `rollout.forward.fused_hidden` compiled by torch.compile (`model.compile`), forward and backward; the
+            same values up to float rounding.
     Returns:
         logprobs [N, T] and entropy [N, T] (None when with_entropy is False), 0.0 where response_mask == 0.
         Differentiable when called with grad enabled.
     """
     n, t = response_ids.shape
-    p = prompt_ids.shape[1]
     split = _split_head(model)
-    temp = None
-    lps, ents = [], []
-    if split is not None:
-        decoder, head = split
-        fused = _fused_params(model) if compile else None
-        if fused is not None:
-            from explorl.rollout.engines.native import _maybe_compiled
-
-            ids, prompt_len = packed_sequences(prompt_ids, prompt_mask, response_ids, response_mask)
-            positions = torch.arange(ids.shape[1], device=ids.device)[None]
-            cos, sin = decoder.rotary_emb(decoder.embed_tokens.weight[:1, None], positions)
-            ((embed, padding_idx), layers, norm), dims = fused
-            h = torch.nn.functional.embedding(ids, embed, padding_idx)  # the pad row gets no gradient, as in the model
-            hidden = _maybe_compiled("train_forward", _fused_hidden, True, _hidden_dynamic_dims,
-                                     "the training forward", "model.compile")(h, cos, sin, layers, norm, dims)
-            # response token j of row i is predicted at column prompt_len[i] + j - 1
-            at = (prompt_len[:, None] - 1 + torch.arange(t, device=ids.device)).clamp_(0, ids.shape[1] - 1)
-            hidden = hidden.gather(1, at[..., None].expand(-1, -1, hidden.shape[-1]))
-        else:
-            input_ids, attention_mask, position_ids = full_sequences(prompt_ids, prompt_mask, response_ids)
-            hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                             use_cache=False).last_hidden_state
-            hidden = hidden[:, p - 1:p + t - 1]  # position j predicts token j + 1
-        temp = _as_temperature(temperature, n, t, hidden.device)
-        temp = temp.masked_fill(response_mask.to(hidden.device)[..., None] == 0, 1.0)
-        step = max(1, min(chunk_size, max_block_logits // head.weight.shape[0]) // n)
-        for s in range(0, t, step):
-            args = (hidden[:, s:s + step], head.weight, head.bias, response_ids[:, s:s + step],
-                    temp[:, s:s + step], with_entropy)
-            if torch.is_grad_enabled():
-                lp, ent = torch.utils.checkpoint.checkpoint(_block_stats, *args, use_reentrant=False)
-            else:
-                lp, ent = _block_stats(*args)
-            lps.append(lp)
-            ents.append(ent)
+    if split is None:
+        lps, ents = _stats_from_model_logits(model, prompt_ids, prompt_mask, response_ids, response_mask, temperature,
+                                             with_entropy, chunk_size)
     else:
-        input_ids, attention_mask, position_ids = full_sequences(prompt_ids, prompt_mask, response_ids)
-        out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                    logits_to_keep=t + 1, use_cache=False)
-        logits = out.logits[:, :-1]  # the logit at position j predicts token j + 1
-        temp = _as_temperature(temperature, n, t, logits.device)
-        # Rollouts.temperatures is 0 on padding: x/0 there would give NaN values (and NaN gradients through the mask)
-        temp = temp.masked_fill(response_mask.to(logits.device)[..., None] == 0, 1.0)
-        step = max(1, chunk_size // n)
-        for s in range(0, t, step):
-            block = logits[:, s:s + step].float() / temp[:, s:s + step]
-            logz = torch.logsumexp(block, dim=-1)
-            lps.append(block.gather(-1, response_ids[:, s:s + step, None]).squeeze(-1) - logz)
-            ents.append(token_entropy(block) if with_entropy else torch.zeros_like(logz))
+        decoder, head = split
+        hidden = _response_hidden(model, decoder, prompt_ids, prompt_mask, response_ids, response_mask, compile)
+        temp = _response_temperature(temperature, response_mask, hidden.device)
+        step = max(1, min(chunk_size, max_block_logits // head.weight.shape[0]) // n)
+        lps, ents = _stats_by_head_blocks(hidden, head, response_ids, temp, with_entropy, step)
     mask = response_mask.to(torch.float32)
     logprobs = torch.cat(lps, dim=1) * mask
     entropy = torch.cat(ents, dim=1) * mask if with_entropy else None
     return logprobs, entropy
+
+
+def _response_temperature(temperature, response_mask: torch.Tensor, device) -> torch.Tensor:
+    """`per_token_temperature` [N, T, 1], 1 where response_mask == 0: Rollouts.temperatures is 0 on padding, and x/0
+    there would give NaN values (and NaN gradients through the mask)."""
+    n, t = response_mask.shape
+    temp = per_token_temperature(temperature, n, t, device)
+    return temp.masked_fill(response_mask.to(device)[..., None] == 0, 1.0)
+
+
+def _response_hidden(model, decoder, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_ids: torch.Tensor,
+                     response_mask: torch.Tensor, compile: bool) -> torch.Tensor:
+    """The decoder's final hidden states [N, T, H] at the positions predicting each response token: by the compiled
+    fused forward on packed rows where `compile` and the model allows it, else by the decoder's own forward."""
+    fused = fused_training_params(model) if compile else None
+    if fused is not None:
+        ids, prompt_len = packed_sequences(prompt_ids, prompt_mask, response_ids, response_mask)
+        cos, sin = rotary_tables(decoder, ids.shape[1], ids.device)
+        ((embed, padding_idx), layers, norm), dims = fused
+        h = torch.nn.functional.embedding(ids, embed, padding_idx)  # the pad row gets no gradient, as in the model
+        hidden = maybe_compiled("train_forward", fused_hidden, True, fused_hidden_dynamic_dims,
+                                "the training forward", "model.compile")(h, cos, sin, layers, norm, dims)
+        # response token j of row i is predicted at column prompt_len[i] + j - 1
+        at = (prompt_len[:, None] - 1 + torch.arange(response_ids.shape[1], device=ids.device))
+        at = at.clamp_(0, ids.shape[1] - 1)
+        return hidden.gather(1, at[..., None].expand(-1, -1, hidden.shape[-1]))
+    input_ids, attention_mask, position_ids = full_sequences(prompt_ids, prompt_mask, response_ids)
+    hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                     use_cache=False).last_hidden_state
+    p, t = prompt_ids.shape[1], response_ids.shape[1]
+    return hidden[:, p - 1:p + t - 1]  # position j predicts token j + 1
+
+
+def _stats_by_head_blocks(hidden: torch.Tensor, head: torch.nn.Linear, response_ids: torch.Tensor,
+                          temp: torch.Tensor, with_entropy: bool, step: int) -> tuple[list, list]:
+    """Per-block log-probs and entropies, the output layer applied `step` positions at a time (each block
+    checkpointed under autograd, so the backward recomputes its logits instead of holding them)."""
+    lps, ents = [], []
+    for s in range(0, response_ids.shape[1], step):
+        args = (hidden[:, s:s + step], head.weight, head.bias, response_ids[:, s:s + step], temp[:, s:s + step],
+                with_entropy)
+        if torch.is_grad_enabled():
+            lp, ent = torch.utils.checkpoint.checkpoint(_block_stats, *args, use_reentrant=False)
+        else:
+            lp, ent = _block_stats(*args)
+        lps.append(lp)
+        ents.append(ent)
+    return lps, ents
+
+
+def _stats_from_model_logits(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_ids: torch.Tensor,
+                             response_mask: torch.Tensor, temperature, with_entropy: bool,
+                             chunk_size: int) -> tuple[list, list]:
+    """Per-block log-probs and entropies from the model's own forward (any causal LM; `logits_to_keep` limits the
+    logits to the response positions), upcast to float32 one block of `chunk_size` tokens at a time."""
+    n, t = response_ids.shape
+    input_ids, attention_mask, position_ids = full_sequences(prompt_ids, prompt_mask, response_ids)
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                logits_to_keep=t + 1, use_cache=False)
+    logits = out.logits[:, :-1]  # the logit at position j predicts token j + 1
+    temp = _response_temperature(temperature, response_mask, logits.device)
+    lps, ents = [], []
+    step = max(1, chunk_size // n)
+    for s in range(0, t, step):
+        block = logits[:, s:s + step].float() / temp[:, s:s + step]
+        logz = torch.logsumexp(block, dim=-1)
+        lps.append(block.gather(-1, response_ids[:, s:s + step, None]).squeeze(-1) - logz)
+        ents.append(token_entropy(block) if with_entropy else torch.zeros_like(logz))
+    return lps, ents

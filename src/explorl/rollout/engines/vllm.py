@@ -3,7 +3,7 @@
 The engine lives in the training process (vLLM's in-process executor: `VLLM_ENABLE_V1_MULTIPROCESSING=0`,
 `distributed_executor_backend="uni"`), holds its own copy of the weights and gets the policy's before every step
 through `sync` (vLLM's `reload_weights` with the weights handed over in memory: nothing is written to or read from
-disk). It samples what explorl's sampler samples (`rollout.sampler.sample`):
+disk). It samples what explorl's sampler samples (`rollout.engines.native.sample`):
 - per-prompt group sizes (E3's budgets): one request per prompt with `n` = its budget;
 - per-prompt temperatures (E3's tau, the adaptive schedule): the request's temperature, from the schedule's
   `per_prompt` description (the same one verl and TRL are given);
@@ -32,7 +32,7 @@ from collections.abc import Sequence
 import torch
 
 from explorl.integrations.vllm import PROCESSOR_NAME
-from explorl.rollout.engines.native import Rollouts, _left_pad
+from explorl.rollout.engines.native import Rollouts, left_pad_prompts
 
 __all__ = ["VLLM_CPU_HEAD_SIZES", "VllmRollouts", "check_head_size", "head_size"]
 
@@ -142,7 +142,7 @@ class VllmRollouts:
                seed: int = 0, device: torch.device | str = "cpu") -> Rollouts:
         """`n[j]` responses to prompt j, sampled as `per_prompt[j]` (`controllers.PromptTemperature`) describes.
 
-        Returns `Rollouts` with N = sum(n) rows in prompt order, as `rollout.sampler.sample` does (prompts
+        Returns `Rollouts` with N = sum(n) rows in prompt order, as `rollout.engines.native.sample` does (prompts
         left-padded, responses right-padded with `pad_token_id`, `mask` 1 up to and including EOS); `entropy` is
         NaN (vLLM does not return it). `seed` seeds the requests, so a step is reproducible.
         """
@@ -196,7 +196,7 @@ class VllmRollouts:
             mask[i, :k] = 1.0
             lp[i, :k] = torch.tensor(logps[i])
             temp[i, :k] = torch.tensor(temps[i])
-        prompt_ids, prompt_mask = _left_pad([list(prompts[g]) for g in group], pad_token_id, device)
+        prompt_ids, prompt_mask = left_pad_prompts([list(prompts[g]) for g in group], pad_token_id, device)
         return Rollouts(prompt_ids=prompt_ids.to(device), prompt_mask=prompt_mask.to(device),
                         response_ids=response.to(device), mask=mask.to(device), behavior_logprobs=lp.to(device),
                         entropy=torch.full((num, width), float("nan"), device=device), temperatures=temp.to(device),

@@ -1,0 +1,55 @@
+"""Continuations of response prefixes, the sampling step of the branching and perturbation probes: k continuations
+of each head after the prompt in one `sample` call (`continue_prefixes`), and their texts scored by the task
+(`score_heads`, a `Score`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from explorl.rollout.engines.native import sample
+
+
+Score = Callable[[list[str]], list[float]]
+"""`fn(texts) -> scores` of one problem's responses (its answer and meta bound), a response correct when its score
+is > 0.5; `explorl probe` passes the task's judgment as 1.0 / 0.0."""
+
+
+def token_id_list(x) -> list[int]:
+    """An id or a sequence of ids (a tokenizer's `eos_token_id` may be either) as a list of ints."""
+    return [int(x)] if isinstance(x, int) else [int(e) for e in x]
+
+
+def continue_prefixes(model, prompt_ids: Sequence[int], heads: Sequence[Sequence[int]], k: int, *,
+                      eos_token_id: int | Sequence[int], pad_token_id: int, max_new_tokens: int,
+                      temperature: float = 1.0, top_p: float = 1.0, generator: torch.Generator | None = None,
+                      fast_path: bool = True) -> list[list[list[int]]]:
+    """k continuations of each head (response tokens so far) after the prompt, in one `sample` call.
+
+    A head that ends with EOS is complete: its k continuations are empty and it is not sampled. With a single
+    empty head this is exactly `sample(model, [prompt_ids], k, ...)` (same generator state, same draws).
+    Returns `[len(heads)][k]` token-id lists (EOS included when produced, no padding).
+    """
+    eos = token_id_list(eos_token_id)
+    out: list[list[list[int]]] = [[[] for _ in range(k)] if h and h[-1] in eos else [] for h in heads]
+    open_heads = [i for i, h in enumerate(heads) if not (h and h[-1] in eos)]
+    if open_heads and k > 0:
+        ro = sample(model, [list(prompt_ids) + list(heads[i]) for i in open_heads], k, eos_token_id=eos,
+                    pad_token_id=pad_token_id, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                    generator=generator, fast_path=fast_path)
+        for row, (g, length) in enumerate(zip(ro.group.tolist(), ro.lengths.tolist())):
+            out[open_heads[g]].append(ro.response_ids[row, :length].tolist())
+    return out
+
+
+def score_heads(tokenizer, heads, conts, score: Score) -> list[tuple[list[str], list[float]]]:
+    """Texts and rewards of every head's continuations, scored in one call of `score`."""
+    texts = [[tokenizer.decode(list(h) + c, skip_special_tokens=True) for c in cs] for h, cs in zip(heads, conts)]
+    flat = [t for ts in texts for t in ts]
+    rewards = [float(r) for r in score(flat)] if flat else []
+    out, i = [], 0
+    for ts in texts:
+        out.append((ts, rewards[i:i + len(ts)]))
+        i += len(ts)
+    return out
