@@ -188,7 +188,7 @@ def test_only_the_commands_import_the_experiments():
     # below it does
     users = {m for m, deps in TYPED_GRAPH.items()
              if not _within(m, ("explorl.experiments",)) and any(_within(d, ("explorl.experiments",)) for d in deps)}
-    assert {m for m in users if not _within(m, ("explorl.commands"))} == set()
+    assert {m for m in users if not _within(m, ("explorl.commands",))} == set()
     assert "explorl.train.loop" in _reachable(GRAPH, "explorl.experiments.probes")  # what keeps them out of analysis
 
 
