@@ -12,7 +12,7 @@ import pytest
 from matplotlib.figure import Figure
 
 from explorl.config import dump_yaml, load_config
-from explorl.report import analyze, compare, plots
+from explorl.report import analyze, compare, eval_plots, plots
 from explorl.report.runs import load_run
 
 
@@ -153,7 +153,7 @@ def test_every_training_step_axis_has_integer_ticks(offset_reports):
 
 def test_no_axis_shows_an_offset(offset_reports, tmp_path):
     figs = [f for report in offset_reports for _, f in figures(report)]
-    figs.append(plots.k_curves_figure({"a": curve([5.6861, 5.6862, 5.6863]), "b": curve([5.6862, 5.6862, 5.6864])}))
+    figs.append(eval_plots.k_curves_figure({"a": curve([5.6861, 5.6862, 5.6863]), "b": curve([5.6862, 5.6862, 5.6864])}))
     keys = [k for report in offset_reports for k, _ in figures(report)]
     assert "entropy_by_position" in keys
     for fig in figs:
@@ -165,7 +165,7 @@ def test_no_axis_shows_an_offset(offset_reports, tmp_path):
 
 def test_legends_sit_outside_the_data_area(offset_reports):
     figs = [f for report in offset_reports for _, f in figures(report)]
-    figs.append(plots.k_curves_figure({"base": curve([0.1, 0.3, 0.5]), "rl": curve([0.2, 0.4, 0.5])}))
+    figs.append(eval_plots.k_curves_figure({"base": curve([0.1, 0.3, 0.5]), "rl": curve([0.2, 0.4, 0.5])}))
     seen = 0
     for fig in figs:
         fig.canvas.draw()

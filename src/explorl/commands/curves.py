@@ -26,7 +26,7 @@ def add_parser(sub) -> None:
 
 
 def cmd_curves(args) -> int:
-    from explorl.report.plots import crossings, plot_k_curves
+    from explorl.report.eval_plots import crossings, plot_k_curves
 
     console = common.console
     refuse_to_replace(args.out, "--out", args.overwrite)

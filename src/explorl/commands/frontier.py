@@ -93,7 +93,7 @@ def cmd_frontier(args) -> int:
     from rich.progress import Progress
 
     from explorl.evaluation.frontier import FrontierPoint
-    from explorl.report.plots import plot_frontier
+    from explorl.report.eval_plots import plot_frontier
 
     console = common.console
     temps, ks, labels = _checked_flags(args)  # everything is checked before the first model loads

@@ -21,7 +21,7 @@ def add_parser(sub) -> None:
 
 def cmd_venn(args) -> int:
     from explorl.analysis.measures import set_overlaps, unsolvable_set
-    from explorl.report.plots import plot_venn
+    from explorl.report.eval_plots import plot_venn
 
     if not 2 <= len(args.files) <= 3:
         raise SystemExit("explorl venn: give 2 or 3 per-problem files written by `explorl eval --analyze`")

@@ -16,12 +16,9 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-# the evaluation figures and the shared look lived here: their importers keep working
-from explorl.report.eval_plots import (crossings, curve_difference, k_curves_figure, plot_frontier,  # noqa: F401
-                                       plot_k_curves, plot_venn)
 from explorl.report.runs import Run
 from explorl.report.seeds import seed_stat
-from explorl.report.style import ema, legend_outside, model_colours, save_png, style_axes  # noqa: F401
+from explorl.report.style import ema, legend_outside, model_colours, save_png, style_axes
 
 LINESTYLES = ("-", "--", ":", "-.")
 POSITION_TAIL = 0.2  # entropy by position: average over the last 20% of the steps
