@@ -208,7 +208,7 @@ def test_pre_forward_only_when_a_method_needs_pi_old(tiny_model_dir, tmp_path):
     # asks for entropies before the update, so its first advantage call adds the extra forward and keeps it
     plain = make_trainer(tiny_model_dir, tmp_path, {})
     trl_step(plain)
-    assert not plain._pre_forward and plain._entropy_sum is not None
+    assert not plain._pre_forward and plain.explorl_driver.entropy_pending
     forking = make_trainer(tiny_model_dir, tmp_path, {"token_filter": "forking"})
     trl_step(forking)
     assert forking._pre_forward
@@ -734,7 +734,7 @@ def test_e3_state_is_saved_with_trls_checkpoint_and_resumed(tiny_model_dir, tmp_
     resumed._load_from_checkpoint(str(checkpoint))
     assert resumed._round == first._round == 3
     assert resumed.explorl_schedule.state_dict() == first.explorl_schedule.state_dict()
-    assert resumed._train_tau == first._train_tau and resumed._entropy_sum is None
+    assert resumed._train_tau == first._train_tau and not resumed.explorl_driver.entropy_pending
 
 
 def test_a_users_per_token_schedule_runs_in_trl_unchanged(tiny_model_dir, tmp_path, monkeypatch):

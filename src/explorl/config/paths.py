@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 # the fields that name files or directories a run reads: resolved relative to the config file that sets them
 # (command-line overrides: relative to the working directory), so a config runs from any directory

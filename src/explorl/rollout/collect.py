@@ -1,5 +1,6 @@
-"""One step's batch of rollouts: prompts from the stream, budgets and temperature from the controllers, samples,
-rewards, and the budget policy's choice of which groups train (DAPO's dynamic sampling draws more rounds)."""
+"""One step's batch of rollouts: prompts from the stream, each round planned by the schedule driver (budgets and
+temperatures), sampled, scored, and the budget policy's choice of which groups train (DAPO's dynamic sampling draws
+more rounds)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from explorl.rollout.controllers import Controllers, PromptStream
+from explorl.rollout.controllers import PromptStream
 from explorl.rollout.engines.native import Rollouts, decode_responses, sample
+from explorl.rollout.schedule import ScheduleDriver
 
 
 @dataclass
@@ -38,17 +40,18 @@ class Collected:
     """Per response of `rollouts`: correct by the task's rule (`Task.correct`: one reward entry and a threshold)."""
 
 
-def collect_rollouts(model, tok, task, runner, stream: PromptStream, controllers: Controllers, *, batch_size: int,
+def collect_rollouts(model, tok, task, runner, stream: PromptStream, driver: ScheduleDriver, *, batch_size: int,
                      max_new_tokens: int, top_p: float, fast_path: bool, step: int, compile: bool = False,
                      generator: torch.Generator, encode=None, engine=None) -> Collected:
-    """Sample and score `batch_size` prompts' groups at 0-based training step `step`. `encode(problem)` gives the
-    prompt's token ids (`tasks.chat.prompt_encoder`; default: the prompt text as it is). `engine`: an
+    """Sample and score `batch_size` prompts' groups at 0-based training step `step`, which this begins on the
+    schedule `driver` (the caller ends it once the batch's entropy is known). `encode(problem)` gives the prompt's
+    token ids (`tasks.chat.prompt_encoder`; default: the prompt text as it is). `engine`: an
     `integrations.vllm_engine.VllmRollouts` that samples instead of explorl's sampler (`sampling.engine: vllm`),
-    given the same budgets and each prompt's temperature as the schedule describes it for an engine (`per_prompt`)."""
+    given the same budgets and each prompt's temperature as the driver plans it for an engine (`Plan.requests`)."""
     encode = encode or (lambda p: tok.encode(p.prompt, add_special_tokens=False))
-    temp_arg, train_temp, stats = controllers.schedule.at(step)
-    stats = dict(stats)
-    budget = controllers.budget
+    temps = driver.begin(step)
+    stats = dict(temps.stats)
+    budget = driver.budget
     problems: list = []
     parts, texts, rewards, correct = [], [], [], []
     errors = timeouts = rounds = sampled_groups = scored = 0
@@ -57,19 +60,17 @@ def collect_rollouts(model, tok, task, runner, stream: PromptStream, controllers
     while True:
         epoch = stream.epoch
         ids = stream.next(batch_size - len(problems))
-        if stream.epoch != epoch:
-            budget.end_of_pass()
+        plan = driver.plan(ids, new_pass=stream.epoch != epoch, engine=engine is not None)
         round_problems = [task.train[i] for i in ids]
         prompts = [encode(p) for p in round_problems]
-        budgets = budget.budgets(ids)
         if engine is None:
-            ro = sample(model, prompts, budgets, eos_token_id=tok.eos_token_id,
+            ro = sample(model, prompts, plan.rollouts, eos_token_id=tok.eos_token_id,
                         pad_token_id=tok.pad_token_id, max_new_tokens=max_new_tokens,
-                        temperature=controllers.schedule.for_prompts(temp_arg, ids, budgets), top_p=top_p,
+                        temperature=plan.sampler_temperature, top_p=top_p,
                         generator=generator, fast_path=fast_path, compile=compile)
         else:  # the engine's requests are seeded from the run's generator, so a resumed step samples the same
             seed = int(torch.randint(2**31 - 1, (1,), generator=generator, device=generator.device))
-            ro = engine.sample(prompts, budgets, controllers.schedule.per_prompt(step, temp_arg, ids),
+            ro = engine.sample(prompts, plan.rollouts, plan.requests,
                                eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
                                max_new_tokens=max_new_tokens, top_p=top_p, seed=seed,
                                device=next(model.parameters()).device)
@@ -83,8 +84,7 @@ def collect_rollouts(model, tok, task, runner, stream: PromptStream, controllers
         failures += rr.failures
         scored += len(round_texts)
         per_prompt = [[rr.rewards[i] for i, g in enumerate(group) if g == j] for j in range(len(ids))]
-        budget.observe_rewards(ids, per_prompt)
-        controllers.schedule.observe_rewards(ids, per_prompt)
+        driver.observe_rewards(ids, per_prompt)
         sampled_groups += len(ids)
         keep = budget.keep(per_prompt, batch_size - len(problems))
         last_round = rounds >= budget.extra_rounds
@@ -105,7 +105,7 @@ def collect_rollouts(model, tok, task, runner, stream: PromptStream, controllers
             break
         rounds += 1
     ro = parts[0] if len(parts) == 1 else Rollouts.cat(parts, tok.pad_token_id)
-    stats.update(controllers.schedule.rollout_stats(ro))
+    stats.update(driver.rollout_stats(ro))
     stats.update(budget.stats(rounds, len(problems) / max(sampled_groups, 1)))
     stats.update({f"reward/{name}": sum(v) / max(len(v), 1) for name, v in by_function.items()})
-    return Collected(problems, ro, texts, rewards, train_temp, errors, timeouts, stats, failures, scored, correct)
+    return Collected(problems, ro, texts, rewards, temps.train, errors, timeouts, stats, failures, scored, correct)

@@ -9,8 +9,9 @@ Deliberate choices, stated up front:
   as TRL does.
 - The sampler's own log-probs are behaviour log-probs: they feed importance weights (`algo.importance_weights`).
 - The loop names no method: the temperature schedule and budget policy (`rollout.controllers`), the estimator,
-  shapers, token filter and loss (`explorl.algos`) are looked up by name in one registry, and the method logic is
-  `algos.step.compute_advantages` and `algos.step.policy_objective`, which the engine integrations call too.
+  shapers, token filter and loss (`explorl.algos`) are looked up by name in one registry; the schedule and policy
+  are driven by `rollout.schedule.ScheduleDriver` and the method logic is `algos.step.compute_advantages` and
+  `algos.step.policy_objective`, all three of which the engine integrations call too.
 - A response counts as correct (for `entropy/pos`, all-correct/all-wrong fractions) by the task's rule: one reward
   entry's own score above a threshold (`task.correct_by`, `task.correct_threshold`), never the shaped reward.
 - A loss or gradient that is not finite skips the rest of that step's updates before `optimizer.step`, so the
@@ -40,13 +41,10 @@ from explorl.train.guards import Interrupted, RunGuards, RunStopped
 from explorl.train.memory import PhasePeaks
 from explorl.models import check_run_inputs, make_reference
 from explorl.rollout.collect import collect_rollouts
-from explorl.rollout.controllers import Controllers, PromptStream
+from explorl.rollout.controllers import PromptStream
+from explorl.rollout.schedule import ScheduleDriver
 from explorl.train.setup import check_trainable_dtype, load_run_model, open_run_dir, warn_small_training_set
-from explorl.runs.checkpoints import load_checkpoint, restore_rng, rng_state
-from explorl.runs.final import model_card
-from explorl.runs.log import RunLog
-from explorl.runs.metrics import rollout_metrics
-from explorl.runs.progress import Progress
+from explorl.runs.log import Progress, RunLog, load_checkpoint, model_card, restore_rng, rng_state, rollout_metrics
 from explorl.tasks import load_task
 from explorl.train.update import (
     NonFiniteError,
@@ -68,14 +66,14 @@ __all__ = ["train", "train_from_files", "update_policy", "rollout_batch", "make_
 @dataclass
 class TrainState:
     """Everything a step changes and a checkpoint keeps: the policy (and frozen reference), AdamW and its schedule,
-    the prompt order, the controllers (temperature schedule, budget policy) and every random generator."""
+    the prompt order, the schedule driver (temperature schedule, budget policy) and every random generator."""
 
     model: torch.nn.Module
     ref: torch.nn.Module | None
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
     stream: PromptStream
-    controllers: Controllers
+    driver: ScheduleDriver
     gens: dict
     device: torch.device
 
@@ -87,16 +85,16 @@ class TrainState:
         gens = {"sampler_rng": torch.Generator(device=device).manual_seed(cfg.run.seed),
                 "shuffle_rng": torch.Generator().manual_seed(cfg.run.seed + 1)}
         return cls(model, ref, optimizer, scheduler, PromptStream(num_prompts, cfg.run.seed),
-                   Controllers(cfg, model.config.vocab_size, num_prompts), gens, device)
+                   ScheduleDriver(cfg, model.config.vocab_size, num_prompts), gens, device)
 
     def checkpoint(self, log: RunLog, step: int, nonfinite_run: int, run: RunConfig) -> None:
         state = {"step": step, "stream": self.stream.state_dict(), "nonfinite_run": nonfinite_run,
-                 "controllers": self.controllers.state_dict(), **rng_state(self.gens, self.device)}
+                 "driver": self.driver.state_dict(), **rng_state(self.gens, self.device)}
         log.save_checkpoint(step, self.model, self.optimizer, self.scheduler, state, run.keep_checkpoints,
                             run.save_every)
 
     def restore(self, log: RunLog, console, steps: int) -> tuple[int, int]:
-        """Continue from the run's last checkpoint: weights, optimizer, prompt stream, controllers and every RNG;
+        """Continue from the run's last checkpoint: weights, optimizer, prompt stream, schedule driver and every RNG;
         the records of later steps are dropped (they are recomputed identically). Without a checkpoint the run
         starts over from step 1. Returns (steps done, consecutive non-finite steps)."""
         from rich.markup import escape
@@ -113,7 +111,8 @@ class TrainState:
         state = load_checkpoint(log.checkpoints()[-1], self.model, self.optimizer, self.scheduler)
         keep_configured_optimizer(self.optimizer, self.scheduler, configured)
         self.stream.load_state_dict(state["stream"])
-        self.controllers.load_state_dict(state.get("controllers", {}))
+        # earlier checkpoints kept the controllers alone, under "controllers"
+        self.driver.load_state_dict(state.get("driver") or {"controllers": state.get("controllers", {})})
         restore_rng(state, self.gens, self.device)
         log.truncate_metrics(state["step"])
         log.truncate_samples(state["step"])
@@ -133,18 +132,18 @@ def train_step(step: int, cfg: Config, st: TrainState, tok, task, runner, encode
     if engine is not None:
         engine.sync(st.model)
     with peaks.phase("sample"):
-        got = collect_rollouts(st.model, tok, task, runner, st.stream, st.controllers, batch_size=cfg.run.batch_size,
+        got = collect_rollouts(st.model, tok, task, runner, st.stream, st.driver, batch_size=cfg.run.batch_size,
                                max_new_tokens=s.max_new_tokens, top_p=s.top_p, fast_path=s.fast_path,
                                compile=s.compile, step=step, generator=st.gens["sampler_rng"], encode=encode,
                                engine=engine)
     guards.rewards(step + 1, got)
     ro, t_sample = got.rollouts, time.perf_counter() - t0
     # vLLM's kernels are not the policy's: pi_old (and its entropies) come from a forward pass
-    pi_old_from_update = single_update_shortcut(cfg.algo, st.controllers.behavior_is_policy and engine is None)
+    pi_old_from_update = single_update_shortcut(cfg.algo, st.driver.behavior_is_policy and engine is None)
     with peaks.phase("logprob"):
         batch = rollout_batch(st.model, st.ref, ro, got.rewards, got.train_temperature, cfg, pi_old_from_update)
     prepared = compute_advantages(batch, cfg.algo, step + 1)
-    st.controllers.schedule.observe(step + 1, float((batch.entropy * ro.mask).sum() / ro.mask.sum().clamp_min(1)))
+    st.driver.end(float((batch.entropy * ro.mask).sum() / ro.mask.sum().clamp_min(1)))  # E3's feedback
     t1 = time.perf_counter()
     correct = torch.tensor(got.correct, dtype=torch.bool, device=ro.mask.device)
     record = {"step": step + 1, **rollout_metrics(ro, prepared.rewards, batch.entropy, prepared.advantages, correct),

@@ -8,7 +8,10 @@ The advantages come from explorl's estimator and shaper chain (`explorl.algos.co
 gathered from every process, the loss from explorl's loss variants (`explorl.algos.policy_objective`), the sampling
 temperature from explorl's temperature schedule (E3 for TRL's own generation and its vLLM engine; EAD's per-token
 temperature through a transformers logits processor, or vLLM's `explorl.integrations.vllm.EADLogitsProcessor`, which
-the colocated engine, `ColocatedVLLM`, loads). The conversions are in `trainer.py`; no method is re-implemented here.
+the colocated engine, `ColocatedVLLM`, loads), driven through explorl's schedule driver
+(`explorl.rollout.schedule.ScheduleDriver`) as in explorl's own loop. The class overriding TRL's hooks is in
+`trainer.py`, its concerns beside it (`config.py`, `temperature.py`, `generation.py`, `batch.py`, `run.py`); no
+method is re-implemented here.
 
 With `run_config=` (an explorl `Config`) the trainer also writes `explorl train`'s run directory (`run.py`), so
 `explorl analyze`, `compare`, `eval RUN` and `curves` read the run; `TaskReward` scores with an explorl

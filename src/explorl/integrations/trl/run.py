@@ -9,6 +9,10 @@
 - `RoundRecord`: one generation round's metrics record, collected while TRL runs it (the advantage step, then the
   update's micro-batches and optimizer steps) and written once the round's last optimizer step is done.
 - `refuse_existing_run`: a new run never writes into a directory that holds one.
+- The trainer's side (`ExplorlGRPOTrainer` calls these with itself): `open_run` (config.yaml and engine.json, main
+  process), `round_record` at the advantage step (correctness and reward counts gathered from every process,
+  `batch_outcome`, and explorl's reward guard, `guard_rewards`), `write_round` after the round's last optimizer step,
+  `finish_run` after training (explorl's held-out evaluation, final/, eval.json).
 - A resumed run runs what its config.yaml says: `configured_hyperparameters` / `keep_configured_optimizer` put the
   config's AdamW settings and learning-rate schedule back after TRL loaded the checkpoint's, and `record_resume_step`
   writes the step a resume continues from into config_history.jsonl (TRL's checkpoints are `checkpoint-N`).
@@ -20,17 +24,22 @@ import json
 import os
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from explorl.algos import PreparedBatch, RolloutBatch
-from explorl.runs.engine import step_record
+from explorl.config import ConfigError
+from explorl.runs.engine import ENGINE_FILE, step_record
+from explorl.integrations.trl.batch import gather_rows
 from explorl.rewards import RewardResult
 from explorl.train.update import configured_hyperparameters, keep_configured_optimizer  # shared with explorl's loop
 
-__all__ = ["TaskReward", "RoundRecord", "configured_hyperparameters", "keep_configured_optimizer",
-           "record_resume_step", "refuse_existing_run", "resumed_round"]
+__all__ = ["TaskReward", "RoundRecord", "batch_outcome", "configured_hyperparameters", "finish_run", "guard_rewards",
+           "judge_column", "keep_configured_optimizer", "open_run", "record_resume_step", "refuse_existing_run",
+           "resumed_round", "round_record", "without_tied_keys", "write_round"]
 
 
 class TaskReward:
@@ -124,6 +133,181 @@ class RoundRecord:
                            mask=cpu(b.mask), advantages=cpu(p.advantages), entropy=cpu(entropy),
                            truncated=cpu(b.truncated), temperatures=cpu(self.temperatures),
                            reward_result=self.result, extra=extra)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the trainer's side: `trainer` is the `ExplorlGRPOTrainer` writing the run directory (`trainer.run_config`)
+
+
+def judge_column(reward_func_names: list[str], correct_by: str | None) -> int:
+    """The column of `correct_by` among TRL's reward functions (the first when None), whose score decides
+    correctness when no `TaskReward` scores."""
+    if correct_by is None:
+        return 0
+    if correct_by not in reward_func_names:
+        raise ConfigError(f"correct_by={correct_by!r} is not one of the reward functions {reward_func_names}; name "
+                          f"the one whose score decides correctness")
+    return reward_func_names.index(correct_by)
+
+
+def round_record(trainer, batch: RolloutBatch, prepared: PreparedBatch, sample_s: float,
+                 local_shape: tuple[int, int]) -> RoundRecord:
+    """The round's record as far as the advantage step knows it (every process: it gathers)."""
+    correct, result = batch_outcome(trainer, trainer._explorl_rewards_per_func)
+    n, t = batch.mask.shape
+    if trainer._ead_table is not None:  # the per-token behaviour temperature, T x tau(t)
+        table = trainer._ead_table
+        row = F.pad(table, (0, max(t - table.numel(), 0)), value=float(table[-1]))[:t]
+    else:
+        row = torch.full((t,), float(trainer.temperature))
+    temperatures = row[None, :].expand(n, t).to(batch.mask.device)
+    sampled = SimpleNamespace(mask=batch.mask, temperatures=temperatures)
+    extra = {**trainer.explorl_driver.rollout_stats(sampled), **trainer._round_stats, **prepared.stats}
+    return RoundRecord(trainer._round, trainer._round_started, sample_s, batch, prepared, correct, result,
+                       temperatures, extra, local_shape)
+
+
+def batch_outcome(trainer, rewards_per_func: Tensor) -> tuple[Tensor, RewardResult]:
+    """Which of the batch's `N` responses are correct (`[N]` bool) and the batch's `RewardResult` (failure counts
+    and `by_function`, each function's unweighted scores), from every process (collective).
+
+    A `TaskReward` (the first, if several) decides by its task's rule and brings its own per-function scores and
+    failure counts; otherwise `correct_by`'s column of TRL's `rewards_per_func [N, F]` above
+    `task.correct_threshold` (a function's None, NaN, is not correct). With several TRL reward functions, each
+    one's mean over the rows it scored is `reward/<its TRL name>`, as explorl logs each of `task.reward`."""
+    acc = trainer.accelerator
+    gather = lambda x: gather_rows(acc, x.to(acc.device))  # noqa: E731
+    several = len(trainer.reward_funcs) > 1
+    # errors, timeouts, failed samples (a sample counts once however many functions failed on it)
+    correct, by_function, counts = None, {}, torch.zeros(3, dtype=torch.float64)
+    failures: list = []
+    for i, (fn, name) in enumerate(zip(trainer.reward_funcs, trainer.reward_func_names)):
+        column = rewards_per_func[:, i]
+        if isinstance(fn, TaskReward):
+            mine = fn.last  # this process's rows
+            if correct is None:
+                correct = gather(torch.tensor(fn.correct(), dtype=torch.bool))
+            names = list(mine.by_function)
+            if names:
+                table = gather(torch.tensor([mine.by_function[k] for k in names], dtype=torch.float32).T)
+                by_function.update({k: table[:, j].tolist() for j, k in enumerate(names)})
+            elif several:
+                by_function[name] = column.tolist()
+            failed = len({f.index for f in mine.failures})
+            counts += torch.tensor([mine.errors, mine.timeouts, failed], dtype=torch.float64)
+            failures += mine.failures
+        elif several:
+            by_function[name] = column[~torch.isnan(column)].tolist()
+    if acc.num_processes > 1:
+        counts = acc.reduce(counts.to(acc.device), reduction="sum").cpu()
+    if correct is None:
+        correct = rewards_per_func[:, trainer._judge] > trainer.run_config.task.correct_threshold
+    guard_rewards(trainer, failures, int(counts[2]), len(correct), int(counts[0]), int(counts[1]))
+    return correct.bool(), RewardResult([], errors=int(counts[0]), timeouts=int(counts[1]), by_function=by_function)
+
+
+def guard_rewards(trainer, failures: list, failed: int, scored: int, errors: int, timeouts: int) -> None:
+    """explorl's reward guard, before the round's update: the main process logs its rows' failures
+    (RUN/reward_errors.log, the first traceback on the console), and every process stops (`RunStopped`) when
+    more than `task.max_reward_failure_frac` of the batch's samples failed (`failed` of `scored`, summed over
+    processes, so every process decides alike)."""
+    from explorl.train.guards import RunStopped, stop_if_rewards_failed, too_many_reward_failures
+
+    if trainer._failure_log is not None:
+        trainer._failure_log.record(trainer._round, failures, scored)
+    got = SimpleNamespace(failures=failures, scored=scored, errors=errors, timeouts=timeouts)
+    if trainer.run_log is not None:
+        stop_if_rewards_failed(trainer._round, got, trainer.run_config, trainer.run_log,
+                               last_checkpoint(trainer.args.output_dir), failed=failed,
+                               resume="`examples/trl/train.py CONFIG --resume`")
+    elif too_many_reward_failures(failed, scored, trainer.run_config):
+        raise RunStopped(f"stopping before the update of round {trainer._round}: the reward failed on {failed} of "
+                         f"{scored} samples (the main process logs the details)")
+
+
+def without_tied_keys(model, load_result):
+    """`load_result` (a checkpoint load's missing and unexpected keys) without the missing keys of parameters tied
+    to another one: a head tied to the embeddings is saved once, as the embeddings, so its "missing" key is no loss
+    (a resumed run of the embedded model warned about lm_head.weight)."""
+    params = dict(model.named_parameters(remove_duplicate=False))
+    missing = [k for k in load_result.missing_keys
+               if not (k in params and any(p is params[k] for n, p in params.items() if n != k))]
+    if len(missing) == len(load_result.missing_keys):
+        return load_result
+    return SimpleNamespace(missing_keys=missing, unexpected_keys=load_result.unexpected_keys)
+
+
+def last_checkpoint(output_dir: str | Path) -> str:
+    """TRL's last checkpoint in `output_dir`, as a resume would name it."""
+    ckpts = sorted(Path(output_dir).glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
+    return str(ckpts[-1]) if ckpts else "none yet, so a resume starts over"
+
+
+def write_round(trainer) -> None:
+    """The collected round's record to metrics.jsonl and its first prompts to samples.jsonl (main process; every
+    process calls it)."""
+    record, trainer._record = trainer._record, None
+    acc = trainer.accelerator
+    rec = record.record(lambda x: gather_rows(acc, x.to(acc.device)), trainer.lr_scheduler.get_last_lr()[0],
+                        acc.is_main_process)
+    if rec is None or trainer.run_log is None:
+        return
+    trainer.run_log.append_metrics(rec)
+    prompts, completions, answers = trainer._samples
+    g = trainer.num_generations
+    k = min(trainer.run_config.run.log_samples, len(prompts) // g)
+    problems = [SimpleNamespace(prompt=prompts[j * g], answer=answers[j * g]) for j in range(k)]
+    rewards = record.batch.rewards[:len(prompts)].tolist()  # the main process's rows come first
+    trainer.run_log.log_samples(record.step, problems, SimpleNamespace(group=torch.arange(len(prompts)) // g),
+                                list(completions), rewards, k)
+
+
+def open_run(trainer, resume: bool, checkpoint: str | bool | None = None) -> None:
+    """config.yaml and engine.json (main process); a resumed run's config_history.jsonl record names the step of the
+    checkpoint it continues from. An error there stops every process, not only the main one (the others would wait
+    for it in the first gather)."""
+    from accelerate.utils import broadcast_object_list
+    from transformers.trainer_utils import get_last_checkpoint
+
+    from explorl.runs.engine import open_engine_run
+
+    error, acc, cfg = None, trainer.accelerator, trainer.run_config
+    if acc.is_main_process:
+        try:
+            if not resume:
+                refuse_existing_run(cfg.run.out_dir)
+            history = Path(cfg.run.out_dir) / "config_history.jsonl"
+            before = len(history.read_text().splitlines()) if history.exists() else 0
+            trainer.run_log = open_engine_run(cfg, "trl", resume=resume, world_size=acc.num_processes,
+                                              trl_output_dir=trainer.args.output_dir, **trainer.run_launch)
+            if resume:
+                path = get_last_checkpoint(trainer.args.output_dir) if checkpoint is True else checkpoint
+                step = resumed_round(path, trainer.args.steps_per_generation * trainer.num_iterations) if path else 0
+                record_resume_step(history, before, step)
+            from rich.console import Console
+
+            from explorl.runs.log import RewardFailureLog
+
+            trainer._failure_log = RewardFailureLog(trainer.run_log.reward_errors_path, Console(stderr=True))
+        except (ConfigError, OSError, ValueError) as e:
+            error = e
+    if acc.num_processes > 1:
+        error = broadcast_object_list([error])[0]
+    if error is not None:
+        raise error
+
+
+def finish_run(trainer) -> None:
+    """After training, on the main process alone (nothing collective: the other processes are done): TRL's
+    optimizer steps and log history into engine.json, then explorl's held-out evaluation, final/ and eval.json."""
+    from explorl.runs.engine import finish_engine_run
+
+    engine = trainer.run_log.dir / ENGINE_FILE
+    record = json.loads(engine.read_text())
+    record.update(optimizer_steps=trainer.state.global_step, log_history=trainer.state.log_history)
+    engine.write_text(json.dumps(record, indent=1, default=str))
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    finish_engine_run(trainer.run_log, trainer.run_config, model, trainer.processing_class, trainer._round)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """explorl's rollout controllers inside verl: E3's temperature and budgets, EAD, per-prompt temperature.
 
 explorl's own loop asks its temperature schedule and budget policy (`explorl.rollout.controllers`) what to sample
-at each step and tells them what came back. `RolloutControl` does the same for verl's v1 trainer (`ExplorlTrainer`
-in `trainer.py`), in verl's terms:
+at each step and tells them what came back, through the schedule driver every engine uses
+(`explorl.rollout.schedule.ScheduleDriver`). `RolloutControl` drives it for verl's v1 trainer (`ExplorlTrainer` in
+`trainer.py`), in verl's terms:
 - before a batch is generated: per prompt, the rollout count (verl's agent loop reads `__rollout_n__`), the
   request temperature and, for EAD / RevEAD, the annealing arguments that `explorl.integrations.vllm`'s logits
   processor evaluates per token; and the training temperature the actor's log-probs use (E3 trains at the tau it
@@ -21,13 +22,13 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from explorl.algos.registry import lookup
 from explorl.config import BudgetConfig, Config, ConfigError, RunConfig, SamplingConfig, from_dict, validate
 from explorl.config.validation import fill_registry
 from explorl.rollout.controllers import Controllers
+from explorl.rollout.schedule import Plan, ScheduleDriver
 
 SAMPLING_KEY, BUDGET_KEY = "sampling", "budget"
 """The sub-mappings of `algorithm.explorl` holding explorl's sampling and budget fields."""
@@ -108,24 +109,14 @@ def needs_control(settings: Mapping | None) -> bool:
         return True
 
 
-@dataclass
-class RolloutPlan:
-    """What one step samples, per prompt of the batch (in the batch's order)."""
-
-    rollout_n: list[int]
-    """`__rollout_n__`: responses per prompt (E3: by difficulty; otherwise verl's `n`)."""
-    temperature: list[float]
-    """The request temperature per prompt."""
-    anneal: list[dict | None]
-    """Per prompt: the annealing arguments for `explorl.integrations.vllm` (EAD, RevEAD), or None."""
-    train_temperature: float
-    """The temperature of the optimised policy for this batch (verl's actor divides its logits by it)."""
-    stats: dict[str, float]
-    """The schedule's and budget's metrics for the step (explorl's names)."""
+RolloutPlan = Plan
+"""What one step samples, per prompt of the batch (`rollout.schedule.Plan`: `rollout_n`, `temperature`, `anneal`,
+`train_temperature`, `stats`)."""
 
 
 class RolloutControl:
-    """explorl's configured temperature schedule and budget policy, driven from verl's trainer.
+    """explorl's schedule driver (`rollout.schedule.ScheduleDriver`: the configured temperature schedule and budget
+    policy), driven from verl's trainer.
 
     `prompt_ids` are dataset row indices in `[0, num_prompts)` (verl's `index` from each row's `extra_info`,
     which verl's data preprocessing scripts write). A new pass over the data (E3's curriculum widens) begins with
@@ -134,14 +125,17 @@ class RolloutControl:
 
     def __init__(self, cfg: Config, vocab_size: int, num_prompts: int):
         self.cfg, self.num_prompts = cfg, int(num_prompts)
-        self.controllers = Controllers(cfg, vocab_size, self.num_prompts)
-        self.planned = 0
+        self.driver = ScheduleDriver(cfg, vocab_size, self.num_prompts)
+
+    @property
+    def controllers(self) -> Controllers:
+        return self.driver.controllers
 
     @property
     def behavior_is_policy(self) -> bool:
-        return self.controllers.behavior_is_policy
+        return self.driver.behavior_is_policy
 
-    def plan(self, step: int, prompt_ids: Sequence[int]) -> RolloutPlan:
+    def plan(self, step: int, prompt_ids: Sequence[int]) -> Plan:
         """The plan for the batch of 0-based training step `step` (explorl's `collect_rollouts` numbering)."""
         ids = [int(i) for i in prompt_ids]
         bad = [i for i in ids if not 0 <= i < self.num_prompts]
@@ -153,34 +147,22 @@ class RolloutControl:
             raise ValueError(f"every prompt of the batch has dataset index {ids[0]}: explorl's budgets and per-prompt "
                              f"temperatures need each row's own `extra_info.index` (verl's preprocessing scripts "
                              f"write it)")
-        schedule, budget = self.controllers.schedule, self.controllers.budget
-        def pass_of(count: int) -> int:  # the pass the count-th planned prompt belongs to (as PromptStream)
-            return (count - 1) // self.num_prompts if count > 0 else 0
-
-        for _ in range(pass_of(self.planned + len(ids)) - pass_of(self.planned)):
-            budget.end_of_pass()
-        self.planned += len(ids)
-        temp_arg, train_temp, stats = schedule.at(step)
-        per_prompt = schedule.per_prompt(step, temp_arg, ids)
-        return RolloutPlan(rollout_n=budget.budgets(ids), temperature=[p.temperature for p in per_prompt],
-                           anneal=[p.anneal for p in per_prompt], train_temperature=float(train_temp),
-                           stats=dict(stats))
+        self.driver.begin(step)
+        return self.driver.plan(ids)
 
     def observe(self, step: int, prompt_ids: Sequence[int], rewards_per_prompt: Sequence[Sequence[float]],
                 mean_entropy: float) -> None:
-        """Tell the controllers what the batch of 0-based step `step` gave: each prompt's rewards and the mean
-        token entropy of the batch's responses at the training temperature."""
-        ids = [int(i) for i in prompt_ids]
-        self.controllers.budget.observe_rewards(ids, rewards_per_prompt)
-        self.controllers.schedule.observe_rewards(ids, rewards_per_prompt)
-        self.controllers.schedule.observe(step + 1, float(mean_entropy))
+        """Tell the driver what the batch of 0-based step `step` gave: each prompt's rewards and the mean token
+        entropy of the batch's responses at the training temperature."""
+        self.driver.observe_rewards([int(i) for i in prompt_ids], rewards_per_prompt)
+        self.driver.end(float(mean_entropy), step=step)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"controllers": self.controllers.state_dict(), "planned": self.planned}
+        """The driver's (`controllers`, `planned`, ...), saved with each verl checkpoint (`explorl_rollout.json`)."""
+        return self.driver.state_dict()
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.controllers.load_state_dict(dict(state["controllers"]))
-        self.planned = int(state["planned"])
+        self.driver.load_state_dict(state)
 
 
 def request_sampling_params(sampling_params: Mapping[str, Any], temperature: float | None,

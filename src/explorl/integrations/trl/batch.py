@@ -1,0 +1,116 @@
+"""explorl's batches from TRL's tensors, across processes.
+
+TRL splits each generation batch across processes; explorl's statistics are batch-wide (the batch covariance of
+`cw`, the entropy quantile of the forking filter, the Clip-Cov / KL-Cov selections, the token-mean normaliser, groups
+that straddle two processes). So:
+- the advantage step runs on the batch gathered from every process (rows padded to the widest, `gather_rows`;
+  `generation_batch`), identically on every rank, and each rank keeps its own rows (`local_rows`);
+- the loss of a micro-batch is explorl's loss of the micro-batches of all processes together
+  (`global_micro_batch`), where only this rank's rows carry a gradient; the trainer multiplies it by the number of
+  processes because DDP, DeepSpeed and FSDP average gradients, so the summed gradient is that of the whole
+  micro-batch, as on one process. A micro-batch's share of its gradient-accumulation window is explorl's
+  `micro_batch_share` over the window of every process (`window_total`).
+One process computes exactly what several do; tests/integrations/test_trl.py runs both and compares.
+
+Groups: TRL lays out a generation batch as `num_generations` consecutive completions per prompt, across processes in
+rank order; the group id of global row i is `i // num_generations`. Truncation: a completion whose last token is not
+an EOS token hit `max_completion_length` (`truncated`; DAPO's overlong shaping, `algo.reward_shapers`).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from explorl.algos import PreparedBatch, RolloutBatch
+from explorl.algos.losses import aggregation_count
+
+__all__ = ["gather_rows", "generation_batch", "global_micro_batch", "local_rows", "micro_batch", "truncated",
+           "window_total"]
+
+
+def gather_rows(accelerator, x: Tensor | None) -> Tensor | None:
+    """`[n, t]` (or `[n]`) rows of every process, concatenated in rank order, padded with 0 to the widest `t`.
+
+    Every process must call it with a tensor or every process with None (it is a collective)."""
+    if x is None or accelerator.num_processes == 1:
+        return x
+    if x.dim() == 2:
+        x = accelerator.pad_across_processes(x.contiguous(), dim=1, pad_index=0)
+    return accelerator.gather(x.contiguous())
+
+
+def truncated(completion_ids: Tensor, mask: Tensor, eos_ids: list[int]) -> Tensor:
+    """`[n]` bool: the completion has tokens and its last one is no EOS (it ran into the length limit)."""
+    lengths = mask.sum(-1).long()
+    last = completion_ids.gather(1, (lengths - 1).clamp_min(0)[:, None]).squeeze(1)
+    return (lengths > 0) & ~torch.isin(last, torch.tensor(eos_ids, device=last.device))
+
+
+
+def generation_batch(accelerator, out: dict, mask: Tensor, rewards: Tensor, group: Tensor, max_len: int,
+                     eos_ids: list[int], old: Tensor | None, ent: Tensor | None, beh: Tensor | None) -> RolloutBatch:
+    """The generation batch of every process as explorl's `RolloutBatch` (collective): this process's `[n, T]`
+    `mask`, pi_old's log-probs `old`, entropies `ent` and behaviour log-probs `beh` gathered; `rewards` and `group`
+    are every process's already (`[N]`, TRL gathers the rewards)."""
+    g = lambda x: gather_rows(accelerator, x)  # noqa: E731
+    m = g(mask)
+    return RolloutBatch(mask=m, rewards=rewards.to(m.device), group=group.to(m.device), max_response_len=max_len,
+                        logprobs=g(old), behavior_logprobs=g(beh), ref_logprobs=g(out.get("ref_per_token_logps")),
+                        entropy=g(ent), lengths=g(mask.sum(-1).long()),
+                        truncated=g(truncated(out["completion_ids"], mask, eos_ids)))
+
+
+def local_rows(accelerator, prepared: PreparedBatch, shape: tuple[int, int]) -> dict[str, Tensor | None]:
+    """This process's rows (`shape`: its `[n, T]`) of the advantage step's outputs, as TRL's batch carries them."""
+    n, t = shape
+    rows = slice(accelerator.process_index * n, (accelerator.process_index + 1) * n)
+    local = lambda x: None if x is None else x[rows, :t]  # noqa: E731
+    return {"advantages": local(prepared.advantages), "explorl_loss_mask": local(prepared.loss_mask),
+            "explorl_token_weights": local(prepared.token_weights), "explorl_is_weights": local(prepared.is_weights)}
+
+
+def micro_batch(inputs: dict, mask: Tensor, max_len: int, device) -> tuple[RolloutBatch, PreparedBatch]:
+    """A loss micro-batch of TRL's (this process's rows: `mask` `[n, t]`) as explorl's batch and advantage step."""
+    zeros = torch.zeros(mask.shape[0], device=device)
+    batch = RolloutBatch(mask=mask, rewards=zeros, group=zeros.long(), max_response_len=max_len,
+                         logprobs=inputs.get("explorl_old_logps"), ref_logprobs=inputs.get("explorl_ref_logps"))
+    adv = inputs["advantages"]
+    prepared = PreparedBatch(adv, adv, inputs["explorl_loss_mask"], zeros, inputs.get("explorl_token_weights"),
+                             inputs.get("explorl_is_weights"))
+    return batch, prepared
+
+
+def global_micro_batch(accelerator, lp: Tensor, entropy: Tensor | None, batch: RolloutBatch,
+                       prepared: PreparedBatch):
+    """The micro-batches of every process as one: gathered detached tensors, with this rank's rows replaced by its
+    own log-probs (and entropies), which carry the gradient."""
+    g = lambda x: gather_rows(accelerator, None if x is None else x.detach())  # noqa: E731
+    n, t = lp.shape
+    mask = g(batch.mask)
+    width = mask.shape[1]
+    start = accelerator.process_index * n
+
+    def splice(own: Tensor) -> Tensor:
+        others = g(own)
+        own = F.pad(own, (0, width - t))
+        return torch.cat([others[:start], own, others[start + n:]])
+
+    lp_all = splice(lp)
+    ent_all = None if entropy is None else splice(entropy)
+    zeros = torch.zeros(mask.shape[0], device=mask.device)
+    batch_all = RolloutBatch(mask=mask, rewards=zeros, group=zeros.long(), max_response_len=batch.max_response_len,
+                             logprobs=g(batch.logprobs), ref_logprobs=g(batch.ref_logprobs))
+    adv = g(prepared.advantages)
+    prepared_all = PreparedBatch(adv, adv, g(prepared.loss_mask), zeros, g(prepared.token_weights),
+                                 g(prepared.is_weights))
+    return lp_all, ent_all, batch_all, prepared_all
+
+
+def window_total(accelerator, windows: list[dict], agg: str) -> float:
+    """The loss normaliser of a gradient-accumulation window (its micro-batches' inputs, this process's) over every
+    process: tokens, non-empty rows or rows, by `agg` (collective)."""
+    total = sum(aggregation_count(inputs["explorl_loss_mask"], agg) for inputs in windows)
+    t = torch.tensor(total, dtype=torch.float64, device=accelerator.device)
+    return float(accelerator.reduce(t, reduction="sum")) if accelerator.num_processes > 1 else total

@@ -1,0 +1,225 @@
+"""The schedule driver: the one object through which every engine steers sampling from step to step.
+
+explorl's own loop (`rollout.collect`, `trainer`), TRL's adapter (`integrations.trl`), verl's
+(`integrations.verl.rollout`) and the vLLM engine (`integrations.vllm_engine`, given the plan's requests) drive the
+configured temperature schedule and budget policy (`rollout.controllers.Controllers`) through `ScheduleDriver`, in
+this order:
+
+    temps = driver.begin(step)              # 0-based step: the schedule's sampler and training temperatures
+    plan = driver.plan(prompt_ids)          # each round: rollouts per prompt, each prompt's temperature
+    driver.observe_rewards(ids, rewards)    # each round: each prompt's rewards (E3's ranks, success rates)
+    driver.end(entropy)                     # the batch's mean token entropy at the training temperature (E3)
+
+Step numbers: `begin` takes the 0-based step (EAD's s: the optimiser steps before the batch); `end` hands the
+schedule the 1-based step (E3's t), so no caller converts. Passes over the data (after each, E3's difficulty ranks
+are recomputed and its curriculum widens) are counted from the prompts planned, unless the caller's prompt stream
+says (`plan(..., new_pass=)`: explorl's `PromptStream`). An entropy measured piecewise (TRL's update forwards, on
+several processes) is summed with `defer_entropy` / `add_entropy` and fed back by `end(reduce=...)`.
+
+Where a per-token temperature (EAD, RevEAD, a user's `per_token` schedule) acts, per engine: `begin` gives the
+sampler temperature as a function of the token position (`StepTemperatures.sampler`, `table`); explorl's sampler
+takes it as `plan(..., engine=False).sampler_temperature` (a callable, or a `[N, T]` table per response); an
+inference engine takes `plan(...).requests` (`PromptTemperature`: a request temperature and the annealing arguments
+that `integrations.vllm.EADLogitsProcessor` evaluates per token), which explorl's vLLM engine and verl's agent loop
+send with each request; TRL's transformers generation divides token t's scores by `table[t]`
+(`integrations.trl.generation.PerTokenTemperature`) and TRL's vLLM generation sends the requests' arguments. The
+optimised policy stays at `StepTemperatures.train` (docs/methods.md §6a).
+
+`state_dict` is plain data (JSON): the controllers' state (`Controllers.state_dict`, the layout of every earlier
+checkpoint), the prompts planned, the step begun and an entropy sum not yet fed back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+from explorl.rollout.controllers import Controllers, PromptTemperature
+
+if TYPE_CHECKING:
+    from explorl.config.schema import Config
+
+__all__ = ["Plan", "ScheduleDriver", "StepTemperatures"]
+
+
+@dataclass(frozen=True)
+class StepTemperatures:
+    """The temperature schedule's word on one step (`schedule.at(step)`)."""
+
+    step: int
+    """0-based step."""
+    sampler: float | Callable[[int], float]
+    """The sampler temperature: a number, or a function of the generated token's 0-based position (EAD)."""
+    train: float
+    """The temperature of the optimised policy (E3's tau; the base temperature under EAD and per-prompt ones)."""
+    stats: dict[str, float]
+    """The schedule's metrics for the step (`temperature/...`)."""
+
+    @property
+    def per_token(self) -> bool:
+        return callable(self.sampler)
+
+    def table(self, length: int) -> Tensor:
+        """`[length]` float32 sampler temperatures of generated tokens 0..length-1."""
+        at = self.sampler if callable(self.sampler) else (lambda t: self.sampler)
+        return torch.tensor([float(at(t)) for t in range(length)], dtype=torch.float32)
+
+
+@dataclass
+class Plan:
+    """What one round samples, per prompt of `prompt_ids` (in that order)."""
+
+    step: int
+    prompt_ids: list[int]
+    rollouts: list[int]
+    """Responses per prompt (E3: by difficulty; otherwise `sampling.group_size`)."""
+    train_temperature: float
+    stats: dict[str, float]
+    """The schedule's metrics for the step."""
+    requests: list[PromptTemperature] | None = None
+    """Each prompt's sampling as an inference engine takes it (vLLM, verl's agent loop); `plan(engine=True)`."""
+    sampler_temperature: Any = None
+    """explorl's sampler's `temperature` argument for these prompts and rollouts (a number, one per prompt, a
+    per-token function or a `[N, T]` table per response); `plan(engine=False)`."""
+
+    @property
+    def rollout_n(self) -> list[int]:
+        """verl's name for `rollouts` (its agent loop reads `__rollout_n__`)."""
+        return self.rollouts
+
+    @property
+    def temperature(self) -> list[float]:
+        """Each prompt's request temperature."""
+        return [r.temperature for r in self.requests or ()]
+
+    @property
+    def anneal(self) -> list[dict | None]:
+        """Each prompt's annealing arguments (`integrations.vllm`), or None."""
+        return [r.anneal for r in self.requests or ()]
+
+
+class ScheduleDriver:
+    """The configured temperature schedule and budget policy (`Controllers`), driven one step at a time.
+
+    `num_prompts`: the training set's size; prompt ids are its row indices, `[0, num_prompts)`.
+    """
+
+    def __init__(self, cfg: Config, vocab_size: int, num_prompts: int):
+        self.controllers = Controllers(cfg, vocab_size, num_prompts)
+        self.num_prompts = int(num_prompts)
+        self.planned = 0
+        """Prompts planned so far (passes over the data are counted from it)."""
+        self.step: int | None = None
+        """The 0-based step begun last."""
+        self.temperatures: StepTemperatures | None = None
+        self._entropy: list[float] | None = None
+
+    @property
+    def schedule(self):
+        return self.controllers.schedule
+
+    @property
+    def budget(self):
+        return self.controllers.budget
+
+    @property
+    def behavior_is_policy(self) -> bool:
+        """Whether the sampled distribution is the optimised policy (the schedule's registry entry)."""
+        return self.controllers.behavior_is_policy
+
+    def begin(self, step: int) -> StepTemperatures:
+        """Begin the 0-based step `step`: the schedule's sampler and training temperatures and metrics for it."""
+        sampler, train, stats = self.schedule.at(step)
+        self.step = int(step)
+        self.temperatures = StepTemperatures(self.step, sampler, train, dict(stats))
+        return self.temperatures
+
+    def _begun(self) -> StepTemperatures:
+        if self.temperatures is None:
+            raise RuntimeError("ScheduleDriver: begin(step) first")
+        return self.temperatures
+
+    def plan(self, prompt_ids: Sequence[int], *, new_pass: bool | None = None, engine: bool = True) -> Plan:
+        """The round's plan for `prompt_ids` in the step begun: rollouts per prompt and each prompt's temperature,
+        as an inference engine takes it (`engine`: `requests`) or as explorl's sampler does (`sampler_temperature`).
+
+        A pass over the data ends (the budget policy's `end_of_pass`) before the prompt that crosses one: by the
+        count of prompts planned, or where `new_pass` (the caller's prompt stream began a new pass) says."""
+        temps = self._begun()
+        ids = [int(i) for i in prompt_ids]
+        passes = int(new_pass) if new_pass is not None else self._pass_of(self.planned + len(ids)) - \
+            self._pass_of(self.planned)
+        self.planned += len(ids)
+        for _ in range(passes):
+            self.budget.end_of_pass()
+        rollouts = self.budget.budgets(ids)
+        plan = Plan(temps.step, ids, rollouts, float(temps.train), dict(temps.stats))
+        if engine:
+            plan.requests = self.requests(ids)
+        else:
+            plan.sampler_temperature = self.schedule.for_prompts(temps.sampler, ids, rollouts)
+        return plan
+
+    def _pass_of(self, count: int) -> int:
+        """The pass the `count`-th planned prompt belongs to (as `PromptStream` passes over the data)."""
+        return (count - 1) // self.num_prompts if count > 0 else 0
+
+    def requests(self, prompt_ids: Sequence[int]) -> list[PromptTemperature]:
+        """Each prompt's sampling in the step begun, as an inference engine takes it (the schedule's `per_prompt`)."""
+        temps = self._begun()
+        return self.schedule.per_prompt(temps.step, temps.sampler, prompt_ids)
+
+    def observe_rewards(self, prompt_ids: Sequence[int], rewards_per_prompt: Sequence[Sequence[float]]) -> None:
+        """Each prompt's rewards (`rewards_per_prompt[j]`: the rewards of prompt `prompt_ids[j]`'s responses)."""
+        self.budget.observe_rewards(prompt_ids, rewards_per_prompt)
+        self.schedule.observe_rewards(prompt_ids, rewards_per_prompt)
+
+    def rollout_stats(self, rollouts) -> dict[str, float]:
+        """The schedule's metrics of the sampled batch (`Rollouts`, or anything with `mask` and `temperatures`)."""
+        return self.schedule.rollout_stats(rollouts)
+
+    def defer_entropy(self) -> None:
+        """The step's entropy comes in pieces (`add_entropy`), fed back by `end()`."""
+        self._entropy = [0.0, 0.0]
+
+    @property
+    def entropy_pending(self) -> bool:
+        return self._entropy is not None
+
+    def add_entropy(self, total: float, count: float) -> None:
+        """Add `total` (token entropies times the mask, summed) over `count` tokens to the deferred sum."""
+        self._entropy[0] += float(total)
+        self._entropy[1] += float(count)
+
+    def end(self, entropy: float | None = None, *, reduce: Callable[[Tensor], Tensor] | None = None,
+            step: int | None = None) -> None:
+        """End the step begun (or the 0-based `step`): the schedule observes the batch's mean token entropy at the
+        training temperature, with the 1-based step. `entropy=None`: the deferred sum's mean; `reduce` sums its
+        `[2]` float64 tensor (entropy, tokens) over processes first."""
+        step = self.step if step is None else int(step)
+        if step is None:
+            raise RuntimeError("ScheduleDriver: end() without a step begun")
+        if entropy is None:
+            total = torch.tensor(self._entropy, dtype=torch.float64)
+            if reduce is not None:
+                total = reduce(total)
+            entropy = float(total[0] / total[1].clamp_min(1))
+            self._entropy = None
+        self.schedule.observe(step + 1, float(entropy))
+
+    def state_dict(self) -> dict:
+        """Plain data (JSON- and torch.save-safe)."""
+        return {"controllers": self.controllers.state_dict(), "planned": self.planned, "step": self.step,
+                "entropy_sum": None if self._entropy is None else list(self._entropy)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore `state_dict`'s state (absent keys: none planned, no step begun, no entropy pending)."""
+        self.controllers.load_state_dict(dict(state.get("controllers") or {}))
+        self.planned = int(state.get("planned", 0))
+        self.step = None if state.get("step") is None else int(state["step"])
+        pending = state.get("entropy_sum")
+        self._entropy = None if pending is None else [float(x) for x in pending]
