@@ -12,7 +12,7 @@ from explorl.evaluation.settings import resolve_eval_settings
 
 def _full_model_run(root: Path, name: str, model_dir: Path) -> Path:
     """A finished run's layout around a copy of a full model (config.yaml, metrics.jsonl, final/), as in
-    tests/test_run_outputs.py, with sampling settings apart from the defaults."""
+    tests/models/test_run_outputs.py, with sampling settings apart from the defaults."""
     run = root / name
     run.mkdir(parents=True)
     shutil.copytree(model_dir, run / "final")

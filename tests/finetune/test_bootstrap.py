@@ -1,5 +1,5 @@
 """`explorl bootstrap`: the model it writes loads through the ordinary HF path, is deterministic for a seed and
-records its fingerprint; the shipped embedded default is never retrained on use (tests/test_fingerprint.py)."""
+records its fingerprint; the shipped embedded default is never retrained on use (tests/models/test_fingerprint.py)."""
 
 import json
 

@@ -1,7 +1,7 @@
 """Refactoring guard: short fixed-seed runs of seven recipes and two compositions give the metrics recorded before
 the method logic moved out of trainer.py (issue 17).
 
-`tests/data/golden_metrics.json` was written by this file (`EXPLORL_UPDATE_GOLDEN=1 pytest tests/test_golden.py`).
+`tests/data/golden_metrics.json` was written by this file (`EXPLORL_UPDATE_GOLDEN=1 pytest tests/train/test_golden.py`).
 Every step record is compared key by key (the wall-clock `perf/*` keys aside): keys, integers (counts, lengths,
 steps), strings and booleans exactly; floats within `tolerance(step)`, because bit-identity across machines is not
 something torch promises: the CPU kernels (and their summation order) depend on the CPU model's vector width and on
@@ -58,8 +58,8 @@ import torch
 from explorl.config import load_config
 from explorl.train.loop import train
 
-GOLDEN = Path(__file__).parent / "data" / "golden_metrics.json"
-RECIPES_DIR = Path(__file__).resolve().parents[1] / "configs" / "recipes"
+GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden_metrics.json"
+RECIPES_DIR = Path(__file__).resolve().parents[2] / "configs" / "recipes"
 GOLDEN_RECIPES = ["grpo", "erpo", "e3", "ead_tis", "cw_grpo", "dapo", "passk"]
 # and two runs that reach the options no recipe above uses
 COMPOSED = {

@@ -18,7 +18,7 @@ from explorl.models import (EMBEDDED_PACKAGE_DIR, EMBEDDED_TESTBED_DIR, check_fi
 # sha256 of explorl/embedded_testbed/model.safetensors (name and bytes), first 16 hex digits; it changes only when the
 # shipped testbed weights are regenerated, and then every result recorded on the old ones stops pairing with new ones
 TESTBED_FINGERPRINT = "18aefc80b41271d3"
-TESTBED_SETTINGS = Path(__file__).resolve().parents[1] / "configs" / "testbed" / "testbed.yaml"
+TESTBED_SETTINGS = Path(__file__).resolve().parents[2] / "configs" / "testbed" / "testbed.yaml"
 
 
 def test_the_testbed_model_ships_with_the_package_and_loads_without_training(monkeypatch):
