@@ -248,13 +248,15 @@ def test_the_registry_is_the_bottom_and_the_config_schema_imports_no_method():
 
 def test_the_loop_reads_as_a_page():
     """The training loop stays one readable page: `train()` at most 60 lines, train/loop.py at most 300 (the update
-    is `explorl.train.update`, the guards `explorl.train.guards`, the set-up shared with `explorl sft` `explorl.train.setup`)."""
+    is `explorl.train.update`, the guards `explorl.train.guards`, the set-up shared with `explorl sft`
+    `explorl.train.setup`)."""
     path = PACKAGE / "train" / "loop.py"
     tree = ast.parse(path.read_text())
     (train,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "train"]
     assert train.end_lineno - train.lineno + 1 <= 60
     assert len(path.read_text().splitlines()) <= 300
-    assert {"explorl.train.setup"} <= GRAPH["explorl.train.loop"] and {"explorl.train.setup"} <= GRAPH["explorl.finetune.sft"]
+    assert {"explorl.train.setup"} <= GRAPH["explorl.train.loop"]
+    assert {"explorl.train.setup"} <= GRAPH["explorl.finetune.sft"]
 
 
 MAX_FILE_LINES = 400

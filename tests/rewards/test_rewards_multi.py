@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # workers start with this sys.path, so they find the helpers
+# workers start with this sys.path, so they find the helpers in tests/
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import broken_rewards  # noqa: E402
 import rewards_for_tests  # noqa: E402
 

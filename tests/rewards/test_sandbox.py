@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # workers start with this sys.path, so they find the helpers
+# workers start with this sys.path, so they find the helpers in tests/
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import sandbox_helpers as h  # noqa: E402
 
 from explorl.rewards.sandbox import Outcome, WorkerPool, shared_pool  # noqa: E402

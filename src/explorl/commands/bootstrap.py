@@ -1,4 +1,5 @@
-"""`explorl bootstrap --out DIR`: train a tiny default model as the shipped embedded one was (`explorl.finetune.bootstrap`)."""
+"""`explorl bootstrap --out DIR`: train a tiny default model as the shipped embedded one was
+(`explorl.finetune.bootstrap`)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ def add_parser(sub) -> None:
     b.add_argument("--out", required=True, help="directory to write (the shipped model lies in explorl/embedded/)")
     b.add_argument("--force", action="store_true", help="retrain even if cached")
     b.add_argument("overrides", nargs="*", metavar="key=value",
-                   help="bootstrap settings (explorl.finetune.bootstrap.BootstrapConfig), e.g. heads=2 kv_heads=1 for head "
-                        "size 32, which vLLM's CPU attention needs")
+                   help="bootstrap settings (explorl.finetune.bootstrap.BootstrapConfig), e.g. heads=2 kv_heads=1 "
+                        "for head size 32, which vLLM's CPU attention needs")
     b.set_defaults(fn=cmd_bootstrap)
 
 

@@ -1,5 +1,6 @@
-"""`explorl eval --model MODEL`: pass@k / maj@k of a model on a task's held-out split (`explorl.evaluation.evaluate`), with
-the settings resolved by `explorl.evaluation.settings` (a run's output is evaluated as the run did; flags override)."""
+"""`explorl eval --model MODEL`: pass@k / maj@k of a model on a task's held-out split
+(`explorl.evaluation.evaluate`), with the settings resolved by `explorl.evaluation.settings` (a run's output is
+evaluated as the run did; flags override)."""
 
 from __future__ import annotations
 

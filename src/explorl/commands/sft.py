@@ -1,4 +1,5 @@
-"""`explorl sft CONFIG [key=value ...]`: supervised fine-tuning on the task's worked solutions (`explorl.finetune.sft`)."""
+"""`explorl sft CONFIG [key=value ...]`: supervised fine-tuning on the task's worked solutions
+(`explorl.finetune.sft`)."""
 
 from __future__ import annotations
 

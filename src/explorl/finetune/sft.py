@@ -9,8 +9,8 @@ micro-batches gives the same mean). The output is a run directory like `explorl 
 metrics.jsonl (one record per optimizer step), checkpoints/, final/ (a Hugging Face model directory) and
 eval.json (held-out pass@k after training), so `explorl eval --model RUN/final` evaluates it as the run did.
 
-The supervised step (`explorl.finetune.supervised`) is the one `explorl rft` fine-tunes with and `explorl bootstrap` trains
-the embedded model with.
+The supervised step (`explorl.finetune.supervised`) is the one `explorl rft` fine-tunes with and `explorl bootstrap`
+trains the embedded model with.
 """
 
 from __future__ import annotations

@@ -187,8 +187,8 @@ class E3TemperatureController:
     Protocol, per training step t = 1..t_max (1-based, as metrics.jsonl numbers steps): sample and train the batch
     at `self.tau`, measure the batch's mean token entropy `H` over response tokens at that temperature, then call
     `observe(t, H)`, which sets `self.tau` for step t + 1. The first observation sets `H_init` (and leaves tau
-    alone); updates start with the second. The target is `H_init`, or eq. 5 evaluated at `step` when `anneal=True`. The updated tau is
-    clamped to `[tau_floor, tau_ceil]` (a deviation from the public code, which has no bounds).
+    alone); updates start with the second. The target is `H_init`, or eq. 5 evaluated at `step` when `anneal=True`.
+    The updated tau is clamped to `[tau_floor, tau_ceil]` (a deviation from the public code, which has no bounds).
     """
 
     def __init__(self, tau0: float, vocab_size: int, *, t_max: int, anneal: bool = False, eta: float = 0.9,

@@ -26,16 +26,6 @@ from explorl.runs.final import save_final_model
 from explorl.runs.jsonl import append_jsonl, clean_record, drop_torn_last_line, truncate_jsonl, write_atomic
 from explorl.runs.lock import RunLock, check_out_dir, holds_steps, is_explorl_run, refuse_if_locked
 
-# What this module held before the run directory's work was split by concern (issue 40), importable from here still
-# for code outside runs/ that names it (integrations/trl's RewardFailureLog); new code imports each from its module.
-from explorl.runs.checkpoints import (DATA_TYPES, UnsafeCheckpointError, check_data_only,  # noqa: F401
-                                      load_checkpoint, load_trainer_state, restore_rng, rng_state)
-from explorl.runs.failures import RewardFailureLog  # noqa: F401
-from explorl.runs.final import model_card  # noqa: F401
-from explorl.runs.jsonl import read_jsonl  # noqa: F401
-from explorl.runs.metrics import STEP_METRICS, rollout_metrics  # noqa: F401
-from explorl.runs.progress import Progress, format_duration  # noqa: F401
-
 
 class RunLog:
     """The files of one run directory."""

