@@ -45,8 +45,8 @@ def collect_rollouts(model, tok, task, runner, stream: PromptStream, driver: Sch
                      generator: torch.Generator, encode=None, engine=None) -> Collected:
     """Sample and score `batch_size` prompts' groups at 0-based training step `step`, which this begins on the
     schedule `driver` (the caller ends it once the batch's entropy is known). `encode(problem)` gives the prompt's
-    token ids (`tasks.chat.prompt_encoder`; default: the prompt text as it is). `engine`: an
-    `integrations.vllm_engine.VllmRollouts` that samples instead of explorl's sampler (`sampling.engine: vllm`),
+    token ids (`tasks.chat.prompt_encoder`; default: the prompt text as it is). `engine`: a
+    `rollout.engines.vllm.VllmRollouts` that samples instead of explorl's sampler (`sampling.engine: vllm`),
     given the same budgets and each prompt's temperature as the driver plans it for an engine (`Plan.requests`)."""
     encode = encode or (lambda p: tok.encode(p.prompt, add_special_tokens=False))
     temps = driver.begin(step)

@@ -1,7 +1,7 @@
 """The schedule driver: the one object through which every engine steers sampling from step to step.
 
-explorl's own loop (`rollout.collect`, `trainer`), TRL's adapter (`integrations.trl`), verl's
-(`integrations.verl.rollout`) and the vLLM engine (`integrations.vllm_engine`, given the plan's requests) drive the
+explorl's own loop (`rollout.collect`, `train.loop`), TRL's adapter (`integrations.trl`), verl's
+(`integrations.verl.rollout`) and the vLLM engine (`rollout.engines.vllm`, given the plan's requests) drive the
 configured temperature schedule and budget policy (`rollout.controllers.Controllers`) through `ScheduleDriver`, in
 this order:
 

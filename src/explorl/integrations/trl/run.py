@@ -114,7 +114,7 @@ class RoundRecord:
             self.losses.setdefault(k, []).append(float(v))
 
     def record(self, gather, lr: float, main: bool) -> dict | None:
-        """The round's metrics record (`rundir.step_record`'s keys, with `loss/*`, `optim/*` and `perf/*`), or
+        """The round's metrics record (`runs.engine.step_record`'s keys, with `loss/*`, `optim/*` and `perf/*`), or
         None off the main process. Every process calls it: `gather` (`[n, t]` rows of every process, in rank
         order) is a collective when the entropies came from the update."""
         entropy = self.batch.entropy if self.entropy is None else gather(self.entropy)

@@ -80,7 +80,7 @@ class RunWriter:
     """explorl's run directory for a verl run: the explorl config at `config_path` (what the launcher converted to
     verl's overrides) names it (`run.out_dir`).
 
-    `write` appends one step's record (`rundir.step_record`: `explorl train`'s keys) from the batch verl has after
+    `write` appends one step's record (`runs.engine.step_record`: `explorl train`'s keys) from the batch verl has after
     the advantage step; the directory is opened on the first write (config.yaml with the weights' fingerprint,
     engine.json with `launch`), continued when verl resumed from a checkpoint (its records after the resumed step
     are dropped, as `explorl train --resume` does).
