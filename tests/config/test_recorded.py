@@ -148,17 +148,18 @@ def test_a_recorded_config_of_today_loads_without_a_word(tmp_path):
         assert load_config(path).algo.importance_weights == "tis"
 
 
-def test_run_directories_are_recognised_as_the_models_module_does(tmp_path):
-    import explorl.models
+def test_run_directories_are_recognised_by_one_rule(tmp_path):
+    # `explorl eval RUN` (explorl.models.run_outputs) finds a run directory by the rule that upgrades its config
+    import explorl.models.run_outputs
 
-    models_says = getattr(explorl.models, "_is_run_dir", is_run_dir)  # `explorl eval RUN`'s own test
+    assert explorl.models.run_outputs.is_run_dir is is_run_dir
     for layout in ([], ["metrics.jsonl"], ["final/"], ["checkpoints/"], ["other.txt"]):
         run = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
         run.mkdir()
         (run / "config.yaml").write_text("{}\n")
         for name in layout:
             (run / name.rstrip("/")).mkdir() if name.endswith("/") else (run / name).write_text("")
-        assert is_run_dir(run) == models_says(run) == (bool(layout) and layout != ["other.txt"])
+        assert is_run_dir(run) == (bool(layout) and layout != ["other.txt"])
 
 
 def test_explorl_eval_of_a_run_recorded_by_the_previous_version(tiny_model_dir, tmp_path, monkeypatch, capsys):

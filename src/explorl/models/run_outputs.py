@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from explorl.config import Config, LoraConfig
+from explorl.config.recorded import is_run_dir
 from explorl.models.loading import is_peft, load_policy
 
 
@@ -34,26 +35,21 @@ class RunOutput:
         return f"{self.run_dir.resolve().name}_final"
 
 
-def _is_run_dir(p: Path) -> bool:
-    return (p / "config.yaml").is_file() and ((p / "metrics.jsonl").exists() or (p / "final").is_dir()
-                                              or (p / "checkpoints").is_dir())
-
-
 def find_run_output(path: str | Path) -> RunOutput | None:
     """The run output `path` names: a run directory (its `final/`), `RUN/final` or `RUN/checkpoints/step_N`
     (each with the run's config.yaml above it); None for anything else (a plain model directory)."""
     if str(path) in ("embedded", "embedded:testbed"):
         return None
     p = Path(path).expanduser()
-    if _is_run_dir(p) and not (p / "config.json").exists():
+    if is_run_dir(p) and not (p / "config.json").exists():
         if (p / "final").is_dir():
             return RunOutput(p, p / "final", "final")
         ckpts = sorted(c for c in (p / "checkpoints").glob("step_*") if c.is_dir())
         hint = f"; give a checkpoint instead, e.g. {ckpts[-1]}" if ckpts else " and no checkpoints"
         raise FileNotFoundError(f"{p} is a run directory without final/ (the run has not finished){hint}")
-    if p.name == "final" and _is_run_dir(p.parent):
+    if p.name == "final" and is_run_dir(p.parent):
         return RunOutput(p.parent, p, "final")
-    if p.parent.name == "checkpoints" and p.name.startswith("step_") and _is_run_dir(p.parent.parent):
+    if p.parent.name == "checkpoints" and p.name.startswith("step_") and is_run_dir(p.parent.parent):
         if not (p / "trainable.safetensors").exists():
             raise FileNotFoundError(f"{p}: no trainable.safetensors there; not a complete checkpoint")
         return RunOutput(p.parent.parent, p, "checkpoint")
