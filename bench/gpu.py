@@ -2,7 +2,8 @@
 
 On CUDA, in bfloat16, on randomly initialised models with the Qwen2.5-0.5B and Qwen2.5-1.5B architectures (the
 values of their published `config.json`, `QWEN25` below; nothing is downloaded), at response lengths 512 and 2048:
-  - sampling: tokens per second of explorl's sampler (`rollout.sampler.sample`) against `model.generate`, with
+  - sampling: tokens per second of explorl's sampler (`rollout.engines.native.sample`: compiled, eager, and with
+    `sampling.cuda_graph`, its static-batch decode replayed as a CUDA graph) against `model.generate`, with
     bench/sampler.py's protocol (its `_run_explorl` / `_run_hf`: same prompts, B prompts x G samples, temperature
     1, no top-k/top-p, EOS honoured, valid response tokens counted; one warm-up round, then `--repeats` rounds
     alternating the order; medians), and the peak GPU memory of each;
@@ -139,6 +140,8 @@ def bench_sampling(model_dir: Path, length: int, args, device, dtype) -> dict:
         "explorl": lambda s: sampler._run_explorl(model, prompts, args.group, length, EOS, PAD, 1.0, s, device),
         "explorl eager": lambda s: sampler._run_explorl(model, prompts, args.group, length, EOS, PAD, 1.0, s, device,
                                                         compile=False),
+        "explorl CUDA graph": lambda s: sampler._run_explorl(model, prompts, args.group, length, EOS, PAD, 1.0, s,
+                                                             device, cuda_graph=True),
         "HF": lambda s: sampler._run_hf(model, prompts, args.group, length, EOS, PAD, s, device),
     }
     from importlib.util import find_spec
@@ -369,6 +372,12 @@ def main(argv=None) -> int:
                     print(rows[-1], flush=True)
                     rows.append((model_name, length, "sampling, tokens/s", *_cell(s["explorl"], ",.0f"),
                                  *_cell(s["explorl eager"], ",.0f"), "explorl eager (sampling.compile: false)"))
+                    print(rows[-1], flush=True)
+                    rows.append((model_name, length, "sampling, tokens/s", *_cell(s["explorl CUDA graph"], ",.0f"),
+                                 *_cell(s["HF"], ",.0f"), "HF generate; explorl with sampling.cuda_graph"))
+                    print(rows[-1], flush=True)
+                    rows.append((model_name, length, "sampling, tokens/s", *_cell(s["explorl CUDA graph"], ",.0f"),
+                                 *_cell(s["explorl"], ",.0f"), "explorl compiled, without the CUDA graph"))
                     print(rows[-1], flush=True)
                     if "vLLM" in s:  # explorl's sampler against vLLM (when installed), the same prompts
                         rows.append((model_name, length, "sampling, tokens/s", *_cell(s["explorl"], ",.0f"),

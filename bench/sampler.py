@@ -69,14 +69,14 @@ def _hf_valid_tokens(generated: torch.Tensor, eos: int) -> int:
     return int(first.sum())
 
 
-def _run_explorl(model, prompts, group, max_new, eos, pad, temperature, seed, device, compile=True):
+def _run_explorl(model, prompts, group, max_new, eos, pad, temperature, seed, device, compile=True, cuda_graph=False):
     from explorl.rollout.engines.native import sample
 
     gen = torch.Generator(device=device).manual_seed(seed)
     _sync(device)
     t0 = time.perf_counter()
     ro = sample(model, prompts, group, eos_token_id=eos, pad_token_id=pad, max_new_tokens=max_new,
-                temperature=temperature, generator=gen, compile=compile)
+                temperature=temperature, generator=gen, compile=compile, cuda_graph=cuda_graph)
     _sync(device)
     return int(ro.mask.sum()), time.perf_counter() - t0
 

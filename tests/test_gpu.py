@@ -118,3 +118,72 @@ def test_trl_example_trains_a_recipe_on_one_cuda_process(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     engine = json.loads((tmp_path / "trl" / "engine.json").read_text())
     assert engine["engine"] == "trl" and engine["world_size"] == 1
+
+
+@pytest.fixture(scope="module")
+def embedded_cuda():
+    """The embedded default in float32 on CUDA (float32: the sampler's paths then differ by rounding only) and
+    sixteen of its training prompts."""
+    from explorl.config.schema import ModelConfig
+    from explorl.models import load_policy
+    from explorl.tasks import load_task
+
+    task = load_task(load_config(ROOT / "configs" / "quickstart.yaml", []).task)
+    model, tok, device = load_policy(ModelConfig(path="embedded", device="cuda", dtype="float32"))
+    return model, tok, device, [tok.encode(p.prompt, add_special_tokens=False) for p in task.train[:16]]
+
+
+def _graph_sample(embedded_cuda, compile: bool, graph: bool, eos=None, seed: int = 0):
+    from explorl.rollout.engines.native import sample
+
+    model, tok, device, prompts = embedded_cuda
+    return sample(model, prompts, 8, eos_token_id=tok.eos_token_id if eos is None else eos,
+                  pad_token_id=tok.pad_token_id, max_new_tokens=64, temperature=1.0, compile=compile,
+                  generator=torch.Generator(device).manual_seed(seed), cuda_graph=graph)
+
+
+@pytest.mark.parametrize("compile", [False, True])
+def test_the_cuda_graph_replays_the_static_step_exactly(embedded_cuda, compile, monkeypatch):
+    # `sampling.cuda_graph` captures the static step once and replays it: the same kernels on the same buffers as
+    # running the step itself each token, so the same tokens and bit-identical log-probs; the graph was captured
+    # (no capture warning) and replayed for all but the warm-up steps
+    import warnings
+
+    import explorl.rollout.engines.static as static
+
+    replays = []
+
+    class CountedGraph(torch.cuda.CUDAGraph):
+        def replay(self):
+            replays.append(1)
+            return super().replay()
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", CountedGraph)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        graphed = _graph_sample(embedded_cuda, compile, graph=True)
+    assert replays and len(replays) >= int(graphed.lengths.max()) - static.WARMUP_STEPS
+    monkeypatch.setattr(static, "replayer", lambda step, device, steps: (step, 0))  # the step itself, no graph
+    plain = _graph_sample(embedded_cuda, compile, graph=True)
+    for name in ("response_ids", "mask", "truncated", "temperatures"):
+        assert torch.equal(getattr(graphed, name), getattr(plain, name)), name
+    assert torch.equal(graphed.behavior_logprobs, plain.behavior_logprobs)
+
+
+def test_the_cuda_graph_decode_is_the_models_distribution(embedded_cuda):
+    # behaviour log-probs and entropies of the graphed static decode (EOS honoured: rows end at different steps) equal
+    # a full forward's, and with no EOS reachable it draws the dynamic decoder's tokens (the same uniform stream)
+    from explorl.rollout.logprobs import response_logprobs
+
+    model, tok, device, _ = embedded_cuda
+    ro = _graph_sample(embedded_cuda, compile=True, graph=True)
+    assert ro.lengths.min() < ro.lengths.max()
+    with torch.no_grad():
+        lp, ent = response_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.mask, 1.0)
+    torch.testing.assert_close(ro.behavior_logprobs, lp, atol=1e-4, rtol=0)
+    torch.testing.assert_close(ro.entropy, ent, atol=1e-4, rtol=0)
+    never = [10**6]  # an id outside the vocabulary: no row ends
+    static = _graph_sample(embedded_cuda, compile=True, graph=True, eos=never, seed=1)
+    dynamic = _graph_sample(embedded_cuda, compile=True, graph=False, eos=never, seed=1)
+    same_rows = (static.response_ids == dynamic.response_ids).all(-1).float().mean()
+    assert same_rows >= 0.9, float(same_rows)  # a row may part where a uniform falls within rounding of a boundary

@@ -3,7 +3,9 @@
 References are computed here, one unpadded sequence at a time through `model(...).logits`, or through the
 training forward `response_logprobs` (the contract: behaviour log-probs equal a full forward's within 1e-4).
 Every decoder is covered: the fused Llama-family path (`fast_path=True`, on Qwen2 and Llama), eager and compiled
-by torch.compile (`compile=True`), and the generic Hugging Face path (`fast_path=False`).
+by torch.compile (`compile=True`), its static-batch decode (`cuda_graph=True`: on the CPU the step the CUDA graph
+captures, run as it is; tests/test_gpu.py replays it as a graph), and the generic Hugging Face path
+(`fast_path=False`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ MAX_NEW = 12
 EOS_MANY = list(range(2, 12))  # ten of 98 ids: most rows end early, a few run to the limit
 ATOL = 1e-4
 PATH_KW = {"fused": dict(fast_path=True), "compiled": dict(fast_path=True, compile=True),
-           "generic": dict(fast_path=False)}
+           "generic": dict(fast_path=False), "static": dict(fast_path=True, cuda_graph=True),
+           "static-compiled": dict(fast_path=True, compile=True, cuda_graph=True)}
 PATHS = pytest.mark.parametrize("path", list(PATH_KW))
 
 
@@ -261,8 +264,10 @@ def test_top_p_never_selects_outside_the_nucleus_even_for_a_zero_uniform(tiny_mo
 @PATHS
 def test_eos_handling(model, prompts, path):
     n_per = [3, 2, 4, 3]
+    # a seed where some rows end and some do not (the static decode's stream parts from the others' once a row ends)
+    seed = 3 if path.startswith("static") else 2
     ro = sample(model, prompts, n_per, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW,
-                generator=_gen(2), **PATH_KW[path])
+                generator=_gen(seed), **PATH_KW[path])
     eos = torch.tensor(EOS_MANY)
     ended = 0
     for i in range(len(ro.group)):
@@ -362,6 +367,47 @@ def test_compiled_and_eager_fused_paths_draw_the_same_samples(model, prompts, te
     assert eager.lengths.min() < eager.lengths.max()  # rows ended at EOS at different steps: finished rows dropped
     torch.testing.assert_close(compiled.behavior_logprobs, eager.behavior_logprobs, atol=1e-5, rtol=0)
     torch.testing.assert_close(compiled.entropy, eager.entropy, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("temperature", ["fixed", "per_prompt", "per_token", "schedule"])
+@pytest.mark.parametrize("top_p", [1.0, 0.8])
+@pytest.mark.parametrize("compile", [False, True])
+def test_static_decode_draws_the_dynamic_decoders_samples_while_no_row_ends(model, prompts, temperature, top_p,
+                                                                          compile):
+    # the static decode's uniform table is the dynamic decode's stream while every row is live (`uniforms(N)` per
+    # step), and its step the same math over the whole cache, masked: with no EOS reachable the tokens are the same
+    # and the log-probs equal within float rounding (the attention sums over more, masked, slots)
+    temps = {"fixed": 0.9, "per_prompt": [0.6, 1.0, 1.4, 0.8], "schedule": lambda t: 1.3 - 0.05 * t,
+             "per_token": 0.5 + torch.rand((sum(N_PER), MAX_NEW), generator=_gen(5))}[temperature]
+    kw = dict(eos_token_id=[], pad_token_id=PAD, max_new_tokens=MAX_NEW, temperature=temps, top_p=top_p,
+              fast_path=True, compile=compile)
+    dynamic = sample(model, prompts, N_PER, generator=_gen(4), **kw)
+    static = sample(model, prompts, N_PER, generator=_gen(4), cuda_graph=True, **kw)
+    for name in ("response_ids", "mask", "truncated", "group", "prompt_ids", "prompt_mask", "temperatures"):
+        assert torch.equal(getattr(dynamic, name), getattr(static, name)), name
+    assert static.truncated.all()
+    torch.testing.assert_close(static.behavior_logprobs, dynamic.behavior_logprobs, atol=1e-5, rtol=0)
+    torch.testing.assert_close(static.entropy, dynamic.entropy, atol=1e-5, rtol=0)
+
+
+def test_static_decode_stops_soon_after_the_last_row_ends(tiny_model, prompts, monkeypatch):
+    # every row ends within a few tokens (58 of 98 ids are EOS): the loop checks every CHECK_EVERY steps whether a
+    # row is live, so it runs at most that many steps past the last EOS, never all 200
+    import explorl.rollout.engines.static as static
+
+    calls = []
+
+    def counted(*args):
+        calls.append(1)
+        return static_step(*args)
+
+    static_step = static.static_step
+    monkeypatch.setattr(static, "static_step", counted)
+    ro = sample(tiny_model, prompts, 3, eos_token_id=list(range(2, 60)), pad_token_id=PAD, max_new_tokens=200,
+                generator=_gen(), cuda_graph=True)
+    longest = int(ro.lengths.max())
+    assert not ro.truncated.any() and ro.response_ids.shape[1] == longest < 200
+    assert longest <= len(calls) <= longest + static.CHECK_EVERY
 
 
 def test_a_failed_compilation_falls_back_to_the_eager_sampler_with_a_warning(tiny_model, prompts, monkeypatch):

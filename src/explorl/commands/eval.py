@@ -253,7 +253,7 @@ def _evaluate_all(args, s, model, tok, ks: list[int], extra_sets: dict, failures
                                         temperature=s.sampler_temperature, encode=prompt_encoder(tok, s.task_cfg),
                                         top_p=s.top_p, max_new_tokens=s.max_new_tokens, seed=args.seed,
                                         reward_timeout_s=s.task_cfg.reward_timeout_s, fast_path=s.fast_path,
-                                        compile=s.compile,
+                                        compile=s.compile, cuda_graph=s.cuda_graph,
                                         progress=lambda k: bar.advance(job, k), analyze=args.analyze,
                                         keep_completions=bool(args.save_completions), failures=failures)
         sets = {}
@@ -265,7 +265,7 @@ def _evaluate_all(args, s, model, tok, ks: list[int], extra_sets: dict, failures
                                          temperature=s.sampler_temperature, encode=prompt_encoder(tok, set_cfg),
                                          top_p=s.top_p, max_new_tokens=s.max_new_tokens, seed=args.seed,
                                          reward_timeout_s=set_cfg.reward_timeout_s, fast_path=s.fast_path,
-                                         compile=s.compile,
+                                         compile=s.compile, cuda_graph=s.cuda_graph,
                                          progress=lambda k, j=job: bar.advance(j, k))
     return summary, per_problem, sets
 
@@ -295,7 +295,7 @@ def _match_entropy(args, s, model, tok, model_cfg):
     calib = s.problems[:args.calibration]
     encode = prompt_encoder(tok, s.task_cfg)
     kw = dict(n=4, max_new_tokens=s.max_new_tokens, top_p=s.top_p, seed=args.seed, encode=encode,
-              fast_path=s.fast_path, compile=s.compile)
+              fast_path=s.fast_path, compile=s.compile, cuda_graph=s.cuda_graph)
     if args.match_entropy == "base":
         from explorl.finetune.bootstrap import load_model_under_test
 

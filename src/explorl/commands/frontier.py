@@ -224,7 +224,7 @@ def _model_frontier(args, name: str, path: str, s, s0, temps: list[float], ks: l
             summary, results = evaluate(model, tok, s.problems, s.task, n=args.n, ks=ks, temperature=t,
                                         encode=encode, top_p=s0.top_p, max_new_tokens=s0.max_new_tokens,
                                         seed=args.seed, reward_timeout_s=s.task_cfg.reward_timeout_s,
-                                        fast_path=s.fast_path, compile=s.compile,
+                                        fast_path=s.fast_path, compile=s.compile, cuda_graph=s.cuda_graph,
                                         progress=lambda c, j=job: bar.advance(j, c))
             # problem ids as strings, as they read back from the JSON record
             point = FrontierPoint(t, summary["entropy"], args.n, {str(r.id): sum(r.correct) for r in results})

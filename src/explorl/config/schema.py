@@ -91,6 +91,12 @@ class SamplingConfig:
     sampling call of a process compiles, seconds to a minute (cached on disk for later processes); where
     compilation fails the sampler warns once and decodes eagerly. The draws are the eager path's up to float
     rounding."""
+    cuda_graph: bool = False
+    """With the fused path on CUDA: decode a static batch (finished rows masked, not removed; attention over the
+    whole preallocated cache) whose step is captured once per sampling call as a CUDA graph and replayed for each
+    token, so that small models are not bound by Python and kernel launches (docs/gpu.md, "The sampler's CUDA
+    graph"). Same distribution as the dynamic decode; the draws differ once a row ends (the uniforms are drawn for
+    every row). Off the GPU the same static step runs without a graph, slower than the dynamic decode: for tests."""
     engine: Literal["explorl", "vllm"] = "explorl"
     """Who samples the training rollouts: `explorl` (its own sampler) or `vllm` (a vLLM engine in the training
     process, its weights synced from the policy in memory before every step; `pip install vllm` on a GPU,

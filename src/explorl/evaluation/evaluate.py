@@ -39,7 +39,8 @@ class ProblemResult:
 
 def evaluate(model, tokenizer, problems: Sequence, task, *, n: int, ks: Sequence[int], temperature: float = 1.0,
              top_p: float = 1.0, max_new_tokens: int = 64, prompts_per_batch: int = 64, seed: int = 0,
-             reward_timeout_s: float = 5.0, fast_path: bool = True, compile: bool = False, progress=None,
+             reward_timeout_s: float = 5.0, fast_path: bool = True, compile: bool = False, cuda_graph: bool = False,
+             progress=None,
              analyze: bool = False, branching_top_p: float = 0.95,
              encode=None, keep_completions: bool = False,
              failures: list | None = None) -> tuple[dict, list[ProblemResult]]:
@@ -68,7 +69,7 @@ def evaluate(model, tokenizer, problems: Sequence, task, *, n: int, ks: Sequence
         ids = [encode(p) if encode else tokenizer.encode(p.prompt, add_special_tokens=False) for p in chunk]
         ro = sample(model, ids, n, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
                     max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, generator=gen,
-                    fast_path=fast_path, compile=compile)
+                    fast_path=fast_path, compile=compile, cuda_graph=cuda_graph)
         results += _score_batch(model, tokenizer, task, runner, chunk, start, ro, totals, temperature=temperature,
                                 analyze=analyze, branching_top_p=branching_top_p,
                                 keep_completions=keep_completions, failures=failures)
@@ -180,7 +181,7 @@ class EntropyMatch:
 @torch.no_grad()
 def sampled_entropy(model, tokenizer, problems: Sequence, temperature: float, *, n: int, max_new_tokens: int,
                     top_p: float = 1.0, seed: int = 0, encode=None, fast_path: bool = True,
-                    compile: bool = False) -> float:
+                    compile: bool = False, cuda_graph: bool = False) -> float:
     """Mean token entropy of the distribution sampled at `temperature` (the logits divided by it), over the valid
     tokens of `n` responses to each problem; the same seed every call, so the curve in `temperature` is nearly smooth
     (the samples themselves still change with it)."""
@@ -189,13 +190,13 @@ def sampled_entropy(model, tokenizer, problems: Sequence, temperature: float, *,
     ids = [encode(p) if encode else tokenizer.encode(p.prompt, add_special_tokens=False) for p in problems]
     ro = sample(model, ids, n, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
                 max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, generator=gen,
-                fast_path=fast_path, compile=compile)
+                fast_path=fast_path, compile=compile, cuda_graph=cuda_graph)
     return float((ro.entropy * ro.mask).sum() / ro.mask.sum().clamp_min(1))
 
 
 def match_entropy(model, tokenizer, problems: Sequence, target: float, *, n: int = 4, max_new_tokens: int = 64,
                   top_p: float = 1.0, seed: int = 0, encode=None, fast_path: bool = True, compile: bool = False,
-                  tol: float = 0.002,
+                  cuda_graph: bool = False, tol: float = 0.002,
                   lo: float = 0.05, hi: float = 4.0, max_iter: int = 24) -> EntropyMatch:
     """The temperature in [lo, hi] at which the mean token entropy of `model` on `problems` (the calibration set)
     equals `target`, by bisection on log T (entropy rises with the temperature), to within `tol` nats or after
@@ -203,7 +204,8 @@ def match_entropy(model, tokenizer, problems: Sequence, target: float, *, n: int
     a model that covers more only because it samples hotter loses that edge here."""
     def h(t: float) -> float:
         return sampled_entropy(model, tokenizer, problems, t, n=n, max_new_tokens=max_new_tokens, top_p=top_p,
-                               seed=seed, encode=encode, fast_path=fast_path, compile=compile)
+                               seed=seed, encode=encode, fast_path=fast_path, compile=compile,
+                               cuda_graph=cuda_graph)
 
     a, b = math.log(lo), math.log(hi)
     h_lo, h_hi = h(lo), h(hi)
@@ -342,7 +344,7 @@ def held_out_evaluator(model, tokenizer, cfg, task, encode):
             result, _ = evaluate(model, tokenizer, t.eval, t, n=r.eval_n, ks=r.eval_k, temperature=r.eval_temperature,
                                  top_p=s.top_p, max_new_tokens=s.max_new_tokens, seed=r.seed + 10_007 * (step + 1),
                                  reward_timeout_s=t_cfg.reward_timeout_s, fast_path=s.fast_path, compile=s.compile,
-                                 encode=enc)
+                                 cuda_graph=s.cuda_graph, encode=enc)
             summary.update({f"{name}/{k}" if name else k: v for k, v in result.items()})
         model.train()
         return summary

@@ -47,6 +47,7 @@ class EvalSettings:
     """The sampler's temperature: `temperature`, or for a per-token schedule a function of the token position."""
     fast_path: bool
     compile: bool
+    cuda_graph: bool
     settings: list[tuple[str, Any, str]]
     """(setting, value, where it came from) of each setting, in the order shown."""
 
@@ -140,6 +141,7 @@ def resolve_eval_settings(model: str, task: str | None = None, task_opts: Mappin
     sampler_temperature = inference_schedule(schedule, temp, max_new, schedule_options)
     fast_path = r.sampling.fast_path if r is not None else True
     compile = r.sampling.compile if r is not None else SamplingConfig.compile
+    cuda_graph = r.sampling.cuda_graph if r is not None else SamplingConfig.cuda_graph
     try:
         loaded = load_task(task_cfg)
     except ValueError as e:
@@ -170,4 +172,4 @@ def resolve_eval_settings(model: str, task: str | None = None, task_opts: Mappin
                         max_new_tokens=max_new, temperature=temp, top_p=nucleus,
                         schedule=schedule or SamplingConfig.schedule, schedule_options=dict(schedule_options or {}),
                         sampler_temperature=sampler_temperature, fast_path=fast_path, compile=compile,
-                        settings=settings)
+                        cuda_graph=cuda_graph, settings=settings)

@@ -91,7 +91,7 @@ def run_rft(cfg: Config, *, console) -> Path:
                               top_p=f.eval_top_p, max_new_tokens=s.max_new_tokens,
                               seed=r.seed + 7919 * (iteration + 1),
                               reward_timeout_s=cfg.task.reward_timeout_s, fast_path=s.fast_path, compile=s.compile,
-                              encode=encode)
+                              cuda_graph=s.cuda_graph, encode=encode)
         return summary
 
     history = [{"iteration": 0, "selected": 0, **held_out(0)}]
@@ -136,7 +136,7 @@ def scored_candidates(model, tok, problems: list, task, runner, encode, cfg: Con
         ro = sample(model, [encode(p) for p in chunk], f.samples_per_prompt,
                     eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
                     max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p, generator=gen,
-                    fast_path=s.fast_path, compile=s.compile)
+                    fast_path=s.fast_path, compile=s.compile, cuda_graph=s.cuda_graph)
         texts = decode_responses(tok, ro)
         group = ro.group.tolist()
         rr = runner(texts, [chunk[g].answer for g in group], [chunk[g].meta for g in group])

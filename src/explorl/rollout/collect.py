@@ -42,7 +42,7 @@ class Collected:
 
 def collect_rollouts(model, tok, task, runner, stream: PromptStream, driver: ScheduleDriver, *, batch_size: int,
                      max_new_tokens: int, top_p: float, fast_path: bool, step: int, compile: bool = False,
-                     generator: torch.Generator, encode=None, engine=None) -> Collected:
+                     cuda_graph: bool = False, generator: torch.Generator, encode=None, engine=None) -> Collected:
     """Sample and score `batch_size` prompts' groups at 0-based training step `step`, which this begins on the
     schedule `driver` (the caller ends it once the batch's entropy is known). `encode(problem)` gives the prompt's
     token ids (`tasks.chat.prompt_encoder`; default: the prompt text as it is). `engine`: a
@@ -67,7 +67,7 @@ def collect_rollouts(model, tok, task, runner, stream: PromptStream, driver: Sch
             ro = sample(model, prompts, plan.rollouts, eos_token_id=tok.eos_token_id,
                         pad_token_id=tok.pad_token_id, max_new_tokens=max_new_tokens,
                         temperature=plan.sampler_temperature, top_p=top_p,
-                        generator=generator, fast_path=fast_path, compile=compile)
+                        generator=generator, fast_path=fast_path, compile=compile, cuda_graph=cuda_graph)
         else:  # the engine's requests are seeded from the run's generator, so a resumed step samples the same
             seed = int(torch.randint(2**31 - 1, (1,), generator=generator, device=generator.device))
             ro = engine.sample(prompts, plan.rollouts, plan.requests,

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from explorl.rollout.draw import draw_dynamic_dims, draw_tokens, uniforms
+from explorl.rollout.engines.static import decode_static
 from explorl.rollout.forward import (attention_dims, cache_step_dynamic_dims, cache_weights, compile_failed,
                                      forward_with_cache, maybe_compiled, position_ids_from_mask, rotary_tables,
                                      supports_fused_forward)
@@ -309,7 +310,8 @@ def _no_rollouts(group: torch.Tensor) -> Rollouts:
 @torch.no_grad()
 def sample(model, prompts: Sequence[Sequence[int]], n: int | Sequence[int], *, eos_token_id: int | Sequence[int],
            pad_token_id: int, max_new_tokens: int, temperature: Temperature = 1.0, top_p: float = 1.0,
-           generator: torch.Generator | None = None, fast_path: bool = True, compile: bool = False) -> Rollouts:
+           generator: torch.Generator | None = None, fast_path: bool = True, compile: bool = False,
+           cuda_graph: bool = False) -> Rollouts:
     """Sample `n_i` responses for each prompt.
 
     Args:
@@ -322,6 +324,8 @@ def sample(model, prompts: Sequence[Sequence[int]], n: int | Sequence[int], *, e
         fast_path: use the fused Llama-family decoder when it applies.
         compile: with the fused decoder, run each decode step and draw as torch.compile'd graphs (`sampling.compile`;
             the first call of a process compiles, seconds to a minute; the draws are the same up to float rounding).
+        cuda_graph: with the fused decoder, decode a static batch (`rollout.engines.static`: finished rows masked,
+            not removed) whose step is captured as a CUDA graph on CUDA and replayed per token (`sampling.cuda_graph`).
     Returns:
         Rollouts with N = sum(n_i) rows in prompt order (group[i] = index of the prompt).
     """
@@ -345,8 +349,12 @@ def sample(model, prompts: Sequence[Sequence[int]], n: int | Sequence[int], *, e
     out = _Responses(num, max_new_tokens, pad_token_id, device)
     try:
         logits = decoder.prefill(uniq_ids, uniq_mask, uniq_ids.shape[1] + max_new_tokens, repeats)
-        truncated = _decode(decoder, draw, logits, temp_at, top_p, eos, generator, out, pad_token_id,
-                            avoid_single_row=compile and fused)
+        if fused and cuda_graph:
+            truncated = decode_static(decoder, logits, temp_at, top_p, eos, generator, out, pad_token_id,
+                                      compile=compile, graph=True)
+        else:
+            truncated = _decode(decoder, draw, logits, temp_at, top_p, eos, generator, out, pad_token_id,
+                                avoid_single_row=compile and fused)
     finally:
         model.train(was_training)
     return out.rollouts(uniq_ids.repeat_interleave(repeats, dim=0), uniq_mask.repeat_interleave(repeats, dim=0),
