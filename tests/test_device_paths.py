@@ -76,8 +76,11 @@ def test_the_simulation_refuses_what_cuda_refuses_and_computes_what_the_cpu_comp
         assert layer.weight.grad.device == device and values.cpu().device.type == "cpu"
 
 
-# every recipe; and GRPO through Hugging Face's own forward (`sampling.fast_path: false`) instead of the fused decoder
-RUNS = [(r, ()) for r in RECIPES] + [(RECIPES[0].with_name("grpo.yaml"), ("sampling.fast_path=false",))]
+# every recipe; GRPO through Hugging Face's own forward (`sampling.fast_path: false`) instead of the fused decoder;
+# and the static-batch decode of `sampling.cuda_graph` (its step, without a graph off CUDA) with a fixed temperature
+# and with EAD's per-token one
+RUNS = [(r, ()) for r in RECIPES] + [(RECIPES[0].with_name("grpo.yaml"), ("sampling.fast_path=false",))] + [
+    (RECIPES[0].with_name(f"{name}.yaml"), ("sampling.cuda_graph=true",)) for name in ("grpo", "ead_tis")]
 
 
 @pytest.mark.parametrize("recipe, extra", RUNS, ids=lambda x: x.stem if isinstance(x, Path) else "-".join(x))
