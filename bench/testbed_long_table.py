@@ -14,7 +14,8 @@ Reads the records `bench/testbed_long.py` writes (`bench/results/testbed_long/<m
 - pass@K against the GRPO baseline's at the same pass@1 (`equal_pass1_table`): out-of-distribution coverage at
   equal in-distribution pass@1, and right-chain coverage at equal right-chain pass@1;
 - which out-of-distribution problems each method loses or gains against the base model (`solved_sets_table`);
-- with `--plot`, pass@K against training steps.
+- with `--plot`, pass@K against training steps; with `--forest` and `--curves`, the figures of
+  `bench/testbed_long_figures.py` (differences from the base model with intervals; pass@k against k).
 
     python bench/testbed_long_table.py                  # K = the largest k recorded (n = 128: pass@128)
     python bench/testbed_long_table.py --k 32 --split ood
@@ -267,6 +268,8 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=None, help="pass@k of the tables (default: the largest recorded)")
     ap.add_argument("--split", choices=["id", "ood", "both"], default="both")
     ap.add_argument("--plot", default=None, help="PNG path: pass@k against training steps, every method")
+    ap.add_argument("--forest", default=None, help="PNG path: each method's pass@k minus the base model's, intervals")
+    ap.add_argument("--curves", default=None, help="PNG path: pass@k against k, base and each method's last step")
     args = ap.parse_args()
     records = load_records(ROOT / "bench" / "results" / args.name)
     if not records:
@@ -287,6 +290,13 @@ def main() -> None:
         print("\n".join(solved_sets_table(records, "id", "matched-chain")))
     if args.plot:
         plot(records, k, Path(args.plot))
+    if args.forest or args.curves:
+        import testbed_long_figures as figures
+
+        if args.forest:
+            figures.forest(records, k, Path(args.forest))
+        if args.curves:
+            figures.curves(records, Path(args.curves))
 
 
 if __name__ == "__main__":

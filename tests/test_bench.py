@@ -213,3 +213,31 @@ def test_erpo_pull_signs_the_token_term_against_where_the_policy_moved(moved):
     assert found[moved][0] < -1e-3 if moved == "wrong" else found[moved][0] > 1e-3
     # an all-wrong group gets no advantage and is not counted
     assert pull([{**call, "rewards": torch.zeros(4)}]) == {"wrong": (0.0, 0), "right": (0.0, 0)}
+
+
+def test_the_long_runs_figures_compare_each_methods_last_common_step_with_the_base(tmp_path):
+    figures = _load("testbed_long_figures")
+
+    def record(correct: dict[str, int]) -> dict:  # n = 4 samples per problem; a pass@k curve at k = 1, 4
+        problems = {"id": list(correct), "n": [4] * len(correct), "correct": list(correct.values())}
+        mean1 = sum(correct.values()) / (4 * len(correct))
+        return {"curve": {"problems": problems, "k": [1, 4], "pass@k": [[mean1, 0, 1], [0.5, 0, 1]]}}
+
+    base = record({"p1": 1, "p2": 0})
+    # grpo: seed 0 has steps 500 and 1000, seed 1 only 500, so its last common step is 500; clip_cov: one seed
+    records = {("base", 0, 0, "ood", "t1-chain"): base,
+               ("grpo", 0, 500, "ood", "matched-chain"): record({"p1": 2, "p2": 0}),
+               ("grpo", 0, 1000, "ood", "matched-chain"): record({"p1": 4, "p2": 4}),
+               ("grpo", 1, 500, "ood", "matched-chain"): record({"p1": 0, "p2": 0}),
+               ("clip_cov", 0, 1000, "ood", "matched-chain"): record({"p1": 1, "p2": 2})}
+    assert figures.last_step(records, "grpo", "ood", "matched-chain") == 500
+    assert figures.last_step(records, "grpo", "id", "matched-chain") is None
+    rows = figures.forest_rows(records, 1, "ood", "matched-chain")
+    # pass@1 = c / 4 against the base's (1/4, 0): grpo seed 0 (+1/4, 0), seed 1 (-1/4, 0): mean 0; clip_cov (0,
+    # +1/2): +1/4
+    assert [(m, s, n) for m, s, n, _ in rows] == [("grpo", 500, 2), ("clip_cov", 1000, 1)]
+    assert rows[0][3][0] == pytest.approx(0.0) and rows[1][3][0] == pytest.approx(0.25)
+    assert rows[0][3][3] == pytest.approx([0.125, -0.125])
+    figures.forest(records, 1, tmp_path / "forest.png")
+    figures.curves(records, tmp_path / "curves.png")
+    assert (tmp_path / "forest.png").stat().st_size > 10_000 and (tmp_path / "curves.png").stat().st_size > 10_000
