@@ -50,8 +50,8 @@ def trainer_needs(cfg: Config) -> list[str]:
     return list(dict.fromkeys(reasons))
 
 
-VERL_SAMPLING = ("group_size", "temperature", "top_p", "max_new_tokens", "fast_path", "compile", "engine",
-                 "vllm_memory")
+VERL_SAMPLING = ("group_size", "temperature", "top_p", "max_new_tokens", "fast_path", "compile", "cuda_graph",
+                 "engine", "vllm_memory")
 """`sampling` fields verl's own keys carry (or that only tune explorl's sampler)."""
 
 

@@ -120,8 +120,8 @@ DROPPED = {
     "model.attn_implementation": "verl picks the attention kernel (flash_attention_2)",
     "model.gradient_checkpointing": "verl's actor_rollout_ref.model.enable_gradient_checkpointing decides",
     "model.compile": "verl runs its own training forward",
-    "sampling.fast_path, sampling.compile, sampling.engine": "explorl's own sampler (verl samples with its rollout "
-                                                             "engine, actor_rollout_ref.rollout.name)",
+    "sampling.fast_path, sampling.compile, sampling.cuda_graph, sampling.engine":
+        "explorl's own sampler (verl samples with its rollout engine, actor_rollout_ref.rollout.name)",
     "algo.micro_batch_size, algo.length_buckets": "verl splits micro-batches by tokens (use_dynamic_bsz), the same "
                                                   "gradient",
     "run.threads, run.log_samples, run.max_nonfinite_steps": "explorl's own loop only (verl skips non-finite "
