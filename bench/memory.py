@@ -23,7 +23,8 @@ import json, resource, sys, torch
 from explorl.models import tiny_qwen2
 from explorl.rollout.logprobs import response_logprobs
 from explorl.metrics import token_entropy
-vocab, n, t, chunk, variant, backward = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6] == "1"
+vocab, n, t, chunk = (int(x) for x in sys.argv[1:5])
+variant, backward = sys.argv[5], sys.argv[6] == "1"
 torch.set_num_threads(2)
 model = tiny_qwen2(vocab, hidden=64, layers=1, heads=4, kv_heads=2, intermediate=128, max_positions=t + 64)
 gen = torch.Generator().manual_seed(0)

@@ -17,8 +17,8 @@ per model (5 temperatures x 128 problems x 64 samples).
 
 The tables: for each method, pass@k minus its baseline's (same seed), minus one-update `grpo`'s where that is not
 its baseline, and minus the base model's, at 5 entropies evenly spaced over the range every model of the comparison
-reaches, with a 95% interval over problems and seeds (`explorl.evaluation.frontier.paired_frontier_difference_seeds`) and each
-seed's difference.
+reaches, with a 95% interval over problems and seeds
+(`explorl.evaluation.frontier.paired_frontier_difference_seeds`) and each seed's difference.
 """
 
 from __future__ import annotations

@@ -173,7 +173,8 @@ def test_curriculum_off_uses_the_limits_from_the_start():
     #   G = 6 + floor(4 * 0.5 / 1.5) = 7 and 6 + floor(4 / 1.5) = 8; one left to the harder prompt -> [7, 9]
     assert _budgets_after_one_pass([]) == ([8, 8], [7, 9], (6, 10))
     # starting bounds 5 / 11 widen to the limits 4 / 12 after a pass, so the result equals the curriculum off here
-    assert _budgets_after_one_pass(["budget.e3.g_min_start=5", "budget.e3.g_max_start=11"]) == ([8, 8], [6, 10], (4, 12))
+    budgets = _budgets_after_one_pass(["budget.e3.g_min_start=5", "budget.e3.g_max_start=11"])
+    assert budgets == ([8, 8], [6, 10], (4, 12))
 
 
 @pytest.mark.parametrize("overrides, field", [

@@ -1,5 +1,5 @@
-"""`explorl.evaluation.settings.resolve_eval_settings` without argparse: what `explorl eval` evaluates with and where each
-value came from (a plain model: defaults; a run's output: its config.yaml; a given value: the flag named)."""
+"""`explorl.evaluation.settings.resolve_eval_settings` without argparse: what `explorl eval` evaluates with and where
+each value came from (a plain model: defaults; a run's output: its config.yaml; a given value: the flag named)."""
 
 from __future__ import annotations
 

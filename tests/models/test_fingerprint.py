@@ -91,8 +91,8 @@ def test_runs_record_their_model_and_refuse_to_resume_or_pair_across_models(tmp_
     records = {}
     for name, run in runs.items():
         records[name] = tmp_path / f"{name}.json"
-        assert commands.main(["eval", "--model", str(run / "final"), "--n", "2", "--k", "1", "--curve", "--device", "cpu",
-                         "--out", str(records[name])]) == 0, out()
+        assert commands.main(["eval", "--model", str(run / "final"), "--n", "2", "--k", "1", "--curve", "--device",
+                              "cpu", "--out", str(records[name])]) == 0, out()
         record = json.loads(records[name].read_text())
         assert record["base_fingerprint"] == weights_fingerprint(models[name])
         assert record["model_fingerprint"] == weights_fingerprint(run / "final") != record["base_fingerprint"]

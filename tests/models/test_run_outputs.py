@@ -208,7 +208,8 @@ def test_two_runs_final_are_named_apart_and_never_overwritten(tiny_model_dir, tm
     monkeypatch.chdir(tmp_path)
     runs = [_full_model_run(tmp_path / "runs", name, tiny_model_dir) for name in ("grpo-a", "grpo-b")]
     for run in runs:
-        assert commands.main(["eval", "--model", str(run / "final"), "--n", "1", "--k", "1", "--device", "cpu"]) == 0, out()
+        argv = ["eval", "--model", str(run / "final"), "--n", "1", "--k", "1", "--device", "cpu"]
+        assert commands.main(argv) == 0, out()
     written = sorted(p.name for p in (tmp_path / "runs" / "eval").iterdir())
     assert written == ["grpo-a_final-arith.json", "grpo-b_final-arith.json"]
     first = (tmp_path / "runs" / "eval" / "grpo-a_final-arith.json").read_text()

@@ -153,7 +153,8 @@ def test_every_training_step_axis_has_integer_ticks(offset_reports):
 
 def test_no_axis_shows_an_offset(offset_reports, tmp_path):
     figs = [f for report in offset_reports for _, f in figures(report)]
-    figs.append(eval_plots.k_curves_figure({"a": curve([5.6861, 5.6862, 5.6863]), "b": curve([5.6862, 5.6862, 5.6864])}))
+    figs.append(eval_plots.k_curves_figure({"a": curve([5.6861, 5.6862, 5.6863]),
+                                            "b": curve([5.6862, 5.6862, 5.6864])}))
     keys = [k for report in offset_reports for k, _ in figures(report)]
     assert "entropy_by_position" in keys
     for fig in figs:

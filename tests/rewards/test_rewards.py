@@ -253,7 +253,8 @@ def test_a_batch_of_hanging_samples_runs_in_parallel_across_the_pool():
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# check_rewards: every task.reward entry called once on a sample before a run (the dry run's, tests/commands/test_cli.py)
+# check_rewards: every task.reward entry called once on a sample before a run (the dry run's,
+# tests/commands/test_cli.py)
 
 
 def test_check_rewards_imports_every_entry_before_a_worker_starts(tmp_path, monkeypatch):

@@ -207,8 +207,8 @@ def test_a_single_reward_run_keeps_exactly_its_metric_keys(tiny_model_dir, tmp_p
 def test_a_sample_on_which_two_functions_fail_counts_once_toward_the_stop(tiny_model_dir, tmp_path, monkeypatch):
     import explorl.rewards
 
-    # the check before the run would refuse both functions (they fail on any sample: tests/commands/test_cli.py); skipped
-    # here, where the run's own handling of rewards failing on the model's completions is under test
+    # the check before the run would refuse both functions (they fail on any sample: tests/commands/test_cli.py);
+    # skipped here, where the run's own handling of rewards failing on the model's completions is under test
     monkeypatch.setattr(explorl.rewards, "check_rewards", lambda *args, **kwargs: [])
     buf = io.StringIO()
     # both functions fail on each of the 3 x 4 = 12 samples: 24 failed calls, 12 failed samples

@@ -142,8 +142,8 @@ def test_position_ids_skip_left_padding():
 def test_compiled_fused_forward_gives_the_models_values_and_gradients(model, temp_kind):
     # model.compile: the decoder as `rollout.forward.fused_hidden` under torch.compile against the Hugging Face
     # forward, the same padded batch (left-padded prompts, padded and empty responses, pad tokens of id 0 in both):
-    # log-probs, entropies and the gradient of every parameter. The pad row of the embedding gets no gradient in the model
-    # (padding_idx); a fused forward that forgot it changed the golden runs' gradient norm by 2%.
+    # log-probs, entropies and the gradient of every parameter. The pad row of the embedding gets no gradient in the
+    # model (padding_idx); a fused forward that forgot it changed the golden runs' gradient norm by 2%.
     batch = _batch(model.config.vocab_size, seed=4)
     temp = TEMPERATURES[temp_kind]()
     weights = torch.randn((4, T), generator=torch.Generator().manual_seed(5))

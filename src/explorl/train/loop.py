@@ -138,8 +138,8 @@ def train_step(step: int, cfg: Config, st: TrainState, tok, task, runner, encode
     with peaks.phase("sample"):
         got = collect_rollouts(st.model, tok, task, runner, st.stream, st.driver, batch_size=cfg.run.batch_size,
                                max_new_tokens=s.max_new_tokens, top_p=s.top_p, fast_path=s.fast_path,
-                               compile=s.compile, cuda_graph=s.cuda_graph, step=step, generator=st.gens["sampler_rng"], encode=encode,
-                               engine=engine)
+                               compile=s.compile, cuda_graph=s.cuda_graph, step=step,
+                               generator=st.gens["sampler_rng"], encode=encode, engine=engine)
     guards.rewards(step + 1, got)
     ro, t_sample = got.rollouts, time.perf_counter() - t0
     # vLLM's kernels are not the policy's: pi_old (and its entropies) come from a forward pass
