@@ -410,6 +410,14 @@ def test_static_decode_stops_soon_after_the_last_row_ends(tiny_model, prompts, m
     assert longest <= len(calls) <= longest + static.CHECK_EVERY
 
 
+def test_the_cuda_graph_asked_of_a_model_the_fused_decoder_declines_warns_and_decodes_as_before(tiny_model, prompts):
+    kw = dict(eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW, fast_path=False)
+    with pytest.warns(RuntimeWarning, match="sampling.cuda_graph needs the fused decoder"):
+        asked = sample(tiny_model, prompts, N_PER, generator=_gen(), cuda_graph=True, **kw)
+    plain = sample(tiny_model, prompts, N_PER, generator=_gen(), **kw)
+    assert torch.equal(asked.response_ids, plain.response_ids)
+
+
 def test_a_failed_compilation_falls_back_to_the_eager_sampler_with_a_warning(tiny_model, prompts, monkeypatch):
     import explorl.rollout.forward as forward
 

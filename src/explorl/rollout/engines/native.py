@@ -344,6 +344,12 @@ def sample(model, prompts: Sequence[Sequence[int]], n: int | Sequence[int], *, e
     was_training = model.training
     model.eval()
     fused = fast_path and supports_fused_forward(model)
+    if cuda_graph and not fused:
+        import warnings
+
+        warnings.warn("explorl: sampling.cuda_graph needs the fused decoder (sampling.fast_path: true and a "
+                      "Llama-family model without LoRA, sliding window or rotary scaling); decoding without the graph",
+                      RuntimeWarning, stacklevel=2)
     decoder = _FusedDecoder(model, compile) if fused else _GenericDecoder(model)
     draw = maybe_compiled("draw", draw_tokens, compile and fused, draw_dynamic_dims)
     out = _Responses(num, max_new_tokens, pad_token_id, device)
