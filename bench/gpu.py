@@ -205,6 +205,7 @@ def run_explorl(model_dir: Path, data: Path, rows: int, length: int, args, devic
         "optim.weight_decay=0.0", f"run.steps={args.warmup + args.steps}", f"run.batch_size={args.batch}",
         f"run.seed={SEED}", f"run.out_dir={out_dir}", "run.save_every=0", "run.eval_every=0", "run.eval_n=1",
         "run.eval_k=[1]", "run.log_samples=0", "run.keep_checkpoints=1",
+        f"sampling.cuda_graph={str(args.cuda_graph).lower()}",
     ]
     from rich.console import Console
 
@@ -219,6 +220,11 @@ def run_explorl(model_dir: Path, data: Path, rows: int, length: int, args, devic
               for k in sorted({k for r in recs for k in r if k.startswith("perf/mem_")})}
     if phases:
         print("explorl peak GiB by phase: " + ", ".join(f"{k} {v:.2f}" for k, v in phases.items()), flush=True)
+    timed = [r for r in recs if "perf/step_s" in r][args.warmup:]  # where the timed steps' time goes (medians)
+    seconds = {k.removeprefix("perf/").removesuffix("_s"): statistics.median(r[k] for r in timed if k in r)
+               for k in ("perf/sample_s", "perf/update_s") if any(k in r for r in timed)}
+    if seconds:
+        print("explorl seconds by phase: " + ", ".join(f"{k} {v:.2f}" for k, v in seconds.items()), flush=True)
     return {"value": statistics.median(steps), "peak": _peak_gib(device), "run_s": time.perf_counter() - t0,
             "phases": phases}
 
@@ -317,6 +323,8 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=1, help="untimed training steps at the start of each run")
     p.add_argument("--steps", type=int, default=2, help="timed training steps per run")
     p.add_argument("--gradient-checkpointing", action="store_true", help="on both sides")
+    p.add_argument("--cuda-graph", action="store_true",
+                   help="explorl's training step samples with sampling.cuda_graph (the sampling rows always show it)")
     p.add_argument("--skip", nargs="*", default=[], choices=["sampling", "training"])
     p.add_argument("--smoke", action="store_true",
                    help="on the CPU in float32 with shrunk models (2 layers, hidden 64; the real vocabulary), length "
@@ -385,8 +393,9 @@ def main(argv=None) -> int:
                         print(rows[-1], flush=True)
                 if "training" not in args.skip:
                     t = bench_training(model_dir, length, args, device, Path(tmp))
+                    graph = ", explorl with sampling.cuda_graph" if args.cuda_graph else ""
                     rows.append((model_name, length, "training step, s", *_cell(t["explorl"], ".2f"),
-                                 *_cell(t["TRL"], ".2f"), "TRL GRPOTrainer"))
+                                 *_cell(t["TRL"], ".2f"), f"TRL GRPOTrainer{graph}"))
                     print(rows[-1], flush=True)
     print()
     print("| model | response length | measure | explorl | explorl peak GiB | baseline | baseline peak GiB "

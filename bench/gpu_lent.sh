@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
-# What a GPU lent for a few minutes runs, in one call of under 10 minutes (bench/RESULTS.md "GPU path" says what
-# each part answered last time):
-#   1. `make test`'s default suite on the GPU machine (the CPU-float tests pinned to the CPU, the `gpu` ones on CUDA);
-#   2. the CUDA-graph tests of the sampler (`tests/test_gpu.py -k graph`);
-#   3. sampling throughput, Qwen2.5-0.5B architecture, 512 tokens, at 32 rows (4 x 8) and 256 rows (32 x 8):
-#      explorl compiled, eager and with `sampling.cuda_graph`, against HF `generate`.
-# Each part has its own time limit and writes its output to $OUT (default ./gpu-lent); a part that fails does not
-# stop the others. Packages the machine lacks can come as wheels in .whl/ (docs/gpu.md says which): they are
-# installed into /tmp/site, nothing is downloaded.
+# What a GPU lent for a short while runs (bench/RESULTS.md "GPU path" says what each part answered last time):
+#   make-test     `make test`'s default suite on the GPU machine (CPU-float tests pinned to the CPU, `gpu` ones on CUDA)
+#   graph-tests   the sampler's CUDA-graph tests (`tests/test_gpu.py -k graph`)
+#   sampling-32   sampling throughput, Qwen2.5-0.5B architecture, 512 tokens, 32 rows (4 x 8): explorl compiled,
+#                 eager and with `sampling.cuda_graph`, against HF `generate`
+#   sampling-256  the same at 256 rows (32 x 8)
+#   training      one training step at that cell against TRL's GRPOTrainer, explorl sampling with the CUDA graph
+# Each part has its own time limit (below) and writes its output to $OUT (default ./gpu-lent); a part that fails does
+# not stop the others. Without arguments: the first three, which fit one device call; name parts to run others:
 #
-#     bash bench/gpu_lent.sh            # or, on the device tool: bash bench/gpu_lent.sh (carry .whl)
+#     bash bench/gpu_lent.sh                            # make-test graph-tests sampling-32
+#     bash bench/gpu_lent.sh sampling-256 training      # a second call
+#
+# Packages the machine lacks can come as wheels in .whl/ (docs/gpu.md says which): they are installed into /tmp/site,
+# nothing is downloaded.
 set -u
 OUT=${OUT:-gpu-lent}
 mkdir -p "$OUT"
 SITE=/tmp/site
-if compgen -G ".whl/*.whl" > /dev/null; then
+if compgen -G ".whl/*.whl" > /dev/null && [ ! -d "$SITE" ]; then
     python3 -m pip install -q --no-index --no-deps --target "$SITE" .whl/*.whl > "$OUT/pip.txt" 2>&1
 fi
 export PYTHONPATH="$SITE:$PWD/src:${PYTHONPATH:-}" TOKENIZERS_PARALLELISM=false
@@ -31,9 +35,17 @@ part() {  # part NAME SECONDS COMMAND...: run with a time limit, output to $OUT/
     echo "$name: rc $rc in $((SECONDS - t0)) s; $(tail -n 1 "$OUT/$name.txt")" | tee -a "$OUT/summary.txt"
 }
 
-part make-test 270 python3 -m pytest -q $XDIST -p no:cacheprovider -o addopts="-m 'not slow'"
-part graph-tests 120 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py -k graph -rfs
-part sampling-32 90 python3 bench/gpu.py --models 0.5B --lengths 512 --skip training
-part sampling-256 100 python3 bench/gpu.py --models 0.5B --lengths 512 --batch 32 --skip training
+for name in "${@:-make-test graph-tests sampling-32}"; do
+  for one in $name; do
+    case $one in
+      make-test) part make-test 270 python3 -m pytest -q $XDIST -p no:cacheprovider -o addopts="-m 'not slow'" ;;
+      graph-tests) part graph-tests 120 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py -k graph -rfs ;;
+      sampling-32) part sampling-32 120 python3 bench/gpu.py --models 0.5B --lengths 512 --skip training ;;
+      sampling-256) part sampling-256 150 python3 bench/gpu.py --models 0.5B --lengths 512 --batch 32 --skip training ;;
+      training) part training 240 python3 bench/gpu.py --models 0.5B --lengths 512 --skip sampling --cuda-graph ;;
+      *) echo "unknown part $one (make-test, graph-tests, sampling-32, sampling-256, training)"; exit 2 ;;
+    esac
+  done
+done
 cat "$OUT/card.txt" "$OUT/summary.txt"
-grep -h "^| Qwen" "$OUT"/sampling-*.txt
+grep -h "^| Qwen\|by phase" "$OUT"/sampling-*.txt "$OUT"/training.txt 2>/dev/null
