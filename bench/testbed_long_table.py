@@ -219,9 +219,9 @@ def solved_sets_table(records: dict, split: str = "ood", mode: str = "matched", 
 
 
 def plot(records: dict, k: int, path: Path) -> None:
-    """Narrowing against training steps: pass@k of each method (mean over its seeds) at every checkpoint, one panel
-    per split and mode recorded (a row per split and judge, T = 1 and the base entropy side by side), the base model
-    as a dotted line."""
+    """Narrowing against training steps: pass@k of each method (mean over its seeds, the seeds' range shaded) at every
+    checkpoint, one panel per split and mode recorded (a row per split and judge, T = 1 and the base entropy side by
+    side), the base model as a dotted line."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -239,12 +239,15 @@ def plot(records: dict, k: int, path: Path) -> None:
             ax = axes[row][col]
             for method in methods:
                 steps = sorted({s for m, _, s, sp, md in records if (m, sp, md) == (method, split, mode)})
-                values = [statistics.fmean(statistics.fmean(per_problem(r, k).values())
-                                           for (m, _, s, sp, md), r in records.items()
-                                           if (m, s, sp, md) == (method, step, split, mode)) for step in steps]
-                if steps:  # one colour per method in every panel
-                    ax.plot(steps, values, marker="o", label=method, color=colours(methods.index(method) % 20),
+                per_seed = [[statistics.fmean(per_problem(r, k).values()) for (m, _, s, sp, md), r in records.items()
+                             if (m, s, sp, md) == (method, step, split, mode)] for step in steps]
+                colour = colours(methods.index(method) % 20)  # one colour per method in every panel
+                if steps:
+                    ax.plot(steps, [statistics.fmean(v) for v in per_seed], marker="o", label=method, color=colour,
                             linestyle="--" if is_baseline(method) else "-")
+                if any(len(v) > 1 for v in per_seed):  # the seeds' range
+                    ax.fill_between(steps, [min(v) for v in per_seed], [max(v) for v in per_seed], color=colour,
+                                    alpha=0.12, linewidth=0)
             base = records.get(("base", 0, 0, split, base_mode(mode)))
             if base is not None:
                 ax.axhline(statistics.fmean(per_problem(base, k).values()), color="k", linestyle=":", label="base")
