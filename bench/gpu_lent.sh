@@ -38,9 +38,9 @@ part() {  # part NAME SECONDS COMMAND...: run with a time limit, output to $OUT/
 for name in "${@:-make-test graph-tests sampling-32}"; do
   for one in $name; do
     case $one in
-      make-test) part make-test 270 python3 -m pytest -q $XDIST -p no:cacheprovider -o addopts="-m 'not slow'" ;;
-      graph-tests) part graph-tests 120 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py -k graph -rfs ;;
-      sampling-32) part sampling-32 120 python3 bench/gpu.py --models 0.5B --lengths 512 --skip training ;;
+      make-test) part make-test 300 python3 -m pytest -q $XDIST -p no:cacheprovider -o addopts="-m 'not slow'" ;;
+      graph-tests) part graph-tests 110 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py -k graph -rfs ;;
+      sampling-32) part sampling-32 110 python3 bench/gpu.py --models 0.5B --lengths 512 --skip training ;;
       sampling-256) part sampling-256 150 python3 bench/gpu.py --models 0.5B --lengths 512 --batch 32 --skip training ;;
       training) part training 240 python3 bench/gpu.py --models 0.5B --lengths 512 --skip sampling --cuda-graph ;;
       *) echo "unknown part $one (make-test, graph-tests, sampling-32, sampling-256, training)"; exit 2 ;;
