@@ -7,7 +7,7 @@
 #   sampling-256  the same at 256 rows (32 x 8)
 #   training      one training step at that cell against TRL's GRPOTrainer, explorl sampling with the CUDA graph
 # Each part has its own time limit (below) and writes its output to $OUT (default ./gpu-lent); a part that fails does
-# not stop the others. Without arguments: the first three, which fit one device call; name parts to run others:
+# not stop the others. Without arguments: the first three (560 s of limits: one device call); name parts to run others:
 #
 #     bash bench/gpu_lent.sh                            # make-test graph-tests sampling-32
 #     bash bench/gpu_lent.sh sampling-256 training      # a second call
@@ -38,9 +38,9 @@ part() {  # part NAME SECONDS COMMAND...: run with a time limit, output to $OUT/
 for name in "${@:-make-test graph-tests sampling-32}"; do
   for one in $name; do
     case $one in
-      make-test) part make-test 300 python3 -m pytest -q $XDIST -p no:cacheprovider -o addopts="-m 'not slow'" ;;
+      make-test) part make-test 260 python3 -m pytest -q $XDIST -p no:cacheprovider -o addopts="-m 'not slow'" ;;
       graph-tests) part graph-tests 110 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py -k graph -rfs ;;
-      sampling-32) part sampling-32 110 python3 bench/gpu.py --models 0.5B --lengths 512 --skip training ;;
+      sampling-32) part sampling-32 190 python3 bench/gpu.py --models 0.5B --lengths 512 --skip training ;;
       sampling-256) part sampling-256 150 python3 bench/gpu.py --models 0.5B --lengths 512 --batch 32 --skip training ;;
       training) part training 240 python3 bench/gpu.py --models 0.5B --lengths 512 --skip sampling --cuda-graph ;;
       *) echo "unknown part $one (make-test, graph-tests, sampling-32, sampling-256, training)"; exit 2 ;;
