@@ -73,7 +73,7 @@ def forest(records: dict, k: int, path: Path) -> None:
     """pass@k minus the base model's, per method at its last checkpoint, with 95% intervals over problems and seeds;
     one panel per (split, mode)."""
     panels = _panels(records)
-    plt, fig, axes = _axes(len(panels), 6.0, 0.45 * len(ordered_methods(records)) + 1.6)
+    plt, fig, axes = _axes(len(panels), 6.8, 0.45 * len(ordered_methods(records)) + 1.6)
     for ax, (split, mode) in zip(axes, panels):
         rows = forest_rows(records, k, split, mode)
         y = list(range(len(rows)))[::-1]
