@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from testbed_long_table import MODES, base_mode, is_baseline, ordered_methods, paired  # noqa: E402
+from testbed_long_table import MODES, base_mode, is_baseline, ordered_methods, paired, records_at  # noqa: E402
 
 PANELS = [("id", "matched-chain"), ("ood", "matched-chain"), ("id", "t1-chain"), ("ood", "t1-chain")]
 """Right-chain panels first (the judge that is not fooled by guessed answers), at the base entropy, then T = 1."""
@@ -62,7 +62,7 @@ def forest_rows(records: dict, k: int, split: str, mode: str) -> list[tuple[str,
         step = last_step(records, method, split, mode)
         if base is None or step is None:
             continue
-        runs = [r for (m, _, s, sp, md), r in sorted(records.items()) if (m, s, sp, md) == (method, step, split, mode)]
+        runs = records_at(records, method, step, split, mode)
         ci = paired([(base, r) for r in runs], k)
         if ci is not None:
             out.append((method, step, len(runs), ci))
@@ -105,7 +105,7 @@ def curves(records: dict, path: Path) -> None:
                     label="base")
         for i, method in enumerate(methods):
             step = last_step(records, method, split, mode)
-            runs = [r for (m, _, s, sp, md), r in records.items() if (m, s, sp, md) == (method, step, split, mode)]
+            runs = records_at(records, method, step, split, mode)
             if not runs:
                 continue
             ks = runs[0]["curve"]["k"]

@@ -129,9 +129,15 @@ def table(records: dict, split: str, mode: str, k: int) -> list[str]:
     return lines + [""]
 
 
+def records_at(records: dict, method: str, step: int | None, split: str, mode: str) -> list[dict]:
+    """The records of `method` at `step` on (split, mode), one per seed in seed order (none for step None)."""
+    return [r for (m, _, s, sp, md), r in sorted(records.items(), key=lambda item: item[0][1])
+            if (m, s, sp, md) == (method, step, split, mode)]
+
+
 def mean_passk(records: dict, method: str, step: int, split: str, mode: str, k: int) -> float | None:
     """pass@k of `method` at `step` (mean over its seeds), None when not recorded."""
-    rows = [r for (m, _, s, sp, md), r in records.items() if (m, s, sp, md) == (method, step, split, mode)]
+    rows = records_at(records, method, step, split, mode)
     return statistics.fmean(statistics.fmean(per_problem(r, k).values()) for r in rows) if rows else None
 
 
@@ -188,10 +194,9 @@ def solved_sets_table(records: dict, split: str = "ood", mode: str = "matched", 
 
     def counts(method: str, step: int, mode: str) -> dict[str, list[int]]:
         out: dict[str, list[int]] = {}
-        for (m, _, s, sp, md), r in records.items():
-            if (m, s, sp, md) == (method, step, split, mode):
-                for pid, c in zip(r["curve"]["problems"]["id"], r["curve"]["problems"]["correct"]):
-                    out.setdefault(pid, []).append(c)
+        for r in records_at(records, method, step, split, mode):
+            for pid, c in zip(r["curve"]["problems"]["id"], r["curve"]["problems"]["correct"]):
+                out.setdefault(pid, []).append(c)
         return out
 
     def lost_gained(mine: dict[str, list[int]]) -> tuple[set[str], set[str]]:
@@ -239,8 +244,8 @@ def plot(records: dict, k: int, path: Path) -> None:
             ax = axes[row][col]
             for method in methods:
                 steps = sorted({s for m, _, s, sp, md in records if (m, sp, md) == (method, split, mode)})
-                per_seed = [[statistics.fmean(per_problem(r, k).values()) for (m, _, s, sp, md), r in records.items()
-                             if (m, s, sp, md) == (method, step, split, mode)] for step in steps]
+                per_seed = [[statistics.fmean(per_problem(r, k).values())
+                             for r in records_at(records, method, step, split, mode)] for step in steps]
                 colour = colours(methods.index(method) % 20)  # one colour per method in every panel
                 if steps:
                     ax.plot(steps, [statistics.fmean(v) for v in per_seed], marker="o", label=method, color=colour,
