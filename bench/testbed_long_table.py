@@ -12,7 +12,8 @@ Reads the records `bench/testbed_long.py` writes (`bench/results/testbed_long/<m
   each seed's own difference in brackets. With one seed the interval covers the problems drawn only, and says
   nothing about another seed's run;
 - pass@K against the GRPO baseline's at the same pass@1 (`equal_pass1_table`): out-of-distribution coverage at
-  equal in-distribution pass@1, and right-chain coverage at equal right-chain pass@1;
+  equal in-distribution pass@1, and right-chain coverage at equal right-chain pass@1, with a 95% interval over
+  problems and seeds;
 - which out-of-distribution problems each method loses or gains against the base model (`solved_sets_table`);
 - with `--plot`, pass@K against training steps; with `--forest` and `--curves`, the figures of
   `bench/testbed_long_figures.py` (differences from the base model with intervals; pass@k against k).
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -135,49 +137,122 @@ def records_at(records: dict, method: str, step: int | None, split: str, mode: s
             if (m, s, sp, md) == (method, step, split, mode)]
 
 
-def mean_passk(records: dict, method: str, step: int, split: str, mode: str, k: int) -> float | None:
-    """pass@k of `method` at `step` (mean over its seeds), None when not recorded."""
-    rows = records_at(records, method, step, split, mode)
-    return statistics.fmean(statistics.fmean(per_problem(r, k).values()) for r in rows) if rows else None
+def problem_matrix(rows: list[dict], k: int, pids: list[str]) -> "torch.Tensor":
+    """`[len(rows), len(pids)]`: pass@k of each record (one per seed) on each of `pids`."""
+    import torch
+
+    return torch.tensor([[per_problem(r, k)[pid] for pid in pids] for r in rows], dtype=torch.float64)
+
+
+def interpolate(xs: "torch.Tensor", ys: "torch.Tensor", at: "torch.Tensor") -> "torch.Tensor":
+    """Piecewise-linear `ys` against `xs` at `at`, row by row: `xs, ys` `[B, U]` (the points of each row in any order,
+    sorted here by x), `at` `[B]`; NaN where `at` lies outside a row's points."""
+    import torch
+
+    order = xs.argsort(dim=1)
+    xs, ys = xs.gather(1, order), ys.gather(1, order)
+    out = torch.full_like(at, float("nan"))
+    for j in range(xs.shape[1] - 1):  # the first segment that holds the point, as the table always read it
+        x0, x1, y0, y1 = xs[:, j], xs[:, j + 1], ys[:, j], ys[:, j + 1]
+        hit = out.isnan() & (x0 <= at) & (at <= x1) & (x1 > x0)
+        value = y0 + (y1 - y0) * (at - x0) / (x1 - x0).clamp_min(1e-12)
+        out = torch.where(hit, value, out)
+    return out
+
+
+def equal_pass1_difference(records: dict, method: str, step: int, k: int, x: tuple[str, str], y: tuple[str, str],
+                           n_boot: int = 2000, seed: int = 0) -> tuple[int, float, float, float, float,
+                                                                       float | None, float | None] | None:
+    """`method`'s pass@k on `y` at `step` minus its GRPO baseline's at the same pass@1 on `x`, with a 95% bootstrap
+    interval over problems and seeds.
+
+    The baseline's path is the base model (step 0, the same for every seed) and each checkpoint recorded for every
+    seed `method` has at `step`; its (pass@1, pass@k) points, each the mean over those seeds and the problems, are
+    joined by straight lines in pass@1, so a method that learns less is not credited with the coverage its baseline
+    had before it learned as much. Each resample draws the seeds, the `x` problems and the `y` problems with
+    replacement (independently: the two splits hold different problems), the same draw for the method and its
+    baseline (paired), and interpolates again.
+
+    Returns `(seeds, pass@1, pass@k, baseline's pass@k at that pass@1, difference, lo, hi)`; the baseline's value
+    and the difference are NaN where the method's pass@1 lies outside the path, and `lo, hi` are None where more
+    than 5% of the resamples fall outside it. None when the method or its path is not recorded."""
+    import torch
+
+    ref = baseline(method)
+    seeds = sorted(s for m, s, st, sp, md in records
+                   if (m, st, sp, md) == (method, step, *x) and (method, s, step, *y) in records)
+    if not seeds:
+        return None
+    mine_x = [records[(method, s, step, *x)] for s in seeds]
+    mine_y = [records[(method, s, step, *y)] for s in seeds]
+    path = []  # [(records on x, records on y)] per point of the baseline's path, one record per seed
+    base_x = records.get(("base", 0, 0, x[0], base_mode(x[1])))
+    base_y = records.get(("base", 0, 0, y[0], base_mode(y[1])))
+    if base_x is not None and base_y is not None:
+        path.append(([base_x] * len(seeds), [base_y] * len(seeds)))
+    for ref_step in sorted({st for m, _, st, *_ in records if m == ref}):
+        keys_x = [(ref, s, ref_step, *x) for s in seeds]
+        keys_y = [(ref, s, ref_step, *y) for s in seeds]
+        if all(key in records for key in keys_x + keys_y):
+            path.append(([records[key] for key in keys_x], [records[key] for key in keys_y]))
+    if len(path) < 2:
+        return None
+    every_x = [mine_x, *(p[0] for p in path)]
+    every_y = [mine_y, *(p[1] for p in path)]
+    pids_x = sorted(set.intersection(*(set(r["curve"]["problems"]["id"]) for rows in every_x for r in rows)))
+    pids_y = sorted(set.intersection(*(set(r["curve"]["problems"]["id"]) for rows in every_y for r in rows)))
+    if not pids_x or not pids_y:
+        return None
+    # [1 + U, S, P]: the method first, then the path's points
+    values_x = torch.stack([problem_matrix(rows, 1, pids_x) for rows in every_x])
+    values_y = torch.stack([problem_matrix(rows, k, pids_y) for rows in every_y])
+
+    def difference(px: "torch.Tensor", py: "torch.Tensor") -> tuple["torch.Tensor", ...]:
+        """px, py `[B, 1 + U]` means -> the method's pass@1, pass@k, the baseline's pass@k there, the difference."""
+        at = interpolate(px[:, 1:], py[:, 1:], px[:, 0])
+        return px[:, 0], py[:, 0], at, py[:, 0] - at
+
+    point = [v.item() for v in difference(values_x.mean(dim=(1, 2))[None], values_y.mean(dim=(1, 2))[None])]
+    gen = torch.Generator().manual_seed(seed)
+    s = len(seeds)
+    draw_s = torch.randint(s, (n_boot, s), generator=gen)
+    draw_x = torch.randint(len(pids_x), (n_boot, len(pids_x)), generator=gen)
+    draw_y = torch.randint(len(pids_y), (n_boot, len(pids_y)), generator=gen)
+
+    def resampled(values: "torch.Tensor", draw_p: "torch.Tensor") -> "torch.Tensor":
+        """`values` `[V, S, P]` -> `[B, V]`: each resample's mean over its drawn seeds and problems."""
+        picked = values[:, draw_s]  # [V, B, S, P]
+        picked = picked.gather(3, draw_p[None, :, None, :].expand(values.shape[0], -1, s, -1))
+        return picked.mean(dim=(2, 3)).T
+
+    diffs = difference(resampled(values_x, draw_x), resampled(values_y, draw_y))[3]
+    defined = diffs[~diffs.isnan()]
+    lo = hi = None
+    if defined.numel() >= 0.95 * n_boot:
+        lo, hi = (torch.quantile(defined, q).item() for q in (0.025, 0.975))
+    return (s, *point, lo, hi)
 
 
 def equal_pass1_table(records: dict, k: int, x: tuple[str, str] = ("id", "t1"),
                       y: tuple[str, str] = ("ood", "matched")) -> list[str]:
-    """Each method's pass@k (split and mode `y`) minus its GRPO baseline's at the same pass@1 (split and mode `x`):
-    the baseline's path (the base model at step 0, then its checkpoints) is interpolated linearly in pass@1, so a
-    method that learns less is not credited with the coverage its baseline had before it learned as much. Point
-    estimates (no interval); '-' where the method's pass@1 lies outside the baseline's path. Defaults: OOD
-    coverage at the base entropy against ID pass@1 at T = 1; `x = y = ("id", "matched-chain")`: right-chain
-    coverage against right-chain pass@1, both at the base entropy."""
-    def path(method: str) -> list[tuple[int, float, float]]:
-        steps = sorted({s for m, _, s, *_ in records if m == method})
-        out = []
-        for step in steps:
-            p1 = mean_passk(records, method, step, x[0], x[1], 1)
-            cov = mean_passk(records, method, step, y[0], y[1], k)
-            if p1 is not None and cov is not None:
-                out.append((step, p1, cov))
-        return out
-
-    base_p1 = mean_passk(records, "base", 0, x[0], base_mode(x[1]), 1)
-    base_cov = mean_passk(records, "base", 0, y[0], base_mode(y[1]), k)
+    """Each method's pass@k (split and mode `y`) minus its GRPO baseline's at the same pass@1 (split and mode `x`),
+    with a 95% interval over problems and seeds (`equal_pass1_difference`); '-' where the method's pass@1 lies
+    outside the baseline's path, or (the interval) where more than 5% of the resamples do. Defaults: OOD coverage
+    at the base entropy against ID pass@1 at T = 1; `x = y = ("id", "matched-chain")`: right-chain coverage against
+    right-chain pass@1, both at the base entropy."""
     lines = [f"#### {y[0].upper()} pass@{k} (sampled at {MODES[y[1]]}) against the GRPO baseline's at equal "
              f"{x[0].upper()} pass@1 (sampled at {MODES[x[1]]})", "",
-             f"| method | step | pass@1 | pass@{k} | baseline's at that pass@1 | difference |",
-             "|---|---:|---:|---:|---:|---:|"]
+             f"| method | step | seeds | pass@1 | pass@{k} | baseline's at that pass@1 | difference [95% interval] |",
+             "|---|---:|---:|---:|---:|---:|---|"]
     for method in sorted({m for m, *_ in records if m != "base" and not is_baseline(m)}):
-        ref_path = path(baseline(method))
-        if base_p1 is not None and base_cov is not None:  # the base model samples at its own entropy at T = 1
-            ref_path.append((0, base_p1, base_cov))
-        ref_path.sort(key=lambda point: point[1])
-        for step, p1, cov in path(method):
-            ref = None
-            for (_, x0, y0), (_, x1, y1) in zip(ref_path, ref_path[1:]):
-                if x0 <= p1 <= x1 and x1 > x0:
-                    ref = y0 + (y1 - y0) * (p1 - x0) / (x1 - x0)
-                    break
-            lines.append(f"| {method} | {step} | {p1:.3f} | {cov:.3f} | {'-' if ref is None else f'{ref:.3f}'} | "
-                         f"{'-' if ref is None else f'{cov - ref:+.3f}'} |")
+        for step in sorted({s for m, _, s, *_ in records if m == method}):
+            found = equal_pass1_difference(records, method, step, k, x, y)
+            if found is None:
+                continue
+            seeds, p1, cov, ref, diff, lo, hi = found
+            shown = "-" if math.isnan(diff) else f"{diff:+.3f}" + ("" if lo is None else f" [{lo:+.3f}, {hi:+.3f}]")
+            lines.append(f"| {method} | {step} | {seeds} | {p1:.3f} | {cov:.3f} | "
+                         f"{'-' if math.isnan(ref) else f'{ref:.3f}'} | {shown} |")
     return lines + [""]
 
 

@@ -241,3 +241,39 @@ def test_the_long_runs_figures_compare_each_methods_last_common_step_with_the_ba
     figures.forest(records, 1, tmp_path / "forest.png")
     figures.curves(records, tmp_path / "curves.png")
     assert (tmp_path / "forest.png").stat().st_size > 10_000 and (tmp_path / "curves.png").stat().st_size > 10_000
+
+
+def test_the_long_runs_compare_coverage_at_equal_pass1_with_an_interval_over_problems():
+    table = _load("testbed_long_table")
+
+    def record(correct: dict[str, int]) -> dict:  # n = 4 samples per problem, so pass@1 = c / 4
+        problems = {"id": list(correct), "n": [4] * len(correct), "correct": list(correct.values())}
+        return {"curve": {"problems": problems}}
+
+    x, y = ("id", "matched-chain"), ("ood", "matched-chain")
+    records = {("base", 0, 0, "id", "t1-chain"): record({"a": 0, "b": 0}),  # (pass@1 ID, pass@1 OOD) = (0, 1/2)
+               ("base", 0, 0, "ood", "t1-chain"): record({"c": 2, "d": 2}),
+               ("grpo", 0, 500, *x): record({"a": 2, "b": 2}),  # (1/2, 1/4)
+               ("grpo", 0, 500, *y): record({"c": 1, "d": 1}),
+               ("grpo_verified", 0, 500, *x): record({"a": 1, "b": 1}),  # (1/4, 1/2)
+               ("grpo_verified", 0, 500, *y): record({"c": 2, "d": 2}),
+               ("grpo_verified", 0, 1000, *x): record({"a": 4, "b": 4}),  # pass@1 1: beyond grpo's path
+               ("grpo_verified", 0, 1000, *y): record({"c": 2, "d": 2})}
+    # grpo's path runs from (0, 1/2) to (1/2, 1/4): at pass@1 1/4 it is 3/8, so the difference is 1/2 - 3/8. Every
+    # problem of a record scores alike, so every resample gives the same value and the interval is that point.
+    seeds, p1, cov, ref, diff, lo, hi = table.equal_pass1_difference(records, "grpo_verified", 500, 1, x, y)
+    assert (seeds, p1, cov, ref, diff) == (1, pytest.approx(0.25), pytest.approx(0.5), pytest.approx(0.375),
+                                           pytest.approx(0.125))
+    assert lo == pytest.approx(0.125) and hi == pytest.approx(0.125)
+    outside = table.equal_pass1_difference(records, "grpo_verified", 1000, 1, x, y)
+    assert math.isnan(outside[4]) and outside[5:] == (None, None)
+    rows = table.equal_pass1_table(records, 1, x, y)
+    assert "| grpo_verified | 500 | 1 | 0.250 | 0.500 | 0.375 | +0.125 [+0.125, +0.125] |" in rows
+    assert "| grpo_verified | 1000 | 1 | 1.000 | 0.500 | - | - |" in rows
+    # The same mean OOD pass@1 from c: 1 and d: 0. A resample draws (c, c), (c, d) or (d, d) with probability
+    # 1/4, 1/2, 1/4: the difference is 1 - 3/8, 1/2 - 3/8 or 0 - 3/8, so the 2.5% and 97.5% quantiles of 2,000
+    # resamples are -0.375 and +0.625 (the x problems and the other records do not vary)
+    records[("grpo_verified", 0, 500, *y)] = record({"c": 4, "d": 0})
+    *_, diff, lo, hi = table.equal_pass1_difference(records, "grpo_verified", 500, 1, x, y)
+    assert diff == pytest.approx(0.125) and lo == pytest.approx(-0.375) and hi == pytest.approx(0.625)
+    assert table.equal_pass1_difference(records, "e3_ts", 500, 1, x, y) is None  # not recorded
