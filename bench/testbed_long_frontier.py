@@ -7,13 +7,19 @@ seeds. Judged by right chains in distribution (`task.reward: chain`): there most
     python bench/testbed_long_frontier.py --table    # only the tables, from the frontiers recorded
     python bench/testbed_long_frontier.py --table --plot bench/results/testbed_long/frontier/differences.png
     python bench/testbed_long_frontier.py --name testbed_ood --model embedded:testbed --split ood   # issue 43
+    python bench/testbed_long_frontier.py --name testbed_ood --split ood --table \
+        --plot bench/results/testbed_ood/frontier/differences.png \
+        --plot-base bench/results/testbed_ood/frontier/base.png
 
 Per seed, one `explorl frontier` of the base model and every run whose final checkpoint exists, into
 `bench/results/<name>/frontier/seed<k>/<split>_chain/` (frontier.json, frontier.png). A model's points are kept in the
 frontier's partial file as they finish, so a killed or extended sweep evaluates only what is missing (runs that
 finish later are added by running it again). Seed 0's base, `grpo` and `grpo_verified` are taken from the first
-frontier (`frontier/id_chain/`, the same split, settings and weights). Cost on this machine: about 2 min of one core
-per model (5 temperatures x 128 problems x 64 samples).
+frontier (`frontier/id_chain/`, the same split, settings and weights). Out of distribution the base model is also
+evaluated at lower temperatures, once for all seeds (`BASE_LOW_TEMPERATURES`, into `frontier/base_low/ood_chain/`),
+so that it shares entropies with the runs. Cost on this machine: about 2 min of one core per model in
+distribution (5 temperatures x 128 problems x 64 samples); out of distribution (longer chains) about 3 min a
+model with three processes on the two cores.
 
 The tables: for each method, pass@k minus its baseline's (same seed), minus one-update `grpo`'s where that is not
 its baseline, and minus the base model's, at 5 entropies evenly spaced over the range every model of the comparison
@@ -39,10 +45,21 @@ from testbed_long_table import fmt  # noqa: E402
 TEMPERATURES = "0.7,0.85,1.0,1.15,1.3"
 KS = [1, 8, 64]
 N = 64
+BASE_LOW_TEMPERATURES = {"ood": "0.1,0.2,0.3,0.4,0.5,0.6"}
+"""Extra temperatures of the base model alone, by split. Out of distribution the runs sample at 0.016-0.13 nats
+over `TEMPERATURES` while the base model samples at 0.12-0.33, so without lower temperatures the base model shares
+no entropy with any run but one-update GRPO's top end (seed 0 of `testbed_ood`); at 0.1-0.6 it samples at
+0.018-0.10. In distribution the ranges overlap (0.097-0.155 on `testbed_long`). The base model is the same for
+every seed, so these points are evaluated once (`base_low_dir`) and added to each seed's base frontier."""
 
 
 def frontier_dir(name: str, seed: int, split: str = "id") -> Path:
     return ROOT / "bench" / "results" / name / "frontier" / f"seed{seed}" / f"{split}_chain"
+
+
+def base_low_dir(name: str, split: str) -> Path:
+    """The base model's frontier at `BASE_LOW_TEMPERATURES[split]`, shared by every seed."""
+    return ROOT / "bench" / "results" / name / "frontier" / "base_low" / f"{split}_chain"
 
 
 def final_checkpoints(name: str, seed: int, steps: int) -> dict[str, str]:
@@ -58,8 +75,8 @@ def final_checkpoints(name: str, seed: int, steps: int) -> dict[str, str]:
 def run_frontier(name: str, seed: int, models: dict[str, str], problems: int, base: str = "embedded",
                  split: str = "id") -> None:
     """`explorl frontier` of the base model `base` and `models` ({label: path}) on `split` (`SPLITS`), by right
-    chains; points already in the directory's partial file are not evaluated again."""
-    from explorl import commands
+    chains; points already in the directory's partial file are not evaluated again. Out of distribution the base
+    model is also evaluated at `BASE_LOW_TEMPERATURES` (once for every seed)."""
     from explorl.commands.frontier import PARTIAL
 
     out = frontier_dir(name, seed, split)
@@ -67,28 +84,51 @@ def run_frontier(name: str, seed: int, models: dict[str, str], problems: int, ba
     if seed == 0 and first.exists() and not (out / PARTIAL).exists():
         out.mkdir(parents=True, exist_ok=True)
         shutil.copy(first, out / PARTIAL)  # same split, settings and weights: its points are reused
-    labels = ["base", *models]
-    argv = ["frontier", base, *models.values(), "--labels", ",".join(labels), "--task", "arith",
+    frontier_command({"base": base, **models}, split, problems, TEMPERATURES, out, f"seed {seed}")
+    if split in BASE_LOW_TEMPERATURES:
+        frontier_command({"base": base}, split, problems, BASE_LOW_TEMPERATURES[split], base_low_dir(name, split),
+                         "the base model at low temperatures")
+
+
+def frontier_command(models: dict[str, str], split: str, problems: int, temperatures: str, out: Path,
+                     what: str) -> None:
+    """`explorl frontier` of `models` ({label: path}) on `split` by right chains at `temperatures`, into `out`
+    (continued: its recorded points are not evaluated again)."""
+    from explorl import commands
+
+    argv = ["frontier", *models.values(), "--labels", ",".join(models), "--task", "arith",
             "--task-opt", f"difficulties={SPLITS[split]}", "--task-opt", "train_size=4096",
             "--task-opt", f"eval_size={problems}", "--task-opt", "reward=chain", "--n", str(N),
-            "--k", ",".join(map(str, KS)), "--max-new-tokens", "128", "--temperatures", TEMPERATURES,
+            "--k", ",".join(map(str, KS)), "--max-new-tokens", "128", "--temperatures", temperatures,
             "--device", "cpu", "--out", str(out)]
-    print(f"seed {seed}: frontier of {len(labels)} models -> {out.relative_to(ROOT)}", flush=True)
+    print(f"{what}: frontier of {len(models)} models -> {out.relative_to(ROOT)}", flush=True)
     if commands.main(argv) != 0:
         raise SystemExit(f"explorl {' '.join(argv)} failed")
 
 
-def load_frontiers(name: str, seeds: int, split: str = "id") -> dict[int, dict[str, list]]:
-    """{seed: {label: [FrontierPoint]}} of every seed's recorded frontier."""
+def read_frontier(path: Path) -> dict[str, list]:
+    """{label: [FrontierPoint]} of one frontier.json."""
     from explorl.evaluation.frontier import FrontierPoint
 
+    data = json.loads(path.read_text())
+    return {label: [FrontierPoint(p["temperature"], p["entropy"], data["n"], p["correct"]) for p in m["points"]]
+            for label, m in data["models"].items()}
+
+
+def load_frontiers(name: str, seeds: int, split: str = "id") -> dict[int, dict[str, list]]:
+    """{seed: {label: [FrontierPoint]}} of every seed's recorded frontier, the base model's low-temperature points
+    (`base_low_dir`, where recorded) added to each seed's base model in temperature order."""
+    low = base_low_dir(name, split) / "frontier.json"
+    base_low = read_frontier(low).get("base", []) if low.exists() else []
     out = {}
     for seed in range(seeds):
         path = frontier_dir(name, seed, split) / "frontier.json"
         if path.exists():
-            data = json.loads(path.read_text())
-            out[seed] = {label: [FrontierPoint(p["temperature"], p["entropy"], data["n"], p["correct"])
-                                 for p in m["points"]] for label, m in data["models"].items()}
+            out[seed] = read_frontier(path)
+            if "base" in out[seed] and base_low:
+                known = {p.temperature for p in out[seed]["base"]}
+                out[seed]["base"] = sorted(out[seed]["base"] + [p for p in base_low if p.temperature not in known],
+                                           key=lambda p: p.temperature)
     return out
 
 
@@ -181,9 +221,11 @@ def tables(frontiers: dict[int, dict[str, list]], split: str = "id") -> list[str
     return lines + [""]
 
 
-def difference_figure(frontiers: dict[int, dict[str, list]], points: int = 9, split: str = "id"):
-    """Each method minus its baseline (and each baseline minus one-update `grpo`) against sampling entropy: one panel
-    per k, the mean over seeds as a line and the 95% interval over problems and seeds as a band."""
+def difference_figure(frontiers: dict[int, dict[str, list]], points: int = 9, split: str = "id",
+                      against_base: bool = False):
+    """Each method minus its baseline (and each baseline minus one-update `grpo`), or with `against_base` every run
+    minus the base model, against sampling entropy: one panel per k, the mean over seeds as a line and the 95%
+    interval over problems and seeds as a band."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -191,8 +233,8 @@ def difference_figure(frontiers: dict[int, dict[str, list]], points: int = 9, sp
 
     comparisons = []
     for method in with_baselines(METHODS):
-        reference = "grpo" if method == baseline(method) else baseline(method)
-        found = None if method == "grpo" else comparison(frontiers, method, reference, points)
+        reference = "base" if against_base else "grpo" if method == baseline(method) else baseline(method)
+        found = None if method == reference else comparison(frontiers, method, reference, points)
         if found is not None:
             comparisons.append((method, reference, *found))
     fig = Figure(figsize=(10.0, 3.4 * len(KS)), dpi=100, layout="constrained")
@@ -208,11 +250,12 @@ def difference_figure(frontiers: dict[int, dict[str, list]], points: int = 9, sp
             if by_k is None:  # the entropy ranges do not overlap
                 continue
             xs, mean, lo, hi, _ = zip(*by_k[k])
-            ax.plot(xs, mean, marker="o", ms=2, color=colour, label=f"{method} - {reference} ({seeds} seeds)",
-                    linestyle="--" if method == baseline(method) else "-")
+            ax.plot(xs, mean, marker="o", ms=2, color=colour, linestyle="--" if method == baseline(method) else "-",
+                    label=f"{method} - {reference} ({seeds} seed{'s' * (seeds != 1)})")
             ax.fill_between(xs, lo, hi, color=colour, alpha=0.12, linewidth=0)
         ax.set_ylabel(f"pass@{k} difference")
-        ax.set_title(f"right-chain pass@{k}, method minus baseline at equal entropy")
+        ax.set_title(f"right-chain pass@{k}, {'run minus the base model' if against_base else 'method minus baseline'}"
+                     " at equal entropy")
         ax.set_xlabel("mean token entropy of the samples (nats)")
         ax.grid(True, alpha=0.3)
         style_axes(ax)
@@ -232,6 +275,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--table", action="store_true", help="only print the tables of the recorded frontiers")
     ap.add_argument("--plot", default=None, help="PNG path: each method minus its baseline against entropy")
+    ap.add_argument("--plot-base", default=None, help="PNG path: every run minus the base model against entropy")
     args = ap.parse_args()
     if not args.table:
         import torch
@@ -246,10 +290,12 @@ def main() -> None:
         raise SystemExit(f"no frontier recorded under bench/results/{args.name}/frontier/seed*/{args.split}_chain")
     print("\n".join(summary(frontiers)))
     print("\n".join(tables(frontiers, args.split)))
-    if args.plot:
-        from explorl.report.style import save_png
+    for path, against_base in ((args.plot, False), (args.plot_base, True)):
+        if path:
+            from explorl.report.style import save_png
 
-        print(f"wrote {save_png(difference_figure(frontiers, split=args.split), args.plot)}")
+            figure = difference_figure(frontiers, split=args.split, against_base=against_base)
+            print(f"wrote {save_png(figure, path)}")
 
 
 if __name__ == "__main__":

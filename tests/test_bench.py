@@ -177,6 +177,12 @@ def test_the_long_runs_frontier_rows_pair_each_seed_with_its_baseline():
     (line,) = [x for x in axes[0].get_lines() if not x.get_label().startswith("_")]
     assert line.get_label() == f"clip_cov - {ref} (2 seeds)"
     assert list(line.get_xdata()) == pytest.approx([0.2, 0.6]) and list(line.get_ydata()) == pytest.approx([0.0625] * 2)
+    # against the base model (solving nothing): every run recorded, clip_cov at k = 1 (32/64 + 0) / 2 = 0.25
+    with_base = {0: {**frontiers[0], "base": model(0.0, {"p1": 0, "p2": 0})}}
+    axes = frontier.difference_figure(with_base, points=2, against_base=True).axes
+    lines = {x.get_label(): x for x in axes[0].get_lines() if not x.get_label().startswith("_")}
+    assert sorted(lines) == sorted([f"{ref} - base (1 seed)", "clip_cov - base (1 seed)"])
+    assert list(lines["clip_cov - base (1 seed)"].get_ydata()) == pytest.approx([0.25] * 2)
 
 
 @pytest.mark.parametrize("completion, expected", [
@@ -277,3 +283,38 @@ def test_the_long_runs_compare_coverage_at_equal_pass1_with_an_interval_over_pro
     *_, diff, lo, hi = table.equal_pass1_difference(records, "grpo_verified", 500, 1, x, y)
     assert diff == pytest.approx(0.125) and lo == pytest.approx(-0.375) and hi == pytest.approx(0.625)
     assert table.equal_pass1_difference(records, "e3_ts", 500, 1, x, y) is None  # not recorded
+
+
+def test_the_long_runs_frontier_adds_the_base_models_low_temperatures_to_every_seed(tmp_path, monkeypatch):
+    import json
+
+    from explorl import commands
+
+    frontier = _load("testbed_long_frontier")
+    monkeypatch.setattr(frontier, "ROOT", tmp_path)
+
+    def write(path, models: dict[str, list[tuple[float, float]]]) -> None:  # {label: [(temperature, entropy)]}
+        path.mkdir(parents=True)
+        points = {label: {"points": [{"temperature": t, "entropy": h, "correct": {"p1": 1}} for t, h in pts]}
+                  for label, pts in models.items()}
+        (path / "frontier.json").write_text(json.dumps({"n": 4, "models": points}))
+
+    write(frontier.frontier_dir("x", 0, "ood"), {"base": [(1.0, 0.2), (0.7, 0.12)], "grpo": [(0.7, 0.03)]})
+    write(frontier.frontier_dir("x", 1, "ood"), {"grpo": [(0.7, 0.04)]})
+    assert [p.temperature for p in frontier.load_frontiers("x", 2, "ood")[0]["base"]] == [1.0, 0.7]  # as recorded
+    write(frontier.base_low_dir("x", "ood"), {"base": [(0.3, 0.03), (0.7, 0.5)]})
+    loaded = frontier.load_frontiers("x", 2, "ood")
+    # the low point joins in temperature order; the seed's own point at 0.7 is kept, not the low frontier's
+    assert [(p.temperature, p.entropy) for p in loaded[0]["base"]] == [(0.3, 0.03), (0.7, 0.12), (1.0, 0.2)]
+    assert [p.entropy for p in loaded[0]["grpo"]] == [0.03] and "base" not in loaded[1]
+    # run_frontier evaluates the base model's low temperatures once, into the shared directory
+    calls = []
+    monkeypatch.setattr(commands, "main", lambda argv: calls.append(argv) or 0)
+    frontier.run_frontier("x", 1, {"grpo": "runs/x/grpo/seed1/checkpoints/step_0001500"}, 8, "embedded:testbed", "ood")
+    assert [c[1:c.index("--labels")] for c in calls] == [["embedded:testbed", "runs/x/grpo/seed1/checkpoints/"
+                                                          "step_0001500"], ["embedded:testbed"]]
+    assert calls[1][calls[1].index("--temperatures") + 1] == "0.1,0.2,0.3,0.4,0.5,0.6"
+    assert calls[1][calls[1].index("--out") + 1] == str(frontier.base_low_dir("x", "ood"))
+    calls.clear()
+    frontier.run_frontier("x", 1, {}, 8, "embedded", "id")  # in distribution the ranges overlap: no extra call
+    assert len(calls) == 1
