@@ -14,6 +14,8 @@ Reads the records `bench/testbed_long.py` writes (`bench/results/testbed_long/<m
 - pass@K against the GRPO baseline's at the same pass@1 (`equal_pass1_table`): out-of-distribution coverage at
   equal in-distribution pass@1, and right-chain coverage at equal right-chain pass@1, with a 95% interval over
   problems and seeds;
+- narrowing against steps: pass@K at the last checkpoint minus at the first, seed with seed, with its interval
+  (`narrowing_table`);
 - which out-of-distribution problems each method loses or gains against the base model (`solved_sets_table`);
 - with `--plot`, pass@K against training steps; with `--forest` and `--curves`, the figures of
   `bench/testbed_long_figures.py` (differences from the base model with intervals; pass@k against k).
@@ -128,6 +130,28 @@ def table(records: dict, split: str, mode: str, k: int) -> list[str]:
             vs_base = paired([(base, r) for r in rows], k) if base is not None else None
             lines.append(f"| {method} | {step} | {len(rows)} | {pass1:.3f} | {passk:.3f} | {ent:.3f} | "
                          f"{'(baseline)' if ref is None else fmt(vs_ref)} | {fmt(vs_base)} |")
+    return lines + [""]
+
+
+def narrowing_table(records: dict, split: str, mode: str, k: int) -> list[str]:
+    """Narrowing against steps, with an interval: each method's pass@k at its last checkpoint minus at its first,
+    seed with seed over the seeds that recorded both (`paired`: 95% interval over problems and seeds), beside the
+    change in entropy. A fall at an unchanged entropy (the base-entropy modes) is coverage lost with training, not
+    sharper sampling."""
+    lines = [f"#### {split.upper()}, sampled at {MODES[mode]}: pass@{k} at the last checkpoint minus at the first",
+             "", f"| method | steps | seeds | pass@{k} change | entropy change |", "|---|---|---:|---|---:|"]
+    for method in ordered_methods(records):
+        by_seed: dict[int, dict[int, dict]] = {}
+        for (m, seed, step, sp, md), r in records.items():
+            if (m, sp, md) == (method, split, mode):
+                by_seed.setdefault(seed, {})[step] = r
+        steps = sorted(set.intersection(*(set(v) for v in by_seed.values()))) if by_seed else []
+        if len(steps) < 2:
+            continue
+        pairs = [(by_seed[seed][steps[0]], by_seed[seed][steps[-1]]) for seed in sorted(by_seed)]
+        entropy = statistics.fmean(last["entropy"] - first["entropy"] for first, last in pairs)
+        lines.append(f"| {method} | {steps[0]} to {steps[-1]} | {len(pairs)} | {fmt(paired(pairs, k))} | "
+                     f"{entropy:+.3f} |")
     return lines + [""]
 
 
@@ -362,6 +386,9 @@ def main() -> None:
         for mode in [m for m in MODES if any(key[3:] == (split, m) for key in records)]:
             print("\n".join(table(records, split, mode, k)))
     recorded = {key[3:] for key in records}
+    for split in (["id", "ood"] if args.split == "both" else [args.split]):
+        for mode in [m for m in MODES if (split, m) in recorded]:
+            print("\n".join(narrowing_table(records, split, mode, k)))
     if args.split != "id" and ("ood", "matched") in recorded:
         print("\n".join(equal_pass1_table(records, k)))
         print("\n".join(solved_sets_table(records)))

@@ -318,3 +318,23 @@ def test_the_long_runs_frontier_adds_the_base_models_low_temperatures_to_every_s
     calls.clear()
     frontier.run_frontier("x", 1, {}, 8, "embedded", "id")  # in distribution the ranges overlap: no extra call
     assert len(calls) == 1
+
+
+def test_the_long_runs_narrowing_compares_each_seeds_last_checkpoint_with_its_first():
+    table = _load("testbed_long_table")
+
+    def record(correct: dict[str, int], entropy: float) -> dict:  # n = 4 samples per problem: pass@1 = c / 4
+        problems = {"id": list(correct), "n": [4] * len(correct), "correct": list(correct.values())}
+        return {"curve": {"problems": problems}, "entropy": entropy, "pass@1": 0.0}
+
+    split, mode = "ood", "matched-chain"
+    records = {("grpo", 0, 500, split, mode): record({"p1": 2, "p2": 4}, 0.1),
+               ("grpo", 0, 1500, split, mode): record({"p1": 1, "p2": 4}, 0.05),
+               ("grpo", 1, 500, split, mode): record({"p1": 0, "p2": 2}, 0.2),
+               ("grpo", 1, 1000, split, mode): record({"p1": 4, "p2": 4}, 0.2),  # seed 1 only: not common
+               ("grpo", 1, 1500, split, mode): record({"p1": 0, "p2": 0}, 0.1),
+               ("e3_ts", 0, 500, split, mode): record({"p1": 1, "p2": 1}, 0.1)}  # one checkpoint: no row
+    # seed 0: (-1/4 + 0) / 2 = -0.125; seed 1: (0 - 1/2) / 2 = -0.25; both: -0.1875. Entropy: (-0.05 - 0.1) / 2
+    rows = [line for line in table.narrowing_table(records, split, mode, 1) if line.startswith("| ")][1:]
+    assert len(rows) == 1 and rows[0].startswith("| grpo | 500 to 1500 | 2 | -0.188 [")
+    assert rows[0].endswith("(-0.125, -0.250) | -0.075 |")
