@@ -162,7 +162,8 @@ def claimed(path: Path):
     yield False
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line (`bench/testbed_ood_long.py` reads it too)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--methods", default=",".join(METHODS), help="comma-separated (their baselines are added)")
     ap.add_argument("--seeds", type=int, default=3)
@@ -179,7 +180,11 @@ def main() -> None:
     ap.add_argument("--ood-chain", action="store_true",
                     help="judge right chains out of distribution too (a base model that writes some there)")
     ap.add_argument("--no-train", action="store_true", help="only evaluate checkpoints that exist")
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = parser().parse_args()
     if args.steps % args.every:
         raise SystemExit(f"--steps {args.steps} must be a multiple of --every {args.every}")
     args.modes = [m for m in args.modes.split(",") if m]

@@ -10,6 +10,10 @@ checkpoint, a recorded evaluation is skipped, every seed 0 first. Any option of 
 overrides the defaults below (e.g. `--seeds 1`, `--methods grpo`). With `--commit` each record is committed as it
 lands (`git commit -- <that file>`: nothing else in the index or the working tree goes with it).
 
+When a process has no run left to take, it draws the out-of-distribution frontier at equal entropy
+(`bench/testbed_long_frontier.py --split ood`) of each seed whose runs have all reached their last step and whose
+frontier is not recorded yet, one seed at a time under a claim as the runs are, and commits it with `--commit`.
+
     OMP_NUM_THREADS=1 nohup python bench/testbed_ood_long.py --commit > /tmp/testbed_ood.log 2>&1 &
     python bench/testbed_long_table.py --name testbed_ood       # the tables, from what is recorded
 """
@@ -32,13 +36,17 @@ KL-Cov and EAD) on the testbed model, right chains only: answers alone are mostl
 
 
 def commit(path: Path, tries: int = 12) -> None:
-    """`git add` and `git commit` one record, that path only; waits out another process's index lock."""
+    """`git add` and `git commit` one record (or directory), that path only, unless nothing there changed; waits
+    out another process's index lock."""
     root = testbed_long.ROOT
     relative = str(path.relative_to(root))
     name = relative.removeprefix("bench/results/testbed_ood/")
     for _ in range(tries):
         if not (root / ".git" / "index.lock").exists():
             added = subprocess.run(["git", "add", "--", relative], cwd=root, capture_output=True)
+            staged = subprocess.run(["git", "diff", "--cached", "--quiet", "--", relative], cwd=root)
+            if added.returncode == 0 and staged.returncode == 0:
+                return  # nothing new under that path
             done = added.returncode == 0 and subprocess.run(
                 ["git", "commit", "-q", "-m", f"testbed_ood: {name}", "--", relative], cwd=root,
                 capture_output=True).returncode == 0
@@ -61,6 +69,28 @@ def main() -> None:
 
         testbed_long.evaluate = evaluate_and_commit  # run_job and the base model's evaluations call it by name
     testbed_long.main()
+    frontiers(testbed_long.parser().parse_args(), committing)
+
+
+def frontiers(args, committing: bool) -> None:
+    """The out-of-distribution frontier of every seed whose runs (`args.methods` and their baselines) all have their
+    final checkpoint and whose frontier.json is not there yet; each seed claimed, so parallel processes share them."""
+    import testbed_long_frontier as frontier
+    from learning import with_baselines
+
+    methods = with_baselines([m for m in args.methods.split(",") if m])
+    for seed in range(args.seeds):
+        done = frontier.final_checkpoints(args.name, seed, args.steps)
+        out = frontier.frontier_dir(args.name, seed, "ood")
+        if not set(methods) <= set(done) or (out / "frontier.json").exists():
+            continue
+        with testbed_long.claimed(testbed_long.ROOT / "runs" / args.name / f"frontier_seed{seed}.claim") as mine:
+            if mine:
+                models = {m: done[m] for m in methods}
+                frontier.run_frontier(args.name, seed, models, args.problems, args.model, "ood")
+                if committing:
+                    commit(out)
+                    commit(frontier.base_low_dir(args.name, "ood"))
 
 
 if __name__ == "__main__":
