@@ -338,33 +338,3 @@ def test_the_long_runs_narrowing_compares_each_seeds_last_checkpoint_with_its_fi
     rows = [line for line in table.narrowing_table(records, split, mode, 1) if line.startswith("| ")][1:]
     assert len(rows) == 1 and rows[0].startswith("| grpo | 500 to 1500 | 2 | -0.188 [")
     assert rows[0].endswith("(-0.125, -0.250) | -0.075 |")
-
-
-def test_the_ood_runs_draw_a_seeds_frontier_once_every_run_of_it_is_done(tmp_path, monkeypatch):
-    ood = _load("testbed_ood_long")
-    import testbed_long_frontier as frontier  # the module `frontiers` imports (bench/ is on the path now)
-
-    monkeypatch.setattr(frontier, "ROOT", tmp_path)
-    monkeypatch.setattr(ood.testbed_long, "ROOT", tmp_path)  # where the claims go
-    calls = []
-    monkeypatch.setattr(frontier, "run_frontier", lambda name, seed, models, *a: calls.append((seed, sorted(models))))
-    args = ood.testbed_long.parser().parse_args(["--name", "x", "--methods", "clip_cov", "--steps", "1000", "--every",
-                                           "500", "--seeds", "2"])
-
-    def finish(method: str, seed: int) -> None:
-        (tmp_path / "runs" / "x" / method / f"seed{seed}" / "checkpoints" / "step_0001000").mkdir(parents=True)
-
-    runs = ["clip_cov", "grpo__token-mean__1-1__u8"]  # the method and its baseline
-    finish("clip_cov", 0)
-    ood.frontiers(args, committing=False)
-    assert calls == []  # seed 0's baseline has not finished
-    finish("grpo__token-mean__1-1__u8", 0)
-    finish("clip_cov", 1)
-    ood.frontiers(args, committing=False)
-    assert calls == [(0, sorted(runs))]
-    frontier.frontier_dir("x", 0, "ood").mkdir(parents=True)
-    (frontier.frontier_dir("x", 0, "ood") / "frontier.json").write_text("{}")
-    finish("grpo__token-mean__1-1__u8", 1)
-    ood.frontiers(args, committing=False)  # seed 0 is recorded: only seed 1
-    assert calls == [(0, sorted(runs)), (1, sorted(runs))]
-    assert not list((tmp_path / "runs" / "x").glob("*.claim"))  # released

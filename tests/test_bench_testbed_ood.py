@@ -38,6 +38,7 @@ def test_the_ood_runs_start_from_the_testbed_model_and_judge_chains_to_k_256(mon
     ood_long = _load("testbed_ood_long")
     seen = {}
     monkeypatch.setattr(ood_long.testbed_long, "main", lambda: seen.setdefault("argv", list(sys.argv)))
+    monkeypatch.setattr(ood_long, "frontiers", lambda args, committing: seen.setdefault("frontiers", args.seeds))
     monkeypatch.setattr(sys, "argv", ["testbed_ood_long.py", "--seeds", "1"])
     ood_long.main()
     argv = seen["argv"]
@@ -45,6 +46,7 @@ def test_the_ood_runs_start_from_the_testbed_model_and_judge_chains_to_k_256(mon
                           ("--modes", "t1-chain,matched-chain")]:
         assert argv[argv.index(option) + 1] == value
     assert "--ood-chain" in argv and argv[-2:] == ["--seeds", "1"]  # the caller's options come last: they win
+    assert seen["frontiers"] == 1  # then the frontiers, of the same command line
 
 
 def test_coverage_is_the_mean_pass_at_k_over_problems():
@@ -85,8 +87,40 @@ def test_the_commit_option_wraps_each_evaluation(monkeypatch):
     done = []
     monkeypatch.setattr(ood_long.testbed_long, "evaluate", lambda *a: done.append(("evaluated", a[3])))
     monkeypatch.setattr(ood_long, "commit", lambda out: done.append(("committed", out)))
+    monkeypatch.setattr(ood_long, "frontiers", lambda args, committing: done.append(("frontiers", committing)))
     monkeypatch.setattr(ood_long.testbed_long, "main", lambda: ood_long.testbed_long.evaluate("m", "ood", "t1-chain",
                                                                                              "OUT", None))
     monkeypatch.setattr(sys, "argv", ["testbed_ood_long.py", "--commit"])
     ood_long.main()
-    assert done == [("evaluated", "OUT"), ("committed", "OUT")] and "--commit" not in sys.argv
+    assert done == [("evaluated", "OUT"), ("committed", "OUT"), ("frontiers", True)] and "--commit" not in sys.argv
+
+
+def test_the_ood_runs_draw_a_seeds_frontier_once_every_run_of_it_is_done(tmp_path, monkeypatch):
+    ood = _load("testbed_ood_long")
+    monkeypatch.syspath_prepend(str(BENCH))  # `frontiers` imports the frontier script by name, as a script does
+    import testbed_long_frontier as frontier
+
+    monkeypatch.setattr(frontier, "ROOT", tmp_path)
+    monkeypatch.setattr(ood.testbed_long, "ROOT", tmp_path)  # where the claims go
+    calls = []
+    monkeypatch.setattr(frontier, "run_frontier", lambda name, seed, models, *a: calls.append((seed, sorted(models))))
+    args = ood.testbed_long.parser().parse_args(["--name", "x", "--methods", "clip_cov", "--steps", "1000", "--every",
+                                           "500", "--seeds", "2"])
+
+    def finish(method: str, seed: int) -> None:
+        (tmp_path / "runs" / "x" / method / f"seed{seed}" / "checkpoints" / "step_0001000").mkdir(parents=True)
+
+    runs = ["clip_cov", "grpo__token-mean__1-1__u8"]  # the method and its baseline
+    finish("clip_cov", 0)
+    ood.frontiers(args, committing=False)
+    assert calls == []  # seed 0's baseline has not finished
+    finish("grpo__token-mean__1-1__u8", 0)
+    finish("clip_cov", 1)
+    ood.frontiers(args, committing=False)
+    assert calls == [(0, sorted(runs))]
+    frontier.frontier_dir("x", 0, "ood").mkdir(parents=True)
+    (frontier.frontier_dir("x", 0, "ood") / "frontier.json").write_text("{}")
+    finish("grpo__token-mean__1-1__u8", 1)
+    ood.frontiers(args, committing=False)  # seed 0 is recorded: only seed 1
+    assert calls == [(0, sorted(runs)), (1, sorted(runs))]
+    assert not list((tmp_path / "runs" / "x").glob("*.claim"))  # released
