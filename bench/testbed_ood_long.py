@@ -10,9 +10,10 @@ checkpoint, a recorded evaluation is skipped, every seed 0 first. Any option of 
 overrides the defaults below (e.g. `--seeds 1`, `--methods grpo`). With `--commit` each record is committed as it
 lands (`git commit -- <that file>`: nothing else in the index or the working tree goes with it).
 
-When a process has no run left to take, it draws the out-of-distribution frontier at equal entropy
-(`bench/testbed_long_frontier.py --split ood`) of each seed whose runs have all reached their last step and whose
-frontier is not recorded yet, one seed at a time under a claim as the runs are, and commits it with `--commit`.
+After each run it takes (and once more at the end), a process draws the out-of-distribution frontier at equal
+entropy (`bench/testbed_long_frontier.py --split ood`) of each seed whose runs have all reached their last step and
+whose frontier is not recorded yet, one seed at a time under a claim as the runs are, and commits it with
+`--commit`.
 
     OMP_NUM_THREADS=1 nohup python bench/testbed_ood_long.py --commit > /tmp/testbed_ood.log 2>&1 &
     python bench/testbed_long_table.py --name testbed_ood       # the tables, from what is recorded
@@ -68,8 +69,15 @@ def main() -> None:
             commit(out)
 
         testbed_long.evaluate = evaluate_and_commit  # run_job and the base model's evaluations call it by name
+    run_job = testbed_long.run_job
+
+    def run_job_then_frontiers(method, seed, run_dir, steps, args):
+        run_job(method, seed, run_dir, steps, args)
+        frontiers(args, committing)  # a seed whose last run this was gets its frontier before the next run starts
+
+    testbed_long.run_job = run_job_then_frontiers  # main calls it by name
     testbed_long.main()
-    frontiers(testbed_long.parser().parse_args(), committing)
+    frontiers(testbed_long.parser().parse_args(), committing)  # seeds whose runs were all done before this started
 
 
 def frontiers(args, committing: bool) -> None:

@@ -95,6 +95,23 @@ def test_the_commit_option_wraps_each_evaluation(monkeypatch):
     assert done == [("evaluated", "OUT"), ("committed", "OUT"), ("frontiers", True)] and "--commit" not in sys.argv
 
 
+def test_each_run_is_followed_by_the_frontiers_it_may_complete(monkeypatch):
+    ood_long = _load("testbed_ood_long")
+    done = []
+    monkeypatch.setattr(ood_long.testbed_long, "run_job", lambda method, seed, *a: done.append(("run", method, seed)))
+    monkeypatch.setattr(ood_long, "frontiers", lambda args, committing: done.append(("frontiers", args)))
+
+    def main():  # as testbed_long.main: it calls run_job by name, once per job it claims
+        for seed in (0, 1):
+            ood_long.testbed_long.run_job("grpo", seed, "DIR", [500], "ARGS")
+
+    monkeypatch.setattr(ood_long.testbed_long, "main", main)
+    monkeypatch.setattr(sys, "argv", ["testbed_ood_long.py"])
+    ood_long.main()
+    assert done[:4] == [("run", "grpo", 0), ("frontiers", "ARGS"), ("run", "grpo", 1), ("frontiers", "ARGS")]
+    assert len(done) == 5 and done[4][0] == "frontiers"  # and once more, for seeds done before this started
+
+
 def test_the_ood_runs_draw_a_seeds_frontier_once_every_run_of_it_is_done(tmp_path, monkeypatch):
     ood = _load("testbed_ood_long")
     monkeypatch.syspath_prepend(str(BENCH))  # `frontiers` imports the frontier script by name, as a script does
