@@ -165,7 +165,8 @@ def problem_matrix(rows: list[dict], k: int, pids: list[str]) -> "torch.Tensor":
     """`[len(rows), len(pids)]`: pass@k of each record (one per seed) on each of `pids`."""
     import torch
 
-    return torch.tensor([[per_problem(r, k)[pid] for pid in pids] for r in rows], dtype=torch.float64)
+    scores = [per_problem(r, k) for r in rows]
+    return torch.tensor([[row[pid] for pid in pids] for row in scores], dtype=torch.float64)
 
 
 def interpolate(xs: "torch.Tensor", ys: "torch.Tensor", at: "torch.Tensor") -> "torch.Tensor":
