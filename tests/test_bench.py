@@ -18,6 +18,12 @@ def _load(name: str):
     return module
 
 
+def _scored(correct: dict[str, int], **curve) -> dict:
+    """A testbed record with 4 samples per problem (so pass@1 = c / 4); `curve` adds to its pass@k curve."""
+    problems = {"id": list(correct), "n": [4] * len(correct), "correct": list(correct.values())}
+    return {"curve": {"problems": problems, **curve}}
+
+
 def test_cw_weight_stats_on_the_hand_example():
     # tests/algos/test_advantages_methods.py::test_cov_weighted_drifts_toward_the_common_outcome: one correct
     # response (A = 3) and three wrong ones (A = -1), log-probs [0, -2] each -> w~ = 0.3230756 on the correct
@@ -130,20 +136,16 @@ def test_the_long_runs_judge_right_chains_in_distribution_only(tmp_path):
 def test_the_long_runs_pair_seed_with_seed_over_the_problems_all_scored():
     paired = _load("testbed_long_table").paired
 
-    def record(correct: dict[str, int]) -> dict:  # n = 4 samples per problem
-        problems = {"id": list(correct), "n": [4] * len(correct), "correct": list(correct.values())}
-        return {"curve": {"problems": problems}}
-
     # pass@1 = c / 4. Seed 0: p1 1/4 -> 3/4 (+0.5), p2 2/4 -> 2/4 (0); seed 1: p1 0 -> 1/4 (+0.25), p2 1 -> 1/2
     # (-0.5); p3 is scored in seed 1 only, so it is left out. Per seed: +0.25, -0.125; overall (0.5 + 0 + 0.25 -
     # 0.5) / 4 = +0.0625
-    seed0 = (record({"p1": 1, "p2": 2}), record({"p1": 3, "p2": 2}))
-    seed1 = (record({"p1": 0, "p2": 4, "p3": 0}), record({"p1": 1, "p2": 2, "p3": 4}))
+    seed0 = (_scored({"p1": 1, "p2": 2}), _scored({"p1": 3, "p2": 2}))
+    seed1 = (_scored({"p1": 0, "p2": 4, "p3": 0}), _scored({"p1": 1, "p2": 2, "p3": 4}))
     mean, lo, hi, per_seed = paired([seed0, seed1], k=1)
     assert mean == pytest.approx(0.0625) and per_seed == pytest.approx([0.25, -0.125])
     assert lo <= mean <= hi
     assert paired([], k=1) is None
-    assert paired([(record({"p1": 1}), record({"p2": 1}))], k=1) is None  # no problem in common
+    assert paired([(_scored({"p1": 1}), _scored({"p2": 1}))], k=1) is None  # no problem in common
 
 
 def test_the_long_runs_frontier_rows_pair_each_seed_with_its_baseline():
@@ -224,10 +226,9 @@ def test_erpo_pull_signs_the_token_term_against_where_the_policy_moved(moved):
 def test_the_long_runs_figures_compare_each_methods_last_common_step_with_the_base(tmp_path):
     figures = _load("testbed_long_figures")
 
-    def record(correct: dict[str, int]) -> dict:  # n = 4 samples per problem; a pass@k curve at k = 1, 4
-        problems = {"id": list(correct), "n": [4] * len(correct), "correct": list(correct.values())}
+    def record(correct: dict[str, int]) -> dict:  # a pass@k curve at k = 1, 4
         mean1 = sum(correct.values()) / (4 * len(correct))
-        return {"curve": {"problems": problems, "k": [1, 4], "pass@k": [[mean1, 0, 1], [0.5, 0, 1]]}}
+        return _scored(correct, k=[1, 4], **{"pass@k": [[mean1, 0, 1], [0.5, 0, 1]]})
 
     base = record({"p1": 1, "p2": 0})
     # grpo: seed 0 has steps 500 and 1000, seed 1 only 500, so its last common step is 500; clip_cov: one seed
@@ -252,19 +253,15 @@ def test_the_long_runs_figures_compare_each_methods_last_common_step_with_the_ba
 def test_the_long_runs_compare_coverage_at_equal_pass1_with_an_interval_over_problems():
     table = _load("testbed_long_table")
 
-    def record(correct: dict[str, int]) -> dict:  # n = 4 samples per problem, so pass@1 = c / 4
-        problems = {"id": list(correct), "n": [4] * len(correct), "correct": list(correct.values())}
-        return {"curve": {"problems": problems}}
-
     x, y = ("id", "matched-chain"), ("ood", "matched-chain")
-    records = {("base", 0, 0, "id", "t1-chain"): record({"a": 0, "b": 0}),  # (pass@1 ID, pass@1 OOD) = (0, 1/2)
-               ("base", 0, 0, "ood", "t1-chain"): record({"c": 2, "d": 2}),
-               ("grpo", 0, 500, *x): record({"a": 2, "b": 2}),  # (1/2, 1/4)
-               ("grpo", 0, 500, *y): record({"c": 1, "d": 1}),
-               ("grpo_verified", 0, 500, *x): record({"a": 1, "b": 1}),  # (1/4, 1/2)
-               ("grpo_verified", 0, 500, *y): record({"c": 2, "d": 2}),
-               ("grpo_verified", 0, 1000, *x): record({"a": 4, "b": 4}),  # pass@1 1: beyond grpo's path
-               ("grpo_verified", 0, 1000, *y): record({"c": 2, "d": 2})}
+    records = {("base", 0, 0, "id", "t1-chain"): _scored({"a": 0, "b": 0}),  # (pass@1 ID, pass@1 OOD) = (0, 1/2)
+               ("base", 0, 0, "ood", "t1-chain"): _scored({"c": 2, "d": 2}),
+               ("grpo", 0, 500, *x): _scored({"a": 2, "b": 2}),  # (1/2, 1/4)
+               ("grpo", 0, 500, *y): _scored({"c": 1, "d": 1}),
+               ("grpo_verified", 0, 500, *x): _scored({"a": 1, "b": 1}),  # (1/4, 1/2)
+               ("grpo_verified", 0, 500, *y): _scored({"c": 2, "d": 2}),
+               ("grpo_verified", 0, 1000, *x): _scored({"a": 4, "b": 4}),  # pass@1 1: beyond grpo's path
+               ("grpo_verified", 0, 1000, *y): _scored({"c": 2, "d": 2})}
     # grpo's path runs from (0, 1/2) to (1/2, 1/4): at pass@1 1/4 it is 3/8, so the difference is 1/2 - 3/8. Every
     # problem of a record scores alike, so every resample gives the same value and the interval is that point.
     seeds, p1, cov, ref, diff, lo, hi = table.equal_pass1_difference(records, "grpo_verified", 500, 1, x, y)
@@ -279,7 +276,7 @@ def test_the_long_runs_compare_coverage_at_equal_pass1_with_an_interval_over_pro
     # The same mean OOD pass@1 from c: 1 and d: 0. A resample draws (c, c), (c, d) or (d, d) with probability
     # 1/4, 1/2, 1/4: the difference is 1 - 3/8, 1/2 - 3/8 or 0 - 3/8, so the 2.5% and 97.5% quantiles of 2,000
     # resamples are -0.375 and +0.625 (the x problems and the other records do not vary)
-    records[("grpo_verified", 0, 500, *y)] = record({"c": 4, "d": 0})
+    records[("grpo_verified", 0, 500, *y)] = _scored({"c": 4, "d": 0})
     *_, diff, lo, hi = table.equal_pass1_difference(records, "grpo_verified", 500, 1, x, y)
     assert diff == pytest.approx(0.125) and lo == pytest.approx(-0.375) and hi == pytest.approx(0.625)
     assert table.equal_pass1_difference(records, "e3_ts", 500, 1, x, y) is None  # not recorded
@@ -323,9 +320,8 @@ def test_the_long_runs_frontier_adds_the_base_models_low_temperatures_to_every_s
 def test_the_long_runs_narrowing_compares_each_seeds_last_checkpoint_with_its_first():
     table = _load("testbed_long_table")
 
-    def record(correct: dict[str, int], entropy: float) -> dict:  # n = 4 samples per problem: pass@1 = c / 4
-        problems = {"id": list(correct), "n": [4] * len(correct), "correct": list(correct.values())}
-        return {"curve": {"problems": problems}, "entropy": entropy, "pass@1": 0.0}
+    def record(correct: dict[str, int], entropy: float) -> dict:
+        return {**_scored(correct), "entropy": entropy, "pass@1": 0.0}
 
     split, mode = "ood", "matched-chain"
     records = {("grpo", 0, 500, split, mode): record({"p1": 2, "p2": 4}, 0.1),
