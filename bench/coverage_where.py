@@ -26,10 +26,11 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from explorl.metrics import pass_at_k
+from explorl.rewards import extract_boxed
 from explorl.tasks.arith import operations
 
 _LINE = re.compile(r"^(-?\d+)([+-])(\d+)=(-?\d+)$")
-_BOXED = re.compile(r"^\\boxed\{(-?\d+)\}$")
+_BOXED = re.compile(r"^\\boxed\{(-?\d+)\}")  # what follows on its line is not work (`chain_reward`)
 KINDS = ("copy", "carry", "arith", "stop", "format")
 
 
@@ -42,7 +43,8 @@ def first_mistake(prompt: str, completion: str) -> tuple[str | None, int]:
         if boxed:
             if j < len(ops):
                 return "stop", j
-            return (None, j) if int(boxed.group(1)) == value else ("format", j)
+            read = extract_boxed(line) == boxed.group(1)  # a second boxed answer after it is the one read
+            return (None, j) if read and int(boxed.group(1)) == value else ("format", j)
         m = _LINE.match(line)
         if m is None or j >= len(ops):
             return "format", min(j, len(ops))

@@ -104,11 +104,24 @@ def wanted_records(record_dir: Path, steps: list[int], modes: list[str] = MODES,
             for split, mode in split_modes(modes, ood_chain)}
 
 
+def recorded(path: Path, mode: str) -> bool:
+    """Whether `path` holds an evaluation to keep: there, and for a right-chain mode judged by the chain judge in
+    use (`explorl.rewards.REWARD_VERSIONS`); one judged by an older judge is evaluated again (the evaluation is
+    seeded, so the samples are the same and only the verdicts can change)."""
+    from explorl.rewards import reward_versions
+
+    if not path.exists():
+        return False
+    if not mode.endswith("-chain"):
+        return True
+    return json.loads(path.read_text()).get("reward_versions") == reward_versions("chain")
+
+
 def run_job(method: str, seed: int, run_dir: Path, steps: list[int], args) -> None:
     """Train one (method, seed) run as far as its evaluations need and evaluate what is not recorded."""
     record_dir = ROOT / "bench" / "results" / args.name / method / f"seed{seed}"
     wanted = wanted_records(record_dir, steps, args.modes, args.ood_chain)
-    missing = {k: p for k, p in wanted.items() if not p.exists()}
+    missing = {k: p for k, p in wanted.items() if not recorded(p, k[2])}
     if not missing:
         return
     if not args.no_train:
@@ -200,7 +213,7 @@ def main() -> None:
         base_modes = [m for m in ["t1", "t1-chain"] if any(m == mode.replace("matched", "t1") for mode in args.modes)]
         for split, mode in split_modes(base_modes, args.ood_chain) if mine else []:  # at T = 1: own entropy
             out = base_dir / f"step0.{split}.{mode}.json"
-            if not out.exists():
+            if not recorded(out, mode):
                 base_dir.mkdir(parents=True, exist_ok=True)
                 print(f"  base model {split} {mode} -> {out.relative_to(ROOT)}", flush=True)
                 evaluate(args.model, split, mode, out, args)

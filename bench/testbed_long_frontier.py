@@ -106,6 +106,19 @@ def frontier_command(models: dict[str, str], split: str, problems: int, temperat
         raise SystemExit(f"explorl {' '.join(argv)} failed")
 
 
+def judge(path: Path) -> dict:
+    """The versions of the checkers a frontier.json was judged by ({} before they were recorded: chain judge 1)."""
+    return json.loads(path.read_text()).get("reward_versions", {})
+
+
+def judged_now(path: Path) -> bool:
+    """Whether the frontier.json at `path` is there and judged by the chain judge in use
+    (`explorl.rewards.REWARD_VERSIONS`); an older one's points are evaluated again (its partial file is not reused)."""
+    from explorl.rewards import reward_versions
+
+    return path.exists() and judge(path) == reward_versions("chain")
+
+
 def read_frontier(path: Path) -> dict[str, list]:
     """{label: [FrontierPoint]} of one frontier.json."""
     from explorl.evaluation.frontier import FrontierPoint
@@ -117,7 +130,8 @@ def read_frontier(path: Path) -> dict[str, list]:
 
 def load_frontiers(name: str, seeds: int, split: str = "id") -> dict[int, dict[str, list]]:
     """{seed: {label: [FrontierPoint]}} of every seed's recorded frontier, the base model's low-temperature points
-    (`base_low_dir`, where recorded) added to each seed's base model in temperature order."""
+    (`base_low_dir`, where recorded and judged by the same chain judge) added to each seed's base model in
+    temperature order."""
     low = base_low_dir(name, split) / "frontier.json"
     base_low = read_frontier(low).get("base", []) if low.exists() else []
     out = {}
@@ -125,7 +139,7 @@ def load_frontiers(name: str, seeds: int, split: str = "id") -> dict[int, dict[s
         path = frontier_dir(name, seed, split) / "frontier.json"
         if path.exists():
             out[seed] = read_frontier(path)
-            if "base" in out[seed] and base_low:
+            if "base" in out[seed] and base_low and judge(path) == judge(low):
                 known = {p.temperature for p in out[seed]["base"]}
                 out[seed]["base"] = sorted(out[seed]["base"] + [p for p in base_low if p.temperature not in known],
                                            key=lambda p: p.temperature)

@@ -73,6 +73,25 @@ def load_records(root: Path) -> dict[tuple[str, int, int, str, str], dict]:
     return out
 
 
+def chain_judge(record: dict) -> int:
+    """The version of the chain judge a record was judged by (1 before records named it)."""
+    return record.get("reward_versions", {}).get("chain", 1)
+
+
+def one_judge(records: dict) -> tuple[dict, int]:
+    """(records, how many were left out): where some right-chain records are judged by the chain judge in use
+    (`explorl.rewards.REWARD_VERSIONS`), the right-chain records of an older judge are left out, since verdicts of
+    two judges do not compare; records of one judge only are kept as they are."""
+    from explorl.rewards import REWARD_VERSIONS
+
+    chain = {key for key in records if key[4].endswith("-chain")}
+    now = REWARD_VERSIONS["chain"]
+    if not any(chain_judge(records[key]) == now for key in chain):
+        return records, 0
+    kept = {key: r for key, r in records.items() if key not in chain or chain_judge(r) == now}
+    return kept, len(records) - len(kept)
+
+
 def per_problem(record: dict, k: int) -> dict[str, float]:
     """pass@k of each problem of an eval record (`--curve`'s per-problem counts)."""
     from explorl.metrics import pass_at_k
@@ -379,9 +398,12 @@ def main() -> None:
     ap.add_argument("--forest", default=None, help="PNG path: each method's pass@k minus the base model's, intervals")
     ap.add_argument("--curves", default=None, help="PNG path: pass@k against k, base and each method's last step")
     args = ap.parse_args()
-    records = load_records(ROOT / "bench" / "results" / args.name)
+    records, left_out = one_judge(load_records(ROOT / "bench" / "results" / args.name))
     if not records:
         raise SystemExit(f"no records under bench/results/{args.name}")
+    if left_out:
+        print(f"({left_out} right-chain records judged by an older chain judge left out: they are evaluated again "
+              f"by the script that wrote them)\n")
     k = args.k or min(max(r["curve"]["k"]) for r in records.values())
     for split in (["id", "ood"] if args.split == "both" else [args.split]):
         for mode in [m for m in MODES if any(key[3:] == (split, m) for key in records)]:

@@ -13,7 +13,8 @@ lands (`git commit -- <that file>`: nothing else in the index or the working tre
 After each run it takes (and once more at the end), a process draws the out-of-distribution frontier at equal
 entropy (`bench/testbed_long_frontier.py --split ood`) of each seed whose runs have all reached their last step and
 whose frontier is not recorded yet, one seed at a time under a claim as the runs are, and commits it with
-`--commit`.
+`--commit`. A record or frontier judged by an older version of the chain judge (`explorl.rewards.REWARD_VERSIONS`)
+counts as not recorded: it is evaluated again, on the same seeded samples.
 
     OMP_NUM_THREADS=1 nohup python bench/testbed_ood_long.py --commit > /tmp/testbed_ood.log 2>&1 &
     python bench/testbed_long_table.py --name testbed_ood       # the tables, from what is recorded
@@ -82,7 +83,8 @@ def main() -> None:
 
 def frontiers(args, committing: bool) -> None:
     """The out-of-distribution frontier of every seed whose runs (`args.methods` and their baselines) all have their
-    final checkpoint and whose frontier.json is not there yet; each seed claimed, so parallel processes share them."""
+    final checkpoint and whose frontier.json is not there yet, or was judged by an older chain judge; each seed
+    claimed, so parallel processes share them."""
     import testbed_long_frontier as frontier
     from learning import with_baselines
 
@@ -90,7 +92,7 @@ def frontiers(args, committing: bool) -> None:
     for seed in range(args.seeds):
         done = frontier.final_checkpoints(args.name, seed, args.steps)
         out = frontier.frontier_dir(args.name, seed, "ood")
-        if not set(methods) <= set(done) or (out / "frontier.json").exists():
+        if not set(methods) <= set(done) or frontier.judged_now(out / "frontier.json"):
             continue
         with testbed_long.claimed(testbed_long.ROOT / "runs" / args.name / f"frontier_seed{seed}.claim") as mine:
             if mine:

@@ -194,6 +194,8 @@ def test_the_long_runs_frontier_rows_pair_each_seed_with_its_baseline():
     ("2-11=-9\n-8+5=-3\n\\boxed{-3}", ("carry", 1)),  # does not start from -9
     ("2-11=-9\n-9+5=-4\n\\boxed{-4}", ("stop", 2)),  # boxed before the last operation
     ("2-11=-9\nso -9", ("format", 1)),
+    ("2-11=-9\n-9+5=-4\n-4-3=-7\n\\boxed{-7}}}", (None, 3)),  # stray braces after the answer: not work
+    ("2-11=-9\n-9+5=-4\n-4-3=-7\n\\boxed{-7}\\boxed{1}", ("format", 3)),  # the answer read is 1
 ])
 def test_coverage_where_finds_the_first_mistake(completion, expected):
     first_mistake = _load("coverage_where").first_mistake

@@ -135,9 +135,59 @@ def test_the_ood_runs_draw_a_seeds_frontier_once_every_run_of_it_is_done(tmp_pat
     finish("clip_cov", 1)
     ood.frontiers(args, committing=False)
     assert calls == [(0, sorted(runs))]
-    frontier.frontier_dir("x", 0, "ood").mkdir(parents=True)
-    (frontier.frontier_dir("x", 0, "ood") / "frontier.json").write_text("{}")
+    judged = {seed: frontier.frontier_dir("x", seed, "ood") / "frontier.json" for seed in (0, 1)}
+    judged[0].parent.mkdir(parents=True)
+    judged[0].write_text('{"reward_versions": {"chain": 2}}')  # by the chain judge in use
     finish("grpo__token-mean__1-1__u8", 1)
     ood.frontiers(args, committing=False)  # seed 0 is recorded: only seed 1
     assert calls == [(0, sorted(runs)), (1, sorted(runs))]
     assert not list((tmp_path / "runs" / "x").glob("*.claim"))  # released
+    # a frontier judged by an older chain judge (before frontiers named theirs) is drawn again
+    judged[1].parent.mkdir(parents=True)
+    judged[1].write_text(judged[0].read_text())
+    judged[0].write_text("{}")
+    calls.clear()
+    ood.frontiers(args, committing=False)
+    assert calls == [(0, sorted(runs))]
+
+
+def test_a_right_chain_record_of_an_older_judge_is_evaluated_again_and_not_mixed_with_new_ones(tmp_path):
+    import json
+
+    testbed_long = _load("testbed_long")
+    table = _load("testbed_long_table")
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    old.write_text("{}")  # written before records named their judge: chain judge 1
+    new.write_text(json.dumps({"reward_versions": {"chain": 2}}))
+    assert not testbed_long.recorded(old, "t1-chain") and testbed_long.recorded(new, "matched-chain")
+    assert testbed_long.recorded(old, "t1")  # judged by the answer: no chain judge involved
+    assert not testbed_long.recorded(tmp_path / "absent.json", "t1")
+    # the tables: once a right-chain record of the judge in use exists, the older judge's are left out
+    records = {("grpo", 0, 500, "ood", "t1-chain"): {}, ("base", 0, 0, "ood", "t1-chain"): {},
+               ("grpo", 0, 500, "ood", "t1"): {}}
+    assert table.one_judge(records) == (records, 0)  # one judge throughout: compared as they are
+    records[("grpo", 1, 500, "ood", "t1-chain")] = {"reward_versions": {"chain": 2}}
+    kept, left_out = table.one_judge(records)
+    assert left_out == 2 and sorted(kept) == [("grpo", 0, 500, "ood", "t1"), ("grpo", 1, 500, "ood", "t1-chain")]
+
+
+def test_the_base_models_low_temperatures_join_a_seed_judged_by_the_same_chain_judge(tmp_path, monkeypatch):
+    import json
+
+    frontier = _load("testbed_long_frontier")
+    monkeypatch.setattr(frontier, "ROOT", tmp_path)
+
+    def write(path: Path, temperature: float, versions: dict) -> None:
+        path.mkdir(parents=True)
+        point = {"temperature": temperature, "entropy": temperature / 10, "correct": {"p1": 1}}
+        (path / "frontier.json").write_text(json.dumps({"n": 4, "reward_versions": versions,
+                                                        "models": {"base": {"points": [point]}}}))
+
+    write(frontier.base_low_dir("x", "ood"), 0.3, {"chain": 2})
+    write(frontier.frontier_dir("x", 0, "ood"), 1.0, {"chain": 2})
+    write(frontier.frontier_dir("x", 1, "ood"), 1.0, {})  # judged by chain judge 1
+    loaded = frontier.load_frontiers("x", 2, "ood")
+    assert [p.temperature for p in loaded[0]["base"]] == [0.3, 1.0]
+    assert [p.temperature for p in loaded[1]["base"]] == [1.0]  # not mixed with the other judge's points
+    assert frontier.judged_now(frontier.frontier_dir("x", 0, "ood") / "frontier.json")
+    assert not frontier.judged_now(frontier.frontier_dir("x", 1, "ood") / "frontier.json")

@@ -142,6 +142,35 @@ def test_explorl_frontier_continues_from_its_recorded_points(tiny_model_dir, tmp
     common[common.index("--k") + 1] = "1,2"
     assert commands.main([*common, "--temperatures", "0.5", "--out", str(out)]) == 0
     assert calls == [0.5, 0.5]  # evaluated in another setting: nothing reused
+    # judged by another reward, or by an older version of the same checker: nothing reused either
+    import explorl.rewards.resolve
+
+    chain = [*common, "--task-opt", "reward=chain", "--temperatures", "0.5", "--out", str(out)]
+    for versions, evaluated in (({"chain": 1}, [0.5, 0.5]), ({"chain": 2}, [0.5, 0.5]), ({"chain": 2}, [])):
+        monkeypatch.setattr(explorl.rewards.resolve, "REWARD_VERSIONS", versions)
+        calls.clear()
+        assert commands.main(chain) == 0 and calls == evaluated
+    record = json.loads((out / "frontier.json").read_text())
+    assert record["reward"] == "chain" and record["reward_versions"] == {"chain": 2}
+
+
+def test_explorl_frontier_refuses_models_judged_by_different_rewards(tiny_model_dir, tmp_path):
+    import shutil
+
+    from explorl import commands
+    from explorl.config import dump_yaml, load_config
+
+    runs = []
+    for name, reward in (("a", "auto"), ("b", "chain")):  # two finished runs of the same model, judged apart
+        run = tmp_path / name
+        shutil.copytree(tiny_model_dir, run / "final")
+        cfg = load_config(None, [f"model.path={tiny_model_dir}", "task.eval_size=3", "task.train_size=4",
+                                 "task.difficulties=[1]", f"task.reward={reward}", f"run.out_dir={run}"])
+        (run / "config.yaml").write_text(dump_yaml(cfg))
+        (run / "metrics.jsonl").write_text("")
+        runs.append(str(run / "final"))
+    with pytest.raises(SystemExit, match="judges by task.reward 'chain'.*--task-opt reward="):
+        commands.main(["frontier", *runs, "--n", "4", "--device", "cpu", "--out", str(tmp_path / "f")])
 
 
 def test_shared_entropy_range_and_grid():

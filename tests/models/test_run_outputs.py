@@ -116,6 +116,7 @@ def test_eval_of_a_run_final_uses_the_run_template_length_and_split(lora_run, tm
     assert settings["max_new_tokens"] == {"value": 6, "from": "run config: sampling.max_new_tokens"}
     assert "last 3 rows" in settings["eval split"]["value"]
     assert result["run_config"] == str(lora_run / "config.yaml")
+    assert result["reward_versions"] == {}  # the task's own checker, which has no versions
     text = out()
     assert "eval settings" in text and str(lora_run / "config.yaml") in text and "run.eval_temperature" in text
 

@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import sandbox_helpers  # noqa: E402,F401
 
 from explorl.rewards import (  # noqa: E402
-    RewardRunner, exact_reward, extract_boxed, int_reward, math_check, math_reward, resolve_reward,
+    RewardRunner, exact_reward, extract_boxed, int_reward, math_check, math_reward, resolve_reward, reward_versions,
 )
 
 # ---------------------------------------------------------------------------------------------- extract_boxed
@@ -343,6 +343,15 @@ def test_chain_reward_needs_every_step_of_the_solution():
     assert chain_reward(" 2-11=-9\n\n-9+5=-4 \n\\boxed{-4}\n", p.answer, **p.meta) == 1.0  # blank lines, spaces
     assert chain_reward("2+5=7\n7-11=-4\n\\boxed{-4}", p.answer, **p.meta) == 0.0  # right answer, other order
     assert chain_reward("2-11=-9\n\\boxed{-4}", p.answer, **p.meta) == 0.0  # a step left out
+    # text after the boxed answer on its line is not work (version 2): stray braces, a remark; a second boxed
+    # answer is read instead of the first (extract_boxed), another line or another answer is a wrong chain
+    work = "2-11=-9\n-9+5=-4\n"
+    assert chain_reward(work + "\\boxed{-4}}}", p.answer, **p.meta) == 1.0
+    assert chain_reward(work + "\\boxed{-4} so -4", p.answer, **p.meta) == 1.0
+    assert chain_reward(work + "\\boxed{-4}\\boxed{7}", p.answer, **p.meta) == 0.0
+    assert chain_reward(work + "\\boxed{-45}", p.answer, **p.meta) == 0.0
+    assert chain_reward(work + "\\boxed{-4}\nmore", p.answer, **p.meta) == 0.0
+    assert chain_reward(work + "-4", p.answer, **p.meta) == 0.0
     with pytest.raises(ValueError, match="worked solution"):
         chain_reward("\\boxed{-4}", "-4")
 
@@ -359,6 +368,8 @@ def test_resolve_verified_and_chain():
     assert isolate and pickle.loads(pickle.dumps(fn)).keywords["checker"] is math_check
     assert fn("1+1=3\n\\boxed{2}", "2") == 0.0 and fn("1+1=2\n\\boxed{2}", "2") == 1.0
     assert resolve_reward("chain", (int_reward, False)) == (chain_reward, False)
+    assert reward_versions("chain") == {"chain": 2} and reward_versions("auto,chain") == {"chain": 2}
+    assert reward_versions(["math", "my_rewards:fmt"]) == {}
 
     def batch_checker(completions, answers, **meta):  # a batched default cannot be wrapped per sample
         return [1.0] * len(completions)

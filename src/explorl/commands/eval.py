@@ -130,6 +130,7 @@ def cmd_eval(args) -> int:
     from explorl.config import ModelConfig, from_dict
     from explorl.evaluation.settings import resolve_eval_settings
     from explorl.finetune.bootstrap import load_model_under_test
+    from explorl.rewards import reward_versions
 
     console = common.console
     ks = _eval_ks(args)
@@ -169,7 +170,8 @@ def cmd_eval(args) -> int:
     out = {"model": args.model, "label": label, "run_config": str(run.config_path) if run is not None else None,
            **_fingerprints(run, run_cfg, args.model),
            "task": task_cfg.name, "temperature": s.temperature, "schedule": s.schedule,
-           "schedule_options": s.schedule_options, "settings": s.record(), **summary}
+           "schedule_options": s.schedule_options, "settings": s.record(),
+           "reward_versions": reward_versions(task_cfg.reward), **summary}
     if matched is not None:
         out["match_entropy"] = matched
     _print_table(f"{task_cfg.name} ({len(problems)} problems, n={args.n})",

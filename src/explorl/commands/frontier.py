@@ -69,8 +69,9 @@ def _point_key(name: str, path: str, temperature: float) -> str:
 
 
 def _recorded_points(path: Path, setting: dict, fingerprints: dict) -> dict:
-    """The points of `path` evaluated in the same setting (split, n, seed, length, top-p) on the same weights (each
-    model's fingerprints); an unreadable file or another setting starts over."""
+    """The points of `path` evaluated in the same setting (split, n, seed, length, top-p, reward and the versions of
+    its checkers) on the same weights (each model's fingerprints); an unreadable file or another setting starts
+    over."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -94,6 +95,7 @@ def cmd_frontier(args) -> int:
 
     from explorl.evaluation.frontier import FrontierPoint
     from explorl.report.eval_plots import plot_frontier
+    from explorl.rewards import reward_versions
 
     console = common.console
     temps, ks, labels = _checked_flags(args)  # everything is checked before the first model loads
@@ -111,7 +113,9 @@ def cmd_frontier(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     # every finished point is kept in frontier.partial.json: a killed or extended run evaluates only what is missing
     setting = {"task": s0.task_cfg.name, "split": _split_digest(s0.problems), "n": args.n, "seed": args.seed,
-               "max_new_tokens": s0.max_new_tokens, "top_p": s0.top_p}
+               "max_new_tokens": s0.max_new_tokens, "top_p": s0.top_p, "reward": s0.task_cfg.reward,
+               "reward_versions": reward_versions(s0.task_cfg.reward)}
+    record.update(reward=setting["reward"], reward_versions=setting["reward_versions"])
     partial = out / PARTIAL
     done = _recorded_points(partial, setting, fingerprints)
     if done:
@@ -152,7 +156,7 @@ def _checked_flags(args) -> tuple[list[float], list[int], list[str]]:
 
 def _same_split_settings(args) -> list:
     """Each model's evaluation settings (`resolve_eval_settings`). The first model's run fixes the task, length and
-    top-p; the others are evaluated on exactly that split, or the command stops."""
+    top-p; the others are evaluated on exactly that split and judged by the same reward, or the command stops."""
     from explorl.evaluation.settings import resolve_eval_settings
 
     opts = _task_opts(args.task_opt)
@@ -166,6 +170,10 @@ def _same_split_settings(args) -> list:
         if first is not None and [p.prompt for p in s.problems] != [p.prompt for p in first.problems]:
             raise SystemExit(f"{path}: its run evaluates another split than {args.models[0]}'s; pass --task and "
                              f"--task-opt so that every model is evaluated on the same problems")
+        if first is not None and s.task_cfg.reward != first.task_cfg.reward:
+            raise SystemExit(f"{path}: its run judges by task.reward {s.task_cfg.reward!r}, {args.models[0]}'s by "
+                             f"{first.task_cfg.reward!r}; pass --task-opt reward=... so that every model is judged "
+                             f"alike")
         settings.append(s)
     return settings
 

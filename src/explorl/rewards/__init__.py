@@ -15,7 +15,8 @@ counted instead of crashing the run.
   (`rewards.arith`).
 - `RewardRunner`: scores a batch, isolated (in parallel across the worker pool) or in-process; every failure
   comes back with its text (`RewardResult.failures`; `rewards.runner`); `resolve_reward`: maps one `task.reward`
-  entry to a function (`rewards.resolve`); `check_rewards`: the checks before a run (`rewards.checks`).
+  entry to a function, `reward_versions`: the versions of the built-in checkers a spec names, which records carry
+  (`REWARD_VERSIONS`; `rewards.resolve`); `check_rewards`: the checks before a run (`rewards.checks`).
 - Rewards as TRL users write them: `WeightedRewards`, several functions scored as their weighted sum (TRL's
   `reward_funcs` with `reward_weights`; `resolve_rewards` builds it from `task.reward` and `task.reward_weights`),
   each function's scores kept apart for the `reward/<name>` metrics; `batched`, the mark of a reward called once
@@ -28,15 +29,17 @@ processes import a function by the module that defines it (`rewards.sandbox` pic
 from explorl.rewards.arith import chain_reward, false_equations, verified_reward
 from explorl.rewards.boxed import MAX_DEPTH, MAX_SCAN, brace_depth, closing_brace, extract_boxed
 from explorl.rewards.checks import check_rewards
-from explorl.rewards.resolve import BUILTIN_REWARDS, resolve_reward, resolve_rewards, reward_entries, reward_metric_name
+from explorl.rewards.resolve import (BUILTIN_REWARDS, REWARD_VERSIONS, resolve_reward, resolve_rewards, reward_entries,
+                                     reward_metric_name, reward_versions)
 from explorl.rewards.runner import FAILURE_EXCERPT, RewardFailure, RewardResult, RewardRunner
 from explorl.rewards.simple import exact_reward, int_reward
 from explorl.rewards.symbolic import SOFT_TIMEOUT_S, math_check, math_reward
 from explorl.rewards.weighted import RewardPart, WeightedRewards, batched, is_batched
 
 __all__ = [
-    "BUILTIN_REWARDS", "FAILURE_EXCERPT", "MAX_DEPTH", "MAX_SCAN", "SOFT_TIMEOUT_S", "RewardFailure", "RewardPart",
-    "RewardResult", "RewardRunner", "WeightedRewards", "batched", "brace_depth", "chain_reward", "check_rewards",
-    "closing_brace", "exact_reward", "extract_boxed", "false_equations", "int_reward", "is_batched", "math_check",
-    "math_reward", "resolve_reward", "resolve_rewards", "reward_entries", "reward_metric_name", "verified_reward",
+    "BUILTIN_REWARDS", "FAILURE_EXCERPT", "MAX_DEPTH", "MAX_SCAN", "REWARD_VERSIONS", "SOFT_TIMEOUT_S", "RewardFailure",
+    "RewardPart", "RewardResult", "RewardRunner", "WeightedRewards", "batched", "brace_depth", "chain_reward",
+    "check_rewards", "closing_brace", "exact_reward", "extract_boxed", "false_equations", "int_reward", "is_batched",
+    "math_check", "math_reward", "resolve_reward", "resolve_rewards", "reward_entries", "reward_metric_name",
+    "reward_versions", "verified_reward",
 ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from explorl.rewards.boxed import MAX_SCAN
+from explorl.rewards.boxed import MAX_SCAN, extract_boxed
 
 _OP = r"(?:[-+*×]|\\times|\\cdot)"
 _EQUATION_RE = re.compile(
@@ -57,14 +57,20 @@ def verified_reward(completion: str, answer: str, *, checker: Callable, **meta: 
 
 
 def chain_reward(completion: str, answer: str, **meta: Any) -> float:
-    """1.0 when the completion's non-empty lines, stripped, are those of the problem's worked solution
-    (`meta["solution"]`, as the `arith` task gives it): every step right, not only the answer (`task.reward:
-    chain`). ValueError when the problem carries no solution."""
+    """1.0 when the completion is the problem's worked solution (`meta["solution"]`, as the `arith` task gives it):
+    its non-empty lines, stripped, are the solution's working lines and then its answer line, which opens with the
+    solution's `\\boxed{answer}` and reads as that answer (`extract_boxed`). Every step right, not only the answer
+    (`task.reward: chain`). Text after the boxed answer on its line is not work and is not judged: a policy trained
+    on the answer alone can learn to write stray closing braces there (`\\boxed{-4}}}`), which version 1 of this
+    judge counted as a wrong chain (`REWARD_VERSIONS`). ValueError when the problem carries no solution."""
     solution = meta.get("solution")
     if not isinstance(solution, str):
         raise ValueError("task.reward: chain compares a response with the problem's worked solution, and this "
                          "problem has none (meta 'solution'); the arith task provides it")
-    return float(_lines(completion[-MAX_SCAN:]) == _lines(solution))
+    lines, wanted = _lines(completion[-MAX_SCAN:]), _lines(solution)
+    if len(lines) != len(wanted) or lines[:-1] != wanted[:-1]:
+        return 0.0
+    return float(lines[-1].startswith(wanted[-1]) and extract_boxed(lines[-1]) == extract_boxed(wanted[-1]))
 
 
 def _lines(text: str) -> list[str]:

@@ -19,6 +19,17 @@ from explorl.rewards.weighted import RewardPart, WeightedRewards, is_batched
 BUILTIN_REWARDS = ("auto", "math", "exact", "verified", "chain")
 """The `task.reward` entries that name explorl's own checkers (anything else is `module:function`)."""
 
+REWARD_VERSIONS = {"chain": 2}
+"""The built-in checkers whose verdicts have changed, with the version in use. `explorl eval` records and
+`explorl frontier` records and partial files name the versions they were judged by (`reward_versions`), so a
+result of an older version is not taken for a current one. `chain` 2 (2026-11-27): text after the boxed answer on
+its line is not judged; version 1 counted a right chain followed by stray braces (`\\boxed{-4}}}`) as wrong."""
+
+
+def reward_versions(spec: str | list[str]) -> dict[str, int]:
+    """{entry: version} of the entries of `task.reward` that have a version (`REWARD_VERSIONS`); {} for none."""
+    return {e: REWARD_VERSIONS[e] for e in reward_entries(spec) if e in REWARD_VERSIONS}
+
 
 def reward_entries(spec: str | list[str]) -> list[str]:
     """The entries of `task.reward`: a list as it is, a string split at commas (`math,my_rewards:fmt`)."""
