@@ -104,17 +104,21 @@ def wanted_records(record_dir: Path, steps: list[int], modes: list[str] = MODES,
             for split, mode in split_modes(modes, ood_chain)}
 
 
-def recorded(path: Path, mode: str) -> bool:
-    """Whether `path` holds an evaluation to keep: there, and for a right-chain mode judged by the chain judge in
-    use (`explorl.rewards.REWARD_VERSIONS`); one judged by an older judge is evaluated again (the evaluation is
-    seeded, so the samples are the same and only the verdicts can change)."""
+def current_judge(record: dict) -> bool:
+    """Whether a right-chain record (`explorl eval`'s or `explorl frontier`'s) was judged by the chain judge in use
+    (`explorl.rewards.REWARD_VERSIONS`); one written before records named their judge was judged by version 1."""
     from explorl.rewards import reward_versions
 
+    return record.get("reward_versions") == reward_versions("chain")
+
+
+def recorded(path: Path, mode: str) -> bool:
+    """Whether `path` holds an evaluation to keep: there, and for a right-chain mode judged by the chain judge in
+    use (`current_judge`); one judged by an older judge is evaluated again (the evaluation is seeded, so the samples
+    are the same and only the verdicts can change)."""
     if not path.exists():
         return False
-    if not mode.endswith("-chain"):
-        return True
-    return json.loads(path.read_text()).get("reward_versions") == reward_versions("chain")
+    return not mode.endswith("-chain") or current_judge(json.loads(path.read_text()))
 
 
 def run_job(method: str, seed: int, run_dir: Path, steps: list[int], args) -> None:

@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 from learning import baseline, with_baselines  # noqa: E402
-from testbed_long import METHODS, SPLITS  # noqa: E402
+from testbed_long import METHODS, SPLITS, current_judge  # noqa: E402
 from testbed_long_table import fmt  # noqa: E402
 
 TEMPERATURES = "0.7,0.85,1.0,1.15,1.3"
@@ -112,11 +112,9 @@ def judge(path: Path) -> dict:
 
 
 def judged_now(path: Path) -> bool:
-    """Whether the frontier.json at `path` is there and judged by the chain judge in use
-    (`explorl.rewards.REWARD_VERSIONS`); an older one's points are evaluated again (its partial file is not reused)."""
-    from explorl.rewards import reward_versions
-
-    return path.exists() and judge(path) == reward_versions("chain")
+    """Whether the frontier.json at `path` is there and judged by the chain judge in use (`current_judge`); an older
+    one's points are evaluated again (its partial file is not reused)."""
+    return path.exists() and current_judge(json.loads(path.read_text()))
 
 
 def read_frontier(path: Path) -> dict[str, list]:
@@ -134,12 +132,13 @@ def load_frontiers(name: str, seeds: int, split: str = "id") -> dict[int, dict[s
     temperature order."""
     low = base_low_dir(name, split) / "frontier.json"
     base_low = read_frontier(low).get("base", []) if low.exists() else []
+    low_judge = judge(low) if base_low else None
     out = {}
     for seed in range(seeds):
         path = frontier_dir(name, seed, split) / "frontier.json"
         if path.exists():
             out[seed] = read_frontier(path)
-            if "base" in out[seed] and base_low and judge(path) == judge(low):
+            if "base" in out[seed] and base_low and judge(path) == low_judge:
                 known = {p.temperature for p in out[seed]["base"]}
                 out[seed]["base"] = sorted(out[seed]["base"] + [p for p in base_low if p.temperature not in known],
                                            key=lambda p: p.temperature)

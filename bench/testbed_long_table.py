@@ -73,22 +73,16 @@ def load_records(root: Path) -> dict[tuple[str, int, int, str, str], dict]:
     return out
 
 
-def chain_judge(record: dict) -> int:
-    """The version of the chain judge a record was judged by (1 before records named it)."""
-    return record.get("reward_versions", {}).get("chain", 1)
-
-
 def one_judge(records: dict) -> tuple[dict, int]:
     """(records, how many were left out): where some right-chain records are judged by the chain judge in use
-    (`explorl.rewards.REWARD_VERSIONS`), the right-chain records of an older judge are left out, since verdicts of
-    two judges do not compare; records of one judge only are kept as they are."""
-    from explorl.rewards import REWARD_VERSIONS
+    (`testbed_long.current_judge`), the right-chain records of an older judge are left out, since verdicts of two
+    judges do not compare; records of one judge only are kept as they are."""
+    from testbed_long import current_judge
 
     chain = {key for key in records if key[4].endswith("-chain")}
-    now = REWARD_VERSIONS["chain"]
-    if not any(chain_judge(records[key]) == now for key in chain):
+    if not any(current_judge(records[key]) for key in chain):
         return records, 0
-    kept = {key: r for key, r in records.items() if key not in chain or chain_judge(r) == now}
+    kept = {key: r for key, r in records.items() if key not in chain or current_judge(r)}
     return kept, len(records) - len(kept)
 
 
