@@ -60,13 +60,15 @@ def base_mode(mode: str) -> str:
     return "t1-chain" if mode.endswith("-chain") else "t1"
 
 
-def load_records(root: Path) -> dict[tuple[str, int, int, str, str], dict]:
-    """{(method, seed, step, split, mode): eval record} of every record under `root`."""
+def load_records(root: Path, seeds: int | None = None) -> dict[tuple[str, int, int, str, str], dict]:
+    """{(method, seed, step, split, mode): eval record} of every record under `root`, of seeds 0 to `seeds` - 1 only
+    where `seeds` is given (the base model's records always)."""
     out = {}
     for path in sorted(root.glob("*/seed*/step*.json")):
         step, split, mode = path.name[len("step"):-len(".json")].split(".")
-        out[(path.parent.parent.name, int(path.parent.name[len("seed"):]), int(step), split, mode)] = \
-            json.loads(path.read_text())
+        seed = int(path.parent.name[len("seed"):])
+        if seeds is None or seed < seeds:
+            out[(path.parent.parent.name, seed, int(step), split, mode)] = json.loads(path.read_text())
     for path in sorted((root / "base").glob("step0.*.json")):
         _, split, mode = path.name[:-len(".json")].split(".")
         out[("base", 0, 0, split, mode)] = json.loads(path.read_text())
@@ -388,11 +390,13 @@ def main() -> None:
     ap.add_argument("--name", default="testbed_long", help="bench/results/NAME")
     ap.add_argument("--k", type=int, default=None, help="pass@k of the tables (default: the largest recorded)")
     ap.add_argument("--split", choices=["id", "ood", "both"], default="both")
+    ap.add_argument("--seeds", type=int, default=None,
+                    help="only seeds 0 to SEEDS-1 (e.g. 1: seed 0 alone while later seeds are recorded); default all")
     ap.add_argument("--plot", default=None, help="PNG path: pass@k against training steps, every method")
     ap.add_argument("--forest", default=None, help="PNG path: each method's pass@k minus the base model's, intervals")
     ap.add_argument("--curves", default=None, help="PNG path: pass@k against k, base and each method's last step")
     args = ap.parse_args()
-    records, left_out = one_judge(load_records(ROOT / "bench" / "results" / args.name))
+    records, left_out = one_judge(load_records(ROOT / "bench" / "results" / args.name, args.seeds))
     if not records:
         raise SystemExit(f"no records under bench/results/{args.name}")
     if left_out:

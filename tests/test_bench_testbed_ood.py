@@ -171,6 +171,22 @@ def test_a_right_chain_record_of_an_older_judge_is_evaluated_again_and_not_mixed
     assert left_out == 2 and sorted(kept) == [("grpo", 0, 500, "ood", "t1"), ("grpo", 1, 500, "ood", "t1-chain")]
 
 
+def test_the_tables_can_be_drawn_from_the_first_seeds_alone(tmp_path):
+    import json
+
+    table = _load("testbed_long_table")
+    for relative in ["grpo/seed0/step500.ood.t1-chain.json", "grpo/seed1/step500.ood.t1-chain.json",
+                     "base/step0.ood.t1-chain.json"]:
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text(json.dumps({"path": relative}))
+    every = table.load_records(tmp_path)
+    assert sorted(every) == [("base", 0, 0, "ood", "t1-chain"), ("grpo", 0, 500, "ood", "t1-chain"),
+                             ("grpo", 1, 500, "ood", "t1-chain")]
+    first = table.load_records(tmp_path, seeds=1)  # the base model's record is every seed's
+    assert sorted(first) == [("base", 0, 0, "ood", "t1-chain"), ("grpo", 0, 500, "ood", "t1-chain")]
+    assert first[("grpo", 0, 500, "ood", "t1-chain")] == {"path": "grpo/seed0/step500.ood.t1-chain.json"}
+
+
 def test_the_base_models_low_temperatures_join_a_seed_judged_by_the_same_chain_judge(tmp_path, monkeypatch):
     import json
 
