@@ -18,6 +18,13 @@ counts as not recorded: it is evaluated again, on the same seeded samples.
 
     OMP_NUM_THREADS=1 nohup python bench/testbed_ood_long.py --commit > /tmp/testbed_ood.log 2>&1 &
     python bench/testbed_long_table.py --name testbed_ood       # the tables, from what is recorded
+
+Longer runs, where narrowing needs them (RESULTS, "Seed 2's `grpo`, and the longer GRPO runs"): fresh 3,000-step
+`grpo` runs, since the learning-rate schedule decays over `run.steps` and a continued run would not be a longer one.
+They go to `runs/testbed_ood_3000/` and `bench/results/testbed_ood_3000/`, checkpoints at 1000, 2000 and 3000 steps:
+
+    OMP_NUM_THREADS=1 nohup python bench/testbed_ood_long.py --commit --name testbed_ood_3000 --steps 3000 \
+        --every 1000 --methods grpo > /tmp/testbed_ood_3000.log 2>&1 &
 """
 
 from __future__ import annotations
@@ -42,7 +49,7 @@ def commit(path: Path, tries: int = 12) -> None:
     out another process's index lock."""
     root = testbed_long.ROOT
     relative = str(path.relative_to(root))
-    name = relative.removeprefix("bench/results/testbed_ood/")
+    name, _, rest = relative.removeprefix("bench/results/").partition("/")  # "testbed_ood: grpo/seed0/..."
     for _ in range(tries):
         if not (root / ".git" / "index.lock").exists():
             added = subprocess.run(["git", "add", "--", relative], cwd=root, capture_output=True)
@@ -50,7 +57,7 @@ def commit(path: Path, tries: int = 12) -> None:
             if added.returncode == 0 and staged.returncode == 0:
                 return  # nothing new under that path
             done = added.returncode == 0 and subprocess.run(
-                ["git", "commit", "-q", "-m", f"testbed_ood: {name}", "--", relative], cwd=root,
+                ["git", "commit", "-q", "-m", f"{name}: {rest}", "--", relative], cwd=root,
                 capture_output=True).returncode == 0
             if done:
                 return

@@ -80,6 +80,11 @@ def test_commit_takes_the_record_alone(tmp_path, monkeypatch):
     assert git("log", "--format=%s") == "testbed_ood: grpo/seed0/step500.ood.t1-chain.json\n"
     assert git("show", "--name-only", "--format=") == "bench/results/testbed_ood/grpo/seed0/step500.ood.t1-chain.json\n"
     assert git("diff", "--cached", "--name-only") == "other.py\n"
+    longer = tmp_path / "bench" / "results" / "testbed_ood_3000" / "grpo" / "seed0" / "step1000.id.t1-chain.json"
+    longer.parent.mkdir(parents=True)
+    longer.write_text("{}")
+    ood_long.commit(longer)  # another --name: its commit says which
+    assert git("log", "-1", "--format=%s") == "testbed_ood_3000: grpo/seed0/step1000.id.t1-chain.json\n"
 
 
 def test_the_commit_option_wraps_each_evaluation(monkeypatch):
