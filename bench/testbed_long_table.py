@@ -22,6 +22,7 @@ Reads the records `bench/testbed_long.py` writes (`bench/results/testbed_long/<m
 
     python bench/testbed_long_table.py                  # K = the largest k recorded (n = 128: pass@128)
     python bench/testbed_long_table.py --k 32 --split ood
+    python bench/testbed_long_table.py --name testbed_ood --seeds 2   # seeds 0 and 1 only, while seed 2 runs
     python bench/testbed_long_table.py --plot bench/results/testbed_long/narrowing.png
 """
 
