@@ -106,24 +106,20 @@ def frontier_command(models: dict[str, str], split: str, problems: int, temperat
         raise SystemExit(f"explorl {' '.join(argv)} failed")
 
 
-def judge(path: Path) -> dict:
-    """The versions of the checkers a frontier.json was judged by ({} before they were recorded: chain judge 1)."""
-    return json.loads(path.read_text()).get("reward_versions", {})
-
-
 def judged_now(path: Path) -> bool:
     """Whether the frontier.json at `path` is there and judged by the chain judge in use (`current_judge`); an older
     one's points are evaluated again (its partial file is not reused)."""
     return path.exists() and current_judge(json.loads(path.read_text()))
 
 
-def read_frontier(path: Path) -> dict[str, list]:
-    """{label: [FrontierPoint]} of one frontier.json."""
+def read_frontier(path: Path) -> tuple[dict[str, list], dict]:
+    """({label: [FrontierPoint]}, the versions of the checkers it was judged by) of one frontier.json; the versions
+    are {} where they were not recorded yet (chain judge 1)."""
     from explorl.evaluation.frontier import FrontierPoint
 
     data = json.loads(path.read_text())
-    return {label: [FrontierPoint(p["temperature"], p["entropy"], data["n"], p["correct"]) for p in m["points"]]
-            for label, m in data["models"].items()}
+    return ({label: [FrontierPoint(p["temperature"], p["entropy"], data["n"], p["correct"]) for p in m["points"]]
+             for label, m in data["models"].items()}, data.get("reward_versions", {}))
 
 
 def load_frontiers(name: str, seeds: int, split: str = "id") -> dict[int, dict[str, list]]:
@@ -131,14 +127,14 @@ def load_frontiers(name: str, seeds: int, split: str = "id") -> dict[int, dict[s
     (`base_low_dir`, where recorded and judged by the same chain judge) added to each seed's base model in
     temperature order."""
     low = base_low_dir(name, split) / "frontier.json"
-    base_low = read_frontier(low).get("base", []) if low.exists() else []
-    low_judge = judge(low) if base_low else None
+    base_low, low_judge = read_frontier(low) if low.exists() else ({}, None)
+    base_low = base_low.get("base", [])
     out = {}
     for seed in range(seeds):
         path = frontier_dir(name, seed, split) / "frontier.json"
         if path.exists():
-            out[seed] = read_frontier(path)
-            if "base" in out[seed] and base_low and judge(path) == low_judge:
+            out[seed], seed_judge = read_frontier(path)
+            if "base" in out[seed] and base_low and seed_judge == low_judge:
                 known = {p.temperature for p in out[seed]["base"]}
                 out[seed]["base"] = sorted(out[seed]["base"] + [p for p in base_low if p.temperature not in known],
                                            key=lambda p: p.temperature)
