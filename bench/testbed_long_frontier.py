@@ -106,10 +106,13 @@ def frontier_command(models: dict[str, str], split: str, problems: int, temperat
         raise SystemExit(f"explorl {' '.join(argv)} failed")
 
 
-def judged_now(path: Path) -> bool:
-    """Whether the frontier.json at `path` is there and judged by the chain judge in use (`current_judge`); an older
-    one's points are evaluated again (its partial file is not reused)."""
-    return path.exists() and current_judge(json.loads(path.read_text()))
+def drawn_models(path: Path) -> set[str]:
+    """The labels of the frontier.json at `path` where it is there and judged by the chain judge in use
+    (`current_judge`), else none: an older judge's points are evaluated again (its partial file is not reused)."""
+    if not path.exists():
+        return set()
+    data = json.loads(path.read_text())
+    return set(data.get("models", {})) if current_judge(data) else set()
 
 
 def read_frontier(path: Path) -> tuple[dict[str, list], dict]:

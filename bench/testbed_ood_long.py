@@ -11,10 +11,10 @@ overrides the defaults below (e.g. `--seeds 1`, `--methods grpo`). With `--commi
 lands (`git commit -- <that file>`: nothing else in the index or the working tree goes with it).
 
 After each run it takes (and once more at the end), a process draws the out-of-distribution frontier at equal
-entropy (`bench/testbed_long_frontier.py --split ood`) of each seed whose runs have all reached their last step and
-whose frontier is not recorded yet, one seed at a time under a claim as the runs are, and commits it with
-`--commit`. A record or frontier judged by an older version of the chain judge (`explorl.rewards.REWARD_VERSIONS`)
-counts as not recorded: it is evaluated again, on the same seeded samples.
+entropy (`bench/testbed_long_frontier.py --split ood`) of every run that has reached its last step and is not in
+its seed's frontier yet, one seed at a time under a claim as the runs are, and commits it with `--commit`. A
+record or frontier judged by an older version of the chain judge (`explorl.rewards.REWARD_VERSIONS`) counts as not
+recorded: it is evaluated again, on the same seeded samples.
 
     OMP_NUM_THREADS=1 nohup python bench/testbed_ood_long.py --commit > /tmp/testbed_ood.log 2>&1 &
     python bench/testbed_long_table.py --name testbed_ood       # the tables, from what is recorded
@@ -89,21 +89,25 @@ def main() -> None:
 
 
 def frontiers(args, committing: bool) -> None:
-    """The out-of-distribution frontier of every seed whose runs (`args.methods` and their baselines) all have their
-    final checkpoint and whose frontier.json is not there yet, or was judged by an older chain judge; each seed
-    claimed, so parallel processes share them."""
+    """The out-of-distribution frontier of every seed, grown as its runs land: the points of each run (of
+    `args.methods` and their baselines) that has its final checkpoint are drawn, each seed claimed so parallel
+    processes share them, until no new run has landed meanwhile. A frontier.json lacking a landed run, or judged by an
+    older chain judge, is drawn again; recorded points are reused (the directory's partial file), so a seed's last
+    run is followed by its own points only. Committed as it grows."""
     import testbed_long_frontier as frontier
     from learning import with_baselines
 
     methods = with_baselines([m for m in args.methods.split(",") if m])
     for seed in range(args.seeds):
-        done = frontier.final_checkpoints(args.name, seed, args.steps)
         out = frontier.frontier_dir(args.name, seed, "ood")
-        if not set(methods) <= set(done) or frontier.judged_now(out / "frontier.json"):
+        if set(methods) <= frontier.drawn_models(out / "frontier.json"):
             continue
         with testbed_long.claimed(testbed_long.ROOT / "runs" / args.name / f"frontier_seed{seed}.claim") as mine:
-            if mine:
-                models = {m: done[m] for m in methods}
+            while mine:
+                done = frontier.final_checkpoints(args.name, seed, args.steps)
+                models = {m: done[m] for m in methods if m in done}
+                if not models or set(models) <= frontier.drawn_models(out / "frontier.json"):
+                    break
                 frontier.run_frontier(args.name, seed, models, args.problems, args.model, "ood")
                 if committing:
                     commit(out)

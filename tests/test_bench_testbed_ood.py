@@ -117,43 +117,58 @@ def test_each_run_is_followed_by_the_frontiers_it_may_complete(monkeypatch):
     assert len(done) == 5 and done[4][0] == "frontiers"  # and once more, for seeds done before this started
 
 
-def test_the_ood_runs_draw_a_seeds_frontier_once_every_run_of_it_is_done(tmp_path, monkeypatch):
+def test_a_seeds_frontier_grows_as_its_runs_land(tmp_path, monkeypatch):
+    import json
+
     ood = _load("testbed_ood_long")
     monkeypatch.syspath_prepend(str(BENCH))  # `frontiers` imports the frontier script by name, as a script does
     import testbed_long_frontier as frontier
+    from explorl.rewards import reward_versions
 
     monkeypatch.setattr(frontier, "ROOT", tmp_path)
     monkeypatch.setattr(ood.testbed_long, "ROOT", tmp_path)  # where the claims go
-    calls = []
-    monkeypatch.setattr(frontier, "run_frontier", lambda name, seed, models, *a: calls.append((seed, sorted(models))))
     args = ood.testbed_long.parser().parse_args(["--name", "x", "--methods", "clip_cov", "--steps", "1000", "--every",
-                                           "500", "--seeds", "2"])
+                                                 "500", "--seeds", "2"])
 
     def finish(method: str, seed: int) -> None:
         (tmp_path / "runs" / "x" / method / f"seed{seed}" / "checkpoints" / "step_0001000").mkdir(parents=True)
 
-    runs = ["clip_cov", "grpo__token-mean__1-1__u8"]  # the method and its baseline
+    def frontier_json(seed: int, labels, versions) -> None:
+        path = frontier.frontier_dir("x", seed, "ood") / "frontier.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"reward_versions": versions, "models": {label: {} for label in labels}}))
+
+    calls, landing = [], []
+
+    def run_frontier(name, seed, models, *rest):  # as the real one: frontier.json names the base model and `models`
+        calls.append((seed, sorted(models)))
+        frontier_json(seed, ["base", *models], reward_versions("chain"))
+        while landing and landing[-1][1] == seed:  # a run of this seed lands (another process's) while it is drawn
+            finish(*landing.pop())
+
+    monkeypatch.setattr(frontier, "run_frontier", run_frontier)
+    baseline = "grpo__token-mean__1-1__u8"  # clip_cov's
+    ood.frontiers(args, committing=False)
+    assert calls == []  # no run has landed
     finish("clip_cov", 0)
     ood.frontiers(args, committing=False)
-    assert calls == []  # seed 0's baseline has not finished
-    finish("grpo__token-mean__1-1__u8", 0)
-    finish("clip_cov", 1)
+    assert calls == [(0, ["clip_cov"])]  # its points now, not after the last run of the seed
     ood.frontiers(args, committing=False)
-    assert calls == [(0, sorted(runs))]
-    judged = {seed: frontier.frontier_dir("x", seed, "ood") / "frontier.json" for seed in (0, 1)}
-    judged[0].parent.mkdir(parents=True)
-    judged[0].write_text('{"reward_versions": {"chain": 2}}')  # by the chain judge in use
-    finish("grpo__token-mean__1-1__u8", 1)
-    ood.frontiers(args, committing=False)  # seed 0 is recorded: only seed 1
-    assert calls == [(0, sorted(runs)), (1, sorted(runs))]
-    assert not list((tmp_path / "runs" / "x").glob("*.claim"))  # released
-    # a frontier judged by an older chain judge (before frontiers named theirs) is drawn again
-    judged[1].parent.mkdir(parents=True)
-    judged[1].write_text(judged[0].read_text())
-    judged[0].write_text("{}")
+    assert calls == [(0, ["clip_cov"])]  # nothing new: nothing drawn
+    finish(baseline, 0)
+    finish("clip_cov", 1)
+    landing.append((baseline, 1))
     calls.clear()
     ood.frontiers(args, committing=False)
-    assert calls == [(0, sorted(runs))]
+    # seed 1's baseline landed while seed 1 was drawn: drawn again before the claim is let go
+    assert calls == [(0, ["clip_cov", baseline]), (1, ["clip_cov"]), (1, ["clip_cov", baseline])]
+    assert not list((tmp_path / "runs" / "x").glob("*.claim"))  # released
+    calls.clear()
+    ood.frontiers(args, committing=False)
+    assert calls == []  # both seeds complete
+    frontier_json(0, ["base", baseline, "clip_cov"], {})  # judged by an older chain judge: drawn again
+    ood.frontiers(args, committing=False)
+    assert calls == [(0, ["clip_cov", baseline])]
 
 
 def test_a_right_chain_record_of_an_older_judge_is_evaluated_again_and_not_mixed_with_new_ones(tmp_path):
@@ -210,5 +225,6 @@ def test_the_base_models_low_temperatures_join_a_seed_judged_by_the_same_chain_j
     loaded = frontier.load_frontiers("x", 2, "ood")
     assert [p.temperature for p in loaded[0]["base"]] == [0.3, 1.0]
     assert [p.temperature for p in loaded[1]["base"]] == [1.0]  # not mixed with the other judge's points
-    assert frontier.judged_now(frontier.frontier_dir("x", 0, "ood") / "frontier.json")
-    assert not frontier.judged_now(frontier.frontier_dir("x", 1, "ood") / "frontier.json")
+    assert frontier.drawn_models(frontier.frontier_dir("x", 0, "ood") / "frontier.json") == {"base"}
+    assert frontier.drawn_models(frontier.frontier_dir("x", 1, "ood") / "frontier.json") == set()  # judge 1's
+    assert frontier.drawn_models(frontier.frontier_dir("x", 2, "ood") / "frontier.json") == set()  # not drawn
