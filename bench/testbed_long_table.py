@@ -16,7 +16,8 @@ Reads the records `bench/testbed_long.py` writes (`bench/results/testbed_long/<m
   problems and seeds;
 - narrowing against steps: pass@K at the last checkpoint minus at the first, seed with seed, with its interval
   (`narrowing_table`);
-- which out-of-distribution problems each method loses or gains against the base model (`solved_sets_table`);
+- which problems each method loses or gains against the base model, beside how many chance alone would give
+  (`solved_sets_table`);
 - with `--plot`, pass@K against training steps; with `--forest` and `--curves`, the figures of
   `bench/testbed_long_figures.py` (differences from the base model with intervals; pass@k against k).
 
@@ -297,13 +298,46 @@ def equal_pass1_table(records: dict, k: int, x: tuple[str, str] = ("id", "t1"),
     return lines + [""]
 
 
+def chance_lost_gained(base_counts: list[int], n: int, seeds: int, min_hits: int,
+                       grid: int = 200_000) -> tuple[float, float]:
+    """How many problems `solved_sets_table` would count lost and gained by chance alone: the expected numbers
+    were each of `seeds` runs to sample every problem as the base model does (`base_counts`: its correct samples
+    of n per problem; the runs' n samples as many). A problem's pass@1 p is drawn from its posterior given the
+    base's count c (Jeffreys prior: Beta(c + 1/2, n - c + 1/2)), the same p for every seed. Lost: c >= `min_hits`
+    and 0 correct in every seed, E[(1 - p)^(n seeds)]; gained: c = 0 and at least `min_hits` in every seed,
+    E[P(Binomial(n, p) >= min_hits)^seeds]. The prior matters most for the problems the base never solved: it gives
+    each a mean pass@1 of 1 / (2n + 2), though some may be beyond the model at any n. Integrated by the midpoint
+    rule over u = sqrt(p), where the posterior's density (p^-1/2 at p -> 0 when c = 0) is finite."""
+    import torch
+
+    u = (torch.arange(grid, dtype=torch.float64) + 0.5) / grid
+    p = u * u
+    log_p, log_q = torch.log(p), torch.log1p(-p)
+    hits = torch.arange(min_hits, dtype=torch.float64)
+    log_choose = torch.lgamma(torch.tensor(n + 1.0)) - torch.lgamma(hits + 1) - torch.lgamma(n - hits + 1)
+    below = torch.exp(log_choose[:, None] + hits[:, None] * log_p + (n - hits[:, None]) * log_q).sum(0)
+    at_least = (1 - below).clamp(min=0) ** seeds  # P(Binomial(n, p) >= min_hits) in every seed
+    never = torch.exp(n * seeds * log_q)  # 0 correct in every seed
+
+    def expected(c: int, outcome: "torch.Tensor") -> float:
+        a, b = c + 0.5, n - c + 0.5
+        log_beta = math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
+        density = torch.exp((a - 1) * log_p + (b - 1) * log_q - log_beta) * 2 * u  # dp = 2u du
+        return float((outcome * density).sum() / grid)
+
+    lost = sum((expected(c, never) for c in base_counts if c >= min_hits), 0.0)
+    gained = base_counts.count(0) * expected(0, at_least) if 0 in base_counts else 0.0
+    return lost, gained
+
+
 def solved_sets_table(records: dict, split: str = "ood", mode: str = "matched", min_hits: int = 4) -> list[str]:
     """Where coverage goes: per method and checkpoint, the problems the base model solves reliably (at least
     `min_hits` correct of its n samples) that the method never solves ("lost": 0 correct in every seed's n), and
     the reverse ("gained"), and how many of a method's lost problems GRPO lost too at the same step (whether a
     method loses the same problems or others). Problems solved by chance once in n are left out on both sides:
     at n = 128 a problem of pass@1 1/128 is missed by a second evaluation 37% of the time, while one of 4/128 is
-    missed 1.7% of the time."""
+    missed 1.7% of the time. Beside each count, how many a run sampling as the base model does would show by
+    chance (`chance_lost_gained`)."""
     base = records.get(("base", 0, 0, split, base_mode(mode)))
     if base is None:
         return []
@@ -326,7 +360,9 @@ def solved_sets_table(records: dict, split: str = "ood", mode: str = "matched", 
              f"base solves {reliable} of {len(base['curve']['problems']['id'])} at least {min_hits} times in "
              f"{base['n']})", "",
              f"| method | step | seeds | lost (base >= {min_hits}, method 0) | gained (method >= {min_hits} in every "
-             "seed, base 0) | lost by GRPO too |", "|---|---:|---:|---:|---:|---:|"]
+             "seed, base 0) | lost / gained by chance | lost by GRPO too |", "|---|---:|---:|---:|---:|---:|---:|"]
+    base_counts = [c[0] for c in counts("base", 0, base_mode(mode)).values()]
+    chance: dict[tuple[int, int], tuple[float, float]] = {}
     methods = ordered_methods(records)
     for method in methods:
         for step in sorted({s for m, _, s, sp, md in records if (m, sp, md) == (method, split, mode)}):
@@ -334,8 +370,11 @@ def solved_sets_table(records: dict, split: str = "ood", mode: str = "matched", 
             lost, gained = lost_gained(mine)
             grpo = counts("grpo", step, mode)
             both = "-" if not grpo or method == "grpo" else str(len(lost & lost_gained(grpo)[0]))
-            seeds = len(next(iter(mine.values())))
-            lines.append(f"| {method} | {step} | {seeds} | {len(lost)} | {len(gained)} | {both} |")
+            seeds, n = len(next(iter(mine.values()))), records_at(records, method, step, split, mode)[0]["n"]
+            if (seeds, n) not in chance:
+                chance[seeds, n] = chance_lost_gained(base_counts, n, seeds, min_hits)
+            by_chance = f"{chance[seeds, n][0]:.2f} / {chance[seeds, n][1]:.2f}"
+            lines.append(f"| {method} | {step} | {seeds} | {len(lost)} | {len(gained)} | {by_chance} | {both} |")
     return lines + [""]
 
 

@@ -228,3 +228,63 @@ def test_the_base_models_low_temperatures_join_a_seed_judged_by_the_same_chain_j
     assert frontier.drawn_models(frontier.frontier_dir("x", 0, "ood") / "frontier.json") == {"base"}
     assert frontier.drawn_models(frontier.frontier_dir("x", 1, "ood") / "frontier.json") == set()  # judge 1's
     assert frontier.drawn_models(frontier.frontier_dir("x", 2, "ood") / "frontier.json") == set()  # not drawn
+
+
+def test_problems_lost_by_chance_match_the_beta_binomial_closed_form():
+    import math
+
+    table = _load("testbed_long_table")
+    # lost: c of n by the base (>= min_hits), 0 of n in each of s seeds at the same p. Under the Jeffreys posterior
+    # Beta(a, b), a = c + 1/2, b = n - c + 1/2: E[(1 - p)^(n s)] = B(a, b + n s) / B(a, b).
+    def closed(c: int, n: int, s: int) -> float:
+        a, b = c + 0.5, n - c + 0.5
+        return math.exp(math.lgamma(b + n * s) + math.lgamma(a + b) - math.lgamma(b) - math.lgamma(a + b + n * s))
+
+    lost, gained = table.chance_lost_gained([4, 10, 2, 7], n=256, seeds=3, min_hits=4)
+    assert lost == pytest.approx(closed(4, 256, 3) + closed(10, 256, 3) + closed(7, 256, 3), rel=1e-6)
+    assert gained == 0.0  # no problem the base never solved
+    # by hand, with Gamma(x + a) / Gamma(x) ~ (x + (a - 1) / 2)^a: closed(4, 256, 1) ~ (254.25 / 510.25)^4.5 = 0.0435
+    assert table.chance_lost_gained([4], 256, 1, 4)[0] == pytest.approx(0.0435, abs=2e-4)
+
+
+def test_problems_gained_by_chance_match_a_simulation():
+    import torch
+
+    table = _load("testbed_long_table")
+    n, seeds, hits = 64, 2, 2
+    # the slow reference: p from the base's posterior after 0 of n, then n samples in each seed at that p
+    generator = torch.Generator().manual_seed(0)
+    draws = 400_000
+    p = torch.distributions.Beta(torch.tensor(0.5, dtype=torch.float64), torch.tensor(n + 0.5, dtype=torch.float64))
+    torch.manual_seed(0)
+    rates = p.sample((draws,))
+    solved = torch.ones(draws, dtype=torch.bool)
+    for _ in range(seeds):
+        correct = (torch.rand(draws, n, generator=generator, dtype=torch.float64) < rates[:, None]).sum(1)
+        solved &= correct >= hits
+    simulated = solved.double().mean().item()  # about 0.008; its standard error about 1.4e-4
+    lost, gained = table.chance_lost_gained([0, 0, 0, 5], n, seeds, hits)
+    assert gained == pytest.approx(3 * simulated, abs=3 * 5e-4)
+    assert 0 < lost < 1
+
+
+def test_the_problems_lost_and_gained_are_counted_over_every_seed():
+    table = _load("testbed_long_table")
+
+    def record(counts: list[int], n: int = 16) -> dict:
+        return {"n": n, "curve": {"problems": {"id": [f"p{i}" for i in range(len(counts))], "correct": counts}}}
+
+    base = [8, 4, 2, 0, 0]  # reliable (>= 4 of 16): p0, p1; never solved: p3, p4
+    records = {("base", 0, 0, "ood", "t1-chain"): record(base),
+               ("grpo", 0, 500, "ood", "matched-chain"): record([0, 1, 0, 4, 5]),
+               ("grpo", 1, 500, "ood", "matched-chain"): record([0, 0, 3, 1, 6]),
+               ("clip_cov", 0, 500, "ood", "matched-chain"): record([0, 0, 0, 4, 4])}
+    lines = table.solved_sets_table(records, "ood", "matched-chain")
+    assert "the base solves 2 of 5 at least 4 times in 16" in lines[0]
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in lines[4:] if line}
+    # grpo: p0 is 0 in both seeds (lost); p1 has 1 in seed 0 (kept); p4 has >= 4 in both (gained), p3 only in one
+    lost, gained = table.chance_lost_gained(base, 16, 2, 4)
+    assert rows["grpo"][2:6] == ["2", "1", "1", f"{lost:.2f} / {gained:.2f}"]
+    # clip_cov, one seed: both reliable problems lost, both unsolved ones gained; GRPO lost p0 of the two
+    lost, gained = table.chance_lost_gained(base, 16, 1, 4)
+    assert rows["clip_cov"][2:] == ["1", "2", "2", f"{lost:.2f} / {gained:.2f}", "1 |"]
