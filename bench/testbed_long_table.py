@@ -203,8 +203,8 @@ def interpolate(xs: "torch.Tensor", ys: "torch.Tensor", at: "torch.Tensor") -> "
 
 
 def equal_pass1_difference(records: dict, method: str, step: int, k: int, x: tuple[str, str], y: tuple[str, str],
-                           n_boot: int = 2000, seed: int = 0) -> tuple[int, float, float, float, float,
-                                                                       float | None, float | None] | None:
+                           n_boot: int = 2000, seed: int = 0, reverse: bool = False
+                           ) -> tuple[int, float, float, float, float, float | None, float | None] | None:
     """`method`'s pass@k on `y` at `step` minus its GRPO baseline's at the same pass@1 on `x`, with a 95% bootstrap
     interval over problems and seeds.
 
@@ -213,16 +213,21 @@ def equal_pass1_difference(records: dict, method: str, step: int, k: int, x: tup
     joined by straight lines in pass@1, so a method that learns less is not credited with the coverage its baseline
     had before it learned as much. Each resample draws the seeds, the `x` problems and the `y` problems with
     replacement (independently: the two splits hold different problems), the same draw for the method and its
-    baseline (paired), and interpolates again.
+    baseline (paired), and interpolates again. With `reverse` the two swap: the baseline at `step` against the
+    method's path, for a method that learns more than its baseline ever did (still the method minus the baseline).
 
-    Returns `(seeds, pass@1, pass@k, baseline's pass@k at that pass@1, difference, lo, hi)`; the baseline's value
-    and the difference are NaN where the method's pass@1 lies outside the path, and `lo, hi` are None where more
-    than 5% of the resamples fall outside it. None when the method or its path is not recorded."""
+    Returns `(seeds, pass@1, pass@k, the path's pass@k at that pass@1, difference, lo, hi)`, the first two of the
+    method (with `reverse`, of the baseline) at `step`; the path's value and the difference are NaN where that
+    pass@1 lies outside the path, and `lo, hi` are None where more than 5% of the resamples fall outside it. None
+    when the point or its path is not recorded."""
     import torch
 
     ref = baseline(method)
+    if reverse:
+        method, ref = ref, method
+    on_path = {s for m, s, st, sp, md in records if (m, sp, md) == (ref, *x) and (ref, s, st, *y) in records}
     seeds = sorted(s for m, s, st, sp, md in records
-                   if (m, st, sp, md) == (method, step, *x) and (method, s, step, *y) in records)
+                   if (m, st, sp, md) == (method, step, *x) and (method, s, step, *y) in records and s in on_path)
     if not seeds:
         return None
     mine_x = [records[(method, s, step, *x)] for s in seeds]
@@ -252,7 +257,7 @@ def equal_pass1_difference(records: dict, method: str, step: int, k: int, x: tup
     def difference(px: "torch.Tensor", py: "torch.Tensor") -> tuple["torch.Tensor", ...]:
         """px, py `[B, 1 + U]` means -> the method's pass@1, pass@k, the baseline's pass@k there, the difference."""
         at = interpolate(px[:, 1:], py[:, 1:], px[:, 0])
-        return px[:, 0], py[:, 0], at, py[:, 0] - at
+        return px[:, 0], py[:, 0], at, (at - py[:, 0]) if reverse else (py[:, 0] - at)
 
     point = [v.item() for v in difference(values_x.mean(dim=(1, 2))[None], values_y.mean(dim=(1, 2))[None])]
     gen = torch.Generator().manual_seed(seed)
@@ -278,23 +283,31 @@ def equal_pass1_difference(records: dict, method: str, step: int, k: int, x: tup
 def equal_pass1_table(records: dict, k: int, x: tuple[str, str] = ("id", "t1"),
                       y: tuple[str, str] = ("ood", "matched")) -> list[str]:
     """Each method's pass@k (split and mode `y`) minus its GRPO baseline's at the same pass@1 (split and mode `x`),
-    with a 95% interval over problems and seeds (`equal_pass1_difference`); '-' where the method's pass@1 lies
-    outside the baseline's path, or (the interval) where more than 5% of the resamples do. Defaults: OOD coverage
+    with a 95% interval over problems and seeds (`equal_pass1_difference`). At the method's pass@1 on its
+    baseline's path; where the method has learned more than its baseline ever did, at the baseline's pass@1 on the
+    method's path instead (the method's coverage when it had learned as much); '-' where neither path holds the
+    other's pass@1, or (the interval) where more than 5% of the resamples fall outside it. Defaults: OOD coverage
     at the base entropy against ID pass@1 at T = 1; `x = y = ("id", "matched-chain")`: right-chain coverage against
     right-chain pass@1, both at the base entropy."""
     lines = [f"#### {y[0].upper()} pass@{k} (sampled at {MODES[y[1]]}) against the GRPO baseline's at equal "
              f"{x[0].upper()} pass@1 (sampled at {MODES[x[1]]})", "",
-             f"| method | step | seeds | pass@1 | pass@{k} | baseline's at that pass@1 | difference [95% interval] |",
-             "|---|---:|---:|---:|---:|---:|---|"]
+             f"| method | step | seeds | at the pass@1 of | pass@1 | method's pass@{k} | baseline's pass@{k} | "
+             "difference [95% interval] |", "|---|---:|---:|---|---:|---:|---:|---|"]
     for method in sorted({m for m, *_ in records if m != "base" and not is_baseline(m)}):
         for step in sorted({s for m, _, s, *_ in records if m == method}):
-            found = equal_pass1_difference(records, method, step, k, x, y)
+            found, of = equal_pass1_difference(records, method, step, k, x, y), "the method"
+            if found is not None and math.isnan(found[4]):
+                mirrored = equal_pass1_difference(records, method, step, k, x, y, reverse=True)
+                if mirrored is not None and not math.isnan(mirrored[4]):
+                    found, of = mirrored, "its baseline"
             if found is None:
                 continue
-            seeds, p1, cov, ref, diff, lo, hi = found
+            seeds, p1, cov, other, diff, lo, hi = found
+            mine, ref = (other, cov) if of == "its baseline" else (cov, other)
             shown = "-" if math.isnan(diff) else f"{diff:+.3f}" + ("" if lo is None else f" [{lo:+.3f}, {hi:+.3f}]")
-            lines.append(f"| {method} | {step} | {seeds} | {p1:.3f} | {cov:.3f} | "
-                         f"{'-' if math.isnan(ref) else f'{ref:.3f}'} | {shown} |")
+            lines.append(f"| {method} | {step} | {seeds} | {of} | {p1:.3f} | "
+                         f"{'-' if math.isnan(mine) else f'{mine:.3f}'} | {'-' if math.isnan(ref) else f'{ref:.3f}'}"
+                         f" | {shown} |")
     return lines + [""]
 
 

@@ -273,8 +273,21 @@ def test_the_long_runs_compare_coverage_at_equal_pass1_with_an_interval_over_pro
     outside = table.equal_pass1_difference(records, "grpo_verified", 1000, 1, x, y)
     assert math.isnan(outside[4]) and outside[5:] == (None, None)
     rows = table.equal_pass1_table(records, 1, x, y)
-    assert "| grpo_verified | 500 | 1 | 0.250 | 0.500 | 0.375 | +0.125 [+0.125, +0.125] |" in rows
-    assert "| grpo_verified | 1000 | 1 | 1.000 | 0.500 | - | - |" in rows
+    assert "| grpo_verified | 500 | 1 | the method | 0.250 | 0.500 | 0.375 | +0.125 [+0.125, +0.125] |" in rows
+    assert "| grpo_verified | 1000 | 1 | the method | 1.000 | 0.500 | - | - |" in rows  # grpo has no step 1000
+    # reversed: grpo at 500, (1/2, 1/4), against grpo_verified's path (0, 1/2), (1/4, 1/2), (1, 1/2): at pass@1
+    # 1/2 that path is at 1/2, so the method minus its baseline is 1/2 - 1/4
+    seeds, p1, cov, ref, diff, lo, hi = table.equal_pass1_difference(records, "grpo_verified", 500, 1, x, y,
+                                                                     reverse=True)
+    assert (seeds, p1, cov, ref, diff) == (1, pytest.approx(0.5), pytest.approx(0.25), pytest.approx(0.5),
+                                           pytest.approx(0.25))
+    records[("grpo", 0, 1000, *x)] = _scored({"a": 3, "b": 3})  # grpo at 1000: (3/4, 1/2)
+    records[("grpo", 0, 1000, *y)] = _scored({"c": 2, "d": 2})
+    # grpo_verified at 1000 (pass@1 1) is beyond grpo's path, so the table compares at grpo's 3/4 on grpo_verified's
+    # path, between (1/4, 1/2) and (1, 1/2): 1/2, so 1/2 - 1/2
+    assert "| grpo_verified | 1000 | 1 | its baseline | 0.750 | 0.500 | 0.500 | +0.000 [+0.000, +0.000] |" in (
+        table.equal_pass1_table(records, 1, x, y))
+    del records[("grpo", 0, 1000, *x)], records[("grpo", 0, 1000, *y)]
     # The same mean OOD pass@1 from c: 1 and d: 0. A resample draws (c, c), (c, d) or (d, d) with probability
     # 1/4, 1/2, 1/4: the difference is 1 - 3/8, 1/2 - 3/8 or 0 - 3/8, so the 2.5% and 97.5% quantiles of 2,000
     # resamples are -0.375 and +0.625 (the x problems and the other records do not vary)
