@@ -4,9 +4,11 @@
   interval over problems and seeds (`testbed_long_table.paired`), in and out of distribution, at T = 1 and at the
   base model's entropy: the question "does RL lose coverage the base model had" at a glance;
 - `curves`: pass@k against k (1 to n, log scale) of the base model and of each method at its last checkpoint (mean
-  over seeds): where RL's gain at small k turns into a loss at large k, if it does.
+  over seeds): where RL's gain at small k turns into a loss at large k, if it does;
+- `problems`: per problem, the base model's correct samples against each method's at its last checkpoint (out of
+  distribution, right chains, at the base entropy): whether coverage shrinks or moves, problem by problem.
 
-    python bench/testbed_long_table.py --name testbed_ood --forest F.png --curves C.png
+    python bench/testbed_long_table.py --name testbed_ood --forest F.png --curves C.png --problems P.png
 """
 
 from __future__ import annotations
@@ -39,13 +41,13 @@ def last_step(records: dict, method: str, split: str, mode: str) -> int | None:
     return max(common) if common else None
 
 
-def _axes(n: int, width: float, height: float):
+def _axes(n: int, width: float, height: float, most_cols: int = 2):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cols = 2 if n > 1 else 1
+    cols = max(1, min(n, most_cols))
     rows = (n + cols - 1) // cols
     fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
     for ax in axes.flat[n:]:
@@ -122,5 +124,51 @@ def curves(records: dict, path: Path) -> None:
         handles.update(zip(*reversed(ax.get_legend_handles_labels())))
     fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=3, fontsize=8)
     fig.tight_layout(rect=(0, 0.12, 1, 1))
+    fig.savefig(path, dpi=110)
+    print(f"wrote {path}")
+
+
+def problem_points(records: dict, method: str, split: str, mode: str) -> list[tuple[str, int, list[int]]]:
+    """(problem, the base model's correct samples, the method's in each seed at its last checkpoint) for every
+    problem both evaluated, the base model's at its own entropy (`base_mode`)."""
+    base = records.get(("base", 0, 0, split, base_mode(mode)))
+    step = last_step(records, method, split, mode)
+    if base is None or step is None:
+        return []
+    runs = [dict(zip(r["curve"]["problems"]["id"], r["curve"]["problems"]["correct"]))
+            for r in records_at(records, method, step, split, mode)]
+    return [(pid, c, [run[pid] for run in runs])
+            for pid, c in zip(base["curve"]["problems"]["id"], base["curve"]["problems"]["correct"])
+            if all(pid in run for run in runs)]
+
+
+def problems(records: dict, path: Path, split: str = "ood", mode: str = "matched-chain", min_hits: int = 4) -> None:
+    """Per problem, the base model's correct samples (x) against each method's at its last checkpoint (y, mean over
+    seeds), one panel per method, both axes symmetric-log. Red: a problem the base model solves at least
+    `min_hits` times that the method never solves in any seed (lost, as `solved_sets_table` counts); green: one
+    the base never solves that the method solves at least `min_hits` times in every seed (gained)."""
+    methods = [m for m in ordered_methods(records) if problem_points(records, m, split, mode)]
+    plt, fig, axes = _axes(len(methods), 3.6, 3.4, most_cols=3)  # three a row: nine runs fit a page
+    for ax, method in zip(axes, methods):
+        points = problem_points(records, method, split, mode)
+        n = records_at(records, method, last_step(records, method, split, mode), split, mode)[0]["n"]
+        colour = ["tab:red" if c >= min_hits and max(seen) == 0 else
+                  "tab:green" if c == 0 and min(seen) >= min_hits else "tab:gray" for _, c, seen in points]
+        ax.scatter([c for _, c, _ in points], [statistics.fmean(seen) for _, _, seen in points], s=12, c=colour,
+                   alpha=0.7)
+        ax.plot([0, n], [0, n], color="k", linestyle=":", linewidth=0.8)
+        for axis in (ax.set_xscale, ax.set_yscale):
+            axis("symlog", linthresh=1)
+        ax.set_xlim(-0.3, n)
+        ax.set_ylim(-0.3, n)
+        lost, gained = colour.count("tab:red"), colour.count("tab:green")
+        ax.set_title(f"{method} @{last_step(records, method, split, mode)}: {lost} lost, {gained} gained", fontsize=8)
+        ax.set_xlabel(f"base model, correct of {n}", fontsize=8)
+        ax.set_ylabel("run, correct (mean over seeds)", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"{split.upper()} problems, sampled at {MODES[mode]}: the base model against each run "
+                 f"(red: lost, green: gained, at least {min_hits} of {n})", fontsize=9)
+    fig.tight_layout()
     fig.savefig(path, dpi=110)
     print(f"wrote {path}")

@@ -18,8 +18,9 @@ Reads the records `bench/testbed_long.py` writes (`bench/results/testbed_long/<m
   (`narrowing_table`);
 - which problems each method loses or gains against the base model, beside how many chance alone would give
   (`solved_sets_table`);
-- with `--plot`, pass@K against training steps; with `--forest` and `--curves`, the figures of
-  `bench/testbed_long_figures.py` (differences from the base model with intervals; pass@k against k).
+- with `--plot`, pass@K against training steps; with `--forest`, `--curves` and `--problems`, the figures of
+  `bench/testbed_long_figures.py` (differences from the base model with intervals; pass@k against k; each
+  out-of-distribution problem's right chains, the base model's against each run's).
 
     python bench/testbed_long_table.py                  # K = the largest k recorded (n = 128: pass@128)
     python bench/testbed_long_table.py --k 32 --split ood
@@ -448,6 +449,8 @@ def main() -> None:
     ap.add_argument("--plot", default=None, help="PNG path: pass@k against training steps, every method")
     ap.add_argument("--forest", default=None, help="PNG path: each method's pass@k minus the base model's, intervals")
     ap.add_argument("--curves", default=None, help="PNG path: pass@k against k, base and each method's last step")
+    ap.add_argument("--problems", default=None,
+                    help="PNG path: per OOD problem, the base model's right chains against each run's")
     args = ap.parse_args()
     records, left_out = one_judge(load_records(ROOT / "bench" / "results" / args.name, args.seeds))
     if not records:
@@ -474,13 +477,15 @@ def main() -> None:
         print("\n".join(solved_sets_table(records, "id", "matched-chain")))
     if args.plot:
         plot(records, k, Path(args.plot))
-    if args.forest or args.curves:
+    if args.forest or args.curves or args.problems:
         import testbed_long_figures as figures
 
         if args.forest:
             figures.forest(records, k, Path(args.forest))
         if args.curves:
             figures.curves(records, Path(args.curves))
+        if args.problems:
+            figures.problems(records, Path(args.problems))
 
 
 if __name__ == "__main__":

@@ -250,6 +250,14 @@ def test_the_long_runs_figures_compare_each_methods_last_common_step_with_the_ba
     figures.forest(records, 1, tmp_path / "forest.png")
     figures.curves(records, tmp_path / "curves.png")
     assert (tmp_path / "forest.png").stat().st_size > 10_000 and (tmp_path / "curves.png").stat().st_size > 10_000
+    # per problem at each method's last common step: grpo at 500 in seeds 0 and 1, clip_cov at 1000 in seed 0
+    assert figures.problem_points(records, "grpo", "ood", "matched-chain") == [("p1", 1, [2, 0]), ("p2", 0, [0, 0])]
+    assert figures.problem_points(records, "clip_cov", "ood", "matched-chain") == [("p1", 1, [1]), ("p2", 0, [2])]
+    assert figures.problem_points(records, "grpo", "id", "matched-chain") == []  # not recorded there
+    for r in records.values():
+        r["n"] = 4  # samples per problem, the axes' extent
+    figures.problems(records, tmp_path / "problems.png", min_hits=1)
+    assert (tmp_path / "problems.png").stat().st_size > 10_000
 
 
 def test_the_long_runs_compare_coverage_at_equal_pass1_with_an_interval_over_problems():
