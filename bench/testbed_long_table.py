@@ -316,7 +316,7 @@ def chance_lost_gained(base_counts: list[int], n: int, seeds: int, min_hits: int
                        grid: int = 200_000) -> tuple[float, float]:
     """How many problems `solved_sets_table` would count lost and gained by chance alone: the expected numbers
     were each of `seeds` runs to sample every problem as the base model does (`base_counts`: its correct samples
-    of n per problem; the runs' n samples as many). A problem's pass@1 p is drawn from its posterior given the
+    of n per problem; each run also draws n). A problem's pass@1 p is drawn from its posterior given the
     base's count c (Jeffreys prior: Beta(c + 1/2, n - c + 1/2)), the same p for every seed. Lost: c >= `min_hits`
     and 0 correct in every seed, E[(1 - p)^(n seeds)]; gained: c = 0 and at least `min_hits` in every seed,
     E[P(Binomial(n, p) >= min_hits)^seeds]. The prior matters most for the problems the base never solved: it gives
