@@ -16,6 +16,7 @@ Reads the records `bench/testbed_long.py` writes (`bench/results/testbed_long/<m
   problems and seeds;
 - narrowing against steps: pass@K at the last checkpoint minus at the first, seed with seed, with its interval
   (`narrowing_table`);
+- by right chains, pass@K minus the base model's on each operation count of a split alone (`by_operations_table`);
 - which problems each method loses or gains against the base model, beside how many chance alone would give
   (`solved_sets_table`);
 - with `--plot`, pass@K against training steps; with `--forest`, `--curves` and `--problems`, the figures of
@@ -148,6 +149,56 @@ def table(records: dict, split: str, mode: str, k: int) -> list[str]:
             vs_base = paired([(base, r) for r in rows], k) if base is not None else None
             lines.append(f"| {method} | {step} | {len(rows)} | {pass1:.3f} | {passk:.3f} | {ent:.3f} | "
                          f"{'(baseline)' if ref is None else fmt(vs_ref)} | {fmt(vs_base)} |")
+    return lines + [""]
+
+
+def operations_of(pid: str) -> int | None:
+    """The number of operations of an arithmetic problem (`explorl.tasks.arith`: its record's problem id is its
+    prompt, "7+12-5=?"), None for another task's problem."""
+    from explorl.tasks.arith import operations
+
+    try:
+        return len(operations(pid)[1])
+    except ValueError:
+        return None
+
+
+def restricted(record: dict, pids: set[str]) -> dict:
+    """`record` with its per-problem counts cut to the problems in `pids` (what `per_problem` and `paired` read)."""
+    p = record["curve"]["problems"]
+    keep = [i for i, pid in enumerate(p["id"]) if pid in pids]
+    problems = {key: [p[key][i] for i in keep] for key in ("id", "n", "correct")}
+    return {**record, "curve": {**record["curve"], "problems": problems}}
+
+
+def by_operations_table(records: dict, split: str, mode: str, k: int) -> list[str]:
+    """pass@k minus the base model's on the problems of each operation count of `split` alone, per method and
+    checkpoint, paired as `table` pairs (95% interval over those problems and the seeds). A split that mixes
+    problems one and two operations beyond training can hide a loss at one behind a gain at the other."""
+    base = records.get(("base", 0, 0, split, base_mode(mode)))
+    if base is None:
+        return []
+    levels: dict[int, set[str]] = {}
+    for pid in base["curve"]["problems"]["id"]:
+        if (ops := operations_of(pid)) is not None:
+            levels.setdefault(ops, set()).add(pid)
+    if len(levels) < 2:
+        return []
+    base_at = {ops: restricted(base, pids) for ops, pids in sorted(levels.items())}
+    heads = [f"{ops} operations ({len(levels[ops])} problems; base {statistics.fmean(per_problem(b, k).values()):.3f})"
+             for ops, b in base_at.items()]
+    lines = [f"#### {split.upper()}, sampled at {MODES[mode]}: pass@{k} by operations, minus the base model's", "",
+             "| method | step | seeds | " + " | ".join(heads) + " |", "|---|---:|---:|" + "---|" * len(heads)]
+    for method in ordered_methods(records):
+        for step in sorted({s for m, _, s, sp, md in records if (m, sp, md) == (method, split, mode)}):
+            rows = records_at(records, method, step, split, mode)
+            cells = []
+            for ops, b in base_at.items():
+                mine = [restricted(r, levels[ops]) for r in rows]
+                ci = paired([(b, r) for r in mine], k)
+                mean = statistics.fmean(statistics.fmean(per_problem(r, k).values()) for r in mine)
+                cells.append(f"{mean:.3f}, {fmt(ci)}")
+            lines.append(f"| {method} | {step} | {len(rows)} | " + " | ".join(cells) + " |")
     return lines + [""]
 
 
@@ -469,6 +520,9 @@ def main() -> None:
     if args.split != "id" and ("ood", "matched") in recorded:
         print("\n".join(equal_pass1_table(records, k)))
         print("\n".join(solved_sets_table(records)))
+    for split in (["id", "ood"] if args.split == "both" else [args.split]):
+        for mode in [m for m in MODES if (split, m) in recorded and m.endswith("-chain")]:
+            print("\n".join(by_operations_table(records, split, mode, k)))
     if args.split != "id" and ("ood", "matched-chain") in recorded:  # a base model with right work out of it
         print("\n".join(equal_pass1_table(records, k, ("id", "matched-chain"), ("ood", "matched-chain"))))
         print("\n".join(solved_sets_table(records, "ood", "matched-chain")))

@@ -288,3 +288,31 @@ def test_the_problems_lost_and_gained_are_counted_over_every_seed():
     # clip_cov, one seed: both reliable problems lost, both unsolved ones gained; GRPO lost p0 of the two
     lost, gained = table.chance_lost_gained(base, 16, 1, 4)
     assert rows["clip_cov"][2:] == ["1", "2", "2", f"{lost:.2f} / {gained:.2f}", "1 |"]
+
+
+def test_coverage_is_split_by_operations_against_the_base_model():
+    table = _load("testbed_long_table")
+
+    def record(counts: dict[str, int]) -> dict:  # 4 samples a problem
+        ids = list(counts)
+        return {"n": 4, "curve": {"problems": {"id": ids, "n": [4] * len(ids), "correct": list(counts.values())}}}
+
+    one, two = ["1+2=?\n", "3-1=?\n"], ["1+2+3=?\n", "4-2+7=?\n"]  # one and two operations
+    assert [table.operations_of(p) for p in one + two] == [1, 1, 2, 2]
+    assert table.operations_of("What is 2 + 2?") is None  # another task's problem
+    base = record({one[0]: 2, one[1]: 0, two[0]: 4, two[1]: 1})
+    records = {("base", 0, 0, "ood", "t1-chain"): base,
+               ("grpo", 0, 500, "ood", "matched-chain"): record({one[0]: 4, one[1]: 2, two[0]: 0, two[1]: 0}),
+               ("grpo", 1, 500, "ood", "matched-chain"): record({one[0]: 0, one[1]: 0, two[0]: 4, two[1]: 0})}
+    assert table.restricted(base, set(two))["curve"]["problems"] == {"id": two, "n": [4, 4], "correct": [4, 1]}
+    lines = table.by_operations_table(records, "ood", "matched-chain", k=1)
+    # pass@1 = correct / 4. Base: one operation (2/4 + 0) / 2 = 0.25, two (4/4 + 1/4) / 2 = 0.625.
+    # grpo seed 0: one (1 + 1/2) / 2 = 0.75, two 0; seed 1: one 0, two 0.5. Means over seeds: 0.375 and 0.25; minus
+    # the base: +0.125 (seed 0 +0.5, seed 1 -0.25) and -0.375 (seed 0 -0.625, seed 1 -0.125)
+    assert "1 operations (2 problems; base 0.250)" in lines[2] and "2 operations (2 problems; base 0.625)" in lines[2]
+    row = lines[4].split(" | ")
+    assert row[:3] == ["| grpo", "500", "2"]
+    assert row[3].startswith("0.375, +0.125 [") and row[3].endswith("(+0.500, -0.250)")
+    assert row[4].startswith("0.250, -0.375 [") and row[4].endswith("(-0.625, -0.125) |")
+    one_level = {key: table.restricted(r, set(one)) for key, r in records.items()}
+    assert table.by_operations_table(one_level, "ood", "matched-chain", k=1) == []  # one level: nothing to split
