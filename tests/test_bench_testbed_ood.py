@@ -316,3 +316,22 @@ def test_coverage_is_split_by_operations_against_the_base_model():
     assert row[4].startswith("0.250, -0.375 [") and row[4].endswith("(-0.625, -0.125) |")
     one_level = {key: table.restricted(r, set(one)) for key, r in records.items()}
     assert table.by_operations_table(one_level, "ood", "matched-chain", k=1) == []  # one level: nothing to split
+
+
+def test_work_lines_are_counted_against_each_problems_operations():
+    lengths = _load("testbed_ood_lengths")
+    assert lengths.work_lines("1+2=3\n3+3=6\n\\boxed{6}") == 2
+    assert lengths.work_lines("1+2=3\n\\boxed{3}\n3+3=6") == 1  # after the answer: not work
+    assert lengths.work_lines("no work at all") == 0
+    rows = [{"problem": "1+2+3=?\n", "completion": "1+2=3\n3+3=6\n\\boxed{6}", "correct": True},
+            {"problem": "1+2+3=?\n", "completion": "1+2=3\n\\boxed{3}", "correct": False},
+            {"problem": "1+2+3=?\n", "completion": "1+2=3\n3+3=6\n6+0=6\n\\boxed{6}", "correct": False},
+            {"problem": "5-1=?\n", "completion": "\\boxed{4}", "correct": False}]
+    counted = lengths.tally(rows)
+    assert counted == {"2": {"samples": 3, "right": 1, "lines": {"2": 1, "1": 1, "3": 1}},
+                       "1": {"samples": 1, "right": 0, "lines": {"0": 1}}}
+    # two operations: 1 of 3 samples writes fewer lines, 1 as many, 1 more; 1 right chain of 3
+    assert lengths.table({"m": {"operations": counted}})[2:] == ["| m | 1 | 1 | 1.000 | 0.000 | 0.000 | 0.0000 |",
+                                                                 "| m | 2 | 3 | 0.333 | 0.333 | 0.333 | 0.3333 |"]
+    with pytest.raises(ValueError, match="not an arithmetic problem"):
+        lengths.tally([{"problem": "What is 2 + 2?", "completion": "", "correct": False}])
