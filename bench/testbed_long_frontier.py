@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from learning import baseline, with_baselines  # noqa: E402
 from testbed_long import METHODS, SPLITS, current_judge  # noqa: E402
-from testbed_long_table import fmt  # noqa: E402
+from testbed_long_table import fmt, operations_of  # noqa: E402
 
 TEMPERATURES = "0.7,0.85,1.0,1.15,1.3"
 KS = [1, 8, 64]
@@ -142,6 +142,19 @@ def load_frontiers(name: str, seeds: int, split: str = "id") -> dict[int, dict[s
                 out[seed]["base"] = sorted(out[seed]["base"] + [p for p in base_low if p.temperature not in known],
                                            key=lambda p: p.temperature)
     return out
+
+
+def of_operations(frontiers: dict[int, dict[str, list]], operations: int) -> dict[int, dict[str, list]]:
+    """`frontiers` with every point cut to the problems of `operations` operations (`operations_of`): a split that
+    mixes two distances from training, compared at each alone. Each point keeps its entropy, measured over the
+    whole split it was sampled on."""
+    from dataclasses import replace
+
+    def cut(point):
+        return replace(point, correct={pid: c for pid, c in point.correct.items() if operations_of(pid) == operations})
+
+    return {seed: {label: [cut(p) for p in points] for label, points in models.items()}
+            for seed, models in frontiers.items()}
 
 
 def comparison(frontiers: dict[int, dict[str, list]], method: str, reference: str,
@@ -288,6 +301,8 @@ def main() -> None:
     ap.add_argument("--table", action="store_true", help="only print the tables of the recorded frontiers")
     ap.add_argument("--plot", default=None, help="PNG path: each method minus its baseline against entropy")
     ap.add_argument("--plot-base", default=None, help="PNG path: every run minus the base model against entropy")
+    ap.add_argument("--operations", type=int, default=None,
+                    help="compare on the problems of this many operations alone (arithmetic; e.g. 9 of the 8-9 split)")
     args = ap.parse_args()
     if not args.table:
         import torch
@@ -300,6 +315,13 @@ def main() -> None:
     frontiers = load_frontiers(args.name, args.seeds, args.split)
     if not frontiers:
         raise SystemExit(f"no frontier recorded under bench/results/{args.name}/frontier/seed*/{args.split}_chain")
+    if args.operations is not None:
+        frontiers = of_operations(frontiers, args.operations)
+        points = [p for models in frontiers.values() for pts in models.values() for p in pts]
+        if not any(p.correct for p in points):
+            raise SystemExit(f"--operations {args.operations}: no problem of the {args.split} split has that many "
+                             f"operations; give one of {sorted(SPLITS[args.split])}")
+        print(f"(problems of {args.operations} operations only; entropies are the whole split's)\n")
     print("\n".join(summary(frontiers)))
     print("\n".join(tables(frontiers, args.split)))
     for path, against_base in ((args.plot, False), (args.plot_base, True)):

@@ -335,3 +335,13 @@ def test_work_lines_are_counted_against_each_problems_operations():
                                                                  "| m | 2 | 3 | 0.333 | 0.333 | 0.333 | 0.3333 |"]
     with pytest.raises(ValueError, match="not an arithmetic problem"):
         lengths.tally([{"problem": "What is 2 + 2?", "completion": "", "correct": False}])
+
+
+def test_a_frontier_is_compared_on_one_operation_count_alone():
+    from explorl.evaluation.frontier import FrontierPoint
+
+    frontier = _load("testbed_long_frontier")
+    point = FrontierPoint(1.0, 0.2, 4, {"1+2=?\n": 3, "1+2+3=?\n": 1, "4-2+7=?\n": 0})
+    cut = frontier.of_operations({0: {"base": [point]}}, 2)
+    assert cut[0]["base"] == [FrontierPoint(1.0, 0.2, 4, {"1+2+3=?\n": 1, "4-2+7=?\n": 0})]  # the entropy kept
+    assert frontier.of_operations({0: {"base": [point]}}, 5)[0]["base"][0].correct == {}
