@@ -247,10 +247,11 @@ def tables(frontiers: dict[int, dict[str, list]], split: str = "id") -> list[str
 
 
 def difference_figure(frontiers: dict[int, dict[str, list]], points: int = 9, split: str = "id",
-                      against_base: bool = False):
+                      against_base: bool = False, operations: int | None = None):
     """Each method minus its baseline (and each baseline minus one-update `grpo`), or with `against_base` every run
     minus the base model, against sampling entropy: one panel per k, the mean over seeds as a line and the 95%
-    interval over problems and seeds as a band."""
+    interval over problems and seeds as a band. `operations`: the frontiers were cut to that many (the title
+    says so)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -267,6 +268,8 @@ def difference_figure(frontiers: dict[int, dict[str, list]], points: int = 9, sp
     axes = [fig.add_subplot(len(KS), 1, i + 1) for i in range(len(KS))]
     colours = model_colours(len(comparisons))
     where = "In distribution" if split == "id" else "Out of distribution"
+    if operations is not None:
+        where += f", problems of {operations} operations only"
     fig.suptitle(f"{where}, final checkpoints; mean over seeds, band: 95% interval over problems and seeds",
                  fontsize="medium")
     for ax, k in zip(axes, KS):
@@ -328,7 +331,8 @@ def main() -> None:
         if path:
             from explorl.report.style import save_png
 
-            figure = difference_figure(frontiers, split=args.split, against_base=against_base)
+            figure = difference_figure(frontiers, split=args.split, against_base=against_base,
+                                       operations=args.operations)
             print(f"wrote {save_png(figure, path)}")
 
 
