@@ -5,11 +5,11 @@ problems) at T = 1 with `explorl eval --save-completions`, and counts each compl
 problem's operations.
 
     python bench/testbed_ood_lengths.py                  # the base model and each run's final checkpoint, seed 0
-    python bench/testbed_ood_lengths.py --seeds 3 --n 16
+    python bench/testbed_ood_lengths.py --seeds 3        # and seeds 1 and 2 (what RESULTS reports)
 
 Records: `bench/results/testbed_ood/lengths/<label>.json` (per operation count: how many samples wrote each number
-of work lines, and how many were right chains); a recorded label is skipped, so the script continues where it
-stopped. Prints a Markdown table of every record.
+of work lines, and how many were right chains); a label recorded with the same --n and --problems is skipped, so
+the script continues where it stopped. Prints a Markdown table of every record.
 """
 
 from __future__ import annotations
@@ -109,6 +109,9 @@ def main() -> None:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(record, indent=1) + "\n")
         records[label] = json.loads(path.read_text())
+        if (records[label]["n"], records[label]["problems"]) != (args.n, args.problems):
+            raise SystemExit(f"{path} was sampled with --n {records[label]['n']} --problems "
+                             f"{records[label]['problems']}: give those, or move the lengths records aside to sample again")
     print("\n".join(table(records)))
 
 
