@@ -111,7 +111,8 @@ def main() -> None:
         records[label] = json.loads(path.read_text())
         if (records[label]["n"], records[label]["problems"]) != (args.n, args.problems):
             raise SystemExit(f"{path} was sampled with --n {records[label]['n']} --problems "
-                             f"{records[label]['problems']}: give those, or move the lengths records aside to sample again")
+                             f"{records[label]['problems']}: give those, or move the lengths records aside to "
+                             "sample again")
     print("\n".join(table(records)))
 
 
