@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from testbed_long_table import MODES, base_mode, is_baseline, ordered_methods, paired, records_at  # noqa: E402
+from testbed_long_table import MODES, base_mode, fate, is_baseline, ordered_methods, paired, records_at  # noqa: E402
 
 PANELS = [("id", "matched-chain"), ("ood", "matched-chain"), ("id", "t1-chain"), ("ood", "t1-chain")]
 """Right-chain panels first (the judge that is not fooled by guessed answers), at the base entropy, then T = 1."""
@@ -152,8 +152,8 @@ def problems(records: dict, path: Path, split: str = "ood", mode: str = "matched
     for ax, method in zip(axes, methods):
         points = problem_points(records, method, split, mode)
         n = records_at(records, method, last_step(records, method, split, mode), split, mode)[0]["n"]
-        colour = ["tab:red" if c >= min_hits and max(seen) == 0 else
-                  "tab:green" if c == 0 and min(seen) >= min_hits else "tab:gray" for _, c, seen in points]
+        colour = [{"lost": "tab:red", "gained": "tab:green"}.get(fate(c, seen, min_hits), "tab:gray")
+                  for _, c, seen in points]
         ax.scatter([c for _, c, _ in points], [statistics.fmean(seen) for _, _, seen in points], s=12, c=colour,
                    alpha=0.7)
         ax.plot([0, n], [0, n], color="k", linestyle=":", linewidth=0.8)

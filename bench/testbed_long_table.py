@@ -395,6 +395,19 @@ def chance_lost_gained(base_counts: list[int], n: int, seeds: int, min_hits: int
     return lost, gained
 
 
+def fate(base_count: int | None, seen: list[int], min_hits: int) -> str | None:
+    """What became of one problem in a run, `seen` its correct samples in each seed: "lost" where the base model
+    solved it at least `min_hits` times and the run never does in any seed, "gained" where the base never did and
+    the run does at least `min_hits` times in every seed, else None (also where the base did not evaluate it)."""
+    if base_count is None:
+        return None
+    if base_count >= min_hits and max(seen) == 0:
+        return "lost"
+    if base_count == 0 and min(seen) >= min_hits:
+        return "gained"
+    return None
+
+
 def solved_sets_table(records: dict, split: str = "ood", mode: str = "matched", min_hits: int = 4) -> list[str]:
     """Where coverage goes: per method and checkpoint, the problems the base model solves reliably (at least
     `min_hits` correct of its n samples) that the method never solves ("lost": 0 correct in every seed's n), and
@@ -414,19 +427,18 @@ def solved_sets_table(records: dict, split: str = "ood", mode: str = "matched", 
                 out.setdefault(pid, []).append(c)
         return out
 
-    def lost_gained(mine: dict[str, list[int]]) -> tuple[set[str], set[str]]:
-        ref = counts("base", 0, base_mode(mode))
-        lost = {p for p, c in ref.items() if c[0] >= min_hits and p in mine and max(mine[p]) == 0}
-        gained = {p for p, c in mine.items() if min(c) >= min_hits and ref.get(p, [1])[0] == 0}
-        return lost, gained
+    ref = dict(zip(base["curve"]["problems"]["id"], base["curve"]["problems"]["correct"]))
 
-    reliable = sum(1 for c in counts("base", 0, base_mode(mode)).values() if c[0] >= min_hits)
+    def lost_gained(mine: dict[str, list[int]]) -> tuple[set[str], set[str]]:
+        fates = {p: fate(ref.get(p), c, min_hits) for p, c in mine.items()}
+        return {p for p, f in fates.items() if f == "lost"}, {p for p, f in fates.items() if f == "gained"}
+
+    reliable = sum(1 for c in ref.values() if c >= min_hits)
     lines = [f"#### {split.upper()} problems lost and gained against the base model, sampled at {MODES[mode]} (the "
              f"base solves {reliable} of {len(base['curve']['problems']['id'])} at least {min_hits} times in "
              f"{base['n']})", "",
              f"| method | step | seeds | lost (base >= {min_hits}, method 0) | gained (method >= {min_hits} in every "
              "seed, base 0) | lost / gained by chance | lost by GRPO too |", "|---|---:|---:|---:|---:|---:|---:|"]
-    base_counts = [c[0] for c in counts("base", 0, base_mode(mode)).values()]
     chance: dict[tuple[int, int], tuple[float, float]] = {}
     methods = ordered_methods(records)
     for method in methods:
@@ -437,7 +449,7 @@ def solved_sets_table(records: dict, split: str = "ood", mode: str = "matched", 
             both = "-" if not grpo or method == "grpo" else str(len(lost & lost_gained(grpo)[0]))
             seeds, n = len(next(iter(mine.values()))), records_at(records, method, step, split, mode)[0]["n"]
             if (seeds, n) not in chance:
-                chance[seeds, n] = chance_lost_gained(base_counts, n, seeds, min_hits)
+                chance[seeds, n] = chance_lost_gained(list(ref.values()), n, seeds, min_hits)
             by_chance = f"{chance[seeds, n][0]:.2f} / {chance[seeds, n][1]:.2f}"
             lines.append(f"| {method} | {step} | {seeds} | {len(lost)} | {len(gained)} | {by_chance} | {both} |")
     return lines + [""]
