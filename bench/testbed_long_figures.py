@@ -147,11 +147,11 @@ def problems(records: dict, path: Path, split: str = "ood", mode: str = "matched
     seeds), one panel per method, both axes symmetric-log. Red: a problem the base model solves at least
     `min_hits` times that the method never solves in any seed (lost, as `solved_sets_table` counts); green: one
     the base never solves that the method solves at least `min_hits` times in every seed (gained)."""
-    methods = [m for m in ordered_methods(records) if problem_points(records, m, split, mode)]
-    plt, fig, axes = _axes(len(methods), 3.6, 3.4, most_cols=3)  # three a row: nine runs fit a page
-    for ax, method in zip(axes, methods):
-        points = problem_points(records, method, split, mode)
-        n = records_at(records, method, last_step(records, method, split, mode), split, mode)[0]["n"]
+    panels = [(m, points) for m in ordered_methods(records) if (points := problem_points(records, m, split, mode))]
+    plt, fig, axes = _axes(len(panels), 3.6, 3.4, most_cols=3)  # three a row: nine runs fit a page
+    for ax, (method, points) in zip(axes, panels):
+        step = last_step(records, method, split, mode)
+        n = records_at(records, method, step, split, mode)[0]["n"]
         colour = [{"lost": "tab:red", "gained": "tab:green"}.get(fate(c, seen, min_hits), "tab:gray")
                   for _, c, seen in points]
         ax.scatter([c for _, c, _ in points], [statistics.fmean(seen) for _, _, seen in points], s=12, c=colour,
@@ -162,7 +162,7 @@ def problems(records: dict, path: Path, split: str = "ood", mode: str = "matched
         ax.set_xlim(-0.3, n)
         ax.set_ylim(-0.3, n)
         lost, gained = colour.count("tab:red"), colour.count("tab:green")
-        ax.set_title(f"{method} @{last_step(records, method, split, mode)}: {lost} lost, {gained} gained", fontsize=8)
+        ax.set_title(f"{method} @{step}: {lost} lost, {gained} gained", fontsize=8)
         ax.set_xlabel(f"base model, correct of {n}", fontsize=8)
         ax.set_ylabel("run, correct (mean over seeds)", fontsize=8)
         ax.tick_params(labelsize=7)
