@@ -30,6 +30,33 @@ def test_two_methods_that_disagree_are_refused_naming_every_key(tmp_path):
     assert "command line" in msg
 
 
+ESTIMATORS = {"grpo": "grpo", "dr_grpo": "dr_grpo", "erpo": "erpo", "passk": "passk"}
+"""The method layers that are advantage estimators, and the estimator each selects; every other layer leaves
+algo.advantage alone (its papers used GRPO's, the default)."""
+
+
+def test_only_an_estimators_layer_sets_the_advantage():
+    """Issue 56: EAD's layer pinned algo.advantage: grpo, so EAD with another estimator needed a tie-break; a layer
+    that is not an estimator sets no estimator, and composes with any without one."""
+    from explorl.config.layers import METHODS_DIR, method_names
+
+    import yaml
+
+    for name in method_names():
+        algo = yaml.safe_load((METHODS_DIR / f"{name}.yaml").read_text()).get("algo") or {}
+        assert algo.get("advantage") == ESTIMATORS.get(name), name
+    assert load_config(None, ["algo.loss_agg=token-mean"]).algo.advantage == "grpo"  # the default they rely on
+
+
+def test_ead_composes_with_another_estimator_without_a_tie_break(tmp_path):
+    # a layer of one's own that picks an estimator alone (the shipped estimators' layers also bring their papers'
+    # clip bounds, which differ from EAD's: those are a real choice, named as a conflict)
+    write(tmp_path / "rloo_like.yaml", "algo: {advantage: dr_grpo}\n")
+    cfg = load_config(write(tmp_path / "ead_mine.yaml", "methods: [ead_tis, rloo_like.yaml]\n"))
+    assert (cfg.algo.advantage, cfg.sampling.schedule, cfg.algo.importance_weights) == ("dr_grpo", "ead", "tis")
+    assert load_config(write(tmp_path / "ead.yaml", "methods: [ead]\n")).algo.advantage == "grpo"
+
+
 def test_your_key_in_the_file_settles_a_methods_conflict(tmp_path):
     both = write(tmp_path / "both.yaml", "methods: [e3, clip_cov]\n" + SETTLE)
     cfg = load_config(both)
