@@ -115,3 +115,13 @@ def test_load_task():
     assert exact.reward_fn.__name__ == "exact_reward" and not exact.isolate
     with pytest.raises(ValueError, match="task.name"):
         load_task(TaskConfig(name="nope"))
+
+
+def test_the_prompt_template_wraps_each_question():
+    """Issue 56: `task.prompt_template` was silently ignored by `arith` (every template evaluated the same prompts);
+    it wraps each question, the answers and solutions stay."""
+    plain = load_task(TaskConfig(name="arith", train_size=4, eval_size=3))
+    wrapped = load_task(TaskConfig(name="arith", train_size=4, eval_size=3, prompt_template="Q: {question}"))
+    for p, q in zip(plain.train + plain.eval, wrapped.train + wrapped.eval):
+        assert q.prompt == "Q: " + p.prompt and (q.answer, q.solution) == (p.answer, p.solution)
+    assert plain.eval[0].prompt.endswith("=?\n")

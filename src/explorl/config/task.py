@@ -46,9 +46,9 @@ class TaskConfig:
     system_prompt: str = ""
     """A system message before the user turn (chat template on), or a line before the prompt (off)."""
     prompt_template: str = "{question}"
-    """Format string that turns a question into the prompt: `{question}` is replaced by the question (`file`, `hf`
-    and `rg:` tasks), and in `file` and `hf` tasks `{name}` by the row's column `name` (`{context}`, `{problem}`);
-    any other braces stay as written."""
+    """Format string that turns a question into the prompt: `{question}` is replaced by the question (every
+    built-in task; `arith`'s question is `7+12-5=?\\n`, the one format the embedded model knows), and in `file` and
+    `hf` tasks `{name}` by the row's column `name` (`{context}`, `{problem}`); any other braces stay as written."""
     difficulties: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5])
     """`arith`: difficulty levels mixed in one dataset (level d has d operations), so some prompts are easy
     and some hard. `rg:` tasks ignore it."""

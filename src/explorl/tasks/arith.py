@@ -16,6 +16,7 @@ import re
 from typing import TYPE_CHECKING, Callable
 
 from explorl.algos.registry import register
+from explorl.tasks.files import fill_template
 from explorl.tasks.base import Problem
 
 if TYPE_CHECKING:
@@ -132,11 +133,15 @@ def _check_arith(cfg) -> str | None:
     return None
 
 
-@register("task", "arith", reads=("difficulties", "operands", "train_size", "eval_size", "data_seed"),
-          check=_check_arith)
+@register("task", "arith", reads=("difficulties", "operands", "train_size", "eval_size", "data_seed",
+                                  "prompt_template"), check=_check_arith)
 def load_arith(cfg: TaskConfig) -> tuple[list[Problem], list[Problem], tuple[Callable, bool], Callable]:
-    """The `arith` task: (train, eval, default reward, answer extractor); answers are read from the last \\boxed{}."""
+    """The `arith` task: (train, eval, default reward, answer extractor); answers are read from the last \\boxed{}.
+    `task.prompt_template` wraps each question (`7+12-5=?\\n`, the one format the embedded model was trained on)."""
     from explorl.rewards import extract_boxed
 
     train, eval_ = arith_task(cfg.difficulties, cfg.train_size, cfg.eval_size, cfg.data_seed, tuple(cfg.operands))
+    if cfg.prompt_template != "{question}":
+        for p in train + eval_:
+            p.prompt = fill_template(cfg.prompt_template, p.prompt, {})
     return train, eval_, default_reward(), extract_boxed
