@@ -155,6 +155,19 @@ def test_list_of_int_from_comma_string_and_scalar():
     assert "run.eval_k[1]" in msg and "integer" in msg
 
 
+def test_backslash_n_typed_on_a_command_line_is_a_newline():
+    """Issue 56: a shell passes `\\n` in `--task-opt 'prompt_template=Q: {question}\\nA:'` as a backslash and an n;
+    a string field reads it (and `\\t`) as a newline (a tab), `\\\\` stays two backslashes, other escapes stay."""
+    cfg = load_config(None, [r"task.prompt_template=Q: {question}\nA:\t", r"task.answer_pattern=\\boxed\{(\d+)\}\\n"])
+    assert cfg.task.prompt_template == "Q: {question}\nA:\t"
+    assert cfg.task.answer_pattern == r"\\boxed\{(\d+)\}\\n"  # nothing but the doubled backslashes to read
+    # quoted, YAML reads the escapes itself, as before
+    assert load_config(None, ['task.prompt_template="Q: {question}\\nA:"']).task.prompt_template == "Q: {question}\nA:"
+    from explorl.config.held_out import command_task
+
+    assert command_task(None, "arith", {"prompt_template": r"{question}\n="}).prompt_template == "{question}\n="
+
+
 def test_string_fields_take_override_text_verbatim():
     # YAML would read these as a mapping, a comment or a boolean; a string field keeps the text as typed
     assert load_config(None, ["task.prompt_template={question}"]).task.prompt_template == "{question}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 import types
 import typing
 from typing import Any, Literal
@@ -199,10 +200,21 @@ def _field_type(parts: list[str], cls: type = Config) -> Any:
     return None
 
 
+_ESCAPES = {"n": "\n", "t": "\t", "\\": "\\\\"}
+
+
+def _shell_escapes(text: str) -> str:
+    """`\\n` and `\\t` typed on a command line as a newline and a tab (a shell passes them as two characters); `\\\\`
+    stays as written, so `\\\\n` is a backslash and an n. A regex means the same by `\\n` and a newline, so
+    `task.answer_pattern` reads alike either way; every other backslash is kept."""
+    return re.sub(r"\\([nt\\])", lambda m: _ESCAPES[m.group(1)], text)
+
+
 def apply_override(data: dict[str, Any], override: str) -> None:
     """Apply one `a.b.c=value` override to a nested dict; the value is parsed as YAML (`1e-4`, `[1,2]`, `true`),
-    except for plain string fields, which take the text verbatim (`task.prompt_template=Q: {question}`) unless
-    it is quoted, and fields whose choices are strings (`task.chat_template=off` is `off`, not YAML's false)."""
+    except for plain string fields, which take the text verbatim (`task.prompt_template=Q: {question}`, with `\\n`
+    and `\\t` read as a newline and a tab: `_shell_escapes`) unless it is quoted, and fields whose choices are
+    strings (`task.chat_template=off` is `off`, not YAML's false)."""
     if "=" not in override:
         raise ConfigError(f"override {override!r} must look like key.sub=value (e.g. sampling.temperature=0.7)")
     key, raw = override.split("=", 1)
@@ -216,7 +228,7 @@ def apply_override(data: dict[str, Any], override: str) -> None:
     tp = _field_type(parts)
     choices = typing.get_args(tp) if typing.get_origin(tp) is Literal else ()
     if (tp is str or (choices and all(isinstance(c, str) for c in choices))) and not quoted:
-        value = raw.strip() if choices else raw
+        value = raw.strip() if choices else _shell_escapes(raw)
     node = data
     for p in parts[:-1]:
         if not isinstance(node.get(p, {}), dict):
