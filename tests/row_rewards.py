@@ -21,3 +21,9 @@ def fails_on_flagged_rows(completion: str, answer: str, *, flag=False, **meta) -
     if flag:
         raise KeyError("flagged row")
     return 1.0
+
+
+def boxed_times_weight(completion: str, answer: str, *, weight, **meta) -> float:
+    """The row's `weight` when the completion's last `\\boxed{}` holds the answer, else 0: a reward of the user's own
+    that reads answers where maj@k does."""
+    return float(weight) if completion.rsplit("\\boxed{", 1)[-1].startswith(f"{answer}}}") else 0.0

@@ -156,6 +156,9 @@ def test_a_custom_reward_without_an_answer_pattern_is_warned_that_maj_reads_the_
     assert "last \\boxed{...}" in lines["task.answer_pattern"]
     assert "task.answer_pattern" not in dict(check_run_inputs(load_config(None, [*base, "task.answer_pattern=(.+)"])))
     assert "task.answer_pattern" not in dict(check_run_inputs(load_config(None, [*base[:-2], base[-1]])))  # math
+    # issue 56: a reward of one's own that reads the last \boxed{} itself is not warned about
+    reads_box = [*base[:4], "task.reward=row_rewards:boxed_times_weight", base[-1]]
+    assert "task.answer_pattern" not in dict(check_run_inputs(load_config(None, reads_box)))
 
 
 def test_a_template_of_other_columns_alone_is_accepted_and_one_without_placeholders_is_refused(tmp_path):

@@ -10,6 +10,7 @@ or any task a plugin registers with `@register("task", name)`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from explorl.algos.registry import Entry, lookup, names
@@ -51,16 +52,33 @@ def _task_entry(name: str) -> Entry:
         raise ValueError(f"task.name: {name!r} is not a task; valid: {', '.join(names('task'))}") from None
 
 
-def answer_pattern_warning(cfg: TaskConfig) -> str | None:
+def answer_pattern_warning(cfg: TaskConfig, problems: Sequence[Problem] = ()) -> str | None:
     """A warning when `task.reward` names a function of the user's own (`module:function`) and `task.answer_pattern`
     is empty: maj@k, the answer votes and the format rate then read each completion's last `\\boxed{...}` as its
-    answer, which a reward that reads answers its own way does not (issue 41: maj@1 0.0 beside pass@1 0.0078)."""
+    answer, which a reward that reads answers its own way does not (issue 41: maj@1 0.0 beside pass@1 0.0078).
+    With sample `problems`, none when every such function reads `\\boxed{}` itself (`_reads_boxed`)."""
     from explorl.rewards import BUILTIN_REWARDS, reward_entries
 
     own = [e for e in reward_entries(cfg.reward) if e not in BUILTIN_REWARDS]
-    if not own or cfg.answer_pattern:
+    if not own or cfg.answer_pattern or (problems and all(_reads_boxed(cfg, e, problems) for e in own)):
         return None
     return (f"task.reward names your own {', '.join(own)} and task.answer_pattern is empty, so maj@k, the answer "
             f"votes and the format rate read each completion's last \\boxed{{...}} as its answer; if your reward "
             f"reads answers another way, set task.answer_pattern to a regular expression whose first group is the "
             f"answer (e.g. 'Answer: *(.+)')")
+
+
+def _reads_boxed(cfg: TaskConfig, entry: str, problems: Sequence[Problem]) -> bool:
+    """Whether reward `entry` scores each sample problem's right answer in `\\boxed{}` above a completion that states
+    no answer: then it reads answers where maj@k does (a reward of the row alone, or of another format, does not).
+    It runs as training runs it (`RewardRunner`); a failure counts as not reading."""
+    from explorl.rewards import RewardRunner, resolve_reward
+
+    fn, isolate = resolve_reward(entry, (None, False))
+    runner = RewardRunner(fn, isolate=isolate, timeout_s=cfg.reward_timeout_s, workers=cfg.reward_workers)
+    answers, metas = [p.answer for p in problems], [p.meta for p in problems]
+    right = runner([f"The answer is \\boxed{{{a}}}." for a in answers], answers, metas)
+    none = runner(["I cannot tell."] * len(answers), answers, metas)
+    if right.failures or none.failures:
+        return False
+    return all(r > n for r, n in zip(right.rewards, none.rewards))
