@@ -500,6 +500,28 @@ def test_a_trl_resume_with_a_changed_key_runs_what_config_yaml_says(two_runs, ti
     assert record["resumed_after_step"] == 1 and record["changes"]["optim.lr"] == [1e-3, 2e-4]
 
 
+def test_a_trl_run_warms_up_as_explorls_loop_does(tiny_model_dir, tmp_path):
+    """Issue 56: with optim.warmup_steps=3, explorl's warm-up multiplies the rate of update i (0-based) by
+    (i + 1) / 3, so the first update runs at 1e-3 / 3 and the rate after steps 1 and 2 is 2e-3 / 3 and 1e-3;
+    transformers' own warm-up starts at 0 (a first update that changes nothing) and stays one step behind. A TRL run
+    of an explorl config follows explorl's (about 3 s)."""
+    from explorl.config import load_config
+    from explorl.train.loop import train
+
+    argv = run_argv(tiny_model_dir, tmp_path / "trl") + ["optim.warmup_steps=3", "run.save_every=0"]
+    out = trl_example().main(argv)
+    steps = [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "optim/lr" in r]
+    assert [r["optim/lr"] for r in steps] == pytest.approx([2e-3 / 3, 1e-3], rel=1e-9)
+    logged = [h["learning_rate"] for h in json.loads((out / "engine.json").read_text())["log_history"]
+              if "learning_rate" in h]
+    assert logged == pytest.approx([1e-3 / 3, 2e-3 / 3], rel=1e-9)  # the rate each update ran at
+    argv[2] = f"run.out_dir={tmp_path / 'explorl'}"
+    ours = train(load_config(argv[0], argv[1:]), progress=False)
+    theirs = [r["optim/lr"] for r in map(json.loads, (ours / "metrics.jsonl").read_text().splitlines())
+              if "optim/lr" in r]
+    assert theirs == pytest.approx([r["optim/lr"] for r in steps], rel=1e-12)
+
+
 def test_the_example_prints_config_and_input_errors_as_one_line(tmp_path, capsys, monkeypatch):
     """Issue 41: `examples/trl/train.py` printed a config error as a raw traceback."""
     example = trl_example()

@@ -38,6 +38,7 @@ from explorl.algos.losses import aggregation_count
 from explorl.algos.step import single_update_shortcut
 from explorl.config import Config, ConfigError
 from explorl.rollout.schedule import ScheduleDriver
+from explorl.train.update import lr_lambda
 
 try:
     from trl import GRPOConfig, GRPOTrainer
@@ -219,6 +220,19 @@ class ExplorlGRPOTrainer(GRPOTrainer):
             self.run_log.truncate_metrics(self._round)
             self.run_log.truncate_samples(self._round)
         set_train_temperature(self, float(state["train_tau"]))
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        # a run of an explorl config keeps explorl's schedule (`lr_lambda`): its warm-up gives the first update
+        # lr / warmup_steps, where transformers' gives it 0 (that update would change nothing) and stays one step
+        # behind explorl's loop for the whole warm-up (issue 56)
+        if self.run_config is None or self.lr_scheduler is not None:
+            return super().create_scheduler(num_training_steps, optimizer)
+        o = self.run_config.optim
+        self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer if optimizer is not None else self.optimizer,
+            lr_lambda(o.warmup_steps, num_training_steps, o.min_lr_ratio))
+        self._created_lr_scheduler = True
+        return self.lr_scheduler
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
         # with run_config, the run continues with the optimizer settings and schedule its config.yaml records (a
