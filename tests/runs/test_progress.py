@@ -97,3 +97,24 @@ def test_a_training_run_prints_its_evaluations(tiny_model_dir, tmp_path):
     text = out.getvalue()
     assert text.count("held-out eval: pass@1 ") == 1 and "step 2/4 held-out eval: pass@1 " in text  # step 4 is the
     assert "step 1/4: reward" in text and "step 4/4: reward" in text  # final evaluation (eval.json, the table)
+
+
+def test_a_compiling_first_step_is_announced_and_left_out_of_the_pace():
+    """Issue 56: the first step compiles (two minutes on the CPU) and would put an hour on the time left; it is
+    announced before it starts, and the pace counts from the second step on."""
+    clock = Clock()
+    console, out = _plain()
+    bar = Progress(console, total=100, start=0, clock=clock, compiling=True)
+    assert out.getvalue().startswith("compiling the decoding step") and "first step only" in out.getvalue()
+    clock.t = 120.0
+    bar.update(1, REC)  # 120 s, of which nearly all compiling: no pace yet
+    assert bar.s_per_step is None and bar.pace(1) == "-- s/step (first step compiled)"
+    clock.t = 122.0
+    bar.update(2, REC)  # 2 s: the pace; 98 steps left x 2 s = 196 s
+    assert bar.pace(2) == "2.00 s/step, 3:16 left"
+
+
+def test_no_compile_line_when_nothing_compiles():
+    console, out = _plain()
+    Progress(console, total=10, start=0, clock=Clock())
+    assert out.getvalue() == ""

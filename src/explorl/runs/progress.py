@@ -17,11 +17,16 @@ class Progress:
     """Training progress: steps done of the total, seconds per step smoothed over the last steps (an exponential
     moving average with weight `EMA` on the newest step, wall time between updates, evaluations and checkpoints
     included) and the time left at that pace, with the last step's key metrics. Each evaluation during training
-    is printed as one line with its pass@k. A rich bar on a terminal; plain lines every 10 steps otherwise."""
+    is printed as one line with its pass@k. A rich bar on a terminal; plain lines every 10 steps otherwise.
+
+    With `compiling` (the first step of this process compiles the decoding step or the training forward), a line
+    says so before the first step, and that step's time is left out of the pace: a step that compiles for two
+    minutes would otherwise put an hour on the time left."""
 
     EMA = 0.3
 
-    def __init__(self, console, total: int, start: int, enabled: bool = True, clock=time.monotonic):
+    def __init__(self, console, total: int, start: int, enabled: bool = True, clock=time.monotonic,
+                 compiling: bool = False):
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
         self.console = console
@@ -31,6 +36,10 @@ class Progress:
         self.progress = None
         self.s_per_step: float | None = None
         self._last = (start, clock())
+        self.compiling = compiling
+        if enabled and compiling:
+            console.print("compiling the decoding step and the training forward (torch.compile; first step only, "
+                          "about a minute or two on the CPU; cached on disk for later runs)", highlight=False)
         if self.live:
             self.progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TextColumn("steps"),
                                      TextColumn("{task.fields[pace]}"), TextColumn("{task.fields[info]}"),
@@ -51,7 +60,7 @@ class Progress:
     def pace(self, step: int) -> str:
         """`s/step` (smoothed) and the time left at that pace, once a step has been timed."""
         if self.s_per_step is None:
-            return "-- s/step"
+            return "-- s/step" + (" (first step compiled)" if step > self.start else "")
         return f"{self.s_per_step:.2f} s/step, {format_duration(self.s_per_step * (self.total - step))} left"
 
     def eval_line(self, step: int, rec: dict) -> str | None:
@@ -67,7 +76,10 @@ class Progress:
     def update(self, step: int, rec: dict) -> None:
         now = self.clock()
         last_step, last_t = self._last
-        if step > last_step:
+        if step > last_step and self.compiling:  # the compiling step: timed, but not a pace
+            self.compiling = False
+            self._last = (step, now)
+        elif step > last_step:
             dt = (now - last_t) / (step - last_step)
             self.s_per_step = dt if self.s_per_step is None else (1 - self.EMA) * self.s_per_step + self.EMA * dt
             self._last = (step, now)
