@@ -57,17 +57,20 @@ def train_run(method: str, seed: int, run_dir: Path, args) -> None:
     train(cfg, resume=resume, progress=False)
 
 
-def evaluate(model: str, split: str, mode: str, out: Path, args, temperature: float | None = 1.0) -> None:
+def evaluate(model: str, split: str, mode: str, out: Path, args, temperature: float | None = 1.0,
+             seed: int = 0) -> None:
     """`explorl eval` of one checkpoint on one split, written to `out` (through a temporary name). `mode`: `t1`
     (T = 1), `matched` (the base model's entropy, `--match-entropy base`) or, with `-chain` (`t1-chain`,
     `matched-chain`), correct only when every worked step is the solution's (`task.reward: chain`) at
-    `temperature` (None: at the base model's entropy, found here): the answer alone is often guessed."""
+    `temperature` (None: at the base model's entropy, found here): the answer alone is often guessed. `seed`: the
+    sampler's (`explorl eval --seed`; the same seed and temperature draw the same samples, whatever the judge)."""
     from explorl import commands
 
     ks = sorted({1, 8, 32, args.n} - {k for k in (8, 32) if k > args.n})
     argv = ["eval", "--model", model, "--task", "arith", "--task-opt", f"difficulties={SPLITS[split]}",
             "--task-opt", "train_size=4096", "--task-opt", f"eval_size={args.problems}", "--n", str(args.n),
-            "--k", ",".join(map(str, ks)), "--curve", "--max-new-tokens", "128", "--device", "cpu"]
+            "--k", ",".join(map(str, ks)), "--curve", "--max-new-tokens", "128", "--device", "cpu",
+            "--seed", str(seed)]
     if mode.endswith("-chain"):
         argv += ["--task-opt", "reward=chain"]
         if temperature is None:
