@@ -345,3 +345,28 @@ def test_a_frontier_is_compared_on_one_operation_count_alone():
     cut = frontier.of_operations({0: {"base": [point]}}, 2)
     assert cut[0]["base"] == [FrontierPoint(1.0, 0.2, 4, {"1+2+3=?\n": 1, "4-2+7=?\n": 0})]  # the entropy kept
     assert frontier.of_operations({0: {"base": [point]}}, 5)[0]["base"][0].correct == {}
+
+
+def test_the_base_model_is_evaluated_again_with_each_sampler_seed_once(tmp_path, monkeypatch):
+    """Issue 53: seeds 1 and 2, each judged by chain and by answer, and seed 0's samples by answer; a recorded one
+    is skipped, so a killed run continues."""
+    seeds = _load("testbed_ood_base_seeds")
+    calls = []
+
+    def evaluate(model, split, mode, out, args, temperature, seed):
+        calls.append((model, split, mode, temperature, seed, out.relative_to(tmp_path).as_posix()))
+        out.write_text("{}")
+
+    monkeypatch.setattr(seeds.testbed_long, "evaluate", evaluate)
+    monkeypatch.setattr(seeds.testbed_long, "ROOT", tmp_path)
+    monkeypatch.setattr(seeds, "RECORDS", [(s, m, tmp_path / p.relative_to(seeds.BASE)) for s, m, p in seeds.RECORDS])
+    (tmp_path / "eval_seed1").mkdir()
+    (tmp_path / "eval_seed1" / "step0.ood.t1.json").write_text("{}")  # recorded before a kill
+    seeds.main([])
+    assert calls == [("embedded:testbed", "ood", "t1", 1.0, 0, "step0.ood.t1.json"),
+                     ("embedded:testbed", "ood", "t1-chain", 1.0, 1, "eval_seed1/step0.ood.t1-chain.json"),
+                     ("embedded:testbed", "ood", "t1-chain", 1.0, 2, "eval_seed2/step0.ood.t1-chain.json"),
+                     ("embedded:testbed", "ood", "t1", 1.0, 2, "eval_seed2/step0.ood.t1.json")]
+    calls.clear()
+    seeds.main([])
+    assert calls == []  # everything recorded
