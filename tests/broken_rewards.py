@@ -67,3 +67,53 @@ def hangs(completion, answer, **meta):
 
     while True:
         time.sleep(1)
+
+
+def returns_huge_int(completion, answer, **meta):
+    """10**400: a Python int, exact, and too large for any float (issue 56 item 4: it crashed the run)."""
+    return 10**400
+
+
+def _odd_value(name):
+    import decimal
+    import fractions
+
+    import numpy as np
+
+    return {"huge": 10**400, "-huge": -(10**400), "digits": 10**5000, "fraction": fractions.Fraction(10**400, 3),
+            "decimal": decimal.Decimal("0.25"), "decimal-huge": decimal.Decimal("1e400"),
+            "snan": decimal.Decimal("sNaN"), "np": np.float64(0.5), "np-inf": np.float64("inf"),
+            "np-int": np.int64(1), "np-0d": np.array(0.75), "np-1d": np.array([1.0]), "complex": 1 + 0j,
+            "np-complex": np.complex128(1), "np-str": np.array("1.0"), "true": True, "inf": float("inf"),
+            "unloadable": _Unloadable(), "one": 1}[name]
+
+
+def odd_values(completion, answer, **meta):
+    """Returns the value the completion names (`_odd_value`): numbers of every kind, some not a finite float."""
+    return _odd_value(completion)
+
+
+@batched
+def batched_odd_values(completions, answers, **meta):
+    """Batched: one `_odd_value` per completion."""
+    return [_odd_value(c) for c in completions]
+
+
+@batched
+def batched_huge_list(completions, answers, **meta):
+    """Batched, but returns a million scores."""
+    return [1.0] * 10**6
+
+
+def _rebuild_only_in(pid):
+    """Unpickling an `_Unloadable` works in the process that made it and raises anywhere else."""
+    if os.getpid() != pid:
+        raise RuntimeError("cannot be rebuilt here")
+    return _Unloadable()
+
+
+class _Unloadable:
+    """A value the worker can send but the trainer cannot load."""
+
+    def __reduce__(self):
+        return _rebuild_only_in, (os.getpid(),)

@@ -77,10 +77,12 @@ def checked_config(argv: list[str], resume: bool):
     `explorl train` checks it) before anything is loaded; the trainer checks the run directory again before it
     writes."""
     from explorl.config import load_config
+    from explorl.config.trust import refuse_recorded_code
     from explorl.integrations.trl import refuse_existing_run
     from explorl.models import check_run_inputs
 
     try:
+        refuse_recorded_code(argv[0], argv[1:], f"python examples/trl/train.py {argv[0]}")
         cfg = load_config(argv[0], argv[1:])
         if not resume:
             refuse_existing_run(cfg.run.out_dir)

@@ -133,6 +133,7 @@ def test_train_resume_dry_run_applies_overrides(tmp_path, out, no_work):
     run = tmp_path / "run"
     run.mkdir()
     (run / "config.yaml").write_text(dump_yaml(load_config(QUICKSTART, [f"run.out_dir={run}"])))
+    (run / "metrics.jsonl").write_text("")  # a run explorl made (the dry run checks it, as the real run does)
     # argparse puts the first override in the CONFIG slot; it must still be applied
     rc = commands.main(["train", "--resume", str(run), "run.steps=123", "sampling.top_p=0.9", "--dry-run"])
     text = out()
@@ -362,13 +363,15 @@ def test_real_run_is_checked_before_work_starts(tmp_path, tiny_model_dir, out, n
     assert "task.path" in out() and "does not exist" in out()
 
 
-def test_dry_run_warns_when_out_dir_holds_a_run(tmp_path, tiny_model_dir, out, no_weights):
+def test_dry_run_refuses_an_out_dir_that_holds_a_run(tmp_path, tiny_model_dir, out, no_weights):
+    """As the real run does, with its message and exit code (issue 56: the dry run warned and exited 0)."""
     (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.yaml").write_text("run: {seed: 1}\n")
     (tmp_path / "run" / "metrics.jsonl").write_text("")
     rc = commands.main([*_file_task_args(tmp_path, tiny_model_dir), "--dry-run"])
-    text = out()
-    assert rc == 0, text
-    assert f"run.out_dir: warning: {tmp_path / 'run'} already holds a run" in text and "--resume" in text
+    text = " ".join(out().split())
+    assert rc == 2, text
+    assert f"run directory {tmp_path / 'run'} already holds a run" in text and "explorl train --resume" in text
 
 
 def test_dry_run_of_an_adapter_checks_its_base(tmp_path, tiny_model_dir, out, no_weights):

@@ -80,6 +80,8 @@ def test_defaults_load():
     cfg = load_config(None)
     assert cfg.algo.options == {"ppo": PpoOptions()}  # the selected loss's options, filled in with their defaults
     cfg.algo.options = {}
+    assert cfg.run.out_dir == str(Path.cwd() / "runs" / "default")  # the default, recorded resolved
+    cfg.run.out_dir = Config().run.out_dir
     assert cfg == Config()
     assert cfg.algo.advantage == "grpo"
     assert cfg.model.lora == LoraConfig()
@@ -93,6 +95,8 @@ def test_quickstart_loads_and_matches_its_yaml():
     for name, value in leaves(raw):
         got = get(cfg, name)
         want = float(value) if isinstance(got, float) else value
+        if name == "run.out_dir":  # a path: relative to the file
+            want = str(ROOT / "runs" / "demo")
         assert got == want, name
         n += 1
     assert n >= 10
@@ -173,12 +177,12 @@ def test_string_fields_take_override_text_verbatim():
     assert load_config(None, ["task.prompt_template={question}"]).task.prompt_template == "{question}"
     cfg = load_config(None, ["task.prompt_template=Q: {question}\nA: # step by step"])
     assert cfg.task.prompt_template == "Q: {question}\nA: # step by step"
-    assert load_config(None, ["run.out_dir=runs/a: b"]).run.out_dir == "runs/a: b"
+    assert load_config(None, ["run.out_dir=runs/a: b"]).run.out_dir == str(Path.cwd() / "runs/a: b")
     assert load_config(None, ["model.path=123"]).model.path == str(Path.cwd() / "123")  # a path: made absolute
     assert load_config(None, ["model.attn_implementation=null"]).model.attn_implementation == "null"
     # a quoted value is unquoted
-    assert load_config(None, ["run.out_dir='runs/x y'"]).run.out_dir == "runs/x y"
-    assert load_config(None, ['run.out_dir="runs/z"']).run.out_dir == "runs/z"
+    assert load_config(None, ["run.out_dir='runs/x y'"]).run.out_dir == str(Path.cwd() / "runs/x y")
+    assert load_config(None, ['run.out_dir="runs/z"']).run.out_dir == str(Path.cwd() / "runs/z")
 
 
 def test_string_field_given_a_list_in_yaml(tmp_path):
@@ -644,7 +648,7 @@ def test_dump_is_complete(tmp_path):
 def test_example_inherits_from_quickstart():
     example = ROOT / "configs" / "examples" / "quickstart_dr_grpo.yaml"
     want = load_config(QUICKSTART, ["algo.advantage=dr_grpo", "algo.loss_agg=seq-mean-token-sum-norm",
-                                    "run.out_dir=runs/demo-dr-grpo"])
+                                    f"run.out_dir={ROOT / 'runs' / 'demo-dr-grpo'}"])  # the file's: relative to it
     assert load_config(example) == want
 
 

@@ -13,6 +13,11 @@ from explorl.config import ConfigError, eval_set_task, load_config
 BASE = ["task.difficulties=[1]", "task.train_size=64", "task.eval_size=4"]
 
 
+TRUSTED = ["--task-opt", "reward=rewards_for_tests:contains_digit"]
+"""The runs here score with the suite's own reward; `explorl eval` of a run runs its code only when named again
+(issue 56), as a user who trusts it would."""
+
+
 def test_eval_sets_layer_over_the_task_and_are_validated_by_name():
     cfg = load_config(None, [*BASE, "run.eval_sets={hard: {difficulties: [9]}, all: {name: file, path: x.jsonl}}"])
     hard = eval_set_task(cfg, "hard")
@@ -51,7 +56,8 @@ def test_training_reports_each_set_on_its_own(tiny_model_dir, tmp_path):
     from explorl import commands
 
     out = tmp_path / "eval.json"
-    assert commands.main(["eval", "--model", str(run / "final"), "--n", "2", "--k", "1,2", "--out", str(out)]) == 0
+    assert commands.main(["eval", "--model", str(run / "final"), "--n", "2", "--k", "1,2", "--out", str(out),
+                          *TRUSTED]) == 0
     assert json.loads(out.read_text())["sets"]["hard"]["problems"] == 3
 
 

@@ -433,8 +433,10 @@ def test_explorl_commands_read_a_trl_run(two_runs, tiny_model_dir, tmp_path):
     assert commands.main(["compare", str(trl_dir), str(explorl_dir), "--out", str(tmp_path / "compare")]) == 0
     assert any((tmp_path / "compare").iterdir())
     out = tmp_path / "eval.json"
+    # the run's rewards are the suite's own code: named again, as a user trusting them would (issue 56)
     assert commands.main(["eval", "--model", str(trl_dir), "--n", "2", "--k", "1,2", "--limit", "2", "--curve",
-                     "--out", str(out)]) == 0
+                          "--out", str(out), "--task-opt", "reward=[rewards_for_tests:contains_digit, "
+                          "rewards_for_tests:has_equals]"]) == 0
     assert commands.main(["curves", str(out), "--out", str(tmp_path / "curves")]) == 0
     assert (tmp_path / "curves").stat().st_size > 0
     summary = json.loads(out.read_text())

@@ -23,6 +23,11 @@ TEST_ROWS = [{"q": f"{i}+2", "a": str(i + 2)} for i in range(5)]
 TEMPLATE = "Q: {question} A="
 
 
+TRUSTED = ["--task-opt", "reward=rewards_for_tests:contains_digit"]
+"""The runs here score with the suite's own reward; `explorl eval` of a run runs its code only when named again
+(issue 56), as a user who trusts it would."""
+
+
 @pytest.fixture
 def out(monkeypatch):
     """Capture what the CLI prints; call the fixture's value to read it."""
@@ -104,7 +109,7 @@ def test_eval_of_a_run_final_uses_the_run_template_length_and_split(lora_run, tm
     monkeypatch.chdir(tmp_path)
     per_problem = tmp_path / "pp.jsonl"
     rc = commands.main(["eval", "--model", str(lora_run / "final"), "--n", "2", "--k", "1", "--device", "cpu",
-                   "--per-problem", str(per_problem)])
+                   "--per-problem", str(per_problem), *TRUSTED])
     assert rc == 0, out()
     result = json.loads((tmp_path / "runs" / "eval" / "lorarun_final-file.json").read_text())
     assert result["label"] == "lorarun_final" and result["task"] == "file"
@@ -127,7 +132,7 @@ def test_eval_flags_override_the_run_and_a_test_file_is_evaluated_whole(lora_run
     per_problem = tmp_path / "pp.jsonl"
     rc = commands.main(["eval", "--model", str(lora_run), "--n", "2", "--k", "1", "--device", "cpu",
                    "--task-opt", f"path={test_file}", "--max-new-tokens", "2", "--temperature", "0.5",
-                   "--out", str(tmp_path / "o.json"), "--per-problem", str(per_problem)])
+                   "--out", str(tmp_path / "o.json"), "--per-problem", str(per_problem), *TRUSTED])
     assert rc == 0, out()
     result = json.loads((tmp_path / "o.json").read_text())
     # all 5 rows although the run held out eval_size=3 (no "would leave none for training" error), run's template
@@ -154,7 +159,7 @@ def test_eval_of_a_test_file_without_a_run_uses_every_row(tiny_model_dir, lora_r
 def test_eval_of_a_checkpoint_is_named_after_run_and_step(lora_run, tmp_path, monkeypatch, out):
     monkeypatch.chdir(tmp_path)
     rc = commands.main(["eval", "--model", str(lora_run / "checkpoints" / "step_0000001"), "--n", "1", "--k", "1",
-                   "--device", "cpu"])
+                   "--device", "cpu", *TRUSTED])
     assert rc == 0, out()
     result = json.loads((tmp_path / "runs" / "eval" / "lorarun_step_1-file.json").read_text())
     assert result["label"] == "lorarun_step_1" and result["problems"] == 3

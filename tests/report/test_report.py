@@ -186,7 +186,8 @@ def test_compare_adds_a_ci_column_for_seeds_of_one_config(tiny_run, tmp_path):
     assert "pass@1 95% CI" in by_config.headers and "pass@2 95% CI" in by_config.headers
     assert len(by_config.rows) == 2
     seeds = by_config.rows[0]
-    assert seeds[by_config.headers.index("seeds")] == "0, 1"
+    # issue 56: the column holds run.seed values, named so (headed "seeds", a lone "0" read as a count)
+    assert seeds[by_config.headers.index("run.seed")] == "0, 1"
     assert seeds[by_config.headers.index("pass@1 95% CI")].startswith("[")
     assert "±" in seeds[by_config.headers.index("pass@1")]
     alone = by_config.rows[1]

@@ -52,7 +52,8 @@ def test_resume_never_runs_code_from_a_checkpoint(full, tmp_path, monkeypatch):
     torch.save({**state, "stream": RunsCode(marker)}, state_file)
     buf = io.StringIO()
     monkeypatch.setattr(commands.common, "console", Console(file=buf, width=400, force_terminal=False))
-    assert commands.main(["train", "--resume", str(run)]) == 2
+    # the run's reward is code of the test suite's own, repeated on the command line as a user trusting it would
+    assert commands.main(["train", "--resume", str(run), "task.reward=rewards_for_tests:contains_digit"]) == 2
     said = " ".join(buf.getvalue().split())
     assert not marker.exists()  # the code in the file did not run
     assert f"{state_file}: holds more than data" in said and "never unpickles" in said, said

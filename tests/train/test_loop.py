@@ -270,3 +270,15 @@ def test_single_on_policy_update_without_the_old_logprob_pass_matches_the_full_p
         results.append({k: v.detach().clone() for k, v in model.named_parameters()})
     for k in results[0]:
         assert torch.allclose(results[0][k], results[1][k], atol=1e-6), k
+
+
+def test_a_first_step_that_compiles_is_known_before_it_starts(tiny_model):
+    """Issue 56: the progress line says the first step compiles exactly when something compiles: the fused sampler
+    (`sampling.compile`) or the fused training forward (`model.compile`), on a model the fused path takes."""
+    from explorl.config import load_config
+    from explorl.train.loop import compiles
+
+    assert compiles(load_config(None, []), tiny_model)
+    assert compiles(load_config(None, ["sampling.compile=false"]), tiny_model)  # the training forward still does
+    assert not compiles(load_config(None, ["sampling.compile=false", "model.compile=false"]), tiny_model)
+    assert not compiles(load_config(None, ["sampling.compile=false", "model.gradient_checkpointing=true"]), tiny_model)

@@ -62,7 +62,9 @@ def analyze_completions(path: Path, out: Path | None) -> int:
         for ex in examples[:1]:
             console.print(Text(f"case ({issue}): problem {ex['problem']}, sample {ex['sample']}, reward "
                                f"{ex['reward']}: {ex['excerpt'][:200]!r}"))
+    from explorl.runs import nofollow
+
     out = out or path.with_name(path.name.removesuffix(".jsonl") + ".report.json")
-    out.write_text(json.dumps(report, indent=2))
+    nofollow.write_file(out, json.dumps(report, indent=2))  # a symbolic link there is refused, never followed
     console.print(Text(f"wrote {out}"))
     return 0

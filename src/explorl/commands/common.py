@@ -78,6 +78,9 @@ def _config_source(args, command: str, example: str) -> tuple[Path | str, list[s
                                   f"(a resumed run uses {run / 'config.yaml'}; change it with key=value overrides)")
             overrides.insert(0, args.config)
         _refuse_remote_code_from_run(run, overrides)
+        from explorl.config.trust import refuse_resumed_code
+
+        refuse_resumed_code(run, overrides, f"explorl {command} --resume {run}")  # before anything is imported
         return run / "config.yaml", overrides
     if args.config is None:
         raise ConfigError(f"explorl {command}: give a CONFIG file (e.g. {example}) or --resume RUN")
@@ -104,18 +107,44 @@ def _print_config_summary(path, overrides: list[str]):
 
 def _refuse_remote_code_from_run(run: Path, overrides: list[str]) -> None:
     """A run directory is not trusted to let a model's code run: ConfigError when RUN/config.yaml sets
-    `model.trust_remote_code: true` and the command line does not say it again."""
-    import yaml
+    `model.trust_remote_code: true` (itself or through a `base:` or `methods:` file) and the command line does not
+    say it again."""
+    from explorl.config.trust import recorded_settings
 
-    try:
-        recorded = ((yaml.safe_load((run / "config.yaml").read_text()) or {}).get("model") or {})
-    except (OSError, yaml.YAMLError, AttributeError):
-        return  # loading the config names the problem
+    recorded = recorded_settings(run / "config.yaml").get("model")  # {} when unreadable: loading names the problem
+    recorded = recorded if isinstance(recorded, dict) else {}
     if recorded.get("trust_remote_code") is True and \
             not any(o.split("=", 1)[0].strip() == "model.trust_remote_code" for o in overrides):
         raise ConfigError(f"model.trust_remote_code: {run / 'config.yaml'} sets it to true, which lets the model "
                           f"directory's Python code run; a run directory alone is not trusted with that. Add "
                           f"model.trust_remote_code=true to the command if you trust {run} and its model")
+
+
+def _use_code_flags(python_path: list[str], plugins: list[str]) -> None:
+    """`--python-path DIR` (each an existing directory, searched first for modules from now on; workers inherit
+    sys.path) and `--plugin MODULE` (imported now): code the user names on the command line."""
+    from explorl.config import import_plugins
+    from explorl.config.validation import use_python_path
+
+    missing = [d for d in python_path if not Path(d).expanduser().is_dir()]
+    if missing:
+        raise SystemExit(f"--python-path: {', '.join(missing)} is not a directory")
+    use_python_path([str(Path(d).expanduser().resolve()) for d in python_path])
+    import_plugins(plugins)
+
+
+def _run_code_trust(args, opts: dict, command: str = "eval"):
+    """What `explorl eval` (`frontier`, `probe`) was told to trust of an evaluated run's config.yaml
+    (`config.trust.command_trust`): the code its `--plugin`, `--python-path` and `--task-opt reward=...` name;
+    the run's held-out sets are not read with `--eval-set` (nor by a command without that flag)."""
+    from explorl.config.trust import command_trust
+
+    flags = tuple(f for f in ("--plugin", "--python-path", "--task-opt", "--eval-set", "--config")
+                  if hasattr(args, f[2:].replace("-", "_")))
+    sets_read = hasattr(args, "eval_set") and not args.eval_set
+    return command_trust(command, flags, plugins=getattr(args, "plugin", []),
+                         python_path=getattr(args, "python_path", []), task_opts=opts,
+                         unread=set() if sets_read else {"run.eval_sets"})
 
 
 OVERWRITE_HELP = "replace an output you name that already exists (otherwise the command stops before any work)"

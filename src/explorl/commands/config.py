@@ -64,6 +64,9 @@ def _explain(args) -> int:
 
     if "=" in args.config and not args.config.endswith((".yaml", ".yml")):
         raise SystemExit(f"explorl config: {args.config!r} looks like an override; give the CONFIG file first")
+    from explorl.config.trust import refuse_recorded_code
+
+    refuse_recorded_code(args.config, args.overrides, f"explorl config {args.config}")  # a run's: its code named
     if args.resolved:
         print(dump_yaml(load_config(args.config, args.overrides)), end="")
         return 0

@@ -11,8 +11,10 @@ from rich.table import Table
 from rich.text import Text
 
 import explorl.commands.common as common
-from explorl.commands.common import (_check_device, _check_ks_within_n, _parse_ks, _print_table, _task_opts,
-                                     _unused_path, add_overwrite_flag, refuse_to_replace)
+from explorl.commands.common import (_check_device, _check_ks_within_n, _parse_ks, _print_table, _run_code_trust,
+                                     _task_opts, _unused_path, _use_code_flags, add_overwrite_flag,
+                                     refuse_to_replace)
+from explorl.evaluation.failures import report_reward_failures, reward_calls
 
 
 def add_parser(sub) -> None:
@@ -21,7 +23,8 @@ def add_parser(sub) -> None:
                    help="model directory, LoRA adapter directory, `embedded`, or a run's output (RUN, RUN/final, "
                         "RUN/checkpoints/step_N: task, template, length limit, eval split, temperature and top_p "
                         "then come from RUN/config.yaml unless given here)")
-    e.add_argument("--task", default=None, help="arith, file or rg:<name> (default: the run's task, else arith)")
+    e.add_argument("--task", default=None, help="arith, file, hf (a Hugging Face dataset), rg:<name>, or a plugin's "
+                                                "task (default: the run's task, else arith)")
     e.add_argument("--task-opt", action="append", default=[], metavar="FIELD=VALUE",
                    help="task.* setting, e.g. --task-opt path=test.jsonl (repeatable; `path` alone evaluates on "
                         "every row of that file)")
@@ -45,9 +48,15 @@ def add_parser(sub) -> None:
                         "or the model itself), found by bisection; compares models at equal sampling entropy")
     e.add_argument("--calibration", type=int, default=32, metavar="N",
                    help="--match-entropy: calibration problems (the first N of the split) and 4 samples each")
+    e.add_argument("--config", metavar="FILE", help="a config file whose task, sampling and held-out sets "
+                   "(run.eval_sets) to evaluate with, as a run's config.yaml gives them; flags override it (a run's "
+                   "output: its config.yaml then gives only the model)")
     e.add_argument("--python-path", action="append", default=[], metavar="DIR",
                    help="a directory searched first for modules, e.g. of your reward (--task-opt reward=mod:fn) or "
-                        "plugins; repeatable (a run's own run.python_path is used as well)")
+                        "plugins; repeatable (a run's own run.python_path only when named here)")
+    e.add_argument("--plugin", action="append", default=[], metavar="MODULE",
+                   help="a module to import first (it registers tasks, schedules, ...); repeatable (a run's own "
+                        "run.plugins only when named here)")
     e.add_argument("--limit", type=int, default=0, help="evaluate only the first N problems (0 = all)")
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--device", default="auto")
@@ -130,13 +139,13 @@ def cmd_eval(args) -> int:
     from explorl.config import ModelConfig, from_dict
     from explorl.evaluation.settings import resolve_eval_settings
     from explorl.finetune.bootstrap import load_model_under_test
+    from explorl.models.checks import check_eval_prompts
     from explorl.rewards import reward_versions
 
     console = common.console
     ks = _eval_ks(args)
     _check_ks_within_n(ks, args.n)
-    if args.python_path:  # before a reward module is imported or a worker starts (workers inherit sys.path)
-        _use_python_path(args.python_path)
+    _use_code_flags(args.python_path, args.plugin)  # before a reward module is imported or a worker starts
     opts = _task_opts(args.task_opt)
     _check_match_entropy_flags(args)  # checked before any model loads
     _check_device(args.device)
@@ -146,7 +155,8 @@ def cmd_eval(args) -> int:
     model_cfg = from_dict(ModelConfig, {"path": args.model, "device": args.device, "dtype": args.dtype})
     s = resolve_eval_settings(args.model, args.task, opts, max_new_tokens=args.max_new_tokens,
                               temperature=args.temperature, top_p=args.top_p, schedule=args.schedule,
-                              schedule_options=_schedule_opts(args.schedule_opt), limit=args.limit)
+                              schedule_options=_schedule_opts(args.schedule_opt), limit=args.limit,
+                              config=args.config, trust=_run_code_trust(args, opts))
     run, run_cfg, task_cfg, problems = s.run, s.run_cfg, s.task_cfg, s.problems
     if args.match_entropy is not None and callable(s.sampler_temperature):
         raise SystemExit(f"--match-entropy: sets one temperature; it does not combine with the per-token "
@@ -155,6 +165,7 @@ def cmd_eval(args) -> int:
     extra_sets = _eval_sets(args.eval_set, task_cfg, run_cfg if not args.eval_set else None)
     _print_settings(s)
     model, tok = load_model_under_test(run, run_cfg, model_cfg, console)
+    check_eval_prompts(tok, model.config, s, extra_sets, args.limit)  # every prompt fits, before any sampling
     label = run.label if run is not None else Path(args.model).name
     matched = None
     if args.match_entropy is not None:
@@ -182,7 +193,9 @@ def cmd_eval(args) -> int:
     if args.analyze:
         _add_analysis(out, summary, per_problem, args.n)
         per_problem_path = per_problem_path or out_path.with_suffix(".problems.jsonl")
-    out_path.write_text(json.dumps(out, indent=2))
+    from explorl.runs import nofollow
+
+    nofollow.write_file(out_path, json.dumps(out, indent=2))  # a symbolic link there is refused, never followed
     console.print(Text(f"wrote {out_path}"))
     failed = _reward_failures(failures, summary, s)
     if failed is not None:
@@ -205,16 +218,6 @@ def _eval_ks(args) -> list[int]:
     return _parse_ks("1,2,4,8,16")
 
 
-def _use_python_path(dirs: list[str]) -> None:
-    """`--python-path`: each directory must exist; searched first for modules from now on."""
-    from explorl.config.validation import use_python_path
-
-    missing = [d for d in dirs if not Path(d).expanduser().is_dir()]
-    if missing:
-        raise SystemExit(f"--python-path: {', '.join(missing)} is not a directory")
-    use_python_path([str(Path(d).expanduser().resolve()) for d in dirs])
-
-
 def _check_match_entropy_flags(args) -> None:
     """`--match-entropy` is a number (nats) or `base`, and `--calibration` at least 1 (when it is given)."""
     if args.match_entropy is None:
@@ -231,8 +234,8 @@ def _check_match_entropy_flags(args) -> None:
 
 def _print_settings(s) -> None:
     """The settings the evaluation runs with, each with where it came from."""
-    shown = Table(title=Text("eval settings" + (f" (run config: {s.run.config_path}; flags override it)"
-                                                if s.run is not None else "")))
+    shown = Table(title=Text("eval settings" + (f" (config: {s.config_path}; flags override it)"
+                                                if s.config_path is not None else "")))
     for col in ("setting", "value", "from"):
         shown.add_column(col, overflow="fold")
     for name, value, where in s.settings:
@@ -321,23 +324,14 @@ def _match_entropy(args, s, model, tok, model_cfg):
 
 
 def _reward_failures(failures: list, summary: dict, s) -> int | None:
-    """Say on the console when reward calls failed during the evaluation; exit code 1 when most did (pass@k then
-    measures the failures, not the model), else None. The reward and where it came from are named."""
-    if not failures:
-        return None
-    console = common.console
-    parts = getattr(s.task.reward_fn, "parts", None)
-    calls = summary["problems"] * summary["n"] * (len(parts) if parts else 1)
+    """Say on the console when reward calls failed during the evaluation (`evaluation.failures`, the words `explorl
+    train` uses for its own evaluations); exit code 1 when most did (pass@k then measures the failures, not the
+    model), else None. The reward and where it came from are named."""
     reward = next((f"{value!r} (from {where})" for name, value, where in s.settings if name == "reward"), "")
-    said = (f"{len(failures)} of {calls} reward calls failed or timed out (task.reward={reward}; they scored 0). "
-            f"First: {failures[0].message}")
-    if len(failures) > calls / 2:
-        console.print(Text(f"error: most reward calls failed: {said}. The pass@k above measures the failures, not "
-                           f"the model; fix the reward (e.g. --task-opt reward=...) and evaluate again."),
-                      style="bold red")
-        return 1
-    console.print(Text(f"warning: {said}"), style="yellow")
-    return None
+    most = report_reward_failures(common.console, failures, reward_calls(summary, s.task), reward,
+                                  fix="The pass@k above measures the failures, not the model; fix the reward (e.g. "
+                                      "--task-opt reward=...) and evaluate again.")
+    return 1 if most else None
 
 
 def _out_path(given: str | None, label: str, task_name: str) -> Path:
@@ -359,9 +353,10 @@ def _out_path(given: str | None, label: str, task_name: str) -> Path:
 def _write_completions(path: Path, per_problem) -> None:
     """Every sampled completion with its problem, reward and extracted answer, one JSON line each."""
     from explorl.analysis.completions import COMPLETION_FIELDS
+    from explorl.runs import nofollow
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
+    with nofollow.open_new(path) as f:  # a symbolic link there is refused, never followed
         for r in per_problem:
             for i, text in enumerate(r.completions):
                 row = (r.id, i, r.prompt, r.answer, text, r.answers[i], r.rewards[i], r.correct[i])
@@ -372,7 +367,9 @@ def _write_completions(path: Path, per_problem) -> None:
 
 def _write_per_problem(path: Path, per_problem) -> None:
     """One JSON line per problem: its results without the sampled texts."""
-    with open(path, "w") as f:
+    from explorl.runs import nofollow
+
+    with nofollow.open_new(path) as f:  # a symbolic link there is refused, never followed
         for r in per_problem:
             f.write(json.dumps({k: v for k, v in r.__dict__.items() if k != "completions"}) + "\n")
     common.console.print(Text(f"wrote {path} (one line per problem)"))

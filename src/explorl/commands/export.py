@@ -9,7 +9,8 @@ from rich.text import Text
 
 import explorl.commands.common as common
 from explorl.commands.common import add_overwrite_flag, refuse_to_replace
-from explorl.config import ConfigError, load_config
+from explorl.config import Config, ConfigError
+from explorl.config.recorded import recorded_model
 
 
 def add_parser(sub) -> None:
@@ -27,21 +28,27 @@ def add_parser(sub) -> None:
 
 
 def cmd_export(args) -> int:
-    import os
-    import shutil
-
     from explorl.models import (adapter_base, check_fingerprint, find_run_output, is_adapter_dir, load_causal_lm,
                                 load_run_output, resolve_dtype, resolve_model_path)
+    from explorl.runs import nofollow
 
     out = Path(args.out)
     refuse_to_replace(out, "--out", args.overwrite)
+    # written as OUT.tmp and renamed, the replaced model kept as OUT.replaced until then: a symbolic link at any of
+    # the three names is refused before any work (the model, or a deletion, would go where it points); a left-over
+    # OUT.tmp or OUT.replaced of a killed export is removed
+    tmp, old = out.with_name(out.name + ".tmp"), out.with_name(out.name + ".replaced")
+    for path in (out, tmp, old):
+        nofollow.check(path)
+    nofollow.remove(tmp)
     replaced = out.exists() and (not out.is_dir() or any(out.iterdir()))
     if replaced and not (out.is_dir() and any((out / f).is_file() for f in ("config.json", "adapter_config.json"))):
         raise FileExistsError(f"--out {out}: --overwrite replaces a model directory (one with config.json), and "
                               f"{out} is not one; choose a new directory")
     run = find_run_output(args.source)
     if run is not None:
-        run_cfg = load_config(run.config_path)
+        # only the model of the run's config.yaml, read as data: the code it may name is never imported here
+        run_cfg = Config(model=recorded_model(run.config_path))
         lora = is_adapter_dir(run.model_dir) or (run.kind == "checkpoint" and run_cfg.model.lora.enabled)
         what = f"{run.kind} of the run {run.run_dir}"
     else:
@@ -59,20 +66,18 @@ def cmd_export(args) -> int:
         import torch
 
         model, tok = load_causal_lm(path, resolve_dtype(args.dtype, torch.device("cpu")))
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
+    nofollow.make_dirs(tmp)  # a fresh, real directory: the model is written nowhere else
     model.save_pretrained(str(tmp))
     tok.save_pretrained(str(tmp))
     if replaced:  # the old model goes only once the new one is complete
-        old = out.with_name(out.name + ".replaced")
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(out, old)
-        os.replace(tmp, out)
-        shutil.rmtree(old)
+        nofollow.remove(old)
+        nofollow.replace(out, old)
+        nofollow.replace(tmp, out)
+        nofollow.remove(old)
     else:
         if out.exists():
             out.rmdir()  # empty, checked above
-        os.replace(tmp, out)
+        nofollow.replace(tmp, out)
     merged = " (LoRA adapters merged)" if lora else ""
     common.console.print(Text(f"wrote {out}: {what}{merged} as a standard Hugging Face model directory, weights and "
                               f"tokenizer (AutoModelForCausalLM.from_pretrained; `model.path` or `--model` of "

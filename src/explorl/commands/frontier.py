@@ -10,8 +10,8 @@ from rich.table import Table
 from rich.text import Text
 
 import explorl.commands.common as common
-from explorl.commands.common import (_check_device, _check_ks_within_n, _parse_ks, _parse_list, _task_opts,
-                                     add_overwrite_flag, refuse_to_replace)
+from explorl.commands.common import (_check_device, _check_ks_within_n, _parse_ks, _parse_list, _run_code_trust,
+                                     _task_opts, add_overwrite_flag, refuse_to_replace)
 
 
 def add_parser(sub) -> None:
@@ -83,9 +83,9 @@ def _recorded_points(path: Path, setting: dict, fingerprints: dict) -> dict:
 
 
 def _write_partial(path: Path, setting: dict, fingerprints: dict, points: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({"setting": setting, "fingerprints": fingerprints, "points": points}))
-    tmp.replace(path)
+    from explorl.runs import nofollow
+
+    nofollow.write_atomic(path, json.dumps({"setting": setting, "fingerprints": fingerprints, "points": points}))
 
 
 def cmd_frontier(args) -> int:
@@ -96,6 +96,7 @@ def cmd_frontier(args) -> int:
     from explorl.evaluation.frontier import FrontierPoint
     from explorl.report.eval_plots import plot_frontier
     from explorl.rewards import reward_versions
+    from explorl.runs import nofollow  # --out's contents may be someone else's: no link there is followed
 
     console = common.console
     temps, ks, labels = _checked_flags(args)  # everything is checked before the first model loads
@@ -133,7 +134,7 @@ def cmd_frontier(args) -> int:
     _print_points(record, names, ks, len(s0.problems), args.n)
     paired = _paired_differences(frontiers, names, ks, args.grid, args.seed)
     record["paired"] = {name: {str(k): v for k, v in by_k.items()} for name, by_k in paired.items()}
-    (out / "frontier.json").write_text(json.dumps(record, indent=1) + "\n")
+    nofollow.write_file(out / "frontier.json", json.dumps(record, indent=1) + "\n")
     png = plot_frontier({n: record["models"][n]["points"] for n in names}, ks, paired, out / "frontier.png")
     console.print(f"wrote {out / 'frontier.json'} and {png}")
     return 0
@@ -160,13 +161,14 @@ def _same_split_settings(args) -> list:
     from explorl.evaluation.settings import resolve_eval_settings
 
     opts = _task_opts(args.task_opt)
+    trust = _run_code_trust(args, opts, "frontier")  # what a run's config.yaml may run: what --task-opt names
     settings = []
     for path in args.models:
         first = settings[0] if settings else None
         s = resolve_eval_settings(path, args.task or (first.task_cfg.name if first else None), opts,
                                   max_new_tokens=args.max_new_tokens or (first.max_new_tokens if first else None),
                                   temperature=1.0, top_p=args.top_p if args.top_p is not None else
-                                  (first.top_p if first else None), limit=args.limit)
+                                  (first.top_p if first else None), limit=args.limit, trust=trust)
         if first is not None and [p.prompt for p in s.problems] != [p.prompt for p in first.problems]:
             raise SystemExit(f"{path}: its run evaluates another split than {args.models[0]}'s; pass --task and "
                              f"--task-opt so that every model is evaluated on the same problems")

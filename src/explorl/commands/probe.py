@@ -128,10 +128,12 @@ def _clean(x):
 
 
 def _write(args, ctx: Context, probe: str, result: dict, console) -> Path:
+    from explorl.runs import nofollow
+
     out = Path(args.out) if args.out else Path(f"runs/probe/{probe}-{ctx.label}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(_clean({"probe": probe, "label": ctx.label, "settings": ctx.settings, **result}),
-                              indent=2))
+    nofollow.write_file(out, json.dumps(_clean({"probe": probe, "label": ctx.label, "settings": ctx.settings,
+                                                **result}), indent=2))  # a link there is refused, not followed
     console.print(Text(f"wrote {out}"))
     return out
 

@@ -15,7 +15,7 @@ from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
-from explorl.commands.common import _check_device
+from explorl.commands.common import _check_device, _run_code_trust
 from explorl.experiments import probes as P
 
 
@@ -79,6 +79,8 @@ def setup(args, task_opts: dict, console) -> Context:
         if getattr(args, flag, 1) is not None and getattr(args, flag, 1) < (0 if flag == "limit" else 1):
             raise SystemExit(f"--{flag}: must be >= {0 if flag == 'limit' else 1}, got {getattr(args, flag)}")
     run = find_run_output(args.model)
+    if run is not None:  # the code its config.yaml names runs only when --task-opt names it (config.trust)
+        _run_code_trust(args, task_opts, "probe").refuse_untrusted(run.config_path)
     run_cfg = load_config(run.config_path) if run is not None else None
     task_cfg = command_task(run_cfg, args.task, task_opts)
     task = load_task(task_cfg)

@@ -25,7 +25,7 @@ def cmd_sft(args) -> int:
     cfg = _print_config_summary(*_config_source(args, "sft", "configs/sft.yaml"))
     from explorl.models import check_run_inputs
 
-    checks = check_run_inputs(cfg)
+    checks = check_run_inputs(cfg, resume=args.resume, command="sft")  # the same checks before a real run
     if args.dry_run:
         from explorl.finetune.sft import worked_solutions
         from explorl.tasks import load_task

@@ -1,11 +1,12 @@
-"""The input paths a config names (`model.path`, `task.path`, `task.eval_path`, the held-out sets' paths): made
-absolute relative to the config file that sets them (the command line's: the working directory), so a config runs
-from any directory and a run's config.yaml records where its inputs are; `run.python_path` filled in for the
-modules a file names.
+"""The paths a config names (`model.path`, `task.path`, `task.eval_path`, the held-out sets' paths, the run
+directory `run.out_dir`): made absolute relative to the config file that sets them (the command line's: the working
+directory), so a config runs from any directory and a run's config.yaml records where its inputs and its outputs
+are; `run.python_path` filled in for the modules a file names.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -26,8 +27,9 @@ def _hub_name(value: str, base: Path) -> bool:
 
 
 def _resolve_paths(data: dict, base: Path, modules: bool = True) -> None:
-    """Make the input paths of one config file's mapping absolute, relative to `base` (its directory): model.path
-    (not `embedded`), task.path, task.eval_path, each `run.eval_sets` entry's path and eval_path; and with `modules`,
+    """Make the paths of one config file's mapping absolute, relative to `base` (its directory): model.path (not
+    `embedded`), task.path, task.eval_path, each `run.eval_sets` entry's path and eval_path, and the run directory
+    `run.out_dir` (normalised: `../runs/demo` is written without the `..`); and with `modules`,
     when the file names modules (`run.plugins`, a `module:function` in `task.reward`) and says no `run.python_path`
     of its own (a run's recorded config.yaml does), put `base` on `run.python_path`."""
     def resolve(section: Any, key: str) -> None:
@@ -41,6 +43,8 @@ def _resolve_paths(data: dict, base: Path, modules: bool = True) -> None:
     for section, key in PATH_FIELDS:
         resolve(data.get(section), key)
     run = data.get("run") if isinstance(data.get("run"), dict) else None
+    if run is not None and isinstance(run.get("out_dir"), str) and run["out_dir"]:  # where the run writes
+        run["out_dir"] = os.path.normpath(base / Path(run["out_dir"]).expanduser())
     sets = (run or {}).get("eval_sets")
     for entry in sets.values() if isinstance(sets, dict) else ():
         for key in ("path", "eval_path"):
@@ -58,6 +62,6 @@ def _resolve_paths(data: dict, base: Path, modules: bool = True) -> None:
 
 
 def _resolve_paths_of_overrides(data: dict) -> None:
-    """Input paths still relative after the files were read came from the command line (or a config built in
-    code): relative to the working directory, made absolute so that config.yaml records where they are."""
+    """Paths still relative after the files were read came from the command line (or a config built in code):
+    relative to the working directory, made absolute so that config.yaml records where they are."""
     _resolve_paths(data, Path.cwd(), modules=False)  # modules named on the command line: found from the cwd

@@ -28,7 +28,7 @@ import yaml
 from explorl.algos.registry import lookup
 from explorl.config.building import from_dict
 from explorl.config.moved import MOVED_KEYS, MOVED_SWITCHES
-from explorl.config.schema import Config, ConfigError
+from explorl.config.schema import Config, ConfigError, ModelConfig
 from explorl.config.selection import import_plugins, selected_entries, use_python_path
 
 SECTIONS = ("algo", "sampling", "budget")
@@ -50,6 +50,15 @@ def is_recorded_config(path: str | Path) -> bool:
     """Whether the file `path` is a run directory's config.yaml (written by explorl, not by a user)."""
     p = Path(path)
     return p.name == "config.yaml" and is_run_dir(p.parent)
+
+
+def recorded_model(path: str | Path) -> ModelConfig:
+    """The `model` section of a run's config.yaml, read as data: nothing is imported or checked against the registry
+    (what `explorl export` and `explorl eval --config` need of a run, whatever code its config names); its paths
+    resolved as loading resolves them."""
+    from explorl.config.layers import read_layers, settings
+
+    return from_dict(ModelConfig, settings(read_layers(Path(path))).get("model") or {}, "model.")
 
 
 def upgrade_for(path: str | Path | None) -> Callable[[dict, Path], dict] | None:

@@ -265,7 +265,9 @@ class RunConfig:
     seed: int = 0
     """Seed of sampling, data order and initialisation; a run is reproducible for a seed."""
     out_dir: str = "runs/default"
-    """Run directory: config.yaml, metrics.jsonl, samples.jsonl, checkpoints/, eval.json."""
+    """Run directory: config.yaml, metrics.jsonl, samples.jsonl, checkpoints/, eval.json. Relative to the config file
+    that sets it, like every path there (on the command line, and the default: to the working directory); recorded
+    resolved."""
     save_every: int = 25
     """Write a checkpoint every this many steps (and at the end); 0 = only at the end."""
     keep_checkpoints: int = 2
@@ -299,10 +301,12 @@ class RunConfig:
     python_path: list[str] = field(default_factory=list)
     """Directories searched first for the modules of `run.plugins` and `task.reward` (`module:function`): the
     directory of each config file that names such modules, filled in when the file is read, so the modules next to
-    a config are found from any working directory (and by a resumed run)."""
+    a config are found from any working directory. A run's config.yaml alone does not put them on the path: a
+    resume or an evaluation of the run names them again (docs/run-directory.md)."""
     plugins: list[str] = field(default_factory=list)
     """Python modules imported before the config is validated, so the estimators, shapers, losses, schedules,
-    budget policies and tasks they register (`explorl.algos.registry.register`) can be named in this config."""
+    budget policies and tasks they register (`explorl.algos.registry.register`) can be named in this config. A
+    run's config.yaml alone imports none: a resume or an evaluation of the run names them again."""
 
 
 @dataclass

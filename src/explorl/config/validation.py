@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 from pathlib import Path
 from typing import Any
 
 from explorl.algos.registry import SECTIONS, SELECTED_BY, Entry, entries, lookup, names  # noqa: F401
 from explorl.config.fields import _reference, reference  # noqa: F401
+from explorl.config.files import short_repr
 from explorl.config.held_out import EVAL_KEYS_RESERVED, command_task, eval_set_task, held_out_task  # noqa: F401
 from explorl.config.loading import _located, config_from_layers, read_layers
 from explorl.config.recorded import upgrade_for
@@ -34,10 +36,12 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
 
     A YAML file may name `base: other.yaml` (relative to itself) to inherit from another config. A run directory's
     config.yaml written by an earlier version is read in today's form (`explorl.config.recorded`); the keys of
-    earlier versions stay refused anywhere else, the command line included.
+    earlier versions stay refused anywhere else, the command line included. Paths are absolute: a file's relative
+    to it, the command line's and `run.out_dir`'s default (`runs/default`) to the working directory.
     """
     layers = read_layers(path, overrides, upgrade_for(path))
     cfg = config_from_layers(layers)
+    cfg.run.out_dir = os.path.normpath(Path.cwd() / Path(cfg.run.out_dir).expanduser())  # still relative: the default
     try:
         _check_choices(cfg)
     except ConfigError as e:  # a value the schema cannot check when loading: say where it was written, as loading does
@@ -102,10 +106,10 @@ def _chosen_entries(cfg: Config) -> list[Entry]:
     a = cfg.algo
     chosen = [_registered("estimator", a.advantage, "algo.advantage")]
     chosen += [_registered("shaper", x, f"algo.shapers[{i}]") for i, x in enumerate(a.shapers)]
-    _need(len(set(a.shapers)) == len(a.shapers), f"algo.shapers: {a.shapers} names a shaper twice")
+    _need(len(set(a.shapers)) == len(a.shapers), f"algo.shapers: {short_repr(a.shapers)} names a shaper twice")
     chosen += [_registered("reward_shaper", x, f"algo.reward_shapers[{i}]") for i, x in enumerate(a.reward_shapers)]
     _need(len(set(a.reward_shapers)) == len(a.reward_shapers),
-          f"algo.reward_shapers: {a.reward_shapers} names a reward shaper twice")
+          f"algo.reward_shapers: {short_repr(a.reward_shapers)} names a reward shaper twice")
     chosen += [_registered("policy_loss", a.loss, "algo.loss"),
                _registered("token_filter", a.token_filter, "algo.token_filter"),
                _registered("importance_weights", a.importance_weights, "algo.importance_weights")]
@@ -168,19 +172,19 @@ def _check_run(cfg: Config) -> None:
     _need(r.max_nonfinite_steps >= 1, f"run.max_nonfinite_steps: must be >= 1, got {r.max_nonfinite_steps}")
     _need(r.eval_n >= 1, "run.eval_n: must be >= 1")
     _need(all(1 <= k <= r.eval_n for k in r.eval_k),
-          f"run.eval_k: every k must be in [1, run.eval_n={r.eval_n}], got {r.eval_k}")
+          f"run.eval_k: every k must be in [1, run.eval_n={r.eval_n}], got {short_repr(r.eval_k)}")
     _need(r.eval_temperature > 0, "run.eval_temperature: must be > 0")
     for set_name in r.eval_sets:
         _check_eval_set(cfg, set_name)
     bad = [x for x in r.report_to if x not in ("tensorboard", "wandb")]
-    _need(not bad, f"run.report_to: unknown tracker(s) {bad}; valid: tensorboard, wandb")
+    _need(not bad, f"run.report_to: unknown tracker(s) {short_repr(bad)}; valid: tensorboard, wandb")
 
 
 def _check_eval_set(cfg: Config, set_name: str) -> None:
     """One held-out set of `run.eval_sets`: a usable name, its fields (unknown or ill-typed ones raise, naming
     `run.eval_sets.<name>.<field>`), then its task's own check."""
     _need(re.fullmatch(r"[A-Za-z0-9_.-]+", set_name) is not None and set_name not in EVAL_KEYS_RESERVED,
-          f"run.eval_sets: {set_name!r} is not a usable name (letters, digits, '_', '-', '.'; not a metric "
+          f"run.eval_sets: {short_repr(set_name)} is not a usable name (letters, digits, '_', '-', '.'; not a metric "
           f"name such as pass@1)")
     set_task = eval_set_task(cfg, set_name)
     _validate_finite(set_task, f"run.eval_sets.{set_name}.", _need)
@@ -194,7 +198,7 @@ def _check_model(m: ModelConfig) -> None:
           "model.dtype: float16 weights cannot be trained (AdamW keeps its moments in the weights' dtype: squared "
           "gradients below ~2e-4 and its eps of 1e-8 round to 0 in float16, so the first step writes inf/NaN, on the "
           "CPU and on a GPU alike); use model.dtype=float32, or bfloat16 on a GPU that supports it (`auto` picks it)")
-    _need(valid_device(m.device), f"model.device: {m.device!r} is not one of {DEVICES}")
+    _need(valid_device(m.device), f"model.device: {short_repr(m.device)} is not one of {DEVICES}")
 
 
 def _check_task(t: TaskConfig) -> None:
@@ -229,7 +233,7 @@ def _check_engine(cfg: Config) -> None:
 
 def _check_rft(f: RftConfig) -> None:
     bad = [x for x in f.strategies if x not in ("noisy", "entropy", "branching")]
-    _need(not bad, f"rft.strategies: unknown {bad}; valid: noisy, entropy, branching")
+    _need(not bad, f"rft.strategies: unknown {short_repr(bad)}; valid: noisy, entropy, branching")
     _need(not ("entropy" in f.strategies and "branching" in f.strategies),
           "rft.strategies: entropy and branching both rank the same samples; choose one")
     for name in ("iterations", "prompts", "samples_per_prompt", "epochs", "batch_size"):
@@ -302,29 +306,29 @@ def _validate_rewards(t: TaskConfig, need) -> None:
     need(len(entries) > 0, f"task.reward: name at least one reward function ({builtin} or module:function)")
     for i, e in enumerate(entries):
         where = "task.reward" if len(entries) == 1 else f"task.reward[{i}]"
-        need(e in BUILTIN_REWARDS or ":" in e, f"{where}: {e!r}; valid: {builtin}, or module:function")
+        need(e in BUILTIN_REWARDS or ":" in e, f"{where}: {short_repr(e)}; valid: {builtin}, or module:function")
     names = [reward_metric_name(e) for e in entries]
     twice = sorted({x for x in names if names.count(x) > 1})
-    need(not twice, f"task.reward: {entries} names {', '.join(twice)} more than once; list each function once (its "
+    need(not twice, f"task.reward: {short_repr(entries)} names {', '.join(twice)} more than once; list each function once (its "
                     f"weight in task.reward_weights can be any number)")
     if t.correct_by:
         need(t.correct_by in entries or t.correct_by in names,
-             f"task.correct_by: {t.correct_by!r} is not one of the task.reward entries {entries}; name the entry that "
-             f"decides correctness (as written, or its metric name {names}), or leave it empty for the first")
+             f"task.correct_by: {short_repr(t.correct_by)} is not one of the task.reward entries {short_repr(entries)}; name the entry that "
+             f"decides correctness (as written, or its metric name {short_repr(names)}), or leave it empty for the first")
     need(math.isfinite(t.correct_threshold), f"task.correct_threshold: must be a finite number, got "
                                              f"{t.correct_threshold}")
     if t.answer_pattern:
         try:
             groups = re.compile(t.answer_pattern).groups
         except re.error as e:
-            raise ConfigError(f"task.answer_pattern: {t.answer_pattern!r} is not a regular expression ({e})") from None
-        need(groups >= 1, f"task.answer_pattern: {t.answer_pattern!r} needs a group around the answer, e.g. "
+            raise ConfigError(f"task.answer_pattern: {short_repr(t.answer_pattern)} is not a regular expression ({e})") from None
+        need(groups >= 1, f"task.answer_pattern: {short_repr(t.answer_pattern)} needs a group around the answer, e.g. "
                           f"'Answer: *(-?[0-9]+)'")
     w = t.reward_weights
     if w is not None:
         need(len(w) == len(entries),
              f"task.reward_weights: {len(w)} weight(s) for {len(entries)} reward function(s) in task.reward "
-             f"{entries}; give one weight per entry, in order, or null for all 1")
-        need(all(math.isfinite(x) for x in w), f"task.reward_weights: every weight must be a finite number, got {w}")
+             f"{short_repr(entries)}; give one weight per entry, in order, or null for all 1")
+        need(all(math.isfinite(x) for x in w), f"task.reward_weights: every weight must be a finite number, got {short_repr(w)}")
         need(any(x != 0 for x in w), "task.reward_weights: all weights are 0, so every reward would be 0 and nothing "
                                      "would be learned; give at least one function a nonzero weight")

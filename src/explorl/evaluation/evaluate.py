@@ -324,11 +324,14 @@ def paired_pass_difference(base: dict, other: dict, *, n_boot: int = 1000, seed:
     return out
 
 
-def held_out_evaluator(model, tokenizer, cfg, task, encode):
+def held_out_evaluator(model, tokenizer, cfg, task, encode, console=None):
     """`step -> summary`: a run's held-out evaluation (`run.eval_n`, `eval_k`, `eval_temperature`, the sampling
     settings, seeded by the step) on the task's own split and on every set of `run.eval_sets` (keys
-    `<name>/<metric>`), as `explorl train` and `explorl sft` report it. The sets are loaded once, here."""
+    `<name>/<metric>`), as `explorl train` and `explorl sft` report it. The sets are loaded once, here. With a
+    `console`, reward calls that fail during an evaluation are said there as `explorl eval` says them
+    (`failures.report_reward_failures`), for each set."""
     from explorl.config import eval_set_task
+    from explorl.evaluation.failures import report_reward_failures, reward_calls
     from explorl.tasks import load_task
     from explorl.tasks.chat import prompt_encoder
 
@@ -341,10 +344,16 @@ def held_out_evaluator(model, tokenizer, cfg, task, encode):
     def run(step: int) -> dict:
         summary = {}
         for name, (t, enc, t_cfg) in sets.items():
+            failures: list = []
             result, _ = evaluate(model, tokenizer, t.eval, t, n=r.eval_n, ks=r.eval_k, temperature=r.eval_temperature,
                                  top_p=s.top_p, max_new_tokens=s.max_new_tokens, seed=r.seed + 10_007 * (step + 1),
                                  reward_timeout_s=t_cfg.reward_timeout_s, fast_path=s.fast_path, compile=s.compile,
-                                 cuda_graph=s.cuda_graph, encode=enc)
+                                 cuda_graph=s.cuda_graph, encode=enc, failures=failures)
+            if console is not None:
+                where = f"held-out evaluation at step {step}" + (f" on run.eval_sets.{name}" if name else "")
+                report_reward_failures(console, failures, reward_calls(result, t), repr(t_cfg.reward),
+                                       where=f"{where}: ", fix=f"The {where} measures the failures, not the model; "
+                                       f"fix the reward and evaluate the run again (explorl eval --model RUN)")
             summary.update({f"{name}/{k}" if name else k: v for k, v in result.items()})
         model.train()
         return summary

@@ -3,21 +3,26 @@
 `resolve_eval_settings` turns plain values (a model path, a task name, task options, the sampling flags or None)
 into the task, its held-out problems and the sampling settings of an evaluation. A run's output (RUN, RUN/final,
 RUN/checkpoints/step_N) is evaluated as the run was: its config.yaml supplies the task, the prompt template, the
-length limit, the held-out split, the temperature and top_p, and any value given overrides it. `settings` lists
-each value with its origin (`--temperature`, `run config: run.eval_temperature`, `default`, ...): the "eval
-settings" table of `explorl eval` and the `settings` of its JSON summary.
+length limit, the held-out split, the temperature and top_p, and any value given overrides it; a config file of the
+user's (`explorl eval --config FILE`) supplies them the same way, for a model directory or in place of a run's. The
+code a run's config.yaml names is used only when the command was told to trust it (`explorl.config.trust`).
+`settings` lists each value with its origin (`--temperature`, `run config: run.eval_temperature`, `--config:
+sampling.top_p`, `default`, ...): the "eval settings" table of `explorl eval` and the `settings` of its JSON
+summary.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from explorl.config import ConfigError, SamplingConfig, load_config
 
 if TYPE_CHECKING:
     from explorl.config import Config, TaskConfig
+    from explorl.config.trust import CodeTrust
     from explorl.models import RunOutput
     from explorl.tasks import Task
 
@@ -50,6 +55,8 @@ class EvalSettings:
     cuda_graph: bool
     settings: list[tuple[str, Any, str]]
     """(setting, value, where it came from) of each setting, in the order shown."""
+    config_path: Path | None = None
+    """The config file the settings came from (the run's config.yaml, or `--config`), or None."""
 
     def record(self) -> dict[str, dict]:
         """`settings` as the eval summary stores them: {setting: {"value": ..., "from": ...}}."""
@@ -86,26 +93,63 @@ def inference_schedule(schedule: str | None, temperature: float, max_new_tokens:
 
 
 def eval_split(task_cfg, count: int, all_rows: bool) -> str:
-    """The held-out problems an evaluation uses, in words."""
+    """The held-out problems an evaluation uses, in words, with the settings that chose them (`task.data_seed` only
+    for a task that reads it: a generated one such as arith or rg, not the rows of a file or dataset)."""
+    import explorl.tasks  # noqa: F401  (fills the task registry)
+    from explorl.algos.registry import lookup
+
     if task_cfg.name == "file":
         if all_rows:
             return f"all {count} rows of {task_cfg.eval_path}"
         if task_cfg.eval_path:
             return f"first {count} rows of {task_cfg.eval_path} (task.eval_size={task_cfg.eval_size})"
         return f"last {count} rows of {task_cfg.path} (task.eval_size={task_cfg.eval_size}; the rest trains)"
-    return f"{count} held-out problems (task.eval_size={task_cfg.eval_size}, task.data_seed={task_cfg.data_seed})"
+    if task_cfg.name == "hf":
+        if task_cfg.eval_split:
+            return (f"first {count} rows of split {task_cfg.eval_split!r} of {task_cfg.path} "
+                    f"(task.eval_size={task_cfg.eval_size})")
+        return (f"last {count} rows of split {task_cfg.split!r} of {task_cfg.path} (task.eval_size="
+                f"{task_cfg.eval_size}; the rest trains)")
+    seeded = "data_seed" in lookup("task", task_cfg.name).reads
+    return (f"{count} held-out problems (task.eval_size={task_cfg.eval_size}"
+            + (f", task.data_seed={task_cfg.data_seed})" if seeded else ")"))
+
+
+def settings_config(run: RunOutput | None, config: str | Path | None,
+                    trust: CodeTrust | None = None) -> tuple[Config | None, Path | None]:
+    """(the config an evaluation's settings come from, its file): `config`, a file of the user's (with a run's
+    output, the run's config.yaml then gives only the model, read as data: `recorded_model`); else the run's
+    config.yaml, loaded only when the code it names is trusted (`trust`; RecordedCodeError otherwise, before
+    anything is imported); else (None, None). A run's config.yaml given as `config` is held to the same rule."""
+    import dataclasses
+
+    from explorl.config.recorded import is_recorded_config, recorded_model
+    from explorl.config.trust import CodeTrust
+
+    trust = trust if trust is not None else CodeTrust()
+    if config is not None:
+        if is_recorded_config(config):
+            trust.refuse_untrusted(config)
+        cfg = load_config(config)
+        return (dataclasses.replace(cfg, model=recorded_model(run.config_path)) if run is not None else cfg,
+                Path(config))
+    if run is None:
+        return None, None
+    trust.refuse_untrusted(run.config_path)
+    return load_config(run.config_path), run.config_path
 
 
 def resolve_eval_settings(model: str, task: str | None = None, task_opts: Mapping[str, str] | None = None, *,
                           max_new_tokens: int | None = None, temperature: float | None = None,
                           top_p: float | None = None, schedule: str | None = None,
-                          schedule_options: Mapping[str, Any] | None = None, limit: int = 0) -> EvalSettings:
+                          schedule_options: Mapping[str, Any] | None = None, limit: int = 0,
+                          config: str | Path | None = None, trust: CodeTrust | None = None) -> EvalSettings:
     """The settings of evaluating `model` (a model directory, `embedded`, or a run's output) on task `task` (None:
     the run's task, else arith) with `task_opts` (`field=value` text of task.* fields, as `--task-opt` gives it);
     `max_new_tokens`, `temperature` and `top_p` override the run's values (None: the run's, else 64, 1.0, 1.0);
     `schedule` (None: the default, static) with `schedule_options` the inference-time temperature schedule
-    (`inference_schedule`); `limit` keeps the first N problems (0 = all).
-    Loads the task (not the model); raises ValueError if its data cannot be read, naming the run's config."""
+    (`inference_schedule`); `limit` keeps the first N problems (0 = all); `config`, `trust`: `settings_config`'s.
+    Loads the task (not the model); raises ValueError if its data cannot be read, naming the settings' file."""
     from explorl.config import command_task
     from explorl.models import find_run_output
     from explorl.tasks import load_task
@@ -113,8 +157,8 @@ def resolve_eval_settings(model: str, task: str | None = None, task_opts: Mappin
     opts = dict(task_opts or {})
     # a run's output (RUN, RUN/final, RUN/checkpoints/step_N): evaluate it as the run did, flags override
     run = find_run_output(model)
-    run_cfg = load_config(run.config_path) if run is not None else None
-    from_run = "run config" if run is not None else ""
+    run_cfg, source = settings_config(run, config, trust)
+    from_run = ("--config" if config is not None else "run config") if run_cfg is not None else ""
     if run_cfg is not None and task in (None, run_cfg.task.name):
         task_from = from_run
     else:
@@ -145,9 +189,9 @@ def resolve_eval_settings(model: str, task: str | None = None, task_opts: Mappin
     try:
         loaded = load_task(task_cfg)
     except ValueError as e:
-        if run is None:
+        if source is None:
             raise
-        raise ValueError(f"{e} (the task settings come from {run.config_path}; override them with --task-opt "
+        raise ValueError(f"{e} (the task settings come from {source}; override them with --task-opt "
                          f"FIELD=VALUE or --task)") from None
     problems = loaded.eval[:limit] if limit else loaded.eval
     split = eval_split(task_cfg, len(loaded.eval), whole_file and "eval_size" not in opts)
@@ -172,4 +216,4 @@ def resolve_eval_settings(model: str, task: str | None = None, task_opts: Mappin
                         max_new_tokens=max_new, temperature=temp, top_p=nucleus,
                         schedule=schedule or SamplingConfig.schedule, schedule_options=dict(schedule_options or {}),
                         sampler_temperature=sampler_temperature, fast_path=fast_path, compile=compile,
-                        cuda_graph=cuda_graph, settings=settings)
+                        cuda_graph=cuda_graph, settings=settings, config_path=source)

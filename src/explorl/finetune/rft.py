@@ -69,6 +69,7 @@ def finetune(model, tok, samples: list[dict], *, epochs: int, lr: float, batch_s
 
 def run_rft(cfg: Config, *, console) -> Path:
     """Run `cfg.rft.iterations` RFT iterations; writes config.yaml, rft.json and final/ in `run.out_dir`."""
+    from explorl.runs.jsonl import write_atomic
     from explorl.runs.log import RunLog
 
     f, s, r = cfg.rft, cfg.sampling, cfg.run
@@ -112,10 +113,9 @@ def run_rft(cfg: Config, *, console) -> Path:
                   "loss": loss, **held_out(it)}
         history.append(record)
         console.print(f"iteration {it}: {len(chosen)} samples, loss {loss:.3f}, pass@1 {record['pass@1']:.3f}")
-        (run_dir / "rft.json").write_text(json.dumps(history, indent=2))
-    (run_dir / "rft.json").write_text(json.dumps(history, indent=2))
-    model.save_pretrained(str(run_dir / "final"))
-    tok.save_pretrained(str(run_dir / "final"))
+        write_atomic(run_dir / "rft.json", json.dumps(history, indent=2))
+    write_atomic(run_dir / "rft.json", json.dumps(history, indent=2))
+    log.save_final_model(model, tok)  # through final.tmp, renamed; never through a symbolic link
     log.close()
     _print_history(history, cfg, console)
     return run_dir

@@ -89,7 +89,8 @@ def run_sft(cfg: Config, *, console=None, resume: str | Path | None = None) -> P
     console.print(f"[bold]sft[/]: {len(seqs)} worked solutions{skipped}, {f.epochs} epoch(s), {total} optimizer steps "
                   f"of {f.batch_size} sequences", highlight=False)
 
-    held_out = held_out_evaluator(model, tok, cfg, task, encode)  # as `explorl train` evaluates, eval sets included
+    # as `explorl train` evaluates: eval sets included, reward failures said
+    held_out = held_out_evaluator(model, tok, cfg, task, encode, console)
 
     def checkpoint(step: int) -> None:
         log.save_checkpoint(step, model, optimizer, scheduler, {"step": step}, r.keep_checkpoints, r.save_every)

@@ -15,6 +15,7 @@ from explorl.report.configs import MISSING, config_differences
 from explorl.report.examples import example_completions, load_samples
 from explorl.report.runs import Run, RunError, load_run
 from explorl.report.seeds import SeedStat, group_by_config, group_labels, seed_mean, seed_stat
+from explorl.runs import nofollow
 
 __all__ = ["PLOTS", "Report", "Run", "RunError", "analyze", "compare", "compare_tables", "final_table",
            "group_by_config", "load_run", "make_plots", "seed_mean", "seed_stat"]
@@ -120,7 +121,7 @@ def compare_tables(runs: list[Run]) -> list[HtmlTable]:
     ks = _ks(runs)
     with_ci = any(len(g) > 1 for g in groups)
     diffs = config_differences(groups) if len(groups) > 1 else [{} for _ in groups]
-    headers = ["config", "runs", "seeds"] + (["differs in"] if len(groups) > 1 else [])
+    headers = ["config", "runs", "run.seed"] + (["differs in"] if len(groups) > 1 else [])
     for k in ks:
         headers += [f"pass@{k}"] + ([f"pass@{k} 95% CI"] if with_ci else [])
     rows = []
@@ -153,9 +154,12 @@ def compare_tables(runs: list[Run]) -> list[HtmlTable]:
 
 
 def analyze(run_path: str | Path, out: str | Path | None = None, *, smooth: float = 0.0) -> Report:
-    """Plots and index.html of one run, written to RUN/report/ (or `out`); `smooth`: EMA weight of the curves."""
+    """Plots and index.html of one run, written to RUN/report/ (or `out`); `smooth`: EMA weight of the curves.
+    RUN/report as a symbolic link is refused before anything is written, as is a link among the files written
+    (`runs.nofollow`): a run directory is someone else's at times, and the report would land where the link points."""
     run = load_run(run_path)
     out_dir = Path(out) if out is not None else run.path / "report"
+    nofollow.make_dirs(out_dir, run.path if out is None else out_dir)
     plots = make_plots([run], out_dir, smooth=smooth)
     tables = [final_table(run), fit_table(run)]
     notes = [f"{run.skipped_lines} unreadable line(s) of metrics.jsonl skipped"] if run.skipped_lines else []

@@ -10,6 +10,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from explorl.report.style import legend_outside, model_colours, save_png, style_axes
+from explorl.runs import nofollow
 
 
 def curve_difference(base: dict, other: dict, metric: str = "pass@k") -> tuple[list[int], list[float]]:
@@ -163,5 +164,6 @@ def plot_venn(sets: dict[str, set], path: str | Path, title: str = "unsolvable p
     ax.set_title(title)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    with nofollow.open_new(path, mode="wb") as f:  # never through a symbolic link at `path`
+        fig.savefig(f, format="png", dpi=110, bbox_inches="tight")
     return path

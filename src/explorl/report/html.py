@@ -9,6 +9,7 @@ from pathlib import Path
 
 from explorl.report.plots import PlotFile
 from explorl.report.examples import Example
+from explorl.runs import nofollow
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -130,7 +131,7 @@ def render(page: Page) -> str:
 
 
 def write_page(page: Page, path: str | Path) -> Path:
+    """`page` as `path` (a new file; a symbolic link at `path` is refused, never followed: `runs.nofollow`)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render(page), encoding="utf-8")
-    return path
+    path.parent.mkdir(parents=True, exist_ok=True)  # the caller's folder, checked by it (`report.analyze`)
+    return nofollow.write_file(path, render(page))

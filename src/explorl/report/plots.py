@@ -19,6 +19,7 @@ from matplotlib.figure import Figure
 from explorl.report.runs import Run
 from explorl.report.seeds import seed_stat
 from explorl.report.style import ema, legend_outside, model_colours, save_png, style_axes
+from explorl.runs import nofollow
 
 LINESTYLES = ("-", "--", ":", "-.")
 POSITION_TAIL = 0.2  # entropy by position: average over the last 20% of the steps
@@ -242,7 +243,7 @@ def make_plots(runs: list[Run], out_dir: str | Path, labels: list[str] | None = 
         lacking = spec.draw(drawer, runs)
         target = out_dir / f"{spec.key}.png"
         if len(lacking) == len(runs):
-            target.unlink(missing_ok=True)  # no stale picture from an earlier report
+            nofollow.remove(target)  # no stale picture from an earlier report (a link is refused, not followed)
             results.append(PlotFile(spec.key, spec.title, None, f"skipped: no {spec.metric} in metrics.jsonl"))
             continue
         title = spec.title_many if drawer.many and spec.title_many else spec.title
@@ -252,7 +253,7 @@ def make_plots(runs: list[Run], out_dir: str | Path, labels: list[str] | None = 
         ax.grid(True, alpha=0.3)
         style_axes(ax, step_axis=spec.xlabel == STEP_LABEL)
         legend_outside(ax, "x-small" if len(runs) > MANY else "small")
-        fig.savefig(target, format="png", metadata={"Software": None})
+        save_png(fig, target)
         note = None
         if lacking:
             note = f"no {spec.metric} in: {', '.join(labels[i] for i in lacking)}"

@@ -11,6 +11,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator, ScalarFormatter
 
+from explorl.runs import nofollow
+
 
 def ema(values: list[float], smooth: float) -> list[float]:
     """Exponential moving average `m_t = smooth * m_{t-1} + (1 - smooth) * x_t`, started at the first value and
@@ -55,8 +57,11 @@ def legend_outside(ax: Axes, fontsize: str = "small") -> None:
 
 
 def save_png(fig: Figure, path: str | Path) -> Path:
-    """Write `fig` as a PNG at `path` (parents created; no software tag, so equal figures give equal bytes)."""
+    """Write `fig` as a PNG at `path` (parents created; no software tag, so equal figures give equal bytes), as a new
+    file: a symbolic link at `path` is refused, never followed (`runs.nofollow`). The folder is the caller's: a
+    report checks its own before it writes (`report.analyze`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png", metadata={"Software": None})
+    with nofollow.open_new(path, mode="wb") as f:
+        fig.savefig(f, format="png", metadata={"Software": None})
     return path

@@ -4,6 +4,7 @@ is counted and comes back with its text (`RewardResult.failures`, `RewardFailure
 
 from __future__ import annotations
 
+import decimal
 import math
 import numbers
 import traceback
@@ -65,26 +66,55 @@ class RewardResult:
 
 
 def _as_score(value: Any) -> float | None:
-    """A reward value as a finite float (bools and numpy scalars included), or None if it is not one."""
-    if isinstance(value, numbers.Real) or getattr(value, "shape", None) == ():  # 0-d numpy / torch values too
-        try:
-            value = float(value)
-        except (TypeError, ValueError):
+    """A reward value as a finite float, or None if it is not one. Taken: Python numbers (bools, ints, fractions),
+    `Decimal`s, numpy and torch scalars and 0-d arrays and tensors (by their `.item()`); refused: anything else
+    (strings, complex numbers, arrays of several values), NaN, infinities and exact numbers too large for a float
+    (an int of 400 digits). Never raises, whatever the value's conversions do."""
+    try:
+        if getattr(value, "shape", None) == () and hasattr(value, "item"):  # 0-d numpy / torch values
+            value = value.item()
+        if not isinstance(value, (numbers.Real, decimal.Decimal)):
             return None
-        if math.isfinite(value):
-            return value
-    return None
+        value = float(value)
+    except Exception:  # noqa: BLE001 - OverflowError, a signalling NaN's ValueError, a user type's own error
+        return None
+    return value if math.isfinite(value) else None
 
 
 def short_repr(value: Any) -> str:
-    """`repr(value)` cut to 80 characters, for one-line messages."""
-    text = repr(value)
+    """`repr(value)` cut to 80 characters, for one-line messages; never raises (an int past Python's limit on
+    digits for `repr`, a `__repr__` that raises) and never writes out a long string whole."""
+    try:
+        if isinstance(value, (str, bytes)) and len(value) > 80:
+            value = value[:80]
+        text = repr(value)
+    except Exception as e:  # noqa: BLE001
+        if isinstance(value, int):
+            return f"<an int of about {int(value.bit_length() * math.log10(2)) + 1} digits>"
+        return f"<a {type(value).__name__} whose repr raised {type(e).__name__}>"
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _too_large(value: Any) -> bool:
+    """Whether `value` is an exact number (an int, a fraction, a finite Decimal; 0-d arrays by their `.item()`) that
+    no float can hold."""
+    try:
+        if getattr(value, "shape", None) == () and hasattr(value, "item"):
+            value = value.item()
+        if isinstance(value, decimal.Decimal):
+            return value.is_finite() and math.isinf(float(value))
+        return isinstance(value, numbers.Rational) and math.isinf(float(value))
+    except OverflowError:
+        return True
+    except Exception:  # noqa: BLE001
+        return False
 
 
 def _bad_value(value: Any) -> str:
     """Why a returned value is not a score, in one line."""
-    return f"{type(value).__name__}: returned {short_repr(value)}, not a finite number (a reward must be a float)"
+    why = ", too large for a float" if _too_large(value) else ""
+    return (f"{type(value).__name__}: returned {short_repr(value)}, not a finite number{why} (a reward must be a "
+            f"float)")
 
 
 def _excerpt(text: Any) -> str:
@@ -104,11 +134,12 @@ def _apply_batched(fn: Callable, completions: list[str], answers: list[str], col
 
 def _as_scores(value: Any) -> list | None:
     """A batched reward's return value as a list (list, tuple, 1-d array or tensor), or None if it is not one."""
-    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__len__") or getattr(value, "shape", None) == ():
-        return None
     try:
+        if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__len__") or \
+                getattr(value, "shape", None) == ():
+            return None
         return list(value)
-    except TypeError:
+    except Exception:  # noqa: BLE001 - a length past sys.maxsize, a user type's own error
         return None
 
 

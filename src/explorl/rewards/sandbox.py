@@ -10,14 +10,31 @@ bounds an item's time as the caller sees it rather than queueing items behind ea
     with WorkerPool(workers=2, timeout_s=5) as pool:
         outcomes = pool.map(module.function, [(arg1, arg2), ...])   # one Outcome per tuple, in order
 
-Workers die with the process that started them, also when it is SIGKILLed in the middle of an item (a reward that
-loops would otherwise run on, orphaned, forever): on Linux the kernel sends them SIGKILL when their parent dies
-(`prctl(PR_SET_PDEATHSIG)`, for workers started from the main thread: the signal follows the thread that started
-the worker), and every worker also watches its parent's pid and exits when it changes (the fallback elsewhere and
-for workers started from other threads; it needs the item to let go of the GIL now and then, as sleeping and I/O do).
+Workers, and every process a reward starts in one, never outlive the item, the pool or the process that started
+them (a reward that loops, or forks a daemon, would otherwise run on, orphaned, forever). On Linux:
+- each worker runs under a guard process of its own, in a session of its own (`explorl.rewards.worker`); worker and
+  guard are child subreapers (`prctl(PR_SET_CHILD_SUBREAPER)`), so a descendant that calls `setsid()` or
+  double-forks stays in their tree instead of being re-parented to PID 1;
+- when an item returns (or raises), the worker kills everything below it before it answers (so a reward cannot
+  keep a helper process from one item to the next; one that a thread of the reward starts later dies after the
+  worker's next item or with the worker);
+- on a timeout, a crash, `close()` and at interpreter exit the pool kills the guard's whole tree: every descendant
+  frozen with SIGSTOP, then SIGKILLed (`process_tree.kill_descendants`: no fork race), then the process group;
+- when the trainer dies, even by SIGKILL, the guard kills the tree and exits: the kernel sends it SIGTERM
+  (`prctl(PR_SET_PDEATHSIG)`, for workers started from the main thread: the signal follows the thread that started
+  the guard), and a watchdog thread sees its parent's pid change (for workers started from other threads, within
+  `worker.PARENT_POLL_S`). The guard only waits, so this holds while the worker is stuck in a long C call that
+  holds the GIL (a huge integer power): the worker is SIGKILLed with the rest.
+Not covered: a process that leaves the tree by other means than forking (`clone(CLONE_PARENT)` from the worker
+makes a sibling of it, killed only with the guard; a job handed to another daemon: systemd-run, at, docker), and
+a guard that is itself SIGKILLed by someone else than the pool (the OOM killer picks the big worker, not it).
+Elsewhere (macOS) a worker has no guard: it runs in a process group of its own, which the pool kills on a timeout
+and `close()` and the worker kills when its watchdog sees the trainer gone; a reward's process that changes its
+group (`setsid()`, `setpgid()`) escapes, and nothing is killed between items.
 
 Workers are fresh interpreters (fork + exec, like multiprocessing's "spawn": forking a process that runs torch
-threads can deadlock the child) started with the parent's `sys.path`. Unlike multiprocessing they do not
+threads can deadlock the child; the one fork into guard and worker happens before any thread starts) started with
+the parent's `sys.path`. Unlike multiprocessing they do not
 re-import the parent's `__main__`, so scripts need no `if __name__ == "__main__"` guard and a worker does not
 import torch. `fn` must therefore be importable by module and name (a module-level function, not one defined
 in `__main__`): it is pickled by reference. What a worker runs is `explorl.rewards.worker`.
@@ -28,15 +45,19 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import pickle
 import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Pipe, wait
 from typing import Any
+
+from explorl.rewards.process_tree import kill_tree
 
 STARTUP_TIMEOUT_S = 120.0
 """Limit for starting a worker and importing its modules (not counted in an item's limit; slow on a busy host)."""
@@ -65,7 +86,8 @@ class Outcome:
 
 
 class _Worker:
-    """One child process plus the parent's view of it: the modules it has imported and the item it runs."""
+    """One worker plus the parent's view of it: the modules it has imported and the item it runs. `proc` is the
+    process started here: on Linux the worker's guard (its exit code is the worker's), elsewhere the worker."""
 
     def __init__(self, memory_mb: int, modules: set[str]):
         """Start the child and ask it to import `modules`."""
@@ -74,13 +96,14 @@ class _Worker:
         # would count against RLIMIT_AS. Prints go to stderr so that they never mix into the parent's stdout.
         env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         # the kernel's parent-death signal follows the thread that starts the child: only the main thread lives
-        # as long as the process (workers started from other threads rely on their parent-pid watchdog)
+        # as long as the process (guards started from other threads rely on their parent-pid watchdog)
         death_signal = threading.current_thread() is threading.main_thread()
         self.proc = subprocess.Popen(
             [sys.executable, "-c", _CHILD, json.dumps(sys.path), str(child.fileno()), str(memory_mb),
              str(os.getpid()), "1" if death_signal else "0"],
-            pass_fds=[child.fileno()], stdin=subprocess.DEVNULL, stdout=2, env=env)
+            pass_fds=[child.fileno()], stdin=subprocess.DEVNULL, stdout=2, env=env, start_new_session=True)
         child.close()  # so that the parent sees EOF when the child dies
+        _LIVE.add(self)
         self.modules: set[str] = set()
         self.item: int | None = None
         self.warm(modules)
@@ -100,15 +123,22 @@ class _Worker:
         return self.proc.poll() is None
 
     def kill(self) -> None:
-        """Stop the child now: terminate, then kill if it ignores SIGTERM."""
-        if self.alive():
-            self.proc.terminate()
-            try:
-                self.proc.wait(0.5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        """Stop the child and every process below it now (`process_tree.kill_tree`)."""
+        kill_tree(self.proc)
         self.conn.close()
+        _LIVE.discard(self)
+
+
+_LIVE: weakref.WeakSet[_Worker] = weakref.WeakSet()
+"""Every worker not yet killed, for `_kill_live_workers` at exit."""
+
+
+@atexit.register
+def _kill_live_workers() -> None:
+    """At interpreter exit, kill the workers still running and all below them (busy in a call of a daemon thread,
+    or of a pool nobody closed)."""
+    for w in list(_LIVE):
+        w.kill()
 
 
 class WorkerPool:
@@ -236,7 +266,7 @@ class WorkerPool:
         w = slots[s]
         assert w is not None
         try:
-            reply = w.conn.recv()
+            data = w.conn.recv_bytes()
         except (EOFError, OSError):
             try:
                 code = w.proc.wait(1)
@@ -248,6 +278,10 @@ class WorkerPool:
             out[w.item] = Outcome(error=f"worker died (exit code {code})")
             self._replace(slots, s)
             return
+        try:  # a value the worker could pickle need not load here (a class's __reduce__ that raises)
+            reply = pickle.loads(data)
+        except Exception as e:  # noqa: BLE001
+            reply = (False, f"could not load the result from the worker: {e!r}")
         if reply[0] == "ready":
             w.starting = False
         else:

@@ -20,6 +20,7 @@ from types import SimpleNamespace
 import torch
 
 from explorl.config import Config
+from explorl.runs import nofollow
 from explorl.runs.final import model_card
 from explorl.runs.log import RunLog
 from explorl.runs.metrics import rollout_metrics
@@ -40,7 +41,7 @@ def open_engine_run(cfg: Config, engine: str, *, resume: bool = False, **launch)
 
     log = open_run_dir(cfg, cfg.run.out_dir if resume else None)
     record = {"engine": engine, "version": _version(engine), **launch}
-    (log.dir / ENGINE_FILE).write_text(json.dumps(record, indent=1, default=str))
+    nofollow.write_atomic(log.dir / ENGINE_FILE, json.dumps(record, indent=1, default=str))  # never through a link
     return log
 
 
@@ -91,13 +92,16 @@ def finish_engine_run(log: RunLog, cfg: Config, model, tok, step: int) -> dict:
     """After the engine's last step: explorl's held-out evaluation of `model` (the task's split and `run.eval_sets`,
     `run.eval_n` samples per problem, as `explorl train` ends), `final/` with a model card, the `eval/*` record and,
     last, `eval.json` (which marks the run complete). Returns the evaluation summary."""
+    from rich.console import Console
+
     from explorl.evaluation.evaluate import held_out_evaluator
     from explorl.tasks import load_task
     from explorl.tasks.chat import prompt_encoder
 
     task = load_task(cfg.task)
     was_training = model.training
-    final = held_out_evaluator(model, tok, cfg, task, prompt_encoder(tok, cfg.task))(step)
+    # reward failures said on the console, as `explorl train`'s own evaluation says them
+    final = held_out_evaluator(model, tok, cfg, task, prompt_encoder(tok, cfg.task), Console())(step)
     model.train(was_training)
     log.save_final_model(model, tok, model_card(cfg, final, step, log.dir))
     log.append_metrics({"step": step, **{f"eval/{k}": v for k, v in final.items()}})

@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
+from explorl.runs import nofollow
 from explorl.runs.jsonl import read_jsonl
 
 
 def save_final_model(path: Path, model, tok, card: str | None = None) -> None:
-    """The trained policy as a Hugging Face directory (LoRA: the adapter, loadable with peft), ready to upload."""
+    """The trained policy as a Hugging Face directory (LoRA: the adapter, loadable with peft), ready to upload:
+    written into a fresh `<name>.tmp` directory and renamed. A symbolic link at either name is refused before
+    anything is written (`nofollow`): the model would go, or a directory would be deleted, wherever it points."""
     tmp = path.with_name(path.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
+    nofollow.check(path)
+    nofollow.remove(tmp)  # a killed run's left-over, with whatever it holds
+    nofollow.make_dirs(tmp)
     model.save_pretrained(str(tmp))
     tok.save_pretrained(str(tmp))
     if card is not None:
-        (tmp / "README.md").write_text(card)
-    shutil.rmtree(path, ignore_errors=True)
-    os.replace(tmp, path)
+        nofollow.write_file(tmp / "README.md", card)
+    nofollow.remove(path)
+    nofollow.replace(tmp, path)
 
 
 def model_card(cfg, summary: dict, steps: int, run_dir: Path | None = None) -> str:

@@ -1,7 +1,8 @@
 """The files of a run directory written record by record: append-only JSONL (metrics.jsonl, samples.jsonl,
 config_history.jsonl), each record flushed and fsynced, so a kill tears at most the last line; reading one back, a
 torn last line dropped with a warning naming the file and line, any other line that is not JSON an error naming
-them; and whole files written under a temporary name and renamed (`write_atomic`)."""
+them; and whole files written under a temporary name and renamed (`write_atomic`). Nothing here follows a symbolic
+link planted in the run directory (`explorl.runs.nofollow`): writing, appending or renaming onto one is refused."""
 
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ import math
 import os
 from pathlib import Path
 
+from explorl.runs import nofollow
 from explorl.runs.lock import RunDirWarning
 
 
 def append_jsonl(path: Path, record: dict) -> None:
-    """Append one record as a line, flushed and fsynced (a kill tears at most this line)."""
-    with open(path, "a") as f:
+    """Append one record as a line, flushed and fsynced (a kill tears at most this line); never through a link."""
+    with nofollow.open_append(path) as f:
         f.write(json.dumps(record, default=_json_default) + "\n")
         f.flush()
         os.fsync(f.fileno())
@@ -35,7 +37,7 @@ def read_jsonl(path: Path, *, torn_last_line_ok: bool = False) -> list[dict]:
             record = json.loads(line)
             if not isinstance(record, dict):
                 raise ValueError(f"a JSON {type(record).__name__}, not an object")
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:  # RecursionError: brackets nested past Python's stack
             if torn_last_line_ok and i == last:
                 import warnings
 
@@ -59,13 +61,9 @@ def _rewrite_jsonl(path: Path, records: list[dict]) -> None:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """`path` written whole under a temporary name, fsynced and renamed: a kill leaves the old file or the new."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """`path` written whole under a temporary name, fsynced and renamed: a kill leaves the old file or the new; a
+    symbolic link at either name is refused (`nofollow.write_atomic`)."""
+    nofollow.write_atomic(path, text)
 
 
 def _json_default(x):

@@ -11,7 +11,9 @@ takes it from an earlier one (a run that stopped with an error, still referenced
 the earlier `RunLog` then refuses to write (`RunLock.check`).
 
 `check_out_dir` is what a new run's directory may be: absent, empty, or a run explorl made that has not logged a
-step yet; anything else is refused before anything is written, naming what is there.
+step yet; anything else is refused before anything is written, naming what is there. A run directory holds no
+symbolic links (`refuse_links_in_run`): a link planted there, `.lock` included, is refused by name before a run
+starts or resumes, and the lock file is opened with O_NOFOLLOW (`explorl.runs.nofollow`).
 """
 
 from __future__ import annotations
@@ -19,10 +21,13 @@ from __future__ import annotations
 import json
 import os
 import socket
+import stat
 import time
 import warnings
 import weakref
 from pathlib import Path
+
+from explorl.runs import nofollow
 
 LOCK_FILE = ".lock"
 """The lock file inside a run directory; its presence also marks the directory as made by explorl."""
@@ -93,9 +98,10 @@ class RunLock:
 
         run_dir = Path(run_dir)
         path = run_dir / LOCK_FILE
+        refuse_links_in_run(run_dir)  # `.lock -> elsewhere` would lock, empty and rewrite that file
         _release_earlier_run_of_this_process(run_dir)
         for _ in range(5):
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = nofollow.open_fd(path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -112,7 +118,7 @@ class RunLock:
                     continue
                 raise _locked(run_dir, holder) from None
             try:
-                if os.fstat(fd).st_ino != os.stat(path).st_ino:  # replaced while we waited: lock the new file
+                if os.fstat(fd).st_ino != os.lstat(path).st_ino:  # replaced while we waited: lock the new file
                     os.close(fd)
                     continue
             except FileNotFoundError:
@@ -180,10 +186,10 @@ def refuse_if_locked(run_dir: Path) -> None:
 
     path = run_dir / LOCK_FILE
     entry = _HELD.get(os.path.realpath(run_dir))
-    if (entry is not None and entry() is not None) or not path.is_file():
-        return  # this process's own (`acquire` hands it over), or no lock at all
+    if (entry is not None and entry() is not None) or not _is_file(path):
+        return  # this process's own (`acquire` hands it over), or no lock at all (a link is refused by `acquire`)
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
         return
     try:
@@ -227,12 +233,28 @@ STEP_FILES = ("metrics.jsonl", "checkpoints")
 """What makes a run directory hold a run (steps logged or checkpointed): a new run there is refused (--resume)."""
 
 
+def _is_file(path: Path) -> bool:
+    """A regular file, not a symbolic link to one (`Path.is_file` follows links)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def refuse_links_in_run(run_dir: Path) -> None:
+    """LinkRefused naming every symbolic link among the run directory's entries and its checkpoints' (`.lock`,
+    `metrics.jsonl.tmp`, `final`, `checkpoints` itself, ...): checked before a run starts or resumes, so that a link
+    planted there stops it before any work and before anything is written."""
+    nofollow.refuse_linked_entries(run_dir)
+    nofollow.refuse_linked_entries(run_dir / "checkpoints")
+
+
 def is_explorl_run(run_dir: Path) -> bool:
     """Whether `run_dir` is a run directory explorl made: its lock file (every run since explorl took locks), or a
     config.yaml beside metrics.jsonl or checkpoints/ (runs from before)."""
-    if (run_dir / LOCK_FILE).is_file():
+    if _is_file(run_dir / LOCK_FILE):
         return True
-    return (run_dir / "config.yaml").is_file() and any((run_dir / f).exists() for f in STEP_FILES)
+    return _is_file(run_dir / "config.yaml") and any((run_dir / f).exists() for f in STEP_FILES)
 
 
 def holds_steps(run_dir: Path) -> bool:
@@ -249,6 +271,7 @@ def check_out_dir(out_dir: Path, resume_hint: str = "explorl train --resume") ->
         return
     if not out_dir.is_dir():
         raise FileExistsError(f"run.out_dir {out_dir} is a file, not a directory; choose another run.out_dir")
+    refuse_links_in_run(out_dir)
     entries = sorted(p.name for p in out_dir.iterdir())
     if not entries:
         return

@@ -6,7 +6,9 @@ record, each flushed (`explorl.runs.jsonl`); on resume the records and samples o
 final evaluation line, are dropped (they will be recomputed identically), and a last line a kill tore is dropped with
 a warning naming the file and line; any other line that is not JSON is an error naming them. eval.json is written
 last, after final/: a run directory whose eval.json has the last step is complete. One process writes a run
-directory: `RunLog.open` takes its lock (`explorl.runs.lock`) before writing anything and `close` releases it.
+directory: `RunLog.open` takes its lock (`explorl.runs.lock`) before writing anything and `close` releases it. A run
+directory holds no symbolic links: `open` refuses one planted among its entries or its checkpoints' before any work,
+and every write goes through `explorl.runs.nofollow`, which never follows one.
 
 The rest of the run directory's work has a module each: checkpoints and the RNG state they hold
 (`explorl.runs.checkpoints`), the per-step metrics (`explorl.runs.metrics`), the reward failure log
@@ -21,10 +23,12 @@ import os
 import time
 from pathlib import Path
 
+from explorl.runs import nofollow
 from explorl.runs.checkpoints import checkpoint_dirs, save_checkpoint
 from explorl.runs.final import save_final_model
 from explorl.runs.jsonl import append_jsonl, clean_record, drop_torn_last_line, truncate_jsonl, write_atomic
-from explorl.runs.lock import RunLock, check_out_dir, holds_steps, is_explorl_run, refuse_if_locked
+from explorl.runs.lock import (RunLock, check_out_dir, holds_steps, is_explorl_run, refuse_if_locked,
+                               refuse_links_in_run)
 
 
 class RunLog:
@@ -46,7 +50,9 @@ class RunLog:
         """The run directory to continue (`resume`: a run explorl made) or a new one at `out_dir` (absent, empty, or
         a run explorl made that logged no step: `lock.check_out_dir`), locked for this process before anything is
         written (RunDirLocked naming the holder when another process writes it). `resume_hint`: the command that
-        continues a run, named when `out_dir` already holds one."""
+        continues a run, named when `out_dir` already holds one. A symbolic link among the directory's entries is
+        refused first (`lock.refuse_links_in_run`): the run would write, rename or delete through it."""
+        refuse_links_in_run(Path(resume if resume is not None else out_dir))
         if resume is not None:
             log = cls(Path(resume))
             if not (log.dir / "config.yaml").exists():
@@ -154,7 +160,7 @@ class RunLog:
             return
         self._writing()
         group = ro.group.tolist()
-        with open(self.samples_path, "a") as f:
+        with nofollow.open_append(self.samples_path) as f:
             for j, p in enumerate(problems[:k]):
                 rows = [i for i, g in enumerate(group) if g == j]
                 f.write(json.dumps({"step": step, "prompt": p.prompt, "answer": p.answer,

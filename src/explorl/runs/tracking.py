@@ -14,6 +14,8 @@ import math
 import uuid
 from pathlib import Path
 
+from explorl.runs import nofollow
+
 TRACKERS = ("tensorboard", "wandb")
 
 
@@ -57,6 +59,7 @@ class Trackers:
         run_dir = Path(run_dir)
         if "tensorboard" in report_to:
             tb = _import("tensorboard")
+            nofollow.make_dirs(run_dir / "tensorboard")  # a real directory: TensorBoard's own makedirs follows links
             self.tb = tb.SummaryWriter(log_dir=str(run_dir / "tensorboard"),
                                        purge_step=None if resume_step is None else resume_step + 1)
             self.tb.add_text("config", "```\n" + _yaml(config) + "\n```", 0)
@@ -64,7 +67,8 @@ class Trackers:
             wandb = _import("wandb")
             id_file = run_dir / "wandb_run_id"
             run_id = id_file.read_text().strip() if id_file.exists() else uuid.uuid4().hex[:8]
-            id_file.write_text(run_id + "\n")
+            nofollow.write_atomic(id_file, run_id + "\n")
+            nofollow.check(run_dir / "wandb")  # where W&B writes its files: never through a link
             self.wandb = wandb.init(project=project, name=run_dir.name, id=run_id, resume="allow", dir=str(run_dir),
                                     config=config)
 

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from explorl.config import load_config
+from explorl.runs import nofollow
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[3] / "configs" / "quickstart.yaml"
 MARKER = "demo.json"
@@ -93,9 +94,9 @@ def run_demo(config: str | None, overrides: list[str], *, console) -> dict:
         train(cfg, console=console, resume=run_dir if state == "continue" else None)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the run directory says it is this demo's, to be continued
         if run_dir.is_dir():
-            (run_dir / MARKER).write_text(json.dumps(marker, indent=1))
+            nofollow.write_atomic(run_dir / MARKER, json.dumps(marker, indent=1))
         raise
-    (run_dir / MARKER).write_text(json.dumps(marker, indent=1))
+    nofollow.write_atomic(run_dir / MARKER, json.dumps(marker, indent=1))  # never through a symbolic link
     trained = json.loads((run_dir / "eval.json").read_text())
     ks = sorted(set(cfg.run.eval_k) | {1})
     keys = [f"pass@{k}" for k in ks] + ["entropy", "length"]
@@ -109,7 +110,7 @@ def run_demo(config: str | None, overrides: list[str], *, console) -> dict:
     console.print(table)
     summary = {"base": {k: base[k] for k in keys}, "trained": {k: trained[k] for k in keys},
                "config": str(path), "seconds": time.perf_counter() - t0}
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    nofollow.write_atomic(run_dir / "summary.json", json.dumps(summary, indent=2))
     console.print(f"wrote {run_dir / 'summary.json'} ({summary['seconds']:.0f}s in all)")
     return summary
 

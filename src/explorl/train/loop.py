@@ -42,6 +42,7 @@ from explorl.train.memory import PhasePeaks
 from explorl.models import check_run_inputs, make_reference
 from explorl.rollout.collect import collect_rollouts
 from explorl.rollout.controllers import PromptStream
+from explorl.rollout.forward import supports_fused_forward
 from explorl.rollout.schedule import ScheduleDriver
 from explorl.train.setup import check_trainable_dtype, load_run_model, open_run_dir, warn_small_training_set
 from explorl.runs.checkpoints import load_checkpoint, restore_rng, rng_state
@@ -54,6 +55,7 @@ from explorl.train.update import (
     NonFiniteError,
     NonFiniteWeightsError,
     configured_hyperparameters,
+    fused_compile,
     keep_configured_optimizer,
     lr_lambda,
     make_optimizer,
@@ -178,6 +180,14 @@ def rollout_engine(cfg: Config, model):
                         trust_remote_code=cfg.model.trust_remote_code)
 
 
+def compiles(cfg: Config, model) -> bool:
+    """Whether this run's first step compiles: the fused decoding step (`sampling.compile`) or the fused training
+    forward (`model.compile`), on a model the fused path takes."""
+    s = cfg.sampling
+    sampler = s.compile and s.fast_path and s.engine != "vllm"
+    return supports_fused_forward(model) and (sampler or fused_compile(cfg))
+
+
 def train(cfg: Config, *, resume: str | Path | None = None, console=None, progress: bool = True) -> Path:
     """Run GRPO-style RL as configured; returns the run directory. `resume` continues a stopped or killed run
     from its last checkpoint (from step 1 when it has none; a complete run is left as it is)."""
@@ -199,10 +209,10 @@ def train(cfg: Config, *, resume: str | Path | None = None, console=None, progre
     st = TrainState.new(cfg, model, device, len(task.train))
     start, nonfinite_run = st.restore(log, console, r.steps) if resume is not None else (0, 0)
     log.start_trackers(r, to_dict(cfg), resume_step=start if resume is not None else None)
-    run_eval = held_out_evaluator(model, tok, cfg, task, encode)  # the task's split and run.eval_sets
+    run_eval = held_out_evaluator(model, tok, cfg, task, encode, console)  # the task's split and run.eval_sets
     engine = rollout_engine(cfg, model)
     guards = RunGuards(cfg, log, console, start, nonfinite_run)
-    bar = Progress(console, r.steps, start, enabled=progress)
+    bar = Progress(console, r.steps, start, enabled=progress, compiling=compiles(cfg, model))
     try:
         for step in range(start, r.steps):
             record, got = train_step(step, cfg, st, tok, task, runner, encode, guards, engine)

