@@ -1,7 +1,7 @@
 """The figures of the long testbed runs' answer, from the records `bench/testbed_long_table.py` reads:
 
 - `forest`: each method's pass@K difference from the base model at its last checkpoint, with the 95% bootstrap
-  interval over problems and seeds (`testbed_long_table.paired`), in and out of distribution, at T = 1 and at the
+  interval over problems and seeds (`testbed_long_records.paired`), in and out of distribution, at T = 1 and at the
   base model's entropy: the question "does RL lose coverage the base model had" at a glance;
 - `curves`: pass@k against k (1 to n, log scale) of the base model and of each method at its last checkpoint (mean
   over seeds): where RL's gain at small k turns into a loss at large k, if it does;
@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from testbed_long_table import MODES, base_mode, fate, is_baseline, ordered_methods, paired, records_at  # noqa: E402
+from testbed_long_records import MODES, base_mode, fate, is_baseline, ordered_methods, paired, records_at  # noqa: E402
 
 PANELS = [("id", "matched-chain"), ("ood", "matched-chain"), ("id", "t1-chain"), ("ood", "t1-chain")]
 """Right-chain panels first (the judge that is not fooled by guessed answers), at the base entropy, then T = 1."""

@@ -42,26 +42,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 from learning import baseline  # noqa: E402
-
-MODES = {"t1": "T = 1", "matched": "base entropy", "t1-chain": "T = 1, right chains",
-         "matched-chain": "base entropy, right chains"}
-"""Evaluation modes (`testbed_long.MODES`): sampled at T = 1 or at the base model's entropy, and correct when the
-answer is right or (`-chain`) when every worked step is."""
-
-
-def is_baseline(method: str) -> bool:
-    """Whether `method` is a GRPO baseline (`grpo`, `grpo__agg__lo-hi[__uN]`), not a method built on GRPO."""
-    return method == "grpo" or method.startswith("grpo__")
-
-
-def ordered_methods(records: dict) -> list[str]:
-    """The methods recorded (not the base model): `grpo` first, then the methods, then the other GRPO baselines."""
-    return sorted({m for m, *_ in records if m != "base"}, key=lambda m: (m != "grpo", m.startswith("grpo__"), m))
-
-
-def base_mode(mode: str) -> str:
-    """The base model's record a mode compares with: the base model at T = 1 (its own entropy), same judge."""
-    return "t1-chain" if mode.endswith("-chain") else "t1"
+from testbed_long_records import (MODES, base_mode, fate, is_baseline, ordered_methods, paired,  # noqa: E402
+                                 per_problem, records_at)
 
 
 def load_records(root: Path, seeds: int | None = None) -> dict[tuple[str, int, int, str, str], dict]:
@@ -90,31 +72,6 @@ def one_judge(records: dict) -> tuple[dict, int]:
         return records, 0
     kept = {key: r for key, r in records.items() if key not in chain or current_judge(r)}
     return kept, len(records) - len(kept)
-
-
-def per_problem(record: dict, k: int) -> dict[str, float]:
-    """pass@k of each problem of an eval record (`--curve`'s per-problem counts)."""
-    from explorl.metrics import pass_at_k
-
-    p = record["curve"]["problems"]
-    return {pid: pass_at_k(n, c, k) for pid, n, c in zip(p["id"], p["n"], p["correct"])}
-
-
-def paired(pairs: list[tuple[dict, dict]], k: int) -> tuple[float, float, float, list[float]] | None:
-    """Mean pass@k difference (second minus first) over the problems every pair scored and over the (seed) pairs
-    given, its 95% bootstrap interval over problems and seeds (`metrics.bootstrap_ci_seeds`: with one pair, over
-    problems only), and each pair's own mean; None without pairs."""
-    from explorl.metrics import bootstrap_ci_seeds
-
-    if not pairs:
-        return None
-    per_pair = [(per_problem(ref, k), per_problem(other, k)) for ref, other in pairs]
-    common = set.intersection(*(a.keys() & b.keys() for a, b in per_pair))
-    if not common:
-        return None
-    pids = sorted(common)  # sorted: the bootstrap's draws do not depend on hash order
-    rows = [[b[pid] - a[pid] for pid in pids] for a, b in per_pair]
-    return (*bootstrap_ci_seeds(rows, n_boot=2000, seed=0), [statistics.fmean(row) for row in rows])
 
 
 def fmt(ci: tuple[float, float, float, list[float]] | None) -> str:
@@ -222,12 +179,6 @@ def narrowing_table(records: dict, split: str, mode: str, k: int) -> list[str]:
         lines.append(f"| {method} | {steps[0]} to {steps[-1]} | {len(pairs)} | {fmt(paired(pairs, k))} | "
                      f"{entropy:+.3f} |")
     return lines + [""]
-
-
-def records_at(records: dict, method: str, step: int | None, split: str, mode: str) -> list[dict]:
-    """The records of `method` at `step` on (split, mode), one per seed in seed order (none for step None)."""
-    return [r for (m, _, s, sp, md), r in sorted(records.items(), key=lambda item: item[0][1])
-            if (m, s, sp, md) == (method, step, split, mode)]
 
 
 def problem_matrix(rows: list[dict], k: int, pids: list[str]) -> "torch.Tensor":
@@ -393,19 +344,6 @@ def chance_lost_gained(base_counts: list[int], n: int, seeds: int, min_hits: int
     lost = sum((expected(c, never) for c in base_counts if c >= min_hits), 0.0)
     gained = base_counts.count(0) * expected(0, at_least) if 0 in base_counts else 0.0
     return lost, gained
-
-
-def fate(base_count: int | None, seen: list[int], min_hits: int) -> str | None:
-    """What became of one problem in a run, `seen` its correct samples in each seed: "lost" where the base model
-    solved it at least `min_hits` times and the run never does in any seed, "gained" where the base never did and
-    the run does at least `min_hits` times in every seed, else None (also where the base did not evaluate it)."""
-    if base_count is None:
-        return None
-    if base_count >= min_hits and max(seen) == 0:
-        return "lost"
-    if base_count == 0 and min(seen) >= min_hits:
-        return "gained"
-    return None
 
 
 def solved_sets_table(records: dict, split: str = "ood", mode: str = "matched", min_hits: int = 4) -> list[str]:

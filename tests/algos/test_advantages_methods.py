@@ -708,3 +708,16 @@ def test_cov_weights_grouped_paper_reading():
         assert float(w[rows][mask[rows] > 0].mean()) == pytest.approx(1.0, abs=1e-12)
     one = torch.zeros(n, dtype=torch.long)
     assert torch.allclose(cov_weights_grouped(adv, lp, one, mask), cov_weights(adv, lp, mask), atol=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("bandwidth", [0.5, 1.0, 3.0])
+def test_cov_weights_batch_and_one_group_agree_on_random_batches(seed, bandwidth):
+    """`cov_weights` (batch statistics, `cw`) and `cov_weights_grouped` (`cw_group`) with every row in one group
+    take the same means, sigma and normaliser over the same tokens and share one kernel, so the two entry points
+    agree to rounding (they sum in different orders) on ragged batches with nan in the padding."""
+    b = random_batch(seed + 300)
+    one = torch.zeros(b["mask"].shape[0], dtype=torch.long)
+    batch = A.cov_weights(b["adv"], b["logprobs"], b["mask"], bandwidth=bandwidth)
+    grouped = A.cov_weights_grouped(b["adv"], b["logprobs"], one, b["mask"], bandwidth=bandwidth)
+    assert torch.allclose(grouped, batch, rtol=0, atol=1e-12) and torch.all(batch[b["mask"] == 0] == 0)

@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import io
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +16,7 @@ from rich.console import Console
 import explorl.commands.common as common
 from explorl.algos.registry import SECTIONS, _REGISTRY
 from explorl.commands import main
+from explorl.commands.methods import _summary
 from explorl.config.validation import fill_registry
 
 fill_registry()
@@ -92,3 +96,34 @@ def test_methods_unknown_name_fails_with_the_valid_names(out):
     assert "no method named 'nonsense'" in text
     valid = text.split("valid:", 1)[1]
     assert all(re.search(rf"\b{re.escape(e.name)}\b", valid) for e in ENTRIES)
+
+
+def _assert_every_cell_whole(text: str) -> None:
+    """No table, and each method's cells each whole on a line of their own: its name alone on a line, then what it
+    implements, its options and its code's file:line (the blocks an 80-column console or a pipe gets)."""
+    lines = text.splitlines()
+    assert "│" not in text and "┃" not in text, text
+    for entry in ENTRIES:
+        name, cites, _, options, code = _summary(entry)
+        assert f"  {name}" in lines, f"{entry.kind} {name} not whole on a line of its own in\n{text}"
+        assert any(line.startswith(f"    implements: {cites}") for line in lines), (name, cites)
+        assert f"    options: {options}" in lines and f"    code: {code}" in lines, (name, options, code)
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_methods_at_80_columns_prints_whole_lines(monkeypatch, terminal):
+    """At 80 columns a table row does not fit, and rich would fold every cell to a few characters: each method is
+    printed as a block of whole lines instead, on a terminal and off one."""
+    buf = io.StringIO()
+    monkeypatch.setattr(common, "console", Console(file=buf, width=80, force_terminal=terminal, color_system=None))
+    assert main(["methods"]) == 0
+    _assert_every_cell_whole(buf.getvalue())
+
+
+def test_methods_piped_prints_whole_lines():
+    """`explorl methods | cat`: rich gives a pipe 80 columns, so the output is the blocks of whole lines."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    res = subprocess.run([sys.executable, "-m", "explorl", "methods"], capture_output=True, text=True, timeout=120,
+                         env=env)
+    assert res.returncode == 0, res.stderr
+    _assert_every_cell_whole(res.stdout)

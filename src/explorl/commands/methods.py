@@ -87,8 +87,6 @@ def _paper_text(short: str) -> str:
 
 
 def cmd_methods(args) -> int:
-    from explorl.algos.registry import SELECTED_BY  # the config key that chooses an entry of each method kind
-
     entries = method_entries()
     if args.name is not None:
         chosen = [e for e in entries if e.name == args.name]
@@ -98,22 +96,61 @@ def cmd_methods(args) -> int:
         for entry in chosen:
             _print_entry(entry)
         return 0
-    for kind in dict.fromkeys(e.kind for e in entries):
-        table = Table(title=f"{kind} ({SELECTED_BY[kind]}; explorl methods NAME shows one in full)")
-        for col in ("name", "paper: equations", "docs §", "options (defaults)"):
-            table.add_column(col, overflow="fold")
-        table.add_column("code", no_wrap=True)
-        for entry in (e for e in entries if e.kind == kind):
-            file, line = code_location(entry.fn)
-            cites = "; ".join(f"{c.paper}: {c.where}" if c.locators else c.paper for c in entry.cites) or "-"
-            sections = ", ".join(dict.fromkeys(f"§{s}" for c in entry.cites for s in c.sections)) or "-"
-            options = ", ".join(f"{name}={default!r}" for _, name, default in option_defaults(entry))
-            if entry.options_from:
-                options = f"{entry.options_from}'s: {options}"
-            table.add_row(escape(entry.name), escape(cites), sections, escape(options or "-"),
-                          escape(f"{file}:{line}"))
-        common.console.print(table)
+    rows = {kind: [_summary(e) for e in entries if e.kind == kind] for kind in dict.fromkeys(e.kind for e in entries)}
+    console = common.console
+    tables = [_table(kind, kind_rows) for kind, kind_rows in rows.items()]
+    unbounded = console.options.update_width(10**6)  # the tables' natural widths, not capped at the console's
+    if all(console.measure(table, options=unbounded).maximum <= console.width for table in tables):
+        for table in tables:
+            console.print(table)
+    else:  # narrower than a table row (an 80-column terminal, or piped): one block of whole lines per method
+        for kind, kind_rows in rows.items():
+            _print_blocks(kind, kind_rows)
     return 0
+
+
+COLUMNS = ("name", "paper: equations", "docs §", "options (defaults)", "code")
+
+
+def _summary(entry) -> tuple[str, str, str, str, str]:
+    """One entry's cells under `COLUMNS`, as plain text ("-" where it has none)."""
+    file, line = code_location(entry.fn)
+    cites = "; ".join(f"{c.paper}: {c.where}" if c.locators else c.paper for c in entry.cites) or "-"
+    sections = ", ".join(dict.fromkeys(f"§{s}" for c in entry.cites for s in c.sections)) or "-"
+    options = ", ".join(f"{name}={default!r}" for _, name, default in option_defaults(entry))
+    if entry.options_from:
+        options = f"{entry.options_from}'s: {options}"
+    return entry.name, cites, sections, options or "-", f"{file}:{line}"
+
+
+def _title(kind: str) -> str:
+    from explorl.algos.registry import SELECTED_BY  # the config key that chooses an entry of each method kind
+
+    return f"{kind} ({SELECTED_BY[kind]}; explorl methods NAME shows one in full)"
+
+
+def _table(kind: str, rows: list[tuple[str, ...]]) -> Table:
+    """The methods of one kind as a table, one row each (for a console wide enough to hold a row on one line)."""
+    table = Table(title=_title(kind))
+    for col in COLUMNS[:-1]:
+        table.add_column(col, overflow="fold")
+    table.add_column(COLUMNS[-1], no_wrap=True)
+    for row in rows:
+        table.add_row(*(escape(cell) for cell in row))
+    return table
+
+
+def _print_blocks(kind: str, rows: list[tuple[str, ...]]) -> None:
+    """The methods of one kind as blocks of whole lines, never cut into columns: the name, then what it implements,
+    its options and its code, each on a line of its own (soft-wrapped, so a pipe gets every line whole)."""
+    console = common.console
+    console.print(escape(_title(kind)), highlight=False, soft_wrap=True)
+    for name, cites, sections, options, code in rows:
+        docs = "" if sections == "-" else f" (docs/methods.md {sections})"
+        console.print(f"  [bold]{escape(name)}[/]", highlight=False, soft_wrap=True)
+        for line in (f"implements: {cites}{docs}", f"options: {options}", f"code: {code}"):
+            console.print(f"    {escape(line)}", highlight=False, soft_wrap=True)
+    console.print()
 
 
 def _print_entry(entry) -> None:

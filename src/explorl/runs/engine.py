@@ -14,7 +14,6 @@ gathers what it has and calls them; nothing here imports TRL or verl.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from types import SimpleNamespace
 
 import torch
@@ -107,12 +106,3 @@ def finish_engine_run(log: RunLog, cfg: Config, model, tok, step: int) -> dict:
     log.append_metrics({"step": step, **{f"eval/{k}": v for k, v in final.items()}})
     log.write_eval(step, final, cfg.model.fingerprint)
     return final
-
-
-def engine_of(run_dir: str | Path) -> str:
-    """Which engine wrote a run directory: "explorl" unless `engine.json` names another."""
-    path = Path(run_dir) / ENGINE_FILE
-    try:
-        return str(json.loads(path.read_text())["engine"])
-    except (OSError, ValueError, KeyError):
-        return "explorl"

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from explorl.algos.registry import register
 from explorl.tasks.base import PREFLIGHT_SAMPLES, Problem, spread
 # count_rows is not used here: config.validation and models import it from this module
-from explorl.tasks.rows import RowReader, count_rows, read_rows  # noqa: F401
+from explorl.tasks.rows import RowReader, count_rows  # noqa: F401
 
 if TYPE_CHECKING:
     from explorl.config.schema import TaskConfig
@@ -90,13 +90,6 @@ def fill_template(template: str, question: str, row: dict) -> str:
         return text if text is not None else json.dumps(row[name], ensure_ascii=False, default=str)
 
     return PLACEHOLDER.sub(value, template)
-
-
-def unknown_placeholders(template: str, row: Any) -> list[str]:
-    """The `{name}` placeholders of `template` that are neither `{question}` nor a column of `row` (they stay as
-    written: a typo, or braces meant literally)."""
-    columns = row if isinstance(row, dict) else {}
-    return [n for n in dict.fromkeys(PLACEHOLDER.findall(template)) if n != "question" and n not in columns]
 
 
 CHAT_ROLES = ("system", "user", "assistant")
@@ -239,15 +232,6 @@ def check_file_task(cfg: TaskConfig, console=None) -> str:
                              f"or give task.eval_path")
         split = f"held out: its last {cfg.eval_size} rows"
     return f"{described}; {split}"
-
-
-def first_problem(cfg: TaskConfig) -> Problem:
-    """The first training problem (the first row of `task.path`), read alone."""
-    if not cfg.path:
-        raise ValueError("task.path: the `file` task needs a .jsonl, .json or .parquet file")
-    for n, where, row in read_rows(cfg.path, "task.path", limit=1):
-        return to_problem(row, where, f"{Path(cfg.path).name}:{n}", cfg)
-    raise ValueError(f"task.path: {cfg.path} holds no rows")
 
 
 def spread_problems(cfg: TaskConfig, k: int = PREFLIGHT_SAMPLES) -> list[Problem]:

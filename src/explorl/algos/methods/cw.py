@@ -59,19 +59,25 @@ def token_covariance(advantages: Tensor, logprobs: Tensor, mask: Tensor, group: 
     return torch.where(valid, (lp - lp_mean) * (a - a_mean), zero)
 
 
+def _kernel(c: Tensor, var: Tensor, valid: Tensor, bandwidth: float) -> Tensor:
+    """CW-GRPO's unnormalised Gaussian kernel `w = exp(-c^2 / (2 (bandwidth * sigma)^2))` (section 2.3), the one
+    place it is written: `c` the token covariance `[N, T]` float64, `var` = sigma^2 its population variance over
+    the tokens the statistics cover (0-d for the whole batch, `[N, T]` per group); sigma 0 gives w = 1.
+    Returns float64 `[N, T]`, 0 on padding."""
+    sigma2 = var * (bandwidth * bandwidth)  # bandwidth 1: exactly sigma^2 (x * 1.0 == x)
+    # where sigma2 == 0 the division gives inf or nan, which `where` never selects (no gradient flows here)
+    w = torch.where(sigma2 > 0, torch.exp(-(c * c) / (2.0 * sigma2)), torch.ones_like(c))
+    return torch.where(valid, w, torch.zeros((), dtype=c.dtype, device=c.device))
+
+
 def _group_kernel(advantages: Tensor, logprobs: Tensor, group: Tensor, mask: Tensor,
                   bandwidth: float = 1.0) -> Tensor:
-    """CW-GRPO's unnormalised kernel `w = exp(-c^2 / (2 (bandwidth * sigma)^2))` with `c`, its means and sigma
-    taken over each group's valid tokens (sigma 0 gives w = 1); float64 `[N, T]`, 0 on padding."""
+    """`_kernel` with `c`, its means and sigma taken over each group's valid tokens; float64 `[N, T]`, 0 on
+    padding."""
     valid = mask.bool()
-    f64 = torch.float64
-    zero = torch.zeros((), dtype=f64, device=mask.device)
-    ids = group[:, None].expand(mask.shape)
     c = token_covariance(advantages, logprobs, mask, group)
-    _, c_std, _ = segment_stats(c, ids, valid)
-    sigma2 = c_std.to(f64) ** 2 * (bandwidth * bandwidth)  # bandwidth 1: exactly sigma^2 (x * 1.0 == x)
-    w = torch.where(sigma2 > 0, torch.exp(-(c * c) / (2.0 * sigma2.clamp_min(1e-300))), torch.ones_like(c))
-    return torch.where(valid, w, zero)
+    _, c_std, _ = segment_stats(c, group[:, None].expand(mask.shape), valid)
+    return _kernel(c, c_std.to(torch.float64) ** 2, valid, bandwidth)
 
 
 def _normalise_per_segment(w: Tensor, ids: Tensor, valid: Tensor) -> Tensor:
@@ -140,19 +146,13 @@ def cov_weights(advantages: Tensor, logprobs: Tensor, mask: Tensor, *, bandwidth
         `[N, T]` float64 weights `w~`, 0.0 where `mask == 0` (all zeros when no token is valid).
     """
     valid = mask.bool()
-    f64 = torch.float64
-    zero = torch.zeros((), dtype=f64, device=mask.device)
     n_valid = int(valid.sum())
     c = token_covariance(advantages, logprobs, mask)
     if n_valid == 0:
-        return torch.zeros(mask.shape, dtype=f64, device=mask.device)
+        return torch.zeros(mask.shape, dtype=torch.float64, device=mask.device)
     c_mean = c.sum() / n_valid
-    sigma2 = (torch.where(valid, c - c_mean, zero) ** 2).sum() / n_valid * (bandwidth * bandwidth)
-    if float(sigma2) > 0.0:
-        w = torch.exp(-(c * c) / (2.0 * sigma2))
-    else:
-        w = torch.ones_like(c)
-    w = torch.where(valid, w, zero)
+    var = (torch.where(valid, c - c_mean, torch.zeros((), dtype=c.dtype, device=c.device)) ** 2).sum() / n_valid
+    w = _kernel(c, var, valid, bandwidth)
     return w * (n_valid / w.sum())
 
 
