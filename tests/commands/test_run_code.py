@@ -16,8 +16,10 @@ import uuid
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from rich.console import Console
+from safetensors.torch import save_file
 
 from explorl import commands
 from explorl.config import dump_yaml, load_config
@@ -85,8 +87,11 @@ def _run(tmp_path: Path, model_dir: Path, *overrides: str, code: bool = False, f
     (run / "config.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     (run / "metrics.jsonl").write_text("")
     (run / ".lock").write_text("")
-    (run / "checkpoints" / "step_0000002").mkdir(parents=True)
-    (run / "checkpoints" / "step_0000002" / "trainable.safetensors").write_bytes(b"not read by the checks")
+    ckpt = run / "checkpoints" / "step_0000002"
+    ckpt.mkdir(parents=True)
+    # whole files (the checks before a resume read their headers), never loaded by these tests
+    save_file({"x": torch.zeros(1)}, str(ckpt / "trainable.safetensors"))
+    torch.save({"optimizer": {}, "scheduler": {}}, ckpt / "trainer_state.pt")
     if final:
         shutil.copytree(model_dir, run / "final")
     return run

@@ -10,7 +10,8 @@ import time
 import pytest
 
 from explorl.config import ConfigError, load_config
-from explorl.config.files import MAX_CONFIG_BYTES, MAX_CONFIG_DEPTH, MAX_CONFIG_VALUES, SHOWN_CHARS, short_repr
+from explorl.config.files import MAX_CONFIG_BYTES, MAX_CONFIG_DEPTH, MAX_CONFIG_VALUES
+from explorl.config.schema import SHOWN_CHARS, short_repr
 
 
 def _alias_bomb(levels: int = 9) -> str:
@@ -94,3 +95,21 @@ def test_a_jsonl_line_of_nested_brackets_is_a_damaged_line(tmp_path):
     metrics.write_text('{"step": 1}\n' + "[" * 100_000 + "]" * 100_000 + '\n{"step": 2}\n')
     with pytest.raises(ValueError, match=rf"{metrics}:2: not a JSON record .*damaged"):
         read_jsonl(metrics)
+
+
+def test_a_long_value_is_quoted_short_wherever_a_config_error_names_it(tmp_path):
+    """Issue 56 item 6: an error message printed the whole value (a megabyte of YAML was a megabyte of message);
+    every message that quotes a value cuts it to SHOWN_CHARS (type errors, choices, a method's options, a base)."""
+    from explorl.config import ConfigError, load_config
+
+    huge = "x" * 500_000
+    for override in (f"run.steps={huge}", f"sampling.schedule={huge}", f"task.chat_template={huge}"):
+        with pytest.raises(ConfigError) as e:
+            load_config(None, [override])
+        said = str(e.value)
+        assert len(said) < 2 * SHOWN_CHARS + 400 and "(500002 characters)" in said, override.split("=")[0]
+    config = tmp_path / "c.yaml"
+    config.write_text(f"base: [{huge}]\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(config)
+    assert len(str(e.value)) < 2 * SHOWN_CHARS + 400

@@ -149,3 +149,31 @@ def test_a_full_disk_names_the_checkpoint_and_keeps_the_previous_one(run, tiny_m
     assert sorted(os.listdir(run / "checkpoints")) == ["step_0000002", "step_0000004"]  # nothing pruned, no temp
     assert [p.name for p in checkpoint_dirs(run)] == ["step_0000002", "step_0000004"]
     assert _hashes(run / "checkpoints" / "step_0000004") == previous
+
+
+@pytest.mark.parametrize("file, damage, what", DAMAGE)
+def test_a_checkpoint_cut_short_is_found_without_loading_it(run, file, damage, what):
+    """What a resume checks before it writes anything (`check_checkpoint_files`, from `models.check_resume`)."""
+    from explorl.runs.checkpoint_damage import check_checkpoint_files
+
+    check_checkpoint_files(run / "checkpoints" / "step_0000004")  # whole: nothing said
+    damage(run / "checkpoints" / "step_0000004" / file)
+    with pytest.raises(DamagedCheckpoint, match=f"{file}: damaged checkpoint file: {what}.*continue from "
+                                                f"step_0000002"):
+        check_checkpoint_files(run / "checkpoints" / "step_0000004")
+
+
+def test_a_refused_resume_from_a_damaged_checkpoint_writes_nothing(tmp_path, tiny_model, tiny_model_dir,
+                                                                     monkeypatch):
+    """Issue 56 item 8: the refusal comes before config.yaml, config_history.jsonl or the lock are touched."""
+    run = tmp_path / "run"
+    RunLog.open(run, dump_yaml(_cfg(tiny_model_dir, run)), None).close()
+    (run / "metrics.jsonl").write_text('{"step": 2}\n')
+    for step in (2, 4):
+        save_checkpoint(run, step, tiny_model, *_optim(tiny_model), {"step": step}, keep=5)
+    _truncate(run / "checkpoints" / "step_0000004" / "trainer_state.pt")
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    monkeypatch.setattr(commands.common, "console", Console(file=io.StringIO(), width=400, force_terminal=False))
+    assert commands.main(["train", "--resume", str(run), "optim.lr=1e-4",
+                          "task.reward=rewards_for_tests:contains_digit"]) == 2
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before

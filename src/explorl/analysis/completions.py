@@ -38,6 +38,8 @@ def read_completions(path: str | Path) -> list[dict]:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
                 raise ValueError(f"{path}:{i}: not JSON ({e.msg})") from None
+            except RecursionError:  # brackets nested past Python's stack
+                raise ValueError(f"{path}:{i}: not JSON (nested too deeply)") from None
             missing = [k for k in ("completion", "correct") if k not in row]
             if not isinstance(row, dict) or missing:
                 raise ValueError(f"{path}:{i}: a completions line needs the keys {', '.join(COMPLETION_FIELDS)} "

@@ -38,8 +38,11 @@ def cmd_curves(args) -> int:
         path = Path(f)
         if not path.exists():
             raise FileNotFoundError(f"{path}: no such file (write one with `explorl eval --curve`)")
-        summary = json.loads(path.read_text())
-        if "curve" not in summary:
+        try:
+            summary = json.loads(path.read_text())
+        except (ValueError, RecursionError) as e:  # RecursionError: brackets nested past Python's stack
+            raise ValueError(f"{path}: not an `explorl eval` record ({e or 'nested too deeply'})") from None
+        if not isinstance(summary, dict) or "curve" not in summary:
             raise ValueError(f"{path}: has no `curve`; evaluate with `explorl eval --curve` (n >= 2k for the "
                              f"largest k you want)")
         name = labels[i] if labels else summary.get("label") or path.stem

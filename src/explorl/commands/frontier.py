@@ -74,7 +74,7 @@ def _recorded_points(path: Path, setting: dict, fingerprints: dict) -> dict:
     over."""
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
     if data.get("setting") != setting:
         return {}

@@ -36,7 +36,7 @@ def cmd_venn(args) -> int:
             try:
                 row = json.loads(line)
                 results[row["id"]] = row["correct"]
-            except (json.JSONDecodeError, KeyError, TypeError) as e:
+            except (json.JSONDecodeError, KeyError, TypeError, RecursionError) as e:
                 raise ValueError(f"{path}:{i}: not a per-problem line of `explorl eval --analyze` ({e})") from None
         name = path.name.removesuffix(".problems.jsonl")
         sets[name] = unsolvable_set(results, args.k)

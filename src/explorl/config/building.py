@@ -17,7 +17,7 @@ from typing import Any, Literal
 import yaml
 
 from explorl.config.moved import MOVED_KEYS, MOVED_SWITCHES
-from explorl.config.schema import AlgoConfig, BudgetConfig, Config, ConfigError, SamplingConfig
+from explorl.config.schema import AlgoConfig, BudgetConfig, Config, ConfigError, SamplingConfig, short_repr
 
 # the sections whose earlier flat keys moved (`MOVED_KEYS` names them by these)
 SECTION_OF = {AlgoConfig: "algo", SamplingConfig: "sampling", BudgetConfig: "budget"}
@@ -48,7 +48,8 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
     if origin is Literal:
         choices = typing.get_args(tp)
         if value not in choices:
-            raise ConfigError(f"{name}: {value!r} is not a valid choice; valid choices: {', '.join(map(str, choices))}")
+            raise ConfigError(f"{name}: {short_repr(value)} is not a valid choice; valid choices: "
+                              f"{', '.join(map(str, choices))}")
         return value
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
@@ -60,7 +61,7 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
     if origin is dict:  # name -> a section's fields (run.eval_sets); the fields are checked by `validate`
         if not isinstance(value, dict) or not all(isinstance(v, dict) or v is None for v in value.values()):
             raise ConfigError(f"{name}: expected a mapping of names to mappings of fields, e.g. "
-                              f"{{ood: {{difficulties: [8, 9]}}}}, got {value!r}")
+                              f"{{ood: {{difficulties: [8, 9]}}}}, got {short_repr(value)}")
         return {str(k): dict(v or {}) for k, v in value.items()}
     if origin is list:
         (inner,) = typing.get_args(tp)
@@ -70,18 +71,18 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             value = [value]
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{name}: expected a list, got {value!r}")
+            raise ConfigError(f"{name}: expected a list, got {short_repr(value)}")
         return [_coerce(v, inner, f"{name}[{i}]") for i, v in enumerate(value)]
     if tp is bool:
         if isinstance(value, bool):
             return value
-        raise ConfigError(f"{name}: expected true or false, got {value!r}")
+        raise ConfigError(f"{name}: expected true or false, got {short_repr(value)}")
     if tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
         if isinstance(value, float) and value.is_integer():
             return int(value)
-        raise ConfigError(f"{name}: expected an integer, got {value!r}")
+        raise ConfigError(f"{name}: expected an integer, got {short_repr(value)}")
     if tp is float:
         if isinstance(value, str):
             try:  # YAML 1.1 reads "1e-5" as a string
@@ -90,13 +91,13 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
                 pass
         if isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value):
             return float(value)
-        raise ConfigError(f"{name}: expected a number, got {value!r}")
+        raise ConfigError(f"{name}: expected a number, got {short_repr(value)}")
     if tp is str:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return str(value)
         if isinstance(value, str):
             return value
-        raise ConfigError(f"{name}: expected a string, got {value!r}")
+        raise ConfigError(f"{name}: expected a string, got {short_repr(value)}")
     raise ConfigError(f"{name}: unsupported field type {tp}")
 
 
@@ -113,7 +114,7 @@ def from_dict(cls: type, data: dict[str, Any] | None, prefix: str = "") -> Any:
     refused with its new name (`MOVED_KEYS`), and a switch that became an entry's selection (`algo.tis: true`) with
     the selection that replaces it (`MOVED_SWITCHES`)."""
     if data is not None and not isinstance(data, dict):
-        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {data!r}")
+        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {short_repr(data)}")
     data = dict(data or {})
     hints = _hints(cls)
     names = [f.name for f in dataclasses.fields(cls) if f.name != "options"]
@@ -128,7 +129,7 @@ def from_dict(cls: type, data: dict[str, Any] | None, prefix: str = "") -> Any:
         if moved is not None:  # named as the caller names the section (an engine's prefix, e.g. verl's)
             moved = prefix + moved.split(".", 1)[1]
             raise ConfigError(f"'{prefix}{key}' is now '{moved}': each method's options live under its name "
-                              f"(write {moved}={data[key]!r}, or in YAML `{moved.rsplit('.', 1)[0]}: "
+                              f"(write {moved}={short_repr(data[key])}, or in YAML `{moved.rsplit('.', 1)[0]}: "
                               f"{{{moved.rsplit('.', 1)[1]}: ...}}`)")
         if has_options and data[key] is None:  # `algo.erpo=null`: no options here (a layered recipe's dropped)
             data.pop(key)
@@ -148,7 +149,7 @@ def from_dict(cls: type, data: dict[str, Any] | None, prefix: str = "") -> Any:
         if dataclasses.is_dataclass(tp):
             value = data[f.name]
             if value is not None and not isinstance(value, dict):
-                raise ConfigError(f"{prefix}{f.name}: expected a mapping of its fields, got {value!r}")
+                raise ConfigError(f"{prefix}{f.name}: expected a mapping of its fields, got {short_repr(value)}")
             kwargs[f.name] = from_dict(tp, value, f"{prefix}{f.name}.")
         else:
             kwargs[f.name] = _coerce(data[f.name], tp, f"{prefix}{f.name}")
@@ -216,7 +217,8 @@ def apply_override(data: dict[str, Any], override: str) -> None:
     and `\\t` read as a newline and a tab: `_shell_escapes`) unless it is quoted, and fields whose choices are
     strings (`task.chat_template=off` is `off`, not YAML's false)."""
     if "=" not in override:
-        raise ConfigError(f"override {override!r} must look like key.sub=value (e.g. sampling.temperature=0.7)")
+        raise ConfigError(f"override {short_repr(override)} must look like key.sub=value (e.g. "
+                          f"sampling.temperature=0.7)")
     key, raw = override.split("=", 1)
     key = key.strip()
     try:
@@ -232,6 +234,6 @@ def apply_override(data: dict[str, Any], override: str) -> None:
     node = data
     for p in parts[:-1]:
         if not isinstance(node.get(p, {}), dict):
-            raise ConfigError(f"override {override!r}: '{p}' is not a section")
+            raise ConfigError(f"override {short_repr(override)}: '{p}' is not a section")
         node = node.setdefault(p, {})
     node[parts[-1]] = value

@@ -2,7 +2,7 @@
 too large, nested too deep or whose aliases expand to too many values refused before it is built), finding the line
 a key is written on (`line_of`, for errors that say `file:line:`), and writing a config (`dump_yaml`, what a run
 records as its config.yaml). A config file may come from anyone (a run directory someone sent), so reading one is
-bounded in time and memory, and an error quotes a value at most `SHOWN_CHARS` long (`short_repr`).
+bounded in time and memory, and an error quotes a value at most `config.schema.SHOWN_CHARS` long (`short_repr`).
 """
 
 from __future__ import annotations
@@ -26,17 +26,6 @@ MAX_CONFIG_DEPTH = 64
 MAX_CONFIG_VALUES = 100_000
 """The most values (mappings, lists and scalars) a config file may describe, an alias counted again each time it is
 used: a few aliases nested in each other (the "billion laughs") otherwise describe billions."""
-
-SHOWN_CHARS = 200
-"""The longest quotation of a value in an error message (`short_repr`)."""
-
-
-def short_repr(value: Any, limit: int = SHOWN_CHARS) -> str:
-    """`repr(value)` cut to `limit` characters, saying how long it was, for error messages that quote a config value
-    (a value can be a megabyte of text). `rewards.runner.short_repr` does the same for reward values."""
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit - 3]}... ({len(text)} characters)"
-
 
 def _refuse_unbounded(text: str, path: Path) -> None:
     """ConfigError naming the file and the limit when its YAML nests deeper than `MAX_CONFIG_DEPTH` or describes
@@ -142,7 +131,7 @@ def _refuse_duplicate_keys(node: Any, path: Path, prefix: str = "", seen: set | 
             _refuse_duplicate_keys(item, path, f"{prefix.rstrip('.')}[{i}].", seen)
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+def read_yaml(path: Path) -> dict[str, Any]:
     """One YAML file's mapping, as written (its `base:` and `methods:` still in it; `_file_layers` reads them)."""
     if not path.exists():
         raise ConfigError(f"config file {path} does not exist")

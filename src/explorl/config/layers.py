@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from explorl.config.building import apply_override
-from explorl.config.files import _read_yaml, _shown
+from explorl.config.files import read_yaml, _shown
 from explorl.config.paths import _resolve_paths, _resolve_paths_of_overrides
-from explorl.config.schema import ConfigError
+from explorl.config.schema import ConfigError, short_repr
 
 Upgrade = Callable[[dict, Path], dict]
 """What `read_layers` may apply to the data of the file it reads (not of its `base:` or `methods:`), before its paths
@@ -93,8 +93,8 @@ def read_layers(path: str | Path | None = None, overrides: list[str] | tuple[str
     unsettled = [c for c in conflicts if not _settled(c, layers)]
     if unsettled:
         file = unsettled[0].file
-        both = "; ".join(f"methods {c.first[0]!r} and {c.second[0]!r} both set {c.key} ({c.first[1]!r} vs "
-                         f"{c.second[1]!r})" for c in unsettled)
+        both = "; ".join(f"methods {c.first[0]!r} and {c.second[0]!r} both set {c.key} ({short_repr(c.first[1])} vs "
+                         f"{short_repr(c.second[1])})" for c in unsettled)
         keys = ", ".join(dict.fromkeys(c.key for c in unsettled))
         raise ConfigError(f"{file}: {both}; set {keys} in {file.name} (or key=value on the command line) to choose")
     return layers
@@ -122,7 +122,7 @@ def _file_layers(path: Path, role: str, depth: int,
     this file's data as read (`read_layers`)."""
     if depth > 8:
         raise ConfigError(f"{path}: `base:` chain is too deep (a cycle?)")
-    data = _read_yaml(path)
+    data = read_yaml(path)
     base = data.pop("base", None)
     methods = data.pop("methods", None)
     if upgrade is not None:
@@ -132,7 +132,7 @@ def _file_layers(path: Path, role: str, depth: int,
     conflicts: list[_Conflict] = []
     if base is not None:
         if not isinstance(base, str) or not base:
-            raise ConfigError(f"{path}: `base:` must be the path of another YAML config, got {base!r}")
+            raise ConfigError(f"{path}: `base:` must be the path of another YAML config, got {short_repr(base)}")
         below, found = _file_layers(path.parent / base, "base", depth + 1)
         layers, conflicts = below, found
     own = Layer(_role_name(role, path), data, method=role.startswith("methods"), file=path)
@@ -157,7 +157,7 @@ def _method_layers(methods: Any, path: Path, owner: Layer, depth: int) -> tuple[
         methods = [methods]
     if not isinstance(methods, list) or not all(isinstance(m, str) and m for m in methods):
         raise ConfigError(f"{path}: `methods:` must be a list of method names ({', '.join(method_names())}) or "
-                          f"YAML files, got {methods!r}")
+                          f"YAML files, got {short_repr(methods)}")
     layers: list[Layer] = []
     conflicts: list[_Conflict] = []
     merged: dict = {}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from explorl.config.building import (SECTION_OF, _coerce, _field_type, _hints, _inline_options,  # noqa: F401
                                      _refuse_switch, _scalar, _type_name, apply_override, from_dict, to_dict)
-from explorl.config.files import _line_of, _read_yaml, _refuse_duplicate_keys, _shown, dump_yaml  # noqa: F401
+from explorl.config.files import _line_of, read_yaml, _refuse_duplicate_keys, _shown, dump_yaml  # noqa: F401
 from explorl.config.layers import (METHODS_DIR, SELECTING_SECTIONS, Layer, Upgrade, _drop_lost_options,  # noqa: F401
                                    _file_layers, _get, _leaves, _merge, _method_layers, method_names, read_layers,
                                    settings)

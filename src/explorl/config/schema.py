@@ -22,6 +22,17 @@ class ConfigError(ValueError):
     """A configuration problem, named by the dotted field it concerns."""
 
 
+SHOWN_CHARS = 200
+"""The longest quotation of a value in an error message (`short_repr`)."""
+
+
+def short_repr(value: Any, limit: int = SHOWN_CHARS) -> str:
+    """`repr(value)` cut to `limit` characters, saying how long it was, for error messages that quote a config value
+    (a value can be a megabyte of text). `rewards.runner.short_repr` does the same for reward values."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit - 3]}... ({len(text)} characters)"
+
+
 @dataclass
 class LoraConfig:
     enabled: bool = False

@@ -12,7 +12,7 @@ from typing import Any
 from explorl.algos.aggregation import LOSS_AGG_MODES
 from explorl.algos.registry import SECTIONS, SELECTED_BY, Entry, entries, lookup, names
 from explorl.config.building import from_dict
-from explorl.config.schema import Config, ConfigError
+from explorl.config.schema import Config, ConfigError, short_repr
 
 CHOICES: dict[str, tuple[str, ...]] = {"algo.loss_agg": LOSS_AGG_MODES}
 """Core fields whose valid values the algorithms define (their one source): the schema types them `str` (it imports
@@ -50,7 +50,8 @@ def _check_choices(cfg: Config) -> None:
     for key, choices in CHOICES.items():
         value = _get(cfg, key)
         if value not in choices:
-            raise ConfigError(f"{key}: {value!r} is not a valid choice; valid choices: {', '.join(choices)}")
+            raise ConfigError(f"{key}: {short_repr(value)} is not a valid choice; valid choices: "
+                              f"{', '.join(choices)}")
 
 
 def fill_registry() -> None:
@@ -65,8 +66,8 @@ def _registered(kind: str, name: str, field_name: str) -> Entry:
     try:
         return lookup(kind, name)
     except KeyError:
-        raise ConfigError(f"{field_name}: unknown {kind.replace('_', ' ')} {name!r}; valid: {', '.join(names(kind))}"
-                          f" (your own: register it in a module named in run.plugins)") from None
+        raise ConfigError(f"{field_name}: unknown {kind.replace('_', ' ')} {short_repr(name)}; valid: "
+                          f"{', '.join(names(kind))} (your own: register it in a module named in run.plugins)") from None
 
 
 def selected_entries(cfg: Config) -> dict[str, list[Entry]]:
@@ -134,7 +135,7 @@ def _stray_options_message(cfg: Config, section_name: str, key: str) -> str:
         field_name = SELECTED_BY[kind]
         value = _get(cfg, field_name)
         return (f"{where}: options of the {kind.replace('_', ' ')} {key!r}, which is not selected ({field_name} is "
-                f"{value!r}); select it with {field_name}, or remove {where} (on the command line: {where}=null)")
+                f"{short_repr(value)}); select it with {field_name}, or remove {where} (on the command line: {where}=null)")
     core = [f.name for f in dataclasses.fields(getattr(cfg, section_name)) if f.name != "options"]
     with_options = sorted({e.options_owner for k in kinds for e in entries(k).values() if e.options or e.options_from})
     near = difflib.get_close_matches(key, core + with_options, n=1)

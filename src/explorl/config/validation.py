@@ -20,7 +20,7 @@ from typing import Any
 
 from explorl.algos.registry import SECTIONS, SELECTED_BY, Entry, entries, lookup, names  # noqa: F401
 from explorl.config.fields import _reference, reference  # noqa: F401
-from explorl.config.files import short_repr
+from explorl.config.schema import short_repr
 from explorl.config.held_out import EVAL_KEYS_RESERVED, command_task, eval_set_task, held_out_task  # noqa: F401
 from explorl.config.loading import _located, config_from_layers, read_layers
 from explorl.config.recorded import upgrade_for

@@ -1,9 +1,10 @@
 """The checks before a resume (`check_resume`): everything `explorl train --resume RUN` (and `sft --resume`) would
 refuse that can be known without loading weights, checked before anything of RUN is written (config.yaml,
 config_history.jsonl, the lock's pid) and by `--dry-run` alike, with the real run's messages: RUN is a run explorl
-made, no other process writes it, `model.path` still holds the weights the run started from (`model.fingerprint`),
-and the overrides change nothing the run's checkpoints cannot take (`model.lora`'s shape). The code RUN's config.yaml
-names was refused before it was loaded (`explorl.config.trust`). `check_run_inputs(cfg, resume=RUN)` calls it.
+made, no other process writes it, it holds no symbolic link, its last checkpoint is whole (not cut short),
+`model.path` still holds the weights the run started from (`model.fingerprint`), and the overrides change nothing
+the run's checkpoints cannot take (`model.lora`'s shape). The code RUN's config.yaml names was refused before it
+was loaded (`explorl.config.trust`). `check_run_inputs(cfg, resume=RUN)` calls it.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ def check_resume(cfg: Config, run: str | Path, command: str = "train") -> list[t
     """Refuse, before anything is written, a resume of `run` with `cfg` that the real run would refuse: not a run
     explorl made (FileExistsError), locked by another process (RunDirLocked), `model.path` holding other weights
     than `model.fingerprint` (ConfigError), a `model.lora` shape other than its checkpoints' (ConfigError). Returns
-    the dry run's line."""
+    the dry run's line. Also a symbolic link in RUN (LinkRefused) and a last checkpoint visibly damaged
+    (DamagedCheckpoint: cut short, not a safetensors or torch file)."""
     from explorl.models.fingerprint import check_fingerprint
-    from explorl.runs.lock import is_explorl_run, refuse_if_locked
+    from explorl.runs.checkpoint_damage import check_checkpoint_files
+    from explorl.runs.lock import is_explorl_run, refuse_if_locked, refuse_links_in_run
 
     run = Path(run)
     if not (run / "config.yaml").exists():
@@ -31,10 +34,12 @@ def check_resume(cfg: Config, run: str | Path, command: str = "train") -> list[t
         raise FileExistsError(f"--resume {run}: not a run directory explorl made (no {run / '.lock'}, metrics.jsonl "
                               f"or checkpoints/ beside its config.yaml); nothing to continue")
     refuse_if_locked(run)
+    refuse_links_in_run(run)
     check_fingerprint(cfg.model)  # memoised: the real run's check costs nothing more
     checkpoints = sorted(p.name for p in (run / "checkpoints").glob("step_*") if p.is_dir())
     if checkpoints:
         _refuse_lora_change(cfg, run, checkpoints[-1], command)
+        check_checkpoint_files(run / "checkpoints" / checkpoints[-1])
     last = f"continues from {checkpoints[-1]}" if checkpoints else "has no checkpoint yet: restarts from step 1"
     return [("--resume", f"{run}: a run explorl made, not in use; model.path holds the weights it started from; "
                          f"{last}")]

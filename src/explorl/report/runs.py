@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from explorl.config.files import read_yaml
+from explorl.config.schema import ConfigError
 
 
 class RunError(ValueError):
@@ -125,13 +126,11 @@ def load_run(path: str | Path) -> Run:
     if missing:
         raise RunError(f"{path}: not a run directory (no {' or '.join(missing)}); "
                        f"give a directory made by `explorl train`")
+    try:  # bounded as every config file is (size, depth, aliases): a run directory may come from anyone
+        config = read_yaml(path / "config.yaml")
+    except ConfigError as e:
+        raise RunError(str(e)) from None
     config_text = (path / "config.yaml").read_text()
-    try:
-        config = yaml.safe_load(config_text) or {}
-    except yaml.YAMLError as e:
-        raise RunError(f"{path / 'config.yaml'}: not valid YAML ({e})") from None
-    if not isinstance(config, dict):
-        raise RunError(f"{path / 'config.yaml'}: expected a mapping of config sections")
     run = Run(path=path, name=path.resolve().name, config=config, config_text=config_text)
 
     by_step: dict[int, dict] = {}
@@ -140,7 +139,7 @@ def load_run(path: str | Path) -> Run:
             continue
         try:
             rec = json.loads(line)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # RecursionError: brackets nested past Python's stack
             run.skipped_lines += 1
             continue
         if not isinstance(rec, dict) or finite_number(rec.get("step")) is None:
@@ -159,8 +158,8 @@ def load_run(path: str | Path) -> Run:
     if eval_path.is_file():
         try:
             final = json.loads(eval_path.read_text())
-        except json.JSONDecodeError as e:
-            raise RunError(f"{eval_path}: not valid JSON ({e})") from None
+        except (json.JSONDecodeError, RecursionError) as e:
+            raise RunError(f"{eval_path}: not valid JSON ({e or 'nested too deeply'})") from None
         run.final = final if isinstance(final, dict) else None
     elif run.evals:
         run.final = dict(run.evals[-1])
@@ -176,7 +175,7 @@ def read_json_objects(path: Path) -> list[dict]:
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
             value = json.loads(line)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             continue
         if isinstance(value, dict):
             objects.append(value)

@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from explorl.runs import nofollow
+from explorl.runs.checkpoint_damage import DamagedCheckpoint, damaged, fallback, safetensors_damage, torch_damage
 
 
 def rng_state(generators: dict[str, torch.Generator], device: torch.device) -> dict:
@@ -131,7 +132,7 @@ def load_checkpoint(path: Path, model, optimizer, scheduler) -> dict:
     try:
         weights = load_file(str(file))
     except (SafetensorError, OSError) as e:
-        raise _damaged(file, _safetensors_damage(file, e)) from None
+        raise damaged(file, safetensors_damage(file, e)) from None
     named = dict(model.named_parameters())
     missing = [n for n, p in named.items() if p.requires_grad and n not in weights]
     if missing:
@@ -169,52 +170,6 @@ class UnsafeCheckpointError(ValueError):
     """A checkpoint file that cannot be read as data only (it names code to run); never unpickled."""
 
 
-class DamagedCheckpoint(ValueError):
-    """A checkpoint file that is truncated or not the kind of file it should be (a disk that filled up, a copy cut
-    short, bytes changed); the message names the file and the earlier checkpoint to continue from."""
-
-
-def _fallback(checkpoint: Path) -> str:
-    """What to do instead of loading `checkpoint` (a `step_*` directory): the earlier checkpoint beside it, by name,
-    or starting again when there is none."""
-    earlier = [p.name for p in sorted(checkpoint.parent.glob("step_*"))
-               if p.name < checkpoint.name and p.is_dir() and not p.is_symlink()]
-    if earlier:
-        return f"remove {checkpoint} to continue from {earlier[-1]} (`--resume` takes the newest checkpoint)"
-    return (f"there is no earlier checkpoint: remove {checkpoint} and `--resume` starts the run again from step 1, "
-            f"or start again in a new directory (run.out_dir=NEW_DIR)")
-
-
-def _damaged(file: Path, what: str) -> DamagedCheckpoint:
-    return DamagedCheckpoint(f"{file}: damaged checkpoint file: {what}; {_fallback(file.parent)}")
-
-
-def _safetensors_damage(file: Path, e: Exception) -> str:
-    """What is wrong with a safetensors file that does not load (from its size and safetensors' message)."""
-    if isinstance(e, FileNotFoundError):
-        return "missing"
-    size = file.stat().st_size if file.is_file() else 0
-    if size == 0:
-        return "empty (truncated)"
-    if any(s in str(e) for s in ("incomplete metadata", "not fully covered", "too small")):
-        return f"truncated ({size} bytes; the header describes more)"
-    return f"not a safetensors file ({str(e).splitlines()[0][:120]})"
-
-
-def _torch_damage(file: Path, e: Exception) -> str:
-    """What is wrong with a trainer_state.pt that does not load: torch writes a zip archive, so one that starts like
-    a zip was cut short or altered inside, and anything else was never a torch file."""
-    if isinstance(e, FileNotFoundError):
-        return "missing"
-    with open(file, "rb") as f:
-        head = f.read(4)
-    if not head:
-        return "empty (truncated)"
-    if head == b"PK\x03\x04":
-        return f"truncated or altered (a torch archive that does not read: {str(e).splitlines()[0][:100]})"
-    return "not a torch file (its bytes are neither a torch archive nor a pickle of data)"
-
-
 PICKLED_OBJECT = re.compile(r"\bGLOBAL [A-Za-z_][\w.]* (whose|was)\b")
 """How `torch.load(weights_only=True)` names an object a pickle asks for (`unsupported GLOBAL posix.system whose
 module posix is blocked`, `GLOBAL __main__.R was not an allowed global`): the one sign that a file holds more than
@@ -232,7 +187,7 @@ def load_trainer_state(path: Path) -> dict:
     except pickle.UnpicklingError as e:
         detail = PICKLED_OBJECT.search(str(e))
         if detail is None:
-            raise _damaged(path, _torch_damage(path, e)) from None
+            raise damaged(path, torch_damage(path, e)) from None
         detail = next((line.strip() for line in str(e).splitlines() if "GLOBAL" in line), detail.group(0))
         raise UnsafeCheckpointError(
             f"{path}: holds more than data ({detail or 'objects a data-only load refuses'}); explorl never unpickles "
@@ -241,8 +196,8 @@ def load_trainer_state(path: Path) -> dict:
             f"earlier checkpoint (remove {path.parent}), or start the run again from its config "
             f"(`explorl train {path.parent.parent.parent / 'config.yaml'} run.out_dir=NEW_DIR`)") from None
     except Exception as e:  # cut short, or bytes torch cannot parse (EOFError, RuntimeError, IndexError, ...)
-        raise _damaged(path, _torch_damage(path, e)) from None
+        raise damaged(path, torch_damage(path, e)) from None
     if not isinstance(state, dict) or not {"optimizer", "scheduler"} <= set(state):
         raise DamagedCheckpoint(f"{path}: not an explorl trainer state (a mapping with optimizer and scheduler "
-                                f"states); {_fallback(path.parent)}")
+                                f"states); {fallback(path.parent)}")
     return state

@@ -7,6 +7,8 @@ import os
 import time
 from pathlib import Path
 
+from explorl.runs import nofollow
+
 
 class RewardFailureLog:
     """The reward failures of a run (`rewards.RewardFailure`s, as collected per step).
@@ -58,7 +60,7 @@ class RewardFailureLog:
                                f"{escape(new[0].message)}; see {escape(str(self.path))}", highlight=False)
 
     def _write(self, step: int, failures: list, failed: int, scored: int, truncated: bool) -> None:
-        with open(self.path, "a") as f:  # record by record, each flushed (a kill tears at most the last)
+        with nofollow.open_append(self.path) as f:  # record by record, each flushed (a kill tears at most the last)
             if self.start_step is not None:
                 f.write(f"##### {time.strftime('%Y-%m-%d %H:%M:%S')}: run started at step {self.start_step + 1}\n")
                 f.flush()

@@ -71,7 +71,7 @@ def _read_holder(path: Path) -> dict:
     """The JSON a lock file holds ({} when empty, unreadable or not JSON)."""
     try:
         data = json.loads(path.read_text() or "{}")
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: brackets nested past Python's stack
         return {}
     return data if isinstance(data, dict) else {}
 

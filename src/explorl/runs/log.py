@@ -23,6 +23,7 @@ import os
 import time
 from pathlib import Path
 
+from explorl.config.files import read_yaml
 from explorl.runs import nofollow
 from explorl.runs.checkpoints import checkpoint_dirs, save_checkpoint
 from explorl.runs.final import save_final_model
@@ -90,7 +91,8 @@ class RunLog:
         if resumed and previous is not None and previous != config_yaml:
             import yaml
 
-            old, new = _flatten(yaml.safe_load(previous) or {}), _flatten(yaml.safe_load(config_yaml) or {})
+            # the file as it is on disk is someone else's input: read under the config files' bounds
+            old, new = _flatten(read_yaml(path)), _flatten(yaml.safe_load(config_yaml) or {})
             changes = {k: [old.get(k), new.get(k)] for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)}
             ckpts = self.checkpoints()
             record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -125,7 +127,7 @@ class RunLog:
         """Whether this run finished all `steps`: eval.json (written last) is for that step and final/ exists."""
         try:
             done = json.loads((self.dir / "eval.json").read_text()).get("step") == steps
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError, AttributeError, RecursionError):
             return False
         return done and (self.dir / "final").is_dir()
 

@@ -91,6 +91,8 @@ class RowReader:
                     data = json.load(f)
             except (json.JSONDecodeError, UnicodeDecodeError) as e:
                 raise ValueError(f"{p}: not valid JSON: {e}") from None
+            except RecursionError:  # brackets nested past Python's stack
+                raise ValueError(f"{p}: not valid JSON: nested too deeply") from None
             if not isinstance(data, list):
                 raise ValueError(f"{p}: a .json file must hold a list of objects, got {type(data).__name__}")
             for i, row in enumerate(data):
@@ -111,6 +113,8 @@ class RowReader:
                     row = json.loads(line)
                 except json.JSONDecodeError as e:
                     raise _json_error(p, n, line, e) from None
+                except RecursionError:  # brackets nested past Python's stack
+                    raise ValueError(f"{p}:{n}: not a JSON object: nested too deeply") from None
                 yield n, f"{p}:{n}", row
 
 

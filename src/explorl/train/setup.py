@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from explorl.config import Config, ConfigError, ModelConfig, dump_yaml
+from explorl.config.files import read_yaml
 from explorl.models import check_fingerprint, load_policy
 from explorl.runs.log import RunLog
 from explorl.tasks.chat import prompt_encoder
@@ -43,10 +44,8 @@ def open_run_dir(cfg: Config, resume: str | Path | None, command: str = "train")
     if resume is not None and "auto" in (cfg.task.chat_template, cfg.model.dtype):
         # the resumed run's file holds what `auto` resolved to (the chat template for these weights, the dtype the
         # weights trained in): not a change to record
-        import yaml
-
         path = Path(resume) / "config.yaml"
-        previous = (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+        previous = read_yaml(path) if path.exists() else {}
         template = (previous.get("task") or {}).get("chat_template")
         if cfg.task.chat_template == "auto" and template in ("on", "off"):
             cfg.task.chat_template = template

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from explorl.config import Config, ConfigError, dump_yaml
+from explorl.runs import nofollow
 
 __all__ = ["CHAT_PASS_THROUGH", "CHECK_PROMPTS", "DataFiles", "VERL_DIR", "convert_task", "data_dir", "run_config",
            "task_rows"]
@@ -119,10 +120,11 @@ def convert_task(cfg: Config, tok, verl_tok, *, write: bool = True) -> DataFiles
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        out.mkdir(parents=True, exist_ok=True)
-        pq.write_table(pa.Table.from_pylist(train), files.train)
-        pq.write_table(pa.Table.from_pylist(val), files.val)
-        files.config.write_text(dump_yaml(run_config(cfg, chat)))
+        nofollow.make_dirs(out)  # inside a run directory: no link followed (issue 56)
+        for table, path in ((train, files.train), (val, files.val)):
+            with nofollow.open_new(path, mode="wb") as f:
+                pq.write_table(pa.Table.from_pylist(table), f)
+        nofollow.write_atomic(files.config, dump_yaml(run_config(cfg, chat)))
     return files
 
 

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from explorl.config import Config, ConfigError, load_config
 from explorl.config.trust import refuse_recorded_code
+from explorl.runs import nofollow
 
 if TYPE_CHECKING:
     from explorl.integrations.verl.data import DataFiles
@@ -114,7 +115,7 @@ def prepare(config: str | Path | None, overrides: Sequence[str] = (), extra: Seq
         env = {PLUGINS_ENV: ",".join(cfg.run.plugins), PYTHON_PATH_ENV: os.pathsep.join(cfg.run.python_path)}
     launch = Launch(cfg, data, ov, command, env)
     if write:
-        (data.dir / "command.json").write_text(json.dumps({"command": command, "env": env}, indent=1))
+        nofollow.write_atomic(data.dir / "command.json", json.dumps({"command": command, "env": env}, indent=1))
     return launch
 
 

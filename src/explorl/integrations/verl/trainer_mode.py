@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -16,6 +17,7 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 import explorl.integrations.verl.agent_loop  # noqa: F401  (registers `explorl_single_turn`)
 from explorl.integrations.verl.adapters import CONFIG_KEY
+from explorl.runs import nofollow
 from explorl.integrations.verl.rollout import (
     AGENT_LOOP,
     ANNEAL_FIELD,
@@ -116,8 +118,7 @@ class ExplorlTrainer(PPOTrainerSync):
         super()._save_checkpoint()
         if self._control is not None:
             path = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
-            with open(os.path.join(path, "explorl_rollout.json"), "w") as f:
-                json.dump(self._control.state_dict(), f)
+            nofollow.write_atomic(Path(path) / "explorl_rollout.json", json.dumps(self._control.state_dict()))
 
     def _load_checkpoint(self):
         super()._load_checkpoint()
