@@ -154,7 +154,7 @@ def _alive_sweep(claim: Path) -> bool:
         cmdline = Path(f"/proc/{int(claim.read_text() or 0)}/cmdline").read_bytes()
     except (OSError, ValueError):
         return False
-    return b"testbed_long" in cmdline or b"testbed_ood_long" in cmdline
+    return any(name in cmdline for name in (b"testbed_long", b"testbed_ood_long", b"testbed_ood_sft"))
 
 
 @contextmanager

@@ -1,8 +1,8 @@
 """What `bench/testbed_long_table.py` and `bench/testbed_long_figures.py` both read from the long testbed runs'
 records (`bench/testbed_long.py` writes them): the evaluation modes, which methods are GRPO baselines and in which
-order they are shown, the base model's record a mode compares with, each seed's records of a checkpoint, the paired
-pass@k difference with its bootstrap interval, and what became of one problem in a run. It sits below both, so that
-the figures need not import the table, which imports the figures to draw them."""
+order they are shown, what each run is compared with, the base model's record a mode compares with, each seed's
+records of a checkpoint, the paired pass@k difference with its bootstrap interval, and what became of one problem in
+a run. It sits below both, so that the figures need not import the table, which imports the figures to draw them."""
 
 from __future__ import annotations
 
@@ -14,9 +14,23 @@ MODES = {"t1": "T = 1", "matched": "base entropy", "t1-chain": "T = 1, right cha
 answer is right or (`-chain`) when every worked step is."""
 
 
+CONTROLS = {"sft": "grpo"}
+"""Runs that are not RL methods but controls of one, and the run each is compared with: `sft`, supervised fine-tuning
+on the right chains of the RL training prompts, matched to `grpo` in steps and tokens (bench/testbed_ood_sft.py,
+issue 53). Not a GRPO baseline: nothing is compared with it."""
+
+
 def is_baseline(method: str) -> bool:
     """Whether `method` is a GRPO baseline (`grpo`, `grpo__agg__lo-hi[__uN]`), not a method built on GRPO."""
     return method == "grpo" or method.startswith("grpo__")
+
+
+def reference(method: str) -> str:
+    """The run a method's records are compared with: a control's (`CONTROLS`), else the GRPO baseline of the
+    method's objective (`learning.baseline`)."""
+    from learning import baseline
+
+    return CONTROLS.get(method) or baseline(method)
 
 
 def ordered_methods(records: dict) -> list[str]:

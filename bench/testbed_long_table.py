@@ -1,6 +1,7 @@
 """The long testbed runs' answer (issue "Coverage at equal entropy", item 4): for every method, checkpoint and split,
 pass@1 and pass@k at T = 1 and at the base model's entropy, each paired to the GRPO baseline of the method's own
-objective (`learning.baseline`) and to the base model, over the problems both evaluated.
+objective (`learning.baseline`), or for a control the run it controls (`testbed_long_records.CONTROLS`: `sft`
+against `grpo`), and to the base model, over the problems both evaluated.
 
 Reads the records `bench/testbed_long.py` writes (`bench/results/testbed_long/<method>/seed<k>/step<N>.<split>.
 <t1|matched>.json`, and the base model's `base/step0.<split>.t1.json`) and prints Markdown tables:
@@ -41,9 +42,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from learning import baseline  # noqa: E402
 from testbed_long_records import (MODES, base_mode, fate, is_baseline, ordered_methods, paired,  # noqa: E402
-                                 per_problem, records_at)
+                                 per_problem, records_at, reference)
 
 
 def load_records(root: Path, seeds: int | None = None) -> dict[tuple[str, int, int, str, str], dict]:
@@ -91,7 +91,7 @@ def table(records: dict, split: str, mode: str, k: int) -> list[str]:
         lines.append(f"| base | 0 | 1 | {base['pass@1']:.3f} | {statistics.fmean(per_problem(base, k).values()):.3f} "
                      f"| {base['entropy']:.3f} | | |")
     for method in methods:
-        ref = None if is_baseline(method) else baseline(method)
+        ref = None if is_baseline(method) else reference(method)
         for step in sorted({s for m, _, s, sp, md in records if m == method and sp == split and md == mode}):
             mine = {seed: r for (m, seed, s, sp, md), r in records.items()
                     if (m, s, sp, md) == (method, step, split, mode)}
@@ -225,7 +225,7 @@ def equal_pass1_difference(records: dict, method: str, step: int, k: int, x: tup
     when the point or its path is not recorded."""
     import torch
 
-    ref = baseline(method)
+    ref = reference(method)
     if reverse:
         method, ref = ref, method
     on_path = {s for m, s, st, sp, md in records if (m, sp, md) == (ref, *x) and (ref, s, st, *y) in records}

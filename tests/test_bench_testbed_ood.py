@@ -370,3 +370,129 @@ def test_the_base_model_is_evaluated_again_with_each_sampler_seed_once(tmp_path,
     calls.clear()
     seeds.main([])
     assert calls == []  # everything recorded
+
+
+def test_the_sft_control_is_matched_to_grpo_in_steps_and_tokens():
+    """Issue 53: one `grpo` step is 16 prompts x 16 responses and one update, about 256 x 55.2 response tokens; the
+    SFT control takes 1,500 steps of 274 sequences (15 an epoch, 100 epochs), about as many labelled tokens."""
+    import math
+
+    sft = _load("testbed_ood_sft")
+    assert sft.rl_step() == (16, 16, 1)
+    sequences = sft.matched_sequences()
+    assert sequences == pytest.approx(256 * 55.2 / 53.38)
+    batch, epochs = sft.matched_schedule(4096, 1500, sequences)
+    assert (batch, epochs) == (274, 100)
+    per_epoch = math.ceil(4096 / batch)
+    assert epochs * per_epoch == 1500 and 4096 - (per_epoch - 1) * batch == 260  # 14 batches of 274, one of 260
+    tokens = 4096 / per_epoch * sft.SOLUTION_TOKENS
+    assert tokens == pytest.approx(256 * sft.GRPO_RESPONSE_TOKENS, rel=0.05)  # 14,576 against 14,131
+    # a neighbour that also gives 1,500 steps is further from the target: 20 steps an epoch, 205 sequences
+    assert 4096 / 15 - sequences < sequences - 4096 / 20
+    assert sft.matched_schedule(4096, 6, sequences) == (683, 1)  # a smoke run: 6 steps of one epoch
+    # 10 problems in 9 steps of about 1 sequence: no batch size cuts 10 into 9 steps (2 gives 5), so 3 epochs of 4, 4, 2
+    assert sft.matched_schedule(10, 9, 1.2) == (4, 3)
+
+
+def test_the_sft_run_is_the_rl_runs_task_and_optimizer_and_resumes(tmp_path, monkeypatch):
+    import argparse
+    import json
+
+    import explorl.finetune.sft as finetune
+    from explorl.config import load_config
+
+    sft = _load("testbed_ood_sft")
+    learning = _load("learning")
+    runs = []
+    monkeypatch.setattr(finetune, "run_sft", lambda cfg, resume=None, **_: runs.append((cfg, resume)))
+    args = argparse.Namespace(model="embedded:testbed", steps=1500, every=500, n_final=8, threads=1)
+    run_dir = tmp_path / "sft" / "seed1"
+    sft.train_run(1, run_dir, args)
+    (cfg, resume), = runs
+    rl = load_config(learning.RECIPES / "grpo.yaml", [*learning.testbed_overrides(), "model.path=embedded:testbed"])
+    assert resume is None and cfg.optim == rl.optim and cfg.task == rl.task  # the same prompts, the same AdamW
+    assert cfg.task.difficulties == [3, 4, 5, 6, 7] and cfg.optim.lr == 1e-4
+    assert (cfg.sft.batch_size, cfg.sft.epochs, cfg.sft.max_length) == (274, 100, 0)
+    assert (cfg.run.seed, cfg.run.save_every, cfg.run.keep_checkpoints) == (1, 500, 4)
+    assert cfg.model.path == "embedded:testbed" and cfg.run.out_dir == str(run_dir)
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.yaml").write_text("{}\n")  # killed mid-way: continued from its last checkpoint
+    sft.train_run(1, run_dir, args)
+    assert runs[1][1] == run_dir
+    (run_dir / "final").mkdir()
+    (run_dir / "eval.json").write_text(json.dumps({"step": 1500}))  # complete: not trained again
+    sft.train_run(1, run_dir, args)
+    assert len(runs) == 2
+
+
+def test_the_sft_control_is_evaluated_as_the_rl_runs_and_skips_what_is_recorded(tmp_path, monkeypatch):
+    import json
+
+    sft = _load("testbed_ood_sft")
+    calls, trained, committed = [], [], []
+
+    def evaluate(model, split, mode, out, args, temperature=1.0):
+        calls.append((Path(model).name, split, mode, temperature, out.relative_to(tmp_path).as_posix()))
+        out.write_text(json.dumps({"reward_versions": {"chain": 2}}))
+
+    def train_run(seed, run_dir, args):
+        trained.append(seed)
+        for step in (500, 1000):
+            (run_dir / "checkpoints" / f"step_{step:07d}").mkdir(parents=True, exist_ok=True)
+
+    monkeypatch.setattr(sft.testbed_long, "ROOT", tmp_path)
+    monkeypatch.setattr(sft.testbed_long, "evaluate", evaluate)
+    monkeypatch.setattr(sft.testbed_long, "current_judge", lambda record: record.get("reward_versions") is not None)
+    monkeypatch.setattr(sft, "train_run", train_run)
+    monkeypatch.setattr(sft, "commit", lambda out: committed.append(out.name))
+    results = tmp_path / "bench" / "results" / "scratch"
+    (results / "base").mkdir(parents=True)
+    for name in ("step0.id.t1-chain.json", "step0.ood.t1-chain.json"):
+        (results / "base" / name).write_text(json.dumps({"reward_versions": {"chain": 2}}))
+    record_dir = results / "sft" / "seed0"
+    record_dir.mkdir(parents=True)
+    (record_dir / "step500.id.t1-chain.json").write_text(json.dumps({"reward_versions": {"chain": 2}}))  # kept
+    (record_dir / "step500.id.matched-chain.json").write_text("{}")  # an older chain judge's: evaluated again
+    sft.main(["--seeds", "1", "--steps", "1000", "--every", "500", "--name", "scratch", "--commit"])
+    assert trained == [0]
+    assert calls[0] == ("embedded:testbed", "ood", "t1", 1.0, "bench/results/scratch/base/step0.ood.t1.json")
+    assert calls[1:5] == [
+        ("step_0000500", "id", "matched-chain", None, "bench/results/scratch/sft/seed0/step500.id.matched-chain.json"),
+        ("step_0000500", "ood", "t1-chain", 1.0, "bench/results/scratch/sft/seed0/step500.ood.t1-chain.json"),
+        ("step_0000500", "ood", "matched-chain", None,
+         "bench/results/scratch/sft/seed0/step500.ood.matched-chain.json"),
+        ("step_0000500", "ood", "t1", 1.0, "bench/results/scratch/sft/seed0/step500.ood.t1.json")]
+    assert [c[1:3] for c in calls[5:]] == [("id", "t1-chain"), ("id", "matched-chain"), ("ood", "t1-chain"),
+                                          ("ood", "matched-chain"), ("ood", "t1")]
+    assert committed == [Path(c[4]).name for c in calls]  # each record committed as it lands
+    calls.clear()
+    sft.main(["--seeds", "1", "--steps", "1000", "--every", "500", "--name", "scratch"])
+    assert calls == [] and trained == [0]  # everything recorded: neither trained nor evaluated again
+    table = _load("testbed_long_table")
+    keys = set(table.load_records(results))
+    assert ("sft", 0, 1000, "ood", "t1") in keys and ("sft", 0, 500, "id", "matched-chain") in keys
+
+
+def test_the_table_compares_sft_with_grpo_and_no_method_with_sft():
+    table = _load("testbed_long_table")
+    records_module = _load("testbed_long_records")
+    learning = _load("learning")
+    assert records_module.reference("sft") == "grpo" and not records_module.is_baseline("sft")
+    assert records_module.reference("clip_cov") == learning.baseline("clip_cov") != "sft"
+    assert records_module.reference("kl_cov") == learning.baseline("kl_cov")
+
+    def record(counts: list[int], pass1: float) -> dict:
+        ids = [f"{i}+1+1+1+1+1+1+1+1=?\n" for i in range(len(counts))]
+        return {"pass@1": pass1, "entropy": 0.1, "n": 4,
+                "curve": {"k": [1, 4], "problems": {"id": ids, "n": [4] * len(ids), "correct": counts}}}
+
+    records = {("base", 0, 0, "ood", "t1-chain"): record([2, 0, 0, 1], 0.1875),
+               ("grpo", 0, 500, "ood", "t1-chain"): record([0, 0, 4, 0], 0.25),
+               ("sft", 0, 500, "ood", "t1-chain"): record([4, 4, 0, 0], 0.5),
+               ("grpo__token-mean__1-1__u8", 0, 500, "ood", "t1-chain"): record([0, 0, 0, 0], 0.0)}
+    assert records_module.ordered_methods(records) == ["grpo", "sft", "grpo__token-mean__1-1__u8"]
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in table.table(records, "ood", "t1-chain", 4)
+            if line.startswith("| ") and "method" not in line}
+    assert rows["grpo"][6] == "(baseline)" and rows["grpo__token-mean__1-1__u8"][6] == "(baseline)"
+    # sft against grpo, problem by problem at k = 4: (1 - 0) + (1 - 0) + (0 - 1) + (0 - 0) over 4 = +0.25
+    assert rows["sft"][6].startswith("+0.250 [")
