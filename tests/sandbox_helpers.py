@@ -127,3 +127,13 @@ def runaway(directory, then):
     if then == "hang":
         sleep_forever()
     return 1.0
+
+
+def wait_for(predicate, timeout: float, poll: float = 0.05) -> bool:
+    """Whether `predicate()` becomes true within `timeout` seconds (asked every `poll` s, and once more at the end)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(poll)
+    return predicate()

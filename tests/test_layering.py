@@ -222,9 +222,8 @@ def test_importing_the_measures_loads_no_model_code():
     assert all(m == "explorl" or _within(m, allowed) for m in loaded), loaded
 
 
-CONFIG_SCHEMA = ("explorl.config.schema", "explorl.config.task", "explorl.config.moved")
-"""The schema of the config: its sections (`task` its own module, re-exported by `schema`) and the keys of earlier
-versions."""
+CONFIG_SCHEMA = ("explorl.config.schema", "explorl.config.task")
+"""The schema of the config: its sections (`task` its own module, re-exported by `schema`)."""
 
 
 def test_the_registry_is_the_bottom_and_the_config_schema_imports_no_method():
@@ -233,7 +232,7 @@ def test_the_registry_is_the_bottom_and_the_config_schema_imports_no_method():
     against the registry, sits above both."""
     assert TYPED_GRAPH["explorl.algos.registry"] == set()
     assert all(TYPED_GRAPH[m] <= set(CONFIG_SCHEMA) for m in CONFIG_SCHEMA), {m: TYPED_GRAPH[m] for m in CONFIG_SCHEMA}
-    assert TYPED_GRAPH["explorl.config.task"] == TYPED_GRAPH["explorl.config.moved"] == set()
+    assert TYPED_GRAPH["explorl.config.task"] == set()
     # the methods register themselves when imported, and the package (not the registry) imports them
     assert "explorl.algos.methods" in GRAPH["explorl.algos"]
     method_files = [m for m in MODULES if m.startswith("explorl.algos.methods.")]

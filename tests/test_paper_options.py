@@ -19,7 +19,7 @@ from explorl.algos.batch import RolloutBatch
 from explorl.algos.registry import lookup
 from explorl.config import AlgoConfig, ConfigError, load_config
 from explorl.rollout import budget as B
-from explorl.rollout.controllers import Controllers
+from explorl.rollout.schedule import ScheduleDriver
 
 
 def sigmoid(x: float) -> float:
@@ -153,7 +153,7 @@ def _budgets_after_one_pass(overrides: list[str]) -> tuple[list[int], list[int],
     """(budgets in the first pass, budgets after it, bounds after it) of two prompts: prompt 0 always right,
     prompt 1 always wrong, G = 8."""
     cfg = load_config(None, ["budget.policy=e3", "sampling.group_size=8", *overrides])
-    policy = Controllers(cfg, vocab_size=10, num_prompts=2).budget
+    policy = ScheduleDriver(cfg, vocab_size=10, num_prompts=2).budget
     first = policy.budgets([0, 1])
     policy.observe_rewards([0, 1], [[1.0] * 8, [0.0] * 8])
     policy.end_of_pass()
@@ -165,7 +165,7 @@ def test_curriculum_off_uses_the_limits_from_the_start():
     # Curriculum off, bounds 4 / 12: N_rem = 16 - 8 = 8; G = 4 + floor(8 * 0.5 / 1.5) = 4 + 2 = 6 and
     #   4 + floor(8 / 1.5) = 4 + 5 = 9; one rollout left goes to the harder prompt -> [6, 10].
     cfg = load_config(None, ["budget.policy=e3", "budget.e3.curriculum=false"])
-    assert Controllers(cfg, vocab_size=10, num_prompts=2).budget.curriculum.bounds() == (4, 12)  # from step 1
+    assert ScheduleDriver(cfg, vocab_size=10, num_prompts=2).budget.curriculum.bounds() == (4, 12)  # from step 1
     first, after, bounds = _budgets_after_one_pass(["budget.e3.curriculum=false"])
     assert first == [8, 8]  # no ranks during the first pass (sum k = 0): everyone gets G, curriculum or not
     assert (after, bounds) == ([6, 10], (4, 12))

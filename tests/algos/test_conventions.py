@@ -249,10 +249,10 @@ def test_dual_clip_bad_value_raises_and_registry_wiring():
     for c in (1.0, 0.5, -3.0):
         with pytest.raises(ValueError, match="dual_clip_c"):
             L.policy_loss(x, x, x, torch.ones(1, 2), dual_clip_c=c)
-    assert lookup("policy_loss", "ppo").kwargs["dual_clip_c"] == "dual_clip_c"
+    assert "dual_clip_c" in lookup("policy_loss", "ppo").options.__dataclass_fields__
     # Clip-Cov keeps its own PPO term without the dual clip (verl's Clip-Cov has none)
-    assert "dual_clip_c" not in lookup("policy_loss", "clip_cov").kwargs
-    assert "dual_clip_c" not in lookup("policy_loss", "kl_cov").kwargs
+    assert "dual_clip_c" not in lookup("policy_loss", "clip_cov").options.__dataclass_fields__
+    assert "dual_clip_c" not in lookup("policy_loss", "kl_cov").options.__dataclass_fields__
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from explorl.algos import losses as L
-from explorl.algos.registry import names
+from explorl.algos.registry import lookup, names
+from explorl.config import AlgoConfig
 
 NAN = float("nan")
 LN2 = math.log(2.0)
@@ -310,11 +311,43 @@ def test_overlong_penalty_hand_values():
 
 
 def test_registry_names_and_unknown():
-    assert L.get_policy_loss("ppo") is L.policy_loss
-    assert L.get_policy_loss("clip_cov") is L.clip_cov_loss
-    assert L.get_policy_loss("kl_cov") is L.kl_cov_loss
+    # the registered loss adapts the config and its options to the loss function, whose maths it names
+    for name, fn in (("ppo", L.policy_loss), ("clip_cov", L.clip_cov_loss), ("kl_cov", L.kl_cov_loss)):
+        entry = lookup("policy_loss", name)
+        assert L.get_policy_loss(name) is entry.fn and entry.formula == (fn,)
     with pytest.raises(KeyError, match="clip_cov, kl_cov, ppo"):
         L.get_policy_loss("grpo_loss")
+
+
+def _bound(name: str, agg: str = "token-mean", **options):
+    """The registered loss `name` as the step calls it: with a config of `agg` and the loss's `options`."""
+    cfg = AlgoConfig(loss=name, loss_agg=agg)
+    entry = lookup("policy_loss", name)
+    return lambda *tensors, **kw: entry.fn(*tensors, cfg, options=entry.options(**options), **kw)
+
+
+def test_the_registered_losses_pass_the_config_and_options_unchanged():
+    """Each registered loss reads its keywords from `cfg` (the clip range, the aggregation) and its options, the
+    same numbers the loss function gets called directly with them."""
+    n, t = 4, 6
+    gen = torch.Generator().manual_seed(3)
+    old, adv = torch.randn(n, t, generator=gen), torch.randn(n, t, generator=gen)
+    new = old + 0.5 * torch.randn(n, t, generator=gen)
+    mask = (torch.rand(n, t, generator=gen) > 0.2).float()
+    common = {"max_response_len": t, "is_weights": None, "token_weights": None}
+    cfg = AlgoConfig()
+    cases = [("ppo", {"dual_clip_c": 2.0}, L.policy_loss, {"eps_low": cfg.eps_low, "eps_high": cfg.eps_high,
+                                                          "dual_clip_c": 2.0}),
+             ("kl_cov", {"k_percent": 50.0, "coef": 0.5}, L.kl_cov_loss, {"k_percent": 50.0, "kl_coef": 0.5}),
+             ("clip_cov", {"ratio": 0.5, "lb": -5.0, "ub": 5.0}, L.clip_cov_loss,
+              {"eps_low": cfg.eps_low, "eps_high": cfg.eps_high, "clip_ratio": 0.5, "lb": -5.0, "ub": 5.0})]
+    for name, options, fn, keywords in cases:
+        for agg in L.LOSS_AGG_MODES:
+            random = {"generator": torch.Generator().manual_seed(0)} if name == "clip_cov" else {}
+            got, got_stats = _bound(name, agg, **options)(new, old, adv, mask, **common, **random)
+            random = {"generator": torch.Generator().manual_seed(0)} if name == "clip_cov" else {}
+            want, want_stats = fn(new, old, adv, mask, agg=agg, **common, **keywords, **random)
+            assert torch.equal(got, want) and got_stats == want_stats, (name, agg)
 
 
 @pytest.mark.parametrize("name", names("policy_loss"))
@@ -322,9 +355,8 @@ def test_registry_names_and_unknown():
 def test_empty_mask_gives_zero_not_nan(name, agg):
     logp_new = torch.randn(2, 3).requires_grad_(True)
     old = torch.full((2, 3), NAN)  # padding garbage must not leak
-    fn = L.get_policy_loss(name)
-    loss, stats = fn(logp_new, old, torch.ones(2, 3), torch.zeros(2, 3), agg=agg, max_response_len=3,
-                     is_weights=torch.ones(2, 3), token_weights=torch.ones(2, 3))
+    loss, stats = _bound(name, agg)(logp_new, old, torch.ones(2, 3), torch.zeros(2, 3), max_response_len=3,
+                                    is_weights=torch.ones(2, 3), token_weights=torch.ones(2, 3))
     assert loss.item() == 0.0
     loss.backward()
     assert torch.equal(logp_new.grad, torch.zeros(2, 3))
@@ -333,16 +365,15 @@ def test_empty_mask_gives_zero_not_nan(name, agg):
 
 @pytest.mark.parametrize("name", names("policy_loss"))
 def test_trainer_style_call_on_policy(name):
-    # ratio 1 and no weights: every variant gives -token-mean(A). Clip-Cov gets bounds no cov reaches (passed the
-    # way the trainer passes variant kwargs), so nothing is a candidate; KL-Cov's penalty is |log 1| = 0.
+    # ratio 1 and no weights: every variant gives -token-mean(A). Clip-Cov gets bounds no cov reaches (as options,
+    # the way the step passes them), so nothing is a candidate; KL-Cov's penalty is |log 1| = 0.
     gen = torch.Generator().manual_seed(0)
     logp = torch.randn(3, 5, generator=gen)
     adv = torch.tensor([[1.0], [-0.5], [0.25]]).expand(3, 5)
     mask = torch.tensor([[1.0] * 5, [1.0] * 3 + [0.0] * 2, [1.0] * 4 + [0.0]])
-    fn = L.get_policy_loss(name)
-    variant_kwargs = {"clip_cov": {"lb": 1e6, "ub": 2e6}}.get(name, {})
-    loss, stats = fn(logp, logp, adv, mask, agg="token-mean", max_response_len=5, is_weights=None,
-                     token_weights=None, **variant_kwargs)
+    options = {"clip_cov": {"lb": 1e6, "ub": 2e6}}.get(name, {})
+    loss, stats = _bound(name, **options)(logp, logp, adv, mask, max_response_len=5, is_weights=None,
+                                          token_weights=None)
     assert loss.item() == pytest.approx(-L.aggregate(adv, mask).item(), abs=1e-6)
     assert stats["loss/ratio_mean"] == pytest.approx(1.0)
 

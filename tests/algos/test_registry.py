@@ -15,7 +15,7 @@ import yaml
 from explorl.algos import advantages as A
 from explorl.algos import losses as L
 from explorl.algos.batch import RolloutBatch
-from explorl.algos.registry import KINDS, entries, get, lookup, names, register
+from explorl.algos.registry import ENTRY_TYPES, KINDS, AlgoEntry, PolicyLossEntry, entries, get, lookup, names, register
 from explorl.config import AlgoConfig, Config, ConfigError, TaskConfig, load_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,6 +34,8 @@ def test_every_kind_has_its_builtin_entries():
         "token_filter": {"none", "forking"},
         "reward_shaper": {"dapo_overlong", "dapo_overlong_filter"},
         "importance_weights": {"none", "tis"},
+        "aggregation": {"token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm",
+                        "seq-mean-token-mean-per-question"},
         "temperature_schedule": {"fixed", "e3", "ead", "revead", "adaptive"},
         "budget_policy": {"uniform", "e3", "dapo"},
         "task": {"arith", "file", "rg"},
@@ -48,6 +50,23 @@ def test_a_name_is_registered_once_per_kind():
         register("estimator", "grpo")(lambda batch, cfg: None)
     with pytest.raises(ValueError, match="unknown registry kind"):
         register("estimators", "x")
+
+
+def test_a_misspelled_field_names_the_valid_ones_of_its_kind():
+    """Each kind declares its fields (`ENTRY_TYPES`): a keyword it does not declare is refused, naming those it
+    does; a capability of another kind is no field of this one."""
+    with pytest.raises(TypeError, match=r"unknown field 'rowwize' of PolicyLossEntry; valid for policy_loss: "
+                                        r".*rowwise, needs_generator"):
+        register("policy_loss", "_typo_test", rowwize=True)
+    with pytest.raises(TypeError, match=r"unknown field 'per_token' of EstimatorEntry; valid for estimator: "
+                                        r".*needs_ref"):
+        register("estimator", "_typo_test", per_token=lambda t, step: 1.0)
+    with pytest.raises(ValueError, match="rowwise must be True or False"):
+        register("policy_loss", "_typo_test", rowwise="yes")
+    assert "_typo_test" not in entries("policy_loss") and "_typo_test" not in entries("estimator")
+    assert set(ENTRY_TYPES) == set(KINDS)
+    for kind, entry in ((k, e) for k in KINDS for e in entries(k).values()):
+        assert type(entry) is ENTRY_TYPES[kind], (kind, entry.name)
 
 
 def test_unknown_names_fail_listing_the_valid_ones():
@@ -118,8 +137,11 @@ def test_the_public_functions_defaults_are_the_configs():
 
     cfg = AlgoConfig()
     pairs = [(A.erpo, values(A.ErpoOptions(), "beta_progress", "gamma", "eta", "num_buckets", "sigma_target"))]
-    pairs += [(lookup("policy_loss", name).fn, lookup("policy_loss", name).keyword_values(cfg))
-              for name in names("policy_loss")]  # keyword -> what a config at its defaults passes
+    clip = {"eps_low": cfg.eps_low, "eps_high": cfg.eps_high}  # the registered losses pass the core clip range
+    pairs += [(L.policy_loss, {**clip, "dual_clip_c": L.PpoOptions().dual_clip_c}),
+              (L.clip_cov_loss, {**clip, "clip_ratio": L.ClipCovOptions().ratio, "lb": L.ClipCovOptions().lb,
+                                 "ub": L.ClipCovOptions().ub}),
+              (L.kl_cov_loss, {"k_percent": L.KlCovOptions().k_percent, "kl_coef": L.KlCovOptions().coef})]
     pairs += [(A.ppl_shaped, values(A.PplOptions(), "alpha", "iqr_filter", "clamp")),
               (A.position_shaped, values(A.PositionOptions(), "gamma", "m", "d", "n", "cap_frac")),
               *((fn, values(A.CwOptions(), "bandwidth"))
@@ -150,13 +172,16 @@ def test_what_entries_record():
     assert lookup("shaper", "cw").needs_old_logprobs and not lookup("shaper", "position").needs_old_logprobs
     assert lookup("temperature_schedule", "e3").behavior_is_policy
     assert not lookup("temperature_schedule", "ead").behavior_is_policy
-    assert lookup("policy_loss", "clip_cov").extra["needs_generator"]
-    assert lookup("policy_loss", "kl_cov").kwargs == {"k_percent": "k_percent", "kl_coef": "coef"}
+    assert lookup("policy_loss", "clip_cov").needs_generator and not lookup("policy_loss", "ppo").needs_generator
+    assert lookup("policy_loss", "ppo").rowwise and not lookup("policy_loss", "clip_cov").rowwise
+    assert isinstance(lookup("policy_loss", "kl_cov"), PolicyLossEntry)
     assert lookup("policy_loss", "kl_cov").options is L.KlCovOptions
+    assert lookup("policy_loss", "kl_cov").formula == (L.kl_cov_loss,)  # the maths; `fn` adapts the config to it
+    assert lookup("aggregation", "seq-mean-token-mean-per-question").per_question
     assert lookup("shaper", "cw_group").options_from == "cw" and lookup("shaper", "cw_group").options is None
     assert lookup("temperature_schedule", "revead").options_owner == "ead"
     # a user entry that says nothing is assumed to read pi_old: the one-update shortcut is then off (safe)
-    assert register.__kwdefaults__["needs_old_logprobs"] is True
+    assert AlgoEntry.__dataclass_fields__["needs_old_logprobs"].default is True
 
 
 def test_an_entrys_check_runs_at_validation():

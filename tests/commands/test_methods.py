@@ -14,13 +14,13 @@ import pytest
 from rich.console import Console
 
 import explorl.commands.common as common
-from explorl.algos.registry import SECTIONS, _REGISTRY
+from explorl.algos.registry import METHOD_KINDS, _REGISTRY
 from explorl.commands import main
 from explorl.commands.methods import _summary
 from explorl.config.validation import fill_registry
 
 fill_registry()
-ENTRIES = [e for kind, table in _REGISTRY.items() if kind in SECTIONS for e in table.values()
+ENTRIES = [e for kind, table in _REGISTRY.items() if kind in METHOD_KINDS for e in table.values()
            if e.fn.__module__.startswith("explorl.")]
 _LOCATION = re.compile(r"(\S+\.py):([0-9]+)")
 
@@ -127,3 +127,59 @@ def test_methods_piped_prints_whole_lines():
                          env=env)
     assert res.returncode == 0, res.stderr
     _assert_every_cell_whole(res.stdout)
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: f"{e.kind}:{e.name}")
+def test_every_method_has_a_formula_and_a_place_of_action_that_resolve(entry):
+    """`Entry.formula` names functions whose `def` (or `class`) is at the file:line shown, and every `Entry.acts_at`
+    site is found: the line shown holds its marker (a step changed without the registry's `ACTS_AT` fails here)."""
+    from explorl.commands.methods import code_location, site_location
+
+    assert entry.formula and entry.acts_at, entry.name
+    for fn in entry.formula:
+        path, line = code_location(fn)
+        assert re.match(rf"\s*(async\s+)?(def|class)\s+{re.escape(fn.__name__)}\b",
+                        Path(path).read_text(encoding="utf-8").splitlines()[line - 1]), (entry.name, fn)
+    for site in entry.acts_at:
+        path, line = site_location(site)
+        assert site.marker in Path(path).read_text(encoding="utf-8").splitlines()[line - 1], (entry.name, site)
+
+
+def _lines_of(text: str, header: str) -> list[str]:
+    """The lines of the entry printed under `header` (up to the next blank line)."""
+    block = text.split(header, 1)[1].split("\n\n", 1)[0]
+    return block.splitlines()
+
+
+def test_methods_e3_shows_eq_1_with_its_formula_and_where_it_acts(out):
+    """`explorl methods e3`: the entries named e3 and those citing E3, among them the per-question aggregation (E3
+    eq. 1) with the file:line of its weights and of the step line that applies them."""
+    assert main(["methods", "e3"]) == 0
+    text = out()
+    assert "temperature_schedule e3" in text and "budget_policy e3" in text
+    lines = _lines_of(text, "aggregation seq-mean-token-mean-per-question")
+    assert any(line.startswith("  implements: E3 eq. 1 (docs/methods.md §1d)") for line in lines), lines
+    assert any(re.fullmatch(r"  formula: \S+algos/aggregation\.py:[0-9]+ \(explorl\.algos\.aggregation\."
+                            r"question_weights\)", line) for line in lines), lines
+    assert any(re.fullmatch(r"  acts at: \S+algos/step\.py:[0-9]+ \(compute_advantages: .*\)", line)
+               for line in lines), lines
+
+
+def test_methods_ead_shows_the_temperature_formula_and_the_sampler_line(out):
+    assert main(["methods", "ead"]) == 0
+    text = out()
+    lines = _lines_of(text, "temperature_schedule ead")
+    assert any(re.fullmatch(r"  formula: \S+rollout/temperature\.py:[0-9]+ \(explorl\.rollout\.temperature\.ead\)",
+                            line) for line in lines), lines
+    acts = [line for line in lines if line.startswith("  acts at: ")]
+    assert any(re.fullmatch(r"  acts at: \S+rollout/engines/native\.py:[0-9]+ \(_decode: .*temperature.*\)", line)
+               for line in acts), acts  # where the sampler takes each token's temperature from the table
+    assert "importance_weights tis" in text  # it cites EAD too
+
+
+def test_methods_name_at_80_columns_keeps_each_location_whole(monkeypatch):
+    buf = io.StringIO()
+    monkeypatch.setattr(common, "console", Console(file=buf, width=80, color_system=None))
+    assert main(["methods", "ead"]) == 0
+    lines = buf.getvalue().splitlines()
+    assert any(re.fullmatch(r"  formula: \S+:[0-9]+ \(explorl\.rollout\.temperature\.ead\)", line) for line in lines)

@@ -1,4 +1,4 @@
-"""One precedence for every setting (`explorl.config.loading.read_layers`): the command line > the file > its
+"""One precedence for every setting (`explorl.config.layers.read_layers`): the command line > the file > its
 `methods:` > its `base:` > the defaults; a user's explicit key settles a conflict between two methods."""
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def test_a_methods_named_in_a_base_lose_to_the_bases_own_keys(tmp_path):
 
 
 def test_layers_are_named_lowest_first(tmp_path, monkeypatch):
-    from explorl.config.loading import read_layers
+    from explorl.config.layers import read_layers
 
     monkeypatch.chdir(tmp_path)
     write(tmp_path / "base.yaml", "run: {steps: 7}\n")

@@ -105,8 +105,7 @@ NUMERIC = [name for name, kind, *_ in reference() if kind in ("int", "float", "i
 def _selecting(field: str) -> list[str]:
     """The overrides that select the method whose option `field` is (none for a core field), and a behaviour policy
     other than the optimised one for importance weights (which are refused where every weight would be 1)."""
-    from explorl.algos.registry import SECTIONS, entries
-    from explorl.config.validation import SELECTED_BY
+    from explorl.algos.registry import SECTIONS, SELECTED_BY, entries
 
     section, *rest = field.split(".")
     if len(rest) < 2:

@@ -42,15 +42,6 @@ def _ours(pid: int) -> bool:
     return state != "Z" and b"explorl.rewards.worker" in cmdline
 
 
-def _wait_for(predicate, timeout: float) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
-
-
 def _recorded(directory: Path) -> dict[int, list[int]]:
     """{worker pid: its sleepers' pids} from the files `fork_sleepers` wrote."""
     return {int(p.name): [int(x) for x in p.read_text().split()] for p in directory.iterdir()
@@ -59,7 +50,7 @@ def _recorded(directory: Path) -> dict[int, list[int]]:
 
 def _none_left(pids: list[int], timeout: float = 3.0) -> list[int]:
     """The pids of `pids` still running after up to `timeout` seconds."""
-    _wait_for(lambda: not any(_ours(p) for p in pids), timeout)
+    h.wait_for(lambda: not any(_ours(p) for p in pids), timeout)
     return [p for p in pids if _ours(p)]
 
 
@@ -116,11 +107,11 @@ def test_kill_descendants_freezes_then_kills_a_whole_tree(monkeypatch, children_
     monkeypatch.setattr(process_tree, "_CHILDREN_FILES", children_files and process_tree._CHILDREN_FILES)
     parent = subprocess.Popen(["bash", "-c", "bash -c 'sleep 600 & wait' & sleep 600 & wait"])
     try:
-        assert _wait_for(lambda: len(descendants(parent.pid)) == 3, 10)  # a bash, two sleep
+        assert h.wait_for(lambda: len(descendants(parent.pid)) == 3, 10)  # a bash, two sleep
         below = descendants(parent.pid)
         assert kill_descendants(parent.pid) == 3
         for p in below:  # reaped by bash or init; SIGKILLed either way
-            assert _wait_for(lambda p=p: not Path(f"/proc/{p}").exists()
+            assert h.wait_for(lambda p=p: not Path(f"/proc/{p}").exists()
                              or "Z" in Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1][:3], 5)
     finally:
         parent.kill()
@@ -153,7 +144,7 @@ def test_sigkill_of_the_trainer_leaves_nothing_a_reward_forked(tmp_path, detach,
                                                                       detach=detach, then=then, thread=thread)])
     recorded: dict[int, list[int]] = {}
     try:
-        assert _wait_for(lambda: len(_recorded(tmp_path)) == 2, 120), "the rewards never forked"
+        assert h.wait_for(lambda: len(_recorded(tmp_path)) == 2, 120), "the rewards never forked"
         recorded = _recorded(tmp_path)
         everyone = [*recorded, *(p for pids in recorded.values() for p in pids)]
         assert len(everyone) == 6 and all(_ours(p) for p in everyone)

@@ -13,12 +13,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
 TESTS = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(TESTS))
+import sandbox_helpers  # noqa: E402
 
 HARNESS = textwrap.dedent("""
     import sys, threading
@@ -51,15 +52,6 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def _wait_for(predicate, timeout: float) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return predicate()
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize("thread", [False, True], ids=["main-thread:pdeathsig", "other-thread:watchdog"])
 def test_sigkill_of_the_trainer_mid_reward_leaves_no_worker_alive_5s_later(tmp_path, thread):
@@ -67,12 +59,12 @@ def test_sigkill_of_the_trainer_mid_reward_leaves_no_worker_alive_5s_later(tmp_p
     pids.mkdir()
     harness = subprocess.Popen([sys.executable, "-c", HARNESS.format(tests=str(TESTS), pids=str(pids), thread=thread)])
     try:
-        assert _wait_for(lambda: len(list(pids.iterdir())) == 2, 120), "the workers never started their items"
+        assert sandbox_helpers.wait_for(lambda: len(list(pids.iterdir())) == 2, 120), "the workers never started their items"
         workers = [int(p.name) for p in pids.iterdir()]
         assert all(_alive(w) for w in workers)  # busy on their items, as the trainer is killed
         harness.send_signal(signal.SIGKILL)
         harness.wait(10)
-        assert _wait_for(lambda: not any(_alive(w) for w in workers), 5.0), \
+        assert sandbox_helpers.wait_for(lambda: not any(_alive(w) for w in workers), 5.0), \
             f"workers still running 5 s after their parent was killed: {[w for w in workers if _alive(w)]}"
     finally:
         if harness.poll() is None:

@@ -1,5 +1,6 @@
-"""Schedules and budget policies from the registry (`explorl.rollout.controllers`): the adaptive per-prompt
-temperature (docs/methods.md §2c) by hand, its composition with EAD and E3, and its state."""
+"""Schedules and budget policies from the registry (`explorl.rollout.controllers`, driven by
+`explorl.rollout.schedule.ScheduleDriver`): the adaptive per-prompt temperature (docs/methods.md §2c) by hand, its
+composition with EAD and E3, and its state."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import torch
 
 from explorl.config import ConfigError, load_config
 from explorl.rollout import temperature as Tm
-from explorl.rollout.controllers import Controllers
+from explorl.rollout.schedule import ScheduleDriver
 
 
 def test_adaptive_factor_by_hand():
@@ -22,10 +23,10 @@ def test_adaptive_factor_by_hand():
         Tm.adaptive_factor([0.5], gamma=-1.0)
 
 
-def _adaptive(base: str, *extra: str) -> Controllers:
+def _adaptive(base: str, *extra: str) -> ScheduleDriver:
     cfg = load_config(None, ["sampling.schedule=adaptive", f"sampling.adaptive.base={base}",
                              "sampling.max_new_tokens=16", "sampling.temperature=0.8", *extra])
-    return Controllers(cfg, vocab_size=98, num_prompts=10)
+    return ScheduleDriver(cfg, vocab_size=98, num_prompts=10)
 
 
 def test_fixed_base_gives_one_temperature_per_prompt_from_its_success_rate():

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from explorl.config import load_config
-from explorl.rollout.controllers import Controllers, PromptStream
+from explorl.rollout.controllers import PromptStream
 from explorl.rollout.schedule import ScheduleDriver
 
 E3 = ["sampling.schedule=e3", "budget.policy=e3", "sampling.group_size=8", "run.steps=8"]
@@ -21,7 +21,7 @@ def _driver(*extra: str, prompts: int = 10) -> ScheduleDriver:
 
 
 def test_end_hands_the_schedule_the_one_based_step():
-    driver, own = _driver(), Controllers(load_config(None, E3), 98, 10)
+    driver, own = _driver(), _driver()
     for step, entropy in enumerate([0.5, 0.25, 0.4]):
         temps = driver.begin(step)
         assert temps.step == step and temps.sampler == temps.train == own.schedule.at(step)[0]
@@ -99,5 +99,7 @@ def test_the_state_is_json_and_resumes_exactly():
     for d in (first, resumed):
         d.begin(3)
     assert resumed.plan([6, 7, 8, 9, 0, 1]) == first.plan([6, 7, 8, 9, 0, 1])
-    # the controllers' part is the layout of earlier checkpoints
-    assert first.state_dict()["controllers"] == first.controllers.state_dict()
+    # one state: the schedule's and the budget policy's beside the driver's own
+    state = first.state_dict()
+    assert state["schedule"] == first.schedule.state_dict() and state["budget"] == first.budget.state_dict()
+    assert set(state) == {"schedule", "budget", "planned", "step", "entropy_sum"}

@@ -80,7 +80,8 @@ def test_malformed_line_reports_the_column_in_that_line(tmp_path, line, column, 
 
 
 def test_check_file_task_reads_every_row(tmp_path):
-    from explorl.tasks.files import check_file_task, count_rows
+    from explorl.tasks.files import check_file_task
+    from explorl.tasks.rows import count_rows
 
     rows = _rows(30) + [{"problem": "p", "solution": "no answer field"}]  # row 31, line 32 (a blank line 6)
     path = _write_jsonl(tmp_path / "d.jsonl", rows, blank_after=5)

@@ -1,6 +1,7 @@
 """The aggregation of token values into one loss (docs/methods.md §1d): masked reductions, the `loss_agg` modes
-(`LOSS_AGG_MODES`, the one list of them: the config's `algo.loss_agg` is validated against it), E3's eq. 1 weights
-per question, and the micro-batch accounting of gradient accumulation. Pure tensor functions, torch only.
+(registered as kind `aggregation` with their papers, selected by `algo.loss_agg`; `LOSS_AGG_MODES` lists them and
+the config is validated against it), E3's eq. 1 weights per question, and the micro-batch accounting of gradient
+accumulation. Pure tensor functions, torch only.
 
 Per-token multipliers never change the normaliser: a token whose weight is 0 still counts in the `token-mean`
 denominator (the number of valid tokens of `mask`).
@@ -11,6 +12,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from explorl.algos.registry import Cite, entries, lookup, register
+
 __all__ = ["LOSS_AGG", "LOSS_AGG_MODES", "PER_QUESTION", "question_weights", "zero_padding", "masked_sum",
            "masked_mean", "aggregate", "aggregation_count", "micro_batch_share"]
 
@@ -19,21 +22,6 @@ PER_QUESTION = "seq-mean-token-mean-per-question"
 """E3 eq. 1 with a group size per question: the mean over questions of the mean over the question's responses
 of each response's token mean. Aggregated as `seq-mean-token-mean` of token losses weighted per response by
 `question_weights` (the step passes them as token weights), which is the same number (docs/methods.md §1d)."""
-
-LOSS_AGG: dict[str, str] = {
-    "token-mean": "sum over all valid tokens / their number: every token weighs the same, so long responses weigh "
-                  "more (DAPO, Yu et al. 2025, section 3.3)",
-    "seq-mean-token-mean": "mean over responses of each response's token mean (the GRPO objective, Shao et al. 2024 "
-                           "eq. 3); E3 eq. 1 when every question has the same number of responses",
-    "seq-mean-token-sum-norm": "sum over all valid tokens / (N * max_response_len), a constant that does not depend "
-                               "on the lengths (Dr.GRPO, Liu et al. 2025)",
-    PER_QUESTION: "E3 eq. 1 with a rollout count per question (E3's dynamic budgets): the mean over questions of "
-                  "the mean over each question's responses of their token means, so every question weighs the same",
-}
-"""The `loss_agg` modes, each with what it computes (docs/methods.md §1d): the one source of the modes."""
-
-LOSS_AGG_MODES: tuple[str, ...] = tuple(LOSS_AGG)
-"""Valid values of `agg` and of the config's `algo.loss_agg` (docs/methods.md §1d)."""
 
 
 def question_weights(group: Tensor, valid_rows: Tensor) -> Tensor:
@@ -70,42 +58,42 @@ def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
     return masked_sum(x, mask, dim) / count.clamp_min(1).to(x.dtype)
 
 
-def aggregate(
-    token_values: Tensor, mask: Tensor, agg: str = "token-mean", max_response_len: int | None = None
-) -> Tensor:
-    """Reduce per-token values `[N, T]` to a scalar, over the tokens where `mask != 0` (docs/methods.md §1d).
+def _valid_tokens(mask: Tensor) -> float:
+    return float(mask.sum())
 
-    - `token-mean`: sum over all valid tokens / number of valid tokens. Every token weighs the same, so long
-      responses weigh more (DAPO, Yu et al. 2025, section 3.3 "Token-Level Policy Gradient Loss").
-    - `seq-mean-token-mean`: mean over responses of each response's mean over its tokens (the GRPO objective,
-      Shao et al. 2024 eq. 3). Responses without valid tokens are left out of the outer mean.
-    - `seq-mean-token-sum-norm`: sum over all valid tokens / (N * max_response_len), a constant that does not
-      depend on the lengths (Dr.GRPO, Liu et al. 2025). `max_response_len` (the configured length limit) is
-      required in this mode and ignored in the others.
-    - `seq-mean-token-mean-per-question` (E3 eq. 1 with per-question group sizes): reduced here as
-      `seq-mean-token-mean`; the per-question weights come in the token values (`question_weights`).
 
-    Args:
-        token_values: `[N, T]` per-token values (differentiable).
-        mask: `[N, T]` 1 on the tokens that count.
-        agg: one of `LOSS_AGG_MODES`.
-        max_response_len: the configured response length limit (`seq-mean-token-sum-norm` only).
-    Returns:
-        Scalar tensor; 0 (with a graph back to `token_values`) when no token is valid.
-    """
-    if agg not in LOSS_AGG_MODES:
-        raise ValueError(f"unknown loss aggregation {agg!r}; valid: {', '.join(LOSS_AGG_MODES)}")
-    if token_values.dim() != 2 or mask.shape != token_values.shape:
-        raise ValueError(
-            f"aggregate: expected token_values and mask of the same shape [N, T]; "
-            f"got {tuple(token_values.shape)} and {tuple(mask.shape)}"
-        )
-    if agg == "token-mean":
-        return masked_mean(token_values, mask)
-    if agg in ("seq-mean-token-mean", PER_QUESTION):
-        per_seq = masked_mean(token_values, mask, dim=-1)  # [N]; 0 for empty responses
-        has_tokens = mask.bool().any(dim=-1)  # [N]
-        return masked_mean(per_seq, has_tokens)
+def _nonempty_responses(mask: Tensor) -> float:
+    return float((mask.sum(-1) > 0).sum())
+
+
+def _responses(mask: Tensor) -> float:
+    return float(mask.shape[0])
+
+
+@register("aggregation", "token-mean", count=_valid_tokens,
+          cites=(Cite("DAPO", "section 3.3", doc="5c"), Cite("ERPO", "eq. 5", doc="1d")))
+def token_mean(token_values: Tensor, mask: Tensor, max_response_len: int | None = None) -> Tensor:
+    """Sum over all valid tokens / their number: every token weighs the same, so long responses weigh more (DAPO,
+    Yu et al. 2025, section 3.3 "Token-Level Policy Gradient Loss")."""
+    return masked_mean(token_values, mask)
+
+
+@register("aggregation", "seq-mean-token-mean", count=_nonempty_responses,
+          cites=(Cite("GRPO", "section 4.1.2, eq. 3", doc="1"), Cite("E3", "eq. 1", doc="1d"),
+                 Cite("CW-GRPO", "section 2.3", doc="1d")))
+def seq_mean_token_mean(token_values: Tensor, mask: Tensor, max_response_len: int | None = None) -> Tensor:
+    """Mean over responses of each response's token mean (the GRPO objective, Shao et al. 2024 eq. 3); E3 eq. 1
+    when every question has the same number of responses. Responses without valid tokens are left out of the outer
+    mean."""
+    per_seq = masked_mean(token_values, mask, dim=-1)  # [N]; 0 for empty responses
+    has_tokens = mask.bool().any(dim=-1)  # [N]
+    return masked_mean(per_seq, has_tokens)
+
+
+@register("aggregation", "seq-mean-token-sum-norm", count=_responses, cites=(Cite("Dr.GRPO", doc="1d"),))
+def seq_mean_token_sum_norm(token_values: Tensor, mask: Tensor, max_response_len: int | None = None) -> Tensor:
+    """Sum over all valid tokens / (N * max_response_len), a constant that does not depend on the lengths (Dr.GRPO,
+    Liu et al. 2025); `max_response_len` is the configured length limit (e.g. `sampling.max_new_tokens`)."""
     if max_response_len is None or max_response_len < 1:
         raise ValueError(
             f"loss aggregation 'seq-mean-token-sum-norm' needs max_response_len >= 1 (the configured "
@@ -115,14 +103,63 @@ def aggregate(
     return masked_sum(token_values, mask) / float(max(n, 1) * max_response_len)
 
 
+@register("aggregation", "seq-mean-token-mean-per-question", count=_nonempty_responses, per_question=True,
+          formula=(question_weights, seq_mean_token_mean), cites=(Cite("E3", "eq. 1", doc="1d"),
+                                                                  Cite("explorl", doc="1d")))
+def seq_mean_token_mean_per_question(token_values: Tensor, mask: Tensor,
+                                     max_response_len: int | None = None) -> Tensor:
+    """E3 eq. 1 with a rollout count per question (E3's dynamic budgets): the mean over questions of the mean over
+    each question's responses of their token means, so every question weighs the same. Reduced as
+    `seq-mean-token-mean`: the step has weighted the token values per response by `question_weights` (the entry's
+    `per_question`); the KL and entropy terms, unweighted, are then `seq-mean-token-mean`."""
+    return seq_mean_token_mean(token_values, mask, max_response_len)
+
+
+LOSS_AGG_MODES: tuple[str, ...] = tuple(entries("aggregation"))
+"""Valid values of `agg` and of the config's `algo.loss_agg`: the registered aggregations (docs/methods.md §1d)."""
+
+LOSS_AGG: dict[str, str] = {name: " ".join((e.fn.__doc__ or "").split()) for name, e in entries("aggregation").items()}
+"""The `loss_agg` modes, each with what it computes (its function's docstring)."""
+
+
+def aggregate(
+    token_values: Tensor, mask: Tensor, agg: str = "token-mean", max_response_len: int | None = None
+) -> Tensor:
+    """Reduce per-token values `[N, T]` to a scalar, over the tokens where `mask != 0`, by the aggregation
+    registered as `agg` (docs/methods.md §1d): `token-mean` (DAPO), `seq-mean-token-mean` (GRPO),
+    `seq-mean-token-sum-norm` (Dr.GRPO, needs `max_response_len`), `seq-mean-token-mean-per-question` (E3 eq. 1:
+    reduced as `seq-mean-token-mean`, the per-question weights come in the token values, `question_weights`).
+
+    Args:
+        token_values: `[N, T]` per-token values (differentiable).
+        mask: `[N, T]` 1 on the tokens that count.
+        agg: one of `LOSS_AGG_MODES`.
+        max_response_len: the configured response length limit (`seq-mean-token-sum-norm` only).
+    Returns:
+        Scalar tensor; 0 (with a graph back to `token_values`) when no token is valid.
+    """
+    entry = _aggregation(agg)
+    if token_values.dim() != 2 or mask.shape != token_values.shape:
+        raise ValueError(
+            f"aggregate: expected token_values and mask of the same shape [N, T]; "
+            f"got {tuple(token_values.shape)} and {tuple(mask.shape)}"
+        )
+    return entry.fn(token_values, mask, max_response_len)
+
+
+def _aggregation(agg: str):
+    """The registry entry of aggregation `agg`; ValueError listing the valid ones."""
+    try:
+        return lookup("aggregation", agg)
+    except KeyError:
+        raise ValueError(f"unknown loss aggregation {agg!r}; valid: {', '.join(entries('aggregation'))}") from None
+
+
 def aggregation_count(mask: Tensor, agg: str) -> float:
-    """What aggregation `agg` divides a batch's summed loss by: its valid tokens (token-mean), non-empty responses
-    (seq-mean-token-mean) or responses (seq-mean-token-sum-norm). `mask`: `[N, T]` the batch's loss mask."""
-    if agg == "token-mean":
-        return float(mask.sum())
-    if agg in ("seq-mean-token-mean", PER_QUESTION):
-        return float((mask.sum(-1) > 0).sum())
-    return float(mask.shape[0])
+    """What aggregation `agg` divides a batch's summed loss by (its entry's `count`): its valid tokens
+    (token-mean), non-empty responses (seq-mean-token-mean) or responses (seq-mean-token-sum-norm). `mask`: `[N, T]`
+    the batch's loss mask."""
+    return _aggregation(agg).count(mask)
 
 
 def micro_batch_share(mask: Tensor, rows: Tensor, agg: str) -> float:

@@ -7,9 +7,10 @@ entropy terms, so every term of the objective is normalised the same way. The lo
 `explorl.algos.methods` (`ppo`: `policy_loss`; `clip_cov`; `kl_cov`), as are the forking-token filter
 (`forking_mask`), EAD's truncated importance weights (`tis`) and DAPO's soft overlong punishment
 (`dapo_overlong`); the aggregation (`LOSS_AGG_MODES`) and the micro-batch accounting are
-`explorl.algos.aggregation`, the k3 KL `explorl.algos.core`. Every loss takes `(logprobs_new, logprobs_old,
-advantages, mask, *, agg, max_response_len, is_weights, token_weights, ...)`, so the step can call any of them the
-same way (docs/methods.md §1, §5, §6, §9).
+`explorl.algos.aggregation`, the k3 KL `explorl.algos.core`. Every loss function takes `(logprobs_new,
+logprobs_old, advantages, mask, *, agg, max_response_len, is_weights, token_weights, ...)`; the registered policy
+losses take the config and their options instead of the loss's own keywords (`get_policy_loss`), so the step calls
+any of them the same way (docs/methods.md §1, §5, §6, §9).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ __all__ = [
 
 
 def get_policy_loss(name: str) -> Callable[..., tuple[Tensor, dict[str, float]]]:
-    """The policy loss registered as `name`, called as `fn(logprobs_new, logprobs_old, advantages, mask, agg=...,
-    max_response_len=..., is_weights=..., token_weights=..., **variant_kwargs) -> (loss, stats)`; KeyError listing
-    the valid names otherwise."""
+    """The policy loss registered as `name`, called as `fn(logprobs_new, logprobs_old, advantages, mask, cfg, *,
+    max_response_len, is_weights, token_weights[, generator][, options]) -> (loss, stats)` (`cfg` an `AlgoConfig`;
+    `lookup("policy_loss", name).bind(cfg)` supplies the options); KeyError listing the valid names otherwise."""
     return get("policy_loss", name)

@@ -1,5 +1,5 @@
 """One registry for every pluggable kind of explorl: estimators, shapers, policy losses, token filters, reward
-shapers, importance weights, temperature schedules, budget policies and tasks.
+shapers, importance weights, loss aggregations, temperature schedules, budget policies and tasks.
 
     @dataclass
     class MyAdvOptions:
@@ -8,103 +8,43 @@ shapers, importance weights, temperature schedules, budget policies and tasks.
     @register("estimator", "my_adv", options=MyAdvOptions)
     def my_adv(batch, cfg, *, options: MyAdvOptions): ...   # `algo.advantage: my_adv`, `algo.my_adv.scale: 2`
 
-`register` refuses a name that is already taken and records, beside the function, what the method needs, so the
-training loop, the config validation and the engines (TRL, verl, vLLM) ask the registry instead of naming methods:
-- `options`: a dataclass of the entry's own settings (a docstring and one default per field, as the core config
-  has). They live in the config under the section of the entry's kind and the entry's name (`algo.erpo.gamma`,
-  `sampling.ead.tau_max`, `budget.e3.g_step`; `SECTIONS`), are validated and filled with their defaults when the
-  entry is selected, and reach the function as the keyword `options` (`Entry.bind`). `options_from="cw"`: the
-  entry reads the options of entry `cw` of its kind (one owns shared options, the other says so).
-- `selects` (optional): `fn(options) -> {option field: entry name}`, other entries of the same kind that the
-  entry's options select and whose options are then in use too (the `adaptive` schedule's `base`);
-- `needs_ref`: a frozen reference policy must be kept (its log-probs fill `RolloutBatch.ref_logprobs`);
-- `needs_old_logprobs`: pi_old's log-probs are read before the update (so they cannot be taken from the update's
-  own forward; see `explorl.algos.step.single_update_shortcut`). True unless an entry says otherwise: an entry
-  that never reads `batch.logprobs` declares False and keeps the shortcut that saves a forward pass;
-- `needs_behavior`: the sampler's behaviour log-probs are read;
-- `behavior_is_policy` (temperature schedules): the distribution sampled from is the optimised policy itself, so
-  the sampler's entropies are the policy's and the one-update shortcut is safe;
-- `reads`: the core config fields the entry reads besides its options: fields of `AlgoConfig` for the algorithm
-  kinds, of `TaskConfig` for tasks, dotted paths of `Config` for schedules and budget policies (documentation; a
-  test checks each exists);
-- `kwargs` (policy losses): keyword of the loss function -> the option or core field that supplies it;
-- `check` (optional, keyword): `fn(cfg: Config) -> error message or None`, run by the config validation when the
-  entry is chosen, so a method validates its own settings before any work starts;
-- `needs_step` (shapers, optional): `fn(options) -> bool`, whether the entry reads the training step (a step
-  window), which an engine must then pass;
-- `needs_length_limit` (reward shapers, optional): the entry reads the length limit the responses were sampled
-  under and their truncation flags (`RolloutBatch.max_response_len`, `truncated`), which an engine must then pass;
-- `verl_fields` (policy losses, optional): option -> (key of verl's actor config, factor, verl's default), how
-  verl spells the option, so the verl adapter reads it without naming the method.
-- `cites`: what the entry implements, a tuple of `Cite(paper, where, doc)`: the paper's short name
-  (`explorl.algos.papers.PAPERS`; "explorl" for explorl's own additions), comma-separated, the paper's own
-  equations, sections or algorithms (`eq. 4`, `section 4.2`, `Algorithm 1`; may be empty), and the sections of
-  docs/methods.md that document them (`Cite("E3", "eq. 4, eq. 5", doc="2b")` is docs/methods.md §2b).
-  `explorl methods` lists them; a test checks each against docs/methods.md. A user's entry may leave it empty.
-- `rowwise` (policy losses, optional): each response's token loss depends on that response's tensors only (no
-  statistic across the batch, as Clip-Cov's and KL-Cov's token selections are) and is zero with zero gradient
-  where its advantages are zero, so the update leaves responses with all-zero advantages out of the forward and
-  backward with grad (`explorl.algos.step.idle_rows`). Absent = False: a loss that does not declare it is
-  computed on every response.
-
-What an engine (TRL, verl, vLLM, the CLI) must be able to do for an entry, so that it asks instead of naming
-methods (`CAPABILITIES`; each is an `extra` keyword of `register`, absent = False):
-- `static` (schedules, budget policies): nothing changes from step to step or prompt to prompt (`fixed`,
-  `uniform`): an engine can sample with its own fixed temperature and group size;
-- `per_token` (schedules): the temperature varies with the output position; the value is the pure function
-  `fn(t, step, **anneal) -> factor` that an engine evaluates per token (the keyword arguments come from the
-  schedule's `per_prompt(...).anneal`, `explorl.integrations.vllm`);
-- `per_prompt_temperature` (schedules): each prompt of a batch gets its own temperature;
-- `per_prompt_budget` (budget policies): each prompt gets its own number of responses;
-- `resamples` (budget policies): the batch is filled by further generation rounds that drop groups;
-- `drops_uniform_groups` (budget policies that resample): the groups dropped are those whose rewards all agree
-  (DAPO's dynamic sampling), which verl runs as its own `algorithm.filter_groups`.
-
-The calling convention of each kind is in `KINDS`. This module imports nothing of explorl (it is the bottom of the
-import graph): registering happens when the module that defines an entry is imported, and `explorl.algos`,
-`explorl.rollout.controllers` and `explorl.tasks` import theirs. A user's own module is imported by naming it in
-`run.plugins`.
+Each kind has its entry type (`ENTRY_TYPES`), a frozen dataclass whose documented fields say what the method needs
+(`needs_ref`), what an engine must support (`per_token`, `resamples`), its check and options; the loop, the config
+validation and the engines read them (`entry.rowwise`) instead of naming methods, and an engine's spellings live in
+its integration. `register` refuses a taken name and a field the kind does not declare (TypeError naming the valid
+ones). Options reach every kind one way: a dataclass (`options=`, a docstring and a default per field) kept under
+the kind's section and the entry's name (`algo.erpo.gamma`; `SECTIONS`), validated when the entry is selected and
+passed as the keyword `options` (`Entry.bind`). `KINDS` gives each kind's calling convention, `SELECTED_BY` its
+config field, `ACTS_AT` where the step calls it (`explorl methods NAME` shows them with their `file:line`). This
+module imports nothing of explorl: `explorl.algos`, `explorl.rollout.controllers` and `explorl.tasks` import the
+modules that register, a user's module is imported by naming it in `run.plugins`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from dataclasses import dataclass, field, is_dataclass
 from typing import Any, Callable
 
 KINDS: dict[str, str] = {
-    "estimator": "fn(batch: RolloutBatch, cfg: AlgoConfig[, *, options]) -> Tensor[N, T]; chosen by "
-                 "`algo.advantage`",
-    "shaper": "fn(advantages: Tensor[N, T], batch: RolloutBatch, cfg: AlgoConfig, step: int[, *, options]) -> "
-              "Tensor[N, T]; `algo.shapers`, applied in order (step is 1-based)",
-    "policy_loss": "fn(logprobs_new, logprobs_old, advantages, mask, *, agg, max_response_len, is_weights, "
-                   "token_weights, **kwargs) -> (loss, stats); `algo.loss`; `kwargs` maps keywords to option or "
-                   "core fields",
-    "token_filter": "fn(batch: RolloutBatch, loss_mask: Tensor[N, T], cfg: AlgoConfig[, *, options]) -> "
-                    "Tensor[N, T] | None (per-token weights, 1 keeps, 0 drops); `algo.token_filter`",
-    "reward_shaper": "fn(batch: RolloutBatch, cfg: AlgoConfig[, *, options]) -> (rewards: Tensor[N], loss_mask: "
-                     "Tensor[N, T]); `algo.reward_shapers`, applied in order before the estimator (each sees the "
-                     "rewards and mask the previous one returned)",
-    "importance_weights": "fn(batch: RolloutBatch, loss_mask: Tensor[N, T], cfg: AlgoConfig[, *, options]) -> "
-                          "(Tensor[N, T] | None, stats: dict[str, float]) (per-token weights that multiply the token "
-                          "loss as `is_weights`, and their statistics); `algo.importance_weights`",
-    "temperature_schedule": "factory(cfg: Config, vocab_size: int[, *, options]) -> schedule object; "
-                            "`sampling.schedule`",
-    "budget_policy": "factory(cfg: Config, num_prompts: int[, *, options]) -> budget object; `budget.policy`",
-    "task": "fn(cfg: TaskConfig) -> (train problems, eval problems, default reward, answer extractor); "
-            "`task.name` (an entry with `takes_argument` is named `name:<argument>`)",
+    "estimator": "fn(batch: RolloutBatch, cfg: AlgoConfig[, *, options]) -> Tensor[N, T]",
+    "shaper": "fn(advantages: Tensor[N, T], batch, cfg, step: int (1-based)[, *, options]) -> Tensor[N, T]; in order",
+    "policy_loss": "fn(logprobs_new, logprobs_old, advantages, mask: Tensor[N, T], cfg: AlgoConfig, *, "
+                   "max_response_len, is_weights, token_weights[, generator][, options]) -> (loss, stats)",
+    "token_filter": "fn(batch, loss_mask: Tensor[N, T], cfg[, *, options]) -> per-token weights Tensor[N, T] | None",
+    "reward_shaper": "fn(batch, cfg[, *, options]) -> (rewards: Tensor[N], loss_mask: Tensor[N, T]); in order, "
+                     "before the estimator",
+    "importance_weights": "fn(batch, loss_mask: Tensor[N, T], cfg[, *, options]) -> (is_weights Tensor[N, T] | "
+                          "None, stats: dict[str, float])",
+    "aggregation": "fn(token_values: Tensor[N, T], mask: Tensor[N, T], max_response_len: int | None) -> scalar",
+    "temperature_schedule": "factory(cfg: Config, vocab_size: int[, *, options]) -> schedule object",
+    "budget_policy": "factory(cfg: Config, num_prompts: int[, *, options]) -> budget object",
+    "task": "fn(cfg: TaskConfig) -> (train problems, eval problems, default reward, answer extractor)",
 }
 
-# what an engine must support for an entry (see the module docstring); each an `extra` keyword of `register`
-CAPABILITIES: dict[str, str] = {
-    "static": "the same sampling every step and prompt", "per_token": "a per-token temperature (fn(t, step, **anneal))",
-    "per_prompt_temperature": "a temperature per prompt", "per_prompt_budget": "a number of responses per prompt",
-    "resamples": "further generation rounds that refill the batch",
-    "drops_uniform_groups": "the groups dropped are those whose rewards all agree (DAPO's dynamic sampling)",
-}
-
-# the config section that holds the selection and the options of each kind (tasks keep theirs in `task`)
+# the config section that holds the options of each kind (aggregations have none; tasks keep theirs in `task`)
 SECTIONS: dict[str, str] = {"estimator": "algo", "shaper": "algo", "policy_loss": "algo", "token_filter": "algo",
                             "reward_shaper": "algo", "importance_weights": "algo",
                             "temperature_schedule": "sampling", "budget_policy": "budget"}
@@ -112,8 +52,12 @@ SECTIONS: dict[str, str] = {"estimator": "algo", "shaper": "algo", "policy_loss"
 # the config field that selects the entries of each kind (a list for `shaper` and `reward_shaper`)
 SELECTED_BY: dict[str, str] = {"estimator": "algo.advantage", "shaper": "algo.shapers", "policy_loss": "algo.loss",
                                "token_filter": "algo.token_filter", "reward_shaper": "algo.reward_shapers",
-                               "importance_weights": "algo.importance_weights",
-                               "temperature_schedule": "sampling.schedule", "budget_policy": "budget.policy"}
+                               "importance_weights": "algo.importance_weights", "aggregation": "algo.loss_agg",
+                               "temperature_schedule": "sampling.schedule", "budget_policy": "budget.policy",
+                               "task": "task.name"}
+
+METHOD_KINDS: tuple[str, ...] = tuple(k for k in KINDS if k != "task")
+"""The kinds that are methods (`explorl methods` lists them; each cites its paper)."""
 
 
 @dataclass(frozen=True)
@@ -129,9 +73,8 @@ class Cite:
     """Comma-separated, the sections of docs/methods.md that document them (`"2b"` for `## 2.`'s `### 2b.`)."""
 
     def __post_init__(self) -> None:
-        locators = [p.strip() for p in self.where.split(",")] if self.where.strip() else []
         sections_ok = re.fullmatch(r"([0-9]+[a-z]?(, *[0-9]+[a-z]?)*)?", self.doc.strip())
-        if not self.paper.strip() or not all(locators) or not sections_ok:
+        if not self.paper.strip() or not all(self.locators) or not sections_ok:
             raise ValueError(f"Cite({self.paper!r}, {self.where!r}, doc={self.doc!r}): give the paper's short name, "
                              f"its equations comma-separated ('eq. 4, eq. 5') and docs/methods.md's sections "
                              f"('2b' or '1, 1a')")
@@ -148,30 +91,66 @@ class Cite:
 
 
 @dataclass(frozen=True)
+class Site:
+    """Where the step acts with an entry: the first line holding `marker` in the source of `function` (a dotted
+    path: `explorl.algos.step.compute_advantages`); `what` happens there, in a few words."""
+
+    function: str
+    marker: str
+    what: str = ""
+
+
+_STEP = "explorl.algos.step"
+ACTS_AT: dict[str, tuple[Site, ...]] = {
+    "reward_shaper": (Site(f"{_STEP}.compute_advantages", 'lookup("reward_shaper"', "rewards and loss mask"),),
+    "estimator": (Site(f"{_STEP}.compute_advantages", 'lookup("estimator"', "the advantages"),),
+    "shaper": (Site(f"{_STEP}.compute_advantages", 'lookup("shaper"', "the advantages reshaped"),),
+    "token_filter": (Site(f"{_STEP}.compute_advantages", 'lookup("token_filter"', "per-token loss weights"),),
+    "importance_weights": (Site(f"{_STEP}.compute_advantages", 'lookup("importance_weights"', "is_weights"),),
+    "policy_loss": (Site(f"{_STEP}.policy_objective", "loss, stats = entry.bind(cfg)(", "the token loss"),),
+    "aggregation": (Site("explorl.algos.aggregation.aggregate", "entry.fn(token_values",
+                         "every term of the loss reduced"),),
+    "temperature_schedule": (Site("explorl.rollout.schedule.ScheduleDriver.begin", "self.schedule.at(step)",
+                                  "the step's sampling and training temperatures"),),
+    "budget_policy": (Site("explorl.rollout.schedule.ScheduleDriver.plan", "self.budget.budgets(ids)",
+                           "rollouts per prompt"),),
+}  # where the step acts with each kind; an entry adds those of its capabilities (`per_token`) and its `acts_at`
+
+
+@dataclass(frozen=True, kw_only=True)
 class Entry:
-    """A registered function and what it needs."""
+    """A registered function and what every kind records of it."""
 
     kind: str
     name: str
     fn: Callable
-    needs_ref: bool = False
-    needs_old_logprobs: bool = True
-    needs_behavior: bool = False
-    behavior_is_policy: bool = True
-    takes_argument: bool = False
-    reads: tuple[str, ...] = ()
-    kwargs: dict[str, str] = field(default_factory=dict)
-    """policy_loss: keyword of the loss function -> the option (first) or core field that supplies it."""
-    extra: dict[str, Any] = field(default_factory=dict)
-    """Anything else a kind records (e.g. a policy loss that needs a random generator)."""
     options: type | None = None
     """The dataclass of the entry's own settings (`algo.<name>.<field>`, ...), or None."""
     options_from: str | None = None
     """The entry of the same kind whose options this one reads (`cw_group` reads `cw`'s), or None (its own)."""
     selects: Callable[[Any], dict[str, str]] | None = None
-    """`fn(options) -> {option field: entry name}`: further entries of the same kind in use with this one."""
+    """`fn(options) -> {option field: entry name}`: further entries of the same kind in use with this one (the
+    `adaptive` schedule's `base`)."""
+    check: Callable[[Any], str | None] | None = None
+    """`fn(cfg: Config) -> error message or None`, run by the config validation when the entry is chosen."""
+    reads: tuple[str, ...] = ()
+    """The core config fields read besides the options: of `AlgoConfig` for the algorithm kinds, of `TaskConfig`
+    for tasks, dotted paths of `Config` for schedules and budget policies (documentation; a test checks each)."""
     cites: tuple[Cite, ...] = ()
     """What the entry implements: the papers and their equations (`Cite`); empty for an entry that says nothing."""
+    formula: tuple[Callable, ...] = ()
+    """The pure functions holding the maths (`explorl methods NAME` shows them); not given: `fn` (or `per_token`)."""
+    acts_at: tuple[Site, ...] = ()
+    """Where the step acts with the entry: the kind's `ACTS_AT`, the sites of its capabilities, and those given."""
+
+    def __post_init__(self) -> None:
+        formula, sites = self._own()
+        object.__setattr__(self, "formula", self.formula or formula)
+        object.__setattr__(self, "acts_at", tuple(dict.fromkeys(sites + self.acts_at)))
+
+    def _own(self) -> tuple[tuple[Callable, ...], tuple[Site, ...]]:
+        """The formula and the sites the entry has without naming them."""
+        return (self.fn,), ACTS_AT.get(self.kind, ())
 
     @property
     def options_owner(self) -> str:
@@ -198,36 +177,177 @@ class Entry:
         options = self.options_in(section)
         return self.fn if options is None else functools.partial(self.fn, options=options)
 
-    def can(self, capability: str) -> Any:
-        """The entry's value of `capability` (`CAPABILITIES`; False when it does not declare it)."""
-        if capability not in CAPABILITIES:
-            raise KeyError(f"unknown capability {capability!r}; valid: {', '.join(CAPABILITIES)}")
-        return self.extra.get(capability, False)
 
-    def keyword_values(self, section: Any) -> dict[str, Any]:
-        """policy_loss: the values of `kwargs`, each from the entry's options when they have the field, else
-        from the core section."""
-        options = self.options_in(section)
-        return {kw: getattr(options, name) if options is not None and hasattr(options, name)
-                else getattr(section, name) for kw, name in self.kwargs.items()}
+@dataclass(frozen=True, kw_only=True)
+class AlgoEntry(Entry):
+    """What the algorithm step computes before it calls an entry of the algorithm kinds."""
 
+    needs_ref: bool = False
+    """A frozen reference policy is kept (its log-probs fill `RolloutBatch.ref_logprobs`)."""
+    needs_old_logprobs: bool = True
+    """pi_old's log-probs are read before the update, so they cannot be taken from the update's own forward
+    (`explorl.algos.step.single_update_shortcut`). An entry that never reads `batch.logprobs` declares False."""
+    needs_behavior: bool = False
+    """The sampler's behaviour log-probs are read."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class EstimatorEntry(AlgoEntry):
+    """An advantage estimator (`algo.advantage`)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShaperEntry(AlgoEntry):
+    """An advantage shaper (`algo.shapers`)."""
+
+    needs_step: Callable[[Any], bool] | None = None
+    """`fn(options) -> bool`: whether the shaper reads the training step (a step window), which an engine must
+    then pass; None: never."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicyLossEntry(AlgoEntry):
+    """A policy loss (`algo.loss`)."""
+
+    rowwise: bool = False
+    """Each response's token loss depends on its own tensors only (no statistic across the batch, as Clip-Cov's
+    selection has) and is zero with zero gradient where its advantages are zero, so the update leaves responses with
+    all-zero advantages out of the forward and backward (`explorl.algos.step.idle_rows`)."""
+    needs_generator: bool = False
+    """The loss draws random numbers: it is called with the keyword `generator` (a `torch.Generator`)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenFilterEntry(AlgoEntry):
+    """A token filter (`algo.token_filter`)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RewardShaperEntry(AlgoEntry):
+    """A reward shaper (`algo.reward_shapers`)."""
+
+    needs_length_limit: bool = False
+    """The shaper reads the length limit the responses were sampled under and their truncation flags
+    (`RolloutBatch.max_response_len`, `truncated`), which an engine must then pass."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImportanceWeightsEntry(AlgoEntry):
+    """Importance weights (`algo.importance_weights`)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AggregationEntry(Entry):
+    """A loss aggregation (`algo.loss_agg`): how token values become one number."""
+
+    count: Callable[[Any], float] | None = None
+    """`fn(mask: Tensor[N, T]) -> float`, what the aggregation divides a batch's summed values by, so micro-batches
+    can be weighted by their share of it (`explorl.algos.aggregation.micro_batch_share`)."""
+    per_question: bool = False
+    """The step weights each response's token losses by `question_weights` (E3 eq. 1 with a group size per
+    question) and hands them to the loss as token weights."""
+
+    def _own(self) -> tuple[tuple[Callable, ...], tuple[Site, ...]]:
+        formula, sites = super()._own()
+        weights = Site(f"{_STEP}.compute_advantages", ".per_question:", "question weights as token weights")
+        return formula, sites + ((weights,) if self.per_question else ())
+
+
+@dataclass(frozen=True, kw_only=True)
+class TemperatureScheduleEntry(Entry):
+    """A temperature schedule (`sampling.schedule`)."""
+
+    behavior_is_policy: bool = True
+    """The distribution sampled from is the optimised policy itself, so the sampler's entropies are the policy's
+    and the one-update shortcut is safe. False for a schedule of the behaviour policy only (EAD)."""
+    static: bool = False
+    """The same sampling every step and prompt (`fixed`): an engine may sample at its own fixed temperature."""
+    per_token: Callable | None = None
+    """The temperature varies with the output position: the pure `fn(t, step, **anneal) -> factor` that an engine
+    evaluates per token (the keywords from the schedule's `per_prompt(...).anneal`, `explorl.integrations.vllm`)."""
+    per_prompt_temperature: bool = False
+    """Each prompt of a batch gets its own temperature."""
+
+    def _own(self) -> tuple[tuple[Callable, ...], tuple[Site, ...]]:
+        formula, sites = super()._own()
+        if self.per_token is None:
+            return formula, sites
+        return (self.per_token,), sites + (Site("explorl.rollout.engines.native._decode", "temp_at(t)",
+                                                "the sampler takes token t's temperature from the table"),)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BudgetPolicyEntry(Entry):
+    """A budget policy (`budget.policy`)."""
+
+    static: bool = False
+    """The same number of responses for every prompt and step (`uniform`)."""
+    per_prompt_budget: bool = False
+    """Each prompt gets its own number of responses."""
+    resamples: bool = False
+    """Further generation rounds refill the batch after groups are dropped."""
+    drops_uniform_groups: bool = False
+    """The groups dropped are those whose rewards all agree (DAPO's dynamic sampling, verl's `filter_groups`)."""
+
+    def _own(self) -> tuple[tuple[Callable, ...], tuple[Site, ...]]:
+        formula, sites = super()._own()
+        rounds = Site("explorl.rollout.collect.collect_rollouts", "budget.keep(", "the groups kept each round")
+        return formula, sites + ((rounds,) if self.resamples else ())
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskEntry(Entry):
+    """A task (`task.name`)."""
+
+    takes_argument: bool = False
+    """The task is named `name:<argument>` (`rg:chain_sum`)."""
+    preflight: Callable[[Any], str] | None = None
+    """`fn(cfg: TaskConfig) -> summary line`: checks the task's data without building it (the `file` task streams
+    every row); None: the preflight builds the task."""
+    preflight_sample: Callable[[Any], tuple] | None = None
+    """`fn(cfg: TaskConfig) -> (problems, default reward)`: a few problems for the preflight's reward check,
+    without building the task."""
+
+
+ENTRY_TYPES: dict[str, type[Entry]] = {  # the entry type of each kind: the fields `register` accepts for it
+    "estimator": EstimatorEntry, "shaper": ShaperEntry, "policy_loss": PolicyLossEntry,
+    "token_filter": TokenFilterEntry, "reward_shaper": RewardShaperEntry, "importance_weights": ImportanceWeightsEntry,
+    "aggregation": AggregationEntry, "temperature_schedule": TemperatureScheduleEntry,
+    "budget_policy": BudgetPolicyEntry, "task": TaskEntry}
 
 _REGISTRY: dict[str, dict[str, Entry]] = {kind: {} for kind in KINDS}
 
 
-def register(kind: str, name: str, *, needs_ref: bool = False, needs_old_logprobs: bool = True,
-             needs_behavior: bool = False, behavior_is_policy: bool = True, takes_argument: bool = False,
-             reads: tuple[str, ...] = (), kwargs: dict[str, str] | None = None, options: type | None = None,
-             options_from: str | None = None, selects: Callable | None = None, cites: tuple[Cite, ...] = (),
-             **extra: Any) -> Callable:
-    """Decorator: register `fn` as `kind` `name`; ValueError if the name is taken, the kind unknown, `options` not a
-    dataclass, `options_from` names no entry with options, or `cites` holds anything but `Cite`s."""
+def _check_fields(kind: str, name: str, given: dict[str, Any]) -> None:
+    """`cites`, `acts_at`, `formula` made tuples; TypeError for a keyword the kind does not declare, ValueError for
+    a value of the wrong type."""
+    for key, one in (("cites", Cite), ("acts_at", Site), ("formula", None)):
+        value = given.get(key)
+        if value is not None:
+            value = (value,) if (isinstance(value, one) if one else callable(value)) else tuple(value)
+            if one is not None and not all(isinstance(v, one) for v in value):
+                raise ValueError(f"{kind} {name!r}: {key} must be {one.__name__}(...) values, e.g. "
+                                 f"Cite('E3', 'eq. 4', doc='2b'); got {value!r}")
+            given[key] = value
+    valid = [f.name for f in dataclasses.fields(ENTRY_TYPES[kind]) if f.name not in ("kind", "name", "fn")]
+    unknown = [k for k in given if k not in valid]
+    if unknown:
+        raise TypeError(f"register({kind!r}, {name!r}): unknown field {', '.join(map(repr, unknown))} of "
+                        f"{ENTRY_TYPES[kind].__name__}; valid for {kind}: {', '.join(valid)}")
+    for f in dataclasses.fields(ENTRY_TYPES[kind]):
+        if isinstance(f.default, bool) and f.name in given and not isinstance(given[f.name], bool):
+            raise ValueError(f"{kind} {name!r}: {f.name} must be True or False, got {given[f.name]!r}")
+
+
+def register(kind: str, name: str, **fields: Any) -> Callable:
+    """Decorator: register `fn` as `kind` `name` with `fields` (those of the kind's entry type, `ENTRY_TYPES`;
+    `cites`, `formula` and `acts_at` may be one value or a tuple). TypeError for a field the kind does not declare
+    (naming the valid ones); ValueError if the kind is unknown, the name taken, `options` not a dataclass,
+    `options_from` names no entry with options, or a value has the wrong type."""
     if kind not in _REGISTRY:
         raise ValueError(f"unknown registry kind {kind!r}; valid: {', '.join(KINDS)}")
-    cites = (cites,) if isinstance(cites, Cite) else tuple(cites)
-    if not all(isinstance(c, Cite) for c in cites):
-        raise ValueError(f"{kind} {name!r}: cites must be Cite(paper, where, doc) values, e.g. "
-                         f"Cite('E3', 'eq. 4', doc='2b'); got {cites!r}")
+    _check_fields(kind, name, fields)
+    options, options_from = fields.get("options"), fields.get("options_from")
     if options is not None and not (isinstance(options, type) and is_dataclass(options)):
         raise ValueError(f"{kind} {name!r}: options must be a dataclass type, got {options!r}")
     if options is not None and options_from is not None:
@@ -240,27 +360,22 @@ def register(kind: str, name: str, *, needs_ref: bool = False, needs_old_logprob
     if clash:  # both would keep their options under `<section>.<name>`
         raise ValueError(f"{kind} {name!r}: the {clash[0]} {name!r} already keeps options under {section}.{name}; "
                          f"choose another name")
-    kwargs = dict(kwargs or {})
-    option_fields = set(getattr(options, "__dataclass_fields__", {}))
-    reads = tuple(reads) + tuple(f for f in kwargs.values() if f not in reads and f not in option_fields)
 
     def wrap(fn: Callable) -> Callable:
         if name in _REGISTRY[kind]:
             raise ValueError(f"{kind} {name!r} registered twice (first by {_REGISTRY[kind][name].fn.__module__})")
-        _REGISTRY[kind][name] = Entry(kind, name, fn, needs_ref, needs_old_logprobs, needs_behavior,
-                                      behavior_is_policy, takes_argument, reads, kwargs, extra, options,
-                                      options_from, selects, cites)
+        _REGISTRY[kind][name] = ENTRY_TYPES[kind](kind=kind, name=name, fn=fn, **fields)
         return fn
 
     return wrap
 
 
-def lookup(kind: str, name: str) -> Entry:
-    """The entry of `kind` called `name` (`rg:chain_sum` finds the `rg` task); KeyError listing the valid names."""
+def lookup(kind: str, name: str) -> Any:
+    """The entry (`ENTRY_TYPES[kind]`) called `name` (`rg:chain_sum` finds `rg`); KeyError listing the valid names."""
     table = _REGISTRY[kind]
     base, _, argument = name.partition(":")
     entry = table.get(base)
-    if entry is not None and entry.takes_argument != bool(argument):
+    if entry is not None and (isinstance(entry, TaskEntry) and entry.takes_argument) != bool(argument):
         entry = None  # `rg` alone, `rg:` and `arith:x` name nothing
     if entry is None:
         raise KeyError(f"unknown {kind} {name!r}; valid: {', '.join(names(kind))}")
@@ -274,9 +389,10 @@ def get(kind: str, name: str) -> Callable:
 
 def names(kind: str) -> list[str]:
     """Registered names of `kind`, sorted; entries that take an argument are shown as `name:<argument>`."""
-    return sorted(f"{n}:<argument>" if e.takes_argument else n for n, e in _REGISTRY[kind].items())
+    return sorted(f"{n}:<argument>" if isinstance(e, TaskEntry) and e.takes_argument else n
+                  for n, e in _REGISTRY[kind].items())
 
 
-def entries(kind: str) -> dict[str, Entry]:
-    """A copy of the table of `kind`."""
+def entries(kind: str) -> dict[str, Any]:
+    """A copy of the table of `kind`, in registration order."""
     return dict(_REGISTRY[kind])

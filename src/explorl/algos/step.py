@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from explorl.algos.batch import RolloutBatch
-from explorl.algos.aggregation import PER_QUESTION, aggregate, masked_mean, question_weights
+from explorl.algos.aggregation import aggregate, masked_mean, question_weights
 from explorl.algos.core import kl_k3
 from explorl.algos.registry import lookup
 
@@ -127,7 +127,7 @@ def idle_rows(prepared: PreparedBatch, cfg: AlgoConfig) -> Tensor:
     """
     n = prepared.advantages.shape[0]
     entry = lookup("policy_loss", cfg.loss)
-    if cfg.kl_coef > 0 or cfg.entropy_coef != 0 or not entry.extra.get("rowwise"):
+    if cfg.kl_coef > 0 or cfg.entropy_coef != 0 or not entry.rowwise:
         return torch.zeros(n, dtype=torch.bool, device=prepared.advantages.device)
     return ~((prepared.advantages != 0) & (prepared.loss_mask != 0)).any(dim=-1)
 
@@ -162,7 +162,7 @@ def compute_advantages(batch: RolloutBatch, cfg: AlgoConfig, step: int) -> Prepa
     token_weights = lookup("token_filter", cfg.token_filter).bind(cfg)(seen, loss_mask, cfg)
     is_weights, is_stats = lookup("importance_weights", cfg.importance_weights).bind(cfg)(seen, loss_mask, cfg)
     stats = _method_stats(batch.mask, loss_mask, base, advantages, token_weights)
-    if cfg.loss_agg == PER_QUESTION:  # E3 eq. 1: every question weighs the same, whatever its rollouts
+    if lookup("aggregation", cfg.loss_agg).per_question:  # E3 eq. 1: every question weighs the same
         weights = question_weights(batch.group, loss_mask.sum(-1) > 0).to(loss_mask.dtype)[:, None] * loss_mask
         token_weights = weights if token_weights is None else token_weights * weights
     stats.update(is_stats)
@@ -197,14 +197,12 @@ def policy_objective(logprobs: Tensor, entropy: Tensor | None, batch: RolloutBat
         (scalar loss, stats): the loss variant's statistics plus `kl/mean` and `loss/entropy` when those terms act.
     """
     entry = lookup("policy_loss", cfg.loss)
-    kwargs = entry.keyword_values(cfg)
-    if entry.extra.get("needs_generator"):
-        kwargs["generator"] = generator
+    random = {"generator": generator} if entry.needs_generator else {}
     mask = prepared.loss_mask
     old = logprobs.detach() if batch.logprobs is None else batch.logprobs
-    loss, stats = entry.fn(logprobs, old, prepared.advantages, mask, agg=cfg.loss_agg,
-                           max_response_len=batch.max_response_len, is_weights=prepared.is_weights,
-                           token_weights=prepared.token_weights, **kwargs)
+    loss, stats = entry.bind(cfg)(logprobs, old, prepared.advantages, mask, cfg,
+                                  max_response_len=batch.max_response_len, is_weights=prepared.is_weights,
+                                  token_weights=prepared.token_weights, **random)
     if cfg.kl_coef > 0:
         batch.require("ref_logprobs", by="algo.kl_coef > 0")
         kl = aggregate(kl_k3(logprobs, batch.ref_logprobs, mask, clamp=cfg.kl_clamp), mask, cfg.loss_agg,

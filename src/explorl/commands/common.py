@@ -123,8 +123,7 @@ def _refuse_remote_code_from_run(run: Path, overrides: list[str]) -> None:
 def _use_code_flags(python_path: list[str], plugins: list[str]) -> None:
     """`--python-path DIR` (each an existing directory, searched first for modules from now on; workers inherit
     sys.path) and `--plugin MODULE` (imported now): code the user names on the command line."""
-    from explorl.config import import_plugins
-    from explorl.config.validation import use_python_path
+    from explorl.config.selection import import_plugins, use_python_path
 
     missing = [d for d in python_path if not Path(d).expanduser().is_dir()]
     if missing:

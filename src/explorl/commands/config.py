@@ -9,6 +9,7 @@ from rich.table import Table
 
 import explorl.commands.common as common
 from explorl.config import load_config, reference
+from explorl.config.layers import method_names
 
 
 def add_parser(sub) -> None:
@@ -51,8 +52,6 @@ def cmd_config(args) -> int:
         load_config()  # its validation imports every module that registers
         for kind in KINDS:
             console.print(f"[bold]{kind}[/]: {', '.join(names(kind))}")
-        from explorl.config.loading import method_names
-
         console.print(f"[bold]methods[/] (layers for `methods: [...]`, src/explorl/methods/): "
                       f"{', '.join(method_names())}")
     return 0

@@ -1,7 +1,9 @@
 """`explorl methods [NAME]`: every registered method (estimators, shapers, policy losses, token filters, reward
-shapers, importance weights, temperature schedules, budget policies) with the paper and equations it implements (the
-entry's `cites`), its options with their defaults and config keys, and the `file:line` of its code; with NAME, the
-entries of that name of every kind, with the papers' authors, titles and arXiv ids (`explorl.algos.papers.PAPERS`)."""
+shapers, importance weights, loss aggregations, temperature schedules, budget policies) with the paper and equations
+it implements (the entry's `cites`), its options with their defaults and config keys, and the `file:line` of its
+code; with NAME, the entries of that name of every kind and those citing the paper of that short name (`e3`, `ead`),
+each in full: the `file:line` of its formula (`Entry.formula`) and of where the step acts with it (`Entry.acts_at`),
+and the papers' authors, titles and arXiv ids (`explorl.algos.papers.PAPERS`)."""
 
 from __future__ import annotations
 
@@ -20,37 +22,68 @@ import explorl.commands.common as common
 def add_parser(sub) -> None:
     m = sub.add_parser("methods", help="list the registered methods with their papers, equations, options and code",
                        description="Every registered method (advantage estimators, shapers, policy losses, token "
-                                   "filters, reward shapers, importance weights, temperature schedules, budget "
-                                   "policies): the paper and equations it "
-                                   "implements, the docs/methods.md section that documents it, its options with "
-                                   "their defaults, and the file:line of its code. With NAME, every entry of that "
-                                   "name in full (e.g. explorl methods erpo).")
-    m.add_argument("name", nargs="?", default=None, help="one method name (e.g. erpo, e3, cw_group)")
+                                   "filters, reward shapers, importance weights, loss aggregations, temperature "
+                                   "schedules, budget policies): the paper and equations it implements, the "
+                                   "docs/methods.md section that documents it, its options with their defaults, and "
+                                   "the file:line of its code. With NAME, every entry of that name, and every entry "
+                                   "citing the paper of that short name, in full: the file:line of its formula and "
+                                   "of where the step acts with it (e.g. explorl methods erpo, explorl methods e3).")
+    m.add_argument("name", nargs="?", default=None,
+                   help="one method name or paper short name (e.g. erpo, e3, ead, cw_group)")
     m.set_defaults(fn=cmd_methods)
 
 
 def method_entries() -> list:
-    """Every registered entry of the method kinds (the kinds that have a config section; tasks are not methods),
-    explorl's own modules imported first, in the order of `KINDS` then by name."""
-    from explorl.algos.registry import KINDS, SECTIONS, entries
+    """Every registered entry of the method kinds (`METHOD_KINDS`; tasks are not methods), explorl's own modules
+    imported first, in the order of the kinds then by name."""
+    from explorl.algos.registry import METHOD_KINDS, entries
     from explorl.config.validation import fill_registry
 
     fill_registry()
-    return [entry for kind in KINDS if kind in SECTIONS for _, entry in sorted(entries(kind).items())]
+    return [entry for kind in METHOD_KINDS for _, entry in sorted(entries(kind).items())]
 
 
 def code_location(fn: Any) -> tuple[str, int]:
     """(file, line) of the `def` or `class` statement of a registered function or class (past its decorators); the
     file relative to the working directory when it lies below it."""
-    path = Path(inspect.getsourcefile(fn) or inspect.getfile(fn)).resolve()
     lines, start = inspect.getsourcelines(fn)
     statement = re.compile(rf"\s*(async\s+)?(def|class)\s+{re.escape(fn.__name__)}\b")
     offset = next((i for i, line in enumerate(lines) if statement.match(line)), 0)
+    return _shown(fn), start + offset
+
+
+def _shown(obj: Any) -> str:
+    """The source file of `obj`, relative to the working directory when it lies below it."""
+    obj = inspect.unwrap(obj)  # a decorated function's own file (`torch.no_grad` wraps `compute_advantages`)
+    path = Path(inspect.getsourcefile(obj) or inspect.getfile(obj)).resolve()
     try:
-        shown = path.relative_to(Path.cwd().resolve()).as_posix()
+        return path.relative_to(Path.cwd().resolve()).as_posix()
     except ValueError:
-        shown = str(path)
-    return shown, start + offset
+        return str(path)
+
+
+def site_location(site) -> tuple[str, int]:
+    """(file, line) of a `Site`: the first line holding its marker in its function's source; ValueError when the
+    function or the marker is not found (the step was changed without its registry's `ACTS_AT`)."""
+    import importlib
+
+    parts = site.function.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            obj: Any = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        try:
+            for attr in parts[cut:]:
+                obj = getattr(obj, attr)
+        except AttributeError:
+            break
+        lines, start = inspect.getsourcelines(obj)
+        hit = next((i for i, line in enumerate(lines) if site.marker in line), None)
+        if hit is not None:
+            return _shown(obj), start + hit
+        break
+    raise ValueError(f"explorl methods: {site.marker!r} not found in {site.function} (fix the registry's ACTS_AT)")
 
 
 def option_defaults(entry) -> list[tuple[str, str, Any]]:
@@ -89,10 +122,12 @@ def _paper_text(short: str) -> str:
 def cmd_methods(args) -> int:
     entries = method_entries()
     if args.name is not None:
-        chosen = [e for e in entries if e.name == args.name]
+        chosen = named(entries, args.name)
         if not chosen:
             valid = sorted({e.name for e in entries})
-            raise ValueError(f"explorl methods: no method named {args.name!r}; valid: {', '.join(valid)}")
+            papers = sorted({c.paper for e in entries for c in e.cites})
+            raise ValueError(f"explorl methods: no method named {args.name!r}; valid: {', '.join(valid)}; or a "
+                             f"paper: {', '.join(papers)}")
         for entry in chosen:
             _print_entry(entry)
         return 0
@@ -107,6 +142,12 @@ def cmd_methods(args) -> int:
         for kind, kind_rows in rows.items():
             _print_blocks(kind, kind_rows)
     return 0
+
+
+def named(entries: list, name: str) -> list:
+    """The entries called `name`, then those citing the paper whose short name is `name` (any case: `e3`, `ead`)."""
+    citing = [e for e in entries if e.name != name and any(c.paper.lower() == name.lower() for c in e.cites)]
+    return [e for e in entries if e.name == name] + citing
 
 
 COLUMNS = ("name", "paper: equations", "docs §", "options (defaults)", "code")
@@ -157,15 +198,10 @@ def _print_entry(entry) -> None:
     from explorl.config.schema import field_docs
 
     console = common.console
-    file, line = code_location(entry.fn)
     doc = (inspect.getdoc(entry.fn) or "").split("\n\n")[0]
-    console.print(f"[bold]{entry.kind} {escape(entry.name)}[/]: {escape(' '.join(doc.split()))}")
-    console.print(f"  code: {escape(f'{file}:{line}')}")
-    for cite in entry.cites:
-        console.print(f"  implements: {escape(_cite_text(cite))}")
-        console.print(f"    {escape(_paper_text(cite.paper))}")
-    if not entry.cites:
-        console.print("  implements: (the entry cites nothing)")
+    console.print(f"[bold]{entry.kind} {escape(entry.name)}[/]: {escape(' '.join(doc.split()))}", soft_wrap=True)
+    for line in _entry_lines(entry):  # whole lines, piped or at 80 columns: a file:line is never cut
+        console.print(escape(line), highlight=False, soft_wrap=True)
     rows = option_defaults(entry)
     if not rows:
         console.print("  options: none")
@@ -180,6 +216,24 @@ def _print_entry(entry) -> None:
         table.add_row(escape(key), escape(repr(default)), escape(meaning.get(name, "")))
     console.print(table)
     console.print()
+
+
+def _entry_lines(entry) -> list[str]:
+    """An entry's code, formula and where the step acts with it (each a `file:line`), and what it implements."""
+    file, line = code_location(entry.fn)
+    lines = [f"  code: {file}:{line}"]
+    for fn in entry.formula:
+        where = ":".join(map(str, code_location(fn)))
+        lines.append(f"  formula: {where} ({fn.__module__}.{fn.__qualname__})")
+    for site in entry.acts_at:
+        where = ":".join(map(str, site_location(site)))
+        what = site.function.rsplit(".", 1)[-1] + (f": {site.what}" if site.what else "")
+        lines.append(f"  acts at: {where} ({what})")
+    for cite in entry.cites:
+        lines += [f"  implements: {_cite_text(cite)}", f"    {_paper_text(cite.paper)}"]
+    if not entry.cites:
+        lines.append("  implements: (the entry cites nothing)")
+    return lines
 
 
 def _options_class(entry) -> type:

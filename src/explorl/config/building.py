@@ -1,6 +1,6 @@
 """Building typed configs from plain data and back: `from_dict` (a nested dict, as YAML gives it, into a dataclass,
 each value checked against the field's annotation and coerced to its canonical form; unknown keys refused with a
-"did you mean", keys of earlier versions with their new form), `to_dict` (the inverse, each method's options under
+"did you mean"), `to_dict` (the inverse, each method's options under
 its name) and `apply_override` (one `key.sub=value` of the command line into a nested dict).
 """
 
@@ -16,21 +16,17 @@ from typing import Any, Literal
 
 import yaml
 
-from explorl.config.moved import MOVED_KEYS, MOVED_SWITCHES
-from explorl.config.schema import AlgoConfig, BudgetConfig, Config, ConfigError, SamplingConfig, short_repr
-
-# the sections whose earlier flat keys moved (`MOVED_KEYS` names them by these)
-SECTION_OF = {AlgoConfig: "algo", SamplingConfig: "sampling", BudgetConfig: "budget"}
+from explorl.config.schema import Config, ConfigError, short_repr
 
 
-def _type_name(tp: Any) -> str:
+def type_name(tp: Any) -> str:
     origin = typing.get_origin(tp)
     if origin is Literal:
         return " | ".join(repr(a) for a in typing.get_args(tp))
     if origin in (list, tuple):
-        return f"list of {_type_name(typing.get_args(tp)[0])}"
+        return f"list of {type_name(typing.get_args(tp)[0])}"
     if origin in (typing.Union, types.UnionType):
-        return " or ".join("null" if a is type(None) else _type_name(a) for a in typing.get_args(tp))
+        return " or ".join("null" if a is type(None) else type_name(a) for a in typing.get_args(tp))
     return getattr(tp, "__name__", str(tp))
 
 
@@ -101,7 +97,8 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
     raise ConfigError(f"{name}: unsupported field type {tp}")
 
 
-def _hints(cls: type) -> dict[str, Any]:
+def type_hints(cls: type) -> dict[str, Any]:
+    """The annotations of the dataclass `cls`, resolved."""
     return typing.get_type_hints(cls)
 
 
@@ -110,27 +107,18 @@ def from_dict(cls: type, data: dict[str, Any] | None, prefix: str = "") -> Any:
 
     A section with an `options` field (algo, sampling, budget) takes every other mapping-valued key as the options
     of the entry of that name (`algo.erpo: {gamma: 5}`), kept raw here and checked against the registry by
-    `explorl.config.validation.validate`; a key that earlier versions had as a flat field (`algo.erpo_gamma`) is
-    refused with its new name (`MOVED_KEYS`), and a switch that became an entry's selection (`algo.tis: true`) with
-    the selection that replaces it (`MOVED_SWITCHES`)."""
+    `explorl.config.validation.validate`. Any other unknown key is refused with the keys valid there,
+    the nearest suggested."""
     if data is not None and not isinstance(data, dict):
         raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {short_repr(data)}")
     data = dict(data or {})
-    hints = _hints(cls)
+    hints = type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls) if f.name != "options"]
     has_options = "options" in hints
     options: dict[str, Any] = {}
     for key in list(data):
         if key in names:
             continue
-        section = SECTION_OF.get(cls, prefix.rstrip('.'))
-        _refuse_switch(MOVED_SWITCHES.get(f"{section}.{key}"), prefix, key, data[key])
-        moved = MOVED_KEYS.get(f"{section}.{key}")
-        if moved is not None:  # named as the caller names the section (an engine's prefix, e.g. verl's)
-            moved = prefix + moved.split(".", 1)[1]
-            raise ConfigError(f"'{prefix}{key}' is now '{moved}': each method's options live under its name "
-                              f"(write {moved}={short_repr(data[key])}, or in YAML `{moved.rsplit('.', 1)[0]}: "
-                              f"{{{moved.rsplit('.', 1)[1]}: ...}}`)")
         if has_options and data[key] is None:  # `algo.erpo=null`: no options here (a layered recipe's dropped)
             data.pop(key)
             continue
@@ -156,25 +144,6 @@ def from_dict(cls: type, data: dict[str, Any] | None, prefix: str = "") -> Any:
     return cls(**kwargs)
 
 
-def _refuse_switch(switch: dict[Any, str] | None, prefix: str, key: str, value: Any) -> None:
-    """ConfigError for `prefix + key`, a switch of earlier versions (`MOVED_SWITCHES`), naming the selection that
-    replaces `value`; nothing when `switch` is None or `value` is a mapping or null (the options of the entry of
-    that name, `algo.tis: {cap: 2}`, or none)."""
-    if switch is None or value is None or isinstance(value, dict):
-        return
-    new = {str(old).lower() if isinstance(old, bool) else old: prefix + to.split(".", 1)[1]
-           for old, to in switch.items()}
-    shown = str(value).lower() if isinstance(value, bool) else value
-    if shown in new:
-        name = new[shown].split("=", 1)[1].strip("[]")
-        options = f" (`explorl methods {name}` shows the method and its options, `{prefix}{name}.<field>`)" \
-            if name not in ("", "none") else ""
-        raise ConfigError(f"'{prefix}{key}' is now the selection of a method: write {new[shown]} instead of "
-                          f"{prefix}{key}={shown}{options}")
-    raise ConfigError(f"'{prefix}{key}' is now the selection of a method: write "
-                      + ", ".join(f"{to} for {prefix}{key}={old}" for old, to in new.items()))
-
-
 def _inline_options(data: Any) -> Any:
     """`asdict` output with every section's `options` mapping written into the section itself (the YAML form)."""
     if not isinstance(data, dict):
@@ -194,7 +163,7 @@ def to_dict(cfg: Any) -> dict[str, Any]:
 def _field_type(parts: list[str], cls: type = Config) -> Any:
     """The annotation of the dotted field `parts` of `cls`, or None when there is no such field."""
     for i, part in enumerate(parts):
-        tp = _hints(cls).get(part) if dataclasses.is_dataclass(cls) else None
+        tp = type_hints(cls).get(part) if dataclasses.is_dataclass(cls) else None
         if tp is None or i == len(parts) - 1:
             return tp
         cls = tp

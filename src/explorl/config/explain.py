@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from explorl.config.loading import Layer, _get, _leaves, read_layers, to_dict
+from explorl.config.building import to_dict
+from explorl.config.layers import Layer, _get, _leaves, read_layers
 from explorl.config.schema import Config
 
 
@@ -42,11 +43,10 @@ class Explanation:
 
 def explain(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Explanation:
     """Load and validate the config (`load_config`) and say where each non-default value came from."""
-    from explorl.config.recorded import upgrade_for
     from explorl.config.validation import load_config
 
     cfg = load_config(path, overrides)
-    layers = read_layers(path, overrides, upgrade_for(path))  # a run's config.yaml of an earlier version: as loaded
+    layers = read_layers(path, overrides)
     return Explanation(cfg, sources(cfg, layers), implications(cfg, layers), layers)
 
 
@@ -89,12 +89,12 @@ def implications(cfg: Config, layers: list[Layer]) -> list[str]:
     budget = lookup("budget_policy", cfg.budget.policy)
     options = budget.options_in(cfg.budget)
     rounds = getattr(options, "max_rounds", None)
-    if budget.extra.get("resamples") and rounds:
+    if budget.resamples and rounds:
         out.append(f"up to {rounds} extra sampling rounds per step (budget.policy={cfg.budget.policy}, dynamic "
                    f"sampling: groups whose rewards all agree are dropped and more prompts sampled, up to "
                    f"budget.{cfg.budget.policy}.max_rounds={rounds}); where most groups score all 0 or all 1, a step "
                    f"samples up to {rounds + 1}x as much" + src("budget.policy", f"budget.{cfg.budget.policy}"))
-    if budget.extra.get("per_prompt_budget"):
+    if budget.per_prompt_budget:
         g = cfg.sampling.group_size
         limits = getattr(options, "limits", None)  # E3's curriculum: (G_min floor, G_max ceiling, step)
         spread = f"from {limits(g)[0]} to {limits(g)[1]}" if callable(limits) else "around"

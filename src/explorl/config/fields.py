@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from explorl.algos.registry import SECTIONS, entries
-from explorl.config.building import _hints, _type_name
+from explorl.config.building import type_hints, type_name
 from explorl.config.schema import Config, field_docs
 from explorl.config.selection import CHOICES, fill_registry
 
@@ -30,7 +30,7 @@ def reference(cls: type = Config, prefix: str = "") -> list[tuple[str, str, str,
 def _reference(cls: type, prefix: str) -> list[tuple[str, str, str, str]]:
     rows = []
     docs = field_docs(cls)
-    hints = _hints(cls)
+    hints = type_hints(cls)
     default = cls()
     for f in dataclasses.fields(cls):
         if f.name == "options":
@@ -40,6 +40,6 @@ def _reference(cls: type, prefix: str) -> list[tuple[str, str, str, str]]:
             rows.extend(_reference(tp, f"{prefix}{f.name}."))
         else:
             choices = CHOICES.get(f"{prefix}{f.name}")
-            shown = " | ".join(map(repr, choices)) if choices else _type_name(tp)
+            shown = " | ".join(map(repr, choices)) if choices else type_name(tp)
             rows.append((f"{prefix}{f.name}", shown, repr(getattr(default, f.name)), docs.get(f.name, "")))
     return rows

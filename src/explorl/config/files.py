@@ -85,7 +85,7 @@ def _config_text(path: Path) -> str:
     return data.decode("utf-8")
 
 
-def _line_of(path: Path, key: str) -> int | None:
+def line_of(path: Path, key: str) -> int | None:
     """The 1-based line of the dotted `key` in the YAML file `path` (where its last part is written), or None."""
     try:
         text = _config_text(path)
@@ -157,7 +157,7 @@ def read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
-def _shown(path: Path) -> str:
+def display_path(path: Path) -> str:
     """A path as `explain` shows it: relative to the working directory when it lies below it."""
     try:
         return str(path.resolve().relative_to(Path.cwd().resolve()))

@@ -8,16 +8,12 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from explorl.config.building import apply_override
-from explorl.config.files import read_yaml, _shown
-from explorl.config.paths import _resolve_paths, _resolve_paths_of_overrides
+from explorl.config.files import display_path, read_yaml
+from explorl.config.paths import resolve_paths, resolve_paths_of_overrides
 from explorl.config.schema import ConfigError, short_repr
-
-Upgrade = Callable[[dict, Path], dict]
-"""What `read_layers` may apply to the data of the file it reads (not of its `base:` or `methods:`), before its paths
-are resolved: `explorl.config.recorded.upgrade_recorded`, for a run directory's config.yaml of an earlier version."""
 
 METHODS_DIR = Path(__file__).resolve().parents[1] / "methods"
 """The method layers shipped with explorl (`methods: [e3]`): each a method's settings as its paper gives them
@@ -69,8 +65,7 @@ class _Conflict:
     owner: Layer
 
 
-def read_layers(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (),
-                upgrade: Upgrade | None = None) -> list[Layer]:
+def read_layers(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> list[Layer]:
     """The layers of a config, lowest first, under one precedence: **the command line > the file > its `methods:`
     (in order, a later one over an earlier one) > its `base:` > the defaults**. A `base:` file is read the same way
     (its own keys over its methods over its base), so it is one layer group below the file's methods: a method you
@@ -78,17 +73,16 @@ def read_layers(path: str | Path | None = None, overrides: list[str] | tuple[str
 
     Two methods of one file that set a key to different values are refused, naming each key, unless the key is
     settled by a higher layer: the file's own keys, a file that takes this one as its `base:`, or the command line.
-    `settings` merges the layers; `explorl config FILE --explain` shows which layer each value came from.
-    `upgrade` (`Upgrade`) rewrites the file's own data as read, before its paths are resolved."""
+    `settings` merges the layers; `explorl config FILE --explain` shows which layer each value came from."""
     layers: list[Layer] = []
     conflicts: list[_Conflict] = []
     if path is not None:
-        layers, conflicts = _file_layers(Path(path), "", 0, upgrade)
+        layers, conflicts = _file_layers(Path(path), "", 0)
     command_line: dict[str, Any] = {}
     for ov in overrides:
         apply_override(command_line, ov)
     if command_line:
-        _resolve_paths_of_overrides(command_line)
+        resolve_paths_of_overrides(command_line)
         layers.append(Layer("command line", command_line))
     unsettled = [c for c in conflicts if not _settled(c, layers)]
     if unsettled:
@@ -115,19 +109,15 @@ def _settled(conflict: _Conflict, layers: list[Layer]) -> bool:
     return any(layer.sets(conflict.key) for layer in layers[at:])
 
 
-def _file_layers(path: Path, role: str, depth: int,
-                 upgrade: Upgrade | None = None) -> tuple[list[Layer], list[_Conflict]]:
+def _file_layers(path: Path, role: str, depth: int) -> tuple[list[Layer], list[_Conflict]]:
     """The layers of one config file, lowest first (its base's, its methods', its own keys) and its methods'
-    conflicts. `role`: how it is named, "" for the file itself, `base: ` or `methods: <name> `; `upgrade`: applied to
-    this file's data as read (`read_layers`)."""
+    conflicts. `role`: how it is named, "" for the file itself, `base: ` or `methods: <name> `."""
     if depth > 8:
         raise ConfigError(f"{path}: `base:` chain is too deep (a cycle?)")
     data = read_yaml(path)
     base = data.pop("base", None)
     methods = data.pop("methods", None)
-    if upgrade is not None:
-        data = upgrade(data, path)
-    _resolve_paths(data, path.parent.resolve())  # this file's paths, relative to itself
+    resolve_paths(data, path.parent.resolve())  # this file's paths, relative to itself
     layers: list[Layer] = []
     conflicts: list[_Conflict] = []
     if base is not None:
@@ -144,10 +134,10 @@ def _file_layers(path: Path, role: str, depth: int,
 
 def _role_name(role: str, path: Path) -> str:
     if role == "base":
-        return f"base: {_shown(path)}"
+        return f"base: {display_path(path)}"
     if role.startswith("methods"):
-        return f"{role} ({_shown(path)})"
-    return _shown(path)
+        return f"{role} ({display_path(path)})"
+    return display_path(path)
 
 
 def _method_layers(methods: Any, path: Path, owner: Layer, depth: int) -> tuple[list[Layer], list[_Conflict]]:

@@ -1,11 +1,10 @@
-"""Building configs from YAML files, dicts and `key.sub=value` overrides, with errors that name the field.
+"""Reading a config into the typed `Config`, with errors that name the field and the `file:line:` that set it.
 
 `read_config` reads, overrides and builds the typed `Config` (`explorl.config.schema`); `load_config`
 (`explorl.config.validation`) validates it too, so a typo or an impossible combination fails in milliseconds with
 the field's dotted name, the reason and the valid choices. The pieces: `explorl.config.files` (YAML in and out),
 `explorl.config.layers` (base, methods, command line and their precedence), `explorl.config.paths` (input paths
-relative to the file that names them), `explorl.config.building` (typed sections from plain data and back); each is
-re-exported here as before the split.
+relative to the file that names them), `explorl.config.building` (typed sections from plain data and back).
 """
 
 from __future__ import annotations
@@ -13,25 +12,20 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from explorl.config.building import (SECTION_OF, _coerce, _field_type, _hints, _inline_options,  # noqa: F401
-                                     _refuse_switch, _scalar, _type_name, apply_override, from_dict, to_dict)
-from explorl.config.files import _line_of, read_yaml, _refuse_duplicate_keys, _shown, dump_yaml  # noqa: F401
-from explorl.config.layers import (METHODS_DIR, SELECTING_SECTIONS, Layer, Upgrade, _drop_lost_options,  # noqa: F401
-                                   _file_layers, _get, _leaves, _merge, _method_layers, method_names, read_layers,
-                                   settings)
-from explorl.config.paths import HUB_NAME, PATH_FIELDS, _hub_name, _resolve_paths  # noqa: F401
+from explorl.config.building import from_dict
+from explorl.config.files import display_path, line_of
+from explorl.config.layers import Layer, read_layers, settings
 from explorl.config.schema import Config, ConfigError
 
 
-def read_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (),
-                upgrade: Upgrade | None = None) -> Config:
+def read_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """Read a YAML config (optional) and apply overrides into the typed `Config`, not yet checked against the
     registry (`explorl.config.validation.load_config` does both).
 
     A YAML file may name `base: other.yaml` (relative to itself) to inherit from another config, and `methods:
-    [...]` to layer methods on it; the precedence is `read_layers`'. `upgrade`: see `read_layers`.
+    [...]` to layer methods on it; the precedence is `explorl.config.layers.read_layers`'.
     """
-    return config_from_layers(read_layers(path, overrides, upgrade))
+    return config_from_layers(read_layers(path, overrides))
 
 
 def config_from_layers(layers: list[Layer]) -> Config:
@@ -56,5 +50,5 @@ def _located(message: str, layers: list[Layer]) -> str:
     setter = next((layer for layer in reversed(layers) if layer.sets(key)), None)
     if setter is None or setter.file is None:
         return message
-    line = _line_of(setter.file, key)
-    return f"{_shown(setter.file)}:{line}: {message}" if line else f"{_shown(setter.file)}: {message}"
+    line = line_of(setter.file, key)
+    return f"{display_path(setter.file)}:{line}: {message}" if line else f"{display_path(setter.file)}: {message}"

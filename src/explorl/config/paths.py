@@ -26,7 +26,7 @@ def _hub_name(value: str, base: Path) -> bool:
     return bool(HUB_NAME.fullmatch(value)) and not Path(value).suffix and not (base / value).exists()
 
 
-def _resolve_paths(data: dict, base: Path, modules: bool = True) -> None:
+def resolve_paths(data: dict, base: Path, modules: bool = True) -> None:
     """Make the paths of one config file's mapping absolute, relative to `base` (its directory): model.path (not
     `embedded`), task.path, task.eval_path, each `run.eval_sets` entry's path and eval_path, and the run directory
     `run.out_dir` (normalised: `../runs/demo` is written without the `..`); and with `modules`,
@@ -61,7 +61,7 @@ def _resolve_paths(data: dict, base: Path, modules: bool = True) -> None:
             data["run"]["python_path"] = dirs + [str(base)] if str(base) not in dirs else dirs
 
 
-def _resolve_paths_of_overrides(data: dict) -> None:
+def resolve_paths_of_overrides(data: dict) -> None:
     """Paths still relative after the files were read came from the command line (or a config built in code):
     relative to the working directory, made absolute so that config.yaml records where they are."""
-    _resolve_paths(data, Path.cwd(), modules=False)  # modules named on the command line: found from the cwd
+    resolve_paths(data, Path.cwd(), modules=False)  # modules named on the command line: found from the cwd

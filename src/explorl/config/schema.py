@@ -3,7 +3,7 @@
 The core sections hold what every method shares; each registered method's own options are a dataclass beside
 the method (`explorl.algos.registry`), held in its section's `options` and written `algo.<name>.<field>`,
 `sampling.<schedule>.<field>`, `budget.<policy>.<field>`. The task section is `explorl.config.task` (re-exported
-here), the keys of earlier versions `explorl.config.moved`; these three modules import nothing else of explorl.
+here); these two modules import nothing else of explorl.
 Loading and overrides are `explorl.config.loading`, the checks against the registry `explorl.config.validation`.
 Field docstrings are read from the source (`field_docs`) for `explorl config` and docs/configuration.md.
 """

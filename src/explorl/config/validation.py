@@ -5,8 +5,7 @@ the registry (`explorl.algos.registry`, the bottom of the import graph); it impo
 registry when `validate` runs. `validate` runs one check per section (`_check_sampling`, `_check_algo`, ...), each
 raising ConfigError with the field's dotted name and the fix. The pieces it stands on: `explorl.config.selection`
 (the selected entries and their options), `explorl.config.held_out` (the tasks of the held-out sets and of `explorl
-eval`), `explorl.config.fields` (the reference table), `explorl.config.recorded` (a run directory's config.yaml of an
-earlier version); their names are re-exported here as before the split.
+eval`), `explorl.config.fields` (the reference table).
 """
 
 from __future__ import annotations
@@ -22,8 +21,8 @@ from explorl.algos.registry import SECTIONS, SELECTED_BY, Entry, entries, lookup
 from explorl.config.fields import _reference, reference  # noqa: F401
 from explorl.config.schema import short_repr
 from explorl.config.held_out import EVAL_KEYS_RESERVED, command_task, eval_set_task, held_out_task  # noqa: F401
-from explorl.config.loading import _located, config_from_layers, read_layers
-from explorl.config.recorded import upgrade_for
+from explorl.config.layers import read_layers
+from explorl.config.loading import _located, config_from_layers
 from explorl.config.schema import (Config, ConfigError, LoraConfig, ModelConfig, OptimConfig, RftConfig,
                                    SamplingConfig, SftConfig, TaskConfig)
 from explorl.config.selection import (CHOICES, _check_choices, _registered, _stray_options_message,  # noqa: F401
@@ -34,12 +33,11 @@ from explorl.config.selection import (CHOICES, _check_choices, _registered, _str
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """Read a YAML config (optional), apply overrides, build and validate the typed `Config`.
 
-    A YAML file may name `base: other.yaml` (relative to itself) to inherit from another config. A run directory's
-    config.yaml written by an earlier version is read in today's form (`explorl.config.recorded`); the keys of
-    earlier versions stay refused anywhere else, the command line included. Paths are absolute: a file's relative
+    A YAML file may name `base: other.yaml` (relative to itself) to inherit from another config. A key the schema
+    does not have is refused, in a run directory's config.yaml as anywhere. Paths are absolute: a file's relative
     to it, the command line's and `run.out_dir`'s default (`runs/default`) to the working directory.
     """
-    layers = read_layers(path, overrides, upgrade_for(path))
+    layers = read_layers(path, overrides)
     cfg = config_from_layers(layers)
     cfg.run.out_dir = os.path.normpath(Path.cwd() / Path(cfg.run.out_dir).expanduser())  # still relative: the default
     try:
@@ -91,8 +89,7 @@ def validate(cfg: Config) -> None:
     _check_task(cfg.task)
     _check_engine(cfg)
     for entry in chosen:
-        check = entry.extra.get("check")
-        message = check(cfg) if check is not None else None
+        message = entry.check(cfg) if entry.check is not None else None
         _need(message is None, message or "")
     _check_rft(cfg.rft)
     _check_sft(cfg.sft)
@@ -188,7 +185,7 @@ def _check_eval_set(cfg: Config, set_name: str) -> None:
           f"name such as pass@1)")
     set_task = eval_set_task(cfg, set_name)
     _validate_finite(set_task, f"run.eval_sets.{set_name}.", _need)
-    check = _registered("task", set_task.name, f"run.eval_sets.{set_name}.name").extra.get("check")
+    check = _registered("task", set_task.name, f"run.eval_sets.{set_name}.name").check
     message = check(dataclasses.replace(cfg, task=set_task)) if check is not None else None
     _need(message is None, (message or "").replace("task.", f"run.eval_sets.{set_name}."))
 

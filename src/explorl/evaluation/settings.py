@@ -77,7 +77,7 @@ def inference_schedule(schedule: str | None, temperature: float, max_new_tokens:
     fill_registry()
     schedule = schedule or SamplingConfig.schedule
     usable = [n for n in names("temperature_schedule")
-              if lookup("temperature_schedule", n).can("static") or lookup("temperature_schedule", n).can("per_token")]
+              if lookup("temperature_schedule", n).static or lookup("temperature_schedule", n).per_token is not None]
     if schedule not in usable:
         raise SystemExit(f"--schedule {schedule}: not a schedule that samples without training (a registered "
                          f"temperature schedule that is static or per-token); valid: {', '.join(usable)}")

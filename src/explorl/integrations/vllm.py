@@ -45,7 +45,7 @@ def per_token_schedules() -> dict[str, Callable]:
     """Registered temperature schedules with a per-token temperature: name -> `fn(t, step, **anneal) -> factor`."""
     import explorl.rollout.controllers  # noqa: F401  (registers explorl's schedules)
 
-    return {name: e.can("per_token") for name, e in entries("temperature_schedule").items() if e.can("per_token")}
+    return {name: e.per_token for name, e in entries("temperature_schedule").items() if e.per_token is not None}
 
 
 def _keywords(fn: Callable) -> tuple[str, ...]:

@@ -124,11 +124,11 @@ def _check_task(cfg: Config) -> tuple[Lines, list, object, tuple | None]:
     from explorl.tasks.base import spread
 
     entry = lookup("task", cfg.task.name)
-    check = entry.extra.get("preflight")
+    check = entry.preflight
     built = splits = None  # training problems counted by building the task; the built (train, eval)
     if check is not None:
         lines = [("task", check(cfg.task))]
-        sample = entry.extra.get("preflight_sample")
+        sample = entry.preflight_sample
         if sample is not None:
             problems, default = sample(cfg.task)
             problems = problems if isinstance(problems, list) else [problems]  # a plugin's: one problem
@@ -284,7 +284,7 @@ def _training_problems(cfg: Config, built: int | None) -> int:
         return built
     if cfg.task.name != "file":
         return cfg.task.train_size
-    from explorl.tasks.files import count_rows
+    from explorl.tasks.rows import count_rows
 
     rows = count_rows(cfg.task.path)
     return min(cfg.task.train_size, rows if cfg.task.eval_path else max(rows - cfg.task.eval_size, 0))
@@ -299,7 +299,7 @@ def _check_eval_sets(cfg: Config) -> Lines:
     lines = []
     for name in cfg.run.eval_sets:
         set_cfg = eval_set_task(cfg, name)
-        set_check = lookup("task", set_cfg.name).extra.get("preflight")
+        set_check = lookup("task", set_cfg.name).preflight
         if set_check is not None:
             try:
                 lines.append((f"run.eval_sets.{name}", set_check(set_cfg)))

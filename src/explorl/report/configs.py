@@ -143,7 +143,7 @@ def _option_defaults(section: str, name: str) -> dict | None:
     import dataclasses
 
     from explorl.algos.registry import SECTIONS, entries
-    from explorl.config.validation import fill_registry
+    from explorl.config.selection import fill_registry
 
     fill_registry()
     for kind, owner in SECTIONS.items():

@@ -107,7 +107,8 @@ def _check_e3_budget(cfg: Config) -> str | None:
 
 
 @register("budget_policy", "e3", check=_check_e3_budget, options=E3BudgetOptions, reads=("sampling.group_size",),
-          per_prompt_budget=True, cites=(Cite("E3", "Algorithm 1, section 4.1, section 5.2", doc="2a"),))
+          per_prompt_budget=True, formula=(allocate, BudgetCurriculum),
+          cites=(Cite("E3", "Algorithm 1, section 4.1, section 5.2", doc="2a"),))
 class E3Budget(UniformBudget):
     """E3 dynamic budgets (E3 Algorithm 1): more rollouts for harder prompts, within a G_min/G_max
     curriculum that widens after each pass over the data (`budget.e3.curriculum: false`: fixed at the limits)."""

@@ -2,8 +2,9 @@
 
 explorl's own loop (`rollout.collect`, `train.loop`), TRL's adapter (`integrations.trl`), verl's
 (`integrations.verl.rollout`) and the vLLM engine (`rollout.engines.vllm`, given the plan's requests) drive the
-configured temperature schedule and budget policy (`rollout.controllers.Controllers`) through `ScheduleDriver`, in
-this order:
+configured temperature schedule (`sampling.schedule`, `rollout.temperature_schedules`) and budget policy
+(`budget.policy`, `rollout.budget_policies`), looked up in the registry so that no loop names one, through
+`ScheduleDriver`, in this order:
 
     temps = driver.begin(step)              # 0-based step: the schedule's sampler and training temperatures
     plan = driver.plan(prompt_ids)          # each round: rollouts per prompt, each prompt's temperature
@@ -25,8 +26,8 @@ send with each request; TRL's transformers generation divides token t's scores b
 (`integrations.trl.generation.PerTokenTemperature`) and TRL's vLLM generation sends the requests' arguments. The
 optimised policy stays at `StepTemperatures.train` (docs/methods.md §6a).
 
-`state_dict` is plain data (JSON): the controllers' state (`Controllers.state_dict`, the layout of every earlier
-checkpoint), the prompts planned, the step begun and an entropy sum not yet fed back.
+`state_dict` is plain data (JSON), saved in each checkpoint so that a resumed run continues exactly: the schedule's
+state, the budget policy's, the prompts planned, the step begun and an entropy sum not yet fed back.
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from explorl.rollout.controllers import Controllers, PromptTemperature
+import explorl.rollout.budget_policies  # noqa: F401  (registers explorl's budget policies)
+from explorl.algos.registry import lookup
+from explorl.rollout.temperature_schedules import PromptTemperature
 
 if TYPE_CHECKING:
     from explorl.config.schema import Config
@@ -103,13 +106,19 @@ class Plan:
 
 
 class ScheduleDriver:
-    """The configured temperature schedule and budget policy (`Controllers`), driven one step at a time.
+    """The configured temperature schedule and budget policy, looked up in the registry, driven one step at a time.
 
     `num_prompts`: the training set's size; prompt ids are its row indices, `[0, num_prompts)`.
     """
 
     def __init__(self, cfg: Config, vocab_size: int, num_prompts: int):
-        self.controllers = Controllers(cfg, vocab_size, num_prompts)
+        entry = lookup("temperature_schedule", cfg.sampling.schedule)
+        self.schedule = entry.bind(cfg.sampling)(cfg, vocab_size)
+        """The temperature schedule (`sampling.schedule`)."""
+        self.behavior_is_policy: bool = entry.behavior_is_policy
+        """Whether the sampled distribution is the optimised policy (the schedule's registry entry)."""
+        self.budget = lookup("budget_policy", cfg.budget.policy).bind(cfg.budget)(cfg, num_prompts)
+        """The budget policy (`budget.policy`): rollouts per prompt."""
         self.num_prompts = int(num_prompts)
         self.planned = 0
         """Prompts planned so far (passes over the data are counted from it)."""
@@ -117,19 +126,6 @@ class ScheduleDriver:
         """The 0-based step begun last."""
         self.temperatures: StepTemperatures | None = None
         self._entropy: list[float] | None = None
-
-    @property
-    def schedule(self):
-        return self.controllers.schedule
-
-    @property
-    def budget(self):
-        return self.controllers.budget
-
-    @property
-    def behavior_is_policy(self) -> bool:
-        """Whether the sampled distribution is the optimised policy (the schedule's registry entry)."""
-        return self.controllers.behavior_is_policy
 
     def begin(self, step: int) -> StepTemperatures:
         """Begin the 0-based step `step`: the schedule's sampler and training temperatures and metrics for it."""
@@ -212,14 +208,18 @@ class ScheduleDriver:
         self.schedule.observe(step + 1, float(entropy))
 
     def state_dict(self) -> dict:
-        """Plain data (JSON- and torch.save-safe)."""
-        return {"controllers": self.controllers.state_dict(), "planned": self.planned, "step": self.step,
-                "entropy_sum": None if self._entropy is None else list(self._entropy)}
+        """Plain data (JSON- and torch.save-safe). `schedule`: None for a stateless schedule; `budget`: {} for a
+        stateless policy."""
+        return {"schedule": self.schedule.state_dict(), "budget": self.budget.state_dict(), "planned": self.planned,
+                "step": self.step, "entropy_sum": None if self._entropy is None else list(self._entropy)}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore `state_dict`'s state (absent keys: none planned, no step begun, no entropy pending)."""
-        self.controllers.load_state_dict(dict(state.get("controllers") or {}))
-        self.planned = int(state.get("planned", 0))
-        self.step = None if state.get("step") is None else int(state["step"])
-        pending = state.get("entropy_sum")
+        """Restore what `state_dict` returned."""
+        if state["schedule"] is not None:
+            self.schedule.load_state_dict(state["schedule"])
+        if state["budget"]:
+            self.budget.load_state_dict(state["budget"])
+        self.planned = int(state["planned"])
+        self.step = None if state["step"] is None else int(state["step"])
+        pending = state["entropy_sum"]
         self._entropy = None if pending is None else [float(x) for x in pending]

@@ -111,7 +111,8 @@ def _check_e3_temperature(cfg: Config) -> str | None:
 
 
 @register("temperature_schedule", "e3", check=_check_e3_temperature, options=E3TemperatureOptions,
-          reads=("sampling.temperature", "run.steps"), cites=(Cite("E3", "eq. 4, eq. 5, section 4.2", doc="2b"),))
+          reads=("sampling.temperature", "run.steps"), formula=(Tm.e3_update, Tm.e3_target),
+          cites=(Cite("E3", "eq. 4, eq. 5, section 4.2", doc="2b"),))
 class E3Temperature(_Stateless):
     """The E3 controller (E3 eqs. 4-5): tau holds the entropy at its first-step value; the optimised
     policy uses the same tau."""
@@ -255,13 +256,12 @@ def _check_adaptive(cfg: Config) -> str | None:
     if not 0 <= o.gamma < bound:
         return (f"sampling.adaptive.gamma: must be in [0, {bound:g}) so every prompt's multiplier stays > 0, "
                 f"got {o.gamma}")
-    check = base.extra.get("check")
-    return check(cfg) if check is not None else None
+    return base.check(cfg) if base.check is not None else None
 
 
 @register("temperature_schedule", "adaptive", behavior_is_policy=False, check=_check_adaptive,
           options=AdaptiveOptions, selects=lambda o: {"base": o.base}, reads=("sampling.max_new_tokens",),
-          per_prompt_temperature=True, cites=(Cite("explorl", doc="2c"),))
+          per_prompt_temperature=True, formula=Tm.adaptive_factor, cites=(Cite("explorl", doc="2c"),))
 class AdaptiveTemperature(_Stateless):
     """Per-prompt temperature by difficulty (explorl's; E3 and EAD name it as future work; docs/methods.md
     §2c): the base schedule's temperature times `adaptive_factor` of the prompt's running success rate (hard

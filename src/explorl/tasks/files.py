@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from explorl.algos.registry import register
 from explorl.tasks.base import PREFLIGHT_SAMPLES, Problem, spread
-# count_rows is not used here: config.validation and models import it from this module
-from explorl.tasks.rows import RowReader, count_rows  # noqa: F401
+from explorl.tasks.rows import RowReader
 
 if TYPE_CHECKING:
     from explorl.config.schema import TaskConfig

@@ -8,10 +8,11 @@ Deliberate choices, stated up front:
   that update's own forward, detached (`explorl.algos.step.single_update_shortcut`), which saves a forward pass,
   as TRL does.
 - The sampler's own log-probs are behaviour log-probs: they feed importance weights (`algo.importance_weights`).
-- The loop names no method: the temperature schedule and budget policy (`rollout.controllers`), the estimator,
-  shapers, token filter and loss (`explorl.algos`) are looked up by name in one registry; the schedule and policy
-  are driven by `rollout.schedule.ScheduleDriver` and the method logic is `algos.step.compute_advantages` and
-  `algos.step.policy_objective`, all three of which the engine integrations call too.
+- The loop names no method: the temperature schedule and budget policy (`rollout.temperature_schedules`,
+  `rollout.budget_policies`), the estimator, shapers, token filter and loss (`explorl.algos`) are looked up by name
+  in one registry; the schedule and policy are driven by `rollout.schedule.ScheduleDriver` and the method logic is
+  `algos.step.compute_advantages` and `algos.step.policy_objective`, all three of which the engine integrations
+  call too.
 - A response counts as correct (for `entropy/pos`, all-correct/all-wrong fractions) by the task's rule: one reward
   entry's own score above a threshold (`task.correct_by`, `task.correct_threshold`), never the shaped reward.
 - A loss or gradient that is not finite skips the rest of that step's updates before `optimizer.step`, so the
@@ -117,8 +118,7 @@ class TrainState:
         state = load_checkpoint(log.checkpoints()[-1], self.model, self.optimizer, self.scheduler)
         keep_configured_optimizer(self.optimizer, self.scheduler, configured)
         self.stream.load_state_dict(state["stream"])
-        # earlier checkpoints kept the controllers alone, under "controllers"
-        self.driver.load_state_dict(state.get("driver") or {"controllers": state.get("controllers", {})})
+        self.driver.load_state_dict(state["driver"])
         restore_rng(state, self.gens, self.device)
         log.truncate_metrics(state["step"])
         log.truncate_samples(state["step"])

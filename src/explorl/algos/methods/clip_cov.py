@@ -33,11 +33,6 @@ class ClipCovOptions:
     """Upper covariance bound of the candidates."""
 
 
-@register("policy_loss", "clip_cov", needs_old_logprobs=False, needs_generator=True, options=ClipCovOptions,
-          kwargs={"eps_low": "eps_low", "eps_high": "eps_high", "clip_ratio": "ratio", "lb": "lb", "ub": "ub"},
-          verl_fields={"ratio": ("policy_loss.clip_cov_ratio", 1.0, 2e-4), "lb": ("policy_loss.clip_cov_lb", 1.0, 1.0),
-                       "ub": ("policy_loss.clip_cov_ub", 1.0, 5.0)},
-          cites=(Cite("Clip-Cov/KL-Cov", "section 4.2", doc="5a"),))
 def clip_cov_loss(logprobs_new: Tensor, logprobs_old: Tensor, advantages: Tensor, mask: Tensor, *,
                   eps_low: float = 0.2, eps_high: float = 0.2, clip_ratio: float = 2e-4, lb: float = 1.0,
                   ub: float = 5.0, agg: str = "token-mean", max_response_len: int | None = None,
@@ -105,6 +100,21 @@ def clip_cov_loss(logprobs_new: Tensor, logprobs_old: Tensor, advantages: Tensor
         stats["loss/clip_cov_candidate_frac"] = valid_fraction(candidates, valid, n_valid)
         weight_stats(stats, valid, n_valid, ratio.dtype, is_weights, token_weights)
     return loss, stats
+
+
+@register("policy_loss", "clip_cov", needs_old_logprobs=False, needs_generator=True, options=ClipCovOptions,
+          reads=("eps_low", "eps_high", "loss_agg"), formula=clip_cov_loss,
+          cites=(Cite("Clip-Cov/KL-Cov", "section 4.2", doc="5a"),))
+def _clip_cov_adapter(logprobs_new: Tensor, logprobs_old: Tensor, advantages: Tensor, mask: Tensor, cfg, *,
+                      max_response_len: int | None, is_weights: Tensor | None, token_weights: Tensor | None,
+                      generator: torch.Generator | None = None,
+                      options: ClipCovOptions) -> tuple[Tensor, dict[str, float]]:
+    """Clip-Cov (`clip_cov_loss`) with the clip range `algo.eps_low` / `algo.eps_high`, the options
+    `algo.clip_cov.*` and the aggregation `algo.loss_agg`."""
+    return clip_cov_loss(logprobs_new, logprobs_old, advantages, mask, eps_low=cfg.eps_low, eps_high=cfg.eps_high,
+                         clip_ratio=options.ratio, lb=options.lb, ub=options.ub, agg=cfg.loss_agg,
+                         max_response_len=max_response_len, generator=generator, is_weights=is_weights,
+                         token_weights=token_weights)
 
 
 @torch.no_grad()

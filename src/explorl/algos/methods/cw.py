@@ -192,7 +192,7 @@ def _check_cw(cfg) -> str | None:
 
 
 @register("shaper", "cw", options=CwOptions, check=_check_cw,  # the paper's kernel over the batch: explorl's reading
-          cites=(Cite("CW-GRPO", "section 2.3", doc="4"), Cite("explorl", doc="4")))
+          formula=cov_weighted, cites=(Cite("CW-GRPO", "section 2.3", doc="4"), Cite("explorl", doc="4")))
 def _cw_shaper(advantages: Tensor, batch: RolloutBatch, cfg: AlgoConfig, step: int, *, options: CwOptions) -> Tensor:
     """Covariance-weighted advantages (CW-GRPO), batch-wide statistics; kernel width `bandwidth` * sigma."""
     batch.require("logprobs", by="shaper 'cw'")
@@ -205,7 +205,8 @@ def _masked(weights: Tensor, advantages: Tensor, mask: Tensor) -> Tensor:
                        torch.zeros((), dtype=advantages.dtype, device=advantages.device))
 
 
-@register("shaper", "cw_group", options_from="cw", check=_check_cw, cites=(Cite("CW-GRPO", "section 2.3", doc="4"),))
+@register("shaper", "cw_group", options_from="cw", check=_check_cw, formula=cov_weights_grouped,
+          cites=(Cite("CW-GRPO", "section 2.3", doc="4"),))
 def _cw_group_shaper(advantages: Tensor, batch: RolloutBatch, cfg: AlgoConfig, step: int, *,
                      options: CwOptions) -> Tensor:
     """Covariance-weighted advantages with CW-GRPO's per-group statistics (`cov_weights_grouped`)."""
@@ -215,7 +216,7 @@ def _cw_group_shaper(advantages: Tensor, batch: RolloutBatch, cfg: AlgoConfig, s
 
 
 @register("shaper", "cw_balanced", options_from="cw", check=_check_cw,  # explorl's variant of the paper's kernel
-          cites=(Cite("explorl", doc="4"), Cite("CW-GRPO", "section 2.3", doc="4")))
+          formula=cov_weights_balanced, cites=(Cite("explorl", doc="4"), Cite("CW-GRPO", "section 2.3", doc="4")))
 def _cw_balanced_shaper(advantages: Tensor, batch: RolloutBatch, cfg: AlgoConfig, step: int, *,
                         options: CwOptions) -> Tensor:
     """Sign-balanced covariance weights (`cov_weights_balanced`): explorl's variant of CW-GRPO, not the paper's."""

@@ -89,7 +89,8 @@ def _check_overlong(cfg) -> str | None:
 
 
 @register("reward_shaper", "dapo_overlong", needs_old_logprobs=False, needs_length_limit=True,
-          options=OverlongOptions, check=_check_overlong, cites=(Cite("DAPO", "section 3.4, eq. 13", doc="5c"),))
+          options=OverlongOptions, check=_check_overlong, formula=overlong_penalty,
+          cites=(Cite("DAPO", "section 3.4, eq. 13", doc="5c"),))
 def soft_overlong_punishment(batch: RolloutBatch, cfg, *, options: OverlongOptions) -> tuple[Tensor, Tensor]:
     """DAPO eq. 13: the soft penalty of responses that run into the length limit, added to their rewards."""
     if batch.max_response_len is None:

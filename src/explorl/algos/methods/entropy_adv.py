@@ -61,7 +61,7 @@ class EntropyAdvOptions:
     """kappa."""
 
 
-@register("shaper", "entropy_adv", needs_old_logprobs=False, options=EntropyAdvOptions,
+@register("shaper", "entropy_adv", needs_old_logprobs=False, options=EntropyAdvOptions, formula=entropy_shaped,
           cites=(Cite("entropy advantage", doc="5e"),))
 def _entropy_adv_shaper(advantages: Tensor, batch: RolloutBatch, cfg: AlgoConfig, step: int, *,
                         options: EntropyAdvOptions) -> Tensor:

@@ -136,7 +136,7 @@ def _check_erpo(cfg) -> str | None:
     return None if o.num_buckets >= 1 else f"algo.erpo.num_buckets: must be >= 1, got {o.num_buckets}"
 
 
-@register("estimator", "erpo", needs_ref=True, options=ErpoOptions, check=_check_erpo,
+@register("estimator", "erpo", needs_ref=True, options=ErpoOptions, check=_check_erpo, formula=erpo,
           cites=(Cite("ERPO", "eq. 7, eq. 8, eq. 9, eq. 10, eq. 16", doc="3"),))
 def _erpo_adapter(batch: RolloutBatch, cfg: AlgoConfig, *, options: ErpoOptions) -> Tensor:
     """ERPO: GRPO plus the entropy-gated, bucket-normalised implicit progress term; needs a reference."""

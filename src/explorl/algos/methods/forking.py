@@ -71,6 +71,7 @@ def _check_forking(cfg) -> str | None:
 
 
 @register("token_filter", "forking", needs_old_logprobs=False, options=ForkingOptions, check=_check_forking,
+          formula=forking_mask,
           cites=(Cite("forking tokens", doc="5d"),))
 def _forking_filter(batch, loss_mask: Tensor, cfg, *, options: ForkingOptions) -> Tensor:
     """Only the top `top_frac` highest-entropy tokens of the batch train (Wang et al., 80/20)."""

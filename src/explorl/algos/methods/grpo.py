@@ -64,14 +64,15 @@ def grpo(rewards: Tensor, group: Tensor, mask: Tensor, *, scale: bool = True, ep
     return torch.where(mask.bool(), adv[:, None], torch.zeros((), dtype=out_dtype, device=adv.device))
 
 
-@register("estimator", "grpo", needs_old_logprobs=False, reads=("adv_eps",),
+@register("estimator", "grpo", needs_old_logprobs=False, reads=("adv_eps",), formula=grpo,
           cites=(Cite("GRPO", "section 4.1.2, eq. 3", doc="1, 1a"), Cite("E3", "eq. 2", doc="1a")))
 def _grpo_adapter(batch: RolloutBatch, cfg: AlgoConfig) -> Tensor:
     """GRPO (Shao et al. 2024): group z-score with unbiased std."""
     return grpo(batch.rewards, batch.group, batch.mask, eps=cfg.adv_eps)
 
 
-@register("estimator", "dr_grpo", needs_old_logprobs=False, reads=("adv_eps",), cites=(Cite("Dr.GRPO", doc="1a"),))
+@register("estimator", "dr_grpo", needs_old_logprobs=False, reads=("adv_eps",), formula=grpo,
+          cites=(Cite("Dr.GRPO", doc="1a"),))
 def _dr_grpo_adapter(batch: RolloutBatch, cfg: AlgoConfig) -> Tensor:
     """Dr.GRPO (Liu et al. 2025): group mean baseline, no std division."""
     return grpo(batch.rewards, batch.group, batch.mask, scale=False, eps=cfg.adv_eps)

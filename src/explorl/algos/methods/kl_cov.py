@@ -30,11 +30,6 @@ class KlCovOptions:
     """Coefficient of |logp - logp_old| on the selected tokens."""
 
 
-@register("policy_loss", "kl_cov", needs_old_logprobs=False, options=KlCovOptions,
-          kwargs={"k_percent": "k_percent", "kl_coef": "coef"},  # verl's kl_cov_ratio is a fraction, ours a percentage
-          verl_fields={"k_percent": ("policy_loss.kl_cov_ratio", 100.0, 2e-3),
-                       "coef": ("policy_loss.ppo_kl_coef", 1.0, 1.0)},
-          cites=(Cite("Clip-Cov/KL-Cov", "section 4.2", doc="5b"),))
 def kl_cov_loss(
     logprobs_new: Tensor,
     logprobs_old: Tensor,
@@ -104,3 +99,14 @@ def kl_cov_loss(
         stats["loss/kl_cov_penalty_share"] = float(penalty / (pg_part.abs() + penalty).clamp_min(1e-12))
         weight_stats(stats, valid, n_valid, ratio.dtype, is_weights, token_weights)
     return loss, stats
+
+
+@register("policy_loss", "kl_cov", needs_old_logprobs=False, options=KlCovOptions, reads=("loss_agg",),
+          formula=kl_cov_loss, cites=(Cite("Clip-Cov/KL-Cov", "section 4.2", doc="5b"),))
+def _kl_cov_adapter(logprobs_new: Tensor, logprobs_old: Tensor, advantages: Tensor, mask: Tensor, cfg, *,
+                    max_response_len: int | None, is_weights: Tensor | None, token_weights: Tensor | None,
+                    options: KlCovOptions) -> tuple[Tensor, dict[str, float]]:
+    """KL-Cov (`kl_cov_loss`) with the options `algo.kl_cov.*` and the aggregation `algo.loss_agg`."""
+    return kl_cov_loss(logprobs_new, logprobs_old, advantages, mask, k_percent=options.k_percent,
+                       kl_coef=options.coef, agg=cfg.loss_agg, max_response_len=max_response_len,
+                       is_weights=is_weights, token_weights=token_weights)

@@ -94,7 +94,7 @@ def _check_passk(cfg) -> str | None:
     return None if 1 <= k <= g else f"algo.passk.k: must be in [1, sampling.group_size={g}], got {k}"
 
 
-@register("estimator", "passk", needs_old_logprobs=False, options=PasskOptions, check=_check_passk,
+@register("estimator", "passk", needs_old_logprobs=False, options=PasskOptions, check=_check_passk, formula=passk,
           cites=(Cite("pass@k training", doc="5f"),))
 def _passk_adapter(batch: RolloutBatch, cfg: AlgoConfig, *, options: PasskOptions) -> Tensor:
     """Pass@k training (Chen et al.): analytic group advantage of the pass@k objective, binary rewards."""

@@ -105,7 +105,8 @@ def _check_position(cfg) -> str | None:
 
 
 @register("shaper", "position", needs_old_logprobs=False, options=PositionOptions, check=_check_position,
-          needs_step=lambda o: o.steps > 0, cites=(Cite("STILL", "section 4.4.2, eq. 8, eq. 12", doc="7b"),))
+          needs_step=lambda o: o.steps > 0, formula=position_shaped,
+          cites=(Cite("STILL", "section 4.4.2, eq. 8, eq. 12", doc="7b"),))
 def _position_shaper(advantages: Tensor, batch: RolloutBatch, cfg: AlgoConfig, step: int, *,
                      options: PositionOptions) -> Tensor:
     """Position shaping (STILL, section 4.4.2) inside its step window: `start <= step < start + steps`, or

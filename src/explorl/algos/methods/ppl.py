@@ -136,7 +136,7 @@ def _check_ppl(cfg) -> str | None:
     return f"algo.ppl.clamp: expected [lo, hi] with 0 <= lo <= hi, got {c}"
 
 
-@register("shaper", "ppl", options=PplOptions, check=_check_ppl,
+@register("shaper", "ppl", options=PplOptions, check=_check_ppl, formula=ppl_shaped,
           cites=(Cite("STILL", "section 4.4.2, eq. 7, eq. 11", doc="7, 7a"),))
 def _ppl_shaper(advantages: Tensor, batch: RolloutBatch, cfg: AlgoConfig, step: int, *,
                 options: PplOptions) -> Tensor:

@@ -51,11 +51,6 @@ def _dual_clip(token_loss: Tensor, adv: Tensor, dual_clip_c: float) -> tuple[Ten
     return torch.where(active, bound, token_loss), active
 
 
-# `verl_fields`: option -> (key of verl's actor config, factor, verl's default), how verl 0.9 spells each option
-# (`explorl.integrations.verl` reads them from there; verl applies its dual clip always, at 3.0 by default)
-@register("policy_loss", "ppo", needs_old_logprobs=False, rowwise=True, options=PpoOptions, check=_check_ppo,
-          kwargs={"eps_low": "eps_low", "eps_high": "eps_high", "dual_clip_c": "dual_clip_c"},
-          verl_fields={"dual_clip_c": ("clip_ratio_c", 1.0, 3.0)}, cites=(Cite("PPO", "eq. 7", doc="1b"),))
 def policy_loss(
     logprobs_new: Tensor,
     logprobs_old: Tensor,
@@ -128,3 +123,15 @@ def policy_loss(
             stats["loss/dual_clip_frac"] = valid_fraction(dual_active, valid, n_valid)
         weight_stats(stats, valid, n_valid, ratio.dtype, is_weights, token_weights)
     return loss, stats
+
+
+@register("policy_loss", "ppo", needs_old_logprobs=False, rowwise=True, options=PpoOptions, check=_check_ppo,
+          reads=("eps_low", "eps_high", "loss_agg"), formula=policy_loss, cites=(Cite("PPO", "eq. 7", doc="1b"),))
+def _ppo_adapter(logprobs_new: Tensor, logprobs_old: Tensor, advantages: Tensor, mask: Tensor, cfg, *,
+                 max_response_len: int | None, is_weights: Tensor | None, token_weights: Tensor | None,
+                 options: PpoOptions) -> tuple[Tensor, dict[str, float]]:
+    """PPO-clip (`policy_loss`) with the clip range `algo.eps_low` / `algo.eps_high`, the dual clip
+    `algo.ppo.dual_clip_c` and the aggregation `algo.loss_agg`."""
+    return policy_loss(logprobs_new, logprobs_old, advantages, mask, eps_low=cfg.eps_low, eps_high=cfg.eps_high,
+                       agg=cfg.loss_agg, max_response_len=max_response_len, is_weights=is_weights,
+                       token_weights=token_weights, dual_clip_c=options.dual_clip_c)

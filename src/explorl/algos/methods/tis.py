@@ -154,6 +154,7 @@ def no_importance_weights(batch: RolloutBatch, loss_mask: Tensor, cfg) -> tuple[
 
 
 @register("importance_weights", "tis", needs_behavior=True, options=TisOptions, check=_check_tis_options,
+          formula=tis_weights,
           cites=(Cite("EAD", "App. B.2", doc="6c"),))
 def truncated_importance_weights(batch: RolloutBatch, loss_mask: Tensor, cfg, *,
                                  options: TisOptions) -> tuple[Tensor, dict[str, float]]:

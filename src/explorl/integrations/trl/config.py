@@ -66,7 +66,7 @@ def explorl_config(args: GRPOConfig, algo: AlgoConfig | Mapping | None = None,
         budget = lookup("budget_policy", b.policy)
     except KeyError as e:
         raise ConfigError(f"budget.policy: {e.args[0]}") from None
-    if not budget.can("static"):
+    if not budget.static:
         raise ConfigError(f"budget.policy={b.policy}: this budget policy changes the number of responses per prompt "
                           f"or re-samples prompts, which TRL's fixed `num_generations` rules out; train this method "
                           f"with {ELSEWHERE}, or use a budget policy without per-prompt budgets")
@@ -152,7 +152,7 @@ def _check_against_trl(cfg: Config, args: GRPOConfig) -> None:
     schedule = lookup("temperature_schedule", s.schedule)
     why = ("TRL's vLLM generation sends one SamplingParams (one temperature) with every prompt of a batch"
            if args.use_vllm else "TRL's transformers generation samples a batch with one GenerationConfig")
-    need(not schedule.can("per_prompt_temperature"),
+    need(not schedule.per_prompt_temperature,
          f"sampling.schedule={s.schedule}: per-prompt temperatures are not wired into TRL's generation ({why}); use "
          f"{ELSEWHERE}")
     if not schedule.behavior_is_policy:  # a per-token temperature table (EAD, RevEAD)

@@ -209,12 +209,7 @@ class ExplorlGRPOTrainer(GRPOTrainer):
         with open(path) as f:
             state = json.load(f)
         self._round = int(state["round"])
-        driver = state.get("driver")
-        if driver is None:  # written before the driver: the schedule's own state and the pending entropy sum
-            schedule = state.get("schedule")
-            driver = {"controllers": {} if schedule is None else {"temperature": schedule},
-                      "step": self._round - 1 if self._round else None, "entropy_sum": state.get("entropy_sum")}
-        self.explorl_driver.load_state_dict(driver)
+        self.explorl_driver.load_state_dict(state["driver"])
         if self.run_log is not None:  # the rounds after the checkpoint (and the final evaluation) are done again
             self.run_log.truncate_metrics(self._round)
             self.run_log.truncate_samples(self._round)

@@ -14,7 +14,7 @@ Conventions (docs/methods.md §9):
 - Loss aggregation: verl normalises each micro-batch by the global batch (`config.global_batch_info`: data-parallel
   size, tokens and sequences of the global batch, `loss_scale_factor`); the explorl loss of the micro-batch is
   rescaled to that normaliser, so a verl step sums to the same gradient as explorl's whole-batch loss.
-- Loss options: each loss's registry entry says where verl keeps its options (`verl_fields`): verl's plain PPO
+- Loss options: `loss_fields.VERL_LOSS_FIELDS` says where verl keeps each loss's options: verl's plain PPO
   always applies `clip_ratio_c` (default 3), which `explorl_ppo` takes as its dual clip, so it equals verl's
   `vanilla` loss; Clip-Cov and KL-Cov read verl's `policy_loss` fields (KL-Cov's `kl_cov_ratio` is a fraction,
   explorl's `algo.kl_cov.k_percent` a percentage).
@@ -32,6 +32,7 @@ from explorl.algos import RolloutBatch, compute_advantages
 from explorl.algos.batch import MissingInputError
 from explorl.algos.registry import entries, lookup
 from explorl.config import AlgoConfig, Config, ConfigError, SamplingConfig, from_dict, validate
+from explorl.integrations.verl.loss_fields import verl_fields
 from explorl.integrations.verl.rollout import BUDGET_KEY, SAMPLING_KEY
 from explorl.integrations.verl.rollout import plain as _plain
 
@@ -98,8 +99,8 @@ def estimator_for(name: str):
         batch = rollout_batch(token_level_rewards, response_mask, index, old_log_probs=kwargs.get("old_log_probs"))
         algo = algo_config((config or {}).get(CONFIG_KEY), group_size=int(torch.bincount(batch.group).max()),
                            advantage=name)
-        windowed = [x for x in algo.shapers if lookup("shaper", x).extra.get("needs_step", lambda o: False)(
-            lookup("shaper", x).options_in(algo))]
+        shapers = [lookup("shaper", x) for x in algo.shapers]
+        windowed = [e.name for e in shapers if e.needs_step is not None and e.needs_step(e.options_in(algo))]
         if windowed and "step" not in kwargs:
             raise ValueError(f"{PREFIX}{name}: the step window of shaper {windowed[0]!r} needs the training step; "
                              + TRAINER_HINT)
@@ -129,16 +130,16 @@ def _verl_value(config, key: str, default):
 
 def loss_settings(config, name: str) -> dict:
     """explorl's `algo` settings for loss `name` from verl's actor config (`ActorConfig` or its DictConfig, with
-    `policy_loss`): the clip range, and the loss's options where its registry entry says verl keeps them
-    (`verl_fields`; e.g. the dual clip only for losses that take one: verl's Clip-Cov and KL-Cov have none)."""
+    `policy_loss`): the clip range, and the loss's options where verl keeps them (`verl_fields`; e.g. the dual clip
+    only for losses that take one: verl's Clip-Cov and KL-Cov have none)."""
     clip = config.get("clip_ratio", 0.2)
     low, high = config.get("clip_ratio_low"), config.get("clip_ratio_high")
     settings: dict = {"eps_low": clip if low is None else low, "eps_high": clip if high is None else high}
     entry = lookup("policy_loss", name)
-    fields = entry.extra.get("verl_fields") or {}
+    fields = verl_fields(name)
     if fields:
-        settings[entry.options_owner] = {option: factor * _verl_value(config, key, default)
-                                         for option, (key, factor, default) in fields.items()}
+        settings[entry.options_owner] = {option: f.factor * _verl_value(config, f.key, f.default)
+                                         for option, f in fields.items()}
     return settings
 
 
@@ -175,13 +176,11 @@ def policy_loss_for(name: str):
                              f"aggregations {', '.join(SUPPORTED_AGG)}")
         algo = algo_config(loss_settings(config, name), prefix="actor_rollout_ref.actor.", loss=name,
                            loss_agg=loss_agg_mode)
-        kwargs = entry.keyword_values(algo)
         info = _plain(config.get("global_batch_info") or {})
         mask = response_mask.to(log_prob.dtype)
         max_len = info.get("loss_scale_factor") or mask.shape[-1]  # verl's seq-mean-token-sum-norm horizon
-        loss, stats = entry.fn(log_prob, old_log_prob, advantages, mask, agg=loss_agg_mode,
-                               max_response_len=int(max_len), is_weights=rollout_is_weights, token_weights=None,
-                               **kwargs)
+        loss, stats = entry.bind(algo)(log_prob, old_log_prob, advantages, mask, algo, max_response_len=int(max_len),
+                                       is_weights=rollout_is_weights, token_weights=None)
         metrics = {f"actor/{PREFIX}{k.split('/', 1)[-1]}": v for k, v in stats.items()}
         return loss * verl_scale(mask, loss_agg_mode, info), metrics
 

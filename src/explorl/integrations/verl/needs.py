@@ -39,10 +39,10 @@ def trainer_needs(cfg: Config) -> list[str]:
                 reasons.append(f"the method reads {what}")
     for name in algo.shapers:
         entry = lookup("shaper", name)
-        if entry.extra.get("needs_step", lambda o: False)(entry.options_in(algo)):
+        if entry.needs_step is not None and entry.needs_step(entry.options_in(algo)):
             reasons.append(f"shaper {name!r} has a step window")
     for name in algo.reward_shapers:  # DAPO's overlong shaping reads the length limit and the truncation flags
-        if lookup("reward_shaper", name).extra.get("needs_length_limit"):
+        if lookup("reward_shaper", name).needs_length_limit:
             reasons.append(f"reward shaper {name!r} needs the response-length limit")
     if needs_control(controller_settings(cfg)):
         reasons.append(f"explorl's controllers steer sampling (sampling.schedule={cfg.sampling.schedule}, "
@@ -61,9 +61,9 @@ def controller_settings(cfg: Config) -> dict:
     from explorl.algos.registry import lookup
 
     out: dict = {}
-    if not lookup("temperature_schedule", cfg.sampling.schedule).can("static"):
+    if not lookup("temperature_schedule", cfg.sampling.schedule).static:
         out["sampling"] = {k: v for k, v in to_dict(cfg.sampling).items() if k not in VERL_SAMPLING}
     policy = lookup("budget_policy", cfg.budget.policy)
-    if not policy.can("static") and not policy.can("resamples"):
+    if not policy.static and not policy.resamples:
         out["budget"] = to_dict(cfg.budget)
     return out

@@ -21,6 +21,7 @@ import yaml
 from explorl.algos import requirements
 from explorl.config import Config, ConfigError, to_dict
 from explorl.integrations.verl.data import CHAT_PASS_THROUGH, DataFiles
+from explorl.integrations.verl.loss_fields import verl_fields
 from explorl.integrations.verl.needs import controller_settings, trainer_needs
 from explorl.integrations.vllm import PROCESSOR_NAME
 
@@ -227,8 +228,8 @@ def _method(o: Overrides, cfg: Config, data: DataFiles) -> None:
     _loss_options(o, cfg, loss)
     o.set(f"{A}.clip_ratio_low", a.eps_low, "algo.eps_low")
     o.set(f"{A}.clip_ratio_high", a.eps_high, "algo.eps_high")
-    if a.loss_agg == "seq-mean-token-mean-per-question":
-        raise ConfigError("algo.loss_agg=seq-mean-token-mean-per-question: verl aggregates over the tokens or the "
+    if lookup("aggregation", a.loss_agg).per_question:
+        raise ConfigError(f"algo.loss_agg={a.loss_agg}: verl aggregates over the tokens or the "
                           "responses of a mini-batch, not per question; set algo.loss_agg=seq-mean-token-mean (each "
                           "response weighs the same instead of each question) to run in verl")
     o.set(f"{A}.loss_agg_mode", a.loss_agg, "algo.loss_agg")
@@ -266,11 +267,11 @@ def _controllers(o: Overrides, cfg: Config, data: DataFiles) -> None:
 
         rollout_config(control, temperature=s.temperature, group_size=s.group_size, max_new_tokens=s.max_new_tokens,
                        top_p=s.top_p, total_steps=r.steps)  # verl's own refusals, before a cluster is started
-    if any(e.can("per_token") for e in selected_entries(cfg)["sampling"]):
+    if any(e.per_token is not None for e in selected_entries(cfg)["sampling"]):
         o.set(f"+{R}.engine_kwargs.vllm.logits_processors", [PROCESSOR_NAME], "sampling.schedule")
     policy = lookup("budget_policy", cfg.budget.policy)
-    if policy.can("resamples"):
-        if not policy.can("drops_uniform_groups"):
+    if policy.resamples:
+        if not policy.drops_uniform_groups:
             raise ConfigError(f"budget.policy={cfg.budget.policy}: it re-samples prompts, and verl's only re-sampling "
                               f"is DAPO's filter of groups whose rewards all agree; use explorl's own loop "
                               f"(`explorl train`)")
@@ -314,17 +315,17 @@ def _trainer(o: Overrides, cfg: Config, data: DataFiles, run_dir: bool) -> None:
 
 
 def _loss_options(o: Overrides, cfg: Config, loss) -> None:
-    """The loss's options as verl's actor fields (its registry entry's `verl_fields`: option -> (key, factor,
-    verl's default)); an option verl has no field for must keep its default."""
+    """The loss's options as verl's actor fields (`verl_fields`: option -> where verl keeps it); an option verl has
+    no field for must keep its default."""
     options = loss.options_in(cfg.algo)
     if options is None:
         return
-    fields = loss.extra.get("verl_fields") or {}
+    fields = verl_fields(loss.name)
     defaults = type(options)()
     for f in dataclasses.fields(options):
         value, name = getattr(options, f.name), f"algo.{loss.options_owner}.{f.name}"
         if f.name in fields:
-            key, factor, _ = fields[f.name]
+            key, factor = fields[f.name].key, fields[f.name].factor
             if value is None:
                 if key not in VERL_OFF:
                     raise ConfigError(f"{name}=null: verl's {A}.{key} cannot be turned off")

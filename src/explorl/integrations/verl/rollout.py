@@ -27,7 +27,6 @@ from typing import Any
 from explorl.algos.registry import lookup
 from explorl.config import BudgetConfig, Config, ConfigError, RunConfig, SamplingConfig, from_dict, validate
 from explorl.config.validation import fill_registry
-from explorl.rollout.controllers import Controllers
 from explorl.rollout.schedule import Plan, ScheduleDriver
 
 SAMPLING_KEY, BUDGET_KEY = "sampling", "budget"
@@ -77,7 +76,7 @@ def rollout_config(settings: Mapping | None, *, temperature: float, group_size: 
         cfg.sampling = dataclasses.replace(cfg.sampling, temperature=float(temperature), group_size=int(group_size),
                                            max_new_tokens=int(max_new_tokens), top_p=float(top_p))
         validate(cfg)
-        if lookup("budget_policy", cfg.budget.policy).can("resamples"):
+        if lookup("budget_policy", cfg.budget.policy).resamples:
             raise ConfigError(f"{BUDGET_KEY}.policy={cfg.budget.policy}: this budget policy re-samples prompts until "
                               f"a batch is full, which explorl's rollout control cannot ask of verl's trainer; for "
                               f"DAPO's dynamic sampling use verl's own `algorithm.filter_groups.enable=true` "
@@ -103,8 +102,7 @@ def needs_control(settings: Mapping | None) -> bool:
     schedule = (settings.get(SAMPLING_KEY) or {}).get("schedule", SamplingConfig.schedule)
     policy = (settings.get(BUDGET_KEY) or {}).get("policy", BudgetConfig.policy)
     try:
-        return not (lookup("temperature_schedule", schedule).can("static")
-                    and lookup("budget_policy", policy).can("static"))
+        return not (lookup("temperature_schedule", schedule).static and lookup("budget_policy", policy).static)
     except KeyError:  # an unknown name: controlled, so that `rollout_config` reports it with explorl's message
         return True
 
@@ -126,10 +124,6 @@ class RolloutControl:
     def __init__(self, cfg: Config, vocab_size: int, num_prompts: int):
         self.cfg, self.num_prompts = cfg, int(num_prompts)
         self.driver = ScheduleDriver(cfg, vocab_size, self.num_prompts)
-
-    @property
-    def controllers(self) -> Controllers:
-        return self.driver.controllers
 
     @property
     def behavior_is_policy(self) -> bool:
@@ -158,7 +152,7 @@ class RolloutControl:
         self.driver.end(float(mean_entropy), step=step)
 
     def state_dict(self) -> dict[str, Any]:
-        """The driver's (`controllers`, `planned`, ...), saved with each verl checkpoint (`explorl_rollout.json`)."""
+        """The driver's (`schedule`, `budget`, `planned`, ...), saved with each verl checkpoint (`explorl_rollout.json`)."""
         return self.driver.state_dict()
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
