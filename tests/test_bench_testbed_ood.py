@@ -496,3 +496,12 @@ def test_the_table_compares_sft_with_grpo_and_no_method_with_sft():
     assert rows["grpo"][6] == "(baseline)" and rows["grpo__token-mean__1-1__u8"][6] == "(baseline)"
     # sft against grpo, problem by problem at k = 4: (1 - 0) + (1 - 0) + (0 - 1) + (0 - 0) over 4 = +0.25
     assert rows["sft"][6].startswith("+0.250 [")
+
+
+def test_out_of_distribution_answers_are_read_by_operations_beside_right_chains():
+    """Issue 53: the answer-level verifier (`t1`) out of distribution is split by operation count as the chain
+    modes are; in distribution, answers alone (mostly guessed on this task) are not."""
+    table = _load("testbed_long_table")
+    recorded = {("ood", "t1"), ("ood", "t1-chain"), ("ood", "matched-chain"), ("id", "t1"), ("id", "t1-chain")}
+    assert table.operation_modes(recorded, "ood") == ["t1", "t1-chain", "matched-chain"]
+    assert table.operation_modes(recorded, "id") == ["t1-chain"]
