@@ -315,7 +315,7 @@ def test_registry_names_and_unknown():
     for name, fn in (("ppo", L.policy_loss), ("clip_cov", L.clip_cov_loss), ("kl_cov", L.kl_cov_loss)):
         entry = lookup("policy_loss", name)
         assert L.get_policy_loss(name) is entry.fn and entry.formula == (fn,)
-    with pytest.raises(KeyError, match="clip_cov, kl_cov, ppo"):
+    with pytest.raises(KeyError, match="clip_cov, gspo, kl_cov, ppo"):
         L.get_policy_loss("grpo_loss")
 
 

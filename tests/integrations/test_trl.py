@@ -169,6 +169,7 @@ METHODS = {
     # every candidate is selected (ratio 1), so the random draw cannot differ between the two sides
     "clip_cov": ({"loss": "clip_cov", "clip_cov": {"ratio": 1.0, "lb": 0.0, "ub": 5.0}}, None),
     "kl_cov": ({"loss": "kl_cov", "kl_cov": {"k_percent": 20.0}}, None),
+    "gspo": ({"loss": "gspo", "loss_agg": "seq-mean-token-mean", "eps_low": 3e-4, "eps_high": 4e-4}, None),
     "kl+clamp+dual_clip": ({"kl_coef": 0.1, "kl_clamp": 10.0, "ppo": {"dual_clip_c": 3.0}}, None),
     "entropy_bonus": ({"entropy_coef": 0.01}, None),
     "overlong_penalty": ({"reward_shapers": ["dapo_overlong"], "dapo_overlong": {"buffer": 2}}, None),

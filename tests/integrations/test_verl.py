@@ -199,6 +199,26 @@ def test_explorl_ppo_equals_verls_vanilla_loss(agg, global_info):
     assert torch.allclose(results[0][1], results[1][1], atol=ATOL)
 
 
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_explorl_gspo_equals_verls_gspo(agg, seed):
+    """Issue 52: explorl's `gspo` (docs/methods.md §5g) gives verl 0.9.1's `gspo` loss and gradient on the same
+    tensors (float64, ratios up to e^3 so both clip bounds act, rollout weights on), every aggregation verl shares."""
+    old, new, adv, mask = loss_inputs(seed)
+    old, adv = old.double(), adv.double()
+    new = new.detach().double().requires_grad_(True)
+    is_w = torch.rand(*mask.shape, generator=torch.Generator().manual_seed(seed + 5), dtype=torch.float64) + 0.5
+    results = []
+    for mode in ("explorl_gspo", "gspo"):
+        new.grad = None
+        loss, _ = core_algos.get_policy_loss_fn(mode)(old, new, adv, mask, loss_agg_mode=agg,
+                                                     config=actor_config(loss_mode=mode), rollout_is_weights=is_w)
+        loss.backward()
+        results.append((loss.detach(), new.grad.clone()))
+    assert torch.allclose(results[0][0], results[1][0], atol=1e-12), (results[0][0], results[1][0])
+    assert torch.allclose(results[0][1], results[1][1], atol=1e-12)
+
+
 def test_explorl_kl_cov_equals_verls_kl_cov():
     # explorl's k_percent is a percentage, verl's kl_cov_ratio a fraction: 0.05 -> 5%; coefficient ppo_kl_coef
     old, new, adv, mask = loss_inputs(1)

@@ -66,5 +66,9 @@ PAPERS: dict[str, Paper] = {
                                ("5e",)),
     "pass@k training": Paper("Chen et al. 2025", "Pass@k Training for Adaptively Balancing Exploration and "
                              "Exploitation of Large Reasoning Models", None, ("5f",)),
+    # what verl 0.9.1 and TRL 1.16 ship beside them (issue 52)
+    "GSPO": Paper("Chujie Zheng, Shixuan Liu, Mingze Li, Xiong-Hui Chen, Bowen Yu, Chang Gao, Kai Dang, Yuqiong Liu, "
+                  "Rui Men, An Yang, Jingren Zhou, Junyang Lin", "Group Sequence Policy Optimization", "2507.18071",
+                  ("5g",)),
 }
 """Short name -> the paper."""

@@ -133,8 +133,8 @@ def _check_against_trl(cfg: Config, args: GRPOConfig) -> None:
     need(args.entropy_coef == 0 and not args.use_adaptive_entropy,
          "GRPOConfig.entropy_coef / use_adaptive_entropy: use algo.entropy_coef (explorl's entropy bonus)")
     need(args.importance_sampling_level == "token",
-         "GRPOConfig.importance_sampling_level: explorl's ratio is per token; sequence-level truncated importance "
-         "weights are algo.tis.level=sequence")
+         "GRPOConfig.importance_sampling_level: explorl's loss replaces TRL's; GSPO's sequence-level ratio is "
+         "algo.loss=gspo, sequence-level truncated importance weights algo.tis.level=sequence")
     need(args.off_policy_mask_threshold is None, "GRPOConfig.off_policy_mask_threshold: not an explorl method; "
                                                  "leave it None")
     need(not (args.use_vllm and args.vllm_importance_sampling_correction
