@@ -45,9 +45,6 @@ class WarmStartTemperature:
     def per_prompt(self, step: int, temperature, prompt_ids) -> list[PromptTemperature]:
         return [PromptTemperature(self.s.temperature, self.anneal(step))] * len(prompt_ids)
 
-    def for_prompts(self, temperature, prompt_ids, budgets):
-        return temperature
-
     def rollout_stats(self, ro) -> dict:
         return {}
 

@@ -79,7 +79,7 @@ def checked_config(argv: list[str], resume: bool):
     from explorl.config import load_config
     from explorl.config.trust import refuse_recorded_code
     from explorl.integrations.trl import refuse_existing_run
-    from explorl.models import check_run_inputs
+    from explorl.train.preflight import check_run_inputs
 
     try:
         refuse_recorded_code(argv[0], argv[1:], f"python examples/trl/train.py {argv[0]}")

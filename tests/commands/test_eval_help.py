@@ -48,7 +48,7 @@ def test_the_settings_of_an_hf_task_lack_data_seed(tmp_path, monkeypatch):
 def test_a_missing_vllm_is_explained_as_the_docs_do_and_the_embedded_model_excluded(tmp_path):
     cfg = load_config(None, ["sampling.engine=vllm", f"run.out_dir={tmp_path / 'run'}"])
     with pytest.raises(ConfigError) as e:
-        from explorl.models import check_run_inputs
+        from explorl.train.preflight import check_run_inputs
 
         check_run_inputs(cfg)
     message = " ".join(str(e.value).split())

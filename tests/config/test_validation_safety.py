@@ -147,13 +147,13 @@ def test_every_refusal_names_the_field_and_nothing_is_written_first(field, value
         out_dir = tmp / "run"
         console, buf = _console()
         mp.setattr(commands.common, "console", console)
-        import explorl.models
+        import explorl.train.preflight
 
         def reached(*args, **kwargs):  # past validation: nothing may be written yet
             assert sorted(p.name for p in tmp.iterdir()) == ["c.yaml"]
             raise _Reached
 
-        mp.setattr(explorl.models, "check_run_inputs", reached)
+        mp.setattr(explorl.train.preflight, "check_run_inputs", reached)
         override = f"{field}={value}"
         try:
             rc = commands.main(["train", str(config), *_selecting(field), override, f"run.out_dir={out_dir}"])

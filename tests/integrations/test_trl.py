@@ -36,7 +36,7 @@ from explorl.config import ConfigError  # noqa: E402
 from explorl.integrations.trl import ExplorlGRPOTrainer, PerTokenTemperature, checkpointing_field  # noqa: E402
 from explorl.models import make_reference  # noqa: E402
 from explorl.rollout.logprobs import response_logprobs  # noqa: E402
-from explorl.rollout.engines.native import Rollouts  # noqa: E402
+from explorl.rollout.rollouts import Rollouts  # noqa: E402
 from explorl.rollout.temperature import ead_schedule  # noqa: E402
 from explorl.train.loop import on_policy_single_update, rollout_batch, update_policy  # noqa: E402
 
@@ -137,7 +137,7 @@ def explorl_step(model_dir, trainer, out, behavior_table=None):
     prepared = compute_advantages(batch, cfg.algo, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0)
-    stats = update_policy(model, opt, sched, ro, batch, prepared, cfg, torch.Generator().manual_seed(1),
+    stats = update_policy(model, opt, sched, batch, prepared, cfg, torch.Generator().manual_seed(1),
                           temperature=tau)
     grads = {k: p.grad.detach().clone() for k, p in model.named_parameters() if p.grad is not None}
     lp, ent2 = response_logprobs(model, out["prompt_ids"], out["prompt_mask"], ids, prepared.loss_mask, tau)

@@ -1,6 +1,6 @@
 """EAD's per-token temperature for vLLM (`explorl.integrations.vllm`): the arithmetic equals explorl's own
 sampler table, the persistent-batch bookkeeping follows vLLM's `BatchUpdate` rules, and schedules describe their
-sampling per prompt (`per_prompt`) exactly as they sample it themselves (`for_prompts`). vLLM itself is not
+sampling per prompt (`per_prompt`) exactly as explorl's sampler samples it (`per_response_table`). vLLM itself is not
 installed here; the thin `EADLogitsProcessor` class is tested where it imports."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import torch
 
 from explorl.config import Config
 from explorl.integrations.vllm import EAD_ARG, AnnealedRows, check_anneal_args, token_factors
+from explorl.rollout.sampler import per_response_table
 from explorl.rollout.controllers import (AdaptiveOptions, AdaptiveTemperature, EADOptions, EADTemperature,
                                          PromptTemperature, RevEADTemperature)
 
@@ -117,7 +118,7 @@ def test_invalid_arguments_on_an_added_request_raise():
 
 
 def test_adaptive_per_prompt_equals_its_own_sampling():
-    # per-prompt temperature by difficulty: per_prompt gives each prompt what for_prompts samples it with
+    # per-prompt temperature by difficulty: per_prompt gives each prompt what explorl's sampler samples it with
     cfg = Config()
     cfg.sampling = replace(cfg.sampling, schedule="adaptive", temperature=0.8, max_new_tokens=16,
                            options={"adaptive": AdaptiveOptions(base="fixed")})
@@ -125,8 +126,8 @@ def test_adaptive_per_prompt_equals_its_own_sampling():
     schedule.observe_rewards([0, 1], [[1.0, 1.0, 0.0], [0.0, 0.0]])
     temp = schedule.at(0)[0]
     described = schedule.per_prompt(0, temp, [0, 1, 2])
-    sampled = schedule.for_prompts(temp, [0, 1, 2], [1, 1, 1])
-    assert [p.temperature for p in described] == sampled
+    sampled = per_response_table(described, [1, 1, 1], 16)[:, 0].tolist()
+    assert [p.temperature for p in described] == pytest.approx(sampled, rel=1e-7)
     assert all(p.anneal is None for p in described)
     # prompt 0 solved 2/3: 0.8 * (1 + 0.5 * (0.5 - 2/3)); prompt 1 never: 0.8 * 1.25; prompt 2 unseen: 0.8
     assert sampled == pytest.approx([0.8 * (1 + 0.5 * (0.5 - 2 / 3)), 0.8 * 1.25, 0.8])
@@ -140,7 +141,7 @@ def test_adaptive_over_ead_scales_each_prompts_tau_max():
     schedule.observe_rewards([3], [[0.0, 0.0, 0.0, 0.0]])
     temp = schedule.at(2)[0]
     described = schedule.per_prompt(2, temp, [3, 4])
-    tables = schedule.for_prompts(temp, [3, 4], [1, 1])  # [2, max_new_tokens]
+    tables = per_response_table(described, [1, 1], cfg.sampling.max_new_tokens)  # [2, max_new_tokens]
     positions = list(range(cfg.sampling.max_new_tokens))
     for p, table in zip(described, tables):
         got = token_factors([p.anneal] * len(positions), positions) * p.temperature

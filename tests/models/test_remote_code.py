@@ -66,7 +66,7 @@ def test_the_verl_tokenizer_runs_no_model_code_unless_asked(code_model, monkeypa
 
 
 def test_explorls_own_loading_runs_model_code_only_with_model_trust_remote_code(code_model, tmp_path):
-    from explorl.models import check_model_dir
+    from explorl.train.preflight import check_model_dir
 
     model, marker = code_model
     assert load_config(None, []).model.trust_remote_code is False
@@ -74,7 +74,7 @@ def test_explorls_own_loading_runs_model_code_only_with_model_trust_remote_code(
         check_model_dir(ModelConfig(path=str(model)))
     assert not marker.exists()
     # with the setting the directory's code does run (in a child, so its module cache stays in tmp_path)
-    code = ("from explorl.models import check_model_dir; from explorl.config import ModelConfig\n"
+    code = ("from explorl.train.preflight import check_model_dir; from explorl.config import ModelConfig\n"
             f"try: check_model_dir(ModelConfig(path={str(model)!r}, trust_remote_code=True))\n"
             "except Exception: pass\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300,

@@ -1,7 +1,7 @@
 """Issue 56 item 4: whatever a reward returns, the run goes on. A value that is not a finite number (an int of 400
 digits, a Decimal too large for a float, NaN, a complex number, an array) scores 0 and is counted as a `value`
 failure naming its type, in training (`RewardRunner`, in a worker or here, per sample or batched) and in the dry run
-(`check_rewards`, `models.check_run_inputs`); numbers that are finite floats in any spelling are scores."""
+(`check_rewards`, `train.preflight.check_run_inputs`); numbers that are finite floats in any spelling are scores."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def test_the_reward_check_before_a_run_refuses_an_int_too_large_for_a_float():
 
 
 def test_the_dry_run_reports_an_int_too_large_for_a_float(tiny_model_dir, tmp_path):
-    from explorl.models import check_run_inputs
+    from explorl.train.preflight import check_run_inputs
 
     cfg = load_config(None, [f"model.path={tiny_model_dir}", "task.reward=broken_rewards:returns_huge_int",
                              "task.difficulties=[1]", "task.train_size=16", "task.eval_size=2",

@@ -11,6 +11,7 @@ import torch
 
 from explorl.config import ConfigError, load_config
 from explorl.rollout import temperature as Tm
+from explorl.rollout.sampler import per_response_table
 from explorl.rollout.schedule import ScheduleDriver
 
 
@@ -35,8 +36,9 @@ def test_fixed_base_gives_one_temperature_per_prompt_from_its_success_rate():
     assert temp == train == 0.8  # the optimised policy stays at the base temperature
     # prompt 3: 1 of 4 correct (p = 0.25 -> 1.125); prompt 5: 4 of 4 (p = 1 -> 0.75); prompt 7 unseen (1)
     c.schedule.observe_rewards([3, 5], [[1, 0, 0, 0], [1, 1, 1, 1]])
-    got = c.schedule.for_prompts(temp, [3, 5, 7], [4, 4, 4])
-    assert got == pytest.approx([0.8 * 1.125, 0.8 * 0.75, 0.8])
+    got = c.schedule.per_prompt(0, temp, [3, 5, 7])
+    assert [r.temperature for r in got] == pytest.approx([0.8 * 1.125, 0.8 * 0.75, 0.8])
+    assert all(r.anneal is None for r in got)
     stats = c.schedule.rollout_stats(None)
     assert stats == {"temperature/adaptive_factor_min": 0.75, "temperature/adaptive_factor_max": 1.125}
     assert not c.behavior_is_policy  # sampled != optimised: no one-update shortcut, TIS is allowed
@@ -46,7 +48,7 @@ def test_ead_base_scales_each_prompts_tau_max():
     c = _adaptive("ead", "sampling.ead.c=2")
     temp, train, _ = c.schedule.at(0)
     c.schedule.observe_rewards([0], [[0, 0]])  # p = 0 -> factor 1.25 -> tau_max 1.5
-    per_token = c.schedule.for_prompts(temp, [0, 1], [2, 1])
+    per_token = per_response_table(c.schedule.per_prompt(0, temp, [0, 1]), [2, 1], 16)
     assert per_token.shape == (3, 16)  # one row per response: budgets 2 and 1
     for t in (0, 1, 2, 5, 15):  # tau_t = (1 for t < 2, else max(1 + tau_max_i - e^(t/25), 0.1)) * 0.8
         hot = 1.0 if t < 2 else max(1 + 1.5 - math.exp(t / 25), 0.1)
@@ -68,7 +70,7 @@ def test_e3_base_keeps_its_controller_and_the_state_round_trips():
     d = _adaptive("e3")
     d.load_state_dict(state)
     assert d.schedule.at(2)[0] == tau
-    assert d.schedule.for_prompts(tau, [1, 2, 9], [1, 1, 1]) == c.schedule.for_prompts(tau, [1, 2, 9], [1, 1, 1])
+    assert d.schedule.per_prompt(2, tau, [1, 2, 9]) == c.schedule.per_prompt(2, tau, [1, 2, 9])
 
 
 @pytest.mark.parametrize("extra, message", [

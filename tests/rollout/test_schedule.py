@@ -11,6 +11,7 @@ import torch
 
 from explorl.config import load_config
 from explorl.rollout.controllers import PromptStream
+from explorl.rollout.sampler import per_response_table
 from explorl.rollout.schedule import ScheduleDriver
 
 E3 = ["sampling.schedule=e3", "budget.policy=e3", "sampling.group_size=8", "run.steps=8"]
@@ -70,16 +71,17 @@ def test_a_deferred_entropy_is_the_mean_of_its_pieces():
     assert resumed.schedule.state_dict() == direct.schedule.state_dict()
 
 
-def test_the_plan_for_an_engine_and_for_explorls_sampler_describe_the_same_sampling():
+def test_the_plan_describes_one_sampling_for_every_engine():
     driver = _driver("sampling.schedule=ead", "budget.policy=uniform", "sampling.max_new_tokens=6",
                      "sampling.temperature=0.8")
     temps = driver.begin(2)
     assert temps.per_token and temps.train == 0.8
     engine = driver.plan([3, 4])
-    sampler = driver.plan([5], engine=False)
     assert engine.rollout_n == [8, 8] and engine.temperature == [0.8, 0.8] and engine.anneal[0]["step"] == 2
     table = temps.table(6)
-    assert table.tolist() == pytest.approx([sampler.sampler_temperature(t) for t in range(6)])
+    # explorl's sampler: each response's row of the plan's table is the schedule's
+    rows = per_response_table(engine.requests, engine.rollouts, 6)
+    assert rows.shape == (16, 6) and all(torch.equal(r, table) for r in rows)
     from explorl.integrations.vllm import token_factors
 
     torch.testing.assert_close(0.8 * token_factors([engine.anneal[0]] * 6, list(range(6))), table)

@@ -153,7 +153,7 @@ def test_a_full_disk_names_the_checkpoint_and_keeps_the_previous_one(run, tiny_m
 
 @pytest.mark.parametrize("file, damage, what", DAMAGE)
 def test_a_checkpoint_cut_short_is_found_without_loading_it(run, file, damage, what):
-    """What a resume checks before it writes anything (`check_checkpoint_files`, from `models.check_resume`)."""
+    """What a resume checks before it writes anything (`check_checkpoint_files`, from `resume_checks.check_resume`)."""
     from explorl.runs.checkpoint_damage import check_checkpoint_files
 
     check_checkpoint_files(run / "checkpoints" / "step_0000004")  # whole: nothing said

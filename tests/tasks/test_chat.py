@@ -65,17 +65,17 @@ def test_conversational_rows_load_and_need_the_template(tmp_path, chat_tokenizer
 
 def test_a_run_records_what_auto_resolved_to_and_trains_through_the_template(tmp_path, tiny_model_dir,
                                                                               char_tokenizer, monkeypatch):
-    import explorl.rollout.collect as collect
+    import explorl.rollout.sampler as sampler_module
     from explorl.train.loop import train
 
     seen = []
-    real_sample = collect.sample
+    real_sample = sampler_module.sample
 
     def recording_sample(model, prompts, *args, **kwargs):
         seen.extend(char_tokenizer.decode(p) for p in prompts)
         return real_sample(model, prompts, *args, **kwargs)
 
-    monkeypatch.setattr(collect, "sample", recording_sample)
+    monkeypatch.setattr(sampler_module, "sample", recording_sample)  # what the built sampler decodes with
 
     model_dir = tmp_path / "chat_model"
     import shutil

@@ -115,7 +115,7 @@ def test_offline_nothing_is_fetched_and_local_data_still_loads(tmp_path):
 
 
 def test_the_dry_run_checks_every_row_and_calls_the_reward(tmp_path, tiny_model_dir):
-    from explorl.models import check_run_inputs
+    from explorl.train.preflight import check_run_inputs
 
     saved = tmp_path / "saved"
     datasets.DatasetDict({"train": datasets.Dataset.from_dict(columns(10)),

@@ -118,7 +118,7 @@ def test_the_preflight_rows_are_spread_over_the_training_rows(tmp_path):
 
 
 def _dry_run_reward_lines(tmp_path, tiny_model_dir, data, *extra):
-    from explorl.models import check_run_inputs
+    from explorl.train.preflight import check_run_inputs
 
     cfg = load_config(None, [f"model.path={tiny_model_dir}", "task.name=file", f"task.path={data}",
                              "task.eval_size=2", "task.reward=row_rewards:fails_on_flagged_rows",
@@ -146,7 +146,7 @@ def test_the_preflight_applies_the_runs_failure_threshold(tmp_path, tiny_model_d
 
 
 def test_a_custom_reward_without_an_answer_pattern_is_warned_that_maj_reads_the_last_box(tmp_path, tiny_model_dir):
-    from explorl.models import check_run_inputs
+    from explorl.train.preflight import check_run_inputs
 
     data = write_rows(tmp_path / "d.jsonl", 6)
     base = [f"model.path={tiny_model_dir}", "task.name=file", f"task.path={data}", "task.eval_size=2",

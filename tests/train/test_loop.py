@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -37,18 +38,15 @@ def _records_without_timings(run_dir):
 def _update(model, opt, sched, parts: dict, adv, cfg, gen):
     """`update_policy` on hand-made tensors: token ids in `parts`, pi_old in `parts["logprobs"]` (None: the
     update's own forward), advantages `adv`."""
-    from types import SimpleNamespace
-
     from explorl.train.loop import update_policy
 
     mask = parts["mask"]
     n, t = mask.shape
-    ro = SimpleNamespace(prompt_ids=parts["prompt_ids"], prompt_mask=parts["prompt_mask"],
-                         response_ids=parts["response_ids"])
     batch = RolloutBatch(mask=mask, rewards=torch.zeros(n), group=torch.zeros(n, dtype=torch.long),
-                         max_response_len=t, logprobs=parts.get("logprobs"))
+                         max_response_len=t, logprobs=parts.get("logprobs"), prompt_ids=parts["prompt_ids"],
+                         prompt_mask=parts["prompt_mask"], response_ids=parts["response_ids"])
     prepared = PreparedBatch(advantages=adv, base_advantages=adv, loss_mask=mask, rewards=torch.zeros(n))
-    return update_policy(model, opt, sched, ro, batch, prepared, cfg, gen)
+    return update_policy(model, opt, sched, batch, prepared, cfg, gen)
 
 
 def _params(model_dir_or_run):
@@ -276,9 +274,17 @@ def test_a_first_step_that_compiles_is_known_before_it_starts(tiny_model):
     """Issue 56: the progress line says the first step compiles exactly when something compiles: the fused sampler
     (`sampling.compile`) or the fused training forward (`model.compile`), on a model the fused path takes."""
     from explorl.config import load_config
+    from explorl.rollout.sampler import Sampler
     from explorl.train.loop import compiles
 
-    assert compiles(load_config(None, []), tiny_model)
-    assert compiles(load_config(None, ["sampling.compile=false"]), tiny_model)  # the training forward still does
-    assert not compiles(load_config(None, ["sampling.compile=false", "model.compile=false"]), tiny_model)
-    assert not compiles(load_config(None, ["sampling.compile=false", "model.gradient_checkpointing=true"]), tiny_model)
+    def first_compiles(*overrides: str) -> bool:
+        cfg = load_config(None, list(overrides))
+        tok = SimpleNamespace(eos_token_id=1, pad_token_id=0)
+        return compiles(cfg, Sampler.from_config(tiny_model, tok, cfg.sampling))
+
+    assert first_compiles()
+    assert first_compiles("sampling.compile=false")  # the training forward still does
+    assert first_compiles("model.compile=false")  # the sampler does
+    assert not first_compiles("sampling.compile=false", "model.compile=false")
+    assert not first_compiles("sampling.compile=false", "model.gradient_checkpointing=true")
+    assert not first_compiles("sampling.fast_path=false", "model.compile=false")  # the generic decoder never does

@@ -12,8 +12,7 @@ import pytest
 
 from explorl import commands
 from explorl.config import load_config
-from explorl.models import check_run_inputs
-from explorl.models.checks import PROMPT_BATCH, check_prompts, model_tokenizer
+from explorl.train.preflight import PROMPT_BATCH, check_prompts, check_run_inputs, model_tokenizer
 
 EMBEDDED_CONTEXT = 512  # max_position_embeddings of src/explorl/embedded/config.json
 

@@ -47,7 +47,8 @@ def _run(model_dir, extra, adv_rows, on_policy: bool, skip: bool, monkeypatch):
             old, _ = response_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, mask, 1.0)
             old = old + 0.05 * torch.randn(16, 6, generator=gen) * mask  # pi_old a little off: ratios differ from 1
     batch = RolloutBatch(mask=mask, rewards=torch.zeros(16), group=torch.arange(16) // 4, max_response_len=6,
-                         logprobs=old)
+                         logprobs=old, prompt_ids=ro.prompt_ids, prompt_mask=ro.prompt_mask,
+                         response_ids=ro.response_ids)
     prepared = PreparedBatch(advantages=adv, base_advantages=adv, loss_mask=mask, rewards=torch.zeros(16))
     if not skip:
         monkeypatch.setattr(U, "idle_rows", lambda prepared, cfg: torch.zeros(len(prepared.advantages), dtype=bool))
@@ -60,7 +61,7 @@ def _run(model_dir, extra, adv_rows, on_policy: bool, skip: bool, monkeypatch):
 
     monkeypatch.setattr(U, "response_logprobs", counting)
     opt, sched = U.make_optimizer(model, cfg, torch.device("cpu"))
-    stats = U.update_policy(model, opt, sched, ro, batch, prepared, cfg, torch.Generator().manual_seed(0))
+    stats = U.update_policy(model, opt, sched, batch, prepared, cfg, torch.Generator().manual_seed(0))
     monkeypatch.undo()
     return {k: v.detach().clone() for k, v in model.named_parameters()}, stats, sum(graded)
 

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-TOKEN_FIELDS = ("logprobs", "behavior_logprobs", "ref_logprobs", "entropy")
+TOKEN_FIELDS = ("logprobs", "behavior_logprobs", "ref_logprobs", "entropy", "response_ids")
 ROW_FIELDS = ("rewards", "group", "lengths", "truncated")
+PROMPT_FIELDS = ("prompt_ids", "prompt_mask")
 
 
 class MissingInputError(KeyError):
@@ -39,6 +40,10 @@ class RolloutBatch:
     entropy:           [N, T] token entropy of pi_old at the training temperature.
     lengths:           [N] int64, response lengths in tokens (EOS included); default `mask.sum(-1)`.
     truncated:         [N] bool, the response hit the length limit without EOS; default all False.
+    prompt_ids:        [N, P] int64 prompt token ids, left-padded; what the update's forward reads (explorl's loop
+                       fills them from its `Rollouts`; an engine whose own trainer runs the forward leaves None).
+    prompt_mask:       [N, P] int64, 1 on real prompt tokens.
+    response_ids:      [N, T] int64 sampled token ids, padded after EOS.
     """
 
     mask: Tensor
@@ -51,6 +56,9 @@ class RolloutBatch:
     entropy: Tensor | None = None
     lengths: Tensor | None = None
     truncated: Tensor | None = None
+    prompt_ids: Tensor | None = None
+    prompt_mask: Tensor | None = None
+    response_ids: Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.mask.dim() != 2:
@@ -71,6 +79,10 @@ class RolloutBatch:
             if x is not None and tuple(x.shape) != (n, t):
                 raise ValueError(f"RolloutBatch.{name}: expected shape [N, T] = ({n}, {t}) like mask, "
                                  f"got {tuple(x.shape)}")
+        for name in PROMPT_FIELDS:
+            x = getattr(self, name)
+            if x is not None and (x.dim() != 2 or x.shape[0] != n):
+                raise ValueError(f"RolloutBatch.{name}: expected shape [N, P] with N = {n}, got {tuple(x.shape)}")
         if self.max_response_len is not None and self.max_response_len < 1:
             raise ValueError(f"RolloutBatch.max_response_len: must be >= 1, got {self.max_response_len}")
 
@@ -85,7 +97,7 @@ class RolloutBatch:
         return dataclasses.replace(self, **changes)
 
     def select(self, rows: Tensor, width: int | None = None) -> "RolloutBatch":
-        """Rows `rows` (and the first `width` token columns) of every tensor: a micro-batch."""
+        """Rows `rows` (and the first `width` response columns) of every tensor: a micro-batch."""
         def cut(name: str, x):
             if x is None or not isinstance(x, Tensor):
                 return x

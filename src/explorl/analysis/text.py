@@ -19,6 +19,8 @@ import re
 import unicodedata
 from collections.abc import Iterable
 
+from explorl.rewards import closing_brace
+
 __all__ = [
     "BOX", "format_issue", "ngram_redundancy", "repetition_issue", "language_mixing", "quality_report",
     "FORMAL_SYMBOLS", "LOGICAL_WORDS", "METACOGNITIVE_WORDS", "CATEGORIES", "token_category", "category_counts",
@@ -219,8 +221,6 @@ def cut_after_first_box(text: str) -> str:
     start = text.find(BOX)
     if start < 0:
         return text
-    from explorl.rewards import closing_brace
-
     end = closing_brace(text, start + len(BOX))
     return text[:end + 1] if end >= 0 else text
 

@@ -22,6 +22,7 @@ import argparse
 from rich.markup import escape
 
 import explorl.commands.common as common
+from explorl import __version__
 from explorl.commands import (analyze, bootstrap, compare, config, curves, demo, export, frontier, methods, probe,
                               rft, sft, train, venn)
 from explorl.commands import eval as eval_command  # (a name apart from the builtin eval)
@@ -35,8 +36,6 @@ COMMANDS = (train, eval_command, export, bootstrap, demo, rft, sft, venn, curves
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from explorl import __version__
-
     p = argparse.ArgumentParser(prog="explorl", description="RL with verifiable rewards, built around exploration")
     p.add_argument("--version", action="version", version=f"explorl {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
@@ -46,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from transformers.utils import logging as hf_logging
+    from transformers.utils import logging as hf_logging  # transformers: ~0.4 s that `import explorl.commands` skips
 
     hf_logging.disable_progress_bar()  # weight loading/saving bars of tiny models are noise beside ours
     parser = build_parser()

@@ -10,7 +10,9 @@ from rich.table import Table
 from rich.text import Text
 
 import explorl.commands.common as common
+from explorl.analysis.completions import completions_report, read_completions
 from explorl.commands.common import _show_report, add_overwrite_flag, refuse_to_replace
+from explorl.runs import nofollow
 
 
 def add_parser(sub) -> None:
@@ -27,7 +29,7 @@ def add_parser(sub) -> None:
 
 
 def cmd_analyze(args) -> int:
-    from explorl.report import analyze
+    from explorl.report import analyze  # matplotlib: ~0.3 s, paid only to plot
 
     refuse_to_replace(args.out, "--out", args.overwrite)
     if Path(args.run).is_file():
@@ -37,8 +39,6 @@ def cmd_analyze(args) -> int:
 
 
 def analyze_completions(path: Path, out: Path | None) -> int:
-    from explorl.analysis.completions import completions_report, read_completions
-
     console = common.console
     report = completions_report(read_completions(path))
     table = Table(title=f"{path.name}: {report['n']} completions, accuracy {report['accuracy']:.3f}, "
@@ -62,8 +62,6 @@ def analyze_completions(path: Path, out: Path | None) -> int:
         for ex in examples[:1]:
             console.print(Text(f"case ({issue}): problem {ex['problem']}, sample {ex['sample']}, reward "
                                f"{ex['reward']}: {ex['excerpt'][:200]!r}"))
-    from explorl.runs import nofollow
-
     out = out or path.with_name(path.name.removesuffix(".jsonl") + ".report.json")
     nofollow.write_file(out, json.dumps(report, indent=2))  # a symbolic link there is refused, never followed
     console.print(Text(f"wrote {out}"))

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import yaml
 from rich.text import Text
 
 import explorl.commands.common as common
+from explorl.config import ConfigError, from_dict
+from explorl.finetune.bootstrap import BootstrapConfig, bootstrap
 
 
 def add_parser(sub) -> None:
@@ -23,11 +26,6 @@ def add_parser(sub) -> None:
 def bootstrap_config(overrides: list[str]):
     """A `BootstrapConfig` from `key=value` arguments (values parsed as YAML); an unknown key or a malformed
     argument raises ConfigError naming it."""
-    import yaml
-
-    from explorl.finetune.bootstrap import BootstrapConfig
-    from explorl.config import ConfigError, from_dict
-
     fields = {}
     for item in overrides:
         key, eq, value = item.partition("=")
@@ -38,8 +36,6 @@ def bootstrap_config(overrides: list[str]):
 
 
 def cmd_bootstrap(args) -> int:
-    from explorl.finetune.bootstrap import bootstrap
-
     console = common.console
     target = Path(args.out)
     if (target / "config.json").exists() and not args.force:

@@ -9,10 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from explorl.config import ConfigError, load_config
+from explorl.config import DEVICES, ConfigError, load_config, valid_device
+from explorl.config.explain import explain, format_explanation
+from explorl.config.selection import import_plugins, use_python_path
+from explorl.config.trust import command_trust, recorded_settings, refuse_resumed_code
 
 console = Console()
 
@@ -43,8 +47,6 @@ def _check_ks_within_n(ks: list[int], n: int) -> None:
 
 def _check_device(device: str) -> None:
     """SystemExit naming --device when it is not a device explorl knows (`config.DEVICES`)."""
-    from explorl.config import DEVICES, valid_device
-
     if not valid_device(device):
         raise SystemExit(f"--device: {device!r} is not one of {DEVICES}")
 
@@ -78,8 +80,6 @@ def _config_source(args, command: str, example: str) -> tuple[Path | str, list[s
                                   f"(a resumed run uses {run / 'config.yaml'}; change it with key=value overrides)")
             overrides.insert(0, args.config)
         _refuse_remote_code_from_run(run, overrides)
-        from explorl.config.trust import refuse_resumed_code
-
         refuse_resumed_code(run, overrides, f"explorl {command} --resume {run}")  # before anything is imported
         return run / "config.yaml", overrides
     if args.config is None:
@@ -91,10 +91,6 @@ def _print_config_summary(path, overrides: list[str]):
     """Load and validate the config, print each key that differs from its default with the layer that set it and
     what the chosen methods cost (`explorl.config.explain`), in a few lines; returns the config. The whole resolved
     config is `explorl config FILE --resolved` (and a run's config.yaml)."""
-    from rich.markup import escape
-
-    from explorl.config.explain import explain, format_explanation
-
     explained = explain(path, overrides)
     console.rule("config")
     for line in format_explanation(explained, title=f"{path}: the keys that differ from their defaults"):
@@ -109,8 +105,6 @@ def _refuse_remote_code_from_run(run: Path, overrides: list[str]) -> None:
     """A run directory is not trusted to let a model's code run: ConfigError when RUN/config.yaml sets
     `model.trust_remote_code: true` (itself or through a `base:` or `methods:` file) and the command line does not
     say it again."""
-    from explorl.config.trust import recorded_settings
-
     recorded = recorded_settings(run / "config.yaml").get("model")  # {} when unreadable: loading names the problem
     recorded = recorded if isinstance(recorded, dict) else {}
     if recorded.get("trust_remote_code") is True and \
@@ -123,8 +117,6 @@ def _refuse_remote_code_from_run(run: Path, overrides: list[str]) -> None:
 def _use_code_flags(python_path: list[str], plugins: list[str]) -> None:
     """`--python-path DIR` (each an existing directory, searched first for modules from now on; workers inherit
     sys.path) and `--plugin MODULE` (imported now): code the user names on the command line."""
-    from explorl.config.selection import import_plugins, use_python_path
-
     missing = [d for d in python_path if not Path(d).expanduser().is_dir()]
     if missing:
         raise SystemExit(f"--python-path: {', '.join(missing)} is not a directory")
@@ -136,8 +128,6 @@ def _run_code_trust(args, opts: dict, command: str = "eval"):
     """What `explorl eval` (`frontier`, `probe`) was told to trust of an evaluated run's config.yaml
     (`config.trust.command_trust`): the code its `--plugin`, `--python-path` and `--task-opt reward=...` name;
     the run's held-out sets are not read with `--eval-set` (nor by a command without that flag)."""
-    from explorl.config.trust import command_trust
-
     flags = tuple(f for f in ("--plugin", "--python-path", "--task-opt", "--eval-set", "--config")
                   if hasattr(args, f[2:].replace("-", "_")))
     sets_read = hasattr(args, "eval_set") and not args.eval_set

@@ -20,7 +20,7 @@ def add_parser(sub) -> None:
 
 
 def cmd_compare(args) -> int:
-    from explorl.report import compare
+    from explorl.report import compare  # matplotlib: ~0.3 s, paid only to plot
 
     refuse_to_replace(args.out, "--out", args.overwrite)
     return _show_report(compare(args.runs, out=args.out or "runs/compare", smooth=args.smooth, band=args.band,

@@ -8,8 +8,11 @@ from rich.markup import escape
 from rich.table import Table
 
 import explorl.commands.common as common
-from explorl.config import load_config, reference
+from explorl.algos.registry import KINDS, names
+from explorl.config import dump_yaml, load_config, reference
+from explorl.config.explain import explain, format_explanation
 from explorl.config.layers import method_names
+from explorl.config.trust import refuse_recorded_code
 
 
 def add_parser(sub) -> None:
@@ -47,8 +50,6 @@ def cmd_config(args) -> int:
             print(f"| `{name}` | {tp} | `{default}` | {doc.replace('|', '/')} |")
     else:
         console.print(table)
-        from explorl.algos.registry import KINDS, names
-
         load_config()  # its validation imports every module that registers
         for kind in KINDS:
             console.print(f"[bold]{kind}[/]: {', '.join(names(kind))}")
@@ -58,13 +59,8 @@ def cmd_config(args) -> int:
 
 
 def _explain(args) -> int:
-    from explorl.config import dump_yaml
-    from explorl.config.explain import explain, format_explanation
-
     if "=" in args.config and not args.config.endswith((".yaml", ".yml")):
         raise SystemExit(f"explorl config: {args.config!r} looks like an override; give the CONFIG file first")
-    from explorl.config.trust import refuse_recorded_code
-
     refuse_recorded_code(args.config, args.overrides, f"explorl config {args.config}")  # a run's: its code named
     if args.resolved:
         print(dump_yaml(load_config(args.config, args.overrides)), end="")

@@ -11,6 +11,7 @@ from rich.text import Text
 
 import explorl.commands.common as common
 from explorl.commands.common import add_overwrite_flag, refuse_to_replace
+from explorl.evaluation.evaluate import check_same_base, paired_pass_difference
 
 
 def add_parser(sub) -> None:
@@ -26,7 +27,7 @@ def add_parser(sub) -> None:
 
 
 def cmd_curves(args) -> int:
-    from explorl.report.eval_plots import crossings, plot_k_curves
+    from explorl.report.eval_plots import crossings, plot_k_curves  # matplotlib: ~0.3 s, paid only to plot
 
     console = common.console
     refuse_to_replace(args.out, "--out", args.overwrite)
@@ -67,8 +68,6 @@ def cmd_curves(args) -> int:
     console.print(table)
     paired = {}
     if args.metric == "pass@k" and all("problems" in curves[n] for n in names):
-        from explorl.evaluation.evaluate import check_same_base, paired_pass_difference
-
         for warning in check_same_base(summaries):
             console.print(Text(f"warning: {warning}"), style="yellow")
 

@@ -4,6 +4,8 @@ again after Ctrl-C, it continues from the last checkpoint."""
 from __future__ import annotations
 
 import explorl.commands.common as common
+import explorl.train.demo as train_demo  # `train_demo.run_demo` looked up at call time: tests replace it
+from explorl.config import load_config
 
 
 def add_parser(sub) -> None:
@@ -14,13 +16,10 @@ def add_parser(sub) -> None:
 
 
 def cmd_demo(args) -> int:
-    from explorl.config import load_config
-    from explorl.train.demo import DEFAULT_CONFIG, interrupted_hint, run_demo
-
     try:
-        run_demo(args.config, args.overrides, console=common.console)
+        train_demo.run_demo(args.config, args.overrides, console=common.console)
     except KeyboardInterrupt:  # Ctrl-C: after a checkpoint, a demo continues with the demo's own command
-        out_dir = load_config(args.config or DEFAULT_CONFIG, args.overrides).run.out_dir
-        common.console.print(interrupted_hint(out_dir), soft_wrap=True)
+        out_dir = load_config(args.config or train_demo.DEFAULT_CONFIG, args.overrides).run.out_dir
+        common.console.print(train_demo.interrupted_hint(out_dir), soft_wrap=True)
         return 130
     return 0

@@ -4,17 +4,31 @@ evaluated as the run did; flags override)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
+import yaml
+from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
 import explorl.commands.common as common
+import explorl.evaluation.evaluate as evaluation  # `evaluation.evaluate` looked up at call time: tests replace it
+from explorl.analysis.completions import COMPLETION_FIELDS
+from explorl.analysis.measures import mean_answer_diversity
 from explorl.commands.common import (_check_device, _check_ks_within_n, _parse_ks, _print_table, _run_code_trust,
-                                     _task_opts, _unused_path, _use_code_flags, add_overwrite_flag,
-                                     refuse_to_replace)
+                                     _task_opts, _unused_path, _use_code_flags, add_overwrite_flag, refuse_to_replace)
+from explorl.config import ModelConfig, eval_set_task, from_dict, held_out_task
+from explorl.evaluation.evaluate import curve_ks, k_curves, match_entropy, sampled_entropy
 from explorl.evaluation.failures import report_reward_failures, reward_calls
+from explorl.evaluation.settings import resolve_eval_settings
+from explorl.models import load_model_under_test, weights_fingerprint
+from explorl.rewards import reward_versions
+from explorl.runs import nofollow
+from explorl.tasks import load_task
+from explorl.tasks.chat import prompt_encoder
+from explorl.train.preflight import check_eval_prompts
 
 
 def add_parser(sub) -> None:
@@ -83,8 +97,6 @@ def add_parser(sub) -> None:
 
 def _schedule_opts(items: list[str]) -> dict:
     """`--schedule-opt FIELD=VALUE` flags as a mapping, each value read as YAML (`d0=25` is the number 25)."""
-    import yaml
-
     out = {}
     for item in items:
         field, sep, raw = item.partition("=")
@@ -100,10 +112,6 @@ def _schedule_opts(items: list[str]) -> dict:
 def _eval_sets(flags: list[str], task_cfg, run_cfg) -> dict:
     """More held-out sets for `explorl eval`: `--eval-set NAME=MAPPING` (task settings as YAML, layered over the
     evaluated task's, `config.held_out_task`), or without flags the evaluated run's `run.eval_sets`."""
-    import yaml
-
-    from explorl.config import eval_set_task, held_out_task
-
     if run_cfg is not None:
         return {name: eval_set_task(run_cfg, name) for name in run_cfg.run.eval_sets}
     out = {}
@@ -124,8 +132,6 @@ def _fingerprints(run, run_cfg, model_path: str) -> dict:
     """What an evaluation record says about the weights: `model_fingerprint` of the evaluated weights (None for a
     training checkpoint, which holds only the trained tensors) and `base_fingerprint`, the model a run started from
     (its config's `model.fingerprint`) or, for a plain model, the model itself (`evaluate.check_same_base`)."""
-    from explorl.models import weights_fingerprint
-
     if run is None:
         fingerprint = weights_fingerprint(model_path)
         return {"model_fingerprint": fingerprint, "base_fingerprint": fingerprint}
@@ -136,12 +142,6 @@ def _fingerprints(run, run_cfg, model_path: str) -> dict:
 def cmd_eval(args) -> int:
     """Check the flags, resolve the settings (a run's own, flags override), load the model, evaluate it on the
     split and on each extra held-out set, print the table and write the summary (and what the flags ask for)."""
-    from explorl.config import ModelConfig, from_dict
-    from explorl.evaluation.settings import resolve_eval_settings
-    from explorl.finetune.bootstrap import load_model_under_test
-    from explorl.models.checks import check_eval_prompts
-    from explorl.rewards import reward_versions
-
     console = common.console
     ks = _eval_ks(args)
     _check_ks_within_n(ks, args.n)
@@ -173,8 +173,6 @@ def cmd_eval(args) -> int:
     failures: list = []
     summary, per_problem, sets = _evaluate_all(args, s, model, tok, ks, extra_sets, failures)
     if args.curve:
-        from explorl.evaluation.evaluate import k_curves
-
         summary["curve"] = k_curves(per_problem, seed=args.seed)
     if sets:
         summary["sets"] = sets
@@ -193,8 +191,6 @@ def cmd_eval(args) -> int:
     if args.analyze:
         _add_analysis(out, summary, per_problem, args.n)
         per_problem_path = per_problem_path or out_path.with_suffix(".problems.jsonl")
-    from explorl.runs import nofollow
-
     nofollow.write_file(out_path, json.dumps(out, indent=2))  # a symbolic link there is refused, never followed
     console.print(Text(f"wrote {out_path}"))
     failed = _reward_failures(failures, summary, s)
@@ -212,8 +208,6 @@ def _eval_ks(args) -> list[int]:
     if args.k is not None:
         return _parse_ks(args.k)
     if args.curve:
-        from explorl.evaluation.evaluate import curve_ks
-
         return curve_ks(args.n)
     return _parse_ks("1,2,4,8,16")
 
@@ -246,40 +240,30 @@ def _print_settings(s) -> None:
 def _evaluate_all(args, s, model, tok, ks: list[int], extra_sets: dict, failures: list) -> tuple[dict, list, dict]:
     """(summary, per-problem results) on the evaluated split, and the summary of each extra held-out set, reported
     on its own; every reward failure of the split is appended to `failures`."""
-    from rich.progress import Progress
-
-    from explorl.evaluation.evaluate import evaluate
-    from explorl.tasks import load_task
-    from explorl.tasks.chat import prompt_encoder
-
     with Progress(console=common.console, disable=not common.console.is_terminal) as bar:
         job = bar.add_task("eval", total=len(s.problems))
-        summary, per_problem = evaluate(model, tok, s.problems, s.task, n=args.n, ks=ks,
-                                        temperature=s.sampler_temperature, encode=prompt_encoder(tok, s.task_cfg),
-                                        top_p=s.top_p, max_new_tokens=s.max_new_tokens, seed=args.seed,
-                                        reward_timeout_s=s.task_cfg.reward_timeout_s, fast_path=s.fast_path,
-                                        compile=s.compile, cuda_graph=s.cuda_graph,
-                                        progress=lambda k: bar.advance(job, k), analyze=args.analyze,
-                                        keep_completions=bool(args.save_completions), failures=failures)
+        summary, per_problem = evaluation.evaluate(
+            model, tok, s.problems, s.task, n=args.n, ks=ks, temperature=s.sampler_temperature,
+            encode=prompt_encoder(tok, s.task_cfg), top_p=s.top_p, max_new_tokens=s.max_new_tokens, seed=args.seed,
+            reward_timeout_s=s.task_cfg.reward_timeout_s, fast_path=s.fast_path, compile=s.compile,
+            cuda_graph=s.cuda_graph, progress=lambda k: bar.advance(job, k), analyze=args.analyze,
+            keep_completions=bool(args.save_completions), failures=failures)
         sets = {}
         for set_name, set_cfg in extra_sets.items():
             set_task = load_task(set_cfg)
             set_problems = set_task.eval[: args.limit] if args.limit else set_task.eval
             job = bar.add_task(f"eval {set_name}", total=len(set_problems))
-            sets[set_name], _ = evaluate(model, tok, set_problems, set_task, n=args.n, ks=ks,
-                                         temperature=s.sampler_temperature, encode=prompt_encoder(tok, set_cfg),
-                                         top_p=s.top_p, max_new_tokens=s.max_new_tokens, seed=args.seed,
-                                         reward_timeout_s=set_cfg.reward_timeout_s, fast_path=s.fast_path,
-                                         compile=s.compile, cuda_graph=s.cuda_graph,
-                                         progress=lambda k, j=job: bar.advance(j, k))
+            sets[set_name], _ = evaluation.evaluate(
+                model, tok, set_problems, set_task, n=args.n, ks=ks, temperature=s.sampler_temperature,
+                encode=prompt_encoder(tok, set_cfg), top_p=s.top_p, max_new_tokens=s.max_new_tokens, seed=args.seed,
+                reward_timeout_s=set_cfg.reward_timeout_s, fast_path=s.fast_path, compile=s.compile,
+                cuda_graph=s.cuda_graph, progress=lambda k, j=job: bar.advance(j, k))
     return summary, per_problem, sets
 
 
 def _add_analysis(out: dict, summary: dict, per_problem, n: int) -> None:
     """`--analyze`: the unsolvable problems and the answer diversity added to the record `out`, and said with the
     branching factor and the entropy profile."""
-    from explorl.analysis.measures import mean_answer_diversity
-
     unsolvable = sorted(r.id for r in per_problem if not any(r.correct))
     out["unsolvable"] = unsolvable
     out["answer_diversity"] = mean_answer_diversity({r.id: r.answers for r in per_problem})
@@ -292,18 +276,11 @@ def _add_analysis(out: dict, summary: dict, per_problem, n: int) -> None:
 def _match_entropy(args, s, model, tok, model_cfg):
     """`--match-entropy`: the settings with the temperature at which the model's mean token entropy on the first
     `--calibration` problems equals the target (`evaluate.match_entropy`), and what was found, for the record."""
-    import dataclasses
-
-    from explorl.evaluation.evaluate import match_entropy, sampled_entropy
-    from explorl.tasks.chat import prompt_encoder
-
     calib = s.problems[:args.calibration]
     encode = prompt_encoder(tok, s.task_cfg)
     kw = dict(n=4, max_new_tokens=s.max_new_tokens, top_p=s.top_p, seed=args.seed, encode=encode,
               fast_path=s.fast_path, compile=s.compile, cuda_graph=s.cuda_graph)
     if args.match_entropy == "base":
-        from explorl.finetune.bootstrap import load_model_under_test
-
         base_model = model  # a plain model is its own base; a run's output is measured against its starting model
         if s.run is not None:
             base_cfg = dataclasses.replace(s.run_cfg.model, device=model_cfg.device, dtype=model_cfg.dtype)
@@ -352,9 +329,6 @@ def _out_path(given: str | None, label: str, task_name: str) -> Path:
 
 def _write_completions(path: Path, per_problem) -> None:
     """Every sampled completion with its problem, reward and extracted answer, one JSON line each."""
-    from explorl.analysis.completions import COMPLETION_FIELDS
-    from explorl.runs import nofollow
-
     path.parent.mkdir(parents=True, exist_ok=True)
     with nofollow.open_new(path) as f:  # a symbolic link there is refused, never followed
         for r in per_problem:
@@ -367,8 +341,6 @@ def _write_completions(path: Path, per_problem) -> None:
 
 def _write_per_problem(path: Path, per_problem) -> None:
     """One JSON line per problem: its results without the sampled texts."""
-    from explorl.runs import nofollow
-
     with nofollow.open_new(path) as f:  # a symbolic link there is refused, never followed
         for r in per_problem:
             f.write(json.dumps({k: v for k, v in r.__dict__.items() if k != "completions"}) + "\n")

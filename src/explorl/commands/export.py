@@ -5,12 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
 from rich.text import Text
 
 import explorl.commands.common as common
 from explorl.commands.common import add_overwrite_flag, refuse_to_replace
 from explorl.config import Config, ConfigError
 from explorl.config.recorded import recorded_model
+from explorl.models import (adapter_base, check_fingerprint, find_run_output, is_adapter_dir, load_causal_lm,
+                            load_run_output, resolve_dtype, resolve_model_path)
+from explorl.runs import nofollow
 
 
 def add_parser(sub) -> None:
@@ -28,10 +32,6 @@ def add_parser(sub) -> None:
 
 
 def cmd_export(args) -> int:
-    from explorl.models import (adapter_base, check_fingerprint, find_run_output, is_adapter_dir, load_causal_lm,
-                                load_run_output, resolve_dtype, resolve_model_path)
-    from explorl.runs import nofollow
-
     out = Path(args.out)
     refuse_to_replace(out, "--out", args.overwrite)
     # written as OUT.tmp and renamed, the replaced model kept as OUT.replaced until then: a symbolic link at any of
@@ -63,8 +63,6 @@ def cmd_export(args) -> int:
             check_fingerprint(run_cfg.model)
         model, tok, _ = load_run_output(run, run_cfg, device="cpu", dtype=args.dtype)
     else:
-        import torch
-
         model, tok = load_causal_lm(path, resolve_dtype(args.dtype, torch.device("cpu")))
     nofollow.make_dirs(tmp)  # a fresh, real directory: the model is written nowhere else
     model.save_pretrained(str(tmp))

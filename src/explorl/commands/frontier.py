@@ -3,15 +3,28 @@ model minus the first at equal entropy, paired over problems (`explorl.evaluatio
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
+from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
 import explorl.commands.common as common
+import explorl.evaluation.evaluate as evaluation  # `evaluation.evaluate` looked up at call time: tests replace it
 from explorl.commands.common import (_check_device, _check_ks_within_n, _parse_ks, _parse_list, _run_code_trust,
                                      _task_opts, add_overwrite_flag, refuse_to_replace)
+from explorl.commands.eval import _fingerprints
+from explorl.config import ModelConfig, from_dict
+from explorl.evaluation.evaluate import MixedModelsError, check_same_base
+from explorl.evaluation.frontier import FrontierPoint, entropy_grid, paired_frontier_difference, shared_entropy_range
+from explorl.evaluation.settings import resolve_eval_settings
+from explorl.metrics import bootstrap_ci, pass_at_k
+from explorl.models import load_model_under_test
+from explorl.rewards import reward_versions
+from explorl.runs import nofollow
+from explorl.tasks.chat import prompt_encoder
 
 
 def add_parser(sub) -> None:
@@ -58,8 +71,6 @@ PARTIAL = "frontier.partial.json"
 
 def _split_digest(problems) -> str:
     """Which problems were evaluated: a digest of their prompts and answers, in order."""
-    import hashlib
-
     text = "\x00".join(f"{p.prompt}\x01{p.answer}" for p in problems)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -83,21 +94,13 @@ def _recorded_points(path: Path, setting: dict, fingerprints: dict) -> dict:
 
 
 def _write_partial(path: Path, setting: dict, fingerprints: dict, points: dict) -> None:
-    from explorl.runs import nofollow
-
     nofollow.write_atomic(path, json.dumps({"setting": setting, "fingerprints": fingerprints, "points": points}))
 
 
 def cmd_frontier(args) -> int:
     """Evaluate every model at every temperature (reusing the points of frontier.partial.json), print the points
     and the paired differences at equal entropy, and write frontier.json and frontier.png to `--out`."""
-    from rich.progress import Progress
-
-    from explorl.evaluation.frontier import FrontierPoint
-    from explorl.report.eval_plots import plot_frontier
-    from explorl.rewards import reward_versions
-    from explorl.runs import nofollow  # --out's contents may be someone else's: no link there is followed
-
+    from explorl.report.eval_plots import plot_frontier  # matplotlib: ~0.3 s, paid only to plot
     console = common.console
     temps, ks, labels = _checked_flags(args)  # everything is checked before the first model loads
     settings = _same_split_settings(args)
@@ -158,8 +161,6 @@ def _checked_flags(args) -> tuple[list[float], list[int], list[str]]:
 def _same_split_settings(args) -> list:
     """Each model's evaluation settings (`resolve_eval_settings`). The first model's run fixes the task, length and
     top-p; the others are evaluated on exactly that split and judged by the same reward, or the command stops."""
-    from explorl.evaluation.settings import resolve_eval_settings
-
     opts = _task_opts(args.task_opt)
     trust = _run_code_trust(args, opts, "frontier")  # what a run's config.yaml may run: what --task-opt names
     settings = []
@@ -192,9 +193,6 @@ def _model_names(paths: list[str], labels: list[str], settings: list) -> list[st
 def _checked_fingerprints(names: list[str], paths: list[str], settings: list) -> dict:
     """Each model's fingerprints (`commands.eval._fingerprints`); the command stops when the models do not share a
     base (`evaluate.check_same_base`), and says its warnings."""
-    from explorl.commands.eval import _fingerprints
-    from explorl.evaluation.evaluate import MixedModelsError, check_same_base
-
     fingerprints = {name: _fingerprints(s.run, s.run_cfg, path) for name, path, s in zip(names, paths, settings)}
     try:
         warnings = check_same_base(fingerprints)
@@ -210,13 +208,6 @@ def _model_frontier(args, name: str, path: str, s, s0, temps: list[float], ks: l
     """One model's frontier points at every temperature, and each as recorded in frontier.json (with pass@k's
     bootstrap interval over problems). A point in `done` is reused; the model loads only when a point is missing,
     and every point evaluated is handed to `keep(key, point)` at once."""
-    from explorl.config import ModelConfig, from_dict
-    from explorl.evaluation.evaluate import evaluate
-    from explorl.evaluation.frontier import FrontierPoint
-    from explorl.finetune.bootstrap import load_model_under_test
-    from explorl.metrics import bootstrap_ci, pass_at_k
-    from explorl.tasks.chat import prompt_encoder
-
     console = common.console
     points, shown = [], []
     model = tok = encode = None
@@ -231,11 +222,11 @@ def _model_frontier(args, name: str, path: str, s, s0, temps: list[float], ks: l
                 model, tok = load_model_under_test(s.run, s.run_cfg, model_cfg, console)
                 encode = prompt_encoder(tok, s.task_cfg)
             job = bar.add_task(f"{name} T={t:g}", total=len(s.problems))
-            summary, results = evaluate(model, tok, s.problems, s.task, n=args.n, ks=ks, temperature=t,
-                                        encode=encode, top_p=s0.top_p, max_new_tokens=s0.max_new_tokens,
-                                        seed=args.seed, reward_timeout_s=s.task_cfg.reward_timeout_s,
-                                        fast_path=s.fast_path, compile=s.compile, cuda_graph=s.cuda_graph,
-                                        progress=lambda c, j=job: bar.advance(j, c))
+            summary, results = evaluation.evaluate(
+                model, tok, s.problems, s.task, n=args.n, ks=ks, temperature=t, encode=encode, top_p=s0.top_p,
+                max_new_tokens=s0.max_new_tokens, seed=args.seed, reward_timeout_s=s.task_cfg.reward_timeout_s,
+                fast_path=s.fast_path, compile=s.compile, cuda_graph=s.cuda_graph,
+                progress=lambda c, j=job: bar.advance(j, c))
             # problem ids as strings, as they read back from the JSON record
             point = FrontierPoint(t, summary["entropy"], args.n, {str(r.id): sum(r.correct) for r in results})
             keep(key, point)
@@ -268,8 +259,6 @@ def _paired_differences(frontiers: dict, names: list[str], ks: list[int], grid_s
     """Each model minus the first at equal sampling entropy, paired over problems, at `grid_size` entropies over
     the range all models reach ({name: {k: rows}}), printed as a table; empty (and said) when the ranges do not
     overlap, or for one model."""
-    from explorl.evaluation.frontier import entropy_grid, paired_frontier_difference, shared_entropy_range
-
     console = common.console
     low, high = shared_entropy_range(frontiers)
     paired: dict = {}

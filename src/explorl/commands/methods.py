@@ -8,6 +8,7 @@ and the papers' authors, titles and arXiv ids (`explorl.algos.papers.PAPERS`).""
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import inspect
 import re
 from pathlib import Path
@@ -17,6 +18,10 @@ from rich.markup import escape
 from rich.table import Table
 
 import explorl.commands.common as common
+from explorl.algos.papers import OWN, PAPERS
+from explorl.algos.registry import METHOD_KINDS, SECTIONS, SELECTED_BY, entries, lookup
+from explorl.config.schema import field_docs
+from explorl.config.validation import fill_registry
 
 
 def add_parser(sub) -> None:
@@ -36,9 +41,6 @@ def add_parser(sub) -> None:
 def method_entries() -> list:
     """Every registered entry of the method kinds (`METHOD_KINDS`; tasks are not methods), explorl's own modules
     imported first, in the order of the kinds then by name."""
-    from explorl.algos.registry import METHOD_KINDS, entries
-    from explorl.config.validation import fill_registry
-
     fill_registry()
     return [entry for kind in METHOD_KINDS for _, entry in sorted(entries(kind).items())]
 
@@ -65,8 +67,6 @@ def _shown(obj: Any) -> str:
 def site_location(site) -> tuple[str, int]:
     """(file, line) of a `Site`: the first line holding its marker in its function's source; ValueError when the
     function or the marker is not found (the step was changed without its registry's `ACTS_AT`)."""
-    import importlib
-
     parts = site.function.split(".")
     for cut in range(len(parts) - 1, 0, -1):
         try:
@@ -88,8 +88,6 @@ def site_location(site) -> tuple[str, int]:
 
 def option_defaults(entry) -> list[tuple[str, str, Any]]:
     """(config key, field, default) of each option the entry reads (its own, or those of `options_from`)."""
-    from explorl.algos.registry import SECTIONS, lookup
-
     owner = lookup(entry.kind, entry.options_from) if entry.options_from else entry
     if owner.options is None:
         return []
@@ -108,8 +106,6 @@ def _cite_text(cite) -> str:
 
 
 def _paper_text(short: str) -> str:
-    from explorl.algos.papers import OWN, PAPERS
-
     if short == OWN:
         return "explorl's own (in no paper; docs/methods.md defines it)"
     paper = PAPERS.get(short)
@@ -165,8 +161,6 @@ def _summary(entry) -> tuple[str, str, str, str, str]:
 
 
 def _title(kind: str) -> str:
-    from explorl.algos.registry import SELECTED_BY  # the config key that chooses an entry of each method kind
-
     return f"{kind} ({SELECTED_BY[kind]}; explorl methods NAME shows one in full)"
 
 
@@ -195,8 +189,6 @@ def _print_blocks(kind: str, rows: list[tuple[str, ...]]) -> None:
 
 
 def _print_entry(entry) -> None:
-    from explorl.config.schema import field_docs
-
     console = common.console
     doc = (inspect.getdoc(entry.fn) or "").split("\n\n")[0]
     console.print(f"[bold]{entry.kind} {escape(entry.name)}[/]: {escape(' '.join(doc.split()))}", soft_wrap=True)
@@ -237,6 +229,4 @@ def _entry_lines(entry) -> list[str]:
 
 
 def _options_class(entry) -> type:
-    from explorl.algos.registry import lookup
-
     return (lookup(entry.kind, entry.options_from) if entry.options_from else entry).options

@@ -16,10 +16,13 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import torch
 from rich.text import Text
 
 import explorl.commands.common as common
 from explorl.commands.common import _parse_list, _task_opts, add_overwrite_flag, refuse_to_replace
+from explorl.commands.probe_runs import RUNS, setup
+from explorl.runs import nofollow
 
 if TYPE_CHECKING:
     from explorl.commands.probe_runs import Context
@@ -114,8 +117,6 @@ def cmd_probe(args) -> int:
 
 def _clean(x):
     """JSON-ready: tensors as lists, NaN as None."""
-    import torch  # loaded already: only a probe's result is cleaned
-
     if isinstance(x, torch.Tensor):
         return _clean(x.tolist())
     if isinstance(x, float):
@@ -128,8 +129,6 @@ def _clean(x):
 
 
 def _write(args, ctx: Context, probe: str, result: dict, console) -> Path:
-    from explorl.runs import nofollow
-
     out = Path(args.out) if args.out else Path(f"runs/probe/{probe}-{ctx.label}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     nofollow.write_file(out, json.dumps(_clean({"probe": probe, "label": ctx.label, "settings": ctx.settings,
@@ -146,17 +145,13 @@ DRAW = {"position": lambda res, path: _draw("plot_position", res, path),
 
 
 def _draw(name: str, data, path: Path) -> Path:
-    from explorl.experiments import plots
+    from explorl.experiments import plots  # matplotlib: ~0.3 s, paid only to plot
 
     return getattr(plots, name)(_clean(data), path)
 
 
 def run(args, task_opts: dict, console) -> int:
     """Run probe `args.probe`: set up, probe, print, write the JSON and the PNG."""
-    import torch
-
-    from explorl.commands.probe_runs import RUNS, setup
-
     fn = RUNS[args.probe]
     ctx = setup(args, task_opts, console)
     if args.threads > 0:

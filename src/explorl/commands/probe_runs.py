@@ -15,8 +15,15 @@ from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
+from explorl.algos.step import requirements
+from explorl.analysis.measures import entropy_by_position, response_perplexity
 from explorl.commands.common import _check_device, _run_code_trust
+from explorl.config import ModelConfig, command_task, from_dict, load_config
 from explorl.experiments import probes as P
+from explorl.models import find_run_output, load_model_under_test, make_reference
+from explorl.rollout.engines import native
+from explorl.tasks import load_task
+from explorl.tasks.chat import prompt_encoder
 
 
 @dataclass
@@ -55,12 +62,10 @@ class Context:
     def sample(self, problems, n: int, generator: torch.Generator):
         """Rollouts of n samples per problem (one `sample` call), their rewards (the weighted sum training uses)
         and whether each is correct (`Task.correct`)."""
-        from explorl.rollout.engines.native import decode_responses, sample
-
-        ro = sample(self.model, [self.encode(p) for p in problems], n, eos_token_id=self.tok.eos_token_id,
+        ro = native.sample(self.model, [self.encode(p) for p in problems], n, eos_token_id=self.tok.eos_token_id,
                     pad_token_id=self.tok.pad_token_id, max_new_tokens=self.max_new_tokens,
                     temperature=self.temperature, top_p=self.top_p, generator=generator, fast_path=self.fast_path)
-        texts = decode_responses(self.tok, ro)
+        texts = native.decode_responses(self.tok, ro)
         group = ro.group.tolist()
         result = self.runner(texts, [problems[g].answer for g in group], [problems[g].meta for g in group])
         return ro, result.rewards, self.task.correct(result)
@@ -68,12 +73,6 @@ class Context:
 
 def setup(args, task_opts: dict, console) -> Context:
     """Load the model and the task as `explorl eval` does (run outputs included)."""
-    from explorl.finetune.bootstrap import load_model_under_test
-    from explorl.config import ModelConfig, command_task, from_dict, load_config
-    from explorl.models import find_run_output
-    from explorl.tasks import load_task
-    from explorl.tasks.chat import prompt_encoder
-
     _check_device(args.device)
     for flag in ("limit", "n", "k", "attempts"):
         if getattr(args, flag, 1) is not None and getattr(args, flag, 1) < (0 if flag == "limit" else 1):
@@ -131,8 +130,6 @@ def _bar(console):
 # --- the probes ---------------------------------------------------------------------------------------------------
 
 def _position(args, ctx: Context, console) -> dict:
-    from explorl.analysis.measures import entropy_by_position
-
     gen = ctx.generator(args.seed)
     rows: list[torch.Tensor] = []
     with _bar(console) as bar:
@@ -265,11 +262,6 @@ def _perturb(args, ctx: Context, console) -> dict:
 
 
 def _update(args, ctx: Context, console) -> dict:
-    from explorl.algos.step import requirements
-    from explorl.analysis.measures import response_perplexity
-    from explorl.config import load_config
-    from explorl.models import make_reference
-
     # the step takes the full lr (no warm-up); --set and --lr override the run's config or the defaults
     overrides = ["optim.warmup_steps=0", *args.set] + ([f"optim.lr={args.lr}"] if args.lr is not None else [])
     cfg = load_config(ctx.run_config_path, overrides)  # the run's training config, or the defaults

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import explorl.commands.common as common
+import explorl.train.preflight as preflight  # `preflight.check_run_inputs` looked up at call time: tests replace it
 from explorl.commands.common import _print_checks, _print_config_summary
+from explorl.finetune.rft import run_rft
 
 
 def add_parser(sub) -> None:
@@ -16,13 +18,9 @@ def add_parser(sub) -> None:
 
 
 def cmd_rft(args) -> int:
-    from explorl.finetune.rft import run_rft
-
     console = common.console
     cfg = _print_config_summary(args.config, list(args.overrides))
-    from explorl.models import check_run_inputs
-
-    checks = [c for c in check_run_inputs(cfg) if c[0] != "run.out_dir"]  # rft keeps its own output layout
+    checks = [c for c in preflight.check_run_inputs(cfg) if c[0] != "run.out_dir"]  # rft keeps its own output layout
     if args.dry_run:
         console.print("[green]config is valid[/] (dry run: nothing trained); checked without loading weights:")
         _print_checks(checks)

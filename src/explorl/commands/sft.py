@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 
 import explorl.commands.common as common
+import explorl.finetune.sft as finetune_sft  # `finetune_sft.run_sft` looked up at call time: tests replace it
+import explorl.train.preflight as preflight  # `preflight.check_run_inputs` likewise
 from explorl.commands.common import _config_source, _print_checks, _print_config_summary, _print_table
+from explorl.tasks import load_task
 
 
 def add_parser(sub) -> None:
@@ -23,22 +26,16 @@ def add_parser(sub) -> None:
 def cmd_sft(args) -> int:
     console = common.console
     cfg = _print_config_summary(*_config_source(args, "sft", "configs/sft.yaml"))
-    from explorl.models import check_run_inputs
-
-    checks = check_run_inputs(cfg, resume=args.resume, command="sft")  # the same checks before a real run
+    checks = preflight.check_run_inputs(cfg, resume=args.resume, command="sft")  # the same checks before a real run
     if args.dry_run:
-        from explorl.finetune.sft import worked_solutions
-        from explorl.tasks import load_task
-
-        with_solution, missing = worked_solutions(load_task(cfg.task), cfg.task.name, cfg.task.solution_field)
+        with_solution, missing = finetune_sft.worked_solutions(load_task(cfg.task), cfg.task.name,
+                                                               cfg.task.solution_field)
         checks.append(("sft data", f"{len(with_solution)} training problems with a worked solution"
                                    + (f" ({missing} without one are skipped)" if missing else "")))
         console.print("[green]config is valid[/] (dry run: nothing trained); checked without loading weights:")
         _print_checks(checks)
         return 0
-    from explorl.finetune.sft import run_sft
-
-    run_dir = run_sft(cfg, console=console, resume=args.resume)
+    run_dir = finetune_sft.run_sft(cfg, console=console, resume=args.resume)
     result = json.loads((run_dir / "eval.json").read_text())
     _print_table("held-out evaluation", {"sft": result}, cfg.run.eval_k)
     console.print(f"run directory: {run_dir} (evaluate it with `explorl eval --model {run_dir / 'final'}`)")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import explorl.commands.common as common
+import explorl.train.loop as loop  # `loop.train` looked up at call time: tests replace it
+import explorl.train.preflight as preflight  # `preflight.check_run_inputs` likewise
 from explorl.commands.common import _config_source, _print_checks, _print_config_summary, _print_table
 
 
@@ -21,16 +23,12 @@ def add_parser(sub) -> None:
 def cmd_train(args) -> int:
     console = common.console
     cfg = _print_config_summary(*_config_source(args, "train", "configs/quickstart.yaml"))
-    from explorl.models import check_run_inputs
-
-    checks = check_run_inputs(cfg, resume=args.resume)  # the same checks before a real run as for --dry-run
+    checks = preflight.check_run_inputs(cfg, resume=args.resume)  # the same checks before a real run as for --dry-run
     if args.dry_run:
         console.print("[green]config is valid[/] (dry run: nothing trained); checked without loading weights:")
         _print_checks(checks)
         return 0
-    from explorl.train.loop import train
-
-    run_dir = train(cfg, resume=args.resume, console=console)
+    run_dir = loop.train(cfg, resume=args.resume, console=console)
     result = json.loads((run_dir / "eval.json").read_text())
     _print_table("held-out evaluation", {"trained": result}, cfg.run.eval_k)
     console.print(f"run directory: {run_dir}")

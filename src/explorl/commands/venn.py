@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import explorl.commands.common as common
+from explorl.analysis.measures import set_overlaps, unsolvable_set
 from explorl.commands.common import add_overwrite_flag, refuse_to_replace
 
 
@@ -20,8 +21,7 @@ def add_parser(sub) -> None:
 
 
 def cmd_venn(args) -> int:
-    from explorl.analysis.measures import set_overlaps, unsolvable_set
-    from explorl.report.eval_plots import plot_venn
+    from explorl.report.eval_plots import plot_venn  # matplotlib: ~0.3 s, paid only to plot
 
     if not 2 <= len(args.files) <= 3:
         raise SystemExit("explorl venn: give 2 or 3 per-problem files written by `explorl eval --analyze`")

@@ -12,9 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from explorl.algos.registry import lookup
+from explorl.algos.step import requirements
 from explorl.config.building import to_dict
 from explorl.config.layers import Layer, _get, _leaves, read_layers
 from explorl.config.schema import Config
+from explorl.config.validation import load_config
 
 
 @dataclass
@@ -43,8 +46,6 @@ class Explanation:
 
 def explain(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Explanation:
     """Load and validate the config (`load_config`) and say where each non-default value came from."""
-    from explorl.config.validation import load_config
-
     cfg = load_config(path, overrides)
     layers = read_layers(path, overrides)
     return Explanation(cfg, sources(cfg, layers), implications(cfg, layers), layers)
@@ -78,9 +79,6 @@ def implications(cfg: Config, layers: list[Layer]) -> list[str]:
     """What the chosen methods cost beyond one sampling round and one update per step, one line each, naming the
     keys and where they were set: extra sampling rounds (DAPO's dynamic sampling), per-prompt budgets, several
     optimizer updates per rollout batch, a frozen reference model, an extra forward pass for pi_old."""
-    from explorl.algos.registry import lookup
-    from explorl.algos.step import requirements
-
     def src(*keys: str) -> str:
         named = [n for n in dict.fromkeys(source_of(k, layers) for k in keys) if n != "default"] or ["default"]
         return " <- " + ", ".join(named)

@@ -25,6 +25,9 @@ from typing import Any, Callable, Mapping
 
 import yaml
 
+from explorl.config.building import apply_override
+from explorl.config.layers import Layer, read_layers, settings
+from explorl.config.recorded import is_recorded_config
 from explorl.config.schema import ConfigError
 
 WHAT = {"run.plugins": "modules imported when the config is read",
@@ -99,8 +102,6 @@ def recorded_settings(path: str | Path) -> dict:
     """The settings of the config file `path` as loading reads them, as data (nothing imported): its `base:` and
     `methods:` files merged in, `run.python_path` filled in for the modules it names (`read_layers`); {} when it
     cannot be read (loading it names why)."""
-    from explorl.config.layers import read_layers, settings
-
     try:
         return settings(read_layers(Path(path)))
     except (ConfigError, OSError):
@@ -163,9 +164,6 @@ def refuse_resumed_code(run: str | Path, overrides: list[str], command: str) -> 
     """`explorl train --resume RUN` (and `sft`): RecordedCodeError when RUN/config.yaml names code in a setting the
     command line `overrides` does not set (an override that sets it says what runs: the same value or another).
     `command`: the command before its overrides (`explorl train --resume RUN`), for the line that repeats them."""
-    from explorl.config.building import apply_override
-    from explorl.config.layers import Layer
-
     given: dict = {}
     for o in overrides:
         try:
@@ -185,8 +183,6 @@ def refuse_resumed_code(run: str | Path, overrides: list[str], command: str) -> 
 def refuse_recorded_code(config: str | Path, overrides: list[str], command: str) -> None:
     """`refuse_resumed_code` when the config file a command is given is a run's config.yaml (`python
     examples/trl/train.py RUN/config.yaml ...`); nothing for any other file (a user's own)."""
-    from explorl.config.recorded import is_recorded_config
-
     if is_recorded_config(config):
         refuse_resumed_code(Path(config).parent, overrides, command)
 

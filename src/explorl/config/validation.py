@@ -296,6 +296,7 @@ def _validate_finite(section: Any, prefix: str, need) -> None:
 
 def _validate_rewards(t: TaskConfig, need) -> None:
     """`task.reward` entries and `task.reward_weights` (see `validate`)."""
+    # here, not at the top: `import explorl.config` loads no reward module
     from explorl.rewards import BUILTIN_REWARDS, reward_entries, reward_metric_name
 
     builtin = ", ".join(BUILTIN_REWARDS)

@@ -25,9 +25,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from explorl.models import build_char_tokenizer, count_parameters, tiny_qwen2, weights_fingerprint
+from explorl.evaluation.evaluate import evaluate
 from explorl.finetune.supervised import sft_batch, sft_example, supervised_step
+from explorl.models import build_char_tokenizer, count_parameters, tiny_qwen2, weights_fingerprint
+from explorl.rewards import extract_boxed
+from explorl.tasks import Task
+from explorl.tasks.arith import MAX_DIFFICULTY, MAX_OPERAND, OPERANDS, arith_task, default_reward
 
 
 @dataclass
@@ -82,8 +88,6 @@ class BootstrapConfig:
 
 def check_config(cfg: BootstrapConfig) -> None:
     """Raise ValueError naming the field when the mixture settings are out of range (before any training)."""
-    from explorl.tasks.arith import MAX_DIFFICULTY, MAX_OPERAND
-
     if not 0.0 <= cfg.rare_fraction < 1.0:
         raise ValueError(f"bootstrap.rare_fraction: a fraction in [0, 1), got {cfg.rare_fraction}")
     if not cfg.rare_difficulties or not all(1 <= d <= MAX_DIFFICULTY for d in cfg.rare_difficulties):
@@ -98,8 +102,6 @@ def training_problems(cfg: BootstrapConfig) -> tuple[list, list]:
     """(train, held_out) problems: `train_size` worked solutions, of which round(`rare_fraction` x `train_size`)
     come from the rare region, and the held-out split of `difficulties` that the stopping rule scores. With
     `rare_fraction` 0 exactly the embedded default's data."""
-    from explorl.tasks.arith import arith_task
-
     rare_count = round(cfg.rare_fraction * cfg.train_size)
     train, held_out = arith_task(cfg.difficulties, cfg.train_size - rare_count, cfg.eval_size, cfg.data_seed)
     if rare_count:
@@ -111,8 +113,6 @@ def training_problems(cfg: BootstrapConfig) -> tuple[list, list]:
 
 def mixture(cfg: BootstrapConfig) -> dict:
     """What the model was trained on, for bootstrap.json."""
-    from explorl.tasks.arith import OPERANDS
-
     rare_count = round(cfg.rare_fraction * cfg.train_size)
     out = {"main": {"difficulties": cfg.difficulties, "operands": list(OPERANDS),
                     "problems": cfg.train_size - rare_count}}
@@ -131,13 +131,6 @@ def _batches(seqs: list[list[int]], starts: list[int], batch: int, gen: torch.Ge
 
 def bootstrap(out_dir: str | Path, cfg: BootstrapConfig | None = None, *, console=None) -> Path:
     """Train and save the embedded default model to `out_dir` (atomically). Returns `out_dir`."""
-    from rich.console import Console
-
-    from explorl.evaluation.evaluate import evaluate
-    from explorl.tasks import Task
-    from explorl.tasks.arith import default_reward
-    from explorl.rewards import extract_boxed
-
     cfg = cfg or BootstrapConfig()
     check_config(cfg)
     console = console or Console()
@@ -165,8 +158,6 @@ def bootstrap(out_dir: str | Path, cfg: BootstrapConfig | None = None, *, consol
     history = []
     pass1 = 0.0
     step = 0
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     with Progress(TextColumn("[bold]bootstrap"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("{task.fields[info]}"), console=console, disable=not console.is_terminal) as bar:
         job = bar.add_task("sft", total=cfg.max_steps, info="")
@@ -207,18 +198,3 @@ def bootstrap(out_dir: str | Path, cfg: BootstrapConfig | None = None, *, consol
                   f"{info['seconds']:.0f}s, fingerprint {info['fingerprint']}")
     return out_dir
 
-
-def load_model_under_test(run, run_cfg, model_cfg, console=None):
-    """(model, tokenizer) of what `explorl eval` / `explorl probe` evaluate: a run's output (`models.find_run_output`:
-    RUN, RUN/final, RUN/checkpoints/step_N, with `run_cfg` its config) or the model directory / `embedded` of
-    `model_cfg`. A checkpoint is its run's base model plus the trained weights: the base must still be the model the
-    run started from (`model.fingerprint` of its config.yaml)."""
-    from explorl.models import check_fingerprint, load_policy, load_run_output
-
-    if run is not None:
-        if run.kind == "checkpoint":
-            check_fingerprint(run_cfg.model)
-        model, tok, _ = load_run_output(run, run_cfg, device=model_cfg.device, dtype=model_cfg.dtype)
-    else:
-        model, tok, _ = load_policy(model_cfg)
-    return model, tok

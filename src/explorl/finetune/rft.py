@@ -14,12 +14,16 @@ import random
 from pathlib import Path
 
 import torch
+from rich.table import Table
 
+from explorl.analysis.text import cut_after_first_box, rft_filter
 from explorl.config import Config, dump_yaml
 from explorl.evaluation.evaluate import decode_responses, evaluate, response_branching
+from explorl.finetune.supervised import sft_batch, sft_example, supervised_step
 from explorl.models import check_fingerprint, load_policy
 from explorl.rollout.engines.native import sample
-from explorl.finetune.supervised import sft_batch, sft_example, supervised_step
+from explorl.runs.jsonl import write_atomic
+from explorl.runs.log import RunLog
 from explorl.tasks import load_task
 from explorl.tasks.chat import prompt_encoder, prompt_text
 
@@ -69,9 +73,6 @@ def finetune(model, tok, samples: list[dict], *, epochs: int, lr: float, batch_s
 
 def run_rft(cfg: Config, *, console) -> Path:
     """Run `cfg.rft.iterations` RFT iterations; writes config.yaml, rft.json and final/ in `run.out_dir`."""
-    from explorl.runs.jsonl import write_atomic
-    from explorl.runs.log import RunLog
-
     f, s, r = cfg.rft, cfg.sampling, cfg.run
     cfg.model.fingerprint = check_fingerprint(cfg.model)  # config.yaml records which weights it started from
     # refused unless absent, empty or explorl's (`runlock.check_out_dir`); locked for this process to the end
@@ -127,8 +128,6 @@ def scored_candidates(model, tok, problems: list, task, runner, encode, cfg: Con
     says, each cut after its first box, with its prompt text (the one the sampler was given), whether it is
     correct and passes the rule filters, its mean token entropy and (with the `branching` strategy) its mean
     rollout branching factor."""
-    from explorl.analysis.text import cut_after_first_box, rft_filter
-
     f, s = cfg.rft, cfg.sampling
     candidates = []
     for start in range(0, len(problems), 64):
@@ -154,8 +153,6 @@ def scored_candidates(model, tok, problems: list, task, runner, encode, cfg: Con
 
 def _print_history(history: list[dict], cfg: Config, console) -> None:
     """pass@k and entropy of every iteration (0: the base model), as a table."""
-    from rich.table import Table
-
     table = Table(title=f"RFT, strategies: {', '.join(cfg.rft.strategies) or 'rule filters only'}")
     cols = [f"pass@{k}" for k in cfg.run.eval_k] + ["entropy"]
     for c in ["iteration", "selected", *cols]:

@@ -21,8 +21,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from explorl import __version__
+from explorl.config import to_dict
+from explorl.evaluation.evaluate import held_out_evaluator
 from explorl.finetune.supervised import labelled_tokens, sft_batch, sft_example, supervised_step
+from explorl.runs.checkpoints import load_checkpoint
+from explorl.runs.progress import format_duration
+from explorl.tasks import load_task
+from explorl.tasks.chat import prompt_text
+from explorl.train.setup import load_run_model, open_run_dir
+from explorl.train.update import lr_lambda
 
 if TYPE_CHECKING:
     from explorl.config import Config
@@ -47,8 +58,6 @@ def worked_solutions(task: Task, task_name: str, solution_field: str) -> tuple[l
 
 def sft_model_card(cfg: Config, summary: dict, steps: int, examples: int) -> str:
     """A short Hugging Face model card for `final/`."""
-    from explorl import __version__
-
     rows = "\n".join(f"| {k} | {v:.4f} |" for k, v in summary.items()
                      if k.split("@")[0] in ("pass", "maj", "avg", "worst") and isinstance(v, (int, float)))
     return "\n".join([
@@ -66,14 +75,6 @@ def run_sft(cfg: Config, *, console=None, resume: str | Path | None = None) -> P
     """Fine-tune `cfg.model` on the worked solutions of `cfg.task`'s training split as `cfg.sft` and `cfg.optim`
     say; returns the run directory (`cfg.run.out_dir`, which must not hold a run yet, or `resume`: a run of this
     command continued from its last checkpoint, with the same batches as an uninterrupted run)."""
-    from rich.console import Console
-
-    from explorl.config import to_dict
-    from explorl.evaluation.evaluate import held_out_evaluator
-    from explorl.train.setup import load_run_model, open_run_dir
-    from explorl.tasks import load_task
-    from explorl.tasks.chat import prompt_text
-
     console = console or Console()
     r, f = cfg.run, cfg.sft
     task = load_task(cfg.task)
@@ -114,8 +115,6 @@ def run_sft(cfg: Config, *, console=None, resume: str | Path | None = None) -> P
 
 def _optimizer(model, cfg: Config, device: torch.device, total: int):
     """AdamW over the trainable parameters and its learning-rate schedule over `total` steps (`cfg.optim`)."""
-    from explorl.train.update import lr_lambda
-
     o = cfg.optim
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay,
@@ -132,8 +131,6 @@ def _resumed_step(log, total: int, model, optimizer, scheduler, console) -> int 
         return None
     start = 0
     if log.checkpoints():
-        from explorl.runs.checkpoints import load_checkpoint
-
         start = int(load_checkpoint(log.checkpoints()[-1], model, optimizer, scheduler)["step"])  # data only
         console.print(f"resuming {log.dir} after step {start} of {total}", highlight=False)
     log.truncate_metrics(start, step_key="sft/loss")  # the records after the checkpoint (all, without one)
@@ -145,10 +142,6 @@ def _train_steps(cfg: Config, model, tok, device, optimizer, scheduler, seqs: li
     """The optimizer steps after `start` up to `total`: each epoch's shuffled batches (the permutations of an
     uninterrupted run, the batches before `start` skipped), one metrics record per step, the held-out evaluations
     and checkpoints of `run.eval_every` / `run.save_every` on the way."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from explorl.runs.progress import format_duration
-
     r, o, f = cfg.run, cfg.optim, cfg.sft
     shuffle = torch.Generator().manual_seed(r.seed)
     t0 = time.monotonic()

@@ -14,15 +14,21 @@ gathers what it has and calls them; nothing here imports TRL or verl.
 from __future__ import annotations
 
 import json
+from importlib.metadata import PackageNotFoundError, version
 from types import SimpleNamespace
 
 import torch
+from rich.console import Console
 
 from explorl.config import Config
+from explorl.evaluation.evaluate import held_out_evaluator
 from explorl.runs import nofollow
 from explorl.runs.final import model_card
 from explorl.runs.log import RunLog
 from explorl.runs.metrics import rollout_metrics
+from explorl.tasks import load_task
+from explorl.tasks.chat import prompt_encoder
+from explorl.train.setup import open_run_dir
 
 __all__ = ["open_engine_run", "step_record", "finish_engine_run"]
 
@@ -36,8 +42,6 @@ def open_engine_run(cfg: Config, engine: str, *, resume: bool = False, **launch)
     `resume=True` continues the directory (config.yaml rewritten, its change history kept, as `--resume`); otherwise
     a directory that already holds a run is refused, naming the fix.
     """
-    from explorl.train.setup import open_run_dir
-
     log = open_run_dir(cfg, cfg.run.out_dir if resume else None)
     record = {"engine": engine, "version": _version(engine), **launch}
     nofollow.write_atomic(log.dir / ENGINE_FILE, json.dumps(record, indent=1, default=str))  # never through a link
@@ -45,8 +49,6 @@ def open_engine_run(cfg: Config, engine: str, *, resume: bool = False, **launch)
 
 
 def _version(engine: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version(engine)
     except PackageNotFoundError:
@@ -91,12 +93,6 @@ def finish_engine_run(log: RunLog, cfg: Config, model, tok, step: int) -> dict:
     """After the engine's last step: explorl's held-out evaluation of `model` (the task's split and `run.eval_sets`,
     `run.eval_n` samples per problem, as `explorl train` ends), `final/` with a model card, the `eval/*` record and,
     last, `eval.json` (which marks the run complete). Returns the evaluation summary."""
-    from rich.console import Console
-
-    from explorl.evaluation.evaluate import held_out_evaluator
-    from explorl.tasks import load_task
-    from explorl.tasks.chat import prompt_encoder
-
     task = load_task(cfg.task)
     was_training = model.training
     # reward failures said on the console, as `explorl train`'s own evaluation says them

@@ -3,6 +3,7 @@ two different models are never paired or pooled silently."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from explorl.config import ConfigError, ModelConfig
@@ -18,8 +19,6 @@ def weights_fingerprint(path: str | Path) -> str:
     fingerprint too. Recorded in `bootstrap.json`, in every run's `config.yaml` (`model.fingerprint`) and in every
     evaluation record, so results of two different models are never paired or pooled silently. Memoised per
     process by (path, file sizes, modification times); a 15 GB checkpoint takes some seconds the first time."""
-    import hashlib
-
     path = resolve_model_path(str(path))
     files = sorted(f for f in path.iterdir() if f.is_file() and f.name.endswith(WEIGHT_SUFFIXES)
                    and f.name not in ("training_args.bin", "optimizer.pt", "scheduler.pt", "rng_state.pth"))

@@ -3,6 +3,7 @@ directory (`adapter_config.json`) whose base model is a local directory too. Hub
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -58,8 +59,6 @@ def is_adapter_dir(path: str | Path) -> bool:
 def adapter_base(adapter_dir: str | Path) -> Path:
     """The local base model directory of a LoRA adapter: `base_model_name_or_path` in its adapter_config.json, as
     written (absolute, or relative to the working directory) or relative to the adapter directory."""
-    import json
-
     p = Path(adapter_dir)
     try:
         base = json.loads((p / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")

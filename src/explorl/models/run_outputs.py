@@ -1,6 +1,7 @@
 """A run's outputs as models: `RUN/final` (a full model, or a LoRA adapter) and `RUN/checkpoints/step_N` (the
 trained tensors, `trainable.safetensors`, on top of the run's own model). `find_run_output` tells what a path
-names; `load_run_output` loads it as a plain model, for evaluation and export."""
+names; `load_run_output` loads it as a plain model, for evaluation and export; `load_model_under_test` is what
+`explorl eval`, `frontier` and `probe` evaluate (a run's output or a model directory)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import dataclasses
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file
 
 from explorl.config import Config, LoraConfig
 from explorl.config.recorded import is_run_dir
+from explorl.models.fingerprint import check_fingerprint
 from explorl.models.loading import is_peft, load_policy
 
 
@@ -58,8 +61,6 @@ def find_run_output(path: str | Path) -> RunOutput | None:
 
 def load_trainable(model, checkpoint_dir: str | Path) -> None:
     """Copy a checkpoint's `trainable.safetensors` (the parameters that were trained) into `model`."""
-    from safetensors.torch import load_file
-
     path = Path(checkpoint_dir)
     weights = load_file(str(path / "trainable.safetensors"))
     named = dict(model.named_parameters())
@@ -88,3 +89,17 @@ def load_run_output(out: RunOutput, run_cfg: Config, device: str = "auto", dtype
     if is_peft(model):
         model = model.merge_and_unload()
     return model, tok, dev
+
+
+def load_model_under_test(run, run_cfg, model_cfg, console=None):
+    """(model, tokenizer) of what `explorl eval` / `explorl probe` evaluate: a run's output (`models.find_run_output`:
+    RUN, RUN/final, RUN/checkpoints/step_N, with `run_cfg` its config) or the model directory / `embedded` of
+    `model_cfg`. A checkpoint is its run's base model plus the trained weights: the base must still be the model the
+    run started from (`model.fingerprint` of its config.yaml)."""
+    if run is not None:
+        if run.kind == "checkpoint":
+            check_fingerprint(run_cfg.model)
+        model, tok, _ = load_run_output(run, run_cfg, device=model_cfg.device, dtype=model_cfg.dtype)
+    else:
+        model, tok, _ = load_policy(model_cfg)
+    return model, tok

@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from explorl.report.html import HtmlTable, Page, write_page
-from explorl.report.plots import PLOTS, PlotFile, make_plots, plot_difference, run_labels
+from explorl.analysis.measures import entropy_performance_fit
 from explorl.report.configs import MISSING, config_differences
 from explorl.report.examples import example_completions, load_samples
+from explorl.report.html import HtmlTable, Page, write_page
+from explorl.report.plots import PLOTS, PlotFile, make_plots, plot_difference, run_labels
 from explorl.report.runs import Run, RunError, load_run
 from explorl.report.seeds import SeedStat, group_by_config, group_labels, seed_mean, seed_stat
 from explorl.runs import nofollow
@@ -64,8 +65,6 @@ def final_table(run: Run) -> HtmlTable:
 
 def fit_table(run: Run) -> HtmlTable:
     """Entropy-performance fit R = -a exp(H) + b over the run's steps (STILL; `entropy_performance_fit`)."""
-    from explorl.analysis.measures import entropy_performance_fit
-
     pairs = [(r["entropy/mean"], r["reward/mean"]) for r in run.steps
              if isinstance(r.get("entropy/mean"), (int, float)) and isinstance(r.get("reward/mean"), (int, float))]
     title = "entropy-performance fit: reward = -a exp(H) + b over training steps"

@@ -5,9 +5,13 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import re
 from typing import TYPE_CHECKING, Any
+
+from explorl.algos.registry import SECTIONS, entries
+from explorl.config.selection import fill_registry
 
 if TYPE_CHECKING:
     from explorl.report.runs import Run
@@ -140,11 +144,6 @@ def config_differences(groups: list[list[Run]]) -> list[dict[str, Any]]:
 def _option_defaults(section: str, name: str) -> dict | None:
     """The default options of the registered entry `name` of a `section` (algo, sampling, budget) as plain data, or
     None when no entry of that section has options under that name (a plugin's not imported here)."""
-    import dataclasses
-
-    from explorl.algos.registry import SECTIONS, entries
-    from explorl.config.selection import fill_registry
-
     fill_registry()
     for kind, owner in SECTIONS.items():
         entry = entries(kind).get(name) if owner == section else None

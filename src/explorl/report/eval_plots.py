@@ -7,8 +7,10 @@ from pathlib import Path
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.patches import Circle
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
+from explorl.analysis.measures import set_overlaps
 from explorl.report.style import legend_outside, model_colours, save_png, style_axes
 from explorl.runs import nofollow
 
@@ -130,10 +132,6 @@ def plot_venn(sets: dict[str, set], path: str | Path, title: str = "unsolvable p
 
     Circles of equal size with the count of every region written in it (`analysis.measures.set_overlaps`).
     """
-    from matplotlib.patches import Circle
-
-    from explorl.analysis.measures import set_overlaps
-
     names = list(sets)
     if not 2 <= len(names) <= 3:
         raise ValueError(f"plot_venn: give 2 or 3 sets, got {len(names)}")

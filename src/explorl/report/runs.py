@@ -13,6 +13,7 @@ from typing import Any
 
 from explorl.config.files import read_yaml
 from explorl.config.schema import ConfigError
+from explorl.rewards import reward_entries, reward_metric_name
 
 
 class RunError(ValueError):
@@ -88,8 +89,6 @@ class Run:
     def reward_functions(self) -> list[str]:
         """The metric names (`reward/<name>`, `rewards.reward_metric_name`) of the run's reward functions when its
         config's `task.reward` names several (each then logs its own mean); empty for a single function."""
-        from explorl.rewards import reward_entries, reward_metric_name
-
         task = self.config.get("task")
         spec = task.get("reward") if isinstance(task, dict) else None
         if not isinstance(spec, (str, list)) or not spec:

@@ -11,6 +11,7 @@ that call `setsid()` and lose their parent in the tree: they are re-parented to 
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -29,8 +30,6 @@ def _prctl(option: int, value: int) -> bool:
     if not LINUX:
         return False
     try:
-        import ctypes
-
         libc = ctypes.CDLL(None, use_errno=True)
         return libc.prctl(option, value, 0, 0, 0) == 0
     except (OSError, AttributeError):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 import os
 import pickle
+import resource
 import signal
 import sys
 import threading
@@ -129,8 +130,6 @@ def worker_main(fd: int, memory_mb: int, parent_pid: int = 0, death_signal: bool
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it then closes the pool
     _start(fd, parent_pid, death_signal)
     if memory_mb > 0:
-        import resource
-
         # The cap is on top of what the interpreter maps already, so it means the same wherever it runs.
         limit = _vm_bytes() + memory_mb * 2**20
         hard = resource.getrlimit(resource.RLIMIT_AS)[1]

@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 import torch
 
 from explorl.rollout.controllers import PromptStream
-from explorl.rollout.engines.native import Rollouts, decode_responses, sample
+from explorl.rollout.engines.native import decode_responses
+from explorl.rollout.rollouts import Rollouts
+from explorl.rollout.sampler import Sampler
 from explorl.rollout.schedule import ScheduleDriver
 
 
@@ -40,14 +42,12 @@ class Collected:
     """Per response of `rollouts`: correct by the task's rule (`Task.correct`: one reward entry and a threshold)."""
 
 
-def collect_rollouts(model, tok, task, runner, stream: PromptStream, driver: ScheduleDriver, *, batch_size: int,
-                     max_new_tokens: int, top_p: float, fast_path: bool, step: int, compile: bool = False,
-                     cuda_graph: bool = False, generator: torch.Generator, encode=None, engine=None) -> Collected:
+def collect_rollouts(sampler: Sampler, tok, task, runner, stream: PromptStream, driver: ScheduleDriver, *,
+                     batch_size: int, step: int, generator: torch.Generator, encode=None) -> Collected:
     """Sample and score `batch_size` prompts' groups at 0-based training step `step`, which this begins on the
-    schedule `driver` (the caller ends it once the batch's entropy is known). `encode(problem)` gives the prompt's
-    token ids (`tasks.chat.prompt_encoder`; default: the prompt text as it is). `engine`: a
-    `rollout.engines.vllm.VllmRollouts` that samples instead of explorl's sampler (`sampling.engine: vllm`),
-    given the same budgets and each prompt's temperature as the driver plans it for an engine (`Plan.requests`)."""
+    schedule `driver` (the caller ends it once the batch's entropy is known). `sampler`: the run's, built once
+    (explorl's decoder or the vLLM engine), given each round's plan. `encode(problem)` gives the prompt's token ids
+    (`tasks.chat.prompt_encoder`; default: the prompt text as it is)."""
     encode = encode or (lambda p: tok.encode(p.prompt, add_special_tokens=False))
     temps = driver.begin(step)
     stats = dict(temps.stats)
@@ -60,20 +60,9 @@ def collect_rollouts(model, tok, task, runner, stream: PromptStream, driver: Sch
     while True:
         epoch = stream.epoch
         ids = stream.next(batch_size - len(problems))
-        plan = driver.plan(ids, new_pass=stream.epoch != epoch, engine=engine is not None)
+        plan = driver.plan(ids, new_pass=stream.epoch != epoch)
         round_problems = [task.train[i] for i in ids]
-        prompts = [encode(p) for p in round_problems]
-        if engine is None:
-            ro = sample(model, prompts, plan.rollouts, eos_token_id=tok.eos_token_id,
-                        pad_token_id=tok.pad_token_id, max_new_tokens=max_new_tokens,
-                        temperature=plan.sampler_temperature, top_p=top_p,
-                        generator=generator, fast_path=fast_path, compile=compile, cuda_graph=cuda_graph)
-        else:  # the engine's requests are seeded from the run's generator, so a resumed step samples the same
-            seed = int(torch.randint(2**31 - 1, (1,), generator=generator, device=generator.device))
-            ro = engine.sample(prompts, plan.rollouts, plan.requests,
-                               eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                               max_new_tokens=max_new_tokens, top_p=top_p, seed=seed,
-                               device=next(model.parameters()).device)
+        ro = sampler.sample([encode(p) for p in round_problems], plan, generator)
         round_texts = decode_responses(tok, ro)
         group = ro.group.tolist()
         rr = runner(round_texts, [round_problems[g].answer for g in group], [round_problems[g].meta for g in group])

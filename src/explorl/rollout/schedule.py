@@ -7,7 +7,7 @@ configured temperature schedule (`sampling.schedule`, `rollout.temperature_sched
 `ScheduleDriver`, in this order:
 
     temps = driver.begin(step)              # 0-based step: the schedule's sampler and training temperatures
-    plan = driver.plan(prompt_ids)          # each round: rollouts per prompt, each prompt's temperature
+    plan = driver.plan(prompt_ids)          # each round: rollouts per prompt, each prompt's `PromptTemperature`
     driver.observe_rewards(ids, rewards)    # each round: each prompt's rewards (E3's ranks, success rates)
     driver.end(entropy)                     # the batch's mean token entropy at the training temperature (E3)
 
@@ -17,12 +17,13 @@ are recomputed and its curriculum widens) are counted from the prompts planned, 
 says (`plan(..., new_pass=)`: explorl's `PromptStream`). An entropy measured piecewise (TRL's update forwards, on
 several processes) is summed with `defer_entropy` / `add_entropy` and fed back by `end(reduce=...)`.
 
-Where a per-token temperature (EAD, RevEAD, a user's `per_token` schedule) acts, per engine: `begin` gives the
-sampler temperature as a function of the token position (`StepTemperatures.sampler`, `table`); explorl's sampler
-takes it as `plan(..., engine=False).sampler_temperature` (a callable, or a `[N, T]` table per response); an
-inference engine takes `plan(...).requests` (`PromptTemperature`: a request temperature and the annealing arguments
-that `integrations.vllm.EADLogitsProcessor` evaluates per token), which explorl's vLLM engine and verl's agent loop
-send with each request; TRL's transformers generation divides token t's scores by `table[t]`
+Where a per-token temperature (EAD, RevEAD, a user's `per_token` schedule) acts, per engine: a plan says it one
+way whatever the engine, `plan(...).requests` (`PromptTemperature` per prompt: a request temperature and the
+annealing arguments of the schedule's per-token function); explorl's sampler turns each into its per-token table
+(`PromptTemperature.table`, `rollout.sampler.Sampler.sample`), explorl's vLLM engine and verl's agent loop send it
+with each request (`integrations.vllm.EADLogitsProcessor` evaluates it per token); `begin` gives the step's sampler
+temperature as a function of the token position (`StepTemperatures.sampler`, `table`), and TRL's transformers
+generation divides token t's scores by `table[t]`
 (`integrations.trl.generation.PerTokenTemperature`) and TRL's vLLM generation sends the requests' arguments. The
 optimised policy stays at `StepTemperatures.train` (docs/methods.md §6a).
 
@@ -83,11 +84,9 @@ class Plan:
     train_temperature: float
     stats: dict[str, float]
     """The schedule's metrics for the step."""
-    requests: list[PromptTemperature] | None = None
-    """Each prompt's sampling as an inference engine takes it (vLLM, verl's agent loop); `plan(engine=True)`."""
-    sampler_temperature: Any = None
-    """explorl's sampler's `temperature` argument for these prompts and rollouts (a number, one per prompt, a
-    per-token function or a `[N, T]` table per response); `plan(engine=False)`."""
+    requests: list[PromptTemperature]
+    """How each prompt is sampled (a request temperature and annealing arguments), the one temperature form every
+    engine takes: explorl's sampler turns it into its per-token table, vLLM and verl's agent loop send it."""
 
     @property
     def rollout_n(self) -> list[int]:
@@ -97,12 +96,12 @@ class Plan:
     @property
     def temperature(self) -> list[float]:
         """Each prompt's request temperature."""
-        return [r.temperature for r in self.requests or ()]
+        return [r.temperature for r in self.requests]
 
     @property
     def anneal(self) -> list[dict | None]:
         """Each prompt's annealing arguments (`integrations.vllm`), or None."""
-        return [r.anneal for r in self.requests or ()]
+        return [r.anneal for r in self.requests]
 
 
 class ScheduleDriver:
@@ -139,9 +138,9 @@ class ScheduleDriver:
             raise RuntimeError("ScheduleDriver: begin(step) first")
         return self.temperatures
 
-    def plan(self, prompt_ids: Sequence[int], *, new_pass: bool | None = None, engine: bool = True) -> Plan:
-        """The round's plan for `prompt_ids` in the step begun: rollouts per prompt and each prompt's temperature,
-        as an inference engine takes it (`engine`: `requests`) or as explorl's sampler does (`sampler_temperature`).
+    def plan(self, prompt_ids: Sequence[int], *, new_pass: bool | None = None) -> Plan:
+        """The round's plan for `prompt_ids` in the step begun: rollouts per prompt and each prompt's temperature
+        (`requests`), whatever the engine.
 
         A pass over the data ends (the budget policy's `end_of_pass`) before the prompt that crosses one: by the
         count of prompts planned, or where `new_pass` (the caller's prompt stream began a new pass) says."""
@@ -153,19 +152,14 @@ class ScheduleDriver:
         for _ in range(passes):
             self.budget.end_of_pass()
         rollouts = self.budget.budgets(ids)
-        plan = Plan(temps.step, ids, rollouts, float(temps.train), dict(temps.stats))
-        if engine:
-            plan.requests = self.requests(ids)
-        else:
-            plan.sampler_temperature = self.schedule.for_prompts(temps.sampler, ids, rollouts)
-        return plan
+        return Plan(temps.step, ids, rollouts, float(temps.train), dict(temps.stats), self.requests(ids))
 
     def _pass_of(self, count: int) -> int:
         """The pass the `count`-th planned prompt belongs to (as `PromptStream` passes over the data)."""
         return (count - 1) // self.num_prompts if count > 0 else 0
 
     def requests(self, prompt_ids: Sequence[int]) -> list[PromptTemperature]:
-        """Each prompt's sampling in the step begun, as an inference engine takes it (the schedule's `per_prompt`)."""
+        """Each prompt's sampling in the step begun, as every engine takes it (the schedule's `per_prompt`)."""
         temps = self._begun()
         return self.schedule.per_prompt(temps.step, temps.sampler, prompt_ids)
 

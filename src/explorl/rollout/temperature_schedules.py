@@ -3,10 +3,10 @@ the per-prompt adaptive schedule); the maths they call is `rollout.temperature` 
 
 Each is a factory `(cfg: Config, vocab_size[, *, options]) -> schedule` with its options dataclass
 (`sampling.<schedule>.<field>`). A schedule has `at(step) -> (sampler temperature, training temperature, stats)` for
-the 0-based step (the sampler temperature may be a function of the token position: EAD), `for_prompts(temperature,
-prompt_ids, budgets)` (explorl's sampler's `temperature` argument for a round: `at`'s unless the schedule sets it per
-prompt), `per_prompt(step, temperature, prompt_ids)` (the same sampling described for an inference engine: a
-request temperature and annealing arguments per prompt, `PromptTemperature`), `rollout_stats(rollouts)` (metrics of
+the 0-based step (the sampler temperature may be a function of the token position: EAD), `per_prompt(step,
+temperature, prompt_ids)` (how each prompt of a round is sampled, the one form every engine takes: a request
+temperature and annealing arguments per prompt, `PromptTemperature`, which explorl's sampler turns into its per-token
+table with `PromptTemperature.table`), `rollout_stats(rollouts)` (metrics of
 the sampled batch), `observe_rewards(prompt_ids, rewards_per_prompt)`, `observe(step, entropy)` with the 1-based
 step and the batch's mean token entropy at the training temperature, and `state_dict` / `load_state_dict` (plain
 data, saved in each checkpoint, so a resumed run continues exactly). Its registry entry says whether the sampled
@@ -43,6 +43,16 @@ class PromptTemperature:
     temperature: float
     anneal: dict | None = None
 
+    def table(self, length: int) -> Tensor:
+        """`[length]` float32 temperatures of generated tokens 0..length-1: `temperature` times the annealing
+        schedule's per-token factor (its registry entry's `per_token` function at positions 0..length-1), or
+        `temperature` throughout."""
+        if self.anneal is None:
+            return torch.full((length,), float(self.temperature), dtype=torch.float32)
+        args = dict(self.anneal)
+        per_token = lookup("temperature_schedule", args.pop("schedule")).per_token
+        return per_token(torch.arange(length), args.pop("step"), **args) * self.temperature
+
 
 class _Stateless:
     def observe(self, step: int, entropy: float) -> None:
@@ -52,13 +62,8 @@ class _Stateless:
         """Metrics of what the schedule did to a sampled batch (`Rollouts`)."""
         return {}
 
-    def for_prompts(self, temperature, prompt_ids: Sequence[int], budgets: Sequence[int]):
-        """The sampler's temperature for these prompts (with `budgets[j]` rollouts each): `at`'s, unless the
-        schedule sets it per prompt."""
-        return temperature
-
     def per_prompt(self, step: int, temperature, prompt_ids: Sequence[int]) -> list[PromptTemperature]:
-        """The same sampling as `for_prompts`, described for an inference engine (verl + vLLM): one
+        """How each prompt is sampled, as every engine takes it (explorl's sampler, vLLM, verl, TRL): one
         `PromptTemperature` per prompt. `temperature` is `at(step)`'s sampler temperature."""
         if callable(temperature):
             raise TypeError(f"{type(self).__name__}: a per-token temperature needs the schedule's own per_prompt")
@@ -273,31 +278,21 @@ class AdaptiveTemperature(_Stateless):
         self.s, self.o = cfg.sampling, options
         self.base = lookup("temperature_schedule", options.base).bind(cfg.sampling)(cfg, vocab_size)
         self.success: dict[int, list[float]] = {}  # prompt id -> [reward sum, rollouts]
-        self.step, self.factors = 0, torch.ones(0)
+        self.factors = torch.ones(0)
 
     def at(self, step: int):
-        self.step = step
         return self.base.at(step)
 
-    def for_prompts(self, temperature, prompt_ids: Sequence[int], budgets: Sequence[int]):
+    def per_prompt(self, step: int, temperature, prompt_ids: Sequence[int]) -> list[PromptTemperature]:
         rates = [self.success[p][0] / self.success[p][1] if p in self.success else None for p in prompt_ids]
         self.factors = Tm.adaptive_factor(rates, gamma=self.o.gamma, target=self.o.target)
-        per_response = torch.repeat_interleave(self.factors, torch.as_tensor(list(budgets)))
-        if isinstance(self.base, _AnnealedTemperature):  # per-prompt tau_max, one table per distinct factor
-            tau_max = self.base.o.tau_max
-            tables = {f: self.base.table(self.step, tau_max=tau_max * f) for f in set(per_response.tolist())}
-            return torch.stack([tables[f] for f in per_response.tolist()])
-        if callable(temperature):
-            table = torch.tensor([temperature(t) for t in range(self.s.max_new_tokens)], dtype=torch.float32)
-            return per_response[:, None] * table[None, :]
-        return (self.factors * float(temperature)).tolist()  # one temperature per prompt
-
-    def per_prompt(self, step: int, temperature, prompt_ids: Sequence[int]) -> list[PromptTemperature]:
-        self.for_prompts(temperature, prompt_ids, [1] * len(prompt_ids))  # sets self.factors, one per prompt
-        if isinstance(self.base, _AnnealedTemperature):
+        if isinstance(self.base, _AnnealedTemperature):  # per-prompt tau_max
             return [PromptTemperature(self.s.temperature, self.base.anneal_args(step, self.base.o.tau_max * f))
                     for f in self.factors.tolist()]
-        return [PromptTemperature(t) for t in (self.factors * float(temperature)).tolist()]  # as for_prompts
+        if callable(temperature):  # a user's per-token base: its own requests, each prompt's temperature scaled
+            return [PromptTemperature(r.temperature * f, r.anneal)
+                    for r, f in zip(self.base.per_prompt(step, temperature, prompt_ids), self.factors.tolist())]
+        return [PromptTemperature(t) for t in (self.factors * float(temperature)).tolist()]
 
     def observe_rewards(self, prompt_ids: Sequence[int], rewards_per_prompt: Sequence[Sequence[float]]) -> None:
         for pid, rewards in zip(prompt_ids, rewards_per_prompt):

@@ -5,7 +5,10 @@ before a run (`explorl.models`) can use it without the loop's modules."""
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
+
+from safetensors import SafetensorError, safe_open
 
 
 class DamagedCheckpoint(ValueError):
@@ -59,10 +62,6 @@ def check_checkpoint_files(path: Path) -> None:
     check before anything of the run is written): trainable.safetensors' header must describe bytes the file holds,
     and trainer_state.pt must be a whole torch archive (a zip whose directory, written last, is there). What only a
     full load finds (bytes changed inside, an object in the pickle) `load_checkpoint` still refuses."""
-    import zipfile
-
-    from safetensors import SafetensorError, safe_open
-
     file = path / "trainable.safetensors"
     try:
         with safe_open(str(file), framework="pt") as f:

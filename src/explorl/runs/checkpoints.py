@@ -16,12 +16,15 @@ error naming the path (`CheckpointNotWritten`), and the previous checkpoint stay
 from __future__ import annotations
 
 import errno
+import pickle
 import random
 import re
 import shutil
 from pathlib import Path
 
+import safetensors.torch  # `safetensors.torch.save_file` looked up at call time: tests replace it
 import torch
+from safetensors import SafetensorError
 
 from explorl.runs import nofollow
 from explorl.runs.checkpoint_damage import DamagedCheckpoint, damaged, fallback, safetensors_damage, torch_damage
@@ -57,15 +60,13 @@ def save_checkpoint(run_dir: Path, step: int, model, optimizer, scheduler, state
     a checkpoint off that schedule (a stop's, written so the run can resume) goes once a newer one exists, so it
     never evicts a scheduled one; of the rest the newest `keep` stay. Nothing is written or deleted through a
     symbolic link (`nofollow`); CheckpointNotWritten when the disk is full, the temporary directory removed."""
-    from safetensors.torch import save_file
-
     final = run_dir / "checkpoints" / f"step_{step:07d}"
     tmp = run_dir / "checkpoints" / f".tmp_step_{step:07d}"
     nofollow.remove(tmp, run_dir)
     nofollow.make_dirs(tmp, run_dir)  # a fresh, real directory: the files below are written nowhere else
     try:
         trainable = {n: p.detach().cpu().contiguous() for n, p in model.named_parameters() if p.requires_grad}
-        save_file(trainable, str(tmp / "trainable.safetensors"))
+        safetensors.torch.save_file(trainable, str(tmp / "trainable.safetensors"))
         trainer_state = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), **state}
         check_data_only(trainer_state)  # what `load_checkpoint` can read back without unpickling objects
         torch.save(trainer_state, tmp / "trainer_state.pt")
@@ -125,12 +126,9 @@ def load_checkpoint(path: Path, model, optimizer, scheduler) -> dict:
     """Load checkpoint directory `path` into the model, optimizer and scheduler; the rest of its trainer state is
     returned. DamagedCheckpoint (naming the file and the earlier checkpoint) when a file is truncated or not what
     it should be."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
     file = path / "trainable.safetensors"
     try:
-        weights = load_file(str(file))
+        weights = safetensors.torch.load_file(str(file))
     except (SafetensorError, OSError) as e:
         raise damaged(file, safetensors_damage(file, e)) from None
     named = dict(model.named_parameters())
@@ -180,8 +178,6 @@ def load_trainer_state(path: Path) -> dict:
     """A checkpoint's trainer_state.pt, read as data only (`weights_only=True`: tensors, numbers, strings, lists,
     dicts; no object is unpickled, so no code in the file runs). UnsafeCheckpointError naming the file and the fix
     when it names an object to build; DamagedCheckpoint when it is truncated or not a torch file."""
-    import pickle
-
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:

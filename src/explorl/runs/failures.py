@@ -7,6 +7,8 @@ import os
 import time
 from pathlib import Path
 
+from rich.markup import escape
+
 from explorl.runs import nofollow
 
 
@@ -29,8 +31,6 @@ class RewardFailureLog:
 
     def record(self, step: int, failures: list, scored: int) -> None:
         """Report the failures of training step `step` (1-based), out of `scored` samples."""
-        from rich.markup import escape
-
         if not failures:
             return
         self.steps += 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from explorl import __version__
 from explorl.runs import nofollow
 from explorl.runs.jsonl import read_jsonl
 
@@ -28,8 +29,6 @@ def model_card(cfg, summary: dict, steps: int, run_dir: Path | None = None) -> s
     """A short Hugging Face model card: base model, method, steps, held-out pass@k (the run's own eval.json), and,
     for a run resumed with changed keys, what changed after which step (`run_dir`'s config_history.jsonl), since the
     settings above are the latest ones only."""
-    from explorl import __version__
-
     a, s = cfg.algo, cfg.sampling
     method = (f"advantage `{a.advantage}`" + (f", shapers {a.shapers}" if a.shapers else "")
               + f", loss `{a.loss}` ({a.loss_agg}, clip {a.eps_low:g}/{a.eps_high:g}"

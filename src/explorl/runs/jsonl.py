@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 from pathlib import Path
 
 from explorl.runs import nofollow
@@ -39,8 +40,6 @@ def read_jsonl(path: Path, *, torn_last_line_ok: bool = False) -> list[dict]:
                 raise ValueError(f"a JSON {type(record).__name__}, not an object")
         except (ValueError, RecursionError) as e:  # RecursionError: brackets nested past Python's stack
             if torn_last_line_ok and i == last:
-                import warnings
-
                 warnings.warn(f"{path}:{i + 1}: the last line is incomplete (a kill while it was written: "
                               f"{line[:60]!r}...); dropped", RunDirWarning, stacklevel=2)
                 break

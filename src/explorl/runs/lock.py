@@ -18,6 +18,7 @@ starts or resumes, and the lock file is opened with O_NOFOLLOW (`explorl.runs.no
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import socket
@@ -94,8 +95,6 @@ class RunLock:
     def acquire(cls, run_dir: str | Path) -> RunLock:
         """Lock `run_dir` (which must exist) for this process; RunDirLocked naming the holder when another process
         holds it. A stale lock (its process gone) is taken over with a `RunDirWarning`."""
-        import fcntl
-
         run_dir = Path(run_dir)
         path = run_dir / LOCK_FILE
         refuse_links_in_run(run_dir)  # `.lock -> elsewhere` would lock, empty and rewrite that file
@@ -182,8 +181,6 @@ def _locked(run_dir: Path, holder: dict) -> RunDirLocked:
 def refuse_if_locked(run_dir: Path) -> None:
     """RunDirLocked naming the holder when another process holds `run_dir`'s lock; writes nothing (a new run checks
     this before it looks at what the directory holds, so a run in progress is named as such)."""
-    import fcntl
-
     path = run_dir / LOCK_FILE
     entry = _HELD.get(os.path.realpath(run_dir))
     if (entry is not None and entry() is not None) or not _is_file(path):

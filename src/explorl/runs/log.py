@@ -23,13 +23,15 @@ import os
 import time
 from pathlib import Path
 
+import yaml
+
 from explorl.config.files import read_yaml
 from explorl.runs import nofollow
 from explorl.runs.checkpoints import checkpoint_dirs, save_checkpoint
 from explorl.runs.final import save_final_model
 from explorl.runs.jsonl import append_jsonl, clean_record, drop_torn_last_line, truncate_jsonl, write_atomic
-from explorl.runs.lock import (RunLock, check_out_dir, holds_steps, is_explorl_run, refuse_if_locked,
-                               refuse_links_in_run)
+from explorl.runs.lock import RunLock, check_out_dir, holds_steps, is_explorl_run, refuse_if_locked, refuse_links_in_run
+from explorl.runs.tracking import Trackers
 
 
 class RunLog:
@@ -89,8 +91,6 @@ class RunLog:
         path = self.dir / "config.yaml"
         previous = path.read_text() if path.exists() else None
         if resumed and previous is not None and previous != config_yaml:
-            import yaml
-
             # the file as it is on disk is someone else's input: read under the config files' bounds
             old, new = _flatten(read_yaml(path)), _flatten(yaml.safe_load(config_yaml) or {})
             changes = {k: [old.get(k), new.get(k)] for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)}
@@ -141,8 +141,6 @@ class RunLog:
         """TensorBoard / W&B beside metrics.jsonl as `run.report_to` (a `RunConfig`) asks, with `config` as the tracked
         run's config; `resume_step` (a resumed run's last done step, else None) continues the same tracked run."""
         if run.report_to:
-            from explorl.runs.tracking import Trackers
-
             self.trackers = Trackers(run.report_to, self.dir, config, resume_step=resume_step,
                                      project=run.wandb_project)
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import time
 
+import rich.progress as rich_progress
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn
+
 
 def format_duration(seconds: float) -> str:
     """h:mm:ss (m:ss under an hour)."""
@@ -27,8 +30,6 @@ class Progress:
 
     def __init__(self, console, total: int, start: int, enabled: bool = True, clock=time.monotonic,
                  compiling: bool = False):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
         self.console = console
         self.total, self.start, self.clock = total, start, clock
         self.live = enabled and console.is_terminal
@@ -41,9 +42,9 @@ class Progress:
             console.print("compiling the decoding step and the training forward (torch.compile; first step only, "
                           "about a minute or two on the CPU; cached on disk for later runs)", highlight=False)
         if self.live:
-            self.progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TextColumn("steps"),
-                                     TextColumn("{task.fields[pace]}"), TextColumn("{task.fields[info]}"),
-                                     console=console)
+            self.progress = rich_progress.Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
+                                                   TextColumn("steps"), TextColumn("{task.fields[pace]}"),
+                                                   TextColumn("{task.fields[info]}"), console=console)
             self.progress.start()
             self.task = self.progress.add_task("train", total=total, completed=start, info="", pace=self.pace(start))
 

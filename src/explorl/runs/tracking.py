@@ -10,9 +10,12 @@ directory (`wandb_run_id`). W&B honours its own environment (`WANDB_MODE=offline
 
 from __future__ import annotations
 
+import importlib
 import math
 import uuid
 from pathlib import Path
+
+import yaml
 
 from explorl.runs import nofollow
 
@@ -21,8 +24,6 @@ TRACKERS = ("tensorboard", "wandb")
 
 def _import(name: str):
     """The tracker's library, or ImportError saying how to install it."""
-    import importlib
-
     module = {"tensorboard": "torch.utils.tensorboard", "wandb": "wandb"}[name]
     try:
         return importlib.import_module(module)
@@ -89,6 +90,4 @@ class Trackers:
 
 
 def _yaml(config: dict) -> str:
-    import yaml
-
     return yaml.safe_dump(config, sort_keys=False)

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from explorl.algos.registry import Entry, lookup, names
+from explorl.rewards import (BUILTIN_REWARDS, RewardRunner, resolve_reward, resolve_rewards, reward_entries,
+                             reward_metric_name)
 from explorl.tasks import arith, files, hf, rg  # noqa: F401  (fill the task registry)
 from explorl.tasks.base import Problem, Task, pattern_extractor
 
@@ -26,10 +28,6 @@ __all__ = ["Problem", "Task", "load_task"]
 def load_task(cfg: TaskConfig) -> Task:
     """Build the task named by `cfg.name` and apply `cfg.reward` (with `cfg.reward_weights`); ValueError names the
     bad config field."""
-    from explorl.rewards import resolve_rewards
-
-    from explorl.rewards import reward_entries, reward_metric_name
-
     train, eval_, default, extract = _task_entry(cfg.name).fn(cfg)
     reward_fn, isolate = resolve_rewards(cfg.reward, cfg.reward_weights, default)
     if cfg.answer_pattern:
@@ -57,8 +55,6 @@ def answer_pattern_warning(cfg: TaskConfig, problems: Sequence[Problem] = ()) ->
     is empty: maj@k, the answer votes and the format rate then read each completion's last `\\boxed{...}` as its
     answer, which a reward that reads answers its own way does not (issue 41: maj@1 0.0 beside pass@1 0.0078).
     With sample `problems`, none when every such function reads `\\boxed{}` itself (`_reads_boxed`)."""
-    from explorl.rewards import BUILTIN_REWARDS, reward_entries
-
     own = [e for e in reward_entries(cfg.reward) if e not in BUILTIN_REWARDS]
     if not own or cfg.answer_pattern or (problems and all(_reads_boxed(cfg, e, problems) for e in own)):
         return None
@@ -72,8 +68,6 @@ def _reads_boxed(cfg: TaskConfig, entry: str, problems: Sequence[Problem]) -> bo
     """Whether reward `entry` scores each sample problem's right answer in `\\boxed{}` above a completion that states
     no answer: then it reads answers where maj@k does (a reward of the row alone, or of another format, does not).
     It runs as training runs it (`RewardRunner`); a failure counts as not reading."""
-    from explorl.rewards import RewardRunner, resolve_reward
-
     fn, isolate = resolve_reward(entry, (None, False))
     runner = RewardRunner(fn, isolate=isolate, timeout_s=cfg.reward_timeout_s, workers=cfg.reward_workers)
     answers, metas = [p.answer for p in problems], [p.meta for p in problems]

@@ -16,8 +16,9 @@ import re
 from typing import TYPE_CHECKING, Callable
 
 from explorl.algos.registry import register
-from explorl.tasks.files import fill_template
+from explorl.rewards import extract_boxed, int_reward
 from explorl.tasks.base import Problem
+from explorl.tasks.files import fill_template
 
 if TYPE_CHECKING:
     from explorl.config.schema import TaskConfig
@@ -117,8 +118,6 @@ def arith_task(difficulties: list[int], train_size: int, eval_size: int, seed: i
 
 def default_reward() -> tuple[Callable, bool]:
     """(int_reward, in-process): the answer is a plain integer, checked without a worker."""
-    from explorl.rewards import int_reward
-
     return int_reward, False
 
 
@@ -138,8 +137,6 @@ def _check_arith(cfg) -> str | None:
 def load_arith(cfg: TaskConfig) -> tuple[list[Problem], list[Problem], tuple[Callable, bool], Callable]:
     """The `arith` task: (train, eval, default reward, answer extractor); answers are read from the last \\boxed{}.
     `task.prompt_template` wraps each question (`7+12-5=?\\n`, the one format the embedded model was trained on)."""
-    from explorl.rewards import extract_boxed
-
     train, eval_ = arith_task(cfg.difficulties, cfg.train_size, cfg.eval_size, cfg.data_seed, tuple(cfg.operands))
     if cfg.prompt_template != "{question}":
         for p in train + eval_:

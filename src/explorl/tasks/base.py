@@ -7,6 +7,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable
 
+from explorl.analysis.text import format_issue
+from explorl.rewards import RewardRunner
+
 
 @dataclass
 class Problem:
@@ -52,8 +55,6 @@ class Task:
 
     def reward_runner(self, timeout_s: float = 5.0, workers: int | None = None):
         """A `rewards.RewardRunner` for this task's reward, judging correctness by `correct_by`."""
-        from explorl.rewards import RewardRunner
-
         return RewardRunner(self.reward_fn, isolate=self.isolate, timeout_s=timeout_s, workers=workers,
                             judge=self.correct_by)
 
@@ -66,8 +67,6 @@ class Task:
         exactly one `\\boxed{` (STILL's format check, `analysis.text.format_issue`)."""
         if self.answer_pattern:
             return len(re.findall(self.answer_pattern, text[-ANSWER_WINDOW:])) == 1
-        from explorl.analysis.text import format_issue
-
         return not format_issue(text)
 
 

@@ -15,7 +15,12 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+import rich
+from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
+
 from explorl.algos.registry import register
+from explorl.rewards import extract_boxed, math_check
 from explorl.tasks.base import PREFLIGHT_SAMPLES, Problem, spread
 from explorl.tasks.rows import RowReader
 
@@ -145,8 +150,6 @@ class _Progress:
 
     def __init__(self, reader: RowReader, console=None):
         """Start at once for a file known to be large (its size, a Parquet file's rows); else maybe later."""
-        import rich
-
         self.reader, self.console = reader, console if console is not None else rich.get_console()
         self.bar = None
         self.task = None
@@ -158,9 +161,6 @@ class _Progress:
         """Show the bar (once), if the console is a terminal."""
         if self.bar is not None or not self.console.is_terminal:
             return
-        from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn,
-                                   TimeElapsedColumn, TimeRemainingColumn)
-
         amount = DownloadColumn() if self.reader.unit == "bytes" else MofNCompleteColumn()
         self.bar = Progress(TextColumn("checking {task.description}"), BarColumn(), amount, TimeElapsedColumn(),
                             TimeRemainingColumn(), console=self.console, transient=True)
@@ -268,8 +268,6 @@ def preflight_sample(cfg: TaskConfig) -> tuple[list[Problem], tuple[Callable, bo
 
 def default_reward() -> tuple[Callable, bool]:
     """(math_check, isolated): math-verify equivalence of the last \\boxed{} with the answer, in the worker pool."""
-    from explorl.rewards import math_check
-
     return math_check, True
 
 
@@ -282,7 +280,5 @@ def _check_file(cfg) -> str | None:
           check=_check_file, preflight=check_file_task, preflight_sample=preflight_sample)
 def load_file(cfg: TaskConfig) -> tuple[list[Problem], list[Problem], tuple[Callable, bool], Callable]:
     """The `file` task: (train, eval, default reward, answer extractor); answers are read from the last \\boxed{}."""
-    from explorl.rewards import extract_boxed
-
     train, eval_ = load_file_task(cfg)
     return train, eval_, default_reward(), extract_boxed

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from explorl.algos.registry import register
+from explorl.rewards import extract_boxed
 from explorl.tasks.base import Problem, spread
 from explorl.tasks.files import default_reward, to_problem
 
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 
 def _datasets():
     try:
-        import datasets
+        import datasets  # ~0.5 s at import, paid only for a Hugging Face dataset task
     except ImportError as e:  # pragma: no cover - a dependency; the message is the point
         raise ValueError(f"task.name=hf needs the `datasets` library: pip install datasets ({e})") from None
     return datasets
@@ -133,7 +134,5 @@ def _check_hf(cfg) -> str | None:
           check=_check_hf, preflight=check_hf_task, preflight_sample=preflight_sample)
 def load_hf(cfg: TaskConfig) -> tuple[list[Problem], list[Problem], tuple[Callable, bool], Callable]:
     """The `hf` task: (train, eval, default reward, answer extractor); answers are read from the last \\boxed{}."""
-    from explorl.rewards import extract_boxed
-
     train, eval_ = load_hf_task(cfg)
     return train, eval_, default_reward(), extract_boxed

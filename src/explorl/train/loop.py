@@ -40,8 +40,10 @@ from explorl.config import Config, RunConfig, load_config, to_dict
 from explorl.evaluation.evaluate import held_out_evaluator
 from explorl.train.guards import Interrupted, RunGuards, RunStopped
 from explorl.train.memory import PhasePeaks
-from explorl.models import check_run_inputs, make_reference
+from explorl.models import make_reference
+from explorl.train.preflight import check_run_inputs
 from explorl.rollout.collect import collect_rollouts
+from explorl.rollout.sampler import Sampler
 from explorl.rollout.controllers import PromptStream
 from explorl.rollout.forward import supports_fused_forward
 from explorl.rollout.schedule import ScheduleDriver
@@ -127,25 +129,22 @@ class TrainState:
         return state["step"], state.get("nonfinite_run", 0)
 
 
-def train_step(step: int, cfg: Config, st: TrainState, tok, task, runner, encode, guards: RunGuards,
-               engine=None) -> tuple:
+def train_step(step: int, cfg: Config, st: TrainState, sampler: Sampler, tok, task, runner, encode,
+               guards: RunGuards) -> tuple:
     """One step (0-based `step`): sample and score rollouts, advantages, the policy update; returns its metrics
-    record (without evaluations) and the step's `CollectedRollouts`. `engine`: the vLLM engine that samples
-    (`sampling.engine: vllm`), given the policy's weights first."""
-    s = cfg.sampling
+    record (without evaluations) and the step's `CollectedRollouts`. `sampler`: the run's (`Sampler.from_config`);
+    a vLLM engine in it is given the policy's weights first."""
     peaks = PhasePeaks(st.device)  # perf/mem_*_gib on CUDA
     t0 = time.perf_counter()
-    if engine is not None:
-        engine.sync(st.model)
+    if sampler.engine is not None:
+        sampler.engine.sync(st.model)
     with peaks.phase("sample"):
-        got = collect_rollouts(st.model, tok, task, runner, st.stream, st.driver, batch_size=cfg.run.batch_size,
-                               max_new_tokens=s.max_new_tokens, top_p=s.top_p, fast_path=s.fast_path,
-                               compile=s.compile, cuda_graph=s.cuda_graph, step=step,
-                               generator=st.gens["sampler_rng"], encode=encode, engine=engine)
+        got = collect_rollouts(sampler, tok, task, runner, st.stream, st.driver, batch_size=cfg.run.batch_size,
+                               step=step, generator=st.gens["sampler_rng"], encode=encode)
     guards.rewards(step + 1, got)
     ro, t_sample = got.rollouts, time.perf_counter() - t0
     # vLLM's kernels are not the policy's: pi_old (and its entropies) come from a forward pass
-    pi_old_from_update = single_update_shortcut(cfg.algo, st.driver.behavior_is_policy and engine is None)
+    pi_old_from_update = single_update_shortcut(cfg.algo, st.driver.behavior_is_policy and sampler.engine is None)
     with peaks.phase("logprob"):
         batch = rollout_batch(st.model, st.ref, ro, got.rewards, got.train_temperature, cfg, pi_old_from_update)
     prepared = compute_advantages(batch, cfg.algo, step + 1)
@@ -157,7 +156,7 @@ def train_step(step: int, cfg: Config, st: TrainState, tok, task, runner, encode
               "temperature/train": got.train_temperature, **prepared.stats}
     with peaks.phase("update"):
         record.update(guards.update(step + 1, lambda: update_policy(
-            st.model, st.optimizer, st.scheduler, ro, batch, prepared, cfg, st.gens["shuffle_rng"],
+            st.model, st.optimizer, st.scheduler, batch, prepared, cfg, st.gens["shuffle_rng"],
             temperature=got.train_temperature)))
     t2 = time.perf_counter()
     record.update({"perf/step_s": t2 - t0, "perf/sample_s": t_sample, "perf/update_s": t2 - t1,
@@ -180,12 +179,10 @@ def rollout_engine(cfg: Config, model):
                         trust_remote_code=cfg.model.trust_remote_code)
 
 
-def compiles(cfg: Config, model) -> bool:
-    """Whether this run's first step compiles: the fused decoding step (`sampling.compile`) or the fused training
-    forward (`model.compile`), on a model the fused path takes."""
-    s = cfg.sampling
-    sampler = s.compile and s.fast_path and s.engine != "vllm"
-    return supports_fused_forward(model) and (sampler or fused_compile(cfg))
+def compiles(cfg: Config, sampler: Sampler) -> bool:
+    """Whether this run's first step compiles: the sampler's fused decoding step (`Sampler.compile`, decided when
+    the sampler was built) or the fused training forward (`model.compile`), on a model the fused path takes."""
+    return sampler.compile or (fused_compile(cfg) and supports_fused_forward(sampler.model))
 
 
 def train(cfg: Config, *, resume: str | Path | None = None, console=None, progress: bool = True) -> Path:
@@ -210,12 +207,12 @@ def train(cfg: Config, *, resume: str | Path | None = None, console=None, progre
     start, nonfinite_run = st.restore(log, console, r.steps) if resume is not None else (0, 0)
     log.start_trackers(r, to_dict(cfg), resume_step=start if resume is not None else None)
     run_eval = held_out_evaluator(model, tok, cfg, task, encode, console)  # the task's split and run.eval_sets
-    engine = rollout_engine(cfg, model)
+    sampler = Sampler.from_config(model, tok, cfg.sampling, rollout_engine(cfg, model))
     guards = RunGuards(cfg, log, console, start, nonfinite_run)
-    bar = Progress(console, r.steps, start, enabled=progress, compiling=compiles(cfg, model))
+    bar = Progress(console, r.steps, start, enabled=progress, compiling=compiles(cfg, sampler))
     try:
         for step in range(start, r.steps):
-            record, got = train_step(step, cfg, st, tok, task, runner, encode, guards, engine)
+            record, got = train_step(step, cfg, st, sampler, tok, task, runner, encode, guards)
             if r.eval_every > 0 and (step + 1) % r.eval_every == 0 and step + 1 < r.steps:
                 record.update({f"eval/{k}": v for k, v in run_eval(step + 1).items()})
             log.append_metrics(record)

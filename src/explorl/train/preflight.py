@@ -5,16 +5,28 @@ task's data, the rewards, the trackers, the output directory), checked without l
 
 from __future__ import annotations
 
+import importlib.util  # `importlib.util.find_spec` looked up at call time: tests replace it
 from pathlib import Path
 from typing import NamedTuple
 
 import torch
 
 import explorl.models.devices as devices
-from explorl.config import Config, ConfigError, ModelConfig
+import explorl.rewards  # looked up at call time: tests replace `explorl.rewards.check_rewards`
+from explorl.algos.registry import lookup
+from explorl.config import Config, ConfigError, ModelConfig, eval_set_task
+from explorl.config.validation import small_training_set
 from explorl.models.fingerprint import weights_fingerprint
-from explorl.models.loading import check_lora_targets
+from explorl.models.loading import check_lora_targets, load_tokenizer
 from explorl.models.paths import adapter_base, has_tokenizer, is_adapter_dir, resolve_model_path
+from explorl.rollout.engines.vllm import check_model_head_size, vllm_missing  # the CPU backend's head sizes
+from explorl.runs.lock import check_out_dir, refuse_if_locked
+from explorl.runs.tracking import check_installed
+from explorl.tasks import answer_pattern_warning
+from explorl.tasks.base import spread
+from explorl.tasks.chat import prompt_text, resolve_chat_template
+from explorl.tasks.rows import count_rows
+from explorl.train.resume_checks import check_resume
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
@@ -31,7 +43,7 @@ def check_model_dir(cfg: ModelConfig) -> str:
     """Check `model.path` without loading weights: a model directory (config.json that transformers reads, weight
     files, a tokenizer) or a LoRA adapter with such a base, and `model.lora.target_modules` against the
     architecture (built on the meta device). Returns a one-line description; raises naming `model.path`."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM  # auto classes: ~0.3 s at import
 
     if cfg.path == "embedded":
         return f"embedded default at {resolve_model_path('embedded')}, fingerprint {weights_fingerprint('embedded')}"
@@ -88,8 +100,6 @@ def check_run_inputs(cfg: Config, *, resume: str | Path | None = None, command: 
         raise ValueError(f"task: {cfg.task.name} gives no training problem")
     lines.append(("prompts", _check_run_prompts(cfg, splits)))
     lines += _check_rewards(cfg, problems, default_reward)
-    from explorl.tasks import answer_pattern_warning
-
     if (unread := answer_pattern_warning(cfg.task, problems)) is not None:
         lines.append(("task.answer_pattern", f"warning: {unread}"))
     if cfg.run.plugins:
@@ -103,12 +113,8 @@ def _check_sampling_engine(cfg: Config) -> Lines:
     """`sampling.engine=vllm`: vLLM is installed and takes the model's head size; nothing to check otherwise."""
     if cfg.sampling.engine != "vllm":
         return []
-    from importlib.util import find_spec
-
-    from explorl.rollout.engines.vllm import check_model_head_size, vllm_missing  # the CPU backend's head sizes
-
     model_dir = str(resolve_model_path(cfg.model.path))
-    if find_spec("vllm") is None:
+    if importlib.util.find_spec("vllm") is None:
         raise ConfigError(f"sampling.engine=vllm: {vllm_missing(model_dir)}")
     found = check_model_head_size(model_dir, gpu=torch.cuda.is_available())
     return [("sampling.engine", f"vllm (installed); {found}")]
@@ -119,10 +125,6 @@ def _check_task(cfg: Config) -> tuple[Lines, list, object, tuple | None]:
     reward check) and its (train, eval) problems when it was built (else None). A task registered with a
     `preflight` check is checked without being built (the `file` task: every row, streamed); any other is built.
     A training set too small for the batch gets a warning."""
-    from explorl.algos.registry import lookup
-    from explorl.config.validation import small_training_set
-    from explorl.tasks.base import spread
-
     entry = lookup("task", cfg.task.name)
     check = entry.preflight
     built = splits = None  # training problems counted by building the task; the built (train, eval)
@@ -151,9 +153,6 @@ def _check_task(cfg: Config) -> tuple[Lines, list, object, tuple | None]:
 def _check_run_prompts(cfg: Config, splits: tuple | None) -> str:
     """`check_prompts` on every prompt the run will sample from: the task's training and held-out splits (`splits`,
     or the task built here when its own check read it without building it) and the sets of `run.eval_sets`."""
-    from explorl.algos.registry import lookup
-    from explorl.config import eval_set_task
-
     train, eval_ = splits if splits is not None else lookup("task", cfg.task.name).fn(cfg.task)[:2]
     given = [("task (training split)", train, cfg.task), ("task (held-out split)", eval_, cfg.task)]
     for name in cfg.run.eval_sets:
@@ -167,8 +166,6 @@ def check_eval_prompts(tok, hf_config, s, extra_sets: dict, limit: int = 0) -> s
     """`explorl eval`, before it samples: `check_prompts` on the evaluated split (`s`, the resolved
     `evaluation.settings.EvalSettings`) and on each extra held-out set (name -> its task settings; the first
     `limit` problems when `limit`, as evaluated)."""
-    from explorl.algos.registry import lookup
-
     given = [("the evaluated split", s.problems, s.task_cfg)]
     for name, set_cfg in extra_sets.items():
         problems = lookup("task", set_cfg.name).fn(set_cfg)[1]
@@ -179,9 +176,7 @@ def check_eval_prompts(tok, hf_config, s, extra_sets: dict, limit: int = 0) -> s
 def model_tokenizer(cfg: ModelConfig):
     """(tokenizer, transformers config) of `model.path` as loading finds them (a LoRA adapter's own tokenizer when
     it has one, else its base model's), without the weights."""
-    from transformers import AutoConfig
-
-    from explorl.models.loading import load_tokenizer
+    from transformers import AutoConfig  # auto classes: ~0.3 s at import
 
     path = resolve_model_path(cfg.path)
     model_dir = adapter_base(path) if is_adapter_dir(path) else path
@@ -203,8 +198,6 @@ def context_length(hf_config, engine: str = "explorl") -> tuple[int | None, str]
 def prompt_lengths(tok, problems: list, task_cfg) -> list[int]:
     """The token count of each problem's prompt exactly as sampling encodes it (`tasks.chat.prompt_encoder`: the
     chat template or the prompt format, no special tokens added), `PROMPT_BATCH` prompts per tokenizer call."""
-    from explorl.tasks.chat import prompt_text, resolve_chat_template
-
     chat = resolve_chat_template(task_cfg.chat_template, tok)
     lengths: list[int] = []
     for start in range(0, len(problems), PROMPT_BATCH):
@@ -284,8 +277,6 @@ def _training_problems(cfg: Config, built: int | None) -> int:
         return built
     if cfg.task.name != "file":
         return cfg.task.train_size
-    from explorl.tasks.rows import count_rows
-
     rows = count_rows(cfg.task.path)
     return min(cfg.task.train_size, rows if cfg.task.eval_path else max(rows - cfg.task.eval_size, 0))
 
@@ -293,9 +284,6 @@ def _training_problems(cfg: Config, built: int | None) -> int:
 def _check_eval_sets(cfg: Config) -> Lines:
     """The held-out sets of `run.eval_sets` with a check of their own (the `file` ones: every row); an error names
     the set it is about."""
-    from explorl.algos.registry import lookup
-    from explorl.config import eval_set_task
-
     lines = []
     for name in cfg.run.eval_sets:
         set_cfg = eval_set_task(cfg, name)
@@ -312,11 +300,9 @@ def _check_eval_sets(cfg: Config) -> Lines:
 def _check_rewards(cfg: Config, problems: list, default_reward) -> Lines:
     """Every `task.reward` entry called as training calls it, on up to 8 training problems spread over the data,
     under the run's own failure threshold (`task.max_reward_failure_frac`)."""
-    from explorl.rewards import check_rewards
-
     completions = [p.solution or f"The answer is \\boxed{{{p.answer}}}." for p in problems]
     try:
-        return check_rewards(cfg.task.reward, default_reward, [p.answer for p in problems], completions,
+        return explorl.rewards.check_rewards(cfg.task.reward, default_reward, [p.answer for p in problems], completions,
                              [p.meta for p in problems], timeout_s=cfg.task.reward_timeout_s,
                              workers=cfg.task.reward_workers, max_failure_frac=cfg.task.max_reward_failure_frac)
     except ValueError as e:
@@ -331,8 +317,6 @@ def _check_trackers(cfg: Config) -> Lines:
     """`run.report_to`: the experiment trackers' packages are installed."""
     if not cfg.run.report_to:
         return []
-    from explorl.runs.tracking import check_installed
-
     try:
         check_installed(cfg.run.report_to)
     except ImportError as e:
@@ -345,11 +329,7 @@ def _check_out_dir(cfg: Config, resume: str | Path | None, command: str = "train
     is a directory explorl did not make (`lock.check_out_dir`), or with `resume` the run to continue
     (`resume_checks.check_resume`)."""
     if resume is not None:
-        from explorl.models.resume_checks import check_resume
-
         return check_resume(cfg, resume, command)
-    from explorl.runs.lock import check_out_dir, refuse_if_locked
-
     out = Path(cfg.run.out_dir)
     refuse_if_locked(out)  # a run in progress is named as such
     check_out_dir(out, f"explorl {command} --resume")

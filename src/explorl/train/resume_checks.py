@@ -12,6 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from explorl.config import Config, ConfigError
+from explorl.config.recorded import recorded_model
+from explorl.models.fingerprint import check_fingerprint
+from explorl.runs.checkpoint_damage import check_checkpoint_files
+from explorl.runs.lock import is_explorl_run, refuse_if_locked, refuse_links_in_run
 
 LORA_SHAPE = ("enabled", "rank", "target_modules")
 """The `model.lora` fields that decide which tensors a checkpoint holds: a resume cannot change them."""
@@ -23,10 +27,6 @@ def check_resume(cfg: Config, run: str | Path, command: str = "train") -> list[t
     than `model.fingerprint` (ConfigError), a `model.lora` shape other than its checkpoints' (ConfigError). Returns
     the dry run's line. Also a symbolic link in RUN (LinkRefused) and a last checkpoint visibly damaged
     (DamagedCheckpoint: cut short, not a safetensors or torch file)."""
-    from explorl.models.fingerprint import check_fingerprint
-    from explorl.runs.checkpoint_damage import check_checkpoint_files
-    from explorl.runs.lock import is_explorl_run, refuse_if_locked, refuse_links_in_run
-
     run = Path(run)
     if not (run / "config.yaml").exists():
         raise FileNotFoundError(f"--resume {run}: no config.yaml there; is it a run directory?")
@@ -48,8 +48,6 @@ def check_resume(cfg: Config, run: str | Path, command: str = "train") -> list[t
 def _refuse_lora_change(cfg: Config, run: Path, checkpoint: str, command: str) -> None:
     """ConfigError naming each `LORA_SHAPE` field of `model.lora` whose value differs from RUN/config.yaml's: the
     checkpoint's tensors would not fit the model."""
-    from explorl.config.recorded import recorded_model
-
     try:
         recorded = recorded_model(run / "config.yaml").lora
     except ConfigError:

@@ -20,7 +20,7 @@ from explorl.algos.step import PreparedBatch, idle_rows, policy_objective, requi
 from explorl.config import Config
 from explorl.models import reference_mode
 from explorl.rollout.logprobs import response_logprobs
-from explorl.rollout.engines.native import Rollouts
+from explorl.rollout.rollouts import Rollouts
 
 
 class NonFiniteError(RuntimeError):
@@ -74,32 +74,32 @@ def _micro_batches(mb: torch.Tensor, lengths: torch.Tensor, a) -> list[torch.Ten
     return list(order.split(max(1, size)))
 
 
-def _logprobs(model, ro: Rollouts, rows: torch.Tensor, width: int, loss_mask: torch.Tensor, temp,
-              with_entropy: bool, compile: bool):
-    """`response_logprobs` of rollouts `rows`, their first `width` response columns, without the left-padding
-    columns all of them share: [len(rows), width] log-probs and entropies (None without `with_entropy`)."""
-    prompt_mask = ro.prompt_mask[rows]
-    lead = int((prompt_mask.cumsum(-1) == 0).sum(-1).min())  # left-padding columns common to all rows
-    return response_logprobs(model, ro.prompt_ids[rows, lead:], prompt_mask[:, lead:], ro.response_ids[rows, :width],
+def _logprobs(model, micro: RolloutBatch, loss_mask: torch.Tensor, temp, with_entropy: bool, compile: bool):
+    """`response_logprobs` of a micro-batch (`RolloutBatch.select`: its rows, its response columns), without the
+    left-padding columns all of its rows share: log-probs and entropies (None without `with_entropy`) shaped like
+    `loss_mask`."""
+    lead = int((micro.prompt_mask.cumsum(-1) == 0).sum(-1).min())  # left-padding columns common to all rows
+    return response_logprobs(model, micro.prompt_ids[:, lead:], micro.prompt_mask[:, lead:], micro.response_ids,
                              loss_mask, temp, with_entropy=with_entropy, compile=compile)
 
 
-def _logprobs_without_idle(model, ro: Rollouts, rows: torch.Tensor, idle: torch.Tensor, width: int,
-                           loss_mask: torch.Tensor, temp, *, on_policy: bool, compile: bool):
-    """Log-probs [len(rows), width] of a micro-batch whose `idle` rows (`algos.step.idle_rows`) add nothing to the
-    loss or its gradient: only the others go through the forward with grad, so the backward skips the idle ones.
-    The idle rows' values feed only the loss's statistics: with `on_policy` (pi_old is this forward, detached) any
-    value gives them ratio 1 exactly, as their forward would, so they are left at 0; otherwise (pi_old from an
+def _logprobs_without_idle(model, micro: RolloutBatch, idle: torch.Tensor, loss_mask: torch.Tensor, temp, *,
+                           on_policy: bool, compile: bool):
+    """Log-probs, shaped like `loss_mask`, of a micro-batch whose `idle` rows (`algos.step.idle_rows`) add nothing
+    to the loss or its gradient: only the others go through the forward with grad, so the backward skips the idle
+    ones. The idle rows' values feed only the loss's statistics: with `on_policy` (pi_old is this forward, detached)
+    any value gives them ratio 1 exactly, as their forward would, so they are left at 0; otherwise (pi_old from an
     earlier forward) they come from a forward without grad. Entropies are not returned (idle rows exist only
     without the entropy bonus). A lone row goes through the forward with a neighbour whose output is dropped,
     since a compiled forward specialises, and recompiles, for a batch of one row."""
-    lp = torch.zeros(len(rows), width, device=loss_mask.device)
+    n, width = loss_mask.shape
+    lp = torch.zeros(n, width, device=loss_mask.device)
 
     def put(lp, which, grad: bool):  # `which`' log-probs into lp; a lone row is computed with a neighbour
-        pick = which if len(which) != 1 or len(rows) == 1 else torch.cat([which, (which[:1] + 1) % len(rows)])
+        pick = which if len(which) != 1 or n == 1 else torch.cat([which, (which[:1] + 1) % n])
         w = max(int(loss_mask[pick].sum(-1).max()), 1)
         with torch.set_grad_enabled(grad and torch.is_grad_enabled()):
-            part, _ = _logprobs(model, ro, rows[pick], w, loss_mask[pick, :w], temp, False, compile)
+            part, _ = _logprobs(model, micro.select(pick, w), loss_mask[pick, :w], temp, False, compile)
         return lp.index_copy(0, which, torch.nn.functional.pad(part[:len(which)], (0, width - w)))
 
     live, rest = (~idle).nonzero().squeeze(-1), idle.nonzero().squeeze(-1)
@@ -110,11 +110,12 @@ def _logprobs_without_idle(model, ro: Rollouts, rows: torch.Tensor, idle: torch.
     return lp, None
 
 
-def update_policy(model, optimizer, scheduler, ro: Rollouts, batch: RolloutBatch, prepared: PreparedBatch,
-                  cfg: Config, shuffle: torch.Generator, temperature: float | None = None) -> dict:
+def update_policy(model, optimizer, scheduler, batch: RolloutBatch, prepared: PreparedBatch, cfg: Config,
+                  shuffle: torch.Generator, temperature: float | None = None) -> dict:
     """Epochs x mini-batches of policy-gradient updates on one batch of rollouts. Returns mean stats.
 
-    `ro` holds the token ids for the forward; `batch` and `prepared` what `compute_advantages` saw and made.
+    `batch` holds the token ids for the forward (`rollout_batch`) and what `compute_advantages` saw, `prepared`
+    what it made; each micro-batch is one `select(rows, width)` of each.
     `temperature` is the training temperature of the batch (the optimised policy is softmax(logits / it)).
     """
     a = cfg.algo
@@ -123,7 +124,8 @@ def update_policy(model, optimizer, scheduler, ro: Rollouts, batch: RolloutBatch
     stats: dict[str, list[float]] = {}
     temp = cfg.sampling.temperature if temperature is None else temperature
     need_entropy = requirements(a).update_entropy
-    lengths = ro.prompt_mask.sum(-1) + prepared.loss_mask.sum(-1)
+    batch.require("prompt_ids", "prompt_mask", "response_ids", by="update_policy")
+    lengths = batch.prompt_mask.sum(-1) + prepared.loss_mask.sum(-1)
     idle = idle_rows(prepared, a)
     compile = fused_compile(cfg)
     for _ in range(a.epochs):
@@ -136,13 +138,13 @@ def update_policy(model, optimizer, scheduler, ro: Rollouts, batch: RolloutBatch
             for local in _micro_batches(mb, lengths, a):
                 rows = mb[local]
                 width = max(int(prepared.loss_mask[rows].sum(-1).max()), 1)  # padding columns no row here uses
-                micro = prepared.select(rows, width)
+                micro, micro_prepared = batch.select(rows, width), prepared.select(rows, width)
                 if bool(idle[rows].any()):
-                    lp, ent = _logprobs_without_idle(model, ro, rows, idle[rows], width, micro.loss_mask, temp,
+                    lp, ent = _logprobs_without_idle(model, micro, idle[rows], micro_prepared.loss_mask, temp,
                                                      on_policy=batch.logprobs is None, compile=compile)
                 else:
-                    lp, ent = _logprobs(model, ro, rows, width, micro.loss_mask, temp, need_entropy, compile)
-                loss, st = policy_objective(lp, ent, batch.select(rows, width), micro, a, generator=shuffle)
+                    lp, ent = _logprobs(model, micro, micro_prepared.loss_mask, temp, need_entropy, compile)
+                loss, st = policy_objective(lp, ent, micro, micro_prepared, a, generator=shuffle)
                 if not torch.isfinite(loss):
                     raise NonFiniteError(f"loss is {float(loss.detach())} (pg={st.get('loss/pg')}); update skipped")
                 if loss.requires_grad:  # not when every row of the micro-batch is idle
@@ -174,8 +176,9 @@ def update_policy(model, optimizer, scheduler, ro: Rollouts, batch: RolloutBatch
 @torch.no_grad()
 def rollout_batch(model, ref, ro: Rollouts, rewards: list[float], temperature: float, cfg: Config,
                   pi_old_from_update: bool) -> RolloutBatch:
-    """The `RolloutBatch` of a step: pi_old's log-probs and entropies (a forward pass, unless the update's own
-    forward serves as pi_old) and the reference's log-probs when the method needs them."""
+    """The `RolloutBatch` of a step, the one object the update reads: the rollouts' token ids, masks and sampler
+    numbers, pi_old's log-probs and entropies (a forward pass, unless the update's own forward serves as pi_old)
+    and the reference's log-probs when the method needs them."""
     if pi_old_from_update:  # the sampler's entropies are the policy's at this temperature (behaviour = policy)
         old_lp, old_ent = None, ro.entropy
     else:
@@ -189,7 +192,8 @@ def rollout_batch(model, ref, ro: Rollouts, rewards: list[float], temperature: f
     return RolloutBatch(mask=ro.mask, rewards=torch.tensor(rewards, dtype=torch.float32, device=ro.mask.device),
                         group=ro.group, max_response_len=cfg.sampling.max_new_tokens, logprobs=old_lp,
                         behavior_logprobs=ro.behavior_logprobs, ref_logprobs=ref_lp, entropy=old_ent,
-                        lengths=ro.lengths, truncated=ro.truncated)
+                        lengths=ro.lengths, truncated=ro.truncated, prompt_ids=ro.prompt_ids,
+                        prompt_mask=ro.prompt_mask, response_ids=ro.response_ids)
 
 
 def configured_hyperparameters(optimizer) -> list[dict]:

@@ -40,7 +40,7 @@ def one_update_effects(model, ro, rewards: Sequence[float], cfg, *, temperature:
     model.train()
     try:
         shuffle = torch.Generator().manual_seed(seed)
-        stats = update_policy(model, optimizer, scheduler, ro, batch, prepared, cfg, shuffle, temperature=temperature)
+        stats = update_policy(model, optimizer, scheduler, batch, prepared, cfg, shuffle, temperature=temperature)
     finally:
         model.train(was_training)
     optimizer.zero_grad(set_to_none=True)

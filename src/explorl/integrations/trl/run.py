@@ -1,6 +1,6 @@
 """An explorl run directory written by `ExplorlGRPOTrainer(..., run_config=cfg)`, so `explorl analyze`, `compare`,
 `eval RUN` and `curves` read a TRL run as they read `explorl train`'s (the files and the writer:
-`explorl.runs.engine`).
+`explorl.integrations.run_dir`).
 
 - `TaskReward`: an explorl task's reward as a TRL reward function, scored by the task's own `RewardRunner` (reward
   lists, weights, batched functions, time limits, failures scored 0 and counted, as in explorl's loop); the trainer
@@ -32,7 +32,7 @@ from torch import Tensor
 
 from explorl.algos import PreparedBatch, RolloutBatch
 from explorl.config import ConfigError
-from explorl.runs.engine import ENGINE_FILE, step_record
+from explorl.integrations.run_dir import ENGINE_FILE, step_record
 from explorl.integrations.trl.batch import gather_rows
 from explorl.rewards import RewardResult
 from explorl.train.update import (configured_hyperparameters, keep_configured_optimizer,  # shared with explorl's loop
@@ -122,7 +122,7 @@ class RoundRecord:
             self.losses.setdefault(k, []).append(float(v))
 
     def record(self, gather, lr: float, main: bool) -> dict | None:
-        """The round's metrics record (`runs.engine.step_record`'s keys, with `loss/*`, `optim/*` and `perf/*`), or
+        """The round's metrics record (`run_dir.step_record`'s keys, with `loss/*`, `optim/*` and `perf/*`), or
         None off the main process. Every process calls it: `gather` (`[n, t]` rows of every process, in rank
         order) is a collective when the entropies came from the update."""
         entropy = self.batch.entropy if self.entropy is None else gather(self.entropy)
@@ -277,7 +277,7 @@ def open_run(trainer, resume: bool, checkpoint: str | bool | None = None) -> Non
     from accelerate.utils import broadcast_object_list
     from transformers.trainer_utils import get_last_checkpoint
 
-    from explorl.runs.engine import open_engine_run
+    from explorl.integrations.run_dir import open_engine_run
 
     error, acc, cfg = None, trainer.accelerator, trainer.run_config
     if acc.is_main_process:
@@ -309,7 +309,7 @@ def finish_run(trainer) -> None:
     """After training, on the main process alone (nothing collective: the other processes are done): TRL's
     optimizer steps and log history into engine.json, then explorl's held-out evaluation, final/ and eval.json."""
     from explorl.runs import nofollow
-    from explorl.runs.engine import finish_engine_run
+    from explorl.integrations.run_dir import finish_engine_run
 
     engine = trainer.run_log.dir / ENGINE_FILE
     record = json.loads(engine.read_text())

@@ -131,7 +131,7 @@ def finish(out_dir: str | Path, step: int | None = None, trusted: Config | None 
     the run directory `out_dir` (its config.yaml, written by explorl's trainer mode, says what to evaluate).
     `trusted`: the config the run was launched with; the code `out_dir`'s config.yaml names (`config.trust`) must
     be code it names too, or nothing is read (None: the caller vouches for the directory)."""
-    from explorl.runs.engine import finish_engine_run
+    from explorl.integrations.run_dir import finish_engine_run
     from explorl.integrations.verl.overrides import A
     from explorl.models import WEIGHT_SUFFIXES, load_policy
     from explorl.runs.lock import RunLock

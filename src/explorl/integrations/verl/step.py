@@ -80,7 +80,7 @@ class RunWriter:
     """explorl's run directory for a verl run: the explorl config at `config_path` (what the launcher converted to
     verl's overrides) names it (`run.out_dir`).
 
-    `write` appends one step's record (`runs.engine.step_record`: `explorl train`'s keys) from the batch verl has after
+    `write` appends one step's record (`run_dir.step_record`: `explorl train`'s keys) from the batch verl has after
     the advantage step; the directory is opened on the first write (config.yaml with the weights' fingerprint,
     engine.json with `launch`), continued when verl resumed from a checkpoint (its records after the resumed step
     are dropped, as `explorl train --resume` does).
@@ -103,7 +103,7 @@ class RunWriter:
     def open(self, step: int):
         """The run directory, opened for verl's step `step` (1-based; > 1: verl resumed from a checkpoint)."""
         if self.log is None:
-            from explorl.runs.engine import open_engine_run
+            from explorl.integrations.run_dir import open_engine_run
 
             resume = step > 1
             try:
@@ -128,7 +128,7 @@ class RunWriter:
         with no-op rows). `temperatures` `[N]`: each response's request temperature (None: 1). Raises
         `guards.RunStopped` when more than `task.max_reward_failure_frac` of the responses failed to score."""
         from explorl.train.guards import RunStopped, too_many_reward_failures
-        from explorl.runs.engine import step_record
+        from explorl.integrations.run_dir import step_record
         from explorl.rewards import RewardResult
 
         n = len(batch.rewards)

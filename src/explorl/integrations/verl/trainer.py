@@ -17,7 +17,7 @@ the actor's training temperature; after the rewards and entropies are in, it end
 is saved with each verl checkpoint (`explorl_rollout.json`) and restored on resume.
 
 Given `+explorl.config=PATH` (an explorl YAML; `examples/verl/launch.py` sets it), it also writes explorl's run
-directory at that config's `run.out_dir` (`explorl.runs.engine`): config.yaml and engine.json before the
+directory at that config's `run.out_dir` (`explorl.integrations.run_dir`): config.yaml and engine.json before the
 first step, then one metrics.jsonl record per step with `explorl train`'s keys (`RunWriter`), so that `explorl
 analyze` and `explorl compare` read a verl run. The correctness and per-function rewards come from the reward
 bridge's extra info (`explorl.integrations.verl.reward`); a step whose rewards failed on more than

@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 from explorl.integrations.vllm import PROCESSOR_NAME
-from explorl.rollout.engines.native import Rollouts, left_pad_prompts
+from explorl.rollout.rollouts import Rollouts, left_pad_prompts
 
 __all__ = ["VLLM_CPU_HEAD_SIZES", "VllmRollouts", "check_head_size", "head_size", "vllm_missing"]
 
