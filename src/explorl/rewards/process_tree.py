@@ -112,23 +112,39 @@ def _signal(pid: int, signum: int) -> None:
 
 
 def kill_descendants(pid: int) -> int:
-    """SIGKILL every process below `pid`, freezing them all with SIGSTOP first; returns how many were found.
-    A pid stopped here that has left the tree by the end (it exited; its pid may be someone else's now) is sent
-    SIGCONT instead of SIGKILL."""
-    stopped: set[int] = set()
-    for _ in range(1000):  # each round stops what the last one found; a tree cannot outgrow this for long
-        new = [p for p in descendants(pid) if p not in stopped]
-        if not new:
+    """SIGKILL every process below `pid`, freezing them all with SIGSTOP first (`_freeze`); returns how many were
+    found. A pid stopped here that has left the tree by the end (it exited; its pid may be someone else's now) is
+    sent SIGCONT instead of SIGKILL. The kernel's children lists are exact only for stopped processes, so a child
+    forked while they were read can be missed; it stays below `pid` (a subreaper), so a second pass finds it."""
+    found: set[int] = set()
+    for _ in range(10):
+        stopped = _freeze(pid, found)
+        if not stopped:
             break
+        last = set(descendants(pid))
+        for p in stopped:
+            _signal(p, signal.SIGKILL if p in last else signal.SIGCONT)
+        found |= stopped
+    return len(found)
+
+
+def _freeze(pid: int, skip: set[int]) -> set[int]:
+    """SIGSTOP every process below `pid` but `skip`, round after round, until three listings in a row find nothing
+    new (a tree cannot outgrow this for long: each round stops what the last one found)."""
+    stopped: set[int] = set()
+    quiet = 0
+    for _ in range(1000):
+        new = [p for p in descendants(pid) if p not in stopped and p not in skip]
+        if not new:
+            quiet += 1
+            if quiet == 3:
+                break
+            continue
+        quiet = 0
         for p in new:
             _signal(p, signal.SIGSTOP)
         stopped.update(new)
-    if not stopped:
-        return 0
-    last = set(descendants(pid))
-    for p in stopped:
-        _signal(p, signal.SIGKILL if p in last else signal.SIGCONT)
-    return len(stopped)
+    return stopped
 
 
 def reap_children(timeout_s: float = 1.0) -> None:
