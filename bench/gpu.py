@@ -136,13 +136,15 @@ def bench_sampling(model_dir: Path, length: int, args, device, dtype) -> dict:
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype).to(device).eval()
     g = torch.Generator().manual_seed(SEED)
     prompts = torch.randint(0, PAD, (args.batch, PROMPT_LEN), generator=g).tolist()
+    # cheapest first: the warm-up round is where a first torch.compile costs minutes, and a part cut by its time
+    # limit still leaves the lines printed below for what finished
     methods = {
-        "explorl": lambda s: sampler._run_explorl(model, prompts, args.group, length, EOS, PAD, 1.0, s, device),
+        "HF": lambda s: sampler._run_hf(model, prompts, args.group, length, EOS, PAD, s, device),
         "explorl eager": lambda s: sampler._run_explorl(model, prompts, args.group, length, EOS, PAD, 1.0, s, device,
                                                         compile=False),
+        "explorl": lambda s: sampler._run_explorl(model, prompts, args.group, length, EOS, PAD, 1.0, s, device),
         "explorl CUDA graph": lambda s: sampler._run_explorl(model, prompts, args.group, length, EOS, PAD, 1.0, s,
                                                              device, cuda_graph=True),
-        "HF": lambda s: sampler._run_hf(model, prompts, args.group, length, EOS, PAD, s, device),
     }
     from importlib.util import find_spec
 
@@ -166,6 +168,8 @@ def bench_sampling(model_dir: Path, length: int, args, device, dtype) -> dict:
             out[k]["peak"] = max(out[k]["peak"], _peak_gib(device))
             if r > 0:
                 out[k]["tok_s"].append(count / secs)
+            print(f"  {length} tokens, {k}, round {r}{' (warm-up)' if r == 0 else ''}: {count:,} tokens in {secs:.1f} s "
+                  f"= {count / secs:,.0f} tok/s, peak {out[k]['peak']:.1f} GiB", flush=True)
     return {k: (None if v["oom"] else {"value": statistics.median(v["tok_s"]), "peak": v["peak"]})
             for k, v in out.items()}
 
@@ -299,6 +303,8 @@ def bench_training(model_dir: Path, length: int, args, device, tmp: Path) -> dic
                 raise
             out[k] = None
         _free(device)
+        shown = "OOM" if out[k] is None else f"{out[k]['value']:.2f} s a step, peak {out[k]['peak']:.1f} GiB"
+        print(f"  {length} tokens, training, {k}: {shown}", flush=True)
     return out
 
 
@@ -326,10 +332,17 @@ def main(argv=None) -> int:
     p.add_argument("--cuda-graph", action="store_true",
                    help="explorl's training step samples with sampling.cuda_graph (the sampling rows always show it)")
     p.add_argument("--skip", nargs="*", default=[], choices=["sampling", "training"])
+    p.add_argument("--dump-after", type=float, default=None, metavar="SECONDS",
+                   help="print every thread's Python stack after this long (a part about to hit its time limit "
+                        "then says where it was)")
     p.add_argument("--smoke", action="store_true",
                    help="on the CPU in float32 with shrunk models (2 layers, hidden 64; the real vocabulary), length "
                         "16, B=2, G=2, 1+1 steps: checks the script end to end, its numbers mean nothing")
     args = p.parse_args(argv)
+    if args.dump_after:
+        import faulthandler
+
+        faulthandler.dump_traceback_later(args.dump_after, exit=False)
     warnings.filterwarnings("ignore")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import torch

@@ -29,6 +29,19 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+_FAILURE_LOG = os.environ.get("EXPLORL_FAILURE_LOG")  # bench/gpu_lent.sh: failures kept even if the run is cut
+
+
+def pytest_runtest_logreport(report):
+    """With `EXPLORL_FAILURE_LOG=FILE`, append each failure (test id, phase, the error's last 4,000 characters) the
+    moment it happens: a suite stopped by a time limit (a lent GPU's) prints no summary, and this file is what is
+    left of it. Under xdist only the controller writes (workers' reports reach it too)."""
+    if not _FAILURE_LOG or not report.failed or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    with open(_FAILURE_LOG, "a", encoding="utf-8") as f:
+        f.write(f"=== {report.nodeid} ({report.when})\n{report.longreprtext[-4000:]}\n")
+
+
 _PIN_TO_CPU = [True]  # whether the test being set up runs on the CPU (not marked `gpu`)
 _VISIBLE = os.environ.get("CUDA_VISIBLE_DEVICES")
 

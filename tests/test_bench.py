@@ -357,3 +357,17 @@ def test_the_long_runs_narrowing_compares_each_seeds_last_checkpoint_with_its_fi
     rows = [line for line in table.narrowing_table(records, split, mode, 1) if line.startswith("| ")][1:]
     assert len(rows) == 1 and rows[0].startswith("| grpo | 500 to 1500 | 2 | -0.188 [")
     assert rows[0].endswith("(-0.125, -0.250) | -0.075 |")
+
+
+@pytest.mark.slow
+def test_the_gpu_benchmark_prints_each_sampling_round_as_it_finishes(capsys):
+    """A part cut by a lent GPU's time limit keeps what finished: one line per method and round (1 warm-up + 1 timed
+    in the smoke run), cheapest method first, before the table."""
+    _load("gpu").main(["--smoke", "--models", "0.5B", "--skip", "training"])
+    out_lines = capsys.readouterr().out.splitlines()
+    rounds = [line for line in out_lines if line.startswith("  16 tokens, ")]
+    methods = ["HF", "explorl eager", "explorl", "explorl CUDA graph"]
+    # round 0 in this order, round 1 reversed (bench/sampler.py's alternation)
+    assert [line.split(", ")[1] for line in rounds] == methods + methods[::-1]
+    assert all(" tok/s" in line for line in rounds) and "(warm-up)" in rounds[0] and "(warm-up)" not in rounds[-1]
+    assert out_lines.index(rounds[-1]) < next(i for i, line in enumerate(out_lines) if line.startswith("| model"))

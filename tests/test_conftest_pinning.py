@@ -34,3 +34,24 @@ def test_an_explicit_device_is_left_as_asked():
     if not torch.cuda.is_available():
         with pytest.raises(devices.DeviceError, match="model.device='cuda'"):
             devices.resolve_device("cuda")
+
+
+def test_a_failure_is_logged_the_moment_it_happens(tmp_path, monkeypatch):
+    """`EXPLORL_FAILURE_LOG` (bench/gpu_lent.sh): a failed report is appended with its id, phase and error, in the
+    controller only; a passed one and a worker's copy are not."""
+    from types import SimpleNamespace
+
+    import conftest
+
+    log = tmp_path / "failures.txt"
+    monkeypatch.setattr(conftest, "_FAILURE_LOG", str(log))
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    report = dict(nodeid="tests/x.py::test_y", when="setup", longreprtext="x" * 5000 + "RuntimeError: on cuda")
+    conftest.pytest_runtest_logreport(SimpleNamespace(failed=False, **report))
+    assert not log.exists()
+    conftest.pytest_runtest_logreport(SimpleNamespace(failed=True, **report))
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")  # the same report seen in a worker: the controller wrote it
+    conftest.pytest_runtest_logreport(SimpleNamespace(failed=True, **report))
+    text = log.read_text()
+    assert text.count("=== tests/x.py::test_y (setup)\n") == 1
+    assert text.endswith("RuntimeError: on cuda\n") and len(text) < 4100  # the error's end, 4,000 characters
