@@ -232,8 +232,8 @@ def test_rft_evaluates_at_its_top_p(tiny_model_dir, tmp_path, monkeypatch, top_p
 
     seen = []
 
-    def fake_evaluate(*args, top_p=1.0, **kwargs):
-        seen.append(top_p)
+    def fake_evaluate(sampler, *args, **kwargs):
+        seen.append(sampler.top_p)
         return {"pass@1": 0.0, "pass@2": 0.0, "entropy": 0.0}, []
 
     monkeypatch.setattr(rft, "evaluate", fake_evaluate)

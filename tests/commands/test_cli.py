@@ -17,6 +17,7 @@ from rich.console import Console
 
 from explorl import commands
 from explorl.evaluation.settings import inference_schedule
+from explorl.rollout.temperature_schedules import PromptTemperature
 from explorl.config import dump_yaml, load_config, reference
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -567,18 +568,21 @@ def test_eval_device_cuda_without_a_gpu_is_one_line(tiny_model_dir, tmp_path, mo
 
 def test_inference_time_ead_schedule_is_the_training_table_at_decay_d():
     """`explorl eval --schedule ead --schedule-opt d0=D` samples token t at EAD's tau_t with d = D (EAD section
-    5.4): 1.0 for t < c = 10, then max(1 + 1.2 - exp(t / D), 0.1), times --temperature."""
+    5.4): 1.0 for t < c = 10, then max(1 + 1.2 - exp(t / D), 0.1), times --temperature. The schedule's request
+    (`PromptTemperature`) says it, as a training step's plan does."""
     from explorl.rollout import temperature as Tm
 
-    assert inference_schedule(None, 0.7, 32) == 0.7  # the default schedule: --temperature
-    assert inference_schedule("fixed", 0.7, 32) == 0.7
-    fn = inference_schedule("ead", 0.5, 64, {"d0": 40.0})
+    assert inference_schedule(None, 0.7, 32) == PromptTemperature(0.7)  # the default schedule: --temperature
+    assert inference_schedule("fixed", 0.7, 32) == PromptTemperature(0.7)
+    ead = inference_schedule("ead", 0.5, 64, {"d0": 40.0})
+    assert ead.temperature == 0.5 and ead.anneal["schedule"] == "ead" and ead.anneal["step"] == 0
+    fn = ead.table(64)
     for t in (0, 9, 10, 20, 63):
         want = (1.0 if t < 10 else max(1 + 1.2 - math.exp(t / 40.0), 0.1)) * 0.5
-        assert fn(t) == pytest.approx(want, rel=1e-6), t
-        assert fn(t) == pytest.approx(float(Tm.ead(t, 0, d0=40.0)) * 0.5, rel=1e-6)
-    rev = inference_schedule("revead", 1.0, 64, {"d0": 25.0})  # RevEAD reads EAD's options
-    assert rev(30) == pytest.approx(min(0.1 + math.exp(30 / 25.0), 1.2))
+        assert float(fn[t]) == pytest.approx(want, rel=1e-6), t
+        assert float(fn[t]) == pytest.approx(float(Tm.ead(t, 0, d0=40.0)) * 0.5, rel=1e-6)
+    rev = inference_schedule("revead", 1.0, 64, {"d0": 25.0}).table(64)  # RevEAD reads EAD's options
+    assert float(rev[30]) == pytest.approx(min(0.1 + math.exp(30 / 25.0), 1.2))
     with pytest.raises(SystemExit, match="--schedule-opt.*sampling.ead.d0"):
         inference_schedule("ead", 1.0, 64, {"d0": 0.0})
     with pytest.raises(SystemExit, match="--schedule-opt.*sampling.ead.d00"):

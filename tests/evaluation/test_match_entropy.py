@@ -11,6 +11,7 @@ from explorl import commands
 from explorl.config import load_config
 from explorl.evaluation.evaluate import match_entropy, sampled_entropy
 from explorl.models import load_policy
+from explorl.rollout.sampler import Sampler
 from explorl.tasks import load_task
 
 SMALL = ["task.difficulties=[1]", "task.train_size=8", "task.eval_size=8"]
@@ -25,17 +26,18 @@ def setup(tiny_model_dir):
 
 def test_the_entropy_temperature_curve_rises_and_bisection_finds_a_known_temperature(setup):
     model, tok, problems = setup
-    kw = dict(n=4, max_new_tokens=12, seed=3)
-    curve = [sampled_entropy(model, tok, problems, t, **kw) for t in (0.3, 0.6, 1.0, 1.5)]
+    sampler = Sampler(model, tok.eos_token_id, tok.pad_token_id, 12)
+    kw = dict(n=4, seed=3)
+    curve = [sampled_entropy(sampler, tok, problems, t, **kw) for t in (0.3, 0.6, 1.0, 1.5)]
     assert curve == sorted(curve) and curve[0] < curve[-1]  # hotter samples, higher entropy
     # the target is the entropy this very procedure measures at T = 0.7: bisection must come back to it
-    target = sampled_entropy(model, tok, problems, 0.7, **kw)
-    m = match_entropy(model, tok, problems, target, tol=1e-3, **kw)
+    target = sampled_entropy(sampler, tok, problems, 0.7, **kw)
+    m = match_entropy(sampler, tok, problems, target, tol=1e-3, **kw)
     assert abs(m.entropy - target) <= 1e-3 and m.temperature == pytest.approx(0.7, rel=0.05)
     assert m.iterations >= 1 and (m.problems, m.n) == (6, 4)
     # targets beyond what [lo, hi] reaches stop at the ends
-    assert match_entropy(model, tok, problems, 0.0, **kw).temperature == 0.05
-    assert match_entropy(model, tok, problems, 1e9, **kw).temperature == 4.0
+    assert match_entropy(sampler, tok, problems, 0.0, **kw).temperature == 0.05
+    assert match_entropy(sampler, tok, problems, 1e9, **kw).temperature == 4.0
 
 
 def test_eval_match_entropy_records_what_it_found(tiny_model_dir, tmp_path, monkeypatch):

@@ -6,8 +6,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from explorl.config import dump_yaml, load_config
+from explorl.config import ModelConfig, SamplingConfig, dump_yaml, load_config
 from explorl.evaluation.settings import resolve_eval_settings
+from explorl.models import load_policy
+from explorl.rollout.temperature_schedules import PromptTemperature
 
 
 def _full_model_run(root: Path, name: str, model_dir: Path) -> Path:
@@ -19,7 +21,7 @@ def _full_model_run(root: Path, name: str, model_dir: Path) -> Path:
     cfg = load_config(None, [f"model.path={model_dir}", "task.eval_size=3", "task.train_size=4",
                              "task.difficulties=[1]", "task.prompt_template=Q: {question} A=",
                              "sampling.max_new_tokens=4", "sampling.top_p=0.9", "run.eval_temperature=0.7",
-                             f"run.out_dir={run}"])
+                             "sampling.fast_path=false", f"run.out_dir={run}"])
     (run / "config.yaml").write_text(dump_yaml(cfg))
     (run / "metrics.jsonl").write_text("")
     return run
@@ -41,7 +43,8 @@ def test_a_plain_model_takes_the_defaults(tiny_model_dir):
     assert rows["top_p"] == (1.0, "default")
     assert rows["schedule"] == ("fixed", "default")
     assert rows["eval split"][1] == "default" and rows["eval split"][0].startswith(f"{len(s.task.eval)} held-out")
-    assert (s.max_new_tokens, s.temperature, s.top_p, s.sampler_temperature) == (64, 1.0, 1.0, 1.0)
+    assert (s.max_new_tokens, s.temperature, s.top_p) == (64, 1.0, 1.0)
+    assert s.sampler_temperature == PromptTemperature(1.0) and s.sampling == SamplingConfig()
     assert s.problems == s.task.eval
     assert s.record()["max_new_tokens"] == {"value": 64, "from": "default"}
 
@@ -78,3 +81,7 @@ def test_a_flag_overrides_the_run_and_is_named(tiny_model_dir, tmp_path):
                                   "them (--limit)", "--task-opt eval_size")
     assert (s.max_new_tokens, s.temperature, s.top_p) == (8, 0.5, 0.9)
     assert len(s.task.eval) == 2 and len(s.problems) == 1
+    # the evaluation's one sampler: the run's decoder choice, the resolved length limit and top-p
+    model, tok, _ = load_policy(ModelConfig(path=str(tiny_model_dir)))
+    sampler = s.sampler(model, tok)
+    assert (sampler.max_new_tokens, sampler.top_p, sampler.fused, sampler.engine) == (8, 0.9, False, None)

@@ -14,6 +14,7 @@ from explorl.algos.advantages import grpo, token_covariance
 from explorl.experiments import probes as P
 from explorl.rollout.logprobs import response_logprobs
 from explorl.rollout.engines.native import decode_responses, sample
+from explorl.rollout.sampler import Sampler
 
 # --- significance tests -------------------------------------------------------------------------------------------
 
@@ -138,8 +139,9 @@ def test_branch_cut_at_zero_is_sampling_from_the_prompt(tiny_model, char_tokeniz
     tok = char_tokenizer
     prompt = tok.encode("12+7=", add_special_tokens=False)
     response = tok.encode("19", add_special_tokens=False) + [tok.eos_token_id]
-    got = P.branch_probe(tiny_model, tok, prompt, response, [0], k=5, score=_score_digits, max_new_tokens=7,
-                         temperature=1.3, generator=torch.Generator().manual_seed(4))
+    sampler = Sampler(tiny_model, tok.eos_token_id, tok.pad_token_id, 7)
+    got = P.branch_probe(sampler, tok, prompt, response, [0], k=5, score=_score_digits, temperature=1.3,
+                         generator=torch.Generator().manual_seed(4))
     ro = sample(tiny_model, [prompt], 5, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
                 max_new_tokens=7, temperature=1.3, generator=torch.Generator().manual_seed(4))
     assert [r["cut"] for r in got] == [0]
@@ -152,9 +154,9 @@ def test_branch_keeps_the_prefix_and_skips_cuts_past_the_end(tiny_model, char_to
     tok = char_tokenizer
     prompt = tok.encode("3+4=", add_special_tokens=False)
     response = tok.encode("abc", add_special_tokens=False) + [tok.eos_token_id]  # 4 tokens, EOS last
-    got = P.branch_probe(tiny_model, tok, prompt, response, [0, 2, 3, 4, 9], k=3, score=_score_digits,
-                         max_new_tokens=5, entropy=[0.5, 0.4, 0.3, 0.2], extract_answer=lambda t: t[-1:] or None,
-                         generator=torch.Generator().manual_seed(1))
+    got = P.branch_probe(Sampler(tiny_model, tok.eos_token_id, tok.pad_token_id, 5), tok, prompt, response,
+                         [0, 2, 3, 4, 9], k=3, score=_score_digits, entropy=[0.5, 0.4, 0.3, 0.2],
+                         extract_answer=lambda t: t[-1:] or None, generator=torch.Generator().manual_seed(1))
     assert [r["cut"] for r in got] == [0, 2, 3]  # 4 would keep the whole response, EOS included
     assert [r["entropy"] for r in got] == [0.5, 0.3, 0.2]
     for r in got:
@@ -204,8 +206,9 @@ def test_perturb_probe_counts_and_determinism(tiny_model, char_tokenizer):
     entropy = [0.1, 2.0, 0.3, 1.5, 0.2, 0.9, 0.05, 3.0]  # the last one (EOS) is never chosen
 
     def run():
-        return P.perturb_probe(tiny_model, tok, prompt, response, entropy, k=3, score=_score_digits,
-                               max_new_tokens=4, frac=0.3, generator=torch.Generator().manual_seed(0),
+        return P.perturb_probe(Sampler(tiny_model, tok.eos_token_id, tok.pad_token_id, 4), tok, prompt, response,
+                               entropy, k=3, score=_score_digits, frac=0.3,
+                               generator=torch.Generator().manual_seed(0),
                                token_generator=torch.Generator().manual_seed(1))
 
     out = run()
@@ -349,8 +352,8 @@ def test_probes_score_by_the_tasks_judgment_not_the_weighted_reward():
 
     result = SimpleNamespace(rewards=[0.9, 0.2], judged=[0.0, 1.0])
     task = SimpleNamespace(correct=lambda r: Task.correct(SimpleNamespace(correct_threshold=0.5), r))
-    ctx = Context(model=None, tok=None, task=task, task_cfg=None, problems=[], encode=None,
+    ctx = Context(sampler=None, tok=None, task=task, task_cfg=None, problems=[], encode=None,
                   runner=lambda texts, answers, metas: result, run_cfg=None, run_config_path=None, label="m",
-                  max_new_tokens=4, temperature=1.0, top_p=1.0, fast_path=True, settings={})
+                  temperature=1.0, settings={})
     problem = SimpleNamespace(answer="7", meta={})
     assert ctx.score_fn(problem)(["a", "b"]) == [0.0, 1.0]

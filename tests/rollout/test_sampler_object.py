@@ -73,3 +73,25 @@ def test_the_decoder_is_decided_once(tiny_model):
     assert not generic.fused and not generic.compile  # compiling applies to the fused decoder only
     with pytest.warns(RuntimeWarning, match="sampling.cuda_graph needs the fused decoder"):
         assert not Sampler(tiny_model, 1, PAD, MAX_NEW, fast_path=False, cuda_graph=True).cuda_graph
+
+
+@pytest.mark.parametrize("kind", ["fixed", "ead"])
+@pytest.mark.parametrize("path", list(PATH_KW))
+def test_sample_fixed_samples_what_the_decoder_did_with_one_temperature(tiny_model, char_tokenizer, path, kind):
+    # what the evaluations, the probes and RFT sample (issue 54): every prompt at one temperature, a number or one
+    # request (EAD at inference), through the round's code path: the decoder's own draws given it directly
+    prompts = [char_tokenizer.encode(t) for t in TEXTS]
+    requests, old = _old_form(kind)
+    sampler = Sampler(tiny_model, EOS_MANY, PAD, MAX_NEW, **PATH_KW[path])
+    for n in (N_PER, 2):
+        got = sampler.sample_fixed(prompts, n, 0.8 if kind == "fixed" else requests[0],
+                                   torch.Generator().manual_seed(4))
+        want = sample(tiny_model, prompts, n, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW,
+                      temperature=old, generator=torch.Generator().manual_seed(4), **PATH_KW[path])
+        for name in want.__dataclass_fields__:
+            assert torch.equal(getattr(got, name), getattr(want, name)), (n, name)
+
+
+def test_sample_fixed_refuses_counts_for_other_prompts(tiny_model):
+    with pytest.raises(ValueError, match="n has 2 entries for 1 prompts"):
+        Sampler(tiny_model, 1, PAD, MAX_NEW).sample_fixed([[3, 4]], [1, 2], 1.0, torch.Generator())

@@ -25,6 +25,7 @@ from explorl.evaluation.failures import report_reward_failures, reward_calls
 from explorl.evaluation.settings import resolve_eval_settings
 from explorl.models import load_model_under_test, weights_fingerprint
 from explorl.rewards import reward_versions
+from explorl.rollout.temperature_schedules import PromptTemperature
 from explorl.runs import nofollow
 from explorl.tasks import load_task
 from explorl.tasks.chat import prompt_encoder
@@ -158,7 +159,7 @@ def cmd_eval(args) -> int:
                               schedule_options=_schedule_opts(args.schedule_opt), limit=args.limit,
                               config=args.config, trust=_run_code_trust(args, opts))
     run, run_cfg, task_cfg, problems = s.run, s.run_cfg, s.task_cfg, s.problems
-    if args.match_entropy is not None and callable(s.sampler_temperature):
+    if args.match_entropy is not None and s.sampler_temperature.anneal is not None:
         raise SystemExit(f"--match-entropy: sets one temperature; it does not combine with the per-token "
                          f"--schedule {s.schedule}; drop one of them")
     # checked before the model loads: more held-out sets (--eval-set, else the run's run.eval_sets)
@@ -168,10 +169,11 @@ def cmd_eval(args) -> int:
     check_eval_prompts(tok, model.config, s, extra_sets, args.limit)  # every prompt fits, before any sampling
     label = run.label if run is not None else Path(args.model).name
     matched = None
+    sampler = s.sampler(model, tok)
     if args.match_entropy is not None:
-        s, matched = _match_entropy(args, s, model, tok, model_cfg)
+        s, matched = _match_entropy(args, s, sampler, tok, model_cfg)
     failures: list = []
-    summary, per_problem, sets = _evaluate_all(args, s, model, tok, ks, extra_sets, failures)
+    summary, per_problem, sets = _evaluate_all(args, s, sampler, tok, ks, extra_sets, failures)
     if args.curve:
         summary["curve"] = k_curves(per_problem, seed=args.seed)
     if sets:
@@ -237,16 +239,15 @@ def _print_settings(s) -> None:
     common.console.print(shown)
 
 
-def _evaluate_all(args, s, model, tok, ks: list[int], extra_sets: dict, failures: list) -> tuple[dict, list, dict]:
+def _evaluate_all(args, s, sampler, tok, ks: list[int], extra_sets: dict, failures: list) -> tuple[dict, list, dict]:
     """(summary, per-problem results) on the evaluated split, and the summary of each extra held-out set, reported
     on its own; every reward failure of the split is appended to `failures`."""
     with Progress(console=common.console, disable=not common.console.is_terminal) as bar:
         job = bar.add_task("eval", total=len(s.problems))
         summary, per_problem = evaluation.evaluate(
-            model, tok, s.problems, s.task, n=args.n, ks=ks, temperature=s.sampler_temperature,
-            encode=prompt_encoder(tok, s.task_cfg), top_p=s.top_p, max_new_tokens=s.max_new_tokens, seed=args.seed,
-            reward_timeout_s=s.task_cfg.reward_timeout_s, fast_path=s.fast_path, compile=s.compile,
-            cuda_graph=s.cuda_graph, progress=lambda k: bar.advance(job, k), analyze=args.analyze,
+            sampler, tok, s.problems, s.task, n=args.n, ks=ks, temperature=s.sampler_temperature,
+            encode=prompt_encoder(tok, s.task_cfg), seed=args.seed, reward_timeout_s=s.task_cfg.reward_timeout_s,
+            progress=lambda k: bar.advance(job, k), analyze=args.analyze,
             keep_completions=bool(args.save_completions), failures=failures)
         sets = {}
         for set_name, set_cfg in extra_sets.items():
@@ -254,10 +255,9 @@ def _evaluate_all(args, s, model, tok, ks: list[int], extra_sets: dict, failures
             set_problems = set_task.eval[: args.limit] if args.limit else set_task.eval
             job = bar.add_task(f"eval {set_name}", total=len(set_problems))
             sets[set_name], _ = evaluation.evaluate(
-                model, tok, set_problems, set_task, n=args.n, ks=ks, temperature=s.sampler_temperature,
-                encode=prompt_encoder(tok, set_cfg), top_p=s.top_p, max_new_tokens=s.max_new_tokens, seed=args.seed,
-                reward_timeout_s=set_cfg.reward_timeout_s, fast_path=s.fast_path, compile=s.compile,
-                cuda_graph=s.cuda_graph, progress=lambda k, j=job: bar.advance(j, k))
+                sampler, tok, set_problems, set_task, n=args.n, ks=ks, temperature=s.sampler_temperature,
+                encode=prompt_encoder(tok, set_cfg), seed=args.seed, reward_timeout_s=set_cfg.reward_timeout_s,
+                progress=lambda k, j=job: bar.advance(j, k))
     return summary, per_problem, sets
 
 
@@ -273,22 +273,21 @@ def _add_analysis(out: dict, summary: dict, per_problem, n: int) -> None:
                          f"{out['answer_diversity']:.2f}\nentropy by relative position (10 bins): {profile}")
 
 
-def _match_entropy(args, s, model, tok, model_cfg):
+def _match_entropy(args, s, sampler, tok, model_cfg):
     """`--match-entropy`: the settings with the temperature at which the model's mean token entropy on the first
     `--calibration` problems equals the target (`evaluate.match_entropy`), and what was found, for the record."""
     calib = s.problems[:args.calibration]
     encode = prompt_encoder(tok, s.task_cfg)
-    kw = dict(n=4, max_new_tokens=s.max_new_tokens, top_p=s.top_p, seed=args.seed, encode=encode,
-              fast_path=s.fast_path, compile=s.compile, cuda_graph=s.cuda_graph)
+    kw = dict(n=4, seed=args.seed, encode=encode)
     if args.match_entropy == "base":
-        base_model = model  # a plain model is its own base; a run's output is measured against its starting model
+        base = sampler  # a plain model is its own base; a run's output is measured against its starting model
         if s.run is not None:
             base_cfg = dataclasses.replace(s.run_cfg.model, device=model_cfg.device, dtype=model_cfg.dtype)
-            base_model, _ = load_model_under_test(None, None, base_cfg, common.console)
-        target, of = sampled_entropy(base_model, tok, calib, 1.0, **kw), "base"
+            base = s.sampler(load_model_under_test(None, None, base_cfg, common.console)[0], tok)
+        target, of = sampled_entropy(base, tok, calib, 1.0, **kw), "base"
     else:
         target, of = float(args.match_entropy), "value"
-    m = match_entropy(model, tok, calib, target, **kw)
+    m = match_entropy(sampler, tok, calib, target, **kw)
     source = "the base model at T = 1" if of == "base" else "given"
     common.console.print(Text(f"matched entropy: target {m.target:.4f} ({source}), "
                               f"temperature {m.temperature:.4f}, entropy reached {m.entropy:.4f} "
@@ -296,7 +295,7 @@ def _match_entropy(args, s, model, tok, model_cfg):
     record = {**dataclasses.asdict(m), "of": of}
     settings = [(name, f"{m.temperature:.4f} (--match-entropy {args.match_entropy})" if name == "temperature" else v,
                  "--match-entropy" if name == "temperature" else w) for name, v, w in s.settings]
-    return dataclasses.replace(s, temperature=m.temperature, sampler_temperature=m.temperature,
+    return dataclasses.replace(s, temperature=m.temperature, sampler_temperature=PromptTemperature(m.temperature),
                                settings=settings), record
 
 

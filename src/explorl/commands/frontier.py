@@ -132,7 +132,7 @@ def cmd_frontier(args) -> int:
     frontiers: dict[str, list[FrontierPoint]] = {}
     with Progress(console=console, disable=not console.is_terminal) as bar:
         for name, path, s in zip(names, args.models, settings):
-            frontiers[name], shown = _model_frontier(args, name, path, s, s0, temps, ks, done, keep, bar)
+            frontiers[name], shown = _model_frontier(args, name, path, s, temps, ks, done, keep, bar)
             record["models"][name] = {"path": path, **fingerprints[name], "points": shown}
     _print_points(record, names, ks, len(s0.problems), args.n)
     paired = _paired_differences(frontiers, names, ks, args.grid, args.seed)
@@ -203,30 +203,28 @@ def _checked_fingerprints(names: list[str], paths: list[str], settings: list) ->
     return fingerprints
 
 
-def _model_frontier(args, name: str, path: str, s, s0, temps: list[float], ks: list[int], done: dict, keep,
+def _model_frontier(args, name: str, path: str, s, temps: list[float], ks: list[int], done: dict, keep,
                     bar) -> tuple[list, list[dict]]:
     """One model's frontier points at every temperature, and each as recorded in frontier.json (with pass@k's
     bootstrap interval over problems). A point in `done` is reused; the model loads only when a point is missing,
     and every point evaluated is handed to `keep(key, point)` at once."""
     console = common.console
     points, shown = [], []
-    model = tok = encode = None
+    sampler = tok = encode = None
     for t in temps:
         key = _point_key(name, path, t)
         if key in done:
             entry = done[key]
             point = FrontierPoint(t, entry["entropy"], args.n, dict(entry["correct"]))
         else:
-            if model is None:
+            if sampler is None:
                 model_cfg = from_dict(ModelConfig, {"path": path, "device": args.device, "dtype": args.dtype})
                 model, tok = load_model_under_test(s.run, s.run_cfg, model_cfg, console)
-                encode = prompt_encoder(tok, s.task_cfg)
+                sampler, encode = s.sampler(model, tok), prompt_encoder(tok, s.task_cfg)
             job = bar.add_task(f"{name} T={t:g}", total=len(s.problems))
             summary, results = evaluation.evaluate(
-                model, tok, s.problems, s.task, n=args.n, ks=ks, temperature=t, encode=encode, top_p=s0.top_p,
-                max_new_tokens=s0.max_new_tokens, seed=args.seed, reward_timeout_s=s.task_cfg.reward_timeout_s,
-                fast_path=s.fast_path, compile=s.compile, cuda_graph=s.cuda_graph,
-                progress=lambda c, j=job: bar.advance(j, c))
+                sampler, tok, s.problems, s.task, n=args.n, ks=ks, temperature=t, encode=encode, seed=args.seed,
+                reward_timeout_s=s.task_cfg.reward_timeout_s, progress=lambda c, j=job: bar.advance(j, c))
             # problem ids as strings, as they read back from the JSON record
             point = FrontierPoint(t, summary["entropy"], args.n, {str(r.id): sum(r.correct) for r in results})
             keep(key, point)

@@ -22,16 +22,17 @@ from explorl.config import ModelConfig, command_task, from_dict, load_config
 from explorl.experiments import probes as P
 from explorl.models import find_run_output, load_model_under_test, make_reference
 from explorl.rollout.engines import native
+from explorl.rollout.sampler import Sampler
 from explorl.tasks import load_task
 from explorl.tasks.chat import prompt_encoder
 
 
 @dataclass
 class Context:
-    """What every probe starts from: the model, the task's problems, how to prompt and score them, and the
-    sampling settings (`settings` records each value and where it came from)."""
+    """What every probe starts from: the model's sampler (its length limit, top-p and decoder), the task's problems,
+    how to prompt and score them, and the temperature (`settings` records each value and where it came from)."""
 
-    model: object
+    sampler: Sampler
     tok: object
     task: object
     task_cfg: object
@@ -41,10 +42,7 @@ class Context:
     run_cfg: object
     run_config_path: Path | None
     label: str
-    max_new_tokens: int
     temperature: float
-    top_p: float
-    fast_path: bool
     settings: dict
 
     def score_fn(self, problem) -> P.Score:
@@ -57,14 +55,12 @@ class Context:
         return score
 
     def generator(self, seed: int) -> torch.Generator:
-        return torch.Generator(device=next(self.model.parameters()).device).manual_seed(seed)
+        return torch.Generator(device=next(self.sampler.model.parameters()).device).manual_seed(seed)
 
     def sample(self, problems, n: int, generator: torch.Generator):
-        """Rollouts of n samples per problem (one `sample` call), their rewards (the weighted sum training uses)
+        """Rollouts of n samples per problem (one `sampler` call), their rewards (the weighted sum training uses)
         and whether each is correct (`Task.correct`)."""
-        ro = native.sample(self.model, [self.encode(p) for p in problems], n, eos_token_id=self.tok.eos_token_id,
-                    pad_token_id=self.tok.pad_token_id, max_new_tokens=self.max_new_tokens,
-                    temperature=self.temperature, top_p=self.top_p, generator=generator, fast_path=self.fast_path)
+        ro = self.sampler.sample_fixed([self.encode(p) for p in problems], n, self.temperature, generator)
         texts = native.decode_responses(self.tok, ro)
         group = ro.group.tolist()
         result = self.runner(texts, [problems[g].answer for g in group], [problems[g].meta for g in group])
@@ -109,11 +105,13 @@ def setup(args, task_opts: dict, console) -> Context:
                 "temperature": {"value": temp, "from": temp_from}, "top_p": {"value": top_p, "from": top_p_from},
                 "seed": {"value": args.seed, "from": "--seed"}}
     runner = task.reward_runner(task_cfg.reward_timeout_s)
-    return Context(model=model, tok=tok, task=task, task_cfg=task_cfg, problems=problems,
+    # eager decoding (the probes never compile), the run's decoder choice
+    sampler = Sampler(model, tok.eos_token_id, tok.pad_token_id, max_new, top_p=top_p,
+                      fast_path=r.sampling.fast_path if r is not None else True)
+    return Context(sampler=sampler, tok=tok, task=task, task_cfg=task_cfg, problems=problems,
                    encode=prompt_encoder(tok, task_cfg), runner=runner, run_cfg=run_cfg,
                    run_config_path=run.config_path if run is not None else None,
-                   label=run.label if run is not None else Path(args.model).name, max_new_tokens=max_new,
-                   temperature=temp, top_p=top_p, fast_path=r.sampling.fast_path if r is not None else True,
+                   label=run.label if run is not None else Path(args.model).name, temperature=temp,
                    settings=settings)
 
 
@@ -161,7 +159,7 @@ def _position(args, ctx: Context, console) -> dict:
 
 def _covariance(args, ctx: Context, console) -> dict:
     ro, rewards, _ = ctx.sample(ctx.problems, args.n, ctx.generator(args.seed))
-    c = P.batch_covariance(ctx.model, ro, rewards, temperature=ctx.temperature, per_group=args.scope == "group")
+    c = P.batch_covariance(ctx.sampler.model, ro, rewards, temperature=ctx.temperature, per_group=args.scope == "group")
     pct = P.covariance_percentiles(c, ro.mask, args.percentiles)
     table_fracs = [p / 100 for p in args.percentiles]
     grid = sorted(set([10 ** (-4 + 4 * i / 120) for i in range(121)] + table_fracs))
@@ -194,11 +192,9 @@ def _branch(args, ctx: Context, console) -> dict:
             length = int(ro.lengths[0])
             response = ro.response_ids[0, :length].tolist()
             entropy = ro.entropy[0, :length].tolist()
-            results = P.branch_probe(ctx.model, ctx.tok, ctx.encode(p), response, cuts, k=args.k,
-                                     score=ctx.score_fn(p), max_new_tokens=ctx.max_new_tokens,
-                                     extract_answer=ctx.task.extract_answer, entropy=entropy,
-                                     temperature=ctx.temperature, top_p=ctx.top_p, generator=gen,
-                                     fast_path=ctx.fast_path)
+            results = P.branch_probe(ctx.sampler, ctx.tok, ctx.encode(p), response, cuts, k=args.k,
+                                     score=ctx.score_fn(p), extract_answer=ctx.task.extract_answer, entropy=entropy,
+                                     temperature=ctx.temperature, generator=gen)
             per_problem.append(results)
             records.append({"id": str(p.meta.get("id", len(records))), "base_reward": base_reward[0],
                             "base_length": length,
@@ -229,11 +225,10 @@ def _perturb(args, ctx: Context, console) -> dict:
                 skipped += 1
                 continue
             length = int(ro.lengths[pick])
-            res = P.perturb_probe(ctx.model, ctx.tok, ctx.encode(p), ro.response_ids[pick, :length].tolist(),
+            res = P.perturb_probe(ctx.sampler, ctx.tok, ctx.encode(p), ro.response_ids[pick, :length].tolist(),
                                   ro.entropy[pick, :length].tolist(), k=args.k, score=ctx.score_fn(p),
-                                  max_new_tokens=ctx.max_new_tokens, frac=args.frac, modes=args.modes,
-                                  temperature=ctx.temperature, top_p=ctx.top_p, generator=gen,
-                                  token_generator=token_gen, fast_path=ctx.fast_path)
+                                  frac=args.frac, modes=args.modes, temperature=ctx.temperature, generator=gen,
+                                  token_generator=token_gen)
             for mode, sides in res.items():
                 for side, got in sides.items():
                     counts[mode][side][0] += sum(r > 0.5 for r in got["rewards"])
@@ -266,8 +261,9 @@ def _update(args, ctx: Context, console) -> dict:
     overrides = ["optim.warmup_steps=0", *args.set] + ([f"optim.lr={args.lr}"] if args.lr is not None else [])
     cfg = load_config(ctx.run_config_path, overrides)  # the run's training config, or the defaults
     ro, rewards, correct = ctx.sample(ctx.problems, args.n, ctx.generator(args.seed))
-    ref = make_reference(ctx.model) if requirements(cfg.algo).ref else None
-    eff = P.one_update_effects(ctx.model, ro, rewards, cfg, temperature=ctx.temperature, ref=ref, seed=args.seed)
+    ref = make_reference(ctx.sampler.model) if requirements(cfg.algo).ref else None
+    eff = P.one_update_effects(ctx.sampler.model, ro, rewards, cfg, temperature=ctx.temperature, ref=ref,
+                               seed=args.seed)
     mask = ro.mask
     delta = (eff["logprobs_after"].exp() - eff["logprobs_before"].exp()) * mask
     tokens = [[ctx.tok.decode([i]) for i in row[:int(n)]] for row, n in zip(ro.response_ids.tolist(), ro.lengths)]

@@ -12,8 +12,17 @@ from dataclasses import dataclass, field
 
 import torch
 
-from explorl.metrics import bootstrap_ci, maj_at_k, pass_at_k, pass_at_k_curve, vote_keys, worst_at_k
-from explorl.rollout.engines.native import decode_responses, sample
+from explorl.analysis.measures import entropy_by_position
+from explorl.config import eval_set_task
+from explorl.evaluation.failures import report_reward_failures, reward_calls
+from explorl.metrics import (bootstrap_ci, branching_factor, maj_at_k, pass_at_k, pass_at_k_curve, vote_keys,
+                             worst_at_k)
+from explorl.rollout.engines.native import decode_responses
+from explorl.rollout.logprobs import full_sequences
+from explorl.rollout.sampler import Sampler
+from explorl.rollout.temperature_schedules import PromptTemperature
+from explorl.tasks import load_task
+from explorl.tasks.chat import prompt_encoder
 
 
 @dataclass
@@ -37,15 +46,15 @@ class ProblemResult:
     """The sampled texts (only with `keep_completions=True`)."""
 
 
-def evaluate(model, tokenizer, problems: Sequence, task, *, n: int, ks: Sequence[int], temperature: float = 1.0,
-             top_p: float = 1.0, max_new_tokens: int = 64, prompts_per_batch: int = 64, seed: int = 0,
-             reward_timeout_s: float = 5.0, fast_path: bool = True, compile: bool = False, cuda_graph: bool = False,
-             progress=None,
-             analyze: bool = False, branching_top_p: float = 0.95,
+def evaluate(sampler: Sampler, tokenizer, problems: Sequence, task, *, n: int, ks: Sequence[int],
+             temperature: float | PromptTemperature = 1.0, prompts_per_batch: int = 64, seed: int = 0,
+             reward_timeout_s: float = 5.0, progress=None, analyze: bool = False, branching_top_p: float = 0.95,
              encode=None, keep_completions: bool = False,
              failures: list | None = None) -> tuple[dict, list[ProblemResult]]:
-    """Sample `n` responses per problem and score them (`encode(problem)`: the prompt's token ids, e.g. through the
-    chat template, `tasks.chat.prompt_encoder`; default the prompt text as it is).
+    """Sample `n` responses per problem with `sampler` (its model, length limit, top-p and decoder) at `temperature`
+    (a number, or a `PromptTemperature`: a per-token schedule at inference) and score them (`encode(problem)`: the
+    prompt's token ids, e.g. through the chat template, `tasks.chat.prompt_encoder`; default the prompt text as it
+    is).
 
     A response counts as correct by the task's rule (`Task.correct`: the `task.correct_by` entry's own score above
     `task.correct_threshold`, 0.5 by default), whatever the other reward functions add; its final answer (maj@k) and
@@ -59,19 +68,16 @@ def evaluate(model, tokenizer, problems: Sequence, task, *, n: int, ks: Sequence
     `keep_completions`, each `ProblemResult` keeps its sampled texts (`completions`). `failures`, when given, gets
     every reward failure (`rewards.RewardFailure`: what failed, with its traceback) appended.
     """
-    device = next(model.parameters()).device
-    gen = torch.Generator(device=device).manual_seed(seed)
+    gen = torch.Generator(device=next(sampler.model.parameters()).device).manual_seed(seed)
     runner = task.reward_runner(reward_timeout_s)
     results: list[ProblemResult] = []
     totals = _Totals()
     for start in range(0, len(problems), prompts_per_batch):
         chunk = problems[start:start + prompts_per_batch]
         ids = [encode(p) if encode else tokenizer.encode(p.prompt, add_special_tokens=False) for p in chunk]
-        ro = sample(model, ids, n, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-                    max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, generator=gen,
-                    fast_path=fast_path, compile=compile, cuda_graph=cuda_graph)
-        results += _score_batch(model, tokenizer, task, runner, chunk, start, ro, totals, temperature=temperature,
-                                analyze=analyze, branching_top_p=branching_top_p,
+        ro = sampler.sample_fixed(ids, n, temperature, gen)
+        results += _score_batch(sampler.model, tokenizer, task, runner, chunk, start, ro, totals,
+                                temperature=temperature, analyze=analyze, branching_top_p=branching_top_p,
                                 keep_completions=keep_completions, failures=failures)
         if progress is not None:
             progress(len(chunk))
@@ -98,8 +104,6 @@ def _score_batch(model, tokenizer, task, runner, chunk: Sequence, start: int, ro
     """The results of the problems `chunk` (the `start`-th of the split on) from their samples `ro`: the responses
     decoded, rewarded and judged; the reward failures, entropy and length (and with `analyze` the branching factor
     and the entropy profile) added to `totals`."""
-    from explorl.analysis.measures import entropy_by_position
-
     texts = decode_responses(tokenizer, ro)
     group = ro.group.tolist()
     rr = runner(texts, [chunk[g].answer for g in group], [chunk[g].meta for g in group])
@@ -114,9 +118,7 @@ def _score_batch(model, tokenizer, task, runner, chunk: Sequence, start: int, ro
     ent_rows = ((ro.entropy * ro.mask).sum(-1) / ro.mask.sum(-1).clamp_min(1)).tolist()
     bf_rows = None
     if analyze:
-        per_token = callable(temperature) or isinstance(temperature, torch.Tensor)
-        bf_rows = response_branching(model, ro, ro.temperatures if per_token else temperature,
-                                     branching_top_p).tolist()
+        bf_rows = response_branching(model, ro, _branching_temperature(temperature, ro), branching_top_p).tolist()
         prof = entropy_by_position(ro.entropy, ro.mask, bins=10).double().cpu()
         seen = ~torch.isnan(prof)
         weight = float(ro.mask.sum())
@@ -135,6 +137,14 @@ def _score_batch(model, tokenizer, task, runner, chunk: Sequence, start: int, ro
             well_formatted=sum(task.well_formatted(texts[i]) for i in rows),
             completions=[texts[i] for i in rows] if keep_completions else None))
     return results
+
+
+def _branching_temperature(temperature: float | PromptTemperature, ro) -> float | torch.Tensor:
+    """The temperature the branching factor of `ro`'s responses is measured at: the number they were sampled at, or
+    for a per-token schedule each token's (`ro.temperatures`)."""
+    if not isinstance(temperature, PromptTemperature):
+        return temperature
+    return ro.temperatures if temperature.anneal is not None else temperature.temperature
 
 
 def _summary(results: list[ProblemResult], totals: _Totals, *, n: int, ks: Sequence[int], seed: int,
@@ -179,33 +189,26 @@ class EntropyMatch:
 
 
 @torch.no_grad()
-def sampled_entropy(model, tokenizer, problems: Sequence, temperature: float, *, n: int, max_new_tokens: int,
-                    top_p: float = 1.0, seed: int = 0, encode=None, fast_path: bool = True,
-                    compile: bool = False, cuda_graph: bool = False) -> float:
-    """Mean token entropy of the distribution sampled at `temperature` (the logits divided by it), over the valid
-    tokens of `n` responses to each problem; the same seed every call, so the curve in `temperature` is nearly smooth
-    (the samples themselves still change with it)."""
-    device = next(model.parameters()).device
-    gen = torch.Generator(device=device).manual_seed(seed)
+def sampled_entropy(sampler: Sampler, tokenizer, problems: Sequence, temperature: float, *, n: int, seed: int = 0,
+                    encode=None) -> float:
+    """Mean token entropy of the distribution `sampler` samples at `temperature` (the logits divided by it), over the
+    valid tokens of `n` responses to each problem; the same seed every call, so the curve in `temperature` is nearly
+    smooth (the samples themselves still change with it)."""
+    gen = torch.Generator(device=next(sampler.model.parameters()).device).manual_seed(seed)
     ids = [encode(p) if encode else tokenizer.encode(p.prompt, add_special_tokens=False) for p in problems]
-    ro = sample(model, ids, n, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-                max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, generator=gen,
-                fast_path=fast_path, compile=compile, cuda_graph=cuda_graph)
+    ro = sampler.sample_fixed(ids, n, temperature, gen)
     return float((ro.entropy * ro.mask).sum() / ro.mask.sum().clamp_min(1))
 
 
-def match_entropy(model, tokenizer, problems: Sequence, target: float, *, n: int = 4, max_new_tokens: int = 64,
-                  top_p: float = 1.0, seed: int = 0, encode=None, fast_path: bool = True, compile: bool = False,
-                  cuda_graph: bool = False, tol: float = 0.002,
-                  lo: float = 0.05, hi: float = 4.0, max_iter: int = 24) -> EntropyMatch:
-    """The temperature in [lo, hi] at which the mean token entropy of `model` on `problems` (the calibration set)
-    equals `target`, by bisection on log T (entropy rises with the temperature), to within `tol` nats or after
-    `max_iter` halvings; the ends when the target lies beyond them. For comparing models at equal sampling entropy:
-    a model that covers more only because it samples hotter loses that edge here."""
+def match_entropy(sampler: Sampler, tokenizer, problems: Sequence, target: float, *, n: int = 4, seed: int = 0,
+                  encode=None, tol: float = 0.002, lo: float = 0.05, hi: float = 4.0,
+                  max_iter: int = 24) -> EntropyMatch:
+    """The temperature in [lo, hi] at which the mean token entropy of `sampler`'s model on `problems` (the
+    calibration set) equals `target`, by bisection on log T (entropy rises with the temperature), to within `tol`
+    nats or after `max_iter` halvings; the ends when the target lies beyond them. For comparing models at equal
+    sampling entropy: a model that covers more only because it samples hotter loses that edge here."""
     def h(t: float) -> float:
-        return sampled_entropy(model, tokenizer, problems, t, n=n, max_new_tokens=max_new_tokens, top_p=top_p,
-                               seed=seed, encode=encode, fast_path=fast_path, compile=compile,
-                               cuda_graph=cuda_graph)
+        return sampled_entropy(sampler, tokenizer, problems, t, n=n, seed=seed, encode=encode)
 
     a, b = math.log(lo), math.log(hi)
     h_lo, h_hi = h(lo), h(hi)
@@ -228,9 +231,6 @@ def response_branching(model, ro, temperature: float | torch.Tensor, top_p: floa
                        chunk: int = 16) -> torch.Tensor:
     """Mean rollout branching factor of each response [N] (docs/methods.md §8b), one forward pass per chunk of rows.
     `temperature`: a float, or [N, T] per-token temperatures (e.g. `ro.temperatures` of an EAD schedule)."""
-    from explorl.metrics import branching_factor
-    from explorl.rollout.logprobs import full_sequences
-
     out = []
     t = ro.response_ids.shape[1]
     for s in range(0, ro.mask.shape[0], chunk):
@@ -327,15 +327,12 @@ def paired_pass_difference(base: dict, other: dict, *, n_boot: int = 1000, seed:
 def held_out_evaluator(model, tokenizer, cfg, task, encode, console=None):
     """`step -> summary`: a run's held-out evaluation (`run.eval_n`, `eval_k`, `eval_temperature`, the sampling
     settings, seeded by the step) on the task's own split and on every set of `run.eval_sets` (keys
-    `<name>/<metric>`), as `explorl train` and `explorl sft` report it. The sets are loaded once, here. With a
-    `console`, reward calls that fail during an evaluation are said there as `explorl eval` says them
+    `<name>/<metric>`), as `explorl train` and `explorl sft` report it, with explorl's sampler built here from
+    `cfg.sampling` (never through `sampling.engine: vllm`). The sets are loaded once, here. With a `console`, reward
+    calls that fail during an evaluation are said there as `explorl eval` says them
     (`failures.report_reward_failures`), for each set."""
-    from explorl.config import eval_set_task
-    from explorl.evaluation.failures import report_reward_failures, reward_calls
-    from explorl.tasks import load_task
-    from explorl.tasks.chat import prompt_encoder
-
-    r, s = cfg.run, cfg.sampling
+    r = cfg.run
+    sampler = Sampler.from_config(model, tokenizer, cfg.sampling)
     sets = {"": (task, encode, cfg.task)}
     for name in r.eval_sets:
         set_cfg = eval_set_task(cfg, name)
@@ -345,10 +342,9 @@ def held_out_evaluator(model, tokenizer, cfg, task, encode, console=None):
         summary = {}
         for name, (t, enc, t_cfg) in sets.items():
             failures: list = []
-            result, _ = evaluate(model, tokenizer, t.eval, t, n=r.eval_n, ks=r.eval_k, temperature=r.eval_temperature,
-                                 top_p=s.top_p, max_new_tokens=s.max_new_tokens, seed=r.seed + 10_007 * (step + 1),
-                                 reward_timeout_s=t_cfg.reward_timeout_s, fast_path=s.fast_path, compile=s.compile,
-                                 cuda_graph=s.cuda_graph, encode=enc, failures=failures)
+            result, _ = evaluate(sampler, tokenizer, t.eval, t, n=r.eval_n, ks=r.eval_k,
+                                 temperature=r.eval_temperature, seed=r.seed + 10_007 * (step + 1),
+                                 reward_timeout_s=t_cfg.reward_timeout_s, encode=enc, failures=failures)
             if console is not None:
                 where = f"held-out evaluation at step {step}" + (f" on run.eval_sets.{name}" if name else "")
                 report_reward_failures(console, failures, reward_calls(result, t), repr(t_cfg.reward),

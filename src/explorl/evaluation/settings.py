@@ -8,17 +8,21 @@ user's (`explorl eval --config FILE`) supplies them the same way, for a model di
 code a run's config.yaml names is used only when the command was told to trust it (`explorl.config.trust`).
 `settings` lists each value with its origin (`--temperature`, `run config: run.eval_temperature`, `--config:
 sampling.top_p`, `default`, ...): the "eval settings" table of `explorl eval` and the `settings` of its JSON
-summary.
+summary. `EvalSettings.sampling` is the sampling section the evaluation's one sampler is built from
+(`EvalSettings.sampler`, `rollout.sampler.Sampler`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from explorl.config import ConfigError, SamplingConfig, load_config
+from explorl.rollout.sampler import Sampler
+from explorl.rollout.temperature_schedules import PromptTemperature
 
 if TYPE_CHECKING:
     from explorl.config import Config, TaskConfig
@@ -41,22 +45,33 @@ class EvalSettings:
     """The loaded task."""
     problems: list
     """The held-out problems evaluated (the first `limit` of `task.eval`, or all)."""
-    max_new_tokens: int
+    sampling: SamplingConfig
+    """What the sampler is built from (`sampler`): the run's `sampling` section (decoder, compilation, CUDA graph),
+    else the defaults, with the length limit and top-p resolved here."""
     temperature: float
-    top_p: float
     schedule: str
     """The inference-time temperature schedule (a registered `static` or `per_token` one)."""
     schedule_options: dict
     """Its options as given (`--schedule-opt FIELD=VALUE`), the rest at their defaults."""
-    sampler_temperature: Any
-    """The sampler's temperature: `temperature`, or for a per-token schedule a function of the token position."""
-    fast_path: bool
-    compile: bool
-    cuda_graph: bool
+    sampler_temperature: PromptTemperature
+    """How each prompt is sampled (`inference_schedule`): at `temperature`, or with a per-token schedule's
+    arguments."""
     settings: list[tuple[str, Any, str]]
     """(setting, value, where it came from) of each setting, in the order shown."""
     config_path: Path | None = None
     """The config file the settings came from (the run's config.yaml, or `--config`), or None."""
+
+    @property
+    def max_new_tokens(self) -> int:
+        return self.sampling.max_new_tokens
+
+    @property
+    def top_p(self) -> float:
+        return self.sampling.top_p
+
+    def sampler(self, model, tokenizer) -> Sampler:
+        """The evaluation's sampler for `model` (explorl's own: an evaluation never samples through vLLM)."""
+        return Sampler.from_config(model, tokenizer, self.sampling)
 
     def record(self) -> dict[str, dict]:
         """`settings` as the eval summary stores them: {setting: {"value": ..., "from": ...}}."""
@@ -64,12 +79,13 @@ class EvalSettings:
 
 
 def inference_schedule(schedule: str | None, temperature: float, max_new_tokens: int,
-                       options: Mapping[str, Any] | None = None):
-    """The sampler's temperature for an inference-time schedule (EAD section 5.4, EAD at inference): a
+                       options: Mapping[str, Any] | None = None) -> PromptTemperature:
+    """How every prompt is sampled under an inference-time schedule (EAD section 5.4, EAD at inference): a
     registered temperature schedule that is `static` (the default, `sampling.schedule`'s: `temperature`) or has a
     `per_token` temperature, at training step 0 with `options` (its `sampling.<name>.*` fields, e.g. EAD's decay
-    constant `d0`), times `temperature`: then a function of the generated token's position. A schedule that adapts
-    during training (E3's controller, per-prompt temperatures) is refused."""
+    constant `d0`), times `temperature`: the schedule's own request (`per_prompt`), a `PromptTemperature` whose
+    `table` is the temperature of each generated token's position. A schedule that adapts during training (E3's
+    controller, per-prompt temperatures) is refused."""
     from explorl.algos.registry import lookup, names
     from explorl.config import Config, validate
     from explorl.config.validation import fill_registry
@@ -88,8 +104,9 @@ def inference_schedule(schedule: str | None, temperature: float, max_new_tokens:
         validate(cfg)
     except ConfigError as e:
         raise SystemExit(f"--schedule {schedule} / --schedule-opt: {e}") from None
-    sampler_temperature, _, _ = entry.bind(cfg.sampling)(cfg, 2).at(0)
-    return sampler_temperature
+    bound = entry.bind(cfg.sampling)(cfg, 2)
+    sampler_temperature, _, _ = bound.at(0)
+    return bound.per_prompt(0, sampler_temperature, [0])[0]
 
 
 def eval_split(task_cfg, count: int, all_rows: bool) -> str:
@@ -121,8 +138,6 @@ def settings_config(run: RunOutput | None, config: str | Path | None,
     output, the run's config.yaml then gives only the model, read as data: `recorded_model`); else the run's
     config.yaml, loaded only when the code it names is trusted (`trust`; RecordedCodeError otherwise, before
     anything is imported); else (None, None). A run's config.yaml given as `config` is held to the same rule."""
-    import dataclasses
-
     from explorl.config.recorded import is_recorded_config, recorded_model
     from explorl.config.trust import CodeTrust
 
@@ -183,9 +198,8 @@ def resolve_eval_settings(model: str, task: str | None = None, task_opts: Mappin
     temp = temperature if temperature is not None else (r.run.eval_temperature if r is not None else 1.0)
     nucleus = top_p if top_p is not None else (r.sampling.top_p if r is not None else 1.0)
     sampler_temperature = inference_schedule(schedule, temp, max_new, schedule_options)
-    fast_path = r.sampling.fast_path if r is not None else True
-    compile = r.sampling.compile if r is not None else SamplingConfig.compile
-    cuda_graph = r.sampling.cuda_graph if r is not None else SamplingConfig.cuda_graph
+    sampling = dataclasses.replace(r.sampling if r is not None else SamplingConfig(), max_new_tokens=max_new,
+                                   top_p=nucleus)
     try:
         loaded = load_task(task_cfg)
     except ValueError as e:
@@ -213,7 +227,6 @@ def resolve_eval_settings(model: str, task: str | None = None, task_opts: Mappin
          "--schedule" if schedule is not None else "default"),
     ]
     return EvalSettings(run=run, run_cfg=run_cfg, task_cfg=task_cfg, task=loaded, problems=problems,
-                        max_new_tokens=max_new, temperature=temp, top_p=nucleus,
-                        schedule=schedule or SamplingConfig.schedule, schedule_options=dict(schedule_options or {}),
-                        sampler_temperature=sampler_temperature, fast_path=fast_path, compile=compile,
-                        cuda_graph=cuda_graph, settings=settings, config_path=source)
+                        sampling=sampling, temperature=temp, schedule=schedule or SamplingConfig.schedule,
+                        schedule_options=dict(schedule_options or {}), sampler_temperature=sampler_temperature,
+                        settings=settings, config_path=source)

@@ -32,6 +32,7 @@ from explorl.evaluation.evaluate import evaluate
 from explorl.finetune.supervised import sft_batch, sft_example, supervised_step
 from explorl.models import build_char_tokenizer, count_parameters, tiny_qwen2, weights_fingerprint
 from explorl.rewards import extract_boxed
+from explorl.rollout.sampler import Sampler
 from explorl.tasks import Task
 from explorl.tasks.arith import MAX_DIFFICULTY, MAX_OPERAND, OPERANDS, arith_task, default_reward
 
@@ -155,6 +156,7 @@ def bootstrap(out_dir: str | Path, cfg: BootstrapConfig | None = None, *, consol
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: min(1.0, (i + 1) / cfg.warmup))
     console.print(f"[bold]bootstrap[/]: tiny Qwen2 with {count_parameters(model):,} parameters, "
                   f"{len(seqs)} worked solutions, stopping at held-out pass@1 >= {cfg.target_pass1}")
+    sampler = Sampler(model, tok.eos_token_id, tok.pad_token_id, cfg.max_new_tokens)  # the held-out pass@1's
     history = []
     pass1 = 0.0
     step = 0
@@ -166,8 +168,7 @@ def bootstrap(out_dir: str | Path, cfg: BootstrapConfig | None = None, *, consol
             loss = supervised_step(model, opt, [next(batches)], grad_clip=1.0)  # shared with `explorl sft` and rft
             sched.step()
             if step % cfg.eval_every == 0:
-                summary, _ = evaluate(model, tok, held_out, task, n=1, ks=[1], temperature=1.0,
-                                      max_new_tokens=cfg.max_new_tokens, seed=cfg.seed + step)
+                summary, _ = evaluate(sampler, tok, held_out, task, n=1, ks=[1], temperature=1.0, seed=cfg.seed + step)
                 model.train()
                 pass1 = summary["pass@1"]
                 history.append({"step": step, "loss": loss, "pass@1": pass1})

@@ -9,6 +9,7 @@ the selection and evaluates pass@k on the held-out split. Results per iteration 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -21,7 +22,7 @@ from explorl.config import Config, dump_yaml
 from explorl.evaluation.evaluate import decode_responses, evaluate, response_branching
 from explorl.finetune.supervised import sft_batch, sft_example, supervised_step
 from explorl.models import check_fingerprint, load_policy
-from explorl.rollout.engines.native import sample
+from explorl.rollout.sampler import Sampler
 from explorl.runs.jsonl import write_atomic
 from explorl.runs.log import RunLog
 from explorl.tasks import load_task
@@ -81,6 +82,8 @@ def run_rft(cfg: Config, *, console) -> Path:
     torch.manual_seed(r.seed)
     rng = random.Random(r.seed)
     model, tok, device = load_policy(cfg.model)
+    sampler = Sampler.from_config(model, tok, s)  # explorl's own decoder: rft never samples through vLLM
+    eval_sampler = dataclasses.replace(sampler, top_p=f.eval_top_p)  # the held-out evaluation's nucleus
     task = load_task(cfg.task)
     runner = task.reward_runner(cfg.task.reward_timeout_s)
     gen = torch.Generator(device=device).manual_seed(r.seed)
@@ -89,11 +92,9 @@ def run_rft(cfg: Config, *, console) -> Path:
     encode = prompt_encoder(tok, cfg.task)  # the chat template, when the task asks for it
 
     def held_out(iteration: int) -> dict:
-        summary, _ = evaluate(model, tok, task.eval, task, n=r.eval_n, ks=r.eval_k, temperature=r.eval_temperature,
-                              top_p=f.eval_top_p, max_new_tokens=s.max_new_tokens,
-                              seed=r.seed + 7919 * (iteration + 1),
-                              reward_timeout_s=cfg.task.reward_timeout_s, fast_path=s.fast_path, compile=s.compile,
-                              cuda_graph=s.cuda_graph, encode=encode)
+        summary, _ = evaluate(eval_sampler, tok, task.eval, task, n=r.eval_n, ks=r.eval_k,
+                              temperature=r.eval_temperature, seed=r.seed + 7919 * (iteration + 1),
+                              reward_timeout_s=cfg.task.reward_timeout_s, encode=encode)
         return summary
 
     history = [{"iteration": 0, "selected": 0, **held_out(0)}]
@@ -102,7 +103,7 @@ def run_rft(cfg: Config, *, console) -> Path:
         ids = rng.sample(range(len(task.train)), min(f.prompts, len(task.train)))
         problems = [task.train[i] for i in ids]
         model.eval()
-        candidates = scored_candidates(model, tok, problems, task, runner, encode, cfg, gen)
+        candidates = scored_candidates(sampler, tok, problems, task, runner, encode, cfg, gen)
         chosen = select_samples(candidates, f.strategies, noisy_frac=f.noisy_frac, select_frac=f.select_frac, rng=rng,
                                 select_count=f.select_count)
         loss = finetune(model, tok, chosen, epochs=f.epochs, lr=f.lr, batch_size=f.batch_size,
@@ -122,26 +123,23 @@ def run_rft(cfg: Config, *, console) -> Path:
     return run_dir
 
 
-def scored_candidates(model, tok, problems: list, task, runner, encode, cfg: Config,
+def scored_candidates(sampler: Sampler, tok, problems: list, task, runner, encode, cfg: Config,
                       gen: torch.Generator) -> list[dict]:
-    """One iteration's candidates: `rft.samples_per_prompt` responses to each problem, sampled as `cfg.sampling`
-    says, each cut after its first box, with its prompt text (the one the sampler was given), whether it is
-    correct and passes the rule filters, its mean token entropy and (with the `branching` strategy) its mean
-    rollout branching factor."""
+    """One iteration's candidates: `rft.samples_per_prompt` responses to each problem, sampled by `sampler` at
+    `sampling.temperature`, each cut after its first box, with its prompt text (the one the sampler was given),
+    whether it is correct and passes the rule filters, its mean token entropy and (with the `branching` strategy) its
+    mean rollout branching factor."""
     f, s = cfg.rft, cfg.sampling
     candidates = []
     for start in range(0, len(problems), 64):
         chunk = problems[start:start + 64]
-        ro = sample(model, [encode(p) for p in chunk], f.samples_per_prompt,
-                    eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                    max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p, generator=gen,
-                    fast_path=s.fast_path, compile=s.compile, cuda_graph=s.cuda_graph)
+        ro = sampler.sample_fixed([encode(p) for p in chunk], f.samples_per_prompt, s.temperature, gen)
         texts = decode_responses(tok, ro)
         group = ro.group.tolist()
         rr = runner(texts, [chunk[g].answer for g in group], [chunk[g].meta for g in group])
         judged = task.correct(rr)
         ent = ((ro.entropy * ro.mask).sum(-1) / ro.mask.sum(-1).clamp_min(1)).tolist()
-        bf = (response_branching(model, ro, s.temperature, f.branching_top_p).tolist()
+        bf = (response_branching(sampler.model, ro, s.temperature, f.branching_top_p).tolist()
               if "branching" in f.strategies else [0.0] * len(texts))
         for i, text in enumerate(texts):
             cut = cut_after_first_box(text)

@@ -2,7 +2,8 @@
 beside its per-request `SamplingParams`): which decoder (the fused fast path or the generic one), whether its steps
 are compiled, whether the static batch is replayed as a CUDA graph and which engine samples (explorl's own or a
 vLLM engine) are decided here, once; each round then calls `sample(prompts, plan, generator)` with the round's
-`rollout.schedule.Plan`.
+`rollout.schedule.Plan`, and the evaluations, the probes and RFT call `sample_fixed(prompts, n, temperature,
+generator)` (the same request for every prompt).
 
 A plan says a temperature one way whatever the engine: per prompt a `PromptTemperature` (a request temperature and
 the annealing arguments of a per-token schedule). explorl's decoder gets it as a `[N, max_new_tokens]` table, one row
@@ -86,13 +87,29 @@ class Sampler:
 
         `generator` draws explorl's tokens; for the vLLM engine it draws the round's request seed, so a resumed
         step samples the same."""
+        return self._sample(prompts, plan.rollouts, plan.requests, generator)
+
+    def sample_fixed(self, prompts: Sequence[Sequence[int]], n: int | Sequence[int],
+                     temperature: float | PromptTemperature, generator: torch.Generator) -> Rollouts:
+        """`n` responses to each prompt (an int, or one count per prompt), every one sampled at `temperature`: a
+        number, or one `PromptTemperature` (a request temperature with a per-token schedule's arguments, e.g. EAD
+        at inference, `evaluation.settings.inference_schedule`). What the evaluations, the probes and RFT sample:
+        one plan of the same request for every prompt, sampled as `sample` samples a round's."""
+        counts = [int(n)] * len(prompts) if isinstance(n, int) else [int(k) for k in n]
+        if len(counts) != len(prompts):
+            raise ValueError(f"n has {len(counts)} entries for {len(prompts)} prompts")
+        request = temperature if isinstance(temperature, PromptTemperature) else PromptTemperature(float(temperature))
+        return self._sample(prompts, counts, [request] * len(prompts), generator)
+
+    def _sample(self, prompts: Sequence[Sequence[int]], rollouts: Sequence[int],
+                requests: Sequence[PromptTemperature], generator: torch.Generator) -> Rollouts:
         if self.engine is None:
-            return sample(self.model, prompts, plan.rollouts, eos_token_id=self.eos_token_id,
+            return sample(self.model, prompts, rollouts, eos_token_id=self.eos_token_id,
                           pad_token_id=self.pad_token_id, max_new_tokens=self.max_new_tokens,
-                          temperature=per_response_table(plan.requests, plan.rollouts, self.max_new_tokens),
+                          temperature=per_response_table(requests, rollouts, self.max_new_tokens),
                           top_p=self.top_p, generator=generator, fast_path=self.fused, compile=self.compile,
                           cuda_graph=self.cuda_graph)
         seed = int(torch.randint(2**31 - 1, (1,), generator=generator, device=generator.device))
-        return self.engine.sample(prompts, plan.rollouts, plan.requests, eos_token_id=self.eos_token_id,
+        return self.engine.sample(prompts, rollouts, requests, eos_token_id=self.eos_token_id,
                                   pad_token_id=self.pad_token_id, max_new_tokens=self.max_new_tokens,
                                   top_p=self.top_p, seed=seed, device=next(self.model.parameters()).device)

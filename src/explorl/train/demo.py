@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 
 from explorl.config import load_config
+from explorl.evaluation.evaluate import evaluate
+from explorl.rollout.sampler import Sampler
 from explorl.runs import nofollow
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[3] / "configs" / "quickstart.yaml"
@@ -52,7 +54,6 @@ def run_demo(config: str | None, overrides: list[str], *, console) -> dict:
     from rich.markup import escape
     from rich.table import Table
 
-    from explorl.evaluation.evaluate import evaluate
     from explorl.models import load_policy
     from explorl.tasks import load_task
     from explorl.tasks.chat import prompt_encoder
@@ -83,8 +84,9 @@ def run_demo(config: str | None, overrides: list[str], *, console) -> dict:
         task = load_task(cfg.task)
         ks = sorted(set(cfg.run.eval_k) | {1})
         console.print(f"evaluating the base model on {len(task.eval)} held-out problems, n={cfg.run.eval_n} ...")
-        base, _ = evaluate(model, tok, task.eval, task, n=cfg.run.eval_n, ks=ks,
-                           temperature=cfg.run.eval_temperature, max_new_tokens=cfg.sampling.max_new_tokens,
+        # sampled as the trained model's evaluation samples (`held_out_evaluator`: the run's sampling settings)
+        base, _ = evaluate(Sampler.from_config(model, tok, cfg.sampling), tok, task.eval, task, n=cfg.run.eval_n,
+                           ks=ks, temperature=cfg.run.eval_temperature,
                            seed=cfg.run.seed + 10_007 * (cfg.run.steps + 1), reward_timeout_s=cfg.task.reward_timeout_s,
                            encode=prompt_encoder(tok, cfg.task))
         del model

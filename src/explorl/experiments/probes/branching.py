@@ -8,14 +8,15 @@ from collections.abc import Callable, Sequence
 import torch
 
 from explorl.experiments.probes.continuations import Score, continue_prefixes, score_heads
+from explorl.rollout.sampler import Sampler
 
 
-def branch_probe(model, tokenizer, prompt_ids: Sequence[int], response_ids: Sequence[int], cuts: Sequence[int], *,
-                 k: int, score: Score, max_new_tokens: int, extract_answer: Callable[[str], str | None] | None = None,
-                 entropy: Sequence[float] | None = None, temperature: float = 1.0, top_p: float = 1.0,
-                 generator: torch.Generator | None = None, fast_path: bool = True) -> list[dict]:
+def branch_probe(sampler: Sampler, tokenizer, prompt_ids: Sequence[int], response_ids: Sequence[int],
+                 cuts: Sequence[int], *, k: int, score: Score,
+                 extract_answer: Callable[[str], str | None] | None = None, entropy: Sequence[float] | None = None,
+                 temperature: float = 1.0, generator: torch.Generator | None = None) -> list[dict]:
     """The forking experiment on one response (EAD, Figure 2, after Yang & Holtzman 2025): for each cut
-    t, keep `o_<t` and sample k continuations; score every completed response.
+    t, keep `o_<t` and sample k continuations with `sampler` at `temperature`; score every completed response.
 
     Cuts at or beyond the response's length are skipped (no token is left to branch at). All prefixes go to the
     sampler together (`continue_prefixes`); a single cut at 0 is plain sampling from the prompt.
@@ -38,11 +39,7 @@ def branch_probe(model, tokenizer, prompt_ids: Sequence[int], response_ids: Sequ
     response_ids = [int(x) for x in response_ids]
     kept = [int(t) for t in cuts if 0 <= int(t) < max(len(response_ids), 1)]
     heads = [response_ids[:t] for t in kept]
-    eos = tokenizer.eos_token_id
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
-    conts = continue_prefixes(model, prompt_ids, heads, k, eos_token_id=eos, pad_token_id=pad,
-                              max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                              generator=generator, fast_path=fast_path)
+    conts = continue_prefixes(sampler, prompt_ids, heads, k, temperature=temperature, generator=generator)
     out = []
     for t, (texts, rewards) in zip(kept, score_heads(tokenizer, heads, conts, score)):
         correct = [r > 0.5 for r in rewards]

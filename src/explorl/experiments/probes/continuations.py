@@ -1,6 +1,6 @@
 """Continuations of response prefixes, the sampling step of the branching and perturbation probes: k continuations
-of each head after the prompt in one `sample` call (`continue_prefixes`), and their texts scored by the task
-(`score_heads`, a `Score`)."""
+of each head after the prompt in one call of the command's sampler (`continue_prefixes`, `Sampler.sample_fixed`),
+and their texts scored by the task (`score_heads`, a `Score`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from explorl.rollout.engines.native import sample
+from explorl.rollout.sampler import Sampler
 
 
 Score = Callable[[list[str]], list[float]]
@@ -21,23 +21,20 @@ def token_id_list(x) -> list[int]:
     return [int(x)] if isinstance(x, int) else [int(e) for e in x]
 
 
-def continue_prefixes(model, prompt_ids: Sequence[int], heads: Sequence[Sequence[int]], k: int, *,
-                      eos_token_id: int | Sequence[int], pad_token_id: int, max_new_tokens: int,
-                      temperature: float = 1.0, top_p: float = 1.0, generator: torch.Generator | None = None,
-                      fast_path: bool = True) -> list[list[list[int]]]:
-    """k continuations of each head (response tokens so far) after the prompt, in one `sample` call.
+def continue_prefixes(sampler: Sampler, prompt_ids: Sequence[int], heads: Sequence[Sequence[int]], k: int, *,
+                      temperature: float = 1.0, generator: torch.Generator | None = None) -> list[list[list[int]]]:
+    """k continuations of each head (response tokens so far) after the prompt, in one `sampler.sample_fixed` call
+    (its EOS ids, length limit and top-p).
 
     A head that ends with EOS is complete: its k continuations are empty and it is not sampled. With a single
-    empty head this is exactly `sample(model, [prompt_ids], k, ...)` (same generator state, same draws).
+    empty head this is exactly `sampler.sample_fixed([prompt_ids], k, ...)` (same generator state, same draws).
     Returns `[len(heads)][k]` token-id lists (EOS included when produced, no padding).
     """
-    eos = token_id_list(eos_token_id)
+    eos = token_id_list(sampler.eos_token_id)
     out: list[list[list[int]]] = [[[] for _ in range(k)] if h and h[-1] in eos else [] for h in heads]
     open_heads = [i for i, h in enumerate(heads) if not (h and h[-1] in eos)]
     if open_heads and k > 0:
-        ro = sample(model, [list(prompt_ids) + list(heads[i]) for i in open_heads], k, eos_token_id=eos,
-                    pad_token_id=pad_token_id, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                    generator=generator, fast_path=fast_path)
+        ro = sampler.sample_fixed([list(prompt_ids) + list(heads[i]) for i in open_heads], k, temperature, generator)
         for row, (g, length) in enumerate(zip(ro.group.tolist(), ro.lengths.tolist())):
             out[open_heads[g]].append(ro.response_ids[row, :length].tolist())
     return out

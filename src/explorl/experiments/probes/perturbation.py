@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import torch
 
 from explorl.experiments.probes.continuations import Score, continue_prefixes, score_heads, token_id_list
+from explorl.rollout.sampler import Sampler
 
 
 def entropy_extremes(entropy: Sequence[float], frac: float) -> tuple[list[int], list[int]]:
@@ -42,25 +43,23 @@ def perturbed_head(response_ids: Sequence[int], t: int, mode: str, *, vocab_size
     return head + [allowed[int(torch.randint(len(allowed), (1,), generator=generator))]]
 
 
-def perturb_probe(model, tokenizer, prompt_ids: Sequence[int], response_ids: Sequence[int], entropy: Sequence[float],
-                  *, k: int, score: Score, max_new_tokens: int, frac: float = 0.05,
-                  modes: Sequence[str] = ("replace", "truncate"), temperature: float = 1.0, top_p: float = 1.0,
-                  generator: torch.Generator | None = None, token_generator: torch.Generator | None = None,
-                  fast_path: bool = True) -> dict:
+def perturb_probe(sampler: Sampler, tokenizer, prompt_ids: Sequence[int], response_ids: Sequence[int],
+                  entropy: Sequence[float], *, k: int, score: Score, frac: float = 0.05,
+                  modes: Sequence[str] = ("replace", "truncate"), temperature: float = 1.0,
+                  generator: torch.Generator | None = None, token_generator: torch.Generator | None = None) -> dict:
     """Perturb one response at its highest- and lowest-entropy positions and regenerate (ERPO,
     Figure 1(b)).
 
     The perturbable positions are the response's tokens less a final EOS; `entropy_extremes` picks them. Each
-    (mode, position) prefix (`perturbed_head`; replacements never draw pad or EOS) gets k continuations, all in one
-    `sample` call. Returns `{mode: {"high": {"positions", "rewards"}, "low": {...}}}`, the rewards of the
-    k continuations of every position, position by position.
+    (mode, position) prefix (`perturbed_head`; replacements never draw `sampler`'s pad or EOS ids) gets k
+    continuations, all in one call of `sampler` at `temperature`. Returns `{mode: {"high": {"positions",
+    "rewards"}, "low": {...}}}`, the rewards of the k continuations of every position, position by position.
     """
     response_ids = [int(x) for x in response_ids]
-    eos = token_id_list(tokenizer.eos_token_id)
+    eos = token_id_list(sampler.eos_token_id)
     length = len(response_ids) - (1 if response_ids and response_ids[-1] in eos else 0)
     high, low = entropy_extremes(list(entropy)[:length], frac)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
-    exclude = sorted(set(eos) | {pad})
+    exclude = sorted(set(eos) | {sampler.pad_token_id})
     keys, heads = [], []
     for mode in modes:
         for side, positions in (("high", high), ("low", low)):
@@ -68,9 +67,7 @@ def perturb_probe(model, tokenizer, prompt_ids: Sequence[int], response_ids: Seq
                 keys.append((mode, side))
                 heads.append(perturbed_head(response_ids, t, mode, vocab_size=len(tokenizer), exclude=exclude,
                                             generator=token_generator))
-    conts = continue_prefixes(model, prompt_ids, heads, k, eos_token_id=eos, pad_token_id=pad,
-                              max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                              generator=generator, fast_path=fast_path)
+    conts = continue_prefixes(sampler, prompt_ids, heads, k, temperature=temperature, generator=generator)
     out = {m: {"high": {"positions": high, "rewards": []}, "low": {"positions": low, "rewards": []}} for m in modes}
     for (mode, side), (_, rewards) in zip(keys, score_heads(tokenizer, heads, conts, score)):
         out[mode][side]["rewards"].extend(rewards)
