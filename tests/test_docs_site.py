@@ -196,7 +196,7 @@ KEY = re.compile(rf"(?<![\w/.\[(-])((?:{'|'.join(SECTIONS)})(?:\.[a-z][a-z0-9_]*
 
 
 def _example_plugin_keys() -> set[str]:
-    """`algo.rloo.normalize`: the options of the shipped example estimator (configs/examples/plugins/rloo.py, shown
+    """`algo.my_rloo.normalize`: the options of the shipped example estimator (configs/examples/plugins/rloo.py, shown
     on the Add a method page), registered only when a run names it in `run.plugins`; read from its source, since
     registering it here would take the name from the test that registers it as a user would."""
     import ast
@@ -275,7 +275,7 @@ def test_the_key_check_would_catch_a_wrong_key():
     assert "algo.loss_agg" in KNOWN and "algo.erpo.gamma" in KNOWN and "algo.cw" in KNOWN
     assert "algo.loss_aggregation" not in KNOWN and "algo.erpo.gama" not in KNOWN
     assert KEY.findall("`algo.loss_agg=token-mean`, `src/explorl/embedded/model.safetensors`") == ["algo.loss_agg"]
-    assert KEY.findall("`next(model.parameters()).device`") == [] and EXAMPLE_KEYS == {"algo.rloo.normalize"}
+    assert KEY.findall("`next(model.parameters()).device`") == [] and EXAMPLE_KEYS == {"algo.my_rloo.normalize"}
     assert _yaml_keys({"model": {"lora": {"rank": 8}}, "run": {"eval_sets": {"ood": {"difficulties": [8]}}},
                        "algo": {"loss_aggregation": "x"}}) == ["model.lora.rank", "run.eval_sets",
                                                                 "algo.loss_aggregation"]
@@ -283,7 +283,7 @@ def test_the_key_check_would_catch_a_wrong_key():
 
 # --- timings -----------------------------------------------------------------------------------------------------
 
-DURATION = re.compile(r"(?<![\w.])\d[\d,.]*\s?(?:min|s|h|seconds|minutes|hours)\b|\bhours per\b")
+DURATION = re.compile(r"(?<![\w.§])\d[\d,.]*\s?(?:min|s|h|seconds|minutes|hours)\b|\bhours per\b")
 
 
 def test_every_timing_says_the_machine_and_the_load():

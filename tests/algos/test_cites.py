@@ -149,7 +149,15 @@ def test_the_five_papers_are_named_by_short_name_in_the_doc():
 def test_the_arxiv_ids_are_the_ones_the_papers_give():
     # the five: as their own texts give them (two do); the engines' losses (issue 52): as the paper's arXiv page does
     assert {s: p.arxiv for s, p in PAPERS.items() if p.arxiv} == {"ERPO": "2603.28204", "CW-GRPO": "2605.11538",
-                                                                  "GSPO": "2507.18071"}
+                                                                  "GSPO": "2507.18071",
+                                                                  "MiniMax-M1": "2506.13585", "SAPO": "2511.20347",
+                                                                  # verl's estimators: as verl's code cites them
+                                                                  "RLOO": "2402.14740", "REINFORCE++": "2501.03262",
+                                                                  "OPO": "2505.23585", "GPG": "2504.02546",
+                                                                  "GDPO": "2601.05242",
+                                                                  # verl's losses: as verl's code cites them
+                                                                  "DPPO": "2602.04879", "GMPO": "2507.20673",
+                                                                  "DRO": "2405.19107"}
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -315,15 +315,22 @@ def test_registry_names_and_unknown():
     for name, fn in (("ppo", L.policy_loss), ("clip_cov", L.clip_cov_loss), ("kl_cov", L.kl_cov_loss)):
         entry = lookup("policy_loss", name)
         assert L.get_policy_loss(name) is entry.fn and entry.formula == (fn,)
-    with pytest.raises(KeyError, match="clip_cov, gspo, kl_cov, ppo"):
+    with pytest.raises(KeyError, match="cispo, clip_cov, dppo_kl, dppo_tv, dro, geo_mean, gpg, gspo, kl_cov, ppo, "
+                                       "sapo"):
         L.get_policy_loss("grpo_loss")
+
+
+REQUIRED_OPTIONS = {"dro": {"beta": 0.05}}
+"""Options a loss has no default for (verl's `dro_beta` is required), set where the tests call every loss."""
 
 
 def _bound(name: str, agg: str = "token-mean", **options):
     """The registered loss `name` as the step calls it: with a config of `agg` and the loss's `options`."""
     cfg = AlgoConfig(loss=name, loss_agg=agg)
     entry = lookup("policy_loss", name)
-    return lambda *tensors, **kw: entry.fn(*tensors, cfg, options=entry.options(**options), **kw)
+    options = {**REQUIRED_OPTIONS.get(name, {}), **options}
+    bound = {} if entry.options is None else {"options": entry.options(**options)}  # CISPO has no options
+    return lambda *tensors, **kw: entry.fn(*tensors, cfg, **bound, **kw)
 
 
 def test_the_registered_losses_pass_the_config_and_options_unchanged():
@@ -366,7 +373,9 @@ def test_empty_mask_gives_zero_not_nan(name, agg):
 @pytest.mark.parametrize("name", names("policy_loss"))
 def test_trainer_style_call_on_policy(name):
     # ratio 1 and no weights: every variant gives -token-mean(A). Clip-Cov gets bounds no cov reaches (as options,
-    # the way the step passes them), so nothing is a candidate; KL-Cov's penalty is |log 1| = 0.
+    # the way the step passes them), so nothing is a candidate; KL-Cov's penalty is |log 1| = 0. The two whose value
+    # is not PPO's (their gradient is, -A grad logp): CISPO's token loss -A * logp, SAPO's -A * (4 / tau) sigmoid(0)
+    # = -A * 2 / tau, tau 1 where A > 0 and 1.05 elsewhere.
     gen = torch.Generator().manual_seed(0)
     logp = torch.randn(3, 5, generator=gen)
     adv = torch.tensor([[1.0], [-0.5], [0.25]]).expand(3, 5)
@@ -374,7 +383,10 @@ def test_trainer_style_call_on_policy(name):
     options = {"clip_cov": {"lb": 1e6, "ub": 2e6}}.get(name, {})
     loss, stats = _bound(name, **options)(logp, logp, adv, mask, max_response_len=5, is_weights=None,
                                           token_weights=None)
-    assert loss.item() == pytest.approx(-L.aggregate(adv, mask).item(), abs=1e-6)
+    on_policy = {"cispo": adv * logp, "sapo": adv * torch.where(adv > 0, 2 / 1.0, 2 / 1.05)}.get(name, adv)
+    # verl's DPPO, DRO and GPG losses are -A * logp too (DPPO's ratio weight is 1 and DRO's penalty 0 here)
+    on_policy = adv * logp if name in ("dppo_tv", "dppo_kl", "dro", "gpg") else on_policy
+    assert loss.item() == pytest.approx(-L.aggregate(on_policy, mask).item(), abs=1e-6)
     assert stats["loss/ratio_mean"] == pytest.approx(1.0)
 
 

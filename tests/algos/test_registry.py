@@ -28,7 +28,8 @@ def test_every_kind_has_its_builtin_entries():
     import explorl.tasks  # noqa: F401
 
     want = {
-        "estimator": {"grpo", "dr_grpo", "erpo", "passk"},
+        "estimator": {"grpo", "dr_grpo", "erpo", "passk", "rloo", "reinforce_plus_plus",
+                      "reinforce_plus_plus_baseline", "opo", "gpg", "gdpo", "optimal_token_baseline"},
         "shaper": {"cw", "cw_group", "ppl", "position", "entropy_adv"},
         "policy_loss": {"ppo", "clip_cov", "kl_cov"},
         "token_filter": {"none", "forking"},
@@ -70,12 +71,14 @@ def test_a_misspelled_field_names_the_valid_ones_of_its_kind():
 
 
 def test_unknown_names_fail_listing_the_valid_ones():
-    with pytest.raises(KeyError, match="valid: dr_grpo, erpo, grpo, passk"):
+    with pytest.raises(KeyError, match="valid: dr_grpo, erpo, gdpo, gpg, grpo, opo, optimal_token_baseline, passk, "
+                                       "reinforce_plus_plus, reinforce_plus_plus_baseline, rloo"):
         lookup("estimator", "grpoo")
     with pytest.raises(KeyError, match="rg:<argument>"):
         lookup("task", "rg")  # the reasoning-gym entry needs its dataset name
     assert lookup("task", "rg:chain_sum").name == "rg"
-    with pytest.raises(ConfigError, match=r"algo.loss: unknown policy loss 'ppo2'; valid: clip_cov, gspo, kl_cov, ppo"):
+    with pytest.raises(ConfigError, match=r"algo.loss: unknown policy loss 'ppo2'; valid: cispo, clip_cov, dppo_kl, "
+                                          r"dppo_tv, dro, geo_mean, gpg, gspo, kl_cov, ppo, sapo"):
         load_config(None, ["algo.loss=ppo2"])
     with pytest.raises(ConfigError, match=r"sampling.schedule: .*valid: adaptive, e3, ead, fixed, revead.*run.plugins"):
         load_config(None, ["sampling.schedule=e4"])
@@ -211,32 +214,33 @@ def test_a_users_estimator_is_selected_by_name_in_yaml(tmp_path, monkeypatch, ti
     `algo.advantage`."""
     from explorl.train.loop import train
 
-    module = "rloo" if "rloo" not in names("estimator") else None  # registered once per process
+    module = "rloo" if "my_rloo" not in names("estimator") else None  # registered once per process
     if module is None:
-        pytest.skip("rloo already registered by another test in this process")
+        pytest.skip("my_rloo already registered by another test in this process")
     monkeypatch.chdir(tmp_path)
     (tmp_path / "rloo.py").write_text(_readme_plugin())
     monkeypatch.syspath_prepend(str(tmp_path))
-    (tmp_path / "run.yaml").write_text("run: {plugins: [rloo]}\nalgo:\n  advantage: rloo\n  rloo: {normalize: true}\n")
-    with pytest.raises(ConfigError, match="algo.advantage: unknown estimator 'rloo'"):
+    (tmp_path / "run.yaml").write_text("run: {plugins: [rloo]}\nalgo:\n  advantage: my_rloo\n"
+                                       "  my_rloo: {normalize: true}\n")
+    with pytest.raises(ConfigError, match="algo.advantage: unknown estimator 'my_rloo'"):
         load_config(tmp_path / "run.yaml", ["run.plugins=[]"])  # without the plugin the name is unknown
     cfg = load_config(tmp_path / "run.yaml", [
         f"model.path={tiny_model_dir}", f"run.out_dir={tmp_path / 'out'}", "run.steps=2", "run.batch_size=2",
         "sampling.group_size=4", "sampling.max_new_tokens=8", "task.train_size=4", "task.eval_size=2",
         "task.difficulties=[1]", "run.eval_n=1", "run.eval_k=[1]", "run.save_every=0",
         "task.reward=rewards_for_tests:contains_digit"])
-    assert cfg.algo.advantage == "rloo" and cfg.algo.options["rloo"].normalize is True  # set from YAML
-    with pytest.raises(ConfigError, match=r"algo.rloo.normalise'. Did you mean 'algo.rloo.normalize'"):
-        load_config(tmp_path / "run.yaml", ["algo.rloo.normalise=true"])
+    assert cfg.algo.advantage == "my_rloo" and cfg.algo.options["my_rloo"].normalize is True  # set from YAML
+    with pytest.raises(ConfigError, match=r"algo.my_rloo.normalise'. Did you mean 'algo.my_rloo.normalize'"):
+        load_config(tmp_path / "run.yaml", ["algo.my_rloo.normalise=true"])
     # group of 3 with rewards 1, 0, 0: 1 - 0 = 1; 0 - (1 + 0) / 2 = -0.5 (twice); a group of one gets 0
     batch = RolloutBatch(mask=torch.ones(4, 2), rewards=torch.tensor([1.0, 0.0, 0.0, 1.0]),
                          group=torch.tensor([7, 7, 7, 2]))
-    plain = type(cfg.algo.options["rloo"])(normalize=False)
-    assert torch.equal(get("estimator", "rloo")(batch, cfg.algo, options=plain),
+    plain = type(cfg.algo.options["my_rloo"])(normalize=False)
+    assert torch.equal(get("estimator", "my_rloo")(batch, cfg.algo, options=plain),
                        torch.tensor([[1.0, 1.0], [-0.5, -0.5], [-0.5, -0.5], [0.0, 0.0]]))
     # normalize: the group's unbiased std of (1, 0, 0) is sqrt(((2/3)^2 + 2 (1/3)^2) / 2) = sqrt(1/3) = 0.57735,
     # so 1 / 0.57735 = 1.73205 and -0.5 / 0.57735 = -0.86603; the group of one stays 0
-    got = lookup("estimator", "rloo").bind(cfg.algo)(batch, cfg.algo)
+    got = lookup("estimator", "my_rloo").bind(cfg.algo)(batch, cfg.algo)
     torch.testing.assert_close(got, torch.tensor([[1.73205, 1.73205], [-0.86603, -0.86603], [-0.86603, -0.86603],
                                                   [0.0, 0.0]]), atol=1e-5, rtol=0)
     run = train(cfg, progress=False)

@@ -30,7 +30,8 @@ def test_two_methods_that_disagree_are_refused_naming_every_key(tmp_path):
     assert "command line" in msg
 
 
-ESTIMATORS = {"grpo": "grpo", "dr_grpo": "dr_grpo", "erpo": "erpo", "passk": "passk"}
+ESTIMATORS = {name: name for name in ("grpo", "dr_grpo", "erpo", "passk", "rloo", "reinforce_plus_plus",
+                                      "reinforce_plus_plus_baseline", "opo", "gpg", "gdpo")}
 """The method layers that are advantage estimators, and the estimator each selects; every other layer leaves
 algo.advantage alone (its papers used GRPO's, the default)."""
 

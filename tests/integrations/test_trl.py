@@ -170,6 +170,18 @@ METHODS = {
     "clip_cov": ({"loss": "clip_cov", "clip_cov": {"ratio": 1.0, "lb": 0.0, "ub": 5.0}}, None),
     "kl_cov": ({"loss": "kl_cov", "kl_cov": {"k_percent": 20.0}}, None),
     "gspo": ({"loss": "gspo", "loss_agg": "seq-mean-token-mean", "eps_low": 3e-4, "eps_high": 4e-4}, None),
+    "cispo": ({"loss": "cispo", "eps_low": 1.0, "eps_high": 4.0}, None),
+    "sapo": ({"loss": "sapo", "loss_agg": "seq-mean-token-mean", "sapo": {"tau_pos": 0.8, "tau_neg": 1.5}}, None),
+    "dppo_tv": ({"loss": "dppo_tv", "eps_low": 0.15, "eps_high": 0.15}, None),
+    "dppo_kl": ({"loss": "dppo_kl", "eps_low": 0.05, "eps_high": 0.05, "dppo_kl": {"ratio_cap": None}}, None),
+    "geo_mean": ({"loss": "geo_mean", "loss_agg": "seq-mean-token-mean", "eps_low": 0.4, "eps_high": 0.4}, None),
+    "dro": ({"loss": "dro", "dro": {"beta": 0.05}}, None),
+    "gpg": ({"advantage": "gpg", "loss": "gpg"}, None),
+    "rloo": ({"advantage": "rloo"}, None),
+    "reinforce_plus_plus": ({"advantage": "reinforce_plus_plus"}, None),
+    "reinforce_plus_plus_baseline": ({"advantage": "reinforce_plus_plus_baseline"}, None),
+    "opo": ({"advantage": "opo"}, None),
+    "gdpo": ({"advantage": "gdpo"}, None),
     "kl+clamp+dual_clip": ({"kl_coef": 0.1, "kl_clamp": 10.0, "ppo": {"dual_clip_c": 3.0}}, None),
     "entropy_bonus": ({"entropy_coef": 0.01}, None),
     "overlong_penalty": ({"reward_shapers": ["dapo_overlong"], "dapo_overlong": {"buffer": 2}}, None),
@@ -325,6 +337,9 @@ def test_dynamic_budgets_are_refused_with_where_to_go(budget, word, tiny_model_d
     ({"top_entropy_quantile": 0.2}, None, "algo.token_filter=forking"),
     ({"mask_truncated_completions": True}, None, r"algo.reward_shapers=\[dapo_overlong_filter\]"),
     ({"num_iterations": 2}, None, "algo.epochs"),
+    ({"loss_type": "cispo"}, None, "algo.loss=cispo"),
+    ({"loss_type": "sapo"}, None, "algo.loss=sapo"),
+    ({"sapo_temperature_neg": 2.0}, None, "algo.sapo.tau_neg"),
 ])
 def test_conflicting_trl_settings_name_the_field(args, sampling, field, tiny_model_dir, tmp_path):
     model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))

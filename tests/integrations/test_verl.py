@@ -219,6 +219,214 @@ def test_explorl_gspo_equals_verls_gspo(agg, seed):
     assert torch.allclose(results[0][1], results[1][1], atol=1e-12)
 
 
+GLOBAL_INFO = {"dp_size": 2, "batch_num_tokens": 80, "global_batch_size": 12}
+
+
+def _double_inputs(seed: int):
+    """`loss_inputs(seed)` in float64, the advantages one per response with both signs, and rollout weights."""
+    old, new, adv, mask = loss_inputs(seed)
+    is_w = torch.rand(*mask.shape, generator=torch.Generator().manual_seed(seed + 5), dtype=torch.float64) + 0.5
+    return old.double(), new.detach().double().requires_grad_(True), adv.double(), mask, is_w
+
+
+def _both(modes, new, old, adv, mask, is_w, configs, aggs):
+    """Loss and gradient of each verl policy loss `modes[i]` with `configs[i]` and `aggs[i]`."""
+    results = []
+    for mode, cfg, agg in zip(modes, configs, aggs):
+        new.grad = None
+        loss, _ = core_algos.get_policy_loss_fn(mode)(old, new, adv, mask, loss_agg_mode=agg, config=cfg,
+                                                     rollout_is_weights=is_w)
+        loss.backward()
+        results.append((loss.detach(), new.grad.clone()))
+    return results
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("clip", [(0.2, 0.28), (1.0, 4.0)], ids=["clip-0.2-0.28", "no-lower-bound-1-4"])
+@pytest.mark.parametrize("global_info", [{}, GLOBAL_INFO], ids=["local", "global"])
+def test_explorl_cispo_equals_verls_cispo(agg, seed, clip, global_info):
+    """Issue 52: explorl's `cispo` (docs/methods.md §5h) gives verl 0.9.1's `cispo` loss and gradient on the same
+    tensors (float64; ratios up to e^3, so at 0.2/0.28 the weight is clipped at both bounds; the paper's no lower
+    bound, eps_low 1; rollout weights on; with and without verl's global-batch normalisation), every aggregation
+    verl shares."""
+    old, new, adv, mask, is_w = _double_inputs(seed)
+    modes = ("explorl_cispo", "cispo")
+    configs = [replace(actor_config(loss_mode=m), clip_ratio_low=clip[0], clip_ratio_high=clip[1]) for m in modes]
+    for cfg in configs:
+        cfg.global_batch_info.update(global_info)
+    ours, verls = _both(modes, new, old, adv, mask, is_w, configs, (agg, agg))
+    assert torch.allclose(ours[0], verls[0], atol=1e-12), (ours[0], verls[0])
+    assert torch.allclose(ours[1], verls[1], atol=1e-12)
+    if clip == (0.2, 0.28):  # the data reach both bounds of the weight's clip
+        ratio = torch.exp(new.detach() - old)[mask]
+        assert bool((ratio < 0.8).any()) and bool((ratio > 1.28).any())
+
+
+@pytest.mark.parametrize("verl_agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("taus", [(1.0, 1.05), (0.6, 2.5)], ids=["defaults", "tau-0.6-2.5"])
+@pytest.mark.parametrize("global_info", [{}, GLOBAL_INFO], ids=["local", "global"])
+def test_explorl_sapo_equals_verls_sapo(verl_agg, seed, taus, global_info):
+    """Issue 52: explorl's `sapo` (docs/methods.md §5i) at its paper's aggregation, seq-mean-token-mean, gives verl
+    0.9.1's `sapo` loss and gradient (float64, both advantage signs, verl's `tau_pos` / `tau_neg` read by explorl's
+    loss, rollout weights on, with and without verl's global-batch normalisation). verl's `sapo` aggregates
+    seq-mean-token-mean whatever its `loss_agg_mode`: that is the one aggregation it shares, checked against each
+    mode verl is given."""
+    old, new, adv, mask, is_w = _double_inputs(seed)
+    modes = ("explorl_sapo", "sapo")
+    configs = [replace(actor_config(loss_mode=m), tau_pos=taus[0], tau_neg=taus[1]) for m in modes]
+    for cfg in configs:
+        cfg.global_batch_info.update(global_info)
+    ours, verls = _both(modes, new, old, adv, mask, is_w, configs, ("seq-mean-token-mean", verl_agg))
+    assert torch.allclose(ours[0], verls[0], atol=1e-12), (ours[0], verls[0])
+    assert torch.allclose(ours[1], verls[1], atol=1e-12)
+    assert bool((adv[mask] > 0).any()) and bool((adv[mask] < 0).any())  # both temperatures act
+
+
+def test_explorl_sapo_honours_verls_loss_agg_mode_where_verls_sapo_does_not():
+    # docs/methods.md §5i: explorl's `sapo` takes verl's loss_agg_mode (algo.loss_agg), verl's always
+    # seq-mean-token-mean, so the two differ at token-mean
+    old, new, adv, mask, is_w = _double_inputs(0)
+    modes = ("explorl_sapo", "sapo")
+    ours, verls = _both(modes, new, old, adv, mask, is_w, [actor_config(loss_mode=m) for m in modes],
+                        ("token-mean", "token-mean"))
+    assert not torch.allclose(ours[0], verls[0], atol=1e-6)
+
+
+@pytest.mark.parametrize("recipe, overrides, fields", [
+    ("cispo", [], {"policy_loss.loss_mode": "explorl_cispo", "clip_ratio_low": 1.0, "clip_ratio_high": 4.0,
+                   "loss_agg_mode": "token-mean"}),
+    ("sapo", ["algo.sapo.tau_pos=0.9", "algo.sapo.tau_neg=1.3"],
+     {"policy_loss.loss_mode": "explorl_sapo", "tau_pos": 0.9, "tau_neg": 1.3, "loss_agg_mode": "seq-mean-token-mean"}),
+])
+def test_cispo_and_sapo_settings_reach_verls_actor_fields(recipe, overrides, fields, tmp_path, verl_model_dir):
+    """The recipes' losses become verl's `explorl_<loss>` with their clip range or temperatures in the actor fields
+    verl's own `cispo` / `sapo` read (`loss_fields.VERL_LOSS_FIELDS`), which `explorl_sapo` reads back."""
+    from explorl.integrations.verl.launch import prepare
+
+    path = RECIPES[[p.stem for p in RECIPES].index(recipe)]
+    launch = prepare(path, [f"model.path={verl_model_dir}", "task.train_size=64", "task.eval_size=16",
+                            f"run.out_dir={tmp_path / 'run'}", *overrides], write=False, run_dir=False)
+    actor = compose_verl(launch.command[3:]).actor_rollout_ref.actor
+    for key, want in fields.items():
+        got = actor
+        for part in key.split("."):
+            got = got[part]
+        assert got == want, key
+
+
+VERL_AGGS = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+BATCH_INFO = {"dp_size": 2, "batch_num_tokens": 80, "global_batch_size": 12}
+
+
+def _loss_and_grad(mode: str, cfg, agg: str, seed: int, token_adv: bool = False):
+    """verl policy loss `mode` on `loss_inputs(seed)` in float64 with rollout weights: (loss, gradient). With
+    `token_adv`, advantages differ per token (both signs in every response)."""
+    old, new, adv, mask = loss_inputs(seed)
+    g = torch.Generator().manual_seed(seed + 5)
+    is_w = torch.rand(*mask.shape, generator=g, dtype=torch.float64) + 0.5
+    adv = torch.randn(*mask.shape, generator=g) if token_adv else adv
+    new = new.detach().double().requires_grad_(True)
+    loss, _ = core_algos.get_policy_loss_fn(mode)(old.double(), new, adv.double(), mask, loss_agg_mode=agg,
+                                                 config=cfg, rollout_is_weights=is_w)
+    loss.backward()
+    return loss.detach(), new.grad
+
+
+def _verl_actor(mode: str, global_info: dict | None = None, **fields) -> ActorConfig:
+    """`actor_config` with loss mode `mode`, the actor `fields` (clip_ratio_*, ...) and verl's global-batch info."""
+    policy = {k: fields.pop(k) for k in list(fields) if k.startswith("dro_")}
+    cfg = replace(actor_config(loss_mode=mode, **policy), **fields)
+    cfg.global_batch_info.update(global_info or {})
+    return cfg
+
+
+@pytest.mark.parametrize("agg", VERL_AGGS)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("divergence, bounds", [
+    ("tv", (0.15, 0.15, 3.0)), ("tv", (0.05, 0.3, 10000.0)), ("tv", (0.3, 0.05, 1.5)),
+    ("kl", (0.05, 0.05, 3.0)), ("kl", (0.02, 0.2, 10000.0)), ("kl", (0.2, 0.02, 1.5))])
+@pytest.mark.parametrize("global_info", [{}, BATCH_INFO], ids=["local", "global"])
+def test_explorl_dppo_equals_verls_dppo(agg, seed, divergence, bounds, global_info):
+    """Issue 52: explorl's `dppo_tv` / `dppo_kl` (docs/methods.md §5j) give verl 0.9.1's loss and gradient on the
+    same tensors (float64, 1e-12; ratios up to e^3, so the trust region drops tokens of both advantage signs and the
+    cap truncates; verl's clip_ratio_low/high as the bounds and clip_ratio_c as the cap, read by explorl's loss;
+    rollout weights on; with and without verl's global-batch normalisation), every aggregation verl shares."""
+    low, high, cap = bounds
+    fields = {"clip_ratio_low": low, "clip_ratio_high": high, "clip_ratio_c": cap}
+    ours = _loss_and_grad(f"explorl_dppo_{divergence}", _verl_actor(f"explorl_dppo_{divergence}", global_info,
+                                                                   **fields), agg, seed)
+    verls = _loss_and_grad(f"dppo_{divergence}", _verl_actor(f"dppo_{divergence}", global_info, **fields), agg, seed)
+    assert torch.allclose(ours[0], verls[0], atol=1e-12), (ours[0], verls[0])
+    assert torch.allclose(ours[1], verls[1], atol=1e-12)
+    old, new, adv, mask = loss_inputs(seed)
+    dropped = (ours[1] == 0) & mask  # a valid token without gradient: out of the trust region
+    assert bool(dropped.any()) and bool((ours[1][mask] != 0).any())
+
+
+@pytest.mark.parametrize("verl_agg", VERL_AGGS)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("clip", [(0.4, 0.4), (0.2, 0.28)])
+@pytest.mark.parametrize("token_adv", [False, True], ids=["response-adv", "token-adv"])
+def test_explorl_geo_mean_equals_verls_geo_mean(verl_agg, seed, clip, token_adv):
+    """Issue 52: explorl's `geo_mean` (GMPO, docs/methods.md §5k) at its one aggregation, seq-mean-token-mean, gives
+    verl 0.9.1's `geo_mean` loss and gradient (float64; the log-space clip 0.4 of the paper and 0.2/0.28; one
+    advantage per response and per-token ones, whose signs pick each token's clip; rollout weights on), for each
+    loss_agg_mode verl is given (its `geo_mean` ignores it). Tolerance 1e-9 relative: verl divides the length sums by
+    `length + 1e-8` and logs the weights plus 1e-10 (explorl exactly), which moves its values by about 1.5e-10
+    relative on these tensors."""
+    fields = {"clip_ratio_low": clip[0], "clip_ratio_high": clip[1]}
+    ours = _loss_and_grad("explorl_geo_mean", _verl_actor("explorl_geo_mean", **fields), "seq-mean-token-mean", seed,
+                          token_adv)
+    verls = _loss_and_grad("geo_mean", _verl_actor("geo_mean", **fields), verl_agg, seed, token_adv)
+    assert torch.allclose(ours[0], verls[0], rtol=1e-9, atol=1e-12), (ours[0], verls[0])
+    assert torch.allclose(ours[1], verls[1], rtol=1e-9, atol=1e-12)
+    assert bool((ours[1] != 0).any())
+
+
+def test_explorl_geo_mean_refuses_the_aggregations_gmpo_has_no_place_for():
+    old, new, adv, mask = loss_inputs(0)
+    with pytest.raises(ConfigError, match="GMPO's objective is the mean over responses"):
+        core_algos.get_policy_loss_fn("explorl_geo_mean")(old, new, adv, mask, loss_agg_mode="token-mean",
+                                                          config=_verl_actor("explorl_geo_mean"))
+
+
+@pytest.mark.parametrize("agg", VERL_AGGS)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("beta", [0.05, 0.5])
+@pytest.mark.parametrize("global_info", [{}, BATCH_INFO], ids=["local", "global"])
+def test_explorl_dro_equals_verls_dro(agg, seed, beta, global_info):
+    """Issue 52: explorl's `dro` (docs/methods.md §5l) gives verl 0.9.1's `dro` loss and gradient (float64, 1e-12,
+    verl's `policy_loss.dro_beta` read by explorl's loss, rollout weights on, with and without verl's global-batch
+    normalisation), every aggregation verl shares."""
+    ours = _loss_and_grad("explorl_dro", _verl_actor("explorl_dro", global_info, dro_beta=beta), agg, seed)
+    verls = _loss_and_grad("dro", _verl_actor("dro", global_info, dro_beta=beta), agg, seed)
+    assert torch.allclose(ours[0], verls[0], atol=1e-12), (ours[0], verls[0])
+    assert torch.allclose(ours[1], verls[1], atol=1e-12)
+
+
+def test_explorl_dro_needs_beta_as_verls_dro_does():
+    old, new, adv, mask = loss_inputs(0)
+    with pytest.raises(ValueError, match="dro_beta must be a positive value"):
+        core_algos.get_policy_loss_fn("dro")(old, new, adv, mask, config=_verl_actor("dro"))
+    with pytest.raises(ConfigError, match=r"dro.beta: DRO needs its penalty coefficient, > 0 .*got None"):
+        core_algos.get_policy_loss_fn("explorl_dro")(old, new, adv, mask, config=_verl_actor("explorl_dro"))
+
+
+@pytest.mark.parametrize("agg", VERL_AGGS)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("global_info", [{}, BATCH_INFO], ids=["local", "global"])
+def test_explorl_gpg_equals_verls_gpg_loss(agg, seed, global_info):
+    """Issue 52: explorl's `gpg` loss (docs/methods.md §5m) gives verl 0.9.1's `gpg` policy loss and gradient
+    (float64, 1e-12, rollout weights on, with and without verl's global-batch normalisation), every aggregation
+    verl shares."""
+    ours = _loss_and_grad("explorl_gpg", _verl_actor("explorl_gpg", global_info), agg, seed)
+    verls = _loss_and_grad("gpg", _verl_actor("gpg", global_info), agg, seed)
+    assert torch.allclose(ours[0], verls[0], atol=1e-12), (ours[0], verls[0])
+    assert torch.allclose(ours[1], verls[1], atol=1e-12)
+
+
 def test_explorl_kl_cov_equals_verls_kl_cov():
     # explorl's k_percent is a percentage, verl's kl_cov_ratio a fraction: 0.05 -> 5%; coefficient ppo_kl_coef
     old, new, adv, mask = loss_inputs(1)

@@ -1,8 +1,10 @@
 """An estimator added from outside explorl (the README's "Add a method"): RLOO (Ahmadian et al. 2024, "Back to
 Basics: Revisiting REINFORCE Style Optimization for Learning from Human Feedback in LLMs"), each response's reward
-minus the mean reward of the other responses to the same prompt. Select it with `run.plugins: [rloo]` (this
-directory on PYTHONPATH, or the file next to your config) and `algo.advantage: rloo`; its one option is
-`algo.rloo.normalize`.
+minus the mean reward of the other responses to the same prompt. explorl ships RLOO built in (`algo.advantage:
+rloo`, src/explorl/algos/methods/rloo.py, docs/methods.md §5n); this file keeps the same maths as a user's plugin,
+under its own name `my_rloo` (a name already registered is refused), with an option the built-in lacks. Select it
+with `run.plugins: [rloo]` (this directory on PYTHONPATH, or the file next to your config) and `algo.advantage:
+my_rloo`; its one option is `algo.my_rloo.normalize`.
 """
 
 # rloo.py, next to your config (or anywhere on PYTHONPATH)
@@ -19,8 +21,8 @@ class RlooOptions:
     """Divide each group's advantages by the (unbiased) std of its rewards + 1e-6, as GRPO does."""
 
 
-@register("estimator", "rloo", needs_old_logprobs=False, options=RlooOptions)
-def rloo(batch, cfg, *, options: RlooOptions):
+@register("estimator", "my_rloo", needs_old_logprobs=False, options=RlooOptions)
+def my_rloo(batch, cfg, *, options: RlooOptions):
     """A_i = r_i - mean_{j != i} r_j over the group of response i; 0 for a group of one. Shapes: [N] -> [N, T]."""
     rewards = batch.rewards.double()
     ids = torch.unique(batch.group, return_inverse=True)[1]

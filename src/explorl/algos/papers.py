@@ -70,5 +70,32 @@ PAPERS: dict[str, Paper] = {
     "GSPO": Paper("Chujie Zheng, Shixuan Liu, Mingze Li, Xiong-Hui Chen, Bowen Yu, Chang Gao, Kai Dang, Yuqiong Liu, "
                   "Rui Men, An Yang, Jingren Zhou, Junyang Lin", "Group Sequence Policy Optimization", "2507.18071",
                   ("5g",)),
+    # CISPO's paper; its author list (the MiniMax team, over a hundred names) is shortened
+    "MiniMax-M1": Paper("MiniMax, Aili Chen, Aonian Li, Bangwei Gong et al.",
+                        "MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning Attention", "2506.13585",
+                        ("5h",)),
+    "SAPO": Paper("Chang Gao, Chujie Zheng, Xiong-Hui Chen, Kai Dang, Shixuan Liu, Bowen Yu, An Yang, Shuai Bai, "
+                  "Jingren Zhou, Junyang Lin", "Soft Adaptive Policy Optimization", "2511.20347", ("5i",)),
+    # verl 0.9.1's advantage estimators (issue 52); arXiv ids as verl's code cites them (GPG: its paper's page)
+    "RLOO": Paper("Ahmadian et al. 2024", "Back to Basics: Revisiting REINFORCE Style Optimization for Learning from "
+                  "Human Feedback in LLMs", "2402.14740", ("5n",)),
+    "REINFORCE++": Paper("Hu 2025", "REINFORCE++: A Simple and Efficient Approach for Aligning Large Language Models",
+                         "2501.03262", ("5o",)),
+    "OPO": Paper("Hao et al. 2025", "On-Policy RL with Optimal Reward Baseline", "2505.23585", ("5p",)),
+    "GPG": Paper("Chu et al. 2025", "GPG: A Simple and Strong Reinforcement Learning Baseline for Model Reasoning",
+                 "2504.02546", ("5q",)),
+    "GDPO": Paper("Liu et al. 2026", "GDPO: Group reward-Decoupled Normalization Policy Optimization for Multi-reward "
+                  "RL Optimization", "2601.05242", ("5r",)),
+    "OTB": Paper("Yingru Li, Jiawei Xu, Ziniu Li et al.", "The Optimal Token Baseline: Variance Reduction for "
+                 "Long-Horizon LLM-RL", None, ("5s",)),
+    # verl 0.9.1's policy losses DPPO, GMPO and DRO (issue 52); arXiv ids as verl's code cites them (DRO: Tinker's
+    # documentation of the same loss); GPG's loss cites "GPG" above
+    "DPPO": Paper("Penghui Qi, Xiangxin Zhou, Zichen Liu, Tianyu Pang, Chao Du, Min Lin, Wee Sun Lee",
+                  "Rethinking the Trust Region in LLM Reinforcement Learning", "2602.04879", ("5j",)),
+    "GMPO": Paper("Yuzhong Zhao, Yue Liu, Junpeng Liu, Jingye Chen, Xun Wu, Yaru Hao, Tengchao Lv, Shaohan Huang, "
+                  "Lei Cui, Qixiang Ye et al.", "Geometric-Mean Policy Optimization", "2507.20673", ("5k",)),
+    "DRO": Paper("Richemond et al. 2024",
+                 "Offline Regularised Reinforcement Learning for Large Language Models Alignment", "2405.19107",
+                 ("5l",)),
 }
 """Short name -> the paper."""

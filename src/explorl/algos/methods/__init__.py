@@ -1,7 +1,9 @@
 """explorl's built-in methods, one file each, written as a user's plugin is (docs/add-a-method.md): a header naming
 the paper and the equations, the options dataclass, its check, the maths, the registration with its `cites=`.
 
-Estimators: `grpo` (`grpo`, `dr_grpo`), `erpo`, `passk`. Shapers: `cw` (`cw`, `cw_group`, `cw_balanced`), `ppl`,
+Estimators: `grpo` (`grpo`, `dr_grpo`), `erpo`, `passk`, `rloo`, `reinforce_pp` (`reinforce_plus_plus`,
+`reinforce_plus_plus_baseline`), `opo`, `gpg`, `gdpo`, `optimal_token_baseline` (refused at validation: the batch
+lacks its `sum_pi_squared`). Shapers: `cw` (`cw`, `cw_group`, `cw_balanced`), `ppl`,
 `position`, `entropy_adv`. Policy losses: `ppo`, `clip_cov`, `kl_cov`. Token filters: `forking` (`none`,
 `forking`). Reward shapers: `dapo_overlong` (`dapo_overlong`, `dapo_overlong_filter`: DAPO's overlong shaping).
 Importance weights: `tis` (`none`, `tis`: EAD's truncated importance sampling). The pieces they share are

@@ -16,7 +16,7 @@ from typing import Any
 
 from trl import GRPOConfig
 
-from explorl.algos.registry import lookup
+from explorl.algos.registry import lookup, names
 from explorl.config import AlgoConfig, BudgetConfig, Config, ConfigError, RunConfig, SamplingConfig, from_dict, validate
 from explorl.config.validation import fill_registry
 
@@ -135,6 +135,13 @@ def _check_against_trl(cfg: Config, args: GRPOConfig) -> None:
     need(args.importance_sampling_level == "token",
          "GRPOConfig.importance_sampling_level: explorl's loss replaces TRL's; GSPO's sequence-level ratio is "
          "algo.loss=gspo, sequence-level truncated importance weights algo.tis.level=sequence")
+    need(args.loss_type not in names("policy_loss") or a.loss == args.loss_type,  # TRL's cispo, sapo
+         f"GRPOConfig.loss_type={args.loss_type}: explorl's loss replaces TRL's; set algo.loss={args.loss_type} "
+         f"(`explorl methods` names its section of docs/methods.md, which says where TRL's differs)")
+    trl_default = {f.name: f.default for f in dataclasses.fields(GRPOConfig)}
+    for theirs, ours in (("sapo_temperature_pos", "tau_pos"), ("sapo_temperature_neg", "tau_neg")):
+        need(getattr(args, theirs, None) == trl_default.get(theirs),  # a TRL without SAPO has neither
+             f"GRPOConfig.{theirs}: explorl's loss replaces TRL's; set algo.sapo.{ours} (with algo.loss=sapo)")
     need(args.off_policy_mask_threshold is None, "GRPOConfig.off_policy_mask_threshold: not an explorl method; "
                                                  "leave it None")
     need(not (args.use_vllm and args.vllm_importance_sampling_correction

@@ -138,8 +138,9 @@ def loss_settings(config, name: str) -> dict:
     entry = lookup("policy_loss", name)
     fields = verl_fields(name)
     if fields:
-        settings[entry.options_owner] = {option: f.factor * _verl_value(config, f.key, f.default)
-                                         for option, f in fields.items()}
+        values = {option: _verl_value(config, f.key, f.default) for option, f in fields.items()}
+        settings[entry.options_owner] = {option: None if values[option] is None else f.factor * values[option]
+                                         for option, f in fields.items()}  # None: verl has no value (DRO's beta)
     return settings
 
 

@@ -22,8 +22,8 @@ class VerlField:
     """The key under verl's actor config (`actor_rollout_ref.actor.<key>`), dotted (`policy_loss.clip_cov_ratio`)."""
     factor: float
     """explorl's value = factor * verl's (KL-Cov's `k_percent` is a percentage, verl's `kl_cov_ratio` a fraction)."""
-    default: float
-    """verl's default, read where its config holds no value."""
+    default: float | None
+    """verl's default, read where its config holds no value; None where verl has none (the option is required)."""
 
 
 VERL_LOSS_FIELDS: dict[str, dict[str, VerlField]] = {
@@ -34,6 +34,13 @@ VERL_LOSS_FIELDS: dict[str, dict[str, VerlField]] = {
                  "ub": VerlField("policy_loss.clip_cov_ub", 1.0, 5.0)},
     "kl_cov": {"k_percent": VerlField("policy_loss.kl_cov_ratio", 100.0, 2e-3),
                "coef": VerlField("policy_loss.ppo_kl_coef", 1.0, 1.0)},
+    # DPPO's truncation cap of the ratio weight is verl's clip_ratio_c (its bounds are clip_ratio_low/high, the core
+    # eps_low/eps_high); DRO's beta has no default in verl (None: its `dro` refuses to run, as explorl's check does)
+    "dppo_tv": {"ratio_cap": VerlField("clip_ratio_c", 1.0, 3.0)},
+    "dppo_kl": {"ratio_cap": VerlField("clip_ratio_c", 1.0, 3.0)},
+    "dro": {"beta": VerlField("policy_loss.dro_beta", 1.0, None)},
+    # SAPO's gate temperatures sit on the actor itself, not under `policy_loss` (CISPO has no field of its own)
+    "sapo": {"tau_pos": VerlField("tau_pos", 1.0, 1.0), "tau_neg": VerlField("tau_neg", 1.0, 1.05)},
 }
 """Policy loss name -> its option -> where verl 0.9 keeps it (`verl/workers/config/actor.py`, `policy_loss`)."""
 

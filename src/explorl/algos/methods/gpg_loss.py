@@ -1,0 +1,74 @@
+"""GPG's loss: the plain policy gradient, no ratio, no clip, no KL.
+
+GPG: Chu et al. 2025, "GPG: A Simple and Strong Reinforcement Learning Baseline for Model Reasoning" (arXiv
+  2504.02546).
+
+Implements the policy loss verl 0.9.1 registers as `gpg` (`compute_policy_loss_gpg`, adapted from the GPG authors'
+trainer); docs/methods.md §5m: per token `-A_t * log pi(y_t)`, whose gradient is the REINFORCE gradient
+`-A_t * grad log pi(y_t)` with the advantage as its weight. GPG pairs it with its own advantage (the estimator `gpg`,
+docs/methods.md §5q); explorl's other estimators compose with it as well. Policy loss `gpg`, no options of its own.
+
+Differences, said where they act: the aggregation is `algo.loss_agg` (GPG's objective divides the batch's token sum
+by its tokens: `token-mean`). The loss has no importance ratio, so every update of a batch takes the gradient at the
+current policy as if it had sampled the batch (GPG updates once per batch).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from explorl.algos.aggregation import aggregate, zero_padding
+from explorl.algos.core import (apply_weights, as_constant, check_loss_inputs, importance_ratio, ratio_stats,
+                                weight_stats)
+from explorl.algos.registry import Cite, register
+
+
+def gpg_loss(
+    logprobs_new: Tensor,
+    logprobs_old: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    agg: str = "token-mean",
+    max_response_len: int | None = None,
+    is_weights: Tensor | None = None,
+    token_weights: Tensor | None = None,
+) -> tuple[Tensor, dict[str, float]]:
+    """GPG's policy loss (docs/methods.md §5m), as verl 0.9.1 computes it: token loss `-A * logp_new`, weights
+    multiplying it as in `explorl.algos.methods.ppo.policy_loss`, aggregated by `agg`.
+
+    Args:
+        logprobs_new: `[N, T]` log-probs under the policy being optimised (differentiable).
+        logprobs_old: `[N, T]` log-probs under the policy that produced the batch (only for the statistics).
+        advantages: `[N, T]` per-token advantages (constant).
+        mask: `[N, T]` 1 on response tokens.
+        agg, max_response_len: the aggregation (`aggregate`) and the length limit it may need.
+        is_weights, token_weights: optional `[N, T]` detached multipliers of the token loss.
+    Returns:
+        `(loss, stats)`: the scalar loss and detached statistics over valid tokens: `loss/pg`, `loss/ratio_*` and
+        `loss/ppo_kl` (how far the policy has moved from the one that sampled; the loss does not use them), and the
+        weights' statistics.
+    """
+    check_loss_inputs("gpg_loss", logprobs_new, logprobs_old, advantages, mask, agg, is_weights, token_weights)
+    valid = mask.bool()
+    new = zero_padding(logprobs_new, valid)
+    adv = as_constant(advantages, valid, new.dtype)
+    token_loss = apply_weights(-adv * new, valid, is_weights, token_weights)
+    loss = aggregate(token_loss, valid, agg, max_response_len)
+    with torch.no_grad():
+        n_valid = int(valid.sum())
+        log_ratio, ratio = importance_ratio(logprobs_new, logprobs_old, valid)
+        stats = ratio_stats(loss, ratio, log_ratio, valid, n_valid)
+        weight_stats(stats, valid, n_valid, new.dtype, is_weights, token_weights)
+    return loss, stats
+
+
+@register("policy_loss", "gpg", needs_old_logprobs=False, rowwise=True, reads=("loss_agg",), formula=gpg_loss,
+          cites=(Cite("GPG", doc="5m"),))
+def _gpg_loss_adapter(logprobs_new: Tensor, logprobs_old: Tensor, advantages: Tensor, mask: Tensor, cfg, *,
+                      max_response_len: int | None, is_weights: Tensor | None,
+                      token_weights: Tensor | None) -> tuple[Tensor, dict[str, float]]:
+    """GPG's loss (`gpg_loss`) with the aggregation `algo.loss_agg`."""
+    return gpg_loss(logprobs_new, logprobs_old, advantages, mask, agg=cfg.loss_agg,
+                    max_response_len=max_response_len, is_weights=is_weights, token_weights=token_weights)
