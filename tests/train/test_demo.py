@@ -37,6 +37,7 @@ def test_a_demo_run_again_continues_an_interrupted_one_and_replaces_a_finished_o
     import shutil
 
     import explorl.models
+    import explorl.train.demo
     import explorl.train.loop
 
     out = tmp_path / "demo"
@@ -51,14 +52,14 @@ def test_a_demo_run_again_continues_an_interrupted_one_and_replaces_a_finished_o
         (out / "eval.json").unlink()
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(explorl.train.loop, "train", stopped_after_step_1)
+    monkeypatch.setattr(explorl.train.demo, "train", stopped_after_step_1)
     with pytest.raises(KeyboardInterrupt):
         run_demo(str(DEFAULT_CONFIG), args, console=Console(file=io.StringIO()))
     base = json.loads((out / "demo.json").read_text())["base"]
-    monkeypatch.setattr(explorl.train.loop, "train", real_train)
+    monkeypatch.setattr(explorl.train.demo, "train", real_train)
     calls = []  # the demo loads the base model for its evaluation (the trainer loads its own way)
     real_load = explorl.models.load_policy
-    monkeypatch.setattr(explorl.models, "load_policy", lambda *a, **k: calls.append(1) or real_load(*a, **k))
+    monkeypatch.setattr(explorl.train.demo, "load_policy", lambda *a, **k: calls.append(1) or real_load(*a, **k))
     console = Console(file=io.StringIO(), width=300)
     again = run_demo(str(DEFAULT_CONFIG), args, console=console)
     text = console.file.getvalue()

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.text import Text
+
 
 def reward_calls(summary: dict, task: Any) -> int:
     """The reward calls an evaluation made: problems x samples per problem x the task's reward functions."""
@@ -20,8 +22,6 @@ def report_reward_failures(console: Any, failures: list, calls: int, reward: str
     with `fix` when most failed (the pass@k then measures the failures, not the model). `reward` names the reward
     (`task.reward`, and where it came from), `where` the evaluation (a prefix such as "evaluation at step 4: ").
     Nothing when none failed. Returns whether most failed."""
-    from rich.text import Text
-
     if not failures:
         return False
     said = (f"{where}{len(failures)} of {calls} reward calls failed or timed out (task.reward={reward}; they scored "

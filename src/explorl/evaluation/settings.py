@@ -20,13 +20,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from explorl.config import ConfigError, SamplingConfig, load_config
+from explorl.algos.registry import lookup, names
+from explorl.config import Config, ConfigError, SamplingConfig, command_task, load_config, validate
+from explorl.config.recorded import is_recorded_config, recorded_model
+from explorl.config.trust import CodeTrust
+from explorl.config.validation import fill_registry
+from explorl.models import find_run_output
 from explorl.rollout.sampler import Sampler
 from explorl.rollout.temperature_schedules import PromptTemperature
+from explorl.tasks import load_task  # importing explorl.tasks fills the task registry
 
 if TYPE_CHECKING:
-    from explorl.config import Config, TaskConfig
-    from explorl.config.trust import CodeTrust
+    from explorl.config import TaskConfig
     from explorl.models import RunOutput
     from explorl.tasks import Task
 
@@ -86,10 +91,6 @@ def inference_schedule(schedule: str | None, temperature: float, max_new_tokens:
     constant `d0`), times `temperature`: the schedule's own request (`per_prompt`), a `PromptTemperature` whose
     `table` is the temperature of each generated token's position. A schedule that adapts during training (E3's
     controller, per-prompt temperatures) is refused."""
-    from explorl.algos.registry import lookup, names
-    from explorl.config import Config, validate
-    from explorl.config.validation import fill_registry
-
     fill_registry()
     schedule = schedule or SamplingConfig.schedule
     usable = [n for n in names("temperature_schedule")
@@ -112,9 +113,6 @@ def inference_schedule(schedule: str | None, temperature: float, max_new_tokens:
 def eval_split(task_cfg, count: int, all_rows: bool) -> str:
     """The held-out problems an evaluation uses, in words, with the settings that chose them (`task.data_seed` only
     for a task that reads it: a generated one such as arith or rg, not the rows of a file or dataset)."""
-    import explorl.tasks  # noqa: F401  (fills the task registry)
-    from explorl.algos.registry import lookup
-
     if task_cfg.name == "file":
         if all_rows:
             return f"all {count} rows of {task_cfg.eval_path}"
@@ -138,9 +136,6 @@ def settings_config(run: RunOutput | None, config: str | Path | None,
     output, the run's config.yaml then gives only the model, read as data: `recorded_model`); else the run's
     config.yaml, loaded only when the code it names is trusted (`trust`; RecordedCodeError otherwise, before
     anything is imported); else (None, None). A run's config.yaml given as `config` is held to the same rule."""
-    from explorl.config.recorded import is_recorded_config, recorded_model
-    from explorl.config.trust import CodeTrust
-
     trust = trust if trust is not None else CodeTrust()
     if config is not None:
         if is_recorded_config(config):
@@ -165,10 +160,6 @@ def resolve_eval_settings(model: str, task: str | None = None, task_opts: Mappin
     `schedule` (None: the default, static) with `schedule_options` the inference-time temperature schedule
     (`inference_schedule`); `limit` keeps the first N problems (0 = all); `config`, `trust`: `settings_config`'s.
     Loads the task (not the model); raises ValueError if its data cannot be read, naming the settings' file."""
-    from explorl.config import command_task
-    from explorl.models import find_run_output
-    from explorl.tasks import load_task
-
     opts = dict(task_opts or {})
     # a run's output (RUN, RUN/final, RUN/checkpoints/step_N): evaluate it as the run did, flags override
     run = find_run_output(model)

@@ -17,10 +17,17 @@ import shutil
 import time
 from pathlib import Path
 
+from rich.markup import escape
+from rich.table import Table
+
 from explorl.config import load_config
 from explorl.evaluation.evaluate import evaluate
+from explorl.models import load_policy
 from explorl.rollout.sampler import Sampler
 from explorl.runs import nofollow
+from explorl.tasks import load_task
+from explorl.tasks.chat import prompt_encoder
+from explorl.train.loop import train
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[3] / "configs" / "quickstart.yaml"
 MARKER = "demo.json"
@@ -51,14 +58,6 @@ def demo_state(run_dir: Path, config: str, overrides: list[str]) -> tuple[str, d
 
 
 def run_demo(config: str | None, overrides: list[str], *, console) -> dict:
-    from rich.markup import escape
-    from rich.table import Table
-
-    from explorl.models import load_policy
-    from explorl.tasks import load_task
-    from explorl.tasks.chat import prompt_encoder
-    from explorl.train.loop import train
-
     path = Path(config) if config else DEFAULT_CONFIG
     cfg = load_config(path, overrides)
     run_dir = Path(cfg.run.out_dir)
@@ -120,8 +119,6 @@ def run_demo(config: str | None, overrides: list[str], *, console) -> dict:
 def interrupted_hint(run_dir: str | Path) -> str:
     """What to do after Ctrl-C stopped a demo (rich markup): the demo's own command again, not `explorl train
     --resume`, which would train on but never write the demo's summary."""
-    from rich.markup import escape
-
     shown = escape(str(run_dir))
     return (f"[yellow]demo interrupted[/]: run `make demo` (or the same `explorl demo` command) again: it continues "
             f"from the last checkpoint in {shown} and writes the summary (`explorl train --resume` would not); delete "

@@ -34,17 +34,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from rich.console import Console
+from rich.markup import escape
 
 from explorl.algos.step import compute_advantages, requirements, single_update_shortcut
 from explorl.config import Config, RunConfig, load_config, to_dict
 from explorl.evaluation.evaluate import held_out_evaluator
 from explorl.train.guards import Interrupted, RunGuards, RunStopped
 from explorl.train.memory import PhasePeaks
-from explorl.models import make_reference
+from explorl.models import make_reference, resolve_model_path
 from explorl.train.preflight import check_run_inputs
 from explorl.rollout.collect import collect_rollouts
 from explorl.rollout.sampler import Sampler
 from explorl.rollout.controllers import PromptStream
+from explorl.rollout.engines.vllm import VllmRollouts  # vLLM itself is imported only when it samples
 from explorl.rollout.forward import supports_fused_forward
 from explorl.rollout.schedule import ScheduleDriver
 from explorl.train.setup import check_trainable_dtype, load_run_model, open_run_dir, warn_small_training_set
@@ -106,8 +109,6 @@ class TrainState:
         """Continue from the run's last checkpoint: weights, optimizer, prompt stream, schedule driver and every RNG;
         the records of later steps are dropped (they are recomputed identically). Without a checkpoint the run
         starts over from step 1. Returns (steps done, consecutive non-finite steps)."""
-        from rich.markup import escape
-
         if not log.checkpoints():  # stopped before its first checkpoint: nothing to continue from
             log.truncate_metrics(0)
             log.truncate_samples(0)
@@ -169,9 +170,6 @@ def rollout_engine(cfg: Config, model):
     directory's config; its weights are replaced by the policy's before every step."""
     if cfg.sampling.engine != "vllm":
         return None
-    from explorl.rollout.engines.vllm import VllmRollouts
-    from explorl.models import resolve_model_path
-
     # prompt + response must fit: the longest training prompt is not known before sampling, so the model's own limit
     limit = int(getattr(model.config, "max_position_embeddings", 0) or 0) or 4096
     return VllmRollouts(str(resolve_model_path(cfg.model.path)), dtype=next(model.parameters()).dtype,
@@ -188,9 +186,6 @@ def compiles(cfg: Config, sampler: Sampler) -> bool:
 def train(cfg: Config, *, resume: str | Path | None = None, console=None, progress: bool = True) -> Path:
     """Run GRPO-style RL as configured; returns the run directory. `resume` continues a stopped or killed run
     from its last checkpoint (from step 1 when it has none; a complete run is left as it is)."""
-    from rich.console import Console
-    from rich.markup import escape
-
     console, r = console or Console(), cfg.run
     if resume is None:  # everything the run reads, before anything is written (`explorl train` checks it too)
         check_run_inputs(cfg)

@@ -9,9 +9,11 @@ import random
 from pathlib import Path
 
 import torch
+from rich.markup import escape
 
 from explorl.config import Config, ConfigError, ModelConfig, dump_yaml
 from explorl.config.files import read_yaml
+from explorl.config.validation import small_training_set
 from explorl.models import check_fingerprint, load_policy
 from explorl.runs.log import RunLog
 from explorl.tasks.chat import prompt_encoder
@@ -58,12 +60,8 @@ def open_run_dir(cfg: Config, resume: str | Path | None, command: str = "train")
 def warn_small_training_set(cfg: Config, train_problems: int, console) -> None:
     """Say on `console`, as a run starts, when the training split is smaller than `run.batch_size`
     (`config.validation.small_training_set`; the dry run says it too)."""
-    from explorl.config.validation import small_training_set
-
     message = small_training_set(cfg, train_problems)
     if message:
-        from rich.markup import escape
-
         console.print(f"[yellow]warning:[/] {escape(message)}", highlight=False)
 
 

@@ -9,6 +9,12 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from explorl.algos.step import compute_advantages
+from explorl.analysis.text import CATEGORIES, token_category
+from explorl.rollout.logprobs import response_logprobs
+from explorl.train.loop import make_optimizer, rollout_batch, update_policy
+from explorl.train.update import fused_compile
+
 
 def one_update_effects(model, ro, rewards: Sequence[float], cfg, *, temperature: float = 1.0, ref=None,
                        seed: int = 0) -> dict:
@@ -27,11 +33,6 @@ def one_update_effects(model, ro, rewards: Sequence[float], cfg, *, temperature:
         `{"logprobs_before", "logprobs_after", "entropy_before", "entropy_after", "advantages"}` `[N, T]` float32
         (0 on padding, training temperature) and `"stats"` (the update's metrics).
     """
-    from explorl.algos.step import compute_advantages
-    from explorl.rollout.logprobs import response_logprobs
-    from explorl.train.loop import make_optimizer, rollout_batch, update_policy
-    from explorl.train.update import fused_compile
-
     device = ro.mask.device
     batch = rollout_batch(model, ref, ro, list(rewards), temperature, cfg, pi_old_from_update=False)
     prepared = compute_advantages(batch, cfg.algo, 1)
@@ -117,8 +118,6 @@ def update_shift_summary(delta_p: Tensor, entropy: Tensor, mask: Tensor, *, corr
 
     out["by_entropy"] = binned(ent)
     if tokens is not None:
-        from explorl.analysis.text import CATEGORIES, token_category
-
         flat = [t for row_tokens in tokens for t in row_tokens]
         if len(flat) != n:
             raise ValueError(f"update_shift_summary: tokens hold {len(flat)} entries for {n} valid tokens")

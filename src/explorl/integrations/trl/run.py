@@ -32,9 +32,12 @@ from torch import Tensor
 
 from explorl.algos import PreparedBatch, RolloutBatch
 from explorl.config import ConfigError
-from explorl.integrations.run_dir import ENGINE_FILE, step_record
+from explorl.integrations.run_dir import ENGINE_FILE, finish_engine_run, open_engine_run, step_record
 from explorl.integrations.trl.batch import gather_rows
 from explorl.rewards import RewardResult
+from explorl.runs import nofollow
+from explorl.runs.failures import RewardFailureLog
+from explorl.train.guards import RunStopped, stop_if_rewards_failed, too_many_reward_failures
 from explorl.train.update import (configured_hyperparameters, keep_configured_optimizer,  # shared with explorl's loop
                                   lr_lambda)
 
@@ -219,8 +222,6 @@ def guard_rewards(trainer, failures: list, failed: int, scored: int, errors: int
     (RUN/reward_errors.log, the first traceback on the console), and every process stops (`RunStopped`) when
     more than `task.max_reward_failure_frac` of the batch's samples failed (`failed` of `scored`, summed over
     processes, so every process decides alike)."""
-    from explorl.train.guards import RunStopped, stop_if_rewards_failed, too_many_reward_failures
-
     if trainer._failure_log is not None:
         trainer._failure_log.record(trainer._round, failures, scored)
     got = SimpleNamespace(failures=failures, scored=scored, errors=errors, timeouts=timeouts)
@@ -277,8 +278,6 @@ def open_run(trainer, resume: bool, checkpoint: str | bool | None = None) -> Non
     from accelerate.utils import broadcast_object_list
     from transformers.trainer_utils import get_last_checkpoint
 
-    from explorl.integrations.run_dir import open_engine_run
-
     error, acc, cfg = None, trainer.accelerator, trainer.run_config
     if acc.is_main_process:
         try:
@@ -294,8 +293,6 @@ def open_run(trainer, resume: bool, checkpoint: str | bool | None = None) -> Non
                 record_resume_step(history, before, step)
             from rich.console import Console
 
-            from explorl.runs.failures import RewardFailureLog
-
             trainer._failure_log = RewardFailureLog(trainer.run_log.reward_errors_path, Console(stderr=True))
         except (ConfigError, OSError, ValueError) as e:
             error = e
@@ -308,9 +305,6 @@ def open_run(trainer, resume: bool, checkpoint: str | bool | None = None) -> Non
 def finish_run(trainer) -> None:
     """After training, on the main process alone (nothing collective: the other processes are done): TRL's
     optimizer steps and log history into engine.json, then explorl's held-out evaluation, final/ and eval.json."""
-    from explorl.runs import nofollow
-    from explorl.integrations.run_dir import finish_engine_run
-
     engine = trainer.run_log.dir / ENGINE_FILE
     record = json.loads(engine.read_text())
     record.update(optimizer_steps=trainer.state.global_step, log_history=trainer.state.log_history)
@@ -351,6 +345,4 @@ def record_resume_step(history: Path, records_before: int, step: int) -> None:
         record = json.loads(lines[i])
         record["resumed_after_step"] = step
         lines[i] = json.dumps(record)
-    from explorl.runs import nofollow
-
     nofollow.write_atomic(history, "\n".join(lines) + "\n")  # through history.tmp, renamed; never through a link

@@ -16,7 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from explorl.config import Config, ConfigError, dump_yaml
+from explorl.rewards import is_batched, resolve_reward, reward_entries
 from explorl.runs import nofollow
+from explorl.tasks import load_task
+from explorl.tasks.chat import messages_of, prompt_encoder, prompt_text
 
 __all__ = ["CHAT_PASS_THROUGH", "CHECK_PROMPTS", "DataFiles", "VERL_DIR", "convert_task", "data_dir", "run_config",
            "task_rows"]
@@ -59,9 +62,6 @@ def _token_ids(encoded: Any) -> list[int]:
 
 def task_rows(cfg: Config, tok, task=None) -> tuple[list[dict], list[dict], list[int], bool]:
     """(train rows, val rows, each prompt's explorl token count, chat) of the task in verl's row format."""
-    from explorl.tasks import load_task
-    from explorl.tasks.chat import messages_of, prompt_encoder, prompt_text
-
     task = task if task is not None else load_task(cfg.task)
     encode = prompt_encoder(tok, cfg.task)
     chat = bool(encode.chat)
@@ -86,16 +86,11 @@ def task_rows(cfg: Config, tok, task=None) -> tuple[list[dict], list[dict], list
 def convert_task(cfg: Config, tok, verl_tok, *, write: bool = True) -> DataFiles:
     """The task (`load_task(cfg.task)`) as verl's parquet under `RUN/verl/` (written when `write`), after checking
     that verl's tokenizer `verl_tok` gives the first prompts explorl's token ids (`tok`, `prompt_encoder`)."""
-    from explorl.rewards import is_batched, resolve_reward, reward_entries
-    from explorl.tasks import load_task
-
     task = load_task(cfg.task)
     train, val, lengths, chat = task_rows(cfg, tok, task)
     if len(train) < cfg.run.batch_size:
         raise ConfigError(f"run.batch_size: {cfg.run.batch_size} prompts per step, but the task has only "
                           f"{len(train)} training problems; verl needs a full batch per step")
-    from explorl.tasks.chat import prompt_encoder
-
     encode = prompt_encoder(tok, cfg.task)
     if not chat:
         verl_tok.chat_template = CHAT_PASS_THROUGH

@@ -45,9 +45,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from explorl.config import Config, ConfigError, load_config
-from explorl.config.trust import refuse_recorded_code
+from explorl.config import Config, ConfigError, load_config, to_dict
+from explorl.config.trust import CodeTrust, code_names, refuse_recorded_code
+from explorl.integrations.run_dir import finish_engine_run
+from explorl.models import WEIGHT_SUFFIXES, load_policy, load_tokenizer, resolve_model_path
 from explorl.runs import nofollow
+from explorl.runs.lock import RunLock
+from explorl.runs.log import RunLog
 
 if TYPE_CHECKING:
     from explorl.integrations.verl.data import DataFiles
@@ -100,9 +104,9 @@ def prepare(config: str | Path | None, overrides: Sequence[str] = (), extra: Seq
             write: bool = True, run_dir: bool = True) -> Launch:
     """Load and validate the explorl config (`config` with `key=value` `overrides`), convert its task (written
     when `write`), map it to verl's overrides and append the user's verl overrides `extra`."""
+    # the package explorl.integrations.verl imports verl (its own venv); the launcher, loaded alone, does not
     from explorl.integrations.verl.data import convert_task
     from explorl.integrations.verl.overrides import PLUGINS_ENV, PYTHON_PATH_ENV, verl_overrides
-    from explorl.models import load_tokenizer, resolve_model_path
 
     cfg = load_config(config, list(overrides))
     path = resolve_model_path(cfg.model.path)
@@ -121,6 +125,7 @@ def prepare(config: str | Path | None, overrides: Sequence[str] = (), extra: Seq
 
 def hf_export(out_dir: str | Path, step: int) -> Path:
     """verl's Hugging Face export of step `step` (`actor.checkpoint.save_contents` with `hf_model`)."""
+    # the package explorl.integrations.verl imports verl (its own venv); the launcher, loaded alone, does not
     from explorl.integrations.verl.data import VERL_DIR
 
     return Path(out_dir) / VERL_DIR / "checkpoints" / f"global_step_{step}" / "actor" / "huggingface"
@@ -131,20 +136,14 @@ def finish(out_dir: str | Path, step: int | None = None, trusted: Config | None 
     the run directory `out_dir` (its config.yaml, written by explorl's trainer mode, says what to evaluate).
     `trusted`: the config the run was launched with; the code `out_dir`'s config.yaml names (`config.trust`) must
     be code it names too, or nothing is read (None: the caller vouches for the directory)."""
-    from explorl.integrations.run_dir import finish_engine_run
+    # the package explorl.integrations.verl imports verl (its own venv); the launcher, loaded alone, does not
     from explorl.integrations.verl.overrides import A
-    from explorl.models import WEIGHT_SUFFIXES, load_policy
-    from explorl.runs.lock import RunLock
-    from explorl.runs.log import RunLog
 
     run = Path(out_dir)
     if not (run / "config.yaml").is_file():
         raise FileNotFoundError(f"{run}: no config.yaml; explorl's verl trainer writes it (trainer.v1.trainer_mode="
                                 f"explorl with +explorl.config, as examples/verl/launch.py launches)")
     if trusted is not None:
-        from explorl.config import to_dict
-        from explorl.config.trust import CodeTrust, code_names
-
         CodeTrust(names=code_names(to_dict(trusted)),
                   repeat=lambda refs: "name them in the config you launch with").refuse_untrusted(run / "config.yaml")
     log = RunLog(run)

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from explorl.integrations.vllm import PROCESSOR_NAME
+from explorl.integrations.vllm import EAD_ARG, PROCESSOR_NAME, token_factors
 from explorl.rollout.rollouts import Rollouts, left_pad_prompts
 
 __all__ = ["VLLM_CPU_HEAD_SIZES", "VllmRollouts", "check_head_size", "head_size", "vllm_missing"]
@@ -173,8 +173,6 @@ class VllmRollouts:
         NaN (vLLM does not return it). `seed` seeds the requests, so a step is reproducible.
         """
         from vllm import SamplingParams
-
-        from explorl.integrations.vllm import EAD_ARG, token_factors
 
         eos = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
         if len(prompts) != len(n) or len(n) != len(per_prompt):
