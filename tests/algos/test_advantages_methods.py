@@ -669,9 +669,9 @@ def test_shaper_registry():
                        A.ppl_shaped(adv, b["logprobs"], b["group"], mask, alpha=0.2, iqr_filter=True))
     fn, cfg = shaper("entropy_adv", "algo.entropy_adv.alpha=0.1")
     assert torch.equal(fn(adv, batch, cfg, 3), A.entropy_shaped(adv, b["entropy"], mask, alpha=0.1, kappa=2.0))
-    for name in names("shaper"):  # the real config works with every shaper
+    for name in names("shaper"):  # the real config works with every shaper (off_policy_mask reads the sampler's)
         fn, cfg = shaper(name)
-        fn(adv, batch, cfg, 1)
+        fn(adv, batch.replace(behavior_logprobs=b["logprobs"]), cfg, 1)
 
 
 def test_position_shaper_step_window():

@@ -157,7 +157,9 @@ def test_the_arxiv_ids_are_the_ones_the_papers_give():
                                                                   "GDPO": "2601.05242",
                                                                   # verl's losses: as verl's code cites them
                                                                   "DPPO": "2602.04879", "GMPO": "2507.20673",
-                                                                  "DRO": "2405.19107"}
+                                                                  "DRO": "2405.19107",
+                                                                  # TRL's off-policy mask: as TRL's GRPOConfig cites it
+                                                                  "DeepSeek-V3.2": "2512.02556"}
 
 
 # ---------------------------------------------------------------------------------------------------------------

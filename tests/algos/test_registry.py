@@ -77,7 +77,7 @@ def test_unknown_names_fail_listing_the_valid_ones():
     with pytest.raises(KeyError, match="rg:<argument>"):
         lookup("task", "rg")  # the reasoning-gym entry needs its dataset name
     assert lookup("task", "rg:chain_sum").name == "rg"
-    with pytest.raises(ConfigError, match=r"algo.loss: unknown policy loss 'ppo2'; valid: cispo, clip_cov, dppo_kl, "
+    with pytest.raises(ConfigError, match=r"algo.loss: unknown policy loss 'ppo2'; valid: bypass_mode, cispo, clip_cov, dppo_kl, "
                                           r"dppo_tv, dro, geo_mean, gpg, gspo, kl_cov, ppo, sapo"):
         load_config(None, ["algo.loss=ppo2"])
     with pytest.raises(ConfigError, match=r"sampling.schedule: .*valid: adaptive, e3, ead, fixed, revead.*run.plugins"):

@@ -310,7 +310,7 @@ def test_impossible_combinations(overrides, field):
      "not selected (algo.reward_shapers is ['dapo_overlong_filter'])"),
     (["algo.reward_shapers=[dapo_overlong,dapo_overlong]"], "algo.reward_shapers", "twice"),
     (["algo.reward_shapers=[overlong]"], "algo.reward_shapers[0]", "valid: dapo_overlong, dapo_overlong_filter"),
-    (["algo.importance_weights=is"], "algo.importance_weights", "valid: none, tis"),
+    (["algo.importance_weights=is"], "algo.importance_weights", "valid: none, rollout_is, tis"),
     (["algo.ppo.dual_clip_c=1.0"], "algo.ppo.dual_clip_c", "> 1"),
     (["algo.ppo.dual_clip_c=0.5"], "algo.ppo.dual_clip_c", "> 1"),
     (["algo.ppo.dual_clip_c=-3"], "algo.ppo.dual_clip_c", "> 1"),

@@ -45,7 +45,8 @@ def _synthetic_run(path: Path, steps: int = 6) -> Path:
                       "rollouts/per_prompt_mean": 6.0, "length/mean": 20.0 + s, "optim/grad_norm": 1.0 / s,
                       "reward/math": 0.1 * s, "reward/exact": 0.05 * s,
                       "kl/mean": 0.01 * s, "loss/ppo_kl": 0.001, "loss/clip_frac_low": 0.02,
-                      "loss/clip_frac_high": 0.01,
+                      "loss/clip_frac_high": 0.01, "mismatch/k3_kl": 1e-4 / s, "mismatch/kl": 1e-3 / s,
+                      "mismatch/ratio_oob": 0.02 / s, "mismatch/ratio_low": 0.015 / s, "mismatch/ratio_high": 0.005 / s,
                       "entropy/by_position": [0.5, 0.3, 0.2, 0.2, 0.2, 0.2, 0.2, 0.3, None, 0.6]})
         if s % 3 == 0:
             lines[-1].update({"eval/pass@1": 0.05 * s, "eval/pass@8": 0.1 * s})

@@ -132,6 +132,7 @@ def test_analyze_writes_every_plot_and_a_self_contained_page(tiny_run):
     assert report.out_dir == tiny_run / "report"
     written = {p.key for p in report.plots if p.path is not None}
     assert written == EXPECTED
+    assert {"mismatch_kl", "mismatch_oob"} <= written  # explorl's sampler returns behaviour log-probs every step
     for key in EXPECTED:
         _assert_png((tiny_run / "report" / f"{key}.png").read_bytes())
     page = _parse(report.html)

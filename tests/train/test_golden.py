@@ -29,8 +29,9 @@ fails: ERPO's gamma 5 -> 5.5 exceeds the bound 2.8x, its eta 0.2 -> 0.21 34x, it
 (`test_guard_catches_a_changed_method`). Keys, integers and strings never get a tolerance, and no platform skips.
 `dapo_updates` (added 2026-11-25: 16 mini-batches, clip-higher acting at lr 0.01) spread by 3.2e-4 relative at most
 (a PPO KL near 0, step 4) between AVX2 at 1 thread and no vectorisation at 2 threads: 2e-3 + 1e-5.
-Keys added later (`loss/ratio_min`, `loss/kl_cov_penalty_share`) were appended by replaying the recorded configs,
-every value recorded before checked unchanged within these tolerances.
+Keys added later (`loss/ratio_min`, `loss/kl_cov_penalty_share`, and the rollout/trainer mismatch `mismatch/*` of
+issue 52) were appended by replaying the recorded configs, every value recorded before checked unchanged within
+these tolerances.
 The recorded configs were rewritten again (issue 40) when EAD's truncated importance sampling and DAPO's overlong
 shaping became registry entries: `tis: true, tis_cap, tis_level` -> `importance_weights: tis` with `tis: {cap,
 level}` (the level `token` where the recording predates it), `overlong: penalty | mask | none, overlong_buffer,

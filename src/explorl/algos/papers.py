@@ -97,5 +97,11 @@ PAPERS: dict[str, Paper] = {
     "DRO": Paper("Richemond et al. 2024",
                  "Offline Regularised Reinforcement Learning for Large Language Models Alignment", "2405.19107",
                  ("5l",)),
+    # rollout correction (issue 52): verl's `rollout_corr_helper` cites the first (a blog post, no arXiv id recorded),
+    # TRL's `off_policy_mask_threshold` the second (its arXiv id as TRL's GRPOConfig cites it)
+    "When Speed Kills Stability": Paper("Liu, Li, Fu, Wang, Liu, Shen 2025", "When Speed Kills Stability: "
+                                        "Demystifying RL Collapse from the Training-Inference Mismatch", None,
+                                        ("6d",)),
+    "DeepSeek-V3.2": Paper("DeepSeek-AI 2025", "DeepSeek-V3.2", "2512.02556", ("6d",)),
 }
 """Short name -> the paper."""

@@ -215,6 +215,8 @@ class PolicyLossEntry(AlgoEntry):
     all-zero advantages out of the forward and backward (`explorl.algos.step.idle_rows`)."""
     needs_generator: bool = False
     """The loss draws random numbers: it is called with the keyword `generator` (a `torch.Generator`)."""
+    old_is_behavior: bool = False
+    """pi_old is the sampler's log-probs (verl's bypass mode): the engine fills `logprobs` with them, no forward."""
 
 
 @dataclass(frozen=True, kw_only=True)

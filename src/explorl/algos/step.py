@@ -31,6 +31,7 @@ from torch import Tensor
 from explorl.algos.batch import RolloutBatch
 from explorl.algos.aggregation import aggregate, masked_mean, question_weights
 from explorl.algos.core import kl_k3
+from explorl.algos.mismatch import mismatch_metrics
 from explorl.algos.registry import lookup
 
 if TYPE_CHECKING:
@@ -93,7 +94,9 @@ class PreparedBatch:
     rewards:         [N] the rewards after the reward shapers (DAPO's overlong penalty).
     token_weights:   [N, T] per-token loss multipliers of the token filter, or None.
     is_weights:      [N, T] truncated importance weights, or None.
-    stats:           namespaced metrics of what the method did (`tokens/*`, `is/*`, `kl/mean`).
+    stats:           namespaced metrics of what the method did (`tokens/*`, `is/*`, `kl/mean`) and, when the batch
+                     carries both pi_old's and the sampler's log-probs, the rollout/trainer mismatch (`mismatch/*`,
+                     `explorl.algos.mismatch`) on every response token.
     """
 
     advantages: Tensor
@@ -166,6 +169,8 @@ def compute_advantages(batch: RolloutBatch, cfg: AlgoConfig, step: int) -> Prepa
         weights = question_weights(batch.group, loss_mask.sum(-1) > 0).to(loss_mask.dtype)[:, None] * loss_mask
         token_weights = weights if token_weights is None else token_weights * weights
     stats.update(is_stats)
+    if batch.logprobs is not None and batch.behavior_logprobs is not None:  # the sampler against pi_old's forward
+        stats.update(mismatch_metrics(batch.logprobs, batch.behavior_logprobs, batch.mask))
     if batch.ref_logprobs is not None and batch.logprobs is not None:
         kl = kl_k3(batch.logprobs, seen.ref_logprobs, loss_mask, clamp=cfg.kl_clamp)
         stats["kl/mean"] = float(masked_mean(kl, loss_mask))

@@ -61,7 +61,9 @@ STEP_METRICS: dict[str, str] = {
 # at_min_frac (EAD, RevEAD), temperature/adaptive_factor_min|max (adaptive schedule), is/* (algo.importance_weights),
 # rollouts/dapo_rounds|dapo_kept_frac (DAPO sampling), loss/clip_cov_frac, loss/kl_cov_frac,
 # loss/kl_cov_penalty_share (those losses),
-# loss/dual_clip_frac (algo.ppo.dual_clip_c), reward/<name> (several task.reward functions: each one's mean,
+# loss/dual_clip_frac (algo.ppo.dual_clip_c), mismatch/* (the rollout/trainer mismatch, explorl.algos.mismatch:
+# every step with behaviour log-probs, which explorl's sampler and vLLM always return, unless the single-update
+# shortcut's forward left out every response as idle), reward/<name> (several task.reward functions: each one's mean,
 # unweighted), eval/* (run.eval_every > 0, and once after the last step).
 
 

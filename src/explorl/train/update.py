@@ -15,6 +15,7 @@ import torch
 
 from explorl.algos.batch import RolloutBatch
 from explorl.algos.losses import micro_batch_share
+from explorl.algos.mismatch import mismatch_metrics
 from explorl.algos.registry import lookup
 from explorl.algos.step import PreparedBatch, idle_rows, policy_objective, requirements, single_update_shortcut
 from explorl.config import Config
@@ -128,6 +129,11 @@ def update_policy(model, optimizer, scheduler, batch: RolloutBatch, prepared: Pr
     lengths = batch.prompt_mask.sum(-1) + prepared.loss_mask.sum(-1)
     idle = idle_rows(prepared, a)
     compile = fused_compile(cfg)
+    # under the single-update shortcut pi_old is this forward: the rollout/trainer mismatch is measured on its
+    # log-probs, before the optimizer step, on the tokens it computes (the response tokens, idle rows left out)
+    measure = batch.logprobs is None and batch.behavior_logprobs is not None and a.epochs == 1 and a.mini_batches == 1
+    if measure:
+        trainer_lp, measured = torch.zeros_like(prepared.loss_mask), torch.zeros_like(prepared.loss_mask)
     for _ in range(a.epochs):
         # drawn on the host (the same order on every device), then moved: indices live with what they index
         perm = torch.randperm(n, generator=shuffle).to(prepared.loss_mask.device)
@@ -137,13 +143,18 @@ def update_policy(model, optimizer, scheduler, batch: RolloutBatch, prepared: Pr
             stepped = False
             for local in _micro_batches(mb, lengths, a):
                 rows = mb[local]
-                width = max(int(prepared.loss_mask[rows].sum(-1).max()), 1)  # padding columns no row here uses
+                # padding columns no row here uses; the forward reads the response mask: the loss mask may have holes
+                # (rollout_rs rejects single tokens), which must still be attended to
+                width = max(int(batch.mask[rows].sum(-1).max()), 1)
                 micro, micro_prepared = batch.select(rows, width), prepared.select(rows, width)
                 if bool(idle[rows].any()):
-                    lp, ent = _logprobs_without_idle(model, micro, idle[rows], micro_prepared.loss_mask, temp,
+                    lp, ent = _logprobs_without_idle(model, micro, idle[rows], micro.mask, temp,
                                                      on_policy=batch.logprobs is None, compile=compile)
                 else:
-                    lp, ent = _logprobs(model, micro, micro_prepared.loss_mask, temp, need_entropy, compile)
+                    lp, ent = _logprobs(model, micro, micro.mask, temp, need_entropy, compile)
+                if measure:
+                    trainer_lp[rows, :width] = lp.detach().to(trainer_lp.dtype)
+                    measured[rows, :width] = micro.mask * (~idle[rows])[:, None]
                 loss, st = policy_objective(lp, ent, micro, micro_prepared, a, generator=shuffle)
                 if not torch.isfinite(loss):
                     raise NonFiniteError(f"loss is {float(loss.detach())} (pg={st.get('loss/pg')}); update skipped")
@@ -170,6 +181,8 @@ def update_policy(model, optimizer, scheduler, batch: RolloutBatch, prepared: Pr
             stats.setdefault("optim/grad_norm", []).append(float(grad_norm))
     out = {k: sum(v) / len(v) for k, v in stats.items()}
     out["optim/lr"] = scheduler.get_last_lr()[0]
+    if measure:
+        out.update(mismatch_metrics(trainer_lp, batch.behavior_logprobs, measured))
     return out
 
 
@@ -181,6 +194,8 @@ def rollout_batch(model, ref, ro: Rollouts, rewards: list[float], temperature: f
     and the reference's log-probs when the method needs them."""
     if pi_old_from_update:  # the sampler's entropies are the policy's at this temperature (behaviour = policy)
         old_lp, old_ent = None, ro.entropy
+    elif lookup("policy_loss", cfg.algo.loss).old_is_behavior:  # verl's bypass mode: pi_old is the rollout's
+        old_lp, old_ent = ro.behavior_logprobs, ro.entropy
     else:
         old_lp, old_ent = response_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.mask,
                                             temperature, compile=fused_compile(cfg))

@@ -6,7 +6,9 @@ Estimators: `grpo` (`grpo`, `dr_grpo`), `erpo`, `passk`, `rloo`, `reinforce_pp` 
 lacks its `sum_pi_squared`). Shapers: `cw` (`cw`, `cw_group`, `cw_balanced`), `ppl`,
 `position`, `entropy_adv`. Policy losses: `ppo`, `clip_cov`, `kl_cov`. Token filters: `forking` (`none`,
 `forking`). Reward shapers: `dapo_overlong` (`dapo_overlong`, `dapo_overlong_filter`: DAPO's overlong shaping).
-Importance weights: `tis` (`none`, `tis`: EAD's truncated importance sampling). The pieces they share are
+Importance weights: `tis` (`none`, `tis`: EAD's truncated importance sampling), `rollout_correction` (`rollout_is`,
+and the shaper `off_policy_mask`); reward shaper `rollout_rejection` (`rollout_rs`); policy loss `bypass`
+(`bypass_mode`, verl's bypass mode). The pieces they share are
 `explorl.algos.core` and `explorl.algos.aggregation`; `explorl methods` lists every entry with its paper and the
 `file:line` of its code. Importing this package registers them all, each module of it found by name, so a new built-in
 method is one new file (`explorl.algos` imports this package; the registry itself imports no method).

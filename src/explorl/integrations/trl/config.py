@@ -106,6 +106,20 @@ VLLM_DRIVEN = {
 }
 
 
+def _trl_is_hint(args: GRPOConfig) -> str:
+    """The refusal of TRL's own vLLM importance sampling: the explorl settings that reproduce it (rollout_is)."""
+    mode = getattr(args, "vllm_importance_sampling_mode", "sequence_mask")
+    level, _, how = mode.partition("_")
+    hi, lo = getattr(args, "vllm_importance_sampling_clip_max", 3.0), getattr(args, "vllm_importance_sampling_clip_min",
+                                                                              None)
+    none = lambda v: "null" if v is None else v  # noqa: E731
+    return (f"GRPOConfig.vllm_importance_sampling_correction: explorl's loss replaces TRL's; set "
+            f"algo.importance_weights=rollout_is algo.rollout_is.level={level} algo.rollout_is.mode={how} "
+            f"algo.rollout_is.threshold={none(hi)} algo.rollout_is.threshold_lower={none(lo)} (TRL's "
+            f"vllm_importance_sampling_mode={mode} on vLLM's log-probs, docs/methods.md §6d), or "
+            f"algo.importance_weights=tis (EAD's truncated weights), or vllm_importance_sampling_correction=False")
+
+
 def _check_against_trl(cfg: Config, args: GRPOConfig) -> None:
     """TRL settings that explorl's config replaces, or that the adapter cannot honour."""
     a, s = cfg.algo, cfg.sampling
@@ -138,17 +152,22 @@ def _check_against_trl(cfg: Config, args: GRPOConfig) -> None:
     need(args.loss_type not in names("policy_loss") or a.loss == args.loss_type,  # TRL's cispo, sapo
          f"GRPOConfig.loss_type={args.loss_type}: explorl's loss replaces TRL's; set algo.loss={args.loss_type} "
          f"(`explorl methods` names its section of docs/methods.md, which says where TRL's differs)")
+    need(not lookup("policy_loss", a.loss).old_is_behavior,
+         f"algo.loss={a.loss}: verl's bypass mode takes pi_old from the rollout, and TRL's trainer computes its own; "
+         f"run it in explorl's loop (explorl train), or here use algo.importance_weights=rollout_is "
+         f"(docs/methods.md §6d)")
     trl_default = {f.name: f.default for f in dataclasses.fields(GRPOConfig)}
     for theirs, ours in (("sapo_temperature_pos", "tau_pos"), ("sapo_temperature_neg", "tau_neg")):
         need(getattr(args, theirs, None) == trl_default.get(theirs),  # a TRL without SAPO has neither
              f"GRPOConfig.{theirs}: explorl's loss replaces TRL's; set algo.sapo.{ours} (with algo.loss=sapo)")
-    need(args.off_policy_mask_threshold is None, "GRPOConfig.off_policy_mask_threshold: not an explorl method; "
-                                                 "leave it None")
+    need(args.off_policy_mask_threshold is None,
+         f"GRPOConfig.off_policy_mask_threshold={args.off_policy_mask_threshold}: explorl's loss replaces TRL's; set "
+         f"algo.shapers=[..., off_policy_mask] with algo.off_policy_mask.threshold="
+         f"{args.off_policy_mask_threshold} (DeepSeek-V3.2's off-policy sequence mask, docs/methods.md §6d) and "
+         f"leave it None")
     need(not (args.use_vllm and args.vllm_importance_sampling_correction
               and a.importance_weights == AlgoConfig().importance_weights),
-         "GRPOConfig.vllm_importance_sampling_correction: explorl's loss replaces TRL's; set "
-         "algo.importance_weights=tis (explorl's truncated importance weights on vLLM's log-probs, cap algo.tis.cap) "
-         "or vllm_importance_sampling_correction=False")
+         _trl_is_hint(args))
     if args.use_vllm:
         given = args.generation_kwargs or {}
         given = json.loads(given) if isinstance(given, str) else given

@@ -225,6 +225,9 @@ def _method(o: Overrides, cfg: Config, data: DataFiles) -> None:
     o.set("algorithm.adv_estimator", f"explorl_{a.advantage}", "algo.advantage")
     o.set(f"{A}.policy_loss.loss_mode", f"explorl_{a.loss}", "algo.loss")
     loss = lookup("policy_loss", a.loss)
+    if loss.old_is_behavior:
+        raise ConfigError(f"algo.loss={a.loss}: explorl's verl plugin receives verl's pi_old; use verl's own bypass "
+                          f"mode (`-- algorithm.rollout_correction.bypass_mode=true`, docs/methods.md §6d)")
     _loss_options(o, cfg, loss)
     o.set(f"{A}.clip_ratio_low", a.eps_low, "algo.eps_low")
     o.set(f"{A}.clip_ratio_high", a.eps_high, "algo.eps_high")
