@@ -322,6 +322,41 @@ def test_local_imports_are_found(tmp_path):
     assert [n.lineno for n in _local_imports(src)] == [5, 8, 16]
 
 
+MAX_PARAMETERS = 8
+MAX_WIDE_FUNCTIONS = 52
+"""A ratchet on the functions that take more than `MAX_PARAMETERS` parameters (`self` and `cls` aside; issue 54,
+item 6: the goal is none outside dataclass constructors). 42 at 8f7ccdd, 52 once issue 52's pure loss functions came,
+whose options are keyword parameters as their papers write them; lower it when the count falls."""
+
+
+def _wide_functions(path: Path, limit: int) -> list[str]:
+    """`name:line (N parameters)` of each function or method in `path` that takes more than `limit` parameters."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            a = node.args
+            named = [x.arg for x in a.posonlyargs + a.args]
+            count = len(named) + len(a.kwonlyargs) - (1 if named[:1] in (["self"], ["cls"]) else 0)
+            if count > limit:
+                found.append(f"{node.name}:{node.lineno} ({count} parameters)")
+    return found
+
+
+def test_wide_functions_are_found(tmp_path):
+    # 3 parameters (self aside), 4 with a keyword-only one, and 2: against a limit of 3 only the second counts
+    src = tmp_path / "m.py"
+    src.write_text("class C:\n    def m(self, a, b, c):\n        pass\n\n\ndef f(a, b, c, *, d):\n    pass\n\n\n"
+                   "def g(a, b):\n    pass\n")
+    assert _wide_functions(src, 3) == ["f:6 (4 parameters)"]
+
+
+def test_functions_over_the_parameter_bound_only_fall():
+    wide = {name: f for name, path in MODULES.items() if (f := _wide_functions(path, MAX_PARAMETERS))}
+    count = sum(len(f) for f in wide.values())
+    assert count <= MAX_WIDE_FUNCTIONS, f"{count} functions take more than {MAX_PARAMETERS} parameters, more than " \
+                                        f"{MAX_WIDE_FUNCTIONS}: pass a config or options object instead ({wide})"
+
+
 MAX_LOCAL_IMPORTS = 99
 """A ratchet on the imports inside functions in the whole package (issue 54, item 5: 361 when counted, the goal at
 most 100, each for an optional dependency or a measured start-up cost, with its reason): an import inside a function
