@@ -135,7 +135,7 @@ class AnnealedRows:
 
 
 def _build_processor():
-    from vllm.v1.sample.logits_processor import LogitsProcessor
+    from vllm.v1.sample.logits_processor import LogitsProcessor  # vLLM: optional (the vllm extra or its own venv)
 
     class EADLogitsProcessor(LogitsProcessor):
         """EAD / RevEAD per-token temperature for requests with `extra_args["explorl_ead"]` (module docstring)."""

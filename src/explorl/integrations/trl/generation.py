@@ -38,7 +38,7 @@ def _vllm_repacks_weights() -> bool:
     later by `model.load_weights` is not what the kernels read. The CPU backend does (`UnquantizedLinearMethod.
     process_weights_after_loading` packs each linear weight into a oneDNN handle and leaves an empty `weight`); on
     CUDA an unquantized weight stays the tensor its kernels read."""
-    from vllm.platforms import current_platform
+    from vllm.platforms import current_platform  # vLLM: optional (the vllm extra or its own venv)
 
     return current_platform.is_cpu()
 
@@ -71,8 +71,8 @@ class ColocatedVLLM(VLLMGeneration):
     def _init_vllm(self):
         if self.mode != "colocate":
             return super()._init_vllm()
-        from trl.trainer.utils import ensure_master_addr_port
-        from vllm import LLM
+        from trl.trainer.utils import ensure_master_addr_port  # trl: optional (the trl extra)
+        from vllm import LLM  # vLLM: optional (the vllm extra or its own venv)
 
         from explorl.integrations.vllm import PROCESSOR_NAME
         from explorl.rollout.engines.vllm import _in_process_env
@@ -128,7 +128,7 @@ def _bnb_quantization(model) -> str | None:
 
     if not is_bitsandbytes_available():
         return None
-    import bitsandbytes as bnb
+    import bitsandbytes as bnb  # optional: only where installed
 
     for module in model.modules():
         if isinstance(module, bnb.nn.Linear4bit):

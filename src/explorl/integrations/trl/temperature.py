@@ -39,7 +39,7 @@ def set_train_temperature(trainer, tau: float) -> None:
     if tau == trainer._train_tau:
         return
     from accelerate.utils import is_peft_model
-    from trl.trainer.utils import add_fused_lm_head
+    from trl.trainer.utils import add_fused_lm_head  # trl: optional (the trl extra)
 
     policy = trainer.accelerator.unwrap_model(trainer.model)
     if is_peft_model(policy):  # TRL patched the base model, under the adapters

@@ -195,7 +195,7 @@ def register_all() -> list[str]:
 
     Idempotent: verl accepts a re-registration of the same function object, so the functions are cached.
     """
-    from verl.trainer.ppo import core_algos
+    from verl.trainer.ppo import core_algos  # verl: installed in its own venv only
 
     names = []
     for name in entries("estimator"):

@@ -47,7 +47,7 @@ def plain(section: Any) -> dict:
     if section is None:
         return {}
     try:
-        from omegaconf import DictConfig, OmegaConf
+        from omegaconf import DictConfig, OmegaConf  # verl's: its own venv only
 
         if isinstance(section, DictConfig):
             return OmegaConf.to_container(section, resolve=True)

@@ -85,8 +85,8 @@ class ExplorlTrainer(PPOTrainerSync):
         control = self._rollout_control()
         if control is None:
             return batch
-        from omegaconf import open_dict
-        from verl.utils import tensordict_utils as tu
+        from omegaconf import open_dict  # verl's: its own venv only
+        from verl.utils import tensordict_utils as tu  # verl: installed in its own venv only
 
         index = batch["index"]
         ids = [int(i) for i in (index.tolist() if hasattr(index, "tolist") else list(index))]
@@ -128,10 +128,10 @@ class ExplorlTrainer(PPOTrainerSync):
                 self._control_state = json.load(f)
 
     def _compute_advantage(self, batch, metrics: dict):
-        import transfer_queue as tq
-        from tensordict import TensorDict
-        from verl import DataProto
-        from verl.workers.utils.padding import response_to_nested
+        import transfer_queue as tq  # verl's: its own venv only
+        from tensordict import TensorDict  # verl's: its own venv only
+        from verl import DataProto  # verl: installed in its own venv only
+        from verl.workers.utils.padding import response_to_nested  # verl: installed in its own venv only
 
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=list(FIELDS))
         response_mask = data["response_mask"]

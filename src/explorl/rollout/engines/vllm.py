@@ -132,7 +132,7 @@ class VllmRollouts:
         check_model_head_size(model_dir, gpu=torch.cuda.is_available())  # before vLLM starts its engine
         _in_process_env()
         try:
-            from vllm import LLM
+            from vllm import LLM  # vLLM: optional (the vllm extra or its own venv)
         except ImportError as e:
             raise ImportError(f"sampling.engine=vllm needs vLLM ({e}): {vllm_missing(model_dir)}") from None
         kwargs = dict(model=str(model_dir), dtype=str(dtype).removeprefix("torch."), max_model_len=max_model_len,
@@ -172,7 +172,7 @@ class VllmRollouts:
         left-padded, responses right-padded with `pad_token_id`, `mask` 1 up to and including EOS); `entropy` is
         NaN (vLLM does not return it). `seed` seeds the requests, so a step is reproducible.
         """
-        from vllm import SamplingParams
+        from vllm import SamplingParams  # vLLM: optional (the vllm extra or its own venv)
 
         eos = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
         if len(prompts) != len(n) or len(n) != len(per_prompt):
