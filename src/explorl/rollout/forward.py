@@ -13,6 +13,7 @@ model's own `rotary_emb`); the tests check them against it.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 
 import torch
@@ -241,8 +242,6 @@ def maybe_compiled(name: str, fn: Callable, compile: bool, dynamic_dims: Callabl
         try:
             return compiled(*args)
         except Exception as e:  # compilation failed: eager from now on (same math, same draws)
-            import warnings
-
             _COMPILE_FAILED.append(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
             warnings.warn(f"explorl: torch.compile of {what} failed ({_COMPILE_FAILED[0]}); running it eagerly "
                           f"({setting}: false skips the attempt)", RuntimeWarning, stacklevel=2)

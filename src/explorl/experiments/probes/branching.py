@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from explorl.experiments.probes.continuations import Score, continue_prefixes, score_heads
+from explorl.metrics import maj_at_k, vote_keys
 from explorl.rollout.sampler import Sampler
 
 
@@ -32,8 +33,6 @@ def branch_probe(sampler: Sampler, tokenizer, prompt_ids: Sequence[int], respons
         One dict per kept cut, in order: `cut`, `entropy` (or None), `texts`, `rewards`, `accuracy` (fraction of
         rewards > 0.5), `maj` (maj@k of the k continuations, or None).
     """
-    from explorl.metrics import maj_at_k, vote_keys
-
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     response_ids = [int(x) for x in response_ids]

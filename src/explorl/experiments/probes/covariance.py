@@ -9,6 +9,9 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from explorl.algos.advantages import grpo, token_covariance
+from explorl.rollout.logprobs import response_logprobs
+
 
 @torch.no_grad()
 def batch_covariance(model, ro, rewards: Sequence[float], *, temperature: float = 1.0,
@@ -19,9 +22,6 @@ def batch_covariance(model, ro, rewards: Sequence[float], *, temperature: float 
     advantages `algos.advantages.grpo`, and c is `algos.advantages.token_covariance` with the means per prompt
     group (`per_group`, the paper's and `cw_group`'s) or over the batch (`cw`'s). float64, 0 on padding.
     """
-    from explorl.algos.advantages import grpo, token_covariance
-    from explorl.rollout.logprobs import response_logprobs
-
     lp, _ = response_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.mask, temperature,
                               with_entropy=False)
     r = torch.as_tensor(list(rewards), dtype=torch.float32, device=ro.mask.device)

@@ -15,6 +15,7 @@ sampled from (temperature, then top-p renormalisation) and the entropy of the te
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 
 import torch
@@ -285,8 +286,6 @@ def sample(model, prompts: Sequence[Sequence[int]], n: int | Sequence[int], *, e
     model.eval()
     fused = fast_path and supports_fused_forward(model)
     if cuda_graph and not fused:
-        import warnings
-
         warnings.warn("explorl: sampling.cuda_graph needs the fused decoder (sampling.fast_path: true and a "
                       "Llama-family model without LoRA, sliding window or rotary scaling); decoding without the graph",
                       RuntimeWarning, stacklevel=2)
