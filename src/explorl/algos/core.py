@@ -26,7 +26,7 @@ from explorl.algos.aggregation import LOSS_AGG_MODES, masked_mean, zero_padding
 
 __all__ = [
     "dense_ids", "segment_stats", "group_range_equal", "token_positions", "check_response_inputs",
-    "check_token_inputs", "float_dtype", "LOG_RATIO_BOUND", "kl_k3", "check_loss_inputs", "importance_ratio",
+    "check_token_inputs", "float_dtype", "on_response_tokens", "LOG_RATIO_BOUND", "kl_k3", "check_loss_inputs", "importance_ratio",
     "as_constant", "ppo_token_loss", "apply_weights", "valid_fraction", "ratio_stats", "ppo_stats", "weight_stats",
     "centered_cov", "top_k_mask",
 ]
@@ -144,6 +144,13 @@ def float_dtype(*tensors: Tensor) -> torch.dtype:
         if t.dtype.is_floating_point:
             return t.dtype
     return torch.float32
+
+
+def on_response_tokens(advantages: Tensor, mask: Tensor, dtype: torch.dtype) -> Tensor:
+    """`[N, T]` advantages in `dtype` on the response tokens and 0.0 on padding: `advantages` is `[N]` (one per
+    response, broadcast over its tokens, as the outcome estimators give it) or already `[N, T]`."""
+    adv = (advantages[:, None] if advantages.dim() == 1 else advantages).to(dtype)
+    return torch.where(mask.bool(), adv, torch.zeros((), dtype=dtype, device=adv.device))
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Sequence
 import torch
 from torch import Tensor
 
-from explorl.algos.core import check_response_inputs, float_dtype
+from explorl.algos.core import check_response_inputs, float_dtype, on_response_tokens
 from explorl.algos.methods.grpo import grpo
 from explorl.algos.methods.reinforce_pp import batch_whiten
 from explorl.algos.registry import Cite, register
@@ -64,7 +64,7 @@ def gdpo(components: Tensor, group: Tensor, mask: Tensor, *, weights: Sequence[f
     for i in range(k):
         total = total + float(w[i]) * grpo(comps[:, i].to(torch.float64), group, mask, scale=scale, eps=eps)
     adv = batch_whiten(total, mask).to(out_dtype)
-    return torch.where(mask.bool(), adv, torch.zeros((), dtype=out_dtype, device=adv.device))
+    return on_response_tokens(adv, mask, out_dtype)
 
 
 @dataclass

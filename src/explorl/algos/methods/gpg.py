@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from explorl.algos.core import check_response_inputs, float_dtype, segment_stats
+from explorl.algos.core import check_response_inputs, float_dtype, on_response_tokens, segment_stats
 from explorl.algos.registry import Cite, register
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ def gpg(rewards: Tensor, group: Tensor, mask: Tensor, *, f_norm: float = 1.0) ->
     alpha = r.numel() / max(1, int(torch.count_nonzero(r)))
     mean, _, count = segment_stats(r, group)
     adv = torch.where(count > 1, alpha * (r - mean) / f_norm, torch.zeros_like(r)).to(out_dtype)
-    return torch.where(mask.bool(), adv[:, None], torch.zeros((), dtype=out_dtype, device=adv.device))
+    return on_response_tokens(adv, mask, out_dtype)
 
 
 @dataclass

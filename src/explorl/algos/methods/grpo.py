@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from explorl.algos.core import check_response_inputs, dense_ids, segment_stats
+from explorl.algos.core import check_response_inputs, dense_ids, on_response_tokens, segment_stats
 from explorl.algos.registry import Cite, register
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ def grpo(rewards: Tensor, group: Tensor, mask: Tensor, *, scale: bool = True, ep
         adv = adv / (std + eps)
     degenerate = (count < 2) | (hi == lo)[dense]
     adv = torch.where(degenerate, torch.zeros_like(adv), adv).to(out_dtype)
-    return torch.where(mask.bool(), adv[:, None], torch.zeros((), dtype=out_dtype, device=adv.device))
+    return on_response_tokens(adv, mask, out_dtype)
 
 
 @register("estimator", "grpo", needs_old_logprobs=False, reads=("adv_eps",), formula=grpo,

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from explorl.algos.core import check_response_inputs, dense_ids, float_dtype
+from explorl.algos.core import check_response_inputs, dense_ids, float_dtype, on_response_tokens
 from explorl.algos.registry import Cite, register
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ def opo(rewards: Tensor, group: Tensor, mask: Tensor) -> Tensor:
     baseline = total / weight.clamp_min(1.0)
     keep = (count > 1) & (weight > 0)
     adv = torch.where(keep[dense], r - baseline[dense], torch.zeros_like(r)).to(out_dtype)
-    return torch.where(mask.bool(), adv[:, None], torch.zeros((), dtype=out_dtype, device=adv.device))
+    return on_response_tokens(adv, mask, out_dtype)
 
 
 @register("estimator", "opo", needs_old_logprobs=False, formula=opo, cites=(Cite("OPO", doc="5p"),))

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from explorl.algos.core import check_response_inputs, dense_ids, float_dtype
+from explorl.algos.core import check_response_inputs, dense_ids, float_dtype, on_response_tokens
 from explorl.algos.registry import Cite, register
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ def passk(rewards: Tensor, group: Tensor, mask: Tensor, *, k: int) -> Tensor:
     adv = torch.where(correct, (1.0 - rho) / (s + 1e-6), (1.0 - rho - tail) / (s + 1e-6))
     degenerate = (c == 0) | (c == n)
     adv = torch.where(degenerate, torch.zeros_like(adv), adv).to(out_dtype)
-    return torch.where(mask.bool(), adv[:, None], torch.zeros((), dtype=out_dtype, device=adv.device))
+    return on_response_tokens(adv, mask, out_dtype)
 
 
 @dataclass

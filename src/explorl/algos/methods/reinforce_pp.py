@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from explorl.algos.core import check_response_inputs, float_dtype, segment_stats
+from explorl.algos.core import check_response_inputs, float_dtype, on_response_tokens, segment_stats
 from explorl.algos.registry import Cite, register
 
 if TYPE_CHECKING:
@@ -53,10 +53,6 @@ def batch_whiten(values: Tensor, mask: Tensor, eps: float = WHITEN_EPS) -> Tenso
     return centred / torch.sqrt(var + eps)
 
 
-def _out(adv: Tensor, mask: Tensor, dtype: torch.dtype) -> Tensor:
-    return torch.where(mask.bool(), adv.to(dtype), torch.zeros((), dtype=dtype, device=adv.device))
-
-
 def reinforce_plus_plus(rewards: Tensor, mask: Tensor, *, gamma: float = 1.0) -> Tensor:
     """REINFORCE++ advantage (docs/methods.md §5o; Hu 2025, "REINFORCE++"), as verl 0.9.1 computes it for outcome
     rewards.
@@ -83,7 +79,7 @@ def reinforce_plus_plus(rewards: Tensor, mask: Tensor, *, gamma: float = 1.0) ->
     after = valid.flip(-1).long().cumsum(-1).flip(-1) - valid.long()  # valid tokens after t
     discount = torch.pow(torch.full((), float(gamma), dtype=torch.float64, device=mask.device), after.double())
     returns = rewards.detach().to(torch.float64)[:, None] * discount
-    return _out(batch_whiten(returns, valid), valid, out_dtype)
+    return on_response_tokens(batch_whiten(returns, valid), valid, out_dtype)
 
 
 def reinforce_plus_plus_baseline(rewards: Tensor, group: Tensor, mask: Tensor) -> Tensor:
@@ -111,7 +107,7 @@ def reinforce_plus_plus_baseline(rewards: Tensor, group: Tensor, mask: Tensor) -
     r = rewards.detach().to(torch.float64)
     mean, _, _ = segment_stats(r, group)
     centred = (r - mean)[:, None].expand(mask.shape)
-    return _out(batch_whiten(centred, mask), mask, out_dtype)
+    return on_response_tokens(batch_whiten(centred, mask), mask, out_dtype)
 
 
 @dataclass

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from explorl.algos.core import check_response_inputs, float_dtype, segment_stats
+from explorl.algos.core import check_response_inputs, float_dtype, on_response_tokens, segment_stats
 from explorl.algos.registry import Cite, register
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ def rloo(rewards: Tensor, group: Tensor, mask: Tensor) -> Tensor:
     mean, _, count = segment_stats(r, group)
     adv = torch.where(count > 1, (r - mean) * count / (count - 1).clamp_min(1.0), torch.zeros_like(r))
     adv = adv.to(out_dtype)
-    return torch.where(mask.bool(), adv[:, None], torch.zeros((), dtype=out_dtype, device=adv.device))
+    return on_response_tokens(adv, mask, out_dtype)
 
 
 @register("estimator", "rloo", needs_old_logprobs=False, formula=rloo,
