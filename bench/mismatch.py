@@ -84,7 +84,7 @@ def measure(model, tok, prompts, schedule: str, top_p: float, batches: int, grou
         ro = sampler.sample([prompts[i] for i in ids], driver.plan(ids), gen)
         lp, ent = response_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.mask, temps.train)
         stats = mismatch_stats(lp, ro.behavior_logprobs, ro.mask)
-        sampled_ent = ro.entropy
+        sampled_ent = ro.behavior_entropy
         if sampled_ent.isnan().any():  # vLLM returns none: the trainer's at the temperatures sampled at
             _, sampled_ent = response_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.mask,
                                                ro.temperatures.clamp_min(1e-6))

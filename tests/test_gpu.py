@@ -183,7 +183,7 @@ def test_the_cuda_graph_decode_is_the_models_distribution(embedded_cuda):
     with torch.no_grad():
         lp, ent = response_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.mask, 1.0)
     torch.testing.assert_close(ro.behavior_logprobs, lp, atol=1e-4, rtol=0)
-    torch.testing.assert_close(ro.entropy, ent, atol=1e-4, rtol=0)
+    torch.testing.assert_close(ro.behavior_entropy, ent, atol=1e-4, rtol=0)
     never = [10**6]  # an id outside the vocabulary: no row ends
     static = _graph_sample(embedded_cuda, compile=True, graph=True, eos=never, seed=1)
     dynamic = _graph_sample(embedded_cuda, compile=True, graph=False, eos=never, seed=1)

@@ -12,6 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from explorl.algos.batch import RolloutBatch
 from explorl.algos.methods.cispo import cispo_loss, cispo_weight
 from explorl.algos.methods.ppo import policy_loss
 from explorl.algos.registry import lookup
@@ -118,7 +119,7 @@ def test_the_registered_loss_reads_the_core_clip_range_and_has_no_options():
     g = torch.Generator().manual_seed(1)
     old = -torch.rand(2, 3, generator=g)
     new, adv, mask = old + torch.randn(2, 3, generator=g), torch.randn(2, 3, generator=g), torch.ones(2, 3)
-    got, _ = entry.bind(cfg)(new, old, adv, mask, cfg, max_response_len=3, is_weights=None, token_weights=None)
+    got, _ = entry.bind(cfg)(new, RolloutBatch.for_loss(mask, adv, logprobs=old, max_response_len=3), cfg)
     want, _ = cispo_loss(new, old, adv, mask, eps_low=1.0, eps_high=4.0)
     assert torch.equal(got, want)
 

@@ -159,7 +159,16 @@ def test_the_arxiv_ids_are_the_ones_the_papers_give():
                                                                   "DPPO": "2602.04879", "GMPO": "2507.20673",
                                                                   "DRO": "2405.19107",
                                                                   # TRL's off-policy mask: as TRL's GRPOConfig cites it
-                                                                  "DeepSeek-V3.2": "2512.02556"}
+                                                                  "DeepSeek-V3.2": "2512.02556",
+                                                                  # TRL's LUSPO and VESPO: as TRL's GRPOConfig cites
+                                                                  # them; verl's grpo_passk: as verl's code cites it
+                                                                  "LUSPO": "2602.05261", "VESPO": "2602.10693",
+                                                                  "inference-time objectives": "2503.19595",
+                                                                  # issue 53's exploration methods: as each paper's
+                                                                  # abstract page (MaxRL: its LaTeX source) gives it
+                                                                  "NSR": "2506.01347", "QAE": "2509.22611",
+                                                                  "RL-ZVP": "2509.21880", "SimKO": "2510.14807",
+                                                                  "MaxRL": "2602.02710"}
 
 
 # ---------------------------------------------------------------------------------------------------------------

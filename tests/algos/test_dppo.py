@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 
+from explorl.algos.batch import RolloutBatch
 from explorl.algos.methods.dppo import DppoOptions, binary_divergence, dppo_loss, trust_region_mask
 from explorl.algos.registry import lookup
 from explorl.config import AlgoConfig, ConfigError, load_config
@@ -117,7 +118,7 @@ def test_the_registered_losses_read_the_core_bounds_and_their_options():
         entry = lookup("policy_loss", name)
         assert entry.options is DppoOptions and entry.rowwise and entry.cites[0].paper == "DPPO"
         cfg = AlgoConfig(loss=name, loss_agg="seq-mean-token-mean", eps_low=0.07, eps_high=0.03)
-        got = entry.fn(new, old, adv, mask, cfg, max_response_len=4, is_weights=None, token_weights=None,
+        got = entry.fn(new, RolloutBatch.for_loss(mask, adv, logprobs=old, max_response_len=4), cfg,
                        options=DppoOptions(ratio_cap=1.1))
         want = dppo_loss(new, old, adv, mask, divergence=divergence, eps_low=0.07, eps_high=0.03,
                          agg="seq-mean-token-mean", max_response_len=4, ratio_cap=1.1)

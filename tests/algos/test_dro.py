@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from explorl.algos.batch import RolloutBatch
 from explorl.algos.methods.dro import DroOptions, dro_loss
 from explorl.algos.registry import lookup
 from explorl.config import AlgoConfig, ConfigError, load_config
@@ -61,7 +62,7 @@ def test_the_registered_loss_reads_beta_and_the_aggregation():
     entry = lookup("policy_loss", "dro")
     assert entry.options is DroOptions and entry.cites[0].paper == "DRO"
     cfg = AlgoConfig(loss="dro", loss_agg="seq-mean-token-mean")
-    got = entry.fn(new, old, adv, mask, cfg, max_response_len=4, is_weights=None, token_weights=None,
+    got = entry.fn(new, RolloutBatch.for_loss(mask, adv, logprobs=old, max_response_len=4), cfg,
                    options=DroOptions(beta=0.2))
     want = dro_loss(new, old, adv, mask, beta=0.2, agg="seq-mean-token-mean", max_response_len=4)
     assert torch.equal(got[0], want[0]) and got[1] == want[1]

@@ -11,6 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from explorl.algos.batch import RolloutBatch
 from explorl.algos.methods.geo_mean import clipped_log_ratio, geo_mean_loss, sequence_weights
 from explorl.algos.registry import lookup
 from explorl.config import AlgoConfig, ConfigError, load_config
@@ -113,7 +114,7 @@ def test_the_registered_loss_reads_the_core_clip_range_and_aggregation():
     entry = lookup("policy_loss", "geo_mean")
     assert entry.options is None and entry.rowwise and entry.cites[0].paper == "GMPO"
     cfg = AlgoConfig(loss="geo_mean", loss_agg="seq-mean-token-mean", eps_low=0.1, eps_high=0.3)
-    got = entry.fn(new, old, adv, mask, cfg, max_response_len=3, is_weights=None, token_weights=None)
+    got = entry.fn(new, RolloutBatch.for_loss(mask, adv, logprobs=old, max_response_len=3), cfg)
     want = geo_mean_loss(new, old, adv, mask, eps_low=0.1, eps_high=0.3)
     assert torch.equal(got[0], want[0]) and got[1] == want[1]
 

@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 
+from explorl.algos.batch import RolloutBatch
 from explorl.algos.methods.gpg_loss import gpg_loss
 from explorl.algos.registry import lookup
 from explorl.config import AlgoConfig, load_config
@@ -61,7 +62,7 @@ def test_the_registered_loss_reads_the_aggregation():
     entry = lookup("policy_loss", "gpg")
     assert entry.options is None and entry.rowwise and entry.cites[0].paper == "GPG"
     cfg = AlgoConfig(loss="gpg", loss_agg="seq-mean-token-sum-norm")
-    got = entry.fn(new, old, adv, mask, cfg, max_response_len=4, is_weights=None, token_weights=None)
+    got = entry.fn(new, RolloutBatch.for_loss(mask, adv, logprobs=old, max_response_len=4), cfg)
     want = gpg_loss(new, old, adv, mask, agg="seq-mean-token-sum-norm", max_response_len=4)
     assert torch.equal(got[0], want[0]) and got[1] == want[1]
     assert load_config(None, ["algo.loss=gpg"]).algo.loss == "gpg"  # no options, nothing to refuse

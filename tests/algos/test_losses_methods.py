@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from explorl.algos import losses as L
+from explorl.algos.batch import RolloutBatch
 from explorl.algos.registry import lookup, names
 from explorl.config import AlgoConfig
 
@@ -315,13 +316,17 @@ def test_registry_names_and_unknown():
     for name, fn in (("ppo", L.policy_loss), ("clip_cov", L.clip_cov_loss), ("kl_cov", L.kl_cov_loss)):
         entry = lookup("policy_loss", name)
         assert L.get_policy_loss(name) is entry.fn and entry.formula == (fn,)
-    with pytest.raises(KeyError, match="cispo, clip_cov, dppo_kl, dppo_tv, dro, geo_mean, gpg, gspo, kl_cov, ppo, "
-                                       "sapo"):
+    with pytest.raises(KeyError, match="cispo, clip_cov, dppo_kl, dppo_tv, dro, geo_mean, gpg, gspo, kl_cov, luspo, "
+                                       "ppo, sapo, simko, vespo"):
         L.get_policy_loss("grpo_loss")
 
 
 REQUIRED_OPTIONS = {"dro": {"beta": 0.05}}
 """Options a loss has no default for (verl's `dro_beta` is required), set where the tests call every loss."""
+
+REFUSED = {"simko"}
+"""Losses refused at validation, never called by the step (SimKO: the batch lacks its top-K log-probs;
+tests/algos/test_simko.py tests its maths)."""
 
 
 def _bound(name: str, agg: str = "token-mean", **options):
@@ -330,7 +335,12 @@ def _bound(name: str, agg: str = "token-mean", **options):
     entry = lookup("policy_loss", name)
     options = {**REQUIRED_OPTIONS.get(name, {}), **options}
     bound = {} if entry.options is None else {"options": entry.options(**options)}  # CISPO has no options
-    return lambda *tensors, **kw: entry.fn(*tensors, cfg, **bound, **kw)
+
+    def call(new, old, adv, mask, *, max_response_len, is_weights, token_weights, **kw):
+        batch = RolloutBatch.for_loss(mask, adv, logprobs=old, max_response_len=max_response_len,
+                                      is_weights=is_weights, token_weights=token_weights)
+        return entry.fn(new, batch, cfg, **bound, **kw)
+    return call
 
 
 def test_the_registered_losses_pass_the_config_and_options_unchanged():
@@ -357,7 +367,7 @@ def test_the_registered_losses_pass_the_config_and_options_unchanged():
             assert torch.equal(got, want) and got_stats == want_stats, (name, agg)
 
 
-@pytest.mark.parametrize("name", names("policy_loss"))
+@pytest.mark.parametrize("name", [n for n in names("policy_loss") if n not in REFUSED])
 @pytest.mark.parametrize("agg", L.LOSS_AGG_MODES)
 def test_empty_mask_gives_zero_not_nan(name, agg):
     logp_new = torch.randn(2, 3).requires_grad_(True)
@@ -370,7 +380,7 @@ def test_empty_mask_gives_zero_not_nan(name, agg):
     assert all(math.isfinite(v) for v in stats.values())
 
 
-@pytest.mark.parametrize("name", names("policy_loss"))
+@pytest.mark.parametrize("name", [n for n in names("policy_loss") if n not in REFUSED])
 def test_trainer_style_call_on_policy(name):
     # ratio 1 and no weights: every variant gives -token-mean(A). Clip-Cov gets bounds no cov reaches (as options,
     # the way the step passes them), so nothing is a candidate; KL-Cov's penalty is |log 1| = 0. The two whose value
@@ -386,6 +396,8 @@ def test_trainer_style_call_on_policy(name):
     on_policy = {"cispo": adv * logp, "sapo": adv * torch.where(adv > 0, 2 / 1.0, 2 / 1.05)}.get(name, adv)
     # verl's DPPO, DRO and GPG losses are -A * logp too (DPPO's ratio weight is 1 and DRO's penalty 0 here)
     on_policy = adv * logp if name in ("dppo_tv", "dppo_kl", "dro", "gpg") else on_policy
+    # LUSPO scales each response's term by its length |y_i|; VESPO's token loss is -phi * A * logp with phi(1) = 1
+    on_policy = {"luspo": adv * mask.sum(-1, keepdim=True), "vespo": adv * logp}.get(name, on_policy)
     assert loss.item() == pytest.approx(-L.aggregate(on_policy, mask).item(), abs=1e-6)
     assert stats["loss/ratio_mean"] == pytest.approx(1.0)
 

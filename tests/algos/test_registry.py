@@ -71,14 +71,15 @@ def test_a_misspelled_field_names_the_valid_ones_of_its_kind():
 
 
 def test_unknown_names_fail_listing_the_valid_ones():
-    with pytest.raises(KeyError, match="valid: dr_grpo, erpo, gdpo, gpg, grpo, opo, optimal_token_baseline, passk, "
-                                       "reinforce_plus_plus, reinforce_plus_plus_baseline, rloo"):
+    with pytest.raises(KeyError, match="valid: dr_grpo, erpo, gdpo, gpg, grpo, grpo_passk, maxrl, nsr, opo, "
+                                       "optimal_token_baseline, passk, psr, qae, reinforce_plus_plus, "
+                                       "reinforce_plus_plus_baseline, rl_zvp, rloo, w_reinforce"):
         lookup("estimator", "grpoo")
     with pytest.raises(KeyError, match="rg:<argument>"):
         lookup("task", "rg")  # the reasoning-gym entry needs its dataset name
     assert lookup("task", "rg:chain_sum").name == "rg"
     with pytest.raises(ConfigError, match=r"algo.loss: unknown policy loss 'ppo2'; valid: bypass_mode, cispo, clip_cov, dppo_kl, "
-                                          r"dppo_tv, dro, geo_mean, gpg, gspo, kl_cov, ppo, sapo"):
+                                          r"dppo_tv, dro, geo_mean, gpg, gspo, kl_cov, luspo, ppo, sapo, simko, vespo"):
         load_config(None, ["algo.loss=ppo2"])
     with pytest.raises(ConfigError, match=r"sampling.schedule: .*valid: adaptive, e3, ead, fixed, revead.*run.plugins"):
         load_config(None, ["sampling.schedule=e4"])

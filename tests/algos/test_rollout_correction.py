@@ -227,17 +227,18 @@ def test_bypass_ppo_clip_with_rejection_by_hand():
 
 
 def test_bypass_takes_pi_old_from_the_rollout_without_a_forward():
-    from explorl.rollout.rollouts import Rollouts
-    from explorl.train.update import rollout_batch
+    from explorl.train.update import fill_logprobs
 
     cfg = load_config(None, ["algo.loss=bypass_mode"])
     beh = torch.log(torch.tensor([[0.5, 0.25]]))
-    ro = Rollouts(prompt_ids=torch.ones(1, 2, dtype=torch.long), prompt_mask=torch.ones(1, 2, dtype=torch.long),
-                  response_ids=torch.ones(1, 2, dtype=torch.long), mask=torch.ones(1, 2), behavior_logprobs=beh,
-                  entropy=torch.zeros(1, 2), temperatures=torch.ones(1, 2), truncated=torch.zeros(1, dtype=torch.bool),
-                  group=torch.zeros(1, dtype=torch.long))
-    batch = rollout_batch(None, None, ro, [1.0], 1.0, cfg, False)  # no model: no forward may run
+    ro = RolloutBatch(mask=torch.ones(1, 2), rewards=torch.ones(1), group=torch.zeros(1, dtype=torch.long),
+                      max_response_len=2, prompt_ids=torch.ones(1, 2, dtype=torch.long),
+                      prompt_mask=torch.ones(1, 2, dtype=torch.long), response_ids=torch.ones(1, 2, dtype=torch.long),
+                      behavior_logprobs=beh, behavior_entropy=torch.zeros(1, 2), temperatures=torch.ones(1, 2))
+    batch = fill_logprobs(None, None, ro, 1.0, cfg, False)  # no model: no forward may run
     assert batch.logprobs is beh and requirements(cfg.algo).behavior
+    # pi_old is the rollout: no mismatch of the rollout with itself is logged before the update
+    assert not any(k.startswith("mismatch/") for k in compute_advantages(batch, cfg.algo, step=1).stats)
     for overrides, match in ((["algo.importance_weights=rollout_is"], "would compare them with themselves"),
                              (["algo.reward_shapers=[rollout_rs]"], r"algo.reward_shapers=\[rollout_rs\]"),
                              (["algo.bypass_mode.rollout_rs=token_k2"], "need 1 or 1 thresholds"),

@@ -12,6 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from explorl.algos.batch import RolloutBatch
 from explorl.algos.methods.ppo import policy_loss
 from explorl.algos.methods.sapo import SapoOptions, sapo_gate, sapo_loss
 from explorl.algos.registry import lookup
@@ -125,7 +126,7 @@ def test_the_registered_loss_reads_its_options_and_the_aggregation():
     g = torch.Generator().manual_seed(1)
     old = -torch.rand(2, 3, generator=g)
     new, adv, mask = old + torch.randn(2, 3, generator=g), torch.randn(2, 3, generator=g), torch.ones(2, 3)
-    got, _ = entry.bind(cfg)(new, old, adv, mask, cfg, max_response_len=3, is_weights=None, token_weights=None)
+    got, _ = entry.bind(cfg)(new, RolloutBatch.for_loss(mask, adv, logprobs=old, max_response_len=3), cfg)
     want, _ = sapo_loss(new, old, adv, mask, tau_pos=0.7, tau_neg=1.3, agg="token-mean")
     assert torch.equal(got, want)
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from explorl.algos.registry import names
 from explorl.config import ConfigError, load_config
 
 E3_AGG = "seq-mean-token-mean-per-question"  # src/explorl/methods/e3.yaml's algo.loss_agg
@@ -30,10 +31,9 @@ def test_two_methods_that_disagree_are_refused_naming_every_key(tmp_path):
     assert "command line" in msg
 
 
-ESTIMATORS = {name: name for name in ("grpo", "dr_grpo", "erpo", "passk", "rloo", "reinforce_plus_plus",
-                                      "reinforce_plus_plus_baseline", "opo", "gpg", "gdpo")}
-"""The method layers that are advantage estimators, and the estimator each selects; every other layer leaves
-algo.advantage alone (its papers used GRPO's, the default)."""
+ESTIMATORS = {name: name for name in names("estimator")}
+"""The method layers that are advantage estimators (a layer named as a registered estimator), and the estimator each
+selects: its own; every other layer leaves algo.advantage alone (its papers used GRPO's, the default)."""
 
 
 def test_only_an_estimators_layer_sets_the_advantage():

@@ -5,6 +5,7 @@ passes."""
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import re
@@ -120,6 +121,17 @@ def _selecting(field: str) -> list[str]:
     return []
 
 
+@functools.lru_cache(maxsize=None)
+def _refused_alone(selecting: tuple[str, ...]) -> bool:
+    """Whether selecting the method at its defaults is refused already (a method the engines cannot run yet, e.g.
+    SimKO, refused by name whatever its options): its options' refusals cannot be told apart from it."""
+    try:
+        load_config(None, list(selecting))
+    except ConfigError:
+        return True
+    return False
+
+
 VALUES = st.one_of(
     st.sampled_from(["inf", "-inf", ".inf", "nan", "0", "-1", "1", "2", "0.5", "1e300", "-1e-9", "abc", "[]",
                      "null", "1000000000000000000000"]),
@@ -155,6 +167,8 @@ def test_every_refusal_names_the_field_and_nothing_is_written_first(field, value
 
         mp.setattr(explorl.train.preflight, "check_run_inputs", reached)
         override = f"{field}={value}"
+        if _refused_alone(tuple(_selecting(field))):
+            return
         try:
             rc = commands.main(["train", str(config), *_selecting(field), override, f"run.out_dir={out_dir}"])
         except _Reached:

@@ -63,7 +63,7 @@ def test_evaluate_through_the_sampler_samples_what_the_decoder_does(tiny_model_d
         correct += task.correct(task.reward_runner(5.0)(batch, [chunk[g].answer for g in group],
                                                         [chunk[g].meta for g in group]))
         texts += batch
-        entropy += float((ro.entropy * ro.mask).sum())
+        entropy += float((ro.behavior_entropy * ro.mask).sum())
         tokens += float(ro.mask.sum())
     assert [t for r in per_problem for t in r.completions] == texts
     assert [c for r in per_problem for c in r.correct] == correct

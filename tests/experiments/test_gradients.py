@@ -92,7 +92,7 @@ def test_per_response_temperature_matches_scalar_temperature(tiny_model):
     for i, temp in enumerate(temps.tolist()):
         gi = token_gradient_norms(tiny_model, *batch, temperature=temp)
         torch.testing.assert_close(g[i], gi[i])
-    # per-token [N, T] temperatures, zero on padding (as Rollouts.temperatures stores them): finite, 0 off-mask
+    # per-token [N, T] temperatures, zero on padding (as RolloutBatch.temperatures stores them): finite, 0 off-mask
     per_token = temps[:, None].expand_as(batch[3]) * batch[3]
     gt = token_gradient_norms(tiny_model, *batch, temperature=per_token)
     torch.testing.assert_close(gt, g)

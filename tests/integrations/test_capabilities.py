@@ -28,7 +28,7 @@ ASKING = [*sorted((SRC / "integrations").rglob("*.py")), *sorted((SRC / "command
 # entropy by position), not the position shaper
 NOT_METHODS = {("commands/probe.py", "position"), ("commands/probe_runs.py", "position")}
 # an engine's spellings of the methods' options, keyed by method (STYLE 15: they live in the engine's integration)
-SPELLINGS = {"integrations/verl/loss_fields.py"}
+SPELLINGS = {"integrations/verl/loss_fields.py", "integrations/trl/loss_fields.py"}
 
 
 def _strings(path: Path) -> list[tuple[int, str]]:

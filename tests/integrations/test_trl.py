@@ -2,7 +2,7 @@
 
 Equivalence: the trainer's own code paths (`_generate_and_score_completions` with generation replaced by fixed
 completions, then `compute_loss` and backward) against explorl's own loop functions on the same completions and
-rewards (`explorl.train.loop.rollout_batch`, `compute_advantages`, `update_policy`, `policy_objective`). Both sides load
+rewards (`explorl.train.loop.fill_logprobs`, `compute_advantages`, `update_policy`, `policy_objective`). Both sides load
 the same weights; TRL scores tokens with its fused, chunked log-prob kernel and explorl with
 `rollout.logprobs.response_logprobs`, so values agree to float32 rounding: advantages, losses and gradients to
 ATOL = 2e-5 absolute plus RTOL = 1e-4 relative (every method passes there except ERPO, whose largest measured
@@ -31,14 +31,13 @@ from datasets import Dataset  # noqa: E402  (TRL's dependency)
 from transformers import AutoModelForCausalLM  # noqa: E402
 from trl import GRPOConfig  # noqa: E402
 
-from explorl.algos import compute_advantages, policy_objective  # noqa: E402
+from explorl.algos import RolloutBatch, compute_advantages, policy_objective  # noqa: E402
 from explorl.config import ConfigError  # noqa: E402
 from explorl.integrations.trl import ExplorlGRPOTrainer, PerTokenTemperature, checkpointing_field  # noqa: E402
 from explorl.models import make_reference  # noqa: E402
 from explorl.rollout.logprobs import response_logprobs  # noqa: E402
-from explorl.rollout.rollouts import Rollouts  # noqa: E402
 from explorl.rollout.temperature import ead_schedule  # noqa: E402
-from explorl.train.loop import on_policy_single_update, rollout_batch, update_policy  # noqa: E402
+from explorl.train.loop import fill_logprobs, on_policy_single_update, update_policy  # noqa: E402
 
 ATOL, RTOL = 2e-5, 1e-4
 ROOT = Path(__file__).resolve().parents[2]
@@ -111,7 +110,7 @@ def trl_step(trainer, prompts=PROMPTS):
 
 
 def explorl_step(model_dir, trainer, out, behavior_table=None):
-    """explorl's own loop on TRL's completions: `rollout_batch` (pi_old, reference), `compute_advantages`, one
+    """explorl's own loop on TRL's completions: `fill_logprobs` (pi_old, reference), `compute_advantages`, one
     `update_policy` at learning rate 0 (its gradients stay on the parameters), and `policy_objective`'s loss."""
     cfg = copy.deepcopy(trainer.explorl)
     cfg.optim = dataclasses.replace(cfg.optim, grad_clip=0.0)  # TRL clips in its optimizer step, not in the loss
@@ -129,19 +128,20 @@ def explorl_step(model_dir, trainer, out, behavior_table=None):
         temps = torch.full((n, t), tau) if behavior_table is None else behavior_table[None, :t].expand(n, -1)
         beh, _ = response_logprobs(model, out["prompt_ids"], out["prompt_mask"], ids, mask, temps, with_entropy=False)
         _, ent = response_logprobs(model, out["prompt_ids"], out["prompt_mask"], ids, mask, tau)
-    ro = Rollouts(prompt_ids=out["prompt_ids"], prompt_mask=out["prompt_mask"], response_ids=ids, mask=mask,
-                  behavior_logprobs=beh, entropy=ent, temperatures=temps * mask, truncated=(lengths > 0) & (last != 1),
-                  group=torch.arange(n) // G)
     rewards = [reward(None, None, [c[m.bool()].tolist() for c, m in zip(ids, mask)])[i] for i in range(n)]
-    batch = rollout_batch(model, ref, ro, rewards, tau, cfg, on_policy_single_update(cfg))
+    ro = RolloutBatch(mask=mask, rewards=torch.tensor(rewards, dtype=torch.float32), group=torch.arange(n) // G,
+                      max_response_len=cfg.sampling.max_new_tokens, prompt_ids=out["prompt_ids"],
+                      prompt_mask=out["prompt_mask"], response_ids=ids, behavior_logprobs=beh, behavior_entropy=ent,
+                      temperatures=temps * mask, truncated=(lengths > 0) & (last != 1))
+    batch = fill_logprobs(model, ref, ro, tau, cfg, on_policy_single_update(cfg))
     prepared = compute_advantages(batch, cfg.algo, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0)
-    stats = update_policy(model, opt, sched, batch, prepared, cfg, torch.Generator().manual_seed(1),
+    stats = update_policy(model, opt, sched, prepared, cfg, torch.Generator().manual_seed(1),
                           temperature=tau)
     grads = {k: p.grad.detach().clone() for k, p in model.named_parameters() if p.grad is not None}
     lp, ent2 = response_logprobs(model, out["prompt_ids"], out["prompt_mask"], ids, prepared.loss_mask, tau)
-    loss, _ = policy_objective(lp, ent2 if cfg.algo.entropy_coef else None, batch, prepared, cfg.algo,
+    loss, _ = policy_objective(lp, ent2 if cfg.algo.entropy_coef else None, prepared, cfg.algo,
                                generator=torch.Generator().manual_seed(1))
     return prepared, loss.detach(), grads, stats
 
@@ -182,6 +182,16 @@ METHODS = {
     "reinforce_plus_plus_baseline": ({"advantage": "reinforce_plus_plus_baseline"}, None),
     "opo": ({"advantage": "opo"}, None),
     "gdpo": ({"advantage": "gdpo"}, None),
+    "grpo_passk": ({"advantage": "grpo_passk"}, None),
+    # issue 53's estimators: NSR's decomposition, QAE, MaxRL, RL-ZVP (entropy-scaled advantages where rewards agree)
+    "w_reinforce": ({"advantage": "w_reinforce", "w_reinforce": {"lam": 0.3}}, None),
+    "nsr": ({"advantage": "nsr"}, None),
+    "psr": ({"advantage": "psr"}, None),
+    "qae": ({"advantage": "qae", "qae": {"k": 0.6}}, None),
+    "maxrl": ({"advantage": "maxrl"}, None),
+    "rl_zvp": ({"advantage": "rl_zvp", "rl_zvp": {"alpha": 0.2}}, None),
+    "luspo": ({"loss": "luspo", "loss_agg": "seq-mean-token-mean", "eps_low": 0.2, "eps_high": 0.2}, None),
+    "vespo": ({"loss": "vespo", "vespo": {"k_pos": 1.5, "lambda_pos": 2.0, "k_neg": 2.5, "lambda_neg": 1.5}}, None),
     "kl+clamp+dual_clip": ({"kl_coef": 0.1, "kl_clamp": 10.0, "ppo": {"dual_clip_c": 3.0}}, None),
     "entropy_bonus": ({"entropy_coef": 0.01}, None),
     "overlong_penalty": ({"reward_shapers": ["dapo_overlong"], "dapo_overlong": {"buffer": 2}}, None),

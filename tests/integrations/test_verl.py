@@ -177,6 +177,30 @@ def loss_inputs(seed: int = 0, n: int = 6, width: int = 9):
     return old, new, adv, mask
 
 
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean"])
+@pytest.mark.parametrize("name", ["luspo", "vespo"])
+def test_losses_verl_does_not_ship_run_through_its_registry_as_explorls_own(name, agg):
+    """TRL 1.16's LUSPO and VESPO (docs/methods.md §5y), which verl 0.9.1 does not ship: `explorl_<name>` in verl's
+    policy-loss registry is explorl's own loss function on the same micro-batch (verl's clip range 0.2 / 0.28, the
+    loss's default options, the rollout weights), loss and gradient, without global-batch information."""
+    from explorl.algos.methods.luspo import luspo_loss
+    from explorl.algos.methods.vespo import vespo_loss
+
+    old, new, adv, mask = loss_inputs(seed=4)
+    is_w = torch.rand(*mask.shape, generator=torch.Generator().manual_seed(6)) + 0.5
+    loss, _ = core_algos.get_policy_loss_fn(f"explorl_{name}")(old, new, adv, mask, loss_agg_mode=agg,
+                                                                 config=actor_config(loss_mode=f"explorl_{name}"),
+                                                                 rollout_is_weights=is_w)
+    (grad,) = torch.autograd.grad(loss, new)
+    direct = {"luspo": lambda: luspo_loss(new, old, adv, mask.float(), eps_low=0.2, eps_high=0.28, agg=agg,
+                                          max_response_len=mask.shape[1], is_weights=is_w),
+              "vespo": lambda: vespo_loss(new, old, adv, mask.float(), agg=agg, max_response_len=mask.shape[1],
+                                          is_weights=is_w)}[name]
+    want, _ = direct()
+    (want_grad,) = torch.autograd.grad(want, new)
+    assert torch.allclose(loss, want, atol=1e-12) and torch.allclose(grad, want_grad, atol=1e-12)
+
+
 @pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
 @pytest.mark.parametrize("global_info", [{}, {"dp_size": 2, "batch_num_tokens": 80, "global_batch_size": 12}])
 def test_explorl_ppo_equals_verls_vanilla_loss(agg, global_info):
@@ -460,14 +484,11 @@ def test_micro_batches_in_verl_sum_to_explorls_whole_batch_objective(agg):
     old, new, adv, mask = loss_inputs(3, n=8)
     width = mask.shape[1]
     batch = RolloutBatch(mask=mask.float(), rewards=torch.zeros(8), group=torch.zeros(8, dtype=torch.long),
-                         max_response_len=width, logprobs=old)
+                         max_response_len=width, logprobs=old, advantages=adv * mask, base_advantages=adv * mask,
+                         loss_mask=mask.float(), shaped_rewards=torch.zeros(8))
     algo = replace(AlgoConfig(), loss_agg=agg, eps_low=0.2, eps_high=0.28,
                    options={"ppo": PpoOptions(dual_clip_c=3.0)})
-    from explorl.algos.step import PreparedBatch
-
-    prepared = PreparedBatch(advantages=adv * mask, base_advantages=adv * mask, loss_mask=mask.float(),
-                             rewards=torch.zeros(8))
-    whole, _ = policy_objective(new, None, batch, prepared, algo)
+    whole, _ = policy_objective(new, None, batch, algo)
     total = 0.0
     info = {"dp_size": 1, "batch_num_tokens": int(mask.sum()), "global_batch_size": int((mask.sum(-1) > 0).sum()),
             "loss_scale_factor": width}

@@ -23,6 +23,7 @@ from explorl.algos import compute_advantages  # noqa: E402
 from explorl.algos.batch import RolloutBatch  # noqa: E402
 from explorl.algos.methods.gdpo import gdpo  # noqa: E402
 from explorl.algos.methods.gpg import gpg  # noqa: E402
+from explorl.algos.methods.grpo_passk import grpo_passk  # noqa: E402
 from explorl.algos.methods.optimal_token_baseline import optimal_token_baseline  # noqa: E402
 from explorl.algos.methods.opo import opo  # noqa: E402
 from explorl.algos.methods.reinforce_pp import reinforce_plus_plus, reinforce_plus_plus_baseline  # noqa: E402
@@ -125,6 +126,24 @@ def test_gpg_equals_verls_except_for_groups_of_one(seed, binary, f_norm):
     assert torch.all(ours[one] == 0)
 
 
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("binary", [True, False])
+@pytest.mark.parametrize("scale", [True, False])
+def test_grpo_passk_equals_verls_where_verl_takes_the_batch(seed, binary, scale):
+    rewards, group, uid, mask, tok = make(seed, binary=binary)
+    config = OmegaConf.create({"norm_adv_by_std_in_grpo": scale})
+    ours = grpo_passk(rewards, group, mask, scale=scale)
+    # verl refuses a batch with a group of one (explorl gives it 0): compare on the batch without them
+    one = singles(group)
+    with pytest.raises(ValueError, match="at least 2 samples per group"):
+        core_algos.compute_grpo_passk_outcome_advantage(tok.clone(), mask, uid, config=config)
+    native, _ = core_algos.compute_grpo_passk_outcome_advantage(tok[~one].clone(), mask[~one], uid[(~one).numpy()],
+                                                               config=config)
+    torch.testing.assert_close(ours[~one], native, rtol=0, atol=ATOL)
+    assert torch.all(ours[one] == 0)
+    assert int((ours != 0).any(-1).sum()) <= len(set(uid.tolist()))  # at most one response per group
+
+
 def _gdpo_verl(components: list[torch.Tensor], weights, mask, uid, scale: bool):
     """verl's GDPO with its components read as its trainer reads them (`gdpo_reward_keys` in the non-tensor batch)."""
     n, width = mask.shape
@@ -197,6 +216,7 @@ def _data(seed: int):
     ("rloo", {}), ("reinforce_plus_plus", {}), ("reinforce_plus_plus", {"reinforce_plus_plus": {"gamma": 0.7}}),
     ("reinforce_plus_plus_baseline", {}), ("opo", {}), ("gpg", {"gpg": {"f_norm": 2.0}}), ("gdpo", {}),
     ("gdpo", {"gdpo": {"norm_adv_by_std": False}}),
+    ("grpo_passk", {}), ("grpo_passk", {"grpo_passk": {"norm_adv_by_std": False}}),
     # composed with explorl's shapers and overlong shaping, which act before and after the estimator
     ("opo", {"shapers": ["position"], "reward_shapers": ["dapo_overlong_filter"]}),
     ("reinforce_plus_plus_baseline", {"shapers": ["position"], "reward_shapers": ["dapo_overlong"],

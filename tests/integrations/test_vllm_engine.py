@@ -84,7 +84,7 @@ def test_synced_weights_sample_with_explorls_log_probs(setup):
     torch.testing.assert_close(ro.temperatures, expected_t)
     lp = _explorl_logprobs(model, ro)
     torch.testing.assert_close(ro.behavior_logprobs * ro.mask, lp * ro.mask, atol=ATOL, rtol=0)
-    assert torch.isnan(ro.entropy).all()  # vLLM does not return entropies; the loop computes them
+    assert torch.isnan(ro.behavior_entropy).all()  # vLLM does not return entropies; the loop computes them
 
 
 def test_without_a_sync_the_engine_keeps_its_old_weights(setup):

@@ -73,7 +73,7 @@ def test_matches_naive_per_sequence_computation(model, temp_kind):
 
 
 def test_zero_outside_mask_even_with_zero_temperatures_on_padding(tiny_model):
-    # Rollouts.temperatures is 0 on padding; passing it back must not turn the padding (or gradients) into NaN
+    # RolloutBatch.temperatures is 0 on padding; passing it back must not turn the padding (or gradients) into NaN
     prompt_ids, prompt_mask, response_ids, mask = _batch(tiny_model.config.vocab_size)
     temps = (0.5 + torch.rand((4, T), generator=torch.Generator().manual_seed(1))) * mask
     lp, ent = response_logprobs(tiny_model, prompt_ids, prompt_mask, response_ids, mask, temps)

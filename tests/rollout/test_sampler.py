@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from batch_helpers import assert_same_batch
 
+from explorl.algos.batch import RolloutBatch
 from explorl.rollout.logprobs import response_logprobs
-from explorl.rollout.engines.native import Rollouts, sample
+from explorl.rollout.engines.native import sample
 from explorl.rollout.forward import supports_fused_forward
 
 TEXTS = ["1+2=?\n", "13-4+17-2=?\n", "5=?\n", "20+20+20-1+3=?\n"]  # four lengths: left padding matters
@@ -50,7 +52,7 @@ def _sharpen(model, scale: float):
     return model
 
 
-def _row_logits(model, ro: Rollouts) -> list[torch.Tensor]:
+def _row_logits(model, ro: RolloutBatch) -> list[torch.Tensor]:
     """For each row: the logits [len_i, V] that predicted its response tokens, from one unpadded forward."""
     out = []
     with torch.no_grad():
@@ -63,18 +65,18 @@ def _row_logits(model, ro: Rollouts) -> list[torch.Tensor]:
     return out
 
 
-def _assert_matches_full_forward(model, ro: Rollouts, temperature=None):
+def _assert_matches_full_forward(model, ro: RolloutBatch, temperature=None):
     temperature = ro.temperatures if temperature is None else temperature
     lp, ent = response_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.mask, temperature)
     assert torch.isfinite(lp).all() and torch.isfinite(ent).all()
     torch.testing.assert_close(ro.behavior_logprobs, lp, atol=ATOL, rtol=0)
-    torch.testing.assert_close(ro.entropy, ent, atol=ATOL, rtol=0)
+    torch.testing.assert_close(ro.behavior_entropy, ent, atol=ATOL, rtol=0)
 
 
-def _assert_zero_outside_mask(ro: Rollouts):
+def _assert_zero_outside_mask(ro: RolloutBatch):
     off = ro.mask == 0
     assert (ro.behavior_logprobs[off] == 0).all()
-    assert (ro.entropy[off] == 0).all()
+    assert (ro.behavior_entropy[off] == 0).all()
     assert (ro.temperatures[off] == 0).all()
     assert (ro.response_ids[off] == PAD).all()
 
@@ -105,7 +107,7 @@ def test_entropy_is_that_of_the_temperature_scaled_softmax(tiny_model, prompts, 
     for i, logits in enumerate(_row_logits(tiny_model, ro)):
         logp = torch.log_softmax(logits / 1.7, dim=-1)
         want = -(logp.exp() * logp).sum(-1)
-        torch.testing.assert_close(ro.entropy[i, :len(want)], want, atol=ATOL, rtol=0)
+        torch.testing.assert_close(ro.behavior_entropy[i, :len(want)], want, atol=ATOL, rtol=0)
         got_lp = ro.behavior_logprobs[i, :len(want)]
         torch.testing.assert_close(got_lp, logp.gather(-1, ro.response_ids[i, :len(want), None]).squeeze(-1),
                                    atol=ATOL, rtol=0)
@@ -242,7 +244,7 @@ def test_top_p_logprobs_are_the_renormalised_nucleus(model, prompts, path):
         torch.testing.assert_close(ro.behavior_logprobs[i, :len(logits)], want, atol=ATOL, rtol=0)
         # entropy stays that of the untruncated temperature-scaled distribution
         full_ent = -(probs * probs.clamp_min(1e-30).log()).sum(-1)
-        torch.testing.assert_close(ro.entropy[i, :len(logits)], full_ent, atol=ATOL, rtol=0)
+        torch.testing.assert_close(ro.behavior_entropy[i, :len(logits)], full_ent, atol=ATOL, rtol=0)
         sizes += in_nucleus.sum(-1).tolist()
     assert min(sizes) >= 1 and max(sizes) > 2  # nuclei of several sizes were exercised
     assert (ro.behavior_logprobs[ro.mask.bool()] > -float("inf")).all()
@@ -314,7 +316,8 @@ def test_group_ids_and_row_order(tiny_model, prompts):
 def test_no_samples_returns_empty_rollouts(tiny_model, prompts, n):
     ro = sample(tiny_model, prompts, n, eos_token_id=1, pad_token_id=PAD, max_new_tokens=MAX_NEW)
     assert len(ro.group) == 0 and ro.group.shape == (0,)
-    for name in ("prompt_ids", "prompt_mask", "response_ids", "mask", "behavior_logprobs", "entropy", "temperatures"):
+    for name in ("prompt_ids", "prompt_mask", "response_ids", "mask", "behavior_logprobs", "behavior_entropy",
+                     "temperatures"):
         assert getattr(ro, name).shape[0] == 0, name
     assert ro.truncated.shape == (0,) and ro.lengths.shape == (0,)
 
@@ -328,8 +331,7 @@ def test_seeds_reproduce_and_differ(tiny_model, prompts, path):
     a = sample(tiny_model, prompts, N_PER, generator=_gen(11), **kw)
     b = sample(tiny_model, prompts, N_PER, generator=_gen(11), **kw)
     c = sample(tiny_model, prompts, N_PER, generator=_gen(12), **kw)
-    for name in Rollouts.__dataclass_fields__:
-        assert torch.equal(getattr(a, name), getattr(b, name)), name
+    assert_same_batch(a, b)
     assert a.response_ids.shape != c.response_ids.shape or not torch.equal(a.response_ids, c.response_ids)
     # rows of one group are distinct draws, not copies
     assert not torch.equal(a.response_ids[2], a.response_ids[3])
@@ -346,7 +348,7 @@ def test_fused_and_generic_paths_draw_the_same_samples(model, prompts, top_p):
     for name in ("response_ids", "mask", "truncated", "group", "prompt_ids", "prompt_mask", "temperatures"):
         assert torch.equal(getattr(fused, name), getattr(generic, name)), name
     torch.testing.assert_close(fused.behavior_logprobs, generic.behavior_logprobs, atol=1e-5, rtol=0)
-    torch.testing.assert_close(fused.entropy, generic.entropy, atol=1e-5, rtol=0)
+    torch.testing.assert_close(fused.behavior_entropy, generic.behavior_entropy, atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("temperature", ["fixed", "per_prompt", "per_token", "schedule"])
@@ -366,7 +368,7 @@ def test_compiled_and_eager_fused_paths_draw_the_same_samples(model, prompts, te
         assert torch.equal(getattr(eager, name), getattr(compiled, name)), name
     assert eager.lengths.min() < eager.lengths.max()  # rows ended at EOS at different steps: finished rows dropped
     torch.testing.assert_close(compiled.behavior_logprobs, eager.behavior_logprobs, atol=1e-5, rtol=0)
-    torch.testing.assert_close(compiled.entropy, eager.entropy, atol=1e-5, rtol=0)
+    torch.testing.assert_close(compiled.behavior_entropy, eager.behavior_entropy, atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("temperature", ["fixed", "per_prompt", "per_token", "schedule"])
@@ -387,7 +389,7 @@ def test_static_decode_draws_the_dynamic_decoders_samples_while_no_row_ends(mode
         assert torch.equal(getattr(dynamic, name), getattr(static, name)), name
     assert static.truncated.all()
     torch.testing.assert_close(static.behavior_logprobs, dynamic.behavior_logprobs, atol=1e-5, rtol=0)
-    torch.testing.assert_close(static.entropy, dynamic.entropy, atol=1e-5, rtol=0)
+    torch.testing.assert_close(static.behavior_entropy, dynamic.behavior_entropy, atol=1e-5, rtol=0)
 
 
 def test_static_decode_stops_soon_after_the_last_row_ends(tiny_model, prompts, monkeypatch):

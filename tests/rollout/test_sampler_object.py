@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from batch_helpers import assert_same_batch
 
 from explorl.rollout import temperature as Tm
 from explorl.rollout.engines.native import sample
@@ -50,8 +51,7 @@ def test_the_sampler_samples_what_the_decoder_did_with_the_old_temperature_forms
     got = sampler.sample(prompts, _plan(requests), torch.Generator().manual_seed(4))
     want = sample(tiny_model, prompts, N_PER, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW,
                   temperature=old, generator=torch.Generator().manual_seed(4), **PATH_KW[path])
-    for name in want.__dataclass_fields__:
-        assert torch.equal(getattr(got, name), getattr(want, name)), name
+    assert_same_batch(got, want)
 
 
 def test_the_table_repeats_each_prompts_row_over_its_rollouts():
@@ -88,8 +88,7 @@ def test_sample_fixed_samples_what_the_decoder_did_with_one_temperature(tiny_mod
                                    torch.Generator().manual_seed(4))
         want = sample(tiny_model, prompts, n, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW,
                       temperature=old, generator=torch.Generator().manual_seed(4), **PATH_KW[path])
-        for name in want.__dataclass_fields__:
-            assert torch.equal(getattr(got, name), getattr(want, name)), (n, name)
+        assert_same_batch(got, want, n)
 
 
 def test_sample_fixed_refuses_counts_for_other_prompts(tiny_model):

@@ -12,7 +12,6 @@ import torch
 from explorl.algos import register_advantage
 from explorl.algos.batch import RolloutBatch
 from explorl.algos.registry import names
-from explorl.algos.step import PreparedBatch
 from explorl.config import load_config
 from explorl.rollout.controllers import PromptStream
 from explorl.runs.metrics import STEP_METRICS
@@ -44,9 +43,9 @@ def _update(model, opt, sched, parts: dict, adv, cfg, gen):
     n, t = mask.shape
     batch = RolloutBatch(mask=mask, rewards=torch.zeros(n), group=torch.zeros(n, dtype=torch.long),
                          max_response_len=t, logprobs=parts.get("logprobs"), prompt_ids=parts["prompt_ids"],
-                         prompt_mask=parts["prompt_mask"], response_ids=parts["response_ids"])
-    prepared = PreparedBatch(advantages=adv, base_advantages=adv, loss_mask=mask, rewards=torch.zeros(n))
-    return update_policy(model, opt, sched, batch, prepared, cfg, gen)
+                         prompt_mask=parts["prompt_mask"], response_ids=parts["response_ids"], advantages=adv,
+                         base_advantages=adv, loss_mask=mask, shaped_rewards=torch.zeros(n))
+    return update_policy(model, opt, sched, batch, cfg, gen)
 
 
 def _params(model_dir_or_run):

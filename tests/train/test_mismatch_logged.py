@@ -1,6 +1,7 @@
 """The rollout/trainer mismatch (`mismatch/*`, explorl.algos.mismatch) in metrics.jsonl on every step of a run of the
 quickstart config on the embedded model (issue 52 item 4): with the single-update shortcut (the update forward's
-log-probs before its step) and with a pi_old forward (two epochs), in float32 at top-p 1 and 0.9."""
+log-probs before its step), with a pi_old forward (two epochs) and under verl's bypass mode (pi_old the rollout's: the
+update forward's log-probs), in float32 at top-p 1 and 0.9."""
 
 from __future__ import annotations
 
@@ -49,10 +50,12 @@ def test_same_kernels_same_temperature_no_top_p_measure_no_mismatch(tmp_path, ex
             assert m["tokens"] == pytest.approx(r["length/mean"] * r["rollouts/total"])
 
 
-def test_top_p_that_the_trainer_does_not_apply_shows_as_ratios_of_the_nucleus_mass(tmp_path):
+@pytest.mark.parametrize("extra", [(), ("algo.loss=bypass_mode",)], ids=["single-update", "bypass-mode"])
+def test_top_p_that_the_trainer_does_not_apply_shows_as_ratios_of_the_nucleus_mass(tmp_path, extra):
     # the sampler renormalises over the nucleus (mass Z >= 0.9), the trainer scores the full softmax: every ratio is
-    # Z, in [0.9, 1], so none is outside [0.9, 1.1] while the KL and the perplexity gap are plain
-    steps = _run(tmp_path, "sampling.top_p=0.9")
+    # Z, in [0.9, 1], so none is outside [0.9, 1.1] while the KL and the perplexity gap are plain. Under verl's bypass
+    # mode pi_old is the rollout itself: the mismatch is the update forward's, not the rollout's with itself (ratio 1)
+    steps = _run(tmp_path, "sampling.top_p=0.9", *extra)
     for r in steps:
         m = _mismatch(r)
         assert set(m) == set(MISMATCH_KEYS), r["step"]

@@ -10,7 +10,6 @@ import torch
 
 import explorl.train.update as U
 from explorl.algos.batch import RolloutBatch
-from explorl.algos.step import PreparedBatch
 from explorl.config import ModelConfig, load_config
 from explorl.models import load_policy
 from explorl.rollout.logprobs import response_logprobs
@@ -48,10 +47,10 @@ def _run(model_dir, extra, adv_rows, on_policy: bool, skip: bool, monkeypatch):
             old = old + 0.05 * torch.randn(16, 6, generator=gen) * mask  # pi_old a little off: ratios differ from 1
     batch = RolloutBatch(mask=mask, rewards=torch.zeros(16), group=torch.arange(16) // 4, max_response_len=6,
                          logprobs=old, prompt_ids=ro.prompt_ids, prompt_mask=ro.prompt_mask,
-                         response_ids=ro.response_ids)
-    prepared = PreparedBatch(advantages=adv, base_advantages=adv, loss_mask=mask, rewards=torch.zeros(16))
+                         response_ids=ro.response_ids, advantages=adv, base_advantages=adv, loss_mask=mask,
+                         shaped_rewards=torch.zeros(16))
     if not skip:
-        monkeypatch.setattr(U, "idle_rows", lambda prepared, cfg: torch.zeros(len(prepared.advantages), dtype=bool))
+        monkeypatch.setattr(U, "idle_rows", lambda batch, cfg: torch.zeros(len(batch.advantages), dtype=bool))
     graded = []
 
     def counting(model, prompt_ids, *args, **kwargs):
@@ -61,7 +60,7 @@ def _run(model_dir, extra, adv_rows, on_policy: bool, skip: bool, monkeypatch):
 
     monkeypatch.setattr(U, "response_logprobs", counting)
     opt, sched = U.make_optimizer(model, cfg, torch.device("cpu"))
-    stats = U.update_policy(model, opt, sched, batch, prepared, cfg, torch.Generator().manual_seed(0))
+    stats = U.update_policy(model, opt, sched, batch, cfg, torch.Generator().manual_seed(0))
     monkeypatch.undo()
     return {k: v.detach().clone() for k, v in model.named_parameters()}, stats, sum(graded)
 

@@ -22,7 +22,7 @@ from explorl.algos import methods  # noqa: F401  (fill the registry)
 from explorl.algos import advantages, losses  # noqa: F401
 from explorl.algos.batch import MissingInputError, RolloutBatch
 from explorl.algos.registry import get, register
-from explorl.algos.step import (PreparedBatch, Requirements, compute_advantages, policy_objective, requirements,
+from explorl.algos.step import (Requirements, compute_advantages, policy_objective, requirements,
                                 single_update_shortcut)
 
 
@@ -39,5 +39,5 @@ def get_advantage(name: str) -> Callable[..., torch.Tensor]:
 
 
 __all__ = ["register_advantage", "get_advantage", "register", "RolloutBatch", "MissingInputError",
-           "PreparedBatch", "Requirements", "compute_advantages", "policy_objective", "requirements",
+           "Requirements", "compute_advantages", "policy_objective", "requirements",
            "single_update_shortcut"]

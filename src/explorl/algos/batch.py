@@ -1,21 +1,36 @@
-"""`RolloutBatch`: the response-side tensors that explorl's methods consume, validated in one place.
+"""`RolloutBatch`: one step's data, from the sampler to the update, validated in one place.
 
-Every engine fills one of these from its own tensors (explorl's loop from its sampler, an integration from verl's
-`DataProto` or TRL's inputs) and hands it to `explorl.algos.step`. Notation of docs/methods.md: N responses padded
-to T tokens.
+Each stage of a step fills in its own fields of the one object (`replace` returns a new one, the stages before
+untouched), and a micro-batch is one `select(rows, width)` of it:
+
+1. the sampler (`explorl.rollout.sampler.Sampler`, the vLLM engine): the token ids, the response mask, the sampled
+   tokens' behaviour log-probs, entropies and temperatures; `rewards` None;
+2. scoring (`explorl.rollout.collect.collect_rollouts`): `rewards`;
+3. the forwards (`explorl.train.update.fill_logprobs`): pi_old's `logprobs` and `entropy`, the reference's
+   `ref_logprobs`;
+4. the method (`explorl.algos.step.compute_advantages`): `loss_mask`, `shaped_rewards`, `base_advantages`,
+   `advantages`, `token_weights`, `is_weights` and the method's `stats`;
+5. the update (`explorl.train.update.update_policy`) reads it, one `select` per micro-batch.
+
+An engine integration fills the same object from its own tensors (verl's `DataProto`, TRL's inputs) and leaves what
+its own trainer computes None. Notation of docs/methods.md: N responses, prompts left-padded to P, responses
+right-padded to T tokens.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
-TOKEN_FIELDS = ("logprobs", "behavior_logprobs", "ref_logprobs", "entropy", "response_ids")
-ROW_FIELDS = ("rewards", "group", "lengths", "truncated")
+TOKEN_FIELDS = ("logprobs", "behavior_logprobs", "ref_logprobs", "entropy", "behavior_entropy", "response_ids",
+                "temperatures", "loss_mask", "advantages", "base_advantages", "token_weights", "is_weights")
+ROW_FIELDS = ("rewards", "group", "lengths", "truncated", "shaped_rewards")
 PROMPT_FIELDS = ("prompt_ids", "prompt_mask")
+_PAD = {"response_ids": "pad", "prompt_ids": "pad"}  # padded with the tokenizer's pad id; everything else with 0
 
 
 class MissingInputError(KeyError):
@@ -27,38 +42,64 @@ class MissingInputError(KeyError):
 
 @dataclass
 class RolloutBatch:
-    """One batch of scored responses. Optional tensors are None when nothing computed them.
+    """One batch of responses and everything a step computes of them. Optional tensors are None until the stage
+    that fills them has run (module docstring), or when nothing computes them.
 
+    Sampled (stage 1):
     mask:              [N, T] float, 1.0 on response tokens up to and including EOS, 0.0 on padding.
-    rewards:           [N] float, one reward per response.
+    rewards:           [N] float, one reward per response; None until the responses are scored (stage 2).
     group:             [N] int64, the prompt each response answers (any ids; groups may differ in size).
     max_response_len:  the length limit the responses were sampled under (DAPO's overlong penalty, Dr.GRPO's
                        `seq-mean-token-sum-norm` normaliser); None when neither is used.
-    logprobs:          [N, T] log-probs of the sampled tokens under pi_old at the training temperature.
-    behavior_logprobs: [N, T] the same under the distribution actually sampled from (EAD temperatures, top-p).
-    ref_logprobs:      [N, T] the same under the frozen reference policy.
-    entropy:           [N, T] token entropy of pi_old at the training temperature.
-    lengths:           [N] int64, response lengths in tokens (EOS included); default `mask.sum(-1)`.
-    truncated:         [N] bool, the response hit the length limit without EOS; default all False.
-    prompt_ids:        [N, P] int64 prompt token ids, left-padded; what the update's forward reads (explorl's loop
-                       fills them from its `Rollouts`; an engine whose own trainer runs the forward leaves None).
+    prompt_ids:        [N, P] int64 prompt token ids, left-padded; what the update's forward reads (an engine whose
+                       own trainer runs the forward leaves None).
     prompt_mask:       [N, P] int64, 1 on real prompt tokens.
     response_ids:      [N, T] int64 sampled token ids, padded after EOS.
+    behavior_logprobs: [N, T] log-probs of the sampled tokens under the distribution actually sampled from (EAD
+                       temperatures, top-p renormalisation).
+    behavior_entropy:  [N, T] entropy of the sampler's temperature-scaled distribution (before top-p truncation);
+                       NaN where the engine does not return it (vLLM).
+    temperatures:      [N, T] the temperature each token was sampled at (0 on padding).
+    lengths:           [N] int64, response lengths in tokens (EOS included); default `mask.sum(-1)`.
+    truncated:         [N] bool, the response hit the length limit without EOS; default all False.
+    The forwards (stage 3):
+    logprobs:          [N, T] log-probs of the sampled tokens under pi_old at the training temperature; None under
+                       `single_update_shortcut` (the update's own forward is pi_old).
+    entropy:           [N, T] token entropy of pi_old at the training temperature.
+    ref_logprobs:      [N, T] the sampled tokens' log-probs under the frozen reference policy.
+    The method (stage 4, `compute_advantages`):
+    loss_mask:         [N, T] `mask` less what the reward shapers removed (DAPO's overlong filtering).
+    shaped_rewards:    [N] the rewards after the reward shapers (DAPO's overlong penalty): what the estimator saw.
+    base_advantages:   [N, T] the estimator's output before the shapers.
+    advantages:        [N, T] the final per-token advantages (0 outside `loss_mask`).
+    token_weights:     [N, T] per-token loss multipliers (the token filter, E3's per-question weights), or None.
+    is_weights:        [N, T] importance weights (`algo.importance_weights`), or None.
+    stats:             namespaced metrics of what the method did (`tokens/*`, `is/*`, `kl/mean`, `mismatch/*`); a
+                       step's, not a row's: `select` keeps it whole.
     """
 
     mask: Tensor
-    rewards: Tensor
+    rewards: Tensor | None
     group: Tensor
     max_response_len: int | None = None
-    logprobs: Tensor | None = None
-    behavior_logprobs: Tensor | None = None
-    ref_logprobs: Tensor | None = None
-    entropy: Tensor | None = None
-    lengths: Tensor | None = None
-    truncated: Tensor | None = None
     prompt_ids: Tensor | None = None
     prompt_mask: Tensor | None = None
     response_ids: Tensor | None = None
+    behavior_logprobs: Tensor | None = None
+    behavior_entropy: Tensor | None = None
+    temperatures: Tensor | None = None
+    lengths: Tensor | None = None
+    truncated: Tensor | None = None
+    logprobs: Tensor | None = None
+    entropy: Tensor | None = None
+    ref_logprobs: Tensor | None = None
+    loss_mask: Tensor | None = None
+    shaped_rewards: Tensor | None = None
+    base_advantages: Tensor | None = None
+    advantages: Tensor | None = None
+    token_weights: Tensor | None = None
+    is_weights: Tensor | None = None
+    stats: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.mask.dim() != 2:
@@ -70,7 +111,7 @@ class RolloutBatch:
             self.truncated = torch.zeros(n, dtype=torch.bool, device=self.mask.device)
         for name in ROW_FIELDS:
             x = getattr(self, name)
-            if tuple(x.shape) != (n,):
+            if x is not None and tuple(x.shape) != (n,):
                 raise ValueError(f"RolloutBatch.{name}: expected shape [N] = ({n},), got {tuple(x.shape)}")
         if self.group.dtype.is_floating_point:
             raise ValueError("RolloutBatch.group: expected integer prompt ids, got a floating-point tensor")
@@ -93,15 +134,82 @@ class RolloutBatch:
             hint = " (keep a frozen reference policy)" if "ref_logprobs" in missing else ""
             raise MissingInputError(f"{by} needs RolloutBatch fields {missing}, which are None{hint}")
 
-    def replace(self, **changes) -> "RolloutBatch":
+    def replace(self, **changes) -> RolloutBatch:
+        """A new batch with `changes` (a stage's fields); this one is left as it is."""
         return dataclasses.replace(self, **changes)
 
-    def select(self, rows: Tensor, width: int | None = None) -> "RolloutBatch":
-        """Rows `rows` (and the first `width` response columns) of every tensor: a micro-batch."""
+    def select(self, rows: Tensor, width: int | None = None) -> RolloutBatch:
+        """Rows `rows` (and the first `width` response columns) of every tensor: a micro-batch, or the groups
+        dynamic sampling keeps."""
         def cut(name: str, x):
-            if x is None or not isinstance(x, Tensor):
+            if not isinstance(x, Tensor):
                 return x
             x = x[rows]
             return x[:, :width] if width is not None and (name == "mask" or name in TOKEN_FIELDS) else x
 
         return RolloutBatch(**{f.name: cut(f.name, getattr(self, f.name)) for f in dataclasses.fields(self)})
+
+    def to(self, device) -> RolloutBatch:
+        """Every tensor on `device` (detached)."""
+        return RolloutBatch(**{f.name: (x.detach().to(device) if isinstance(x := getattr(self, f.name), Tensor)
+                                        else x) for f in dataclasses.fields(self)})
+
+    @staticmethod
+    def no_responses(group: Tensor, max_response_len: int) -> RolloutBatch:
+        """What a sampler returns when no response was asked for (every prompt's count 0): N = 0 and T = 0, each
+        field a sampler fills present. `group` [0] int64."""
+        empty, ids = torch.zeros((0, 0)), torch.zeros((0, 0), dtype=torch.long)
+        return RolloutBatch(mask=empty, rewards=None, group=group, max_response_len=max_response_len,
+                            prompt_ids=ids, prompt_mask=ids, response_ids=ids, behavior_logprobs=empty,
+                            behavior_entropy=empty, temperatures=empty, truncated=torch.zeros(0, dtype=torch.bool))
+
+    @staticmethod
+    def for_loss(mask: Tensor, advantages: Tensor, *, logprobs: Tensor | None = None,
+                 loss_mask: Tensor | None = None, max_response_len: int | None = None,
+                 is_weights: Tensor | None = None, token_weights: Tensor | None = None,
+                 ref_logprobs: Tensor | None = None) -> RolloutBatch:
+        """The fields a policy loss and `policy_objective` read, for an engine whose own trainer holds the rest
+        (verl's loss call, TRL's micro-batches): pi_old's `logprobs`, the `advantages`, the `loss_mask` (default
+        `mask`), the weights. Rewards and groups, which no loss reads, are zeros; `base_advantages` are the
+        advantages."""
+        zeros = torch.zeros(mask.shape[0], device=mask.device)
+        return RolloutBatch(mask=mask, rewards=zeros, group=zeros.long(), max_response_len=max_response_len,
+                            logprobs=logprobs, ref_logprobs=ref_logprobs,
+                            loss_mask=mask if loss_mask is None else loss_mask, shaped_rewards=zeros,
+                            base_advantages=advantages, advantages=advantages, token_weights=token_weights,
+                            is_weights=is_weights)
+
+    @staticmethod
+    def cat(parts: Sequence[RolloutBatch], pad_token_id: int) -> RolloutBatch:
+        """Stack the batches of several sampling rounds (DAPO's dynamic sampling): prompts re-left-padded to one
+        width, responses re-right-padded to one length. Group ids are kept as they are: make them distinct first.
+        A field is stacked where every part has it and None where none has; `stats` are not stacked."""
+        width = max(p.prompt_ids.shape[1] for p in parts) if parts[0].prompt_ids is not None else 0
+        length = max(p.mask.shape[1] for p in parts)
+
+        def stacked(name: str):
+            xs = [getattr(p, name) for p in parts]
+            if all(x is None for x in xs):
+                return None
+            if any(x is None for x in xs):
+                raise ValueError(f"RolloutBatch.cat: {name} is None in some parts and not in others")
+            if name not in TOKEN_FIELDS + PROMPT_FIELDS + ("mask",):
+                return torch.cat(xs)
+            left = name in PROMPT_FIELDS
+            to, value = (width if left else length), (pad_token_id if name in _PAD else 0)
+            return torch.cat([_pad_columns(x, to, left, value) for x in xs])
+
+        lens = {p.max_response_len for p in parts}
+        if len(lens) > 1:
+            raise ValueError(f"RolloutBatch.cat: the parts were sampled under different max_response_len {lens}")
+        return RolloutBatch(**{f.name: stacked(f.name) for f in dataclasses.fields(RolloutBatch)
+                               if f.name not in ("stats", "max_response_len")}, max_response_len=lens.pop())
+
+
+def _pad_columns(x: Tensor, to: int, left: bool, value) -> Tensor:
+    """`x` [n, c] padded with `value` to `to` columns, on the left or the right."""
+    extra = to - x.shape[1]
+    if extra == 0:
+        return x
+    filler = torch.full((x.shape[0], extra), value, dtype=x.dtype, device=x.device)
+    return torch.cat([filler, x] if left else [x, filler], dim=1)

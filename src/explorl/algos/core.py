@@ -265,13 +265,15 @@ def ratio_stats(loss: Tensor, ratio: Tensor, log_ratio: Tensor, valid: Tensor, n
     }
 
 
-def ppo_stats(loss: Tensor, ratio: Tensor, log_ratio: Tensor, adv: Tensor, loss_unclipped: Tensor,
-               loss_clipped: Tensor, valid: Tensor, n_valid: int, eps_low: float,
-               eps_high: float) -> dict[str, float]:
+def ppo_stats(loss: Tensor, ratio: Tensor, log_ratio: Tensor, adv: Tensor, clipped: Tensor, valid: Tensor,
+              n_valid: int, clip_range: tuple[float, float]) -> dict[str, float]:
+    """PPO-clip's statistics: `ratio_stats` and the clip fractions. `clipped` `[N, T]` bool: the clipped term was
+    the larger loss; `clip_range`: (eps_low, eps_high)."""
+    eps_low, eps_high = clip_range
     base = ratio_stats(loss, ratio, log_ratio, valid, n_valid)
     return {
         "loss/pg": base["loss/pg"],
-        "loss/clip_frac": valid_fraction(loss_clipped > loss_unclipped, valid, n_valid),
+        "loss/clip_frac": valid_fraction(clipped, valid, n_valid),
         "loss/clip_frac_low": valid_fraction((ratio < 1.0 - eps_low) & (adv < 0), valid, n_valid),
         "loss/clip_frac_high": valid_fraction((ratio > 1.0 + eps_high) & (adv > 0), valid, n_valid),
         "loss/ratio_mean": base["loss/ratio_mean"],

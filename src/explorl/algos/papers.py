@@ -103,5 +103,30 @@ PAPERS: dict[str, Paper] = {
                                         "Demystifying RL Collapse from the Training-Inference Mismatch", None,
                                         ("6d",)),
     "DeepSeek-V3.2": Paper("DeepSeek-AI 2025", "DeepSeek-V3.2", "2512.02556", ("6d",)),
+    # TRL 1.16's sequence-level losses LUSPO and VESPO (issue 52; arXiv ids as TRL's GRPOConfig cites them)
+    "LUSPO": Paper("Fanfan Liu, Youyang Yin, Peng Shi, Siqi Yang, Zhixiong Zeng, Haibo Qiu",
+                   "Length-Unbiased Sequence Policy Optimization: Revealing and Controlling Response Length Variation "
+                   "in RLVR", "2602.05261", ("5y",)),
+    "VESPO": Paper("Guobin Shen, Chenxiao Zhao, Xiang Cheng, Lei Huang, Xing Yu",
+                   "VESPO: Variational Sequence-Level Soft Policy Optimization for Stable Off-Policy LLM Training",
+                   "2602.10693", ("5y",)),
+    # verl 0.9.1's `grpo_passk` estimator (issue 52; the arXiv id as verl's code cites it)
+    "inference-time objectives": Paper("Yunhao Tang, Kunhao Zheng, Gabriel Synnaeve, Rémi Munos",
+                                       "Optimizing Language Models for Inference Time Objectives using Reinforcement "
+                                       "Learning", "2503.19595", ("5z",)),
+    # exploration methods (issue 53, item 3); authors, titles and arXiv ids as each paper's abstract page (NSR,
+    # QAE, RL-ZVP, SimKO) or the authors' LaTeX source (MaxRL) gives them
+    "NSR": Paper("Xinyu Zhu, Mengzhou Xia, Zhepei Wei, Wei-Lin Chen, Danqi Chen, Yu Meng",
+                 "The Surprising Effectiveness of Negative Reinforcement in LLM Reasoning", "2506.01347", ("5t",)),
+    "QAE": Paper("Junkang Wu, Kexin Huang, Jiancan Wu, An Zhang, Xiang Wang, Xiangnan He",
+                 "Quantile Advantage Estimation for Entropy-Safe Reasoning", "2509.22611", ("5u",)),
+    "RL-ZVP": Paper("Thanh-Long V. Le, Myeongho Jeon, Kim Vu, Viet Lai, Eunho Yang",
+                    "No Prompt Left Behind: Exploiting Zero-Variance Prompts in LLM Reinforcement Learning via "
+                    "Entropy-Guided Advantage Shaping", "2509.21880", ("5v",)),
+    "SimKO": Paper("Ruotian Peng, Yi Ren, Zhouliang Yu, Weiyang Liu, Yandong Wen",
+                   "SimKO: Simple Pass@K Policy Optimization", "2510.14807", ("5w",)),
+    "MaxRL": Paper("Fahim Tajwar, Guanning Zeng, Yueer Zhou, Yuda Song, Daman Arora, Yiding Jiang, Jeff Schneider, "
+                   "Ruslan Salakhutdinov, Haiwen Feng, Andrea Zanette", "Maximum Likelihood Reinforcement Learning",
+                   "2602.02710", ("5x",)),
 }
 """Short name -> the paper."""

@@ -31,8 +31,8 @@ from typing import Any, Callable
 KINDS: dict[str, str] = {
     "estimator": "fn(batch: RolloutBatch, cfg: AlgoConfig[, *, options]) -> Tensor[N, T]",
     "shaper": "fn(advantages: Tensor[N, T], batch, cfg, step: int (1-based)[, *, options]) -> Tensor[N, T]; in order",
-    "policy_loss": "fn(logprobs_new, logprobs_old, advantages, mask: Tensor[N, T], cfg: AlgoConfig, *, "
-                   "max_response_len, is_weights, token_weights[, generator][, options]) -> (loss, stats)",
+    "policy_loss": "fn(logprobs_new: Tensor[N, T], batch: RolloutBatch (logprobs, advantages, loss_mask, weights), "
+                   "cfg: AlgoConfig[, *, generator][, options]) -> (loss, stats)",
     "token_filter": "fn(batch, loss_mask: Tensor[N, T], cfg[, *, options]) -> per-token weights Tensor[N, T] | None",
     "reward_shaper": "fn(batch, cfg[, *, options]) -> (rewards: Tensor[N], loss_mask: Tensor[N, T]); in order, "
                      "before the estimator",

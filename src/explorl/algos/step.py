@@ -1,8 +1,8 @@
 """The algorithm step every engine calls: what a batch of scored rollouts becomes, and the loss it is trained with.
 
     needs = requirements(cfg)                      # which tensors to compute before the step
-    prepared = compute_advantages(batch, cfg, step)
-    loss, stats = policy_objective(logprobs, entropy, batch, prepared, cfg)   # per micro-batch
+    batch = compute_advantages(batch, cfg, step)   # the batch with its advantages (`RolloutBatch` stage 4)
+    loss, stats = policy_objective(logprobs, entropy, batch.select(rows, width), cfg)   # per micro-batch
 
 explorl's own loop (`explorl.train.loop`) calls exactly these, and so do the engine integrations, so no method's
 logic exists twice. The pipeline, in order (docs/methods.md):
@@ -21,8 +21,7 @@ Which function serves a name is the registry's business (`explorl.algos.registry
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -37,8 +36,8 @@ from explorl.algos.registry import lookup
 if TYPE_CHECKING:
     from explorl.config.schema import AlgoConfig
 
-__all__ = ["Requirements", "requirements", "single_update_shortcut", "PreparedBatch", "compute_advantages",
-           "policy_objective", "idle_rows"]
+__all__ = ["Requirements", "requirements", "single_update_shortcut", "compute_advantages", "policy_objective",
+           "idle_rows"]
 
 
 @dataclass(frozen=True)
@@ -84,41 +83,7 @@ def single_update_shortcut(cfg: AlgoConfig, behavior_is_policy: bool) -> bool:
     return cfg.epochs == 1 and cfg.mini_batches == 1 and behavior_is_policy and not requirements(cfg).old_logprobs
 
 
-@dataclass
-class PreparedBatch:
-    """What `compute_advantages` made of a batch.
-
-    advantages:      [N, T] the final per-token advantages (0 outside `loss_mask`).
-    base_advantages: [N, T] the estimator's output before the shapers.
-    loss_mask:       [N, T] the batch's mask less what the reward shapers removed (DAPO's overlong filtering).
-    rewards:         [N] the rewards after the reward shapers (DAPO's overlong penalty).
-    token_weights:   [N, T] per-token loss multipliers of the token filter, or None.
-    is_weights:      [N, T] truncated importance weights, or None.
-    stats:           namespaced metrics of what the method did (`tokens/*`, `is/*`, `kl/mean`) and, when the batch
-                     carries both pi_old's and the sampler's log-probs, the rollout/trainer mismatch (`mismatch/*`,
-                     `explorl.algos.mismatch`) on every response token.
-    """
-
-    advantages: Tensor
-    base_advantages: Tensor
-    loss_mask: Tensor
-    rewards: Tensor
-    token_weights: Tensor | None = None
-    is_weights: Tensor | None = None
-    stats: dict[str, float] = field(default_factory=dict)
-
-    def select(self, rows: Tensor, width: int | None = None) -> "PreparedBatch":
-        """Rows `rows` (and the first `width` token columns) of every tensor: a micro-batch."""
-        def cut(x):
-            if not isinstance(x, Tensor):
-                return x
-            x = x[rows]
-            return x[:, :width] if width is not None and x.dim() == 2 else x
-
-        return PreparedBatch(**{f.name: cut(getattr(self, f.name)) for f in dataclasses.fields(self)})
-
-
-def idle_rows(prepared: PreparedBatch, cfg: AlgoConfig) -> Tensor:
+def idle_rows(batch: RolloutBatch, cfg: AlgoConfig) -> Tensor:
     """[N] bool: the responses that add nothing to the loss or to its gradient, whatever the policy's log-probs.
 
     A response is idle when every advantage of it is zero (a group whose rewards all agree, under GRPO), the
@@ -128,11 +93,12 @@ def idle_rows(prepared: PreparedBatch, cfg: AlgoConfig) -> Tensor:
     only for its statistics (`loss/ratio_mean`, ...), so it can leave it out of the forward and backward with grad
     (`explorl.train.update.update_policy`); the normaliser of the aggregation still counts it.
     """
-    n = prepared.advantages.shape[0]
+    batch.require("advantages", "loss_mask", by="idle_rows (run compute_advantages first)")
+    n = batch.advantages.shape[0]
     entry = lookup("policy_loss", cfg.loss)
     if cfg.kl_coef > 0 or cfg.entropy_coef != 0 or not entry.rowwise:
-        return torch.zeros(n, dtype=torch.bool, device=prepared.advantages.device)
-    return ~((prepared.advantages != 0) & (prepared.loss_mask != 0)).any(dim=-1)
+        return torch.zeros(n, dtype=torch.bool, device=batch.advantages.device)
+    return ~((batch.advantages != 0) & (batch.loss_mask != 0)).any(dim=-1)
 
 
 def _masked(x: Tensor | None, mask: Tensor) -> Tensor | None:
@@ -140,16 +106,22 @@ def _masked(x: Tensor | None, mask: Tensor) -> Tensor | None:
 
 
 @torch.no_grad()
-def compute_advantages(batch: RolloutBatch, cfg: AlgoConfig, step: int) -> PreparedBatch:
+def compute_advantages(batch: RolloutBatch, cfg: AlgoConfig, step: int) -> RolloutBatch:
     """Reward shapers, estimator, shapers, token filter and importance weights for one batch.
 
     Args:
-        batch: the scored responses (`RolloutBatch`); `logprobs` may be None under `single_update_shortcut`.
+        batch: the scored responses (`RolloutBatch` with `rewards`); `logprobs` may be None under
+            `single_update_shortcut`.
         cfg: an `AlgoConfig`.
         step: the 1-based training step (step windows of shapers such as `position`).
     Returns:
-        `PreparedBatch`. The estimator and shapers see the batch with the loss mask applied to every tensor.
+        `batch` with the method's fields (stage 4): `loss_mask`, `shaped_rewards`, `base_advantages`, `advantages`,
+        `token_weights`, `is_weights` and `stats` (what the method did, `tokens/*`, `is/*`, `kl/mean`, and, when the
+        batch carries both pi_old's and the sampler's log-probs from different forwards, the rollout/trainer
+        mismatch `mismatch/*` of `explorl.algos.mismatch` on every response token). The estimator and shapers see
+        the batch with the loss mask applied to every tensor.
     """
+    batch.require("rewards", by="compute_advantages (score the responses first)")
     rewards, loss_mask = batch.rewards, batch.mask
     for name in cfg.reward_shapers:  # DAPO's overlong shaping: a penalty on the rewards, or the mask less truncation
         rewards, loss_mask = lookup("reward_shaper", name).bind(cfg)(batch.replace(rewards=rewards, mask=loss_mask),
@@ -169,12 +141,16 @@ def compute_advantages(batch: RolloutBatch, cfg: AlgoConfig, step: int) -> Prepa
         weights = question_weights(batch.group, loss_mask.sum(-1) > 0).to(loss_mask.dtype)[:, None] * loss_mask
         token_weights = weights if token_weights is None else token_weights * weights
     stats.update(is_stats)
-    if batch.logprobs is not None and batch.behavior_logprobs is not None:  # the sampler against pi_old's forward
+    # the sampler against pi_old's forward; under verl's bypass mode pi_old is the rollout itself, and the mismatch is
+    # measured on the update's forward instead (`explorl.train.update.update_policy`)
+    if (batch.logprobs is not None and batch.behavior_logprobs is not None
+            and not lookup("policy_loss", cfg.loss).old_is_behavior):
         stats.update(mismatch_metrics(batch.logprobs, batch.behavior_logprobs, batch.mask))
     if batch.ref_logprobs is not None and batch.logprobs is not None:
         kl = kl_k3(batch.logprobs, seen.ref_logprobs, loss_mask, clamp=cfg.kl_clamp)
         stats["kl/mean"] = float(masked_mean(kl, loss_mask))
-    return PreparedBatch(advantages, base, loss_mask, rewards, token_weights, is_weights, stats)
+    return batch.replace(loss_mask=loss_mask, shaped_rewards=rewards, base_advantages=base, advantages=advantages,
+                         token_weights=token_weights, is_weights=is_weights, stats=stats)
 
 
 def _method_stats(response_mask: Tensor, loss_mask: Tensor, base: Tensor, advantages: Tensor,
@@ -187,27 +163,26 @@ def _method_stats(response_mask: Tensor, loss_mask: Tensor, base: Tensor, advant
             "tokens/downweighted_frac": float(((advantages.abs() < base.abs() - 1e-12) & valid).sum()) / n_valid}
 
 
-def policy_objective(logprobs: Tensor, entropy: Tensor | None, batch: RolloutBatch, prepared: PreparedBatch,
-                     cfg: AlgoConfig, *, generator: torch.Generator | None = None) -> tuple[Tensor, dict[str, float]]:
+def policy_objective(logprobs: Tensor, entropy: Tensor | None, batch: RolloutBatch, cfg: AlgoConfig, *,
+                     generator: torch.Generator | None = None) -> tuple[Tensor, dict[str, float]]:
     """The loss to minimise on one (micro-)batch: policy loss + kl_coef * KL - entropy_coef * H, one aggregation.
 
     Args:
         logprobs: [n, t] log-probs of the sampled tokens under the policy being optimised (with gradient).
         entropy: [n, t] its token entropies, or None when `cfg.entropy_coef == 0`.
-        batch, prepared: the same rows and columns (`select`) of the batch and of `compute_advantages`' result.
-            pi_old is `batch.logprobs`, or `logprobs` detached when that is None (`single_update_shortcut`).
+        batch: the same rows and columns (`select`) of `compute_advantages`' result. pi_old is `batch.logprobs`, or
+            `logprobs` detached when that is None (`single_update_shortcut`).
         cfg: an `AlgoConfig`.
         generator: random source of losses that sample tokens (Clip-Cov).
     Returns:
         (scalar loss, stats): the loss variant's statistics plus `kl/mean` and `loss/entropy` when those terms act.
     """
+    batch.require("advantages", "loss_mask", by="policy_objective (run compute_advantages first)")
     entry = lookup("policy_loss", cfg.loss)
     random = {"generator": generator} if entry.needs_generator else {}
-    mask = prepared.loss_mask
-    old = logprobs.detach() if batch.logprobs is None else batch.logprobs
-    loss, stats = entry.bind(cfg)(logprobs, old, prepared.advantages, mask, cfg,
-                                  max_response_len=batch.max_response_len, is_weights=prepared.is_weights,
-                                  token_weights=prepared.token_weights, **random)
+    mask = batch.loss_mask
+    with_old = batch if batch.logprobs is not None else batch.replace(logprobs=logprobs.detach())
+    loss, stats = entry.bind(cfg)(logprobs, with_old, cfg, **random)
     if cfg.kl_coef > 0:
         batch.require("ref_logprobs", by="algo.kl_coef > 0")
         kl = aggregate(kl_k3(logprobs, batch.ref_logprobs, mask, clamp=cfg.kl_clamp), mask, cfg.loss_agg,

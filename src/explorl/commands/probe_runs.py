@@ -135,7 +135,7 @@ def _position(args, ctx: Context, console) -> dict:
         for s in range(0, len(ctx.problems), 32):
             chunk = ctx.problems[s:s + 32]
             ro, _, _ = ctx.sample(chunk, args.n, gen)
-            rows += [e[m > 0].cpu() for e, m in zip(ro.entropy, ro.mask)]
+            rows += [e[m > 0].cpu() for e, m in zip(ro.behavior_entropy, ro.mask)]
             bar.advance(job, len(chunk))
     width = max(1, max(len(r) for r in rows))
     ent = torch.zeros((len(rows), width))
@@ -191,7 +191,7 @@ def _branch(args, ctx: Context, console) -> dict:
             ro, base_reward, _ = ctx.sample([p], 1, gen)
             length = int(ro.lengths[0])
             response = ro.response_ids[0, :length].tolist()
-            entropy = ro.entropy[0, :length].tolist()
+            entropy = ro.behavior_entropy[0, :length].tolist()
             results = P.branch_probe(ctx.sampler, ctx.tok, ctx.encode(p), response, cuts, k=args.k,
                                      score=ctx.score_fn(p), extract_answer=ctx.task.extract_answer, entropy=entropy,
                                      temperature=ctx.temperature, generator=gen)
@@ -226,7 +226,7 @@ def _perturb(args, ctx: Context, console) -> dict:
                 continue
             length = int(ro.lengths[pick])
             res = P.perturb_probe(ctx.sampler, ctx.tok, ctx.encode(p), ro.response_ids[pick, :length].tolist(),
-                                  ro.entropy[pick, :length].tolist(), k=args.k, score=ctx.score_fn(p),
+                                  ro.behavior_entropy[pick, :length].tolist(), k=args.k, score=ctx.score_fn(p),
                                   frac=args.frac, modes=args.modes, temperature=ctx.temperature, generator=gen,
                                   token_generator=token_gen)
             for mode, sides in res.items():

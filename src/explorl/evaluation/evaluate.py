@@ -112,14 +112,14 @@ def _score_batch(model, tokenizer, task, runner, chunk: Sequence, start: int, ro
     totals.timeouts += rr.timeouts
     if failures is not None:
         failures += rr.failures
-    totals.entropy += float((ro.entropy * ro.mask).sum())
+    totals.entropy += float((ro.behavior_entropy * ro.mask).sum())
     totals.tokens += float(ro.mask.sum())
     lengths = ro.lengths.tolist()
-    ent_rows = ((ro.entropy * ro.mask).sum(-1) / ro.mask.sum(-1).clamp_min(1)).tolist()
+    ent_rows = ((ro.behavior_entropy * ro.mask).sum(-1) / ro.mask.sum(-1).clamp_min(1)).tolist()
     bf_rows = None
     if analyze:
         bf_rows = response_branching(model, ro, _branching_temperature(temperature, ro), branching_top_p).tolist()
-        prof = entropy_by_position(ro.entropy, ro.mask, bins=10).double().cpu()
+        prof = entropy_by_position(ro.behavior_entropy, ro.mask, bins=10).double().cpu()
         seen = ~torch.isnan(prof)
         weight = float(ro.mask.sum())
         totals.profile_sum[seen] += prof[seen] * weight
@@ -197,7 +197,7 @@ def sampled_entropy(sampler: Sampler, tokenizer, problems: Sequence, temperature
     gen = torch.Generator(device=next(sampler.model.parameters()).device).manual_seed(seed)
     ids = [encode(p) if encode else tokenizer.encode(p.prompt, add_special_tokens=False) for p in problems]
     ro = sampler.sample_fixed(ids, n, temperature, gen)
-    return float((ro.entropy * ro.mask).sum() / ro.mask.sum().clamp_min(1))
+    return float((ro.behavior_entropy * ro.mask).sum() / ro.mask.sum().clamp_min(1))
 
 
 def match_entropy(sampler: Sampler, tokenizer, problems: Sequence, target: float, *, n: int = 4, seed: int = 0,

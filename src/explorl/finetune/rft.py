@@ -138,7 +138,7 @@ def scored_candidates(sampler: Sampler, tok, problems: list, task, runner, encod
         group = ro.group.tolist()
         rr = runner(texts, [chunk[g].answer for g in group], [chunk[g].meta for g in group])
         judged = task.correct(rr)
-        ent = ((ro.entropy * ro.mask).sum(-1) / ro.mask.sum(-1).clamp_min(1)).tolist()
+        ent = ((ro.behavior_entropy * ro.mask).sum(-1) / ro.mask.sum(-1).clamp_min(1)).tolist()
         bf = (response_branching(sampler.model, ro, s.temperature, f.branching_top_p).tolist()
               if "branching" in f.strategies else [0.0] * len(texts))
         for i, text in enumerate(texts):

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import json
 from importlib.metadata import PackageNotFoundError, version
-from types import SimpleNamespace
 
 import torch
 from rich.console import Console
 
+from explorl.algos.batch import RolloutBatch
 from explorl.config import Config
 from explorl.evaluation.evaluate import held_out_evaluator
 from explorl.runs import nofollow
@@ -55,29 +55,25 @@ def _version(engine: str) -> str | None:
         return None
 
 
-def step_record(step: int, *, rewards: torch.Tensor, correct: torch.Tensor, group: torch.Tensor,
-                mask: torch.Tensor, advantages: torch.Tensor, entropy: torch.Tensor | None = None,
-                truncated: torch.Tensor | None = None, temperatures: torch.Tensor | None = None,
-                reward_result=None, extra: dict | None = None) -> dict:
-    """One step's metrics record with `explorl train`'s keys (`runs.metrics.rollout_metrics`).
+def step_record(step: int, batch: RolloutBatch, correct: torch.Tensor, *, reward_result=None,
+                extra: dict | None = None) -> dict:
+    """One step's metrics record with `explorl train`'s keys (`runs.metrics.rollout_metrics`) of an engine's batch.
 
-    Shapes: `rewards [N]` (the weighted reward), `correct [N]` bool (by the task's rule, `Task.correct`),
-    `group [N]` (prompt ids 0..G-1), `mask [N, T]`, `advantages [N, T]` (or `[N]`, broadcast over tokens),
-    `entropy [N, T]` of the policy's token distributions (None: the engine did not compute them; the entropy keys are
-    NaN), `truncated [N]` bool, `temperatures [N, T]` (None: 1). `reward_result` (`rewards.RewardResult`) adds
-    `reward/<name>` per function and the failure counts; `extra` (the method's statistics, the engine's own) is
-    merged last.
+    `batch`: the step's `RolloutBatch` through `compute_advantages` (its `shaped_rewards`, `advantages`, `mask`,
+    `group`, `truncated`), as the engine has it: `entropy` None where the engine computed no entropies of the
+    policy's token distributions (the entropy keys are NaN), `temperatures` None for 1. `correct [N]` bool, by the
+    task's rule (`Task.correct`). `reward_result` (`rewards.RewardResult`) adds `reward/<name>` per function and the
+    failure counts; `extra` (the method's statistics, the engine's own) is merged last.
     """
-    mask = mask.float()
-    n, t = mask.shape
-    if advantages.dim() == 1:
-        advantages = advantages[:, None].expand(n, t)
+    entropy = batch.entropy
+    n, t = batch.mask.shape
     ent = entropy.float() if entropy is not None else torch.full((n, t), float("nan"))
-    # rollout_metrics reads the sampler's record; an engine's is rebuilt from what it has
-    ro = SimpleNamespace(mask=mask, group=group.long(), entropy=torch.nan_to_num(ent) if entropy is not None else ent,
-                         temperatures=temperatures.float() if temperatures is not None else torch.ones(n, t),
-                         truncated=truncated.bool() if truncated is not None else torch.zeros(n, dtype=torch.bool))
-    record = {"step": int(step), **rollout_metrics(ro, rewards.float(), ent, advantages.float(), correct.bool())}
+    # rollout_metrics reads the sampler's entropies and temperatures too; an engine's are rebuilt from what it has
+    batch = batch.replace(mask=batch.mask.float(), entropy=ent,
+                          behavior_entropy=torch.nan_to_num(ent) if entropy is not None else ent,
+                          temperatures=(batch.temperatures.float() if batch.temperatures is not None
+                                        else torch.ones(n, t)))
+    record = {"step": int(step), **rollout_metrics(batch, correct.bool())}
     if entropy is None:
         record["entropy/by_position"] = None
     if reward_result is not None:

@@ -1,28 +1,33 @@
 """One step's batch of rollouts: prompts from the stream, each round planned by the schedule driver (budgets and
 temperatures), sampled, scored, and the budget policy's choice of which groups train (DAPO's dynamic sampling draws
-more rounds)."""
+more rounds). Stages 1 and 2 of the step's `RolloutBatch`: the sampler's fields and the rewards."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
+from explorl.algos.batch import RolloutBatch
 from explorl.rollout.controllers import PromptStream
 from explorl.rollout.engines.native import decode_responses
-from explorl.rollout.rollouts import Rollouts
 from explorl.rollout.sampler import Sampler
 from explorl.rollout.schedule import ScheduleDriver
 
 
 @dataclass
 class Collected:
-    """A step's scored batch. `problems[g]` is the problem of group g of `rollouts`."""
+    """A step's scored batch and what scoring it found. `problems[g]` is the problem of group g of `batch`."""
 
     problems: list
-    rollouts: Rollouts
+    batch: RolloutBatch
+    """The sampled and scored responses (`RolloutBatch` stages 1 and 2: `rewards` float32)."""
     texts: list[str]
+    """Per response: its decoded text."""
     rewards: list[float]
+    """Per response: the reward as the reward functions returned it (the samples log writes these exactly)."""
     train_temperature: float
     """Temperature of the optimised policy for this batch (the schedule's training temperature)."""
     errors: int
@@ -42,13 +47,29 @@ class Collected:
     """Per response of `rollouts`: correct by the task's rule (`Task.correct`: one reward entry and a threshold)."""
 
 
-def collect_rollouts(sampler: Sampler, tok, task, runner, stream: PromptStream, driver: ScheduleDriver, *,
-                     batch_size: int, step: int, generator: torch.Generator, encode=None) -> Collected:
-    """Sample and score `batch_size` prompts' groups at 0-based training step `step`, which this begins on the
-    schedule `driver` (the caller ends it once the batch's entropy is known). `sampler`: the run's, built once
-    (explorl's decoder or the vLLM engine), given each round's plan. `encode(problem)` gives the prompt's token ids
-    (`tasks.chat.prompt_encoder`; default: the prompt text as it is)."""
-    encode = encode or (lambda p: tok.encode(p.prompt, add_special_tokens=False))
+@dataclass(frozen=True)
+class BoundTask:
+    """A task bound to a run: its problems (`task`, an `explorl.tasks.Task`), the tokenizer that decodes the
+    responses, the reward workers that score them (`runner`, `Task.reward_runner`) and `encode(problem)`, the
+    prompt's token ids (`tasks.chat.prompt_encoder`; None: the prompt text as it is)."""
+
+    tok: Any
+    task: Any
+    runner: Any
+    encode: Callable | None = None
+
+    def prompt_ids(self, problem) -> list[int]:
+        if self.encode is not None:
+            return self.encode(problem)
+        return self.tok.encode(problem.prompt, add_special_tokens=False)
+
+
+def collect_rollouts(sampler: Sampler, bound: BoundTask, stream: PromptStream, driver: ScheduleDriver, *,
+                     batch_size: int, step: int, generator: torch.Generator) -> Collected:
+    """Sample and score `batch_size` prompts' groups of `bound`'s training problems at 0-based training step
+    `step`, which this begins on the schedule `driver` (the caller ends it once the batch's entropy is known).
+    `sampler`: the run's, built once (explorl's decoder or the vLLM engine), given each round's plan."""
+    tok, task, runner = bound.tok, bound.task, bound.runner
     temps = driver.begin(step)
     stats = dict(temps.stats)
     budget = driver.budget
@@ -62,7 +83,7 @@ def collect_rollouts(sampler: Sampler, tok, task, runner, stream: PromptStream, 
         ids = stream.next(batch_size - len(problems))
         plan = driver.plan(ids, new_pass=stream.epoch != epoch)
         round_problems = [task.train[i] for i in ids]
-        ro = sampler.sample([encode(p) for p in round_problems], plan, generator)
+        ro = sampler.sample([bound.prompt_ids(p) for p in round_problems], plan, generator)
         round_texts = decode_responses(tok, ro)
         group = ro.group.tolist()
         rr = runner(round_texts, [round_problems[g].answer for g in group], [round_problems[g].meta for g in group])
@@ -82,8 +103,8 @@ def collect_rollouts(sampler: Sampler, tok, task, runner, stream: PromptStream, 
         new_id = {j: len(problems) + i for i, j in enumerate(keep)}
         rows = [i for i, g in enumerate(group) if g in new_id]
         part = ro.select(torch.tensor(rows, dtype=torch.long, device=ro.group.device))
-        part.group = torch.tensor([new_id[g] for g in part.group.tolist()], dtype=torch.long, device=ro.group.device)
-        parts.append(part)
+        parts.append(part.replace(group=torch.tensor([new_id[g] for g in part.group.tolist()], dtype=torch.long,
+                                                     device=ro.group.device)))
         problems += [round_problems[j] for j in keep]
         texts += [round_texts[i] for i in rows]
         rewards += [rr.rewards[i] for i in rows]
@@ -93,8 +114,9 @@ def collect_rollouts(sampler: Sampler, tok, task, runner, stream: PromptStream, 
         if len(problems) >= batch_size or last_round:
             break
         rounds += 1
-    ro = parts[0] if len(parts) == 1 else Rollouts.cat(parts, tok.pad_token_id)
-    stats.update(driver.rollout_stats(ro))
+    batch = parts[0] if len(parts) == 1 else RolloutBatch.cat(parts, tok.pad_token_id)
+    batch = batch.replace(rewards=torch.tensor(rewards, dtype=torch.float32, device=batch.mask.device))
+    stats.update(driver.rollout_stats(batch))
     stats.update(budget.stats(rounds, len(problems) / max(sampled_groups, 1)))
     stats.update({f"reward/{name}": sum(v) / max(len(v), 1) for name, v in by_function.items()})
-    return Collected(problems, ro, texts, rewards, temps.train, errors, timeouts, stats, failures, scored, correct)
+    return Collected(problems, batch, texts, rewards, temps.train, errors, timeouts, stats, failures, scored, correct)

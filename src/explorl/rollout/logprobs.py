@@ -129,7 +129,7 @@ def response_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
 
 
 def _response_temperature(temperature, response_mask: torch.Tensor, device) -> torch.Tensor:
-    """`per_token_temperature` [N, T, 1], 1 where response_mask == 0: Rollouts.temperatures is 0 on padding, and x/0
+    """`per_token_temperature` [N, T, 1], 1 where response_mask == 0: RolloutBatch.temperatures is 0 on padding, and x/0
     there would give NaN values (and NaN gradients through the mask)."""
     n, t = response_mask.shape
     temp = per_token_temperature(temperature, n, t, device)

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from explorl.algos.batch import RolloutBatch
 from explorl.rollout.engines.native import sample
-from explorl.rollout.rollouts import Rollouts
 from explorl.rollout.forward import supports_fused_forward
 from explorl.rollout.schedule import Plan
 from explorl.rollout.temperature_schedules import PromptTemperature
@@ -34,7 +34,7 @@ __all__ = ["Sampler", "per_response_table"]
 
 def per_response_table(requests: Sequence[PromptTemperature], rollouts: Sequence[int], length: int) -> torch.Tensor:
     """`[N, length]` float32 temperatures, N = sum(rollouts): prompt j's `requests[j].table(length)` repeated for
-    its `rollouts[j]` responses (the layout of `Rollouts`' rows)."""
+    its `rollouts[j]` responses (the layout of a sampled `RolloutBatch`'s rows)."""
     if len(requests) != len(rollouts):
         raise ValueError(f"{len(requests)} prompt temperatures for {len(rollouts)} prompts")
     if not requests:
@@ -82,7 +82,7 @@ class Sampler:
         return cls(model, tok.eos_token_id, tok.pad_token_id, s.max_new_tokens, top_p=s.top_p,
                    fast_path=s.fast_path, compile=s.compile, cuda_graph=s.cuda_graph, engine=engine)
 
-    def sample(self, prompts: Sequence[Sequence[int]], plan: Plan, generator: torch.Generator) -> Rollouts:
+    def sample(self, prompts: Sequence[Sequence[int]], plan: Plan, generator: torch.Generator) -> RolloutBatch:
         """`plan.rollouts[j]` responses to prompt j (token ids), each sampled as `plan.requests[j]` says.
 
         `generator` draws explorl's tokens; for the vLLM engine it draws the round's request seed, so a resumed
@@ -90,7 +90,7 @@ class Sampler:
         return self._sample(prompts, plan.rollouts, plan.requests, generator)
 
     def sample_fixed(self, prompts: Sequence[Sequence[int]], n: int | Sequence[int],
-                     temperature: float | PromptTemperature, generator: torch.Generator) -> Rollouts:
+                     temperature: float | PromptTemperature, generator: torch.Generator) -> RolloutBatch:
         """`n` responses to each prompt (an int, or one count per prompt), every one sampled at `temperature`: a
         number, or one `PromptTemperature` (a request temperature with a per-token schedule's arguments, e.g. EAD
         at inference, `evaluation.settings.inference_schedule`). What the evaluations, the probes and RFT sample:
@@ -102,7 +102,7 @@ class Sampler:
         return self._sample(prompts, counts, [request] * len(prompts), generator)
 
     def _sample(self, prompts: Sequence[Sequence[int]], rollouts: Sequence[int],
-                requests: Sequence[PromptTemperature], generator: torch.Generator) -> Rollouts:
+                requests: Sequence[PromptTemperature], generator: torch.Generator) -> RolloutBatch:
         if self.engine is None:
             return sample(self.model, prompts, rollouts, eos_token_id=self.eos_token_id,
                           pad_token_id=self.pad_token_id, max_new_tokens=self.max_new_tokens,

@@ -169,7 +169,7 @@ class ScheduleDriver:
         self.schedule.observe_rewards(prompt_ids, rewards_per_prompt)
 
     def rollout_stats(self, rollouts) -> dict[str, float]:
-        """The schedule's metrics of the sampled batch (`Rollouts`, or anything with `mask` and `temperatures`)."""
+        """The schedule's metrics of the sampled batch (a sampled `RolloutBatch`, or anything with `mask` and `temperatures`)."""
         return self.schedule.rollout_stats(rollouts)
 
     def defer_entropy(self) -> None:

@@ -59,7 +59,7 @@ class _Stateless:
         pass
 
     def rollout_stats(self, ro) -> dict[str, float]:
-        """Metrics of what the schedule did to a sampled batch (`Rollouts`)."""
+        """Metrics of what the schedule did to a sampled batch (`RolloutBatch`)."""
         return {}
 
     def per_prompt(self, step: int, temperature, prompt_ids: Sequence[int]) -> list[PromptTemperature]:

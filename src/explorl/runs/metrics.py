@@ -3,9 +3,14 @@ docs/run-directory.md's table) and the rollout statistics computed from one step
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from explorl.analysis.measures import entropy_by_position
+
+if TYPE_CHECKING:
+    from explorl.algos.batch import RolloutBatch
 
 # Every key written to metrics.jsonl at each training step, with its meaning (docs/run-directory.md's table comes
 # from here).
@@ -67,13 +72,14 @@ STEP_METRICS: dict[str, str] = {
 # unweighted), eval/* (run.eval_every > 0, and once after the last step).
 
 
-def rollout_metrics(ro, rewards: torch.Tensor, entropy: torch.Tensor, advantages: torch.Tensor,
-                    correct: torch.Tensor) -> dict:
-    """Per-step statistics of a batch of rollouts (namespaced metric names, docs/run-directory.md); `correct[N]`
-    (bool) says which responses are correct by the task's rule (`Task.correct`), not by the shaped reward."""
-    mask = ro.mask
+def rollout_metrics(batch: RolloutBatch, correct: torch.Tensor) -> dict:
+    """Per-step statistics of a batch of rollouts (namespaced metric names, docs/run-directory.md): the step's
+    `RolloutBatch` through `compute_advantages` (its shaped rewards, pi_old's entropies, the advantages, the
+    sampler's entropies and temperatures). `correct[N]` (bool) says which responses are correct by the task's rule
+    (`Task.correct`), not by the shaped reward."""
+    mask, rewards, entropy, advantages = batch.mask, batch.shaped_rewards, batch.entropy, batch.advantages
     correct = correct.to(torch.bool)
-    group = ro.group
+    group = batch.group
     n_groups = int(group.max()) + 1 if len(group) else 0
     counts = torch.bincount(group, minlength=n_groups)
     n_correct = torch.bincount(group, weights=correct.float(), minlength=n_groups)
@@ -92,15 +98,15 @@ def rollout_metrics(ro, rewards: torch.Tensor, entropy: torch.Tensor, advantages
         "entropy/mean": float(ent_rows.sum() / mask.sum().clamp_min(1)),
         "entropy/pos": float(entropy[pos].mean()) if pos.any() else float("nan"),
         "entropy/neg": float(entropy[neg].mean()) if neg.any() else float("nan"),
-        "entropy/behavior_mean": float((ro.entropy * mask).sum() / mask.sum().clamp_min(1)),
-        "temperature/mean": float((ro.temperatures * mask).sum() / mask.sum().clamp_min(1)),
+        "entropy/behavior_mean": float((batch.behavior_entropy * mask).sum() / mask.sum().clamp_min(1)),
+        "temperature/mean": float((batch.temperatures * mask).sum() / mask.sum().clamp_min(1)),
         "rollouts/per_prompt_min": int(counts[present].min()),
         "rollouts/per_prompt_max": int(counts[present].max()),
         "rollouts/per_prompt_mean": float(counts[present].float().mean()),
         "rollouts/total": int(len(rewards)),
         "length/mean": float(lengths.mean()),
         "length/max": int(lengths.max()),
-        "length/truncated_frac": float(ro.truncated.float().mean()),
+        "length/truncated_frac": float(batch.truncated.float().mean()),
         "entropy/by_position": entropy_by_position(entropy, mask, bins=10).tolist(),
         "adv/mean": float(adv.mean()) if adv.numel() else 0.0,
         "adv/std": float(adv.std(unbiased=False)) if adv.numel() else 0.0,

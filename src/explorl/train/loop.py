@@ -44,7 +44,7 @@ from explorl.train.guards import Interrupted, RunGuards, RunStopped
 from explorl.train.memory import PhasePeaks
 from explorl.models import make_reference, resolve_model_path
 from explorl.train.preflight import check_run_inputs
-from explorl.rollout.collect import collect_rollouts
+from explorl.rollout.collect import BoundTask, collect_rollouts
 from explorl.rollout.sampler import Sampler
 from explorl.rollout.controllers import PromptStream
 from explorl.rollout.engines.vllm import VllmRollouts  # vLLM itself is imported only when it samples
@@ -65,12 +65,12 @@ from explorl.train.update import (
     keep_configured_optimizer,
     lr_lambda,
     make_optimizer,
+    fill_logprobs,
     on_policy_single_update,
-    rollout_batch,
     update_policy,
 )
 
-__all__ = ["train", "train_from_files", "update_policy", "rollout_batch", "make_optimizer", "lr_lambda",
+__all__ = ["train", "train_from_files", "update_policy", "fill_logprobs", "make_optimizer", "lr_lambda",
            "on_policy_single_update", "check_trainable_dtype", "NonFiniteError", "NonFiniteWeightsError",
            "RunStopped", "Interrupted"]
 
@@ -130,38 +130,38 @@ class TrainState:
         return state["step"], state.get("nonfinite_run", 0)
 
 
-def train_step(step: int, cfg: Config, st: TrainState, sampler: Sampler, tok, task, runner, encode,
+def train_step(step: int, cfg: Config, st: TrainState, sampler: Sampler, bound: BoundTask,
                guards: RunGuards) -> tuple:
-    """One step (0-based `step`): sample and score rollouts, advantages, the policy update; returns its metrics
-    record (without evaluations) and the step's `CollectedRollouts`. `sampler`: the run's (`Sampler.from_config`);
-    a vLLM engine in it is given the policy's weights first."""
+    """One step (0-based `step`): sample and score rollouts of `bound`'s problems, advantages, the policy update;
+    returns its metrics record (without evaluations) and the step's `Collected` (its scored `RolloutBatch` and
+    texts). `sampler`: the run's (`Sampler.from_config`); a vLLM engine in it is given the policy's weights first."""
     peaks = PhasePeaks(st.device)  # perf/mem_*_gib on CUDA
     t0 = time.perf_counter()
     if sampler.engine is not None:
         sampler.engine.sync(st.model)
     with peaks.phase("sample"):
-        got = collect_rollouts(sampler, tok, task, runner, st.stream, st.driver, batch_size=cfg.run.batch_size,
-                               step=step, generator=st.gens["sampler_rng"], encode=encode)
+        got = collect_rollouts(sampler, bound, st.stream, st.driver, batch_size=cfg.run.batch_size, step=step,
+                               generator=st.gens["sampler_rng"])
     guards.rewards(step + 1, got)
-    ro, t_sample = got.rollouts, time.perf_counter() - t0
+    t_sample = time.perf_counter() - t0
     # vLLM's kernels are not the policy's: pi_old (and its entropies) come from a forward pass
     pi_old_from_update = single_update_shortcut(cfg.algo, st.driver.behavior_is_policy and sampler.engine is None)
     with peaks.phase("logprob"):
-        batch = rollout_batch(st.model, st.ref, ro, got.rewards, got.train_temperature, cfg, pi_old_from_update)
-    prepared = compute_advantages(batch, cfg.algo, step + 1)
-    st.driver.end(float((batch.entropy * ro.mask).sum() / ro.mask.sum().clamp_min(1)))  # E3's feedback
+        batch = fill_logprobs(st.model, st.ref, got.batch, got.train_temperature, cfg, pi_old_from_update)
+    batch = compute_advantages(batch, cfg.algo, step + 1)
+    st.driver.end(float((batch.entropy * batch.mask).sum() / batch.mask.sum().clamp_min(1)))  # E3's feedback
     t1 = time.perf_counter()
-    correct = torch.tensor(got.correct, dtype=torch.bool, device=ro.mask.device)
-    record = {"step": step + 1, **rollout_metrics(ro, prepared.rewards, batch.entropy, prepared.advantages, correct),
-              "reward/errors": got.errors, "reward/timeouts": got.timeouts, **got.stats,
-              "temperature/train": got.train_temperature, **prepared.stats}
+    correct = torch.tensor(got.correct, dtype=torch.bool, device=batch.mask.device)
+    record = {"step": step + 1, **rollout_metrics(batch, correct), "reward/errors": got.errors,
+              "reward/timeouts": got.timeouts, **got.stats, "temperature/train": got.train_temperature,
+              **batch.stats}
     with peaks.phase("update"):
         record.update(guards.update(step + 1, lambda: update_policy(
-            st.model, st.optimizer, st.scheduler, batch, prepared, cfg, st.gens["shuffle_rng"],
+            st.model, st.optimizer, st.scheduler, batch, cfg, st.gens["shuffle_rng"],
             temperature=got.train_temperature)))
     t2 = time.perf_counter()
     record.update({"perf/step_s": t2 - t0, "perf/sample_s": t_sample, "perf/update_s": t2 - t1,
-                   "perf/tokens_per_s": float(ro.mask.sum()) / max(t_sample, 1e-9), **peaks.metrics()})
+                   "perf/tokens_per_s": float(batch.mask.sum()) / max(t_sample, 1e-9), **peaks.metrics()})
     return record, got
 
 
@@ -203,15 +203,16 @@ def train(cfg: Config, *, resume: str | Path | None = None, console=None, progre
     log.start_trackers(r, to_dict(cfg), resume_step=start if resume is not None else None)
     run_eval = held_out_evaluator(model, tok, cfg, task, encode, console)  # the task's split and run.eval_sets
     sampler = Sampler.from_config(model, tok, cfg.sampling, rollout_engine(cfg, model))
+    bound = BoundTask(tok, task, runner, encode)
     guards = RunGuards(cfg, log, console, start, nonfinite_run)
     bar = Progress(console, r.steps, start, enabled=progress, compiling=compiles(cfg, sampler))
     try:
         for step in range(start, r.steps):
-            record, got = train_step(step, cfg, st, sampler, tok, task, runner, encode, guards)
+            record, got = train_step(step, cfg, st, sampler, bound, guards)
             if r.eval_every > 0 and (step + 1) % r.eval_every == 0 and step + 1 < r.steps:
                 record.update({f"eval/{k}": v for k, v in run_eval(step + 1).items()})
             log.append_metrics(record)
-            log.log_samples(step + 1, got.problems, got.rollouts, got.texts, got.rewards, r.log_samples)
+            log.log_samples(step + 1, got.problems, got.batch, got.texts, got.rewards, r.log_samples)
             bar.update(step + 1, record)
             guards.after_step()
             saved = r.save_every > 0 and (step + 1) % r.save_every == 0 and step + 1 < r.steps

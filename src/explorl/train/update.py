@@ -1,5 +1,5 @@
-"""The policy update of one batch: pi_old's and the reference's log-probs (`rollout_batch`), then epochs x
-mini-batches x micro-batches of the configured objective (`update_policy`), AdamW with warm-up and cosine decay
+"""The policy update of one batch: pi_old's and the reference's log-probs (`fill_logprobs`, stage 3 of the step's
+`RolloutBatch`), then epochs x mini-batches x micro-batches of the configured objective (`update_policy`), AdamW with warm-up and cosine decay
 (`make_optimizer`). A loss or gradient that is not finite skips the rest of the step's updates before
 `optimizer.step` (`NonFiniteError`); weights left non-finite by a step raise `NonFiniteWeightsError`. On a resume
 the config's lr, betas and decay go back over a checkpoint's (`configured_hyperparameters`,
@@ -17,11 +17,10 @@ from explorl.algos.batch import RolloutBatch
 from explorl.algos.losses import micro_batch_share
 from explorl.algos.mismatch import mismatch_metrics
 from explorl.algos.registry import lookup
-from explorl.algos.step import PreparedBatch, idle_rows, policy_objective, requirements, single_update_shortcut
+from explorl.algos.step import idle_rows, policy_objective, requirements, single_update_shortcut
 from explorl.config import Config
 from explorl.models import reference_mode
 from explorl.rollout.logprobs import response_logprobs
-from explorl.rollout.rollouts import Rollouts
 
 
 class NonFiniteError(RuntimeError):
@@ -111,34 +110,39 @@ def _logprobs_without_idle(model, micro: RolloutBatch, idle: torch.Tensor, loss_
     return lp, None
 
 
-def update_policy(model, optimizer, scheduler, batch: RolloutBatch, prepared: PreparedBatch, cfg: Config,
-                  shuffle: torch.Generator, temperature: float | None = None) -> dict:
+def update_policy(model, optimizer, scheduler, batch: RolloutBatch, cfg: Config, shuffle: torch.Generator,
+                  temperature: float | None = None) -> dict:
     """Epochs x mini-batches of policy-gradient updates on one batch of rollouts. Returns mean stats.
 
-    `batch` holds the token ids for the forward (`rollout_batch`) and what `compute_advantages` saw, `prepared`
-    what it made; each micro-batch is one `select(rows, width)` of each.
+    `batch`: the step's `RolloutBatch` through `compute_advantages` (stage 4): its token ids for the forward, its
+    advantages and weights; each micro-batch is one `select(rows, width)` of it.
     `temperature` is the training temperature of the batch (the optimised policy is softmax(logits / it)).
     """
     a = cfg.algo
     params = [p for p in model.parameters() if p.requires_grad]
-    n = prepared.loss_mask.shape[0]
+    batch.require("advantages", "loss_mask", by="update_policy (run compute_advantages first)")
+    n = batch.loss_mask.shape[0]
     stats: dict[str, list[float]] = {}
     temp = cfg.sampling.temperature if temperature is None else temperature
     need_entropy = requirements(a).update_entropy
     batch.require("prompt_ids", "prompt_mask", "response_ids", by="update_policy")
-    lengths = batch.prompt_mask.sum(-1) + prepared.loss_mask.sum(-1)
-    idle = idle_rows(prepared, a)
+    lengths = batch.prompt_mask.sum(-1) + batch.loss_mask.sum(-1)
+    idle = idle_rows(batch, a)
     compile = fused_compile(cfg)
-    # under the single-update shortcut pi_old is this forward: the rollout/trainer mismatch is measured on its
-    # log-probs, before the optimizer step, on the tokens it computes (the response tokens, idle rows left out)
-    measure = batch.logprobs is None and batch.behavior_logprobs is not None and a.epochs == 1 and a.mini_batches == 1
+    # when no forward before the update computed pi_old (the single-update shortcut; verl's bypass mode, where pi_old
+    # is the rollout's) the rollout/trainer mismatch is measured on this forward's log-probs, before the optimizer
+    # step, on the tokens it computes (the response tokens, idle rows left out); with one update only, so that it
+    # runs at the sampling weights
+    pi_old_is_rollout = batch.logprobs is None or lookup("policy_loss", a.loss).old_is_behavior
+    measure = (pi_old_is_rollout and batch.behavior_logprobs is not None and a.epochs == 1
+               and a.mini_batches == 1)
     if measure:
-        trainer_lp, measured = torch.zeros_like(prepared.loss_mask), torch.zeros_like(prepared.loss_mask)
+        trainer_lp, measured = torch.zeros_like(batch.loss_mask), torch.zeros_like(batch.loss_mask)
     for _ in range(a.epochs):
         # drawn on the host (the same order on every device), then moved: indices live with what they index
-        perm = torch.randperm(n, generator=shuffle).to(prepared.loss_mask.device)
+        perm = torch.randperm(n, generator=shuffle).to(batch.loss_mask.device)
         for mb in perm.chunk(a.mini_batches):
-            mb_mask = prepared.loss_mask[mb]
+            mb_mask = batch.loss_mask[mb]
             optimizer.zero_grad(set_to_none=True)
             stepped = False
             for local in _micro_batches(mb, lengths, a):
@@ -146,7 +150,7 @@ def update_policy(model, optimizer, scheduler, batch: RolloutBatch, prepared: Pr
                 # padding columns no row here uses; the forward reads the response mask: the loss mask may have holes
                 # (rollout_rs rejects single tokens), which must still be attended to
                 width = max(int(batch.mask[rows].sum(-1).max()), 1)
-                micro, micro_prepared = batch.select(rows, width), prepared.select(rows, width)
+                micro = batch.select(rows, width)
                 if bool(idle[rows].any()):
                     lp, ent = _logprobs_without_idle(model, micro, idle[rows], micro.mask, temp,
                                                      on_policy=batch.logprobs is None, compile=compile)
@@ -155,7 +159,7 @@ def update_policy(model, optimizer, scheduler, batch: RolloutBatch, prepared: Pr
                 if measure:
                     trainer_lp[rows, :width] = lp.detach().to(trainer_lp.dtype)
                     measured[rows, :width] = micro.mask * (~idle[rows])[:, None]
-                loss, st = policy_objective(lp, ent, micro, micro_prepared, a, generator=shuffle)
+                loss, st = policy_objective(lp, ent, micro, a, generator=shuffle)
                 if not torch.isfinite(loss):
                     raise NonFiniteError(f"loss is {float(loss.detach())} (pg={st.get('loss/pg')}); update skipped")
                 if loss.requires_grad:  # not when every row of the micro-batch is idle
@@ -187,28 +191,24 @@ def update_policy(model, optimizer, scheduler, batch: RolloutBatch, prepared: Pr
 
 
 @torch.no_grad()
-def rollout_batch(model, ref, ro: Rollouts, rewards: list[float], temperature: float, cfg: Config,
+def fill_logprobs(model, ref, batch: RolloutBatch, temperature: float, cfg: Config,
                   pi_old_from_update: bool) -> RolloutBatch:
-    """The `RolloutBatch` of a step, the one object the update reads: the rollouts' token ids, masks and sampler
-    numbers, pi_old's log-probs and entropies (a forward pass, unless the update's own forward serves as pi_old)
-    and the reference's log-probs when the method needs them."""
+    """Stage 3 of the step's `RolloutBatch`: pi_old's log-probs and entropies at the training `temperature` (a
+    forward pass, unless the update's own forward serves as pi_old or verl's bypass mode takes the rollout's) and
+    the reference's log-probs when the method needs them. `batch`: the sampled (and scored) batch."""
     if pi_old_from_update:  # the sampler's entropies are the policy's at this temperature (behaviour = policy)
-        old_lp, old_ent = None, ro.entropy
+        old_lp, old_ent = None, batch.behavior_entropy
     elif lookup("policy_loss", cfg.algo.loss).old_is_behavior:  # verl's bypass mode: pi_old is the rollout's
-        old_lp, old_ent = ro.behavior_logprobs, ro.entropy
+        old_lp, old_ent = batch.behavior_logprobs, batch.behavior_entropy
     else:
-        old_lp, old_ent = response_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.mask,
-                                            temperature, compile=fused_compile(cfg))
+        old_lp, old_ent = response_logprobs(model, batch.prompt_ids, batch.prompt_mask, batch.response_ids,
+                                            batch.mask, temperature, compile=fused_compile(cfg))
     ref_lp = None
     if requirements(cfg.algo).ref:
         with reference_mode(model, ref) as ref_model:
-            ref_lp, _ = response_logprobs(ref_model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.mask,
-                                          temperature, with_entropy=False, compile=fused_compile(cfg))
-    return RolloutBatch(mask=ro.mask, rewards=torch.tensor(rewards, dtype=torch.float32, device=ro.mask.device),
-                        group=ro.group, max_response_len=cfg.sampling.max_new_tokens, logprobs=old_lp,
-                        behavior_logprobs=ro.behavior_logprobs, ref_logprobs=ref_lp, entropy=old_ent,
-                        lengths=ro.lengths, truncated=ro.truncated, prompt_ids=ro.prompt_ids,
-                        prompt_mask=ro.prompt_mask, response_ids=ro.response_ids)
+            ref_lp, _ = response_logprobs(ref_model, batch.prompt_ids, batch.prompt_mask, batch.response_ids,
+                                          batch.mask, temperature, with_entropy=False, compile=fused_compile(cfg))
+    return batch.replace(logprobs=old_lp, entropy=old_ent, ref_logprobs=ref_lp)
 
 
 def configured_hyperparameters(optimizer) -> list[dict]:

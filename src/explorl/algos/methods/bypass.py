@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from explorl.algos.aggregation import zero_padding
+from explorl.algos.batch import RolloutBatch
 from explorl.algos.methods.gpg_loss import gpg_loss
 from explorl.algos.methods.ppo import policy_loss
 from explorl.algos.methods.rollout_correction import IS_LEVELS, IS_MODES, rollout_is_weights
@@ -139,14 +140,14 @@ def _check_bypass(cfg) -> str | None:
 @register("policy_loss", "bypass_mode", needs_behavior=True, old_is_behavior=True, options=BypassOptions,
           check=_check_bypass, reads=("eps_low", "eps_high", "loss_agg"), formula=bypass_loss,
           cites=(Cite("When Speed Kills Stability", doc="6d"),))
-def _bypass_adapter(logprobs_new: Tensor, logprobs_old: Tensor, advantages: Tensor, mask: Tensor, cfg, *,
-                    max_response_len: int | None, is_weights: Tensor | None, token_weights: Tensor | None,
+def _bypass_adapter(logprobs_new: Tensor, batch: RolloutBatch, cfg, *,
                     options: BypassOptions) -> tuple[Tensor, dict[str, float]]:
-    """Bypass mode (`bypass_loss`): `logprobs_old` is the rollout's (the engine filled pi_old with them)."""
+    """Bypass mode (`bypass_loss`): `batch.logprobs` are the rollout's (the engine filled pi_old with them)."""
     o = options
-    return bypass_loss(logprobs_new, logprobs_old, advantages, mask, loss_type=o.loss_type, eps_low=cfg.eps_low,
-                       eps_high=cfg.eps_high, agg=cfg.loss_agg, max_response_len=max_response_len,
-                       token_weights=token_weights, dual_clip_c=o.dual_clip_c, is_level=o.rollout_is,
-                       is_mode=o.rollout_is_mode, is_upper=o.rollout_is_threshold,
-                       is_lower=o.rollout_is_threshold_lower, is_batch_normalize=o.rollout_is_batch_normalize,
-                       rs_modes=o.rollout_rs, rs_upper=o.rollout_rs_threshold, rs_lower=o.rollout_rs_threshold_lower)
+    return bypass_loss(logprobs_new, batch.logprobs, batch.advantages, batch.loss_mask, loss_type=o.loss_type,
+                       eps_low=cfg.eps_low, eps_high=cfg.eps_high, agg=cfg.loss_agg,
+                       max_response_len=batch.max_response_len, token_weights=batch.token_weights,
+                       dual_clip_c=o.dual_clip_c, is_level=o.rollout_is, is_mode=o.rollout_is_mode,
+                       is_upper=o.rollout_is_threshold, is_lower=o.rollout_is_threshold_lower,
+                       is_batch_normalize=o.rollout_is_batch_normalize, rs_modes=o.rollout_rs,
+                       rs_upper=o.rollout_rs_threshold, rs_lower=o.rollout_rs_threshold_lower)

@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from explorl.algos.aggregation import aggregate, masked_mean, zero_padding
+from explorl.algos.batch import RolloutBatch
 from explorl.algos.core import (apply_weights, as_constant, check_loss_inputs, importance_ratio, ratio_stats,
                                 valid_fraction, weight_stats)
 from explorl.algos.registry import Cite, register
@@ -96,11 +97,9 @@ def cispo_loss(
 
 @register("policy_loss", "cispo", needs_old_logprobs=False, rowwise=True, reads=("eps_low", "eps_high", "loss_agg"),
           formula=cispo_loss, cites=(Cite("MiniMax-M1", "eq. 4, eq. 5, section 3.1", doc="5h"),))
-def _cispo_adapter(logprobs_new: Tensor, logprobs_old: Tensor, advantages: Tensor, mask: Tensor, cfg, *,
-                   max_response_len: int | None, is_weights: Tensor | None,
-                   token_weights: Tensor | None) -> tuple[Tensor, dict[str, float]]:
+def _cispo_adapter(logprobs_new: Tensor, batch: RolloutBatch, cfg) -> tuple[Tensor, dict[str, float]]:
     """CISPO (`cispo_loss`) with the weight's clip range `algo.eps_low` / `algo.eps_high` and the aggregation
     `algo.loss_agg`."""
-    return cispo_loss(logprobs_new, logprobs_old, advantages, mask, eps_low=cfg.eps_low, eps_high=cfg.eps_high,
-                      agg=cfg.loss_agg, max_response_len=max_response_len, is_weights=is_weights,
-                      token_weights=token_weights)
+    return cispo_loss(logprobs_new, batch.logprobs, batch.advantages, batch.loss_mask, eps_low=cfg.eps_low,
+                      eps_high=cfg.eps_high, agg=cfg.loss_agg, max_response_len=batch.max_response_len,
+                      is_weights=batch.is_weights, token_weights=batch.token_weights)

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from explorl.algos.aggregation import aggregate
+from explorl.algos.batch import RolloutBatch
 from explorl.algos.core import (apply_weights, as_constant, centered_cov, check_loss_inputs, importance_ratio,
                                 ppo_stats, ppo_token_loss, valid_fraction, weight_stats)
 from explorl.algos.registry import Cite, register
@@ -94,8 +95,8 @@ def clip_cov_loss(logprobs_new: Tensor, logprobs_old: Tensor, advantages: Tensor
     loss = aggregate(token_loss, valid, agg, max_response_len)
 
     with torch.no_grad():
-        stats = ppo_stats(loss, ratio, log_ratio, adv, loss_unclipped, loss_clipped, valid, n_valid,
-                           eps_low, eps_high)
+        stats = ppo_stats(loss, ratio, log_ratio, adv, loss_clipped > loss_unclipped, valid, n_valid,
+                          (eps_low, eps_high))
         stats["loss/clip_cov_frac"] = valid_fraction(selected, valid, n_valid)
         stats["loss/clip_cov_candidate_frac"] = valid_fraction(candidates, valid, n_valid)
         weight_stats(stats, valid, n_valid, ratio.dtype, is_weights, token_weights)
@@ -105,16 +106,14 @@ def clip_cov_loss(logprobs_new: Tensor, logprobs_old: Tensor, advantages: Tensor
 @register("policy_loss", "clip_cov", needs_old_logprobs=False, needs_generator=True, options=ClipCovOptions,
           reads=("eps_low", "eps_high", "loss_agg"), formula=clip_cov_loss,
           cites=(Cite("Clip-Cov/KL-Cov", "section 4.2", doc="5a"),))
-def _clip_cov_adapter(logprobs_new: Tensor, logprobs_old: Tensor, advantages: Tensor, mask: Tensor, cfg, *,
-                      max_response_len: int | None, is_weights: Tensor | None, token_weights: Tensor | None,
-                      generator: torch.Generator | None = None,
+def _clip_cov_adapter(logprobs_new: Tensor, batch: RolloutBatch, cfg, *, generator: torch.Generator | None = None,
                       options: ClipCovOptions) -> tuple[Tensor, dict[str, float]]:
     """Clip-Cov (`clip_cov_loss`) with the clip range `algo.eps_low` / `algo.eps_high`, the options
     `algo.clip_cov.*` and the aggregation `algo.loss_agg`."""
-    return clip_cov_loss(logprobs_new, logprobs_old, advantages, mask, eps_low=cfg.eps_low, eps_high=cfg.eps_high,
-                         clip_ratio=options.ratio, lb=options.lb, ub=options.ub, agg=cfg.loss_agg,
-                         max_response_len=max_response_len, generator=generator, is_weights=is_weights,
-                         token_weights=token_weights)
+    return clip_cov_loss(logprobs_new, batch.logprobs, batch.advantages, batch.loss_mask, eps_low=cfg.eps_low,
+                         eps_high=cfg.eps_high, clip_ratio=options.ratio, lb=options.lb, ub=options.ub,
+                         agg=cfg.loss_agg, max_response_len=batch.max_response_len, generator=generator,
+                         is_weights=batch.is_weights, token_weights=batch.token_weights)
 
 
 @torch.no_grad()

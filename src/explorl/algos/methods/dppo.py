@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from explorl.algos.aggregation import aggregate, zero_padding
+from explorl.algos.batch import RolloutBatch
 from explorl.algos.core import (apply_weights, as_constant, check_loss_inputs, importance_ratio, ratio_stats,
                                 valid_fraction, weight_stats)
 from explorl.algos.registry import Cite, register
@@ -172,22 +173,20 @@ def _dppo(divergence: str, logprobs_new: Tensor, logprobs_old: Tensor, advantage
 @register("policy_loss", "dppo_tv", needs_old_logprobs=False, rowwise=True, options=DppoOptions,
           check=_check_dppo("dppo_tv"), reads=("eps_low", "eps_high", "loss_agg"),
           formula=(dppo_loss, trust_region_mask, binary_divergence), cites=(Cite("DPPO", doc="5j"),))
-def _dppo_tv_adapter(logprobs_new: Tensor, logprobs_old: Tensor, advantages: Tensor, mask: Tensor, cfg, *,
-                     max_response_len: int | None, is_weights: Tensor | None, token_weights: Tensor | None,
+def _dppo_tv_adapter(logprobs_new: Tensor, batch: RolloutBatch, cfg, *,
                      options: DppoOptions) -> tuple[Tensor, dict[str, float]]:
     """DPPO-Binary-TV (`dppo_loss`, divergence `tv`) with the bounds `algo.eps_low` / `algo.eps_high`, the cap
     `algo.dppo_tv.ratio_cap` and the aggregation `algo.loss_agg`."""
-    return _dppo("tv", logprobs_new, logprobs_old, advantages, mask, cfg, max_response_len,
-                 (is_weights, token_weights), options)
+    return _dppo("tv", logprobs_new, batch.logprobs, batch.advantages, batch.loss_mask, cfg, batch.max_response_len,
+                 (batch.is_weights, batch.token_weights), options)
 
 
 @register("policy_loss", "dppo_kl", needs_old_logprobs=False, rowwise=True, options=DppoOptions,
           check=_check_dppo("dppo_kl"), reads=("eps_low", "eps_high", "loss_agg"),
           formula=(dppo_loss, trust_region_mask, binary_divergence), cites=(Cite("DPPO", doc="5j"),))
-def _dppo_kl_adapter(logprobs_new: Tensor, logprobs_old: Tensor, advantages: Tensor, mask: Tensor, cfg, *,
-                     max_response_len: int | None, is_weights: Tensor | None, token_weights: Tensor | None,
+def _dppo_kl_adapter(logprobs_new: Tensor, batch: RolloutBatch, cfg, *,
                      options: DppoOptions) -> tuple[Tensor, dict[str, float]]:
     """DPPO-Binary-KL (`dppo_loss`, divergence `kl`) with the bounds `algo.eps_low` / `algo.eps_high`, the cap
     `algo.dppo_kl.ratio_cap` and the aggregation `algo.loss_agg`."""
-    return _dppo("kl", logprobs_new, logprobs_old, advantages, mask, cfg, max_response_len,
-                 (is_weights, token_weights), options)
+    return _dppo("kl", logprobs_new, batch.logprobs, batch.advantages, batch.loss_mask, cfg, batch.max_response_len,
+                 (batch.is_weights, batch.token_weights), options)

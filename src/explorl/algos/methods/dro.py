@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from explorl.algos.aggregation import aggregate, masked_mean, zero_padding
+from explorl.algos.batch import RolloutBatch
 from explorl.algos.core import (apply_weights, as_constant, check_loss_inputs, importance_ratio, ratio_stats,
                                 weight_stats)
 from explorl.algos.registry import Cite, register
@@ -98,9 +99,9 @@ def dro_loss(
 
 @register("policy_loss", "dro", needs_old_logprobs=False, options=DroOptions, check=_check_dro, reads=("loss_agg",),
           formula=dro_loss, cites=(Cite("DRO", doc="5l"),))
-def _dro_adapter(logprobs_new: Tensor, logprobs_old: Tensor, advantages: Tensor, mask: Tensor, cfg, *,
-                 max_response_len: int | None, is_weights: Tensor | None, token_weights: Tensor | None,
+def _dro_adapter(logprobs_new: Tensor, batch: RolloutBatch, cfg, *,
                  options: DroOptions) -> tuple[Tensor, dict[str, float]]:
     """DRO (`dro_loss`) with the coefficient `algo.dro.beta` and the aggregation `algo.loss_agg`."""
-    return dro_loss(logprobs_new, logprobs_old, advantages, mask, beta=options.beta, agg=cfg.loss_agg,
-                    max_response_len=max_response_len, is_weights=is_weights, token_weights=token_weights)
+    return dro_loss(logprobs_new, batch.logprobs, batch.advantages, batch.loss_mask, beta=options.beta,
+                    agg=cfg.loss_agg, max_response_len=batch.max_response_len, is_weights=batch.is_weights,
+                    token_weights=batch.token_weights)

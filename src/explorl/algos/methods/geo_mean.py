@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from explorl.algos.aggregation import aggregate, zero_padding
+from explorl.algos.batch import RolloutBatch
 from explorl.algos.core import (apply_weights, as_constant, check_loss_inputs, importance_ratio, ratio_stats,
                                 valid_fraction, weight_stats)
 from explorl.algos.registry import Cite, register
@@ -126,11 +127,9 @@ def geo_mean_loss(
 @register("policy_loss", "geo_mean", needs_old_logprobs=False, rowwise=True, check=_check_geo_mean,
           reads=("eps_low", "eps_high", "loss_agg", "token_filter"),
           formula=(geo_mean_loss, clipped_log_ratio, sequence_weights), cites=(Cite("GMPO", doc="5k"),))
-def _geo_mean_adapter(logprobs_new: Tensor, logprobs_old: Tensor, advantages: Tensor, mask: Tensor, cfg, *,
-                      max_response_len: int | None, is_weights: Tensor | None,
-                      token_weights: Tensor | None) -> tuple[Tensor, dict[str, float]]:
+def _geo_mean_adapter(logprobs_new: Tensor, batch: RolloutBatch, cfg) -> tuple[Tensor, dict[str, float]]:
     """GMPO (`geo_mean_loss`) with the log-space clip range `algo.eps_low` / `algo.eps_high` and the aggregation
     `algo.loss_agg`."""
-    return geo_mean_loss(logprobs_new, logprobs_old, advantages, mask, eps_low=cfg.eps_low, eps_high=cfg.eps_high,
-                         agg=cfg.loss_agg, max_response_len=max_response_len, is_weights=is_weights,
-                         token_weights=token_weights)
+    return geo_mean_loss(logprobs_new, batch.logprobs, batch.advantages, batch.loss_mask, eps_low=cfg.eps_low,
+                         eps_high=cfg.eps_high, agg=cfg.loss_agg, max_response_len=batch.max_response_len,
+                         is_weights=batch.is_weights, token_weights=batch.token_weights)

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from explorl.algos.aggregation import aggregate, zero_padding
+from explorl.algos.batch import RolloutBatch
 from explorl.algos.core import (apply_weights, as_constant, check_loss_inputs, importance_ratio, ratio_stats,
                                 weight_stats)
 from explorl.algos.registry import Cite, register
@@ -66,9 +67,8 @@ def gpg_loss(
 
 @register("policy_loss", "gpg", needs_old_logprobs=False, rowwise=True, reads=("loss_agg",), formula=gpg_loss,
           cites=(Cite("GPG", doc="5m"),))
-def _gpg_loss_adapter(logprobs_new: Tensor, logprobs_old: Tensor, advantages: Tensor, mask: Tensor, cfg, *,
-                      max_response_len: int | None, is_weights: Tensor | None,
-                      token_weights: Tensor | None) -> tuple[Tensor, dict[str, float]]:
+def _gpg_loss_adapter(logprobs_new: Tensor, batch: RolloutBatch, cfg) -> tuple[Tensor, dict[str, float]]:
     """GPG's loss (`gpg_loss`) with the aggregation `algo.loss_agg`."""
-    return gpg_loss(logprobs_new, logprobs_old, advantages, mask, agg=cfg.loss_agg,
-                    max_response_len=max_response_len, is_weights=is_weights, token_weights=token_weights)
+    return gpg_loss(logprobs_new, batch.logprobs, batch.advantages, batch.loss_mask, agg=cfg.loss_agg,
+                    max_response_len=batch.max_response_len, is_weights=batch.is_weights,
+                    token_weights=batch.token_weights)

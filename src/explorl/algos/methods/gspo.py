@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from explorl.algos.aggregation import aggregate, zero_padding
+from explorl.algos.batch import RolloutBatch
 from explorl.algos.core import (apply_weights, as_constant, check_loss_inputs, importance_ratio, ppo_stats,
                                 ppo_token_loss, weight_stats)
 from explorl.algos.registry import Cite, register
@@ -98,8 +99,8 @@ def gspo_loss(
     loss = aggregate(token_loss, valid, agg, max_response_len)
     with torch.no_grad():
         n_valid = int(valid.sum())
-        stats = ppo_stats(loss, ratio, log_ratio, adv, loss_unclipped, loss_clipped, valid, n_valid,
-                           eps_low, eps_high)
+        stats = ppo_stats(loss, ratio, log_ratio, adv, loss_clipped > loss_unclipped, valid, n_valid,
+                          (eps_low, eps_high))
         weight_stats(stats, valid, n_valid, ratio.dtype, is_weights, token_weights)
     return loss, stats
 
@@ -107,11 +108,11 @@ def gspo_loss(
 @register("policy_loss", "gspo", needs_old_logprobs=False, rowwise=True, options=GspoOptions, check=_check_gspo,
           reads=("eps_low", "eps_high", "loss_agg"), formula=gspo_loss,
           cites=(Cite("GSPO", "eq. 5, section 4.3", doc="5g"),))
-def _gspo_adapter(logprobs_new: Tensor, logprobs_old: Tensor, advantages: Tensor, mask: Tensor, cfg, *,
-                  max_response_len: int | None, is_weights: Tensor | None, token_weights: Tensor | None,
+def _gspo_adapter(logprobs_new: Tensor, batch: RolloutBatch, cfg, *,
                   options: GspoOptions) -> tuple[Tensor, dict[str, float]]:
     """GSPO (`gspo_loss`) with the clip range `algo.eps_low` / `algo.eps_high` and the aggregation
     `algo.loss_agg`."""
-    return gspo_loss(logprobs_new, logprobs_old, advantages, mask, eps_low=cfg.eps_low, eps_high=cfg.eps_high,
-                     agg=cfg.loss_agg, max_response_len=max_response_len, is_weights=is_weights,
-                     token_weights=token_weights, max_log_ratio=options.max_log_ratio)
+    return gspo_loss(logprobs_new, batch.logprobs, batch.advantages, batch.loss_mask, eps_low=cfg.eps_low,
+                     eps_high=cfg.eps_high, agg=cfg.loss_agg, max_response_len=batch.max_response_len,
+                     is_weights=batch.is_weights, token_weights=batch.token_weights,
+                     max_log_ratio=options.max_log_ratio)

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from explorl.algos.aggregation import aggregate, masked_mean
+from explorl.algos.batch import RolloutBatch
 from explorl.algos.core import (apply_weights, as_constant, centered_cov, check_loss_inputs, importance_ratio,
                                 ratio_stats, top_k_mask, valid_fraction, weight_stats)
 from explorl.algos.registry import Cite, register
@@ -103,10 +104,9 @@ def kl_cov_loss(
 
 @register("policy_loss", "kl_cov", needs_old_logprobs=False, options=KlCovOptions, reads=("loss_agg",),
           formula=kl_cov_loss, cites=(Cite("Clip-Cov/KL-Cov", "section 4.2", doc="5b"),))
-def _kl_cov_adapter(logprobs_new: Tensor, logprobs_old: Tensor, advantages: Tensor, mask: Tensor, cfg, *,
-                    max_response_len: int | None, is_weights: Tensor | None, token_weights: Tensor | None,
+def _kl_cov_adapter(logprobs_new: Tensor, batch: RolloutBatch, cfg, *,
                     options: KlCovOptions) -> tuple[Tensor, dict[str, float]]:
     """KL-Cov (`kl_cov_loss`) with the options `algo.kl_cov.*` and the aggregation `algo.loss_agg`."""
-    return kl_cov_loss(logprobs_new, logprobs_old, advantages, mask, k_percent=options.k_percent,
-                       kl_coef=options.coef, agg=cfg.loss_agg, max_response_len=max_response_len,
-                       is_weights=is_weights, token_weights=token_weights)
+    return kl_cov_loss(logprobs_new, batch.logprobs, batch.advantages, batch.loss_mask, k_percent=options.k_percent,
+                       kl_coef=options.coef, agg=cfg.loss_agg, max_response_len=batch.max_response_len,
+                       is_weights=batch.is_weights, token_weights=batch.token_weights)

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from explorl.algos.aggregation import aggregate
+from explorl.algos.batch import RolloutBatch
 from explorl.algos.core import (apply_weights, as_constant, check_loss_inputs, importance_ratio, ppo_stats,
                                 ppo_token_loss, valid_fraction, weight_stats)
 from explorl.algos.registry import Cite, register
@@ -117,8 +118,8 @@ def policy_loss(
 
     with torch.no_grad():
         n_valid = int(valid.sum())
-        stats = ppo_stats(loss, ratio, log_ratio, adv, loss_unclipped, loss_clipped, valid, n_valid,
-                           eps_low, eps_high)
+        stats = ppo_stats(loss, ratio, log_ratio, adv, loss_clipped > loss_unclipped, valid, n_valid,
+                          (eps_low, eps_high))
         if dual_active is not None:
             stats["loss/dual_clip_frac"] = valid_fraction(dual_active, valid, n_valid)
         weight_stats(stats, valid, n_valid, ratio.dtype, is_weights, token_weights)
@@ -127,11 +128,10 @@ def policy_loss(
 
 @register("policy_loss", "ppo", needs_old_logprobs=False, rowwise=True, options=PpoOptions, check=_check_ppo,
           reads=("eps_low", "eps_high", "loss_agg"), formula=policy_loss, cites=(Cite("PPO", "eq. 7", doc="1b"),))
-def _ppo_adapter(logprobs_new: Tensor, logprobs_old: Tensor, advantages: Tensor, mask: Tensor, cfg, *,
-                 max_response_len: int | None, is_weights: Tensor | None, token_weights: Tensor | None,
+def _ppo_adapter(logprobs_new: Tensor, batch: RolloutBatch, cfg, *,
                  options: PpoOptions) -> tuple[Tensor, dict[str, float]]:
     """PPO-clip (`policy_loss`) with the clip range `algo.eps_low` / `algo.eps_high`, the dual clip
     `algo.ppo.dual_clip_c` and the aggregation `algo.loss_agg`."""
-    return policy_loss(logprobs_new, logprobs_old, advantages, mask, eps_low=cfg.eps_low, eps_high=cfg.eps_high,
-                       agg=cfg.loss_agg, max_response_len=max_response_len, is_weights=is_weights,
-                       token_weights=token_weights, dual_clip_c=options.dual_clip_c)
+    return policy_loss(logprobs_new, batch.logprobs, batch.advantages, batch.loss_mask, eps_low=cfg.eps_low,
+                       eps_high=cfg.eps_high, agg=cfg.loss_agg, max_response_len=batch.max_response_len,
+                       is_weights=batch.is_weights, token_weights=batch.token_weights, dual_clip_c=options.dual_clip_c)

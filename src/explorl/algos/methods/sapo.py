@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from explorl.algos.aggregation import aggregate, masked_mean
+from explorl.algos.batch import RolloutBatch
 from explorl.algos.core import (apply_weights, as_constant, check_loss_inputs, importance_ratio, ratio_stats,
                                 weight_stats)
 from explorl.algos.registry import Cite, register
@@ -120,11 +121,10 @@ def sapo_loss(
 
 @register("policy_loss", "sapo", needs_old_logprobs=False, rowwise=True, options=SapoOptions, check=_check_sapo,
           reads=("loss_agg",), formula=sapo_loss, cites=(Cite("SAPO", "", doc="5i"),))
-def _sapo_adapter(logprobs_new: Tensor, logprobs_old: Tensor, advantages: Tensor, mask: Tensor, cfg, *,
-                  max_response_len: int | None, is_weights: Tensor | None, token_weights: Tensor | None,
+def _sapo_adapter(logprobs_new: Tensor, batch: RolloutBatch, cfg, *,
                   options: SapoOptions) -> tuple[Tensor, dict[str, float]]:
     """SAPO (`sapo_loss`) with the temperatures `algo.sapo.tau_pos` / `tau_neg` and the aggregation
     `algo.loss_agg`."""
-    return sapo_loss(logprobs_new, logprobs_old, advantages, mask, tau_pos=options.tau_pos, tau_neg=options.tau_neg,
-                     agg=cfg.loss_agg, max_response_len=max_response_len, is_weights=is_weights,
-                     token_weights=token_weights)
+    return sapo_loss(logprobs_new, batch.logprobs, batch.advantages, batch.loss_mask, tau_pos=options.tau_pos,
+                     tau_neg=options.tau_neg, agg=cfg.loss_agg, max_response_len=batch.max_response_len,
+                     is_weights=batch.is_weights, token_weights=batch.token_weights)

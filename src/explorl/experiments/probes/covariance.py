@@ -16,7 +16,7 @@ from explorl.rollout.logprobs import response_logprobs
 @torch.no_grad()
 def batch_covariance(model, ro, rewards: Sequence[float], *, temperature: float = 1.0,
                      per_group: bool = True) -> Tensor:
-    """Token covariance c `[N, T]` of a sampled batch `ro` (`rollout.engines.native.Rollouts`) under GRPO's advantages.
+    """Token covariance c `[N, T]` of a sampled batch `ro` (`RolloutBatch`) under GRPO's advantages.
 
     The log-probs are the training forward's (`rollout.logprobs.response_logprobs` at `temperature`), the
     advantages `algos.advantages.grpo`, and c is `algos.advantages.token_covariance` with the means per prompt

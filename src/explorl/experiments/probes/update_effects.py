@@ -12,7 +12,7 @@ from torch import Tensor
 from explorl.algos.step import compute_advantages
 from explorl.analysis.text import CATEGORIES, token_category
 from explorl.rollout.logprobs import response_logprobs
-from explorl.train.loop import make_optimizer, rollout_batch, update_policy
+from explorl.train.loop import fill_logprobs, make_optimizer, update_policy
 from explorl.train.update import fused_compile
 
 
@@ -21,27 +21,29 @@ def one_update_effects(model, ro, rewards: Sequence[float], cfg, *, temperature:
     """Take exactly one policy update on a sampled batch, as `explorl train` takes it, and measure every token
     before and after (STILL, section 3.2.2, Figures 4 and 5(a)).
 
-    The trainer's own pieces: `train.loop.rollout_batch` (pi_old's log-probs and entropies by the training forward),
+    The trainer's own pieces: `train.loop.fill_logprobs` (pi_old's log-probs and entropies by the training forward),
     `algos.step.compute_advantages` (the configured estimator and shapers, step 1), `train.loop.make_optimizer` and
     `train.loop.update_policy` (`cfg.algo.epochs` x `cfg.algo.mini_batches` optimizer steps on the batch, one with
     the defaults; the first step's lr multiplier is 1 when `cfg.optim.warmup_steps` is 0). The model is updated in
     place. `ref`: the frozen reference when the method needs one (`algos.step.requirements(cfg.algo).ref`).
 
     Args:
-        ro: `Rollouts` of the batch; rewards: `[N]`; cfg: a `Config`; temperature: the training temperature.
+        ro: the sampled `RolloutBatch`; rewards: `[N]`, its scores; cfg: a `Config`; temperature: the training
+            temperature.
     Returns:
         `{"logprobs_before", "logprobs_after", "entropy_before", "entropy_after", "advantages"}` `[N, T]` float32
         (0 on padding, training temperature) and `"stats"` (the update's metrics).
     """
     device = ro.mask.device
-    batch = rollout_batch(model, ref, ro, list(rewards), temperature, cfg, pi_old_from_update=False)
-    prepared = compute_advantages(batch, cfg.algo, 1)
+    scored = ro.replace(rewards=torch.tensor(list(rewards), dtype=torch.float32, device=device))
+    batch = fill_logprobs(model, ref, scored, temperature, cfg, pi_old_from_update=False)
+    batch = compute_advantages(batch, cfg.algo, 1)
     optimizer, scheduler = make_optimizer(model, cfg, device)
     was_training = model.training
     model.train()
     try:
         shuffle = torch.Generator().manual_seed(seed)
-        stats = update_policy(model, optimizer, scheduler, batch, prepared, cfg, shuffle, temperature=temperature)
+        stats = update_policy(model, optimizer, scheduler, batch, cfg, shuffle, temperature=temperature)
     finally:
         model.train(was_training)
     optimizer.zero_grad(set_to_none=True)
@@ -49,7 +51,7 @@ def one_update_effects(model, ro, rewards: Sequence[float], cfg, *, temperature:
         lp_after, ent_after = response_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.mask,
                                                 temperature, compile=fused_compile(cfg))  # the forward of pi_old
     return {"logprobs_before": batch.logprobs, "logprobs_after": lp_after, "entropy_before": batch.entropy,
-            "entropy_after": ent_after, "advantages": prepared.advantages, "stats": stats}
+            "entropy_after": ent_after, "advantages": batch.advantages, "stats": stats}
 
 
 def _rank_bins(values: Tensor, bins: int) -> Tensor:

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from explorl.algos import PreparedBatch, RolloutBatch
+from explorl.algos import RolloutBatch
 from explorl.algos.losses import aggregation_count
 
 __all__ = ["gather_rows", "generation_batch", "global_micro_batch", "local_rows", "micro_batch", "truncated",
@@ -62,28 +62,27 @@ def generation_batch(accelerator, out: dict, mask: Tensor, rewards: Tensor, grou
                         truncated=g(truncated(out["completion_ids"], mask, eos_ids)))
 
 
-def local_rows(accelerator, prepared: PreparedBatch, shape: tuple[int, int]) -> dict[str, Tensor | None]:
-    """This process's rows (`shape`: its `[n, T]`) of the advantage step's outputs, as TRL's batch carries them."""
+def local_rows(accelerator, batch: RolloutBatch, shape: tuple[int, int]) -> dict[str, Tensor | None]:
+    """This process's rows (`shape`: its `[n, T]`) of the advantage step's outputs (`batch` through
+    `compute_advantages`), as TRL's batch carries them."""
     n, t = shape
     rows = slice(accelerator.process_index * n, (accelerator.process_index + 1) * n)
     local = lambda x: None if x is None else x[rows, :t]  # noqa: E731
-    return {"advantages": local(prepared.advantages), "explorl_loss_mask": local(prepared.loss_mask),
-            "explorl_token_weights": local(prepared.token_weights), "explorl_is_weights": local(prepared.is_weights)}
+    return {"advantages": local(batch.advantages), "explorl_loss_mask": local(batch.loss_mask),
+            "explorl_token_weights": local(batch.token_weights), "explorl_is_weights": local(batch.is_weights)}
 
 
-def micro_batch(inputs: dict, mask: Tensor, max_len: int, device) -> tuple[RolloutBatch, PreparedBatch]:
-    """A loss micro-batch of TRL's (this process's rows: `mask` `[n, t]`) as explorl's batch and advantage step."""
-    zeros = torch.zeros(mask.shape[0], device=device)
-    batch = RolloutBatch(mask=mask, rewards=zeros, group=zeros.long(), max_response_len=max_len,
-                         logprobs=inputs.get("explorl_old_logps"), ref_logprobs=inputs.get("explorl_ref_logps"))
-    adv = inputs["advantages"]
-    prepared = PreparedBatch(adv, adv, inputs["explorl_loss_mask"], zeros, inputs.get("explorl_token_weights"),
-                             inputs.get("explorl_is_weights"))
-    return batch, prepared
+def micro_batch(inputs: dict, mask: Tensor, max_len: int) -> RolloutBatch:
+    """A loss micro-batch of TRL's (this process's rows: `mask` `[n, t]`) as explorl's batch through its advantage
+    step."""
+    return RolloutBatch.for_loss(mask, inputs["advantages"], logprobs=inputs.get("explorl_old_logps"),
+                                 loss_mask=inputs["explorl_loss_mask"], max_response_len=max_len,
+                                 is_weights=inputs.get("explorl_is_weights"),
+                                 token_weights=inputs.get("explorl_token_weights"),
+                                 ref_logprobs=inputs.get("explorl_ref_logps"))
 
 
-def global_micro_batch(accelerator, lp: Tensor, entropy: Tensor | None, batch: RolloutBatch,
-                       prepared: PreparedBatch):
+def global_micro_batch(accelerator, lp: Tensor, entropy: Tensor | None, batch: RolloutBatch):
     """The micro-batches of every process as one: gathered detached tensors, with this rank's rows replaced by its
     own log-probs (and entropies), which carry the gradient."""
     g = lambda x: gather_rows(accelerator, None if x is None else x.detach())  # noqa: E731
@@ -99,13 +98,11 @@ def global_micro_batch(accelerator, lp: Tensor, entropy: Tensor | None, batch: R
 
     lp_all = splice(lp)
     ent_all = None if entropy is None else splice(entropy)
-    zeros = torch.zeros(mask.shape[0], device=mask.device)
-    batch_all = RolloutBatch(mask=mask, rewards=zeros, group=zeros.long(), max_response_len=batch.max_response_len,
-                             logprobs=g(batch.logprobs), ref_logprobs=g(batch.ref_logprobs))
-    adv = g(prepared.advantages)
-    prepared_all = PreparedBatch(adv, adv, g(prepared.loss_mask), zeros, g(prepared.token_weights),
-                                 g(prepared.is_weights))
-    return lp_all, ent_all, batch_all, prepared_all
+    batch_all = RolloutBatch.for_loss(mask, g(batch.advantages), logprobs=g(batch.logprobs),
+                                      loss_mask=g(batch.loss_mask), max_response_len=batch.max_response_len,
+                                      is_weights=g(batch.is_weights), token_weights=g(batch.token_weights),
+                                      ref_logprobs=g(batch.ref_logprobs))
+    return lp_all, ent_all, batch_all
 
 
 def window_total(accelerator, windows: list[dict], agg: str) -> float:

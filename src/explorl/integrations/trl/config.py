@@ -19,6 +19,7 @@ from trl import GRPOConfig
 from explorl.algos.registry import lookup, names
 from explorl.config import AlgoConfig, BudgetConfig, Config, ConfigError, RunConfig, SamplingConfig, from_dict, validate
 from explorl.config.validation import fill_registry
+from explorl.integrations.trl.loss_fields import TRL_LOSS_FIELDS
 
 __all__ = ["ELSEWHERE", "VLLM_DRIVEN", "check_run_config", "checkpointing_field", "explorl_config",
            "generation_rounds"]
@@ -149,7 +150,7 @@ def _check_against_trl(cfg: Config, args: GRPOConfig) -> None:
     need(args.importance_sampling_level == "token",
          "GRPOConfig.importance_sampling_level: explorl's loss replaces TRL's; GSPO's sequence-level ratio is "
          "algo.loss=gspo, sequence-level truncated importance weights algo.tis.level=sequence")
-    need(args.loss_type not in names("policy_loss") or a.loss == args.loss_type,  # TRL's cispo, sapo
+    need(args.loss_type not in names("policy_loss") or a.loss == args.loss_type,  # TRL's cispo, sapo, luspo, vespo
          f"GRPOConfig.loss_type={args.loss_type}: explorl's loss replaces TRL's; set algo.loss={args.loss_type} "
          f"(`explorl methods` names its section of docs/methods.md, which says where TRL's differs)")
     need(not lookup("policy_loss", a.loss).old_is_behavior,
@@ -157,9 +158,10 @@ def _check_against_trl(cfg: Config, args: GRPOConfig) -> None:
          f"run it in explorl's loop (explorl train), or here use algo.importance_weights=rollout_is "
          f"(docs/methods.md §6d)")
     trl_default = {f.name: f.default for f in dataclasses.fields(GRPOConfig)}
-    for theirs, ours in (("sapo_temperature_pos", "tau_pos"), ("sapo_temperature_neg", "tau_neg")):
-        need(getattr(args, theirs, None) == trl_default.get(theirs),  # a TRL without SAPO has neither
-             f"GRPOConfig.{theirs}: explorl's loss replaces TRL's; set algo.sapo.{ours} (with algo.loss=sapo)")
+    for loss, fields in TRL_LOSS_FIELDS.items():
+        for ours, theirs in fields.items():
+            need(getattr(args, theirs, None) == trl_default.get(theirs),  # a TRL without SAPO / VESPO has neither
+                 f"GRPOConfig.{theirs}: explorl's loss replaces TRL's; set algo.{loss}.{ours} (with algo.loss={loss})")
     need(args.off_policy_mask_threshold is None,
          f"GRPOConfig.off_policy_mask_threshold={args.off_policy_mask_threshold}: explorl's loss replaces TRL's; set "
          f"algo.shapers=[..., off_policy_mask] with algo.off_policy_mask.threshold="

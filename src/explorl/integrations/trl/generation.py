@@ -11,8 +11,12 @@ import copy
 import os
 
 import torch
+from transformers import is_bitsandbytes_available
 from trl import GRPOConfig
 from trl.generation.vllm_generation import VLLMGeneration
+
+from explorl.integrations.vllm import PROCESSOR_NAME
+from explorl.rollout.engines.vllm import _in_process_env, _repack_tied_head
 
 __all__ = ["ColocatedVLLM", "colocated_engine"]
 
@@ -74,9 +78,6 @@ class ColocatedVLLM(VLLMGeneration):
         from trl.trainer.utils import ensure_master_addr_port  # trl: optional (the trl extra)
         from vllm import LLM  # vLLM: optional (the vllm extra or its own venv)
 
-        from explorl.integrations.vllm import PROCESSOR_NAME
-        from explorl.rollout.engines.vllm import _in_process_env
-
         acc, tp = self.accelerator, self.tensor_parallel_size
         if acc.num_processes % tp:
             raise ValueError(f"tensor_parallel_size ({tp}) must divide world size ({acc.num_processes}) evenly.")
@@ -109,8 +110,6 @@ class ColocatedVLLM(VLLMGeneration):
     def sync_weights(self):
         if self.mode != "colocate" or not _vllm_repacks_weights():
             return super().sync_weights()
-        from explorl.rollout.engines.vllm import _repack_tied_head
-
         if self.enable_sleep_mode:
             self.llm.wake_up(tags=["weights"])
             self._llm_weights_sleeping = False
@@ -124,8 +123,6 @@ class ColocatedVLLM(VLLMGeneration):
 
 def _bnb_quantization(model) -> str | None:
     """TRL's rule: a model with bitsandbytes 4-bit layers is served by vLLM's bitsandbytes quantization."""
-    from transformers import is_bitsandbytes_available
-
     if not is_bitsandbytes_available():
         return None
     import bitsandbytes as bnb  # optional: only where installed

@@ -28,9 +28,12 @@ from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
+from accelerate.utils import broadcast_object_list
+from rich.console import Console
 from torch import Tensor
+from transformers.trainer_utils import get_last_checkpoint
 
-from explorl.algos import PreparedBatch, RolloutBatch
+from explorl.algos import RolloutBatch
 from explorl.config import ConfigError
 from explorl.integrations.run_dir import ENGINE_FILE, finish_engine_run, open_engine_run, step_record
 from explorl.integrations.trl.batch import gather_rows
@@ -96,22 +99,21 @@ def refuse_existing_run(out_dir: str | Path) -> None:
 class RoundRecord:
     """One generation round (explorl's step) of a TRL run, collected for its metrics record.
 
-    Made at the advantage step from the batch gathered from every process: `batch` and `prepared` as
-    `compute_advantages` saw and made them (`[N, T]`, N = run.batch_size x sampling.group_size), `correct [N]`
-    (bool, by the task's rule), `result` (the batch's reward counts and per-function scores), `temperatures
-    [N, T]` (the sampling temperature of each token), `extra` (the method's and the schedule's statistics).
+    Made at the advantage step from the batch gathered from every process: `batch` as `compute_advantages` made it
+    (`[N, T]`, N = run.batch_size x sampling.group_size) with the sampling temperature of each token
+    (`temperatures`), `correct [N]` (bool, by the task's rule), `result` (the batch's reward counts and
+    per-function scores), `extra` (the method's and the schedule's statistics).
     The update adds, micro-batch by micro-batch, `policy_objective`'s statistics (averaged, as explorl's
     `update_policy` does) and, when the advantage step had no pi_old entropies (one update per batch: pi_old is
     the update's own forward, as in explorl's loop), this process's rows' token entropies, `[n, t]` at local row
     indices; TRL adds each optimizer step's gradient norm.
     """
 
-    def __init__(self, step: int, started: float, sample_s: float, batch: RolloutBatch, prepared: PreparedBatch,
-                 correct: Tensor, result: RewardResult, temperatures: Tensor, extra: dict,
-                 local_shape: tuple[int, int]):
+    def __init__(self, step: int, started: float, sample_s: float, batch: RolloutBatch, correct: Tensor,
+                 result: RewardResult, extra: dict, local_shape: tuple[int, int]):
         self.step, self.started, self.sample_s = step, started, sample_s
-        self.batch, self.prepared, self.correct, self.result = batch, prepared, correct, result
-        self.temperatures, self.extra = temperatures, extra
+        self.batch, self.correct, self.result = batch, correct, result
+        self.extra = extra
         self.update_started = time.perf_counter()
         self.entropy = torch.zeros(local_shape) if batch.entropy is None else None
         self.losses: dict[str, list[float]] = {}
@@ -132,17 +134,14 @@ class RoundRecord:
         if not main:
             return None
         now = time.perf_counter()
-        b, p = self.batch, self.prepared
+        b = self.batch
         extra = {**self.extra, **{k: sum(v) / len(v) for k, v in self.losses.items()}}
         if self.grad_norms:
             extra["optim/grad_norm"] = sum(self.grad_norms) / len(self.grad_norms)
         extra.update({"optim/lr": lr, "perf/step_s": now - self.started, "perf/sample_s": self.sample_s,
                       "perf/update_s": now - self.update_started,
                       "perf/tokens_per_s": float(b.mask.sum()) / max(self.sample_s, 1e-9)})
-        cpu = lambda x: None if x is None else x.detach().cpu()  # noqa: E731
-        return step_record(self.step, rewards=cpu(p.rewards), correct=cpu(self.correct), group=cpu(b.group),
-                           mask=cpu(b.mask), advantages=cpu(p.advantages), entropy=cpu(entropy),
-                           truncated=cpu(b.truncated), temperatures=cpu(self.temperatures),
+        return step_record(self.step, b.replace(entropy=entropy).to("cpu"), self.correct.cpu(),
                            reward_result=self.result, extra=extra)
 
 
@@ -161,9 +160,9 @@ def judge_column(reward_func_names: list[str], correct_by: str | None) -> int:
     return reward_func_names.index(correct_by)
 
 
-def round_record(trainer, batch: RolloutBatch, prepared: PreparedBatch, sample_s: float,
-                 local_shape: tuple[int, int]) -> RoundRecord:
-    """The round's record as far as the advantage step knows it (every process: it gathers)."""
+def round_record(trainer, batch: RolloutBatch, sample_s: float, local_shape: tuple[int, int]) -> RoundRecord:
+    """The round's record as far as the advantage step knows it (`batch`: through `compute_advantages`; every
+    process: it gathers). The batch gains the sampling temperature of each token, `temperatures`."""
     correct, result = batch_outcome(trainer, trainer._explorl_rewards_per_func)
     n, t = batch.mask.shape
     if trainer._ead_table is not None:  # the per-token behaviour temperature, T x tau(t)
@@ -171,11 +170,10 @@ def round_record(trainer, batch: RolloutBatch, prepared: PreparedBatch, sample_s
         row = F.pad(table, (0, max(t - table.numel(), 0)), value=float(table[-1]))[:t]
     else:
         row = torch.full((t,), float(trainer.temperature))
-    temperatures = row[None, :].expand(n, t).to(batch.mask.device)
-    sampled = SimpleNamespace(mask=batch.mask, temperatures=temperatures)
-    extra = {**trainer.explorl_driver.rollout_stats(sampled), **trainer._round_stats, **prepared.stats}
-    return RoundRecord(trainer._round, trainer._round_started, sample_s, batch, prepared, correct, result,
-                       temperatures, extra, local_shape)
+    batch = batch.replace(temperatures=row[None, :].expand(n, t).to(batch.mask.device))
+    extra = {**trainer.explorl_driver.rollout_stats(batch), **trainer._round_stats, **batch.stats}
+    return RoundRecord(trainer._round, trainer._round_started, sample_s, batch, correct, result, extra,
+                       local_shape)
 
 
 def batch_outcome(trainer, rewards_per_func: Tensor) -> tuple[Tensor, RewardResult]:
@@ -275,9 +273,6 @@ def open_run(trainer, resume: bool, checkpoint: str | bool | None = None) -> Non
     """config.yaml and engine.json (main process); a resumed run's config_history.jsonl record names the step of the
     checkpoint it continues from. An error there stops every process, not only the main one (the others would wait
     for it in the first gather)."""
-    from accelerate.utils import broadcast_object_list
-    from transformers.trainer_utils import get_last_checkpoint
-
     error, acc, cfg = None, trainer.accelerator, trainer.run_config
     if acc.is_main_process:
         try:
@@ -291,8 +286,6 @@ def open_run(trainer, resume: bool, checkpoint: str | bool | None = None) -> Non
                 path = get_last_checkpoint(trainer.args.output_dir) if checkpoint is True else checkpoint
                 step = resumed_round(path, trainer.args.steps_per_generation * trainer.num_iterations) if path else 0
                 record_resume_step(history, before, step)
-            from rich.console import Console
-
             trainer._failure_log = RewardFailureLog(trainer.run_log.reward_errors_path, Console(stderr=True))
         except (ConfigError, OSError, ValueError) as e:
             error = e

@@ -16,8 +16,12 @@ import contextlib
 
 import torch
 import torch.nn.functional as F
+from accelerate.utils import is_peft_model
 from torch import Tensor
 from transformers import LogitsProcessor, LogitsProcessorList
+
+from explorl.integrations.vllm import EAD_ARG
+from explorl.rollout.logprobs import response_logprobs
 
 __all__ = ["PerTokenTemperature", "behavior_logprobs", "send_anneal", "set_sampling_temperature",
            "set_train_temperature", "with_logits_processor"]
@@ -38,7 +42,6 @@ def set_train_temperature(trainer, tau: float) -> None:
     (`trainer._train_tau`: the temperature it divides by now)."""
     if tau == trainer._train_tau:
         return
-    from accelerate.utils import is_peft_model
     from trl.trainer.utils import add_fused_lm_head  # trl: optional (the trl extra)
 
     policy = trainer.accelerator.unwrap_model(trainer.model)
@@ -58,8 +61,6 @@ def set_train_temperature(trainer, tau: float) -> None:
 def send_anneal(vllm_generation, anneal: dict | None) -> None:
     """TRL's vLLM generation sends `anneal` (a `PromptTemperature.anneal`: the schedule's per-token arguments for
     the step) in every request's `SamplingParams.extra_args`, where `EADLogitsProcessor` reads it."""
-    from explorl.integrations.vllm import EAD_ARG
-
     kwargs = vllm_generation.generation_kwargs
     if kwargs is None:
         kwargs = vllm_generation.generation_kwargs = {}
@@ -107,8 +108,6 @@ def behavior_logprobs(model, out: dict, mask: Tensor, table: Tensor) -> Tensor:
     """Log-probs `[n, T]` of TRL's completions `out` under the distribution transformers sampled them from: the
     policy `model` at the per-token temperatures `table` (`[T']`, its last value repeated past its end), as
     explorl's sampler reports behaviour log-probs (`algo.importance_weights`). One no-grad forward."""
-    from explorl.rollout.logprobs import response_logprobs
-
     t = out["completion_ids"].size(1)
     table = F.pad(table, (0, max(t - table.numel(), 0)), value=float(table[-1]))[:t]
     with torch.no_grad():

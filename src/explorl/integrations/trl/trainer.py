@@ -288,7 +288,7 @@ class ExplorlGRPOTrainer(GRPOTrainer):
             self.accelerator, out, mask, rewards, group, self.max_completion_length, self.eos_token_ids, old, ent, beh)
         batch, step = gathered(old, ent), max(self._round, 1)
         try:
-            prepared = compute_advantages(batch, self.explorl.algo, step)
+            batch = compute_advantages(batch, self.explorl.algo, step)
         except MissingInputError:
             if self._pre_forward:
                 raise
@@ -296,18 +296,17 @@ class ExplorlGRPOTrainer(GRPOTrainer):
             # extra forward from now on (every rank takes this branch: the batch is the same everywhere)
             self._pre_forward = True
             old, ent = self._pi_old(out)
-            batch = gathered(old, ent)
-            prepared = compute_advantages(batch, self.explorl.algo, step)
-        for k, v in prepared.stats.items():
+            batch = compute_advantages(gathered(old, ent), self.explorl.algo, step)
+        for k, v in batch.stats.items():
             self._metrics["train" if train else "eval"][f"explorl/{k}"].append(v)
         if train and self.run_config is not None:
-            self._record = round_record(self, batch, prepared, sample_s, tuple(mask.shape))
+            self._record = round_record(self, batch, sample_s, tuple(mask.shape))
             out["explorl_row"] = torch.arange(mask.shape[0], device=mask.device)  # which entropies a forward computed
         if train and batch.entropy is not None:  # explorl's loop: the batch's mean token entropy at the training tau
             self.explorl_driver.end(float((batch.entropy * batch.mask).sum() / batch.mask.sum().clamp_min(1)))
         elif train:  # the update forwards of this round are pi_old's (single-update shortcut): summed there
             self.explorl_driver.defer_entropy()
-        out.update(local_rows(self.accelerator, prepared, tuple(mask.shape)))
+        out.update(local_rows(self.accelerator, batch, tuple(mask.shape)))
         out["explorl_old_logps"], out["explorl_ref_logps"] = old, out.get("ref_per_token_logps")
         return out
 
@@ -340,14 +339,14 @@ class ExplorlGRPOTrainer(GRPOTrainer):
         response = response.to(lp.dtype)
         if train and self.explorl_driver.entropy_pending:
             self.explorl_driver.add_entropy(float((ent.detach() * response).sum()), float(response.sum()))
-        batch, prepared = micro_batch(inputs, response, self.max_completion_length, lp.device)
+        batch = micro_batch(inputs, response, self.max_completion_length)
         entropy = ent if algo.entropy_coef != 0 else None
         if world > 1:
-            lp, entropy, batch, prepared = global_micro_batch(self.accelerator, lp, entropy, batch, prepared)
-        loss, stats = policy_objective(lp, entropy, batch, prepared, algo, generator=self.explorl_generator)
+            lp, entropy, batch = global_micro_batch(self.accelerator, lp, entropy, batch)
+        loss, stats = policy_objective(lp, entropy, batch, algo, generator=self.explorl_generator)
         total = self._window_total(algo.loss_agg) if train else None
         if total is not None:  # this micro-batch's share of its window (explorl's micro_batch_share)
-            loss = loss * (aggregation_count(prepared.loss_mask, algo.loss_agg) / max(total, 1.0))
+            loss = loss * (aggregation_count(batch.loss_mask, algo.loss_agg) / max(total, 1.0))
         # DDP / DeepSpeed / FSDP average the ranks' gradients; each rank's loss holds only its own rows' gradient
         loss = loss * world
         if self.aux_loss_enabled:

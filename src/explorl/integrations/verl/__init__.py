@@ -20,6 +20,8 @@ explorl's rewards as verl's custom reward function: `reward.py`.
 
 import os
 
+from explorl.config import import_plugins
+from explorl.config.validation import use_python_path
 from explorl.integrations.verl.adapters import PREFIX, algo_config, register_all
 from explorl.integrations.verl.trainer import explorl_advantages, register_trainer
 
@@ -27,9 +29,6 @@ from explorl.integrations.verl.trainer import explorl_advantages, register_train
 def import_env_plugins() -> list[str]:
     """Import the modules of `EXPLORL_PLUGINS` (after putting `EXPLORL_PYTHON_PATH` first on sys.path); returns
     their names."""
-    from explorl.config import import_plugins
-    from explorl.config.validation import use_python_path
-
     names = [n.strip() for n in os.environ.get("EXPLORL_PLUGINS", "").split(",") if n.strip()]
     if names:
         use_python_path([d for d in os.environ.get("EXPLORL_PYTHON_PATH", "").split(os.pathsep) if d])

@@ -105,14 +105,14 @@ def estimator_for(name: str):
             raise ValueError(f"{PREFIX}{name}: the step window of shaper {windowed[0]!r} needs the training step; "
                              + TRAINER_HINT)
         try:
-            prepared = compute_advantages(batch, algo, step=int(kwargs.get("step", 1)))
+            batch = compute_advantages(batch, algo, step=int(kwargs.get("step", 1)))
         except MissingInputError as e:
             raise MissingInputError(f"{PREFIX}{name}: {e}; verl's estimator call carries only rewards and the "
                                     f"mask: {TRAINER_HINT}") from None
-        if prepared.token_weights is not None or prepared.is_weights is not None:
+        if batch.token_weights is not None or batch.is_weights is not None:
             raise ValueError(f"{PREFIX}{name}: algorithm.explorl.token_filter / importance_weights produce per-token "
                              f"loss weights that verl's estimator call cannot return; {TRAINER_HINT}")
-        advantages = prepared.advantages.to(token_level_rewards.dtype)
+        advantages = batch.advantages.to(token_level_rewards.dtype)
         return advantages, advantages
 
     estimator.__name__ = f"{PREFIX}{name}"
@@ -180,8 +180,9 @@ def policy_loss_for(name: str):
         info = _plain(config.get("global_batch_info") or {})
         mask = response_mask.to(log_prob.dtype)
         max_len = info.get("loss_scale_factor") or mask.shape[-1]  # verl's seq-mean-token-sum-norm horizon
-        loss, stats = entry.bind(algo)(log_prob, old_log_prob, advantages, mask, algo, max_response_len=int(max_len),
-                                       is_weights=rollout_is_weights, token_weights=None)
+        batch = RolloutBatch.for_loss(mask, advantages, logprobs=old_log_prob, max_response_len=int(max_len),
+                                      is_weights=rollout_is_weights)
+        loss, stats = entry.bind(algo)(log_prob, batch, algo)
         metrics = {f"actor/{PREFIX}{k.split('/', 1)[-1]}": v for k, v in stats.items()}
         return loss * verl_scale(mask, loss_agg_mode, info), metrics
 

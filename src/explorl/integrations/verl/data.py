@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from explorl.config import Config, ConfigError, dump_yaml
 from explorl.rewards import is_batched, resolve_reward, reward_entries
 from explorl.runs import nofollow
@@ -112,9 +115,6 @@ def convert_task(cfg: Config, tok, verl_tok, *, write: bool = True) -> DataFiles
                       train_rows=len(train), val_rows=len(val), max_prompt_tokens=max(lengths), chat=chat,
                       batched_rewards=batched)
     if write:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
         nofollow.make_dirs(out)  # inside a run directory: no link followed (issue 56)
         for table, path in ((train, files.train), (val, files.val)):
             with nofollow.open_new(path, mode="wb") as f:

@@ -79,6 +79,8 @@ def verl_tokenizer(path: str | Path, chat_template: str | None = None, trust_rem
     """The tokenizer verl loads for `actor_rollout_ref.model.path` (`AutoTokenizer`, as verl's `hf_tokenizer`),
     with `custom_chat_template` applied as verl applies it; the model directory's code runs only with
     `trust_remote_code` (`model.trust_remote_code`)."""
+    # transformers' tokenizer classes: ~0.8 s at import, paid only to load verl's tokenizer (loaded alone, the
+    # launcher imports no transformers: its usage message and refusals skip it)
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)

@@ -3,7 +3,13 @@ controllers' settings (`controller_settings`), both from the validated explorl c
 
 from __future__ import annotations
 
+import torch
+
+from explorl.algos import RolloutBatch, compute_advantages, requirements
+from explorl.algos.batch import MissingInputError
+from explorl.algos.registry import lookup
 from explorl.config import Config, to_dict
+from explorl.integrations.verl.rollout import needs_control
 
 __all__ = ["VERL_SAMPLING", "controller_settings", "trainer_needs"]
 
@@ -13,21 +19,14 @@ def trainer_needs(cfg: Config) -> list[str]:
     explorl's advantage step reads beyond verl's plain estimator call (rewards, mask, groups: entropies, pi_old's,
     reference or rollout log-probs), a step window, overlong shaping (the length limit), per-token loss weights,
     and sampling steered by explorl's controllers. Empty: verl's own trainer runs the method."""
-    import torch
-
-    from explorl.algos import RolloutBatch, compute_advantages, requirements
-    from explorl.algos.batch import MissingInputError
-    from explorl.algos.registry import lookup
-    from explorl.integrations.verl.rollout import needs_control
-
     algo, reasons = cfg.algo, []
     # what verl's plain estimator call carries: rewards, the response mask, the groups
     probe = RolloutBatch(mask=torch.ones(4, 3), rewards=torch.tensor([1.0, 0.0, 1.0, 0.0]),
                          group=torch.tensor([0, 0, 1, 1]), max_response_len=3, lengths=torch.full((4,), 3),
                          truncated=torch.zeros(4, dtype=torch.bool))
     try:
-        prepared = compute_advantages(probe, algo, step=1)
-        if prepared.token_weights is not None or prepared.is_weights is not None:
+        probe = compute_advantages(probe, algo, step=1)
+        if probe.token_weights is not None or probe.is_weights is not None:
             reasons.append("the method weights tokens in the loss (rollout_is_weights)")
     except MissingInputError as e:
         reasons.append(f"verl's estimator call lacks what the advantage step reads: {e}")
@@ -58,8 +57,6 @@ VERL_SAMPLING = ("group_size", "temperature", "top_p", "max_new_tokens", "fast_p
 def controller_settings(cfg: Config) -> dict:
     """`algorithm.explorl.sampling|budget` for the rollout controllers: the schedule and budget policy with their
     options when they are not static (a fixed temperature and `n` need no control; DAPO is verl's own filter)."""
-    from explorl.algos.registry import lookup
-
     out: dict = {}
     if not lookup("temperature_schedule", cfg.sampling.schedule).static:
         out["sampling"] = {k: v for k, v in to_dict(cfg.sampling).items() if k not in VERL_SAMPLING}

@@ -19,11 +19,14 @@ from typing import Any
 import yaml
 
 from explorl.algos import requirements
-from explorl.config import Config, ConfigError, to_dict
+from explorl.algos.registry import lookup
+from explorl.config import Config, ConfigError, selected_entries, to_dict
 from explorl.integrations.verl.data import CHAT_PASS_THROUGH, DataFiles
 from explorl.integrations.verl.loss_fields import verl_fields
 from explorl.integrations.verl.needs import controller_settings, trainer_needs
+from explorl.integrations.verl.rollout import rollout_config
 from explorl.integrations.vllm import PROCESSOR_NAME
+from explorl.models import resolve_model_path
 
 __all__ = ["ALGO_OWNED", "DROPPED", "Overrides", "PLUGINS_ENV", "PYTHON_PATH_ENV", "REWARD_PATH", "hydra_value",
            "verl_overrides"]
@@ -145,8 +148,6 @@ def verl_overrides(cfg: Config, data: DataFiles, *, run_dir: bool = True) -> Ove
 
 
 def _model(o: Overrides, cfg: Config, data: DataFiles) -> None:
-    from explorl.models import resolve_model_path
-
     m = cfg.model
     if m.device != "auto" and m.device != "cuda":
         raise ConfigError(f"model.device={m.device}: verl places its workers on GPUs through Ray; use auto or cuda "
@@ -219,8 +220,6 @@ def _optimizer(o: Overrides, cfg: Config, data: DataFiles) -> None:
 
 def _method(o: Overrides, cfg: Config, data: DataFiles) -> None:
     """The estimator, the loss and its options, the objective's aggregation, mini-batches and KL."""
-    from explorl.algos.registry import lookup
-
     a, s, r = cfg.algo, cfg.sampling, cfg.run
     o.set("algorithm.adv_estimator", f"explorl_{a.advantage}", "algo.advantage")
     o.set(f"{A}.policy_loss.loss_mode", f"explorl_{a.loss}", "algo.loss")
@@ -257,17 +256,12 @@ def _method(o: Overrides, cfg: Config, data: DataFiles) -> None:
 
 def _controllers(o: Overrides, cfg: Config, data: DataFiles) -> None:
     """The rollout controllers (explorl's trainer mode drives them) and DAPO's dynamic sampling (verl's filter)."""
-    from explorl.algos.registry import lookup
-    from explorl.config import selected_entries
-
     s, r = cfg.sampling, cfg.run
     control = controller_settings(cfg)
     for section, values in control.items():
         for key, value in _flat(f"+algorithm.explorl.{section}", values):
             o.set(key, value, f"{section}.{key.split('.', 3)[3]}")
     if control:
-        from explorl.integrations.verl.rollout import rollout_config
-
         rollout_config(control, temperature=s.temperature, group_size=s.group_size, max_new_tokens=s.max_new_tokens,
                        top_p=s.top_p, total_steps=r.steps)  # verl's own refusals, before a cluster is started
     if any(e.per_token is not None for e in selected_entries(cfg)["sampling"]):
@@ -345,8 +339,6 @@ def _loss_options(o: Overrides, cfg: Config, loss) -> None:
 def _kl(o: Overrides, cfg: Config) -> None:
     """The k3 KL term: verl's `low_var_kl` (its estimate clamped to [-10, 10]); a reference model also when the
     method reads reference log-probs without a KL term (verl computes them only with its KL loss on)."""
-    from explorl.algos import requirements
-
     a = cfg.algo
     o.set("algorithm.use_kl_in_reward", False, "algo.kl_coef")
     needs_ref = requirements(a).ref

@@ -30,6 +30,9 @@ import json
 import threading
 from typing import Any
 
+from explorl.config import load_config
+from explorl.tasks import load_task
+
 CONFIG_KWARG = "explorl_config"
 """The `reward_kwargs` key naming the explorl config file."""
 META_KEY = "meta"
@@ -42,9 +45,6 @@ _LOCK = threading.Lock()
 @functools.lru_cache(maxsize=4)
 def _scorer(config_path: str):
     """(task, runner) of the explorl config at `config_path`, built once per process (verl scores from threads)."""
-    from explorl.config import load_config
-    from explorl.tasks import load_task
-
     cfg = load_config(config_path)  # puts run.python_path first on sys.path, imports run.plugins
     task = load_task(cfg.task)
     return task, task.reward_runner(cfg.task.reward_timeout_s, cfg.task.reward_workers)

@@ -27,6 +27,7 @@ from typing import Any
 from explorl.algos.registry import lookup
 from explorl.config import BudgetConfig, Config, ConfigError, RunConfig, SamplingConfig, from_dict, validate
 from explorl.config.validation import fill_registry
+from explorl.integrations.vllm import EAD_ARG
 from explorl.rollout.schedule import Plan, ScheduleDriver
 
 SAMPLING_KEY, BUDGET_KEY = "sampling", "budget"
@@ -163,8 +164,6 @@ def request_sampling_params(sampling_params: Mapping[str, Any], temperature: flo
                             anneal: Mapping | None) -> dict[str, Any]:
     """verl's per-request sampling parameters with a prompt's temperature and annealing arguments (the latter in
     vLLM's `extra_args`, read by `explorl.integrations.vllm.EADLogitsProcessor`)."""
-    from explorl.integrations.vllm import EAD_ARG
-
     out = dict(sampling_params)
     if temperature is not None:
         out["temperature"] = float(temperature)

@@ -13,8 +13,11 @@ import numpy as np
 import torch
 
 from explorl.algos import RolloutBatch, compute_advantages
-from explorl.algos.step import PreparedBatch
+from explorl.config import load_config
+from explorl.integrations.run_dir import open_engine_run, step_record
 from explorl.integrations.verl.adapters import CONFIG_KEY, algo_config, rollout_batch
+from explorl.rewards import RewardResult, reward_entries, reward_metric_name
+from explorl.train.guards import RunStopped, too_many_reward_failures
 
 __all__ = ["FIELDS", "REWARD_INFO", "RUN_KEY", "RunWriter", "advantage_step", "explorl_advantages", "reward_infos"]
 
@@ -26,10 +29,9 @@ REWARD_INFO = "reward_extra_info"
 """`DataProto.non_tensor_batch` key of the per-response dicts the reward function returned (verl's name)."""
 
 
-def advantage_step(data, algorithm_config, step: int,
-                   response_length: int | None = None) -> tuple[RolloutBatch, PreparedBatch]:
+def advantage_step(data, algorithm_config, step: int, response_length: int | None = None) -> RolloutBatch:
     """Fill `advantages`, `returns` and (when the method weights tokens) `rollout_is_weights` of a verl `DataProto`;
-    returns explorl's view of the batch and what its advantage step made of it.
+    returns explorl's view of the batch through its advantage step (`compute_advantages`).
 
     `data.batch` holds `token_level_rewards` and `response_mask` `[N, T]` and, when verl computed them,
     `old_log_probs`, `entropy`, `ref_log_prob`, `rollout_log_probs`; `data.non_tensor_batch["uid"]` the prompt ids.
@@ -46,22 +48,22 @@ def advantage_step(data, algorithm_config, step: int,
                           entropy=get("entropy"), rollout_log_probs=get("rollout_log_probs"),
                           max_response_len=response_length)
     algo = algo_config((algorithm_config or {}).get(CONFIG_KEY), group_size=int(torch.bincount(batch.group).max()))
-    prepared = compute_advantages(batch, algo, step=step)
-    advantages = prepared.advantages.to(b["token_level_rewards"].dtype)
+    batch = compute_advantages(batch, algo, step=step)
+    advantages = batch.advantages.to(b["token_level_rewards"].dtype)
     b["advantages"], b["returns"] = advantages, advantages
     weights = None
-    for w in (prepared.is_weights, prepared.token_weights):
+    for w in (batch.is_weights, batch.token_weights):
         if w is not None:
             weights = w if weights is None else weights * w
     if weights is not None:
         b["rollout_is_weights"] = weights.to(advantages.dtype)
-    return batch, prepared
+    return batch
 
 
 def explorl_advantages(data, algorithm_config, step: int, response_length: int | None = None) -> dict[str, float]:
     """`advantage_step`, returning the method's metrics (explorl's names under `explorl/`)."""
-    _, prepared = advantage_step(data, algorithm_config, step, response_length)
-    return {f"explorl/{k}": v for k, v in prepared.stats.items()}
+    batch = advantage_step(data, algorithm_config, step, response_length)
+    return {f"explorl/{k}": v for k, v in batch.stats.items()}
 
 
 def reward_infos(extra_fields) -> np.ndarray:
@@ -87,9 +89,6 @@ class RunWriter:
     """
 
     def __init__(self, config_path: str | Path, launch: dict | None = None):
-        from explorl.config import load_config
-        from explorl.rewards import reward_entries, reward_metric_name
-
         self.config_path = str(config_path)
         self.cfg = load_config(config_path)
         self.launch = dict(launch or {})
@@ -103,8 +102,6 @@ class RunWriter:
     def open(self, step: int):
         """The run directory, opened for verl's step `step` (1-based; > 1: verl resumed from a checkpoint)."""
         if self.log is None:
-            from explorl.integrations.run_dir import open_engine_run
-
             resume = step > 1
             try:
                 self.log = open_engine_run(self.cfg, "verl", resume=resume, explorl_config=self.config_path,
@@ -119,24 +116,20 @@ class RunWriter:
                 self.log.truncate_samples(step - 1)
         return self.log
 
-    def record(self, step: int, data, batch: RolloutBatch, prepared: PreparedBatch, *, keep=None,
-               temperatures: torch.Tensor | None = None, extra: dict | None = None) -> dict:
-        """The step's record. `data.non_tensor_batch[REWARD_INFO]` (optional) holds each response's reward extra
+    def record(self, step: int, data, batch: RolloutBatch, *, keep=None, temperatures: torch.Tensor | None = None,
+               extra: dict | None = None) -> dict:
+        """The step's record of `batch` (`advantage_step`'s). `data.non_tensor_batch[REWARD_INFO]` (optional) holds each response's reward extra
         info: `correct` (by the task's rule), each reward function's score under its metric name, `reward_failed`,
         `reward_errors`, `reward_timeouts` (`explorl.integrations.verl.reward`); without it a response is correct
         when its reward exceeds `task.correct_threshold`. `keep` `[N]` bool: the real responses (verl pads a batch
         with no-op rows). `temperatures` `[N]`: each response's request temperature (None: 1). Raises
         `guards.RunStopped` when more than `task.max_reward_failure_frac` of the responses failed to score."""
-        from explorl.train.guards import RunStopped, too_many_reward_failures
-        from explorl.integrations.run_dir import step_record
-        from explorl.rewards import RewardResult
-
         n = len(batch.rewards)
         rows = torch.as_tensor(np.ones(n, dtype=bool) if keep is None else np.asarray(keep, dtype=bool))
         idx = torch.nonzero(rows).flatten()
         infos = data.non_tensor_batch.get(REWARD_INFO) if hasattr(data, "non_tensor_batch") else None
         infos = [dict(infos[i] or {}) for i in idx.tolist()] if infos is not None else [{} for _ in idx.tolist()]
-        rewards = prepared.rewards[idx]
+        rewards = batch.shaped_rewards[idx]
         if infos and all("correct" in info for info in infos):
             correct = torch.tensor([bool(float(info["correct"]) > 0.5) for info in infos])
         else:
@@ -153,17 +146,13 @@ class RunWriter:
                               timeouts=int(sum(float(i.get("reward_timeouts", 0)) for i in infos)),
                               by_function={name: [float(i[name]) for i in infos] for name in self.reward_names
                                            if infos and all(name in i for i in infos)})
-        group = torch.unique(batch.group[idx], return_inverse=True)[1]
-        mask = batch.mask[idx]
-        temps = None if temperatures is None else temperatures[idx].float()[:, None].expand_as(mask)
-        return step_record(step, rewards=rewards, correct=correct, group=group, mask=mask,
-                           advantages=prepared.advantages[idx],
-                           entropy=None if batch.entropy is None else batch.entropy[idx],
-                           truncated=batch.truncated[idx], temperatures=temps, reward_result=result,
-                           extra={**prepared.stats, **(extra or {})})
+        real = batch.select(idx)
+        temps = None if temperatures is None else temperatures[idx].float()[:, None].expand_as(real.mask)
+        real = real.replace(group=torch.unique(real.group, return_inverse=True)[1], temperatures=temps)
+        return step_record(step, real, correct, reward_result=result, extra={**batch.stats, **(extra or {})})
 
-    def write(self, step: int, data, batch: RolloutBatch, prepared: PreparedBatch, **kwargs) -> dict:
+    def write(self, step: int, data, batch: RolloutBatch, **kwargs) -> dict:
         """`record`, appended to the run's metrics.jsonl; returns it."""
-        record = self.record(step, data, batch, prepared, **kwargs)
+        record = self.record(step, data, batch, **kwargs)
         self.open(step).append_metrics(record)
         return record

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from transformers import AutoConfig
 from verl.trainer.ppo.v1 import trainer_base
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
@@ -65,8 +66,6 @@ class ExplorlTrainer(PPOTrainerSync):
     def _rollout_control(self) -> RolloutControl | None:
         settings = (self.config.algorithm or {}).get(CONFIG_KEY)
         if self._control is None and needs_control(settings):
-            from transformers import AutoConfig
-
             rollout = self.config.actor_rollout_ref.rollout
             cfg = rollout_config(settings, temperature=rollout.temperature, group_size=rollout.n,
                                  max_new_tokens=rollout.response_length, top_p=rollout.top_p,
@@ -156,9 +155,9 @@ class ExplorlTrainer(PPOTrainerSync):
         `keep` `[N]` bool: the real responses (verl pads a batch with no-op rows of uid `pad...`)."""
         keep = np.ones(len(data), dtype=bool) if keep is None else np.asarray(keep, dtype=bool)
         rollout = self.config.actor_rollout_ref.rollout
-        batch, prepared = advantage_step(data, self.config.algorithm, step=self.global_steps,
-                                         response_length=int(rollout.response_length))
-        metrics = {f"explorl/{k}": v for k, v in prepared.stats.items()}
+        batch = advantage_step(data, self.config.algorithm, step=self.global_steps,
+                               response_length=int(rollout.response_length))
+        metrics = {f"explorl/{k}": v for k, v in batch.stats.items()}
         extra = {"temperature/train": float(rollout.temperature)}
         temperatures = torch.full((len(data),), float(rollout.temperature))
         if self._control is not None:
@@ -178,8 +177,7 @@ class ExplorlTrainer(PPOTrainerSync):
             extra.update(self._plan_stats)
         writer = self._run_writer()
         if writer is not None:  # also into verl's own log: its v1 trainer logs no reward extra info in training
-            record = writer.write(self.global_steps, data, batch, prepared, keep=keep, temperatures=temperatures,
-                                  extra=extra)
+            record = writer.write(self.global_steps, data, batch, keep=keep, temperatures=temperatures, extra=extra)
             metrics.update({f"explorl/{k}": v for k, v in record.items()
                             if k.startswith("reward/") and isinstance(v, (int, float))})
         return metrics

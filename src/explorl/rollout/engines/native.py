@@ -20,12 +20,13 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from explorl.algos.batch import RolloutBatch
 from explorl.rollout.draw import draw_dynamic_dims, draw_tokens, uniforms
 from explorl.rollout.engines.static import decode_static
 from explorl.rollout.forward import (attention_dims, cache_step_dynamic_dims, cache_weights, compile_failed,
                                      forward_with_cache, maybe_compiled, position_ids_from_mask, rotary_tables,
                                      supports_fused_forward)
-from explorl.rollout.rollouts import Rollouts, left_pad_prompts
+from explorl.rollout.prompts import left_pad_prompts
 
 Temperature = float | Sequence[float] | torch.Tensor | Callable[[int], float | torch.Tensor]
 
@@ -75,6 +76,7 @@ class _GenericDecoder:
         self.model = model
 
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor, total: int, repeats: torch.Tensor) -> torch.Tensor:
+        # transformers: ~0.7 s at import, paid only by the generic decoder (importing the sampler skips it)
         from transformers import DynamicCache
 
         ids, mask = ids.repeat_interleave(repeats, dim=0), mask.repeat_interleave(repeats, dim=0)
@@ -186,11 +188,13 @@ class _Responses:
         self.mask[rows, t] = live_f
         self.length = t + 1
 
-    def rollouts(self, prompt_ids, prompt_mask, truncated, group) -> Rollouts:
+    def batch(self, prompt_ids, prompt_mask, truncated, group) -> RolloutBatch:
+        """The sampled batch (stage 1 of `RolloutBatch`), cut to the longest response."""
         t = max(self.length, 1)
-        return Rollouts(prompt_ids=prompt_ids, prompt_mask=prompt_mask, response_ids=self.tokens[:, :t],
-                        mask=self.mask[:, :t], behavior_logprobs=self.logps[:, :t], entropy=self.entropy[:, :t],
-                        temperatures=self.temperatures[:, :t], truncated=truncated, group=group)
+        return RolloutBatch(mask=self.mask[:, :t], rewards=None, group=group, max_response_len=self.tokens.shape[1],
+                            prompt_ids=prompt_ids, prompt_mask=prompt_mask, response_ids=self.tokens[:, :t],
+                            behavior_logprobs=self.logps[:, :t], behavior_entropy=self.entropy[:, :t],
+                            temperatures=self.temperatures[:, :t], truncated=truncated)
 
 
 def _decode(decoder, draw: Callable, logits: torch.Tensor, temp_at: Callable, top_p: float, eos: torch.Tensor,
@@ -241,18 +245,11 @@ def _counts_per_prompt(n: int | Sequence[int], n_prompts: int) -> list[int]:
     return counts
 
 
-def _no_rollouts(group: torch.Tensor) -> Rollouts:
-    empty = torch.zeros((0, 0))
-    return Rollouts(torch.zeros((0, 0), dtype=torch.long), torch.zeros((0, 0), dtype=torch.long),
-                    torch.zeros((0, 0), dtype=torch.long), empty, empty, empty, empty,
-                    torch.zeros(0, dtype=torch.bool), group)
-
-
 @torch.no_grad()
 def sample(model, prompts: Sequence[Sequence[int]], n: int | Sequence[int], *, eos_token_id: int | Sequence[int],
            pad_token_id: int, max_new_tokens: int, temperature: Temperature = 1.0, top_p: float = 1.0,
            generator: torch.Generator | None = None, fast_path: bool = True, compile: bool = False,
-           cuda_graph: bool = False) -> Rollouts:
+           cuda_graph: bool = False) -> RolloutBatch:
     """Sample `n_i` responses for each prompt.
 
     Args:
@@ -268,7 +265,7 @@ def sample(model, prompts: Sequence[Sequence[int]], n: int | Sequence[int], *, e
         cuda_graph: with the fused decoder, decode a static batch (`rollout.engines.static`: finished rows masked,
             not removed) whose step is captured as a CUDA graph on CUDA and replayed per token (`sampling.cuda_graph`).
     Returns:
-        Rollouts with N = sum(n_i) rows in prompt order (group[i] = index of the prompt).
+        The sampled `RolloutBatch` (rewards None) with N = sum(n_i) rows in prompt order (group[i] = index of the prompt).
     """
     device = next(model.parameters()).device
     n_per_prompt = _counts_per_prompt(n, len(prompts))
@@ -277,7 +274,7 @@ def sample(model, prompts: Sequence[Sequence[int]], n: int | Sequence[int], *, e
     num = len(group)
     temp_at = _temperature_source(temperature, n_per_prompt, num, max_new_tokens, device)
     if num == 0:
-        return _no_rollouts(group)
+        return RolloutBatch.no_responses(group, max_new_tokens)
     # prefill each distinct prompt once; rows of prompts with n_i = 0 are never decoded
     used = [i for i, k in enumerate(n_per_prompt) if k > 0]
     uniq_ids, uniq_mask = left_pad_prompts([list(prompts[i]) for i in used], pad_token_id, device)
@@ -302,7 +299,7 @@ def sample(model, prompts: Sequence[Sequence[int]], n: int | Sequence[int], *, e
                                 avoid_single_row=compile and fused)
     finally:
         model.train(was_training)
-    return out.rollouts(uniq_ids.repeat_interleave(repeats, dim=0), uniq_mask.repeat_interleave(repeats, dim=0),
+    return out.batch(uniq_ids.repeat_interleave(repeats, dim=0), uniq_mask.repeat_interleave(repeats, dim=0),
                         truncated, group.to(device))
 
 

@@ -13,8 +13,8 @@ disk). It samples what explorl's sampler samples (`rollout.engines.native.sample
   top-p renormalisation: the distribution sampled, as explorl's behaviour log-probs are);
 - EOS (every id of the tokenizer's `eos_token_id`, included in the response and its mask) and `max_new_tokens`
   (a response that hits it without EOS is `truncated`).
-What vLLM does not return is the entropy of each sampled distribution: `Rollouts.entropy` is NaN, and the loop
-computes pi_old's entropies with a forward pass instead (behaviour and policy are different kernels, so the
+What vLLM does not return is the entropy of each sampled distribution: `RolloutBatch.behavior_entropy` is NaN, and
+the loop computes pi_old's entropies with a forward pass instead (behaviour and policy are different kernels, so the
 single-update shortcut that reuses the sampler's numbers never applies with this engine).
 
 vLLM is imported only here, when the engine is built: `pip install vllm` on a GPU; on a CPU vLLM's CPU build, which
@@ -33,7 +33,9 @@ from pathlib import Path
 import torch
 
 from explorl.integrations.vllm import EAD_ARG, PROCESSOR_NAME, token_factors
-from explorl.rollout.rollouts import Rollouts, left_pad_prompts
+from explorl.algos.batch import RolloutBatch
+from explorl.config import ConfigError
+from explorl.rollout.prompts import left_pad_prompts
 
 __all__ = ["VLLM_CPU_HEAD_SIZES", "VllmRollouts", "check_head_size", "head_size", "vllm_missing"]
 
@@ -58,8 +60,6 @@ def check_head_size(hf_config, *, gpu: bool, model: str = "") -> str:
     """Whether vLLM can run this model's attention here: on the CPU (`gpu` False) its head size must be one of
     `VLLM_CPU_HEAD_SIZES`. Returns a one-line description; ConfigError naming the head size, the sizes that work
     and the ways out otherwise. On a GPU every size passes (vLLM's GPU backends decide)."""
-    from explorl.config import ConfigError
-
     size = head_size(hf_config)
     where = f"model.path={model}" if model else "the model"
     if gpu or size is None:
@@ -87,7 +87,7 @@ def vllm_missing(model_dir: str = "") -> str:
     size = None
     if model_dir:
         try:
-            from transformers import AutoConfig
+            from transformers import AutoConfig  # auto classes: ~0.7 s at import that `explorl.train.loop` skips
 
             size = head_size(AutoConfig.from_pretrained(str(model_dir)))
         except Exception:  # an unreadable config is reported by the model checks, not here
@@ -103,7 +103,7 @@ def vllm_missing(model_dir: str = "") -> str:
 
 def check_model_head_size(model_dir: str, *, gpu: bool) -> str:
     """`check_head_size` of the model directory `model_dir` (its config.json, read by transformers)."""
-    from transformers import AutoConfig
+    from transformers import AutoConfig  # auto classes: ~0.7 s at import that `explorl.train.loop` skips
 
     return check_head_size(AutoConfig.from_pretrained(str(model_dir)), gpu=gpu, model=str(model_dir))
 
@@ -118,7 +118,8 @@ def _in_process_env() -> None:
 
 
 class VllmRollouts:
-    """A colocated vLLM engine for one model: `sync(model)` before sampling, `sample(...)` -> `Rollouts`.
+    """A colocated vLLM engine for one model: `sync(model)` before sampling, `sample(...)` -> the sampled
+    `RolloutBatch`.
 
     `model_dir`: a Hugging Face model directory (its config; the weights are replaced by `sync`, and no tokenizer
     is needed: token ids go in and come out).
@@ -165,12 +166,12 @@ class VllmRollouts:
     @torch.no_grad()
     def sample(self, prompts: Sequence[Sequence[int]], n: Sequence[int], per_prompt: Sequence, *,
                eos_token_id: int | Sequence[int], pad_token_id: int, max_new_tokens: int, top_p: float = 1.0,
-               seed: int = 0, device: torch.device | str = "cpu") -> Rollouts:
+               seed: int = 0, device: torch.device | str = "cpu") -> RolloutBatch:
         """`n[j]` responses to prompt j, sampled as `per_prompt[j]` (`controllers.PromptTemperature`) describes.
 
-        Returns `Rollouts` with N = sum(n) rows in prompt order, as `rollout.engines.native.sample` does (prompts
-        left-padded, responses right-padded with `pad_token_id`, `mask` 1 up to and including EOS); `entropy` is
-        NaN (vLLM does not return it). `seed` seeds the requests, so a step is reproducible.
+        Returns the sampled `RolloutBatch` with N = sum(n) rows in prompt order, as `rollout.engines.native.sample`
+        does (prompts left-padded, responses right-padded with `pad_token_id`, `mask` 1 up to and including EOS);
+        `behavior_entropy` is NaN (vLLM does not return it). `seed` seeds the requests, so a step is reproducible.
         """
         from vllm import SamplingParams  # vLLM: optional (the vllm extra or its own venv)
 
@@ -209,8 +210,7 @@ class VllmRollouts:
                 truncated.append(not ids or ids[-1] not in eos)
         num = len(rows)
         if num == 0:
-            return Rollouts(*(torch.zeros((0, 0), dtype=torch.long),) * 3, *(torch.zeros((0, 0)),) * 4,
-                            torch.zeros(0, dtype=torch.bool), torch.zeros(0, dtype=torch.long))
+            return RolloutBatch.no_responses(torch.zeros(0, dtype=torch.long), max_new_tokens)
         width = max(len(r) for r in rows) or 1
         response = torch.full((num, width), pad_token_id, dtype=torch.long)
         mask, lp, temp = torch.zeros(num, width), torch.zeros(num, width), torch.zeros(num, width)
@@ -221,11 +221,13 @@ class VllmRollouts:
             lp[i, :k] = torch.tensor(logps[i])
             temp[i, :k] = torch.tensor(temps[i])
         prompt_ids, prompt_mask = left_pad_prompts([list(prompts[g]) for g in group], pad_token_id, device)
-        return Rollouts(prompt_ids=prompt_ids.to(device), prompt_mask=prompt_mask.to(device),
-                        response_ids=response.to(device), mask=mask.to(device), behavior_logprobs=lp.to(device),
-                        entropy=torch.full((num, width), float("nan"), device=device), temperatures=temp.to(device),
-                        truncated=torch.tensor(truncated, dtype=torch.bool, device=device),
-                        group=torch.tensor(group, dtype=torch.long, device=device))
+        return RolloutBatch(mask=mask.to(device), rewards=None,
+                            group=torch.tensor(group, dtype=torch.long, device=device), max_response_len=max_new_tokens, prompt_ids=prompt_ids.to(device),
+                            prompt_mask=prompt_mask.to(device), response_ids=response.to(device),
+                            behavior_logprobs=lp.to(device),
+                            behavior_entropy=torch.full((num, width), float("nan"), device=device),
+                            temperatures=temp.to(device), truncated=torch.tensor(truncated, dtype=torch.bool,
+                                                                                 device=device))
 
 
 def _repack_tied_head(worker) -> bool:

@@ -1,0 +1,169 @@
+"""SimKO: on correct responses, share the sampled token's update with its top-K alternatives; on wrong ones, penalise
+the top-1 token harder; both only at the high-entropy tokens.
+
+SimKO: Ruotian Peng, Yi Ren, Zhouliang Yu, Weiyang Liu, Yandong Wen (2025), "SimKO: Simple Pass@K Policy
+  Optimization", arXiv 2510.14807.
+
+Implements SimKO's policy loss (docs/methods.md §5w) as the authors' public code computes it (CLR-Lab/SimKO,
+`verl/trainer/ppo/core_algos.py`, `compute_policy_loss_simko`; `verl/workers/actor/dp_actor.py` for its inputs). The
+paper's own text was not available here (only its abstract, in the repository's README), so no equation of it is
+cited and the defaults are those of the authors' script `run_qwen2.5-math-7b_SimKO.sh`: K = 3 (`top_k`), the entropy
+quantile tau 0.8, alpha 0.01 (`mix_topk_coef`), and the factor 1.1 on the wrong responses' top-1 tokens (hard-coded
+there). The loss needs, per token, the log-probabilities of the K most probable tokens under the current and the old
+policy, and whether the sampled token is the current policy's top-1: explorl's `RolloutBatch` carries none of them and
+a policy loss receives only the sampled tokens' log-probs, so the policy loss `simko` is registered so that
+`explorl methods` lists it and a config naming it is refused by name at validation; `simko_loss` below is complete.
+Options `algo.simko.<field>` (`SimkoOptions`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from explorl.algos.aggregation import aggregate, zero_padding
+from explorl.algos.batch import MissingInputError
+from explorl.algos.core import (LOG_RATIO_BOUND, as_constant, check_loss_inputs, importance_ratio, ppo_token_loss,
+                                valid_fraction)
+from explorl.algos.registry import Cite, register
+
+MISSING = ("needs, per token, the log-probabilities of the K most probable tokens under the current and the old "
+           "policy and whether the sampled token is the current policy's top-1 (the authors' `topk_log_probs`, "
+           "`old_log_probs_topk`, `max_token`), which explorl's RolloutBatch does not carry and a policy loss does "
+           "not receive")
+
+
+def entropy_gate(entropy: Tensor, mask: Tensor, tau: float) -> Tensor:
+    """`[N, T]` bool: the tokens whose entropy exceeds the tau-quantile (`torch.quantile`, linear interpolation) of
+    the entropies of their own response's valid tokens (the authors' `row_quantile_masked`). tau 1 selects none."""
+    valid = mask.bool()
+    h = entropy.detach()
+    rows = []
+    for i in range(h.shape[0]):
+        x = h[i][valid[i]] if valid[i].any() else h[i]
+        rows.append(torch.quantile(x.to(torch.float64), tau) if x.numel() else torch.zeros((), dtype=torch.float64))
+    threshold = torch.stack(rows).to(h.device) if rows else torch.zeros(0, dtype=torch.float64, device=h.device)
+    return (h.to(torch.float64) > threshold[:, None]) & valid
+
+
+def _check_inputs(logprobs_new, logprobs_old, topk_new, topk_old, advantages, mask, correct, entropy, is_top1,
+                  agg) -> None:
+    check_loss_inputs("simko_loss", logprobs_new, logprobs_old, advantages, mask, agg, None, None)
+    n, t = mask.shape
+    if topk_new.dim() != 3 or topk_new.shape[:2] != (n, t) or topk_old.shape != topk_new.shape:
+        raise ValueError(f"simko_loss: expected top-K log-probs [N, T, K] with [N, T] = {(n, t)}, got "
+                         f"{tuple(topk_new.shape)} and {tuple(topk_old.shape)}")
+    if correct.shape != (n,) or entropy.shape != (n, t) or is_top1.shape != (n, t):
+        raise ValueError("simko_loss: expected correct [N], entropy [N, T] and is_top1 [N, T]")
+
+
+def simko_loss(
+    logprobs_new: Tensor,
+    logprobs_old: Tensor,
+    topk_logprobs_new: Tensor,
+    topk_logprobs_old: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    correct: Tensor,
+    entropy: Tensor,
+    is_top1: Tensor,
+    *,
+    alpha: float = 0.01,
+    tau: float = 0.8,
+    neg_scale: float = 1.1,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    agg: str = "token-mean",
+    max_response_len: int | None = None,
+) -> tuple[Tensor, dict[str, float]]:
+    """SimKO's loss (docs/methods.md §5w; Peng et al. 2025, "SimKO: Simple Pass@K Policy Optimization", as the
+    authors' `compute_policy_loss_simko` computes it).
+
+    Gate `w_t`: token t's entropy is above the tau-quantile of its response's (`entropy_gate`). PPO's clipped token
+    loss `max(-A' rho', -A' clip(rho', 1 - eps_low, 1 + eps_high))` with
+    - on a correct response (`correct`): `rho'_t = (1 - alpha w_t) r_t + (alpha w_t / K) sum_k sg(r_t / r_t,k) r_t,k`,
+      `r_t = pi(y_t) / pi_old(y_t)`, `r_t,k = pi(v_k) / pi_old(v_k)` for the K candidates v_k. Its value is `r_t`;
+      its gradient moves the share `alpha w_t` of the sampled token's update onto the K candidates, each weighted
+      by `r_t / r_t,k` (raising the top-K alternatives where the response is right);
+    - elsewhere `rho' = r`, and on a response whose advantages sum below 0, `A' = neg_scale * A` at the gated
+      tokens whose sampled token is the policy's top-1 (`is_top1`): the wrong top-1 token is penalised harder.
+    Aggregated by `agg`.
+
+    Args:
+        logprobs_new: `[N, T]` log-probs of the sampled tokens under the policy being optimised (differentiable).
+        logprobs_old: `[N, T]` the same under pi_old (constant).
+        topk_logprobs_new: `[N, T, K]` log-probs of the K candidates under the current policy (differentiable).
+        topk_logprobs_old: `[N, T, K]` log-probs of the same candidates under pi_old (constant).
+        advantages: `[N, T]` per-token advantages (constant; GRPO's in the authors' runs).
+        mask: `[N, T]` 1 on response tokens.
+        correct: `[N]` bool, the response is verified correct (the authors': its score is 1).
+        entropy: `[N, T]` token entropy of the current policy (detached).
+        is_top1: `[N, T]` bool, the sampled token is the current policy's most probable token.
+        alpha, tau, neg_scale: `SimkoOptions`' fields; eps_low, eps_high: PPO's clip range (the authors': 0.2).
+        agg, max_response_len: the aggregation and the length limit it may need.
+    Returns:
+        `(loss, stats)`: the scalar loss and `loss/pg`, `loss/clip_frac`, `loss/simko_gate_frac` (gated tokens among
+        the valid ones), `loss/simko_neg_scaled_frac` (tokens whose advantage was scaled).
+    """
+    _check_inputs(logprobs_new, logprobs_old, topk_logprobs_new, topk_logprobs_old, advantages, mask, correct,
+                  entropy, is_top1, agg)
+    valid = mask.bool()
+    k = topk_logprobs_new.shape[-1]
+    log_ratio, ratio = importance_ratio(logprobs_new, logprobs_old, valid)
+    vk = valid[..., None].expand_as(topk_logprobs_new)
+    log_ratio_k = zero_padding(topk_logprobs_new - topk_logprobs_old.detach(), vk).clamp(-LOG_RATIO_BOUND,
+                                                                                         LOG_RATIO_BOUND)
+    # sg(r / r_k) * r_k: value r, gradient (r / r_k) grad r_k
+    candidates = (log_ratio.detach()[..., None] - log_ratio_k.detach()).exp() * log_ratio_k.exp()
+    gate = entropy_gate(entropy, mask, tau)
+    mix = alpha * gate.to(ratio.dtype) * correct[:, None].to(ratio.dtype)
+    mixed = (1.0 - mix) * ratio + mix / k * candidates.sum(-1)
+    adv = as_constant(advantages, valid, ratio.dtype)
+    negative = (adv.sum(-1) < 0)[:, None] & gate & is_top1.bool()
+    adv = torch.where(negative, adv * neg_scale, adv)
+    token_loss, unclipped, clipped = ppo_token_loss(mixed, adv, eps_low, eps_high)
+    token_loss = zero_padding(token_loss, valid)
+    loss = aggregate(token_loss, valid, agg, max_response_len)
+    with torch.no_grad():
+        n_valid = int(valid.sum())
+        stats = {"loss/pg": float(loss), "loss/clip_frac": valid_fraction(clipped > unclipped, valid, n_valid),
+                 "loss/simko_gate_frac": valid_fraction(gate, valid, n_valid),
+                 "loss/simko_neg_scaled_frac": valid_fraction(negative, valid, n_valid)}
+    return loss, stats
+
+
+@dataclass
+class SimkoOptions:
+    """SimKO's options, `algo.simko.<field>` (Peng et al. 2025; docs/methods.md §5w). The defaults are the authors'
+    script's."""
+
+    top_k: int = 3
+    """K, the number of most probable candidates whose probabilities a correct response raises."""
+    tau: float = 0.8
+    """The quantile of a response's token entropies above which a token is gated in."""
+    alpha: float = 0.01
+    """The share of a gated token's update moved onto its top-K candidates (the authors' `mix_topk_coef`)."""
+    neg_scale: float = 1.1
+    """The factor on the advantage of a wrong response's gated top-1 tokens."""
+
+
+def _check_simko(cfg) -> str | None:
+    o = cfg.algo.options["simko"]
+    bad = [f"algo.simko.top_k: must be >= 1, got {o.top_k}" if o.top_k < 1 else None,
+           f"algo.simko.tau: must be in [0, 1], got {o.tau}" if not 0.0 <= o.tau <= 1.0 else None,
+           f"algo.simko.alpha: must be in [0, 1], got {o.alpha}" if not 0.0 <= o.alpha <= 1.0 else None,
+           f"algo.simko.neg_scale: must be > 0, got {o.neg_scale}" if not o.neg_scale > 0 else None]
+    bad = [b for b in bad if b]
+    if bad:  # the options' own errors first, so a fix is named even while the loss cannot run
+        return "; ".join(bad)
+    return f"algo.loss: simko {MISSING}; its maths is explorl.algos.methods.simko.simko_loss (docs/methods.md §5w)"
+
+
+@register("policy_loss", "simko", options=SimkoOptions, check=_check_simko, reads=("eps_low", "eps_high", "loss_agg"),
+          formula=(simko_loss, entropy_gate), cites=(Cite("SimKO", doc="5w"),))
+def _simko_adapter(logprobs_new: Tensor, batch: RolloutBatch, cfg, *,
+                   options: SimkoOptions) -> tuple[Tensor, dict[str, float]]:
+    """SimKO (Peng et al. 2025): refused at validation, the step cannot give it the top-K log-probs it needs."""
+    raise MissingInputError(f"simko {MISSING}")
