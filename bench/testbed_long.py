@@ -58,12 +58,13 @@ def train_run(method: str, seed: int, run_dir: Path, args) -> None:
 
 
 def evaluate(model: str, split: str, mode: str, out: Path, args, temperature: float | None = 1.0,
-             seed: int = 0) -> None:
+             seed: int = 0, completions: Path | None = None) -> None:
     """`explorl eval` of one checkpoint on one split, written to `out` (through a temporary name). `mode`: `t1`
     (T = 1), `matched` (the base model's entropy, `--match-entropy base`) or, with `-chain` (`t1-chain`,
     `matched-chain`), correct only when every worked step is the solution's (`task.reward: chain`) at
     `temperature` (None: at the base model's entropy, found here): the answer alone is often guessed. `seed`: the
-    sampler's (`explorl eval --seed`; the same seed and temperature draw the same samples, whatever the judge)."""
+    sampler's (`explorl eval --seed`; the same seed and temperature draw the same samples, whatever the judge).
+    `completions`: also write every sampled completion there (`explorl eval --save-completions`)."""
     from explorl import commands
 
     ks = sorted({1, 8, 32, args.n} - {k for k in (8, 32) if k > args.n})
@@ -81,6 +82,8 @@ def evaluate(model: str, split: str, mode: str, out: Path, args, temperature: fl
         argv += ["--match-entropy", "base", "--calibration", str(min(32, args.problems))]
     else:
         argv += ["--temperature", "1.0"]
+    if completions is not None:
+        argv += ["--save-completions", str(completions)]
     tmp = out.with_name(out.name + ".tmp")
     if commands.main([*argv, "--out", str(tmp)]) != 0:
         raise SystemExit(f"explorl {' '.join(argv)} failed")
@@ -200,6 +203,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--ood-chain", action="store_true",
                     help="judge right chains out of distribution too (a base model that writes some there)")
     ap.add_argument("--no-train", action="store_true", help="only evaluate checkpoints that exist")
+    ap.add_argument("--no-baselines", action="store_true",
+                    help="run the named methods only, not the GRPO baseline of each one's objective")
     return ap
 
 
@@ -224,7 +229,8 @@ def main() -> None:
                 base_dir.mkdir(parents=True, exist_ok=True)
                 print(f"  base model {split} {mode} -> {out.relative_to(ROOT)}", flush=True)
                 evaluate(args.model, split, mode, out, args)
-    methods = with_baselines([m for m in args.methods.split(",") if m])
+    named = [m for m in args.methods.split(",") if m]
+    methods = named if args.no_baselines else with_baselines(named)
     steps = list(range(args.every, args.steps + 1, args.every))
     for seed, method in [(seed, method) for seed in range(args.seeds) for method in methods]:  # every seed 0 first
         run_dir = ROOT / "runs" / args.name / method / f"seed{seed}"

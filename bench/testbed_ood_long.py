@@ -90,14 +90,15 @@ def main() -> None:
 
 def frontiers(args, committing: bool) -> None:
     """The out-of-distribution frontier of every seed, grown as its runs land: the points of each run (of
-    `args.methods` and their baselines) that has its final checkpoint are drawn, each seed claimed so parallel
-    processes share them, until no new run has landed meanwhile. A frontier.json lacking a landed run, or judged by an
-    older chain judge, is drawn again; recorded points are reused (the directory's partial file), so a seed's last
-    run is followed by its own points only. Committed as it grows."""
+    `args.methods` and, unless `--no-baselines`, their baselines) that has its final checkpoint are drawn, each seed
+    claimed so parallel processes share them, until no new run has landed meanwhile. A frontier.json lacking a landed
+    run, or judged by an older chain judge, is drawn again; recorded points are reused (the directory's partial
+    file), so a seed's last run is followed by its own points only. Committed as it grows."""
     import testbed_long_frontier as frontier
     from learning import with_baselines
 
-    methods = with_baselines([m for m in args.methods.split(",") if m])
+    named = [m for m in args.methods.split(",") if m]
+    methods = named if args.no_baselines else with_baselines(named)
     for seed in range(args.seeds):
         out = frontier.frontier_dir(args.name, seed, "ood")
         if set(methods) <= frontier.drawn_models(out / "frontier.json"):
