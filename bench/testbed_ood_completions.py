@@ -29,40 +29,31 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import testbed_long  # noqa: E402
+from testbed_long_table import operations_of  # noqa: E402
+from testbed_ood_lengths import work_lines  # noqa: E402
 
 ROOT = testbed_long.ROOT
 
 
-def operations_by_prompt(problems: int) -> dict[str, int]:
-    """Each out-of-distribution problem's number of operations (`difficulty`), by prompt, for the split the records
-    evaluate (`testbed_long.evaluate`'s task options)."""
-    from explorl.config import load_config
-    from explorl.tasks import load_task
-
-    cfg = load_config(None, ["task.name=arith", f"task.difficulties={testbed_long.SPLITS['ood']}",
-                             "task.train_size=4096", f"task.eval_size={problems}"])
-    return {p.prompt: int(p.meta["difficulty"]) for p in load_task(cfg.task).eval}
-
-
-def digest(rows: list[dict], operations: dict[str, int], samples: int, label: str) -> list[dict]:
+def digest(rows: list[dict], samples: int, label: str) -> list[dict]:
     """The summary line and the kept completions of a completions file's rows (`explorl eval --save-completions`):
-    9-operation problems only."""
-    nine = [r for r in rows if operations.get(r["prompt"]) == 9]
-    lines = lambda r: sum(1 for x in r["completion"].splitlines() if x.strip() and "\\boxed" not in x)  # noqa: E731
+    9-operation problems only (`testbed_long_table.operations_of`), work lines counted as
+    `testbed_ood_lengths.work_lines` counts them."""
+    nine = [r for r in rows if operations_of(r["prompt"]) == 9]
     answer_right = lambda r: str(r["extracted"]).strip() == str(r["answer"]).strip()  # noqa: E731
     summary = {"label": label, "problems": len({r["problem"] for r in nine}), "samples": len(nine),
                "chain_right": sum(bool(r["correct"]) for r in nine),
                "answer_right": sum(answer_right(r) for r in nine),
-               "lines": dict(sorted(Counter(lines(r) for r in nine).items())),
+               "lines": dict(sorted(Counter(work_lines(r["completion"]) for r in nine).items())),
                "kept_per_problem": samples}
     kept = [{"prompt": r["prompt"], "sample": r["sample"], "answer": r["answer"],
              "completion": r["completion"], "extracted": r["extracted"], "chain_right": bool(r["correct"]),
-             "answer_right": answer_right(r), "lines": lines(r)}
+             "answer_right": answer_right(r), "lines": work_lines(r["completion"])}
             for r in nine if r["sample"] < samples]
     return [summary, *kept]
 
 
-def write_digest(model: str, label: str, out: Path, args, operations: dict[str, int]) -> None:
+def write_digest(model: str, label: str, out: Path, args) -> None:
     """Sample `model`'s out-of-distribution `t1-chain` evaluation again with its completions and write the digest."""
     with tempfile.TemporaryDirectory() as tmp:
         completions = Path(tmp) / "completions.jsonl"
@@ -71,7 +62,7 @@ def write_digest(model: str, label: str, out: Path, args, operations: dict[str, 
         rows = [json.loads(line) for line in completions.read_text().splitlines()]
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp_out = out.with_name(out.name + ".tmp")
-    tmp_out.write_text("".join(json.dumps(r) + "\n" for r in digest(rows, operations, args.samples, label)))
+    tmp_out.write_text("".join(json.dumps(r) + "\n" for r in digest(rows, args.samples, label)))
     tmp_out.replace(out)
     if args.commit:
         subprocess.run(["git", "add", "--", str(out.relative_to(ROOT))], cwd=ROOT, check=True)
@@ -95,7 +86,6 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    operations = operations_by_prompt(args.problems)
     outdir = ROOT / "bench" / "results" / args.name / "completions"
     jobs = [(args.model, "base")]
     if not args.base_only:
@@ -111,7 +101,7 @@ def main() -> None:
             print(f"{label}: {model} not there (not trained yet?), skipped", flush=True)
             continue
         print(f"{label}: sampling -> {out.relative_to(ROOT)}", flush=True)
-        write_digest(model, label, out, args, operations)
+        write_digest(model, label, out, args)
 
 
 if __name__ == "__main__":
