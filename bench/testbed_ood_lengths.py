@@ -6,10 +6,12 @@ problem's operations.
 
     python bench/testbed_ood_lengths.py                  # the base model and each run's final checkpoint, seed 0
     python bench/testbed_ood_lengths.py --seeds 3        # and seeds 1 and 2 (what RESULTS reports)
+    python bench/testbed_ood_lengths.py --temperature 0.7 --name testbed_ood_answer --methods grpo,sft
 
-Records: `bench/results/testbed_ood/lengths/<label>.json` (per operation count: how many samples wrote each number
-of work lines, and how many were right chains); a label recorded with the same --n and --problems is skipped, so
-the script continues where it stopped. Prints a Markdown table of every record.
+Records: `bench/results/<name>/lengths/<label>.json`, `<label>.T<t>.json` at another temperature than 1 (per
+operation count: how many samples wrote each number of work lines, and how many were right chains); a label
+recorded with the same --n and --problems is skipped, so the script continues where it stopped. Prints a Markdown
+table of every record.
 """
 
 from __future__ import annotations
@@ -48,15 +50,17 @@ def tally(rows: list[dict]) -> dict[str, dict]:
     return out
 
 
-def sample(model: str, problems: int, n: int) -> list[dict]:
-    """`explorl eval` of `model` on the out-of-distribution split by right chains at T = 1, its completions."""
+def sample(model: str, problems: int, n: int, temperature: float = 1.0) -> list[dict]:
+    """`explorl eval` of `model` on the out-of-distribution split by right chains at `temperature`, its
+    completions."""
     from explorl import commands
 
     with tempfile.TemporaryDirectory() as tmp:
         completions = Path(tmp) / "completions.jsonl"
         argv = ["eval", "--model", model, "--task", "arith", "--task-opt", f"difficulties={SPLITS['ood']}",
                 "--task-opt", "train_size=4096", "--task-opt", f"eval_size={problems}", "--task-opt", "reward=chain",
-                "--n", str(n), "--k", "1", "--max-new-tokens", "128", "--temperature", "1.0", "--device", "cpu",
+                "--n", str(n), "--k", "1", "--max-new-tokens", "128", "--temperature", repr(temperature),
+                "--device", "cpu",
                 "--out", str(Path(tmp) / "eval.json"), "--save-completions", str(completions)]
         if commands.main(argv) != 0:
             raise SystemExit(f"explorl {' '.join(argv)} failed")
@@ -66,8 +70,8 @@ def sample(model: str, problems: int, n: int) -> list[dict]:
 def table(records: dict[str, dict]) -> list[str]:
     """One row per model and operation count: the share of samples writing fewer work lines than the problem has
     operations, exactly as many, and more, and the share of right chains."""
-    lines = ["| model | operations | samples | fewer lines | as many | more | right chains |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| model | T | operations | samples | fewer lines | as many | more | right chains |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for label, record in records.items():
         for ops, level in sorted(record["operations"].items(), key=lambda item: int(item[0])):
             counts = {int(k): v for k, v in level["lines"].items()}
@@ -75,8 +79,8 @@ def table(records: dict[str, dict]) -> list[str]:
             fewer = sum(v for k, v in counts.items() if k < int(ops)) / total
             more = sum(v for k, v in counts.items() if k > int(ops)) / total
             same = counts.get(int(ops), 0) / total
-            lines.append(f"| {label} | {ops} | {total} | {fewer:.3f} | {same:.3f} | {more:.3f} | "
-                         f"{level['right'] / total:.4f} |")
+            lines.append(f"| {label} | {record['temperature']:g} | {ops} | {total} | {fewer:.3f} | {same:.3f} | "
+                         f"{more:.3f} | {level['right'] / total:.4f} |")
     return lines
 
 
@@ -92,8 +96,12 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=1)
     ap.add_argument("--problems", type=int, default=128)
     ap.add_argument("--n", type=int, default=8, help="samples per problem")
+    ap.add_argument("--temperature", type=float, default=1.0, help="the sampling temperature")
+    ap.add_argument("--methods", default=None, help="comma-separated runs (default: bench/testbed_ood_long.py's "
+                    "methods and their baselines)")
     args = ap.parse_args()
-    methods = with_baselines(DEFAULTS[DEFAULTS.index("--methods") + 1].split(","))
+    methods = (args.methods.split(",") if args.methods
+               else with_baselines(DEFAULTS[DEFAULTS.index("--methods") + 1].split(",")))
     models = {"base": args.model}
     for seed in range(args.seeds):
         done = frontier.final_checkpoints(args.name, seed, args.steps)
@@ -101,11 +109,13 @@ def main() -> None:
     out_dir = ROOT / "bench" / "results" / args.name / "lengths"
     records = {}
     for label, model in models.items():
-        path = out_dir / f"{label.replace('/', '.')}.json"
+        at = "" if args.temperature == 1.0 else f".T{args.temperature:g}"
+        path = out_dir / f"{label.replace('/', '.')}{at}.json"
         if not path.exists():
-            print(f"{label}: sampling {args.problems} problems x {args.n} at T = 1 ({model})", flush=True)
-            record = {"model": model, "n": args.n, "problems": args.problems, "temperature": 1.0,
-                      "operations": tally(sample(model, args.problems, args.n))}
+            print(f"{label}: sampling {args.problems} problems x {args.n} at T = {args.temperature:g} ({model})",
+                  flush=True)
+            record = {"model": model, "n": args.n, "problems": args.problems, "temperature": args.temperature,
+                      "operations": tally(sample(model, args.problems, args.n, args.temperature))}
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(record, indent=1) + "\n")
         records[label] = json.loads(path.read_text())

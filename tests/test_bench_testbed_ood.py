@@ -331,8 +331,8 @@ def test_work_lines_are_counted_against_each_problems_operations():
     assert counted == {"2": {"samples": 3, "right": 1, "lines": {"2": 1, "1": 1, "3": 1}},
                        "1": {"samples": 1, "right": 0, "lines": {"0": 1}}}
     # two operations: 1 of 3 samples writes fewer lines, 1 as many, 1 more; 1 right chain of 3
-    assert lengths.table({"m": {"operations": counted}})[2:] == ["| m | 1 | 1 | 1.000 | 0.000 | 0.000 | 0.0000 |",
-                                                                 "| m | 2 | 3 | 0.333 | 0.333 | 0.333 | 0.3333 |"]
+    assert lengths.table({"m": {"operations": counted, "temperature": 0.7}})[2:] == [
+        "| m | 0.7 | 1 | 1 | 1.000 | 0.000 | 0.000 | 0.0000 |", "| m | 0.7 | 2 | 3 | 0.333 | 0.333 | 0.333 | 0.3333 |"]
     with pytest.raises(ValueError, match="not an arithmetic problem"):
         lengths.tally([{"problem": "What is 2 + 2?", "completion": "", "correct": False}])
 
