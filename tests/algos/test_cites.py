@@ -153,6 +153,7 @@ def test_the_arxiv_ids_are_the_ones_the_papers_give():
                                                                   "MiniMax-M1": "2506.13585", "SAPO": "2511.20347",
                                                                   # verl's estimators: as verl's code cites them
                                                                   "RLOO": "2402.14740", "REINFORCE++": "2501.03262",
+                                                                  "ReMax": "2310.10505",
                                                                   "OPO": "2505.23585", "GPG": "2504.02546",
                                                                   "GDPO": "2601.05242",
                                                                   # verl's losses: as verl's code cites them

@@ -208,7 +208,8 @@ def _rule_before_issue_17(cfg) -> bool:
 LATER_ESTIMATORS = {"rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "opo", "gpg", "gdpo",
                     "grpo_passk",
                     # issue 53: they read rewards (RL-ZVP also the batch's token entropy, as the entropy_adv shaper)
-                    "psr", "nsr", "w_reinforce", "qae", "rl_zvp", "maxrl"}
+                    "psr", "nsr", "w_reinforce", "qae", "rl_zvp", "maxrl",
+                    "remax"}  # reads rewards and the greedy baseline
 
 
 @pytest.mark.parametrize("recipe", [r for r in RECIPES if r.stem not in LATER_ESTIMATORS], ids=lambda p: p.stem)

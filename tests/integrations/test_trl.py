@@ -376,6 +376,12 @@ def test_conflicting_bypass_mode_is_refused_by_name(tiny_model_dir, tmp_path):
         make_trainer(tiny_model_dir, tmp_path, {"loss": "bypass_mode"})
 
 
+def test_remax_is_refused_by_name(tiny_model_dir, tmp_path):
+    # ReMax's baseline is each prompt's greedy response, which TRL's trainer does not sample (docs/methods.md §5n)
+    with pytest.raises(ConfigError, match=r"algo\.advantage=remax: .*greedy response.*explorl's loop"):
+        make_trainer(tiny_model_dir, tmp_path, {"advantage": "remax"})
+
+
 def test_explorl_validation_errors_come_through(tiny_model_dir, tmp_path):
     model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))
     with pytest.raises(ConfigError, match="algo.advantage"):

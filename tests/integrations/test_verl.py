@@ -659,6 +659,8 @@ def test_settings_verl_has_no_counterpart_for_are_refused_by_name(tmp_path, verl
         prepare(run, ["algo.mini_batches=3"], write=False)
     with pytest.raises(ConfigError, match=r"algo\.loss=bypass_mode: .*rollout_correction\.bypass_mode=true"):
         prepare(run, ["algo.loss=bypass_mode"], write=False)  # docs/methods.md §6d: verl has its own
+    with pytest.raises(ConfigError, match=r"algo\.advantage=remax: .*adv_estimator=remax"):
+        prepare(run, ["algo.advantage=remax"], write=False)  # docs/methods.md §5n: verl samples its own baseline
     with pytest.raises(ConfigError, match=r"actor_rollout_ref\.actor\.optim\.lr.*optim\.lr"):
         prepare(run, [], ["actor_rollout_ref.actor.optim.lr=1e-3"], write=False)
     with pytest.raises(ConfigError, match=r"model\.path.*AutoTokenizer"):  # transformers 5 mangles its tokenizer

@@ -27,6 +27,7 @@ from explorl.algos.methods.grpo_passk import grpo_passk  # noqa: E402
 from explorl.algos.methods.optimal_token_baseline import optimal_token_baseline  # noqa: E402
 from explorl.algos.methods.opo import opo  # noqa: E402
 from explorl.algos.methods.reinforce_pp import reinforce_plus_plus, reinforce_plus_plus_baseline  # noqa: E402
+from explorl.algos.methods.remax import remax  # noqa: E402
 from explorl.algos.methods.rloo import rloo  # noqa: E402
 from explorl.config import AlgoConfig, Config, ConfigError, from_dict, validate  # noqa: E402
 
@@ -197,6 +198,23 @@ def test_optimal_token_baseline_equals_verls_except_for_groups_of_one(seed, zero
 
 
 # ----------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("binary", [True, False])
+def test_remax_equals_verls(seed, binary):
+    # every response has a baseline (its prompt's greedy reward), so no group convention is involved
+    rewards, group, uid, mask, tok = make(seed, binary=binary)
+    baseline = torch.randn(int(group.max()) + 1, generator=torch.Generator().manual_seed(seed), dtype=F64)[group]
+    ours = remax(rewards, baseline, mask)
+    theirs, _ = core_algos.compute_remax_outcome_advantage(tok.clone(), baseline, mask)
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=ATOL)
+
+
+def test_remax_is_refused_by_name_in_verl_with_verls_own_named():
+    data, _ = _data(0)  # verl hands `reward_baselines` to its own `remax` only
+    with pytest.raises(ConfigError, match="remax.*baseline_rewards.*adv_estimator=remax"):
+        compute_advantage(data, adv_estimator="explorl_remax", config=OmegaConf.create({}))
+
+
 # through verl's compute_advantage as `explorl_<name>`
 
 

@@ -28,7 +28,7 @@ from torch import Tensor
 
 TOKEN_FIELDS = ("logprobs", "behavior_logprobs", "ref_logprobs", "entropy", "behavior_entropy", "response_ids",
                 "temperatures", "loss_mask", "advantages", "base_advantages", "token_weights", "is_weights")
-ROW_FIELDS = ("rewards", "group", "lengths", "truncated", "shaped_rewards")
+ROW_FIELDS = ("rewards", "group", "lengths", "truncated", "shaped_rewards", "baseline_rewards")
 PROMPT_FIELDS = ("prompt_ids", "prompt_mask")
 _PAD = {"response_ids": "pad", "prompt_ids": "pad"}  # padded with the tokenizer's pad id; everything else with 0
 
@@ -62,6 +62,8 @@ class RolloutBatch:
     temperatures:      [N, T] the temperature each token was sampled at (0 on padding).
     lengths:           [N] int64, response lengths in tokens (EOS included); default `mask.sum(-1)`.
     truncated:         [N] bool, the response hit the length limit without EOS; default all False.
+    baseline_rewards:  [N] the reward of the greedy response to each response's prompt (ReMax's baseline), scored
+                       beside the rollouts where the estimator asks for it (stage 2); else None.
     The forwards (stage 3):
     logprobs:          [N, T] log-probs of the sampled tokens under pi_old at the training temperature; None under
                        `single_update_shortcut` (the update's own forward is pi_old).
@@ -90,6 +92,7 @@ class RolloutBatch:
     temperatures: Tensor | None = None
     lengths: Tensor | None = None
     truncated: Tensor | None = None
+    baseline_rewards: Tensor | None = None
     logprobs: Tensor | None = None
     entropy: Tensor | None = None
     ref_logprobs: Tensor | None = None

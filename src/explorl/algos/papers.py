@@ -79,6 +79,8 @@ PAPERS: dict[str, Paper] = {
     # verl 0.9.1's advantage estimators (issue 52); arXiv ids as verl's code cites them (GPG: its paper's page)
     "RLOO": Paper("Ahmadian et al. 2024", "Back to Basics: Revisiting REINFORCE Style Optimization for Learning from "
                   "Human Feedback in LLMs", "2402.14740", ("5n",)),
+    "ReMax": Paper("Li et al. 2023", "ReMax: A Simple, Effective, and Efficient Reinforcement Learning Method for "
+                   "Aligning Large Language Models", "2310.10505", ("5n",)),
     "REINFORCE++": Paper("Hu 2025", "REINFORCE++: A Simple and Efficient Approach for Aligning Large Language Models",
                          "2501.03262", ("5o",)),
     "OPO": Paper("Hao et al. 2025", "On-Policy RL with Optimal Reward Baseline", "2505.23585", ("5p",)),

@@ -8,16 +8,13 @@ shapers, importance weights, loss aggregations, temperature schedules, budget po
     @register("estimator", "my_adv", options=MyAdvOptions)
     def my_adv(batch, cfg, *, options: MyAdvOptions): ...   # `algo.advantage: my_adv`, `algo.my_adv.scale: 2`
 
-Each kind has its entry type (`ENTRY_TYPES`), a frozen dataclass whose documented fields say what the method needs
-(`needs_ref`), what an engine must support (`per_token`, `resamples`), its check and options; the loop, the config
-validation and the engines read them (`entry.rowwise`) instead of naming methods, and an engine's spellings live in
-its integration. `register` refuses a taken name and a field the kind does not declare (TypeError naming the valid
-ones). Options reach every kind one way: a dataclass (`options=`, a docstring and a default per field) kept under
-the kind's section and the entry's name (`algo.erpo.gamma`; `SECTIONS`), validated when the entry is selected and
-passed as the keyword `options` (`Entry.bind`). `KINDS` gives each kind's calling convention, `SELECTED_BY` its
-config field, `ACTS_AT` where the step calls it (`explorl methods NAME` shows them with their `file:line`). This
-module imports nothing of explorl: `explorl.algos`, `explorl.rollout.controllers` and `explorl.tasks` import the
-modules that register, a user's module is imported by naming it in `run.plugins`.
+Each kind has its entry type (`ENTRY_TYPES`): frozen, with documented fields for what a method needs (`needs_ref`)
+and what an engine must support (`per_token`, `resamples`), read by the loop, the validation and the engines instead
+of method names (an engine's spellings live in its integration); `register` refuses a taken name and an undeclared
+field. Options reach every kind one way: a dataclass (`options=`, a docstring and default per field) under the kind's
+section and the entry's name (`algo.erpo.gamma`; `SECTIONS`), validated when selected, passed as the keyword
+`options` (`Entry.bind`). `KINDS`: each kind's calling convention; `SELECTED_BY`: its config field; `ACTS_AT`: where
+the step calls it (`explorl methods NAME` shows them with `file:line`). Imports nothing of explorl.
 """
 
 from __future__ import annotations
@@ -194,6 +191,9 @@ class AlgoEntry(Entry):
 @dataclass(frozen=True, kw_only=True)
 class EstimatorEntry(AlgoEntry):
     """An advantage estimator (`algo.advantage`)."""
+
+    needs_greedy_baseline: bool = False
+    """Each prompt's greedy response is sampled and scored too (ReMax's `RolloutBatch.baseline_rewards`)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -52,6 +52,8 @@ class Requirements:
     """The sampler's behaviour log-probs are read."""
     update_entropy: bool
     """The update's forward must return token entropies (the entropy bonus)."""
+    greedy_baseline: bool = False
+    """Each prompt's greedy response is sampled and scored too (`RolloutBatch.baseline_rewards`: ReMax)."""
 
 
 def _chosen(cfg: AlgoConfig) -> list:
@@ -69,6 +71,7 @@ def requirements(cfg: AlgoConfig) -> Requirements:
         old_logprobs=any(e.needs_old_logprobs for e in chosen),
         behavior=any(e.needs_behavior for e in chosen),
         update_entropy=cfg.entropy_coef != 0,
+        greedy_baseline=lookup("estimator", cfg.advantage).needs_greedy_baseline,
     )
 
 

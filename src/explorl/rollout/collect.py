@@ -64,35 +64,59 @@ class BoundTask:
         return self.tok.encode(problem.prompt, add_special_tokens=False)
 
 
+def _greedy_rewards(sampler: Sampler, bound: BoundTask, problems: list, prompt_ids: list, generator):
+    """Each prompt's greedy response (temperature 0), scored by the run's reward functions: (its reward per prompt,
+    the `RewardResult`). ReMax's baseline (`RolloutBatch.baseline_rewards`); not trained on."""
+    ro = sampler.sample_fixed(prompt_ids, 1, 0.0, generator)
+    group = ro.group.tolist()
+    rr = bound.runner(decode_responses(bound.tok, ro), [problems[g].answer for g in group],
+                      [problems[g].meta for g in group])
+    by_prompt = [0.0] * len(problems)
+    for i, g in enumerate(group):
+        by_prompt[g] = rr.rewards[i]
+    return by_prompt, rr
+
+
 def collect_rollouts(sampler: Sampler, bound: BoundTask, stream: PromptStream, driver: ScheduleDriver, *,
-                     batch_size: int, step: int, generator: torch.Generator) -> Collected:
+                     batch_size: int, step: int, generator: torch.Generator,
+                     greedy_baseline: bool = False) -> Collected:
     """Sample and score `batch_size` prompts' groups of `bound`'s training problems at 0-based training step
     `step`, which this begins on the schedule `driver` (the caller ends it once the batch's entropy is known).
-    `sampler`: the run's, built once (explorl's decoder or the vLLM engine), given each round's plan."""
+    `sampler`: the run's, built once (explorl's decoder or the vLLM engine), given each round's plan. With
+    `greedy_baseline` each round's prompts get their greedy response scored too (`_greedy_rewards`: ReMax)."""
     tok, task, runner = bound.tok, bound.task, bound.runner
     temps = driver.begin(step)
     stats = dict(temps.stats)
     budget = driver.budget
     problems: list = []
-    parts, texts, rewards, correct = [], [], [], []
+    parts, texts, rewards, correct, baselines = [], [], [], [], []
     errors = timeouts = rounds = sampled_groups = scored = 0
     failures: list = []
     by_function: dict[str, list[float]] = {}  # several reward functions: each one's scores of the kept rows
+
+    def account(rr) -> None:  # a scoring's failures and counts, indexed over everything scored this step
+        nonlocal errors, timeouts, scored, failures
+        errors, timeouts = errors + rr.errors, timeouts + rr.timeouts
+        for f in rr.failures:
+            f.index += scored
+        failures += rr.failures
+        scored += len(rr.rewards)
+
     while True:
         epoch = stream.epoch
         ids = stream.next(batch_size - len(problems))
         plan = driver.plan(ids, new_pass=stream.epoch != epoch)
         round_problems = [task.train[i] for i in ids]
-        ro = sampler.sample([bound.prompt_ids(p) for p in round_problems], plan, generator)
+        prompt_ids = [bound.prompt_ids(p) for p in round_problems]
+        ro = sampler.sample(prompt_ids, plan, generator)
         round_texts = decode_responses(tok, ro)
         group = ro.group.tolist()
         rr = runner(round_texts, [round_problems[g].answer for g in group], [round_problems[g].meta for g in group])
         round_correct = task.correct(rr)
-        errors, timeouts = errors + rr.errors, timeouts + rr.timeouts
-        for f in rr.failures:
-            f.index += scored
-        failures += rr.failures
-        scored += len(round_texts)
+        account(rr)
+        if greedy_baseline:
+            greedy, greedy_rr = _greedy_rewards(sampler, bound, round_problems, prompt_ids, generator)
+            account(greedy_rr)
         per_prompt = [[rr.rewards[i] for i, g in enumerate(group) if g == j] for j in range(len(ids))]
         driver.observe_rewards(ids, per_prompt)
         sampled_groups += len(ids)
@@ -108,6 +132,7 @@ def collect_rollouts(sampler: Sampler, bound: BoundTask, stream: PromptStream, d
         problems += [round_problems[j] for j in keep]
         texts += [round_texts[i] for i in rows]
         rewards += [rr.rewards[i] for i in rows]
+        baselines += [greedy[group[i]] for i in rows] if greedy_baseline else []
         correct += [round_correct[i] for i in rows]
         for name, scores in rr.by_function.items():
             by_function.setdefault(name, []).extend(scores[i] for i in rows)
@@ -116,6 +141,9 @@ def collect_rollouts(sampler: Sampler, bound: BoundTask, stream: PromptStream, d
         rounds += 1
     batch = parts[0] if len(parts) == 1 else RolloutBatch.cat(parts, tok.pad_token_id)
     batch = batch.replace(rewards=torch.tensor(rewards, dtype=torch.float32, device=batch.mask.device))
+    if greedy_baseline:
+        batch = batch.replace(baseline_rewards=torch.tensor(baselines, dtype=torch.float32, device=batch.mask.device))
+        stats["reward/greedy_baseline"] = sum(baselines) / max(len(baselines), 1)
     stats.update(driver.rollout_stats(batch))
     stats.update(budget.stats(rounds, len(problems) / max(sampled_groups, 1)))
     stats.update({f"reward/{name}": sum(v) / max(len(v), 1) for name, v in by_function.items()})

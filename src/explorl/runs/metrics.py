@@ -23,6 +23,8 @@ STEP_METRICS: dict[str, str] = {
     "reward/all_wrong_frac": "fraction of prompts whose responses are all wrong (zero advantage in GRPO)",
     "reward/errors": "reward-function failures this step (scored 0)",
     "reward/timeouts": "reward-function timeouts this step (scored 0)",
+    "reward/greedy_baseline": "mean reward of the prompts' greedy responses, ReMax's baseline (only with "
+                              "algo.advantage: remax)",
     "entropy/mean": "mean token entropy of the policy at the training temperature over response tokens",
     "entropy/pos": "the same over correct responses (null when none)",
     "entropy/neg": "the same over incorrect responses (null when none)",

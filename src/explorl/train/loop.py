@@ -141,7 +141,7 @@ def train_step(step: int, cfg: Config, st: TrainState, sampler: Sampler, bound: 
         sampler.engine.sync(st.model)
     with peaks.phase("sample"):
         got = collect_rollouts(sampler, bound, st.stream, st.driver, batch_size=cfg.run.batch_size, step=step,
-                               generator=st.gens["sampler_rng"])
+                               generator=st.gens["sampler_rng"], greedy_baseline=requirements(cfg.algo).greedy_baseline)
     guards.rewards(step + 1, got)
     t_sample = time.perf_counter() - t0
     # vLLM's kernels are not the policy's: pi_old (and its entropies) come from a forward pass

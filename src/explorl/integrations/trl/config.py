@@ -153,6 +153,9 @@ def _check_against_trl(cfg: Config, args: GRPOConfig) -> None:
     need(args.loss_type not in names("policy_loss") or a.loss == args.loss_type,  # TRL's cispo, sapo, luspo, vespo
          f"GRPOConfig.loss_type={args.loss_type}: explorl's loss replaces TRL's; set algo.loss={args.loss_type} "
          f"(`explorl methods` names its section of docs/methods.md, which says where TRL's differs)")
+    need(not lookup("estimator", a.advantage).needs_greedy_baseline,
+         f"algo.advantage={a.advantage}: its baseline is each prompt's greedy response, which TRL's trainer does "
+         f"not sample; run it in explorl's loop (explorl train)")
     need(not lookup("policy_loss", a.loss).old_is_behavior,
          f"algo.loss={a.loss}: verl's bypass mode takes pi_old from the rollout, and TRL's trainer computes its own; "
          f"run it in explorl's loop (explorl train), or here use algo.importance_weights=rollout_is "

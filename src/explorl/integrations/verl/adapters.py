@@ -97,6 +97,11 @@ def estimator_for(name: str):
         if index is None:
             raise ValueError(f"{PREFIX}{name}: verl passed no `uid` index; explorl's estimators are group-relative")
         batch = rollout_batch(token_level_rewards, response_mask, index, old_log_probs=kwargs.get("old_log_probs"))
+        if lookup("estimator", name).needs_greedy_baseline:  # verl samples the greedy baseline for its own remax only
+            if kwargs.get("reward_baselines") is None:
+                raise ConfigError(f"{PREFIX}{name}: its baseline_rewards are each prompt's greedy response's reward, "
+                                  f"which verl samples only for its own estimator: use algorithm.adv_estimator=remax")
+            batch = batch.replace(baseline_rewards=kwargs["reward_baselines"].to(torch.float32))
         algo = algo_config((config or {}).get(CONFIG_KEY), group_size=int(torch.bincount(batch.group).max()),
                            advantage=name)
         shapers = [lookup("shaper", x) for x in algo.shapers]

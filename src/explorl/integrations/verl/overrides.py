@@ -221,6 +221,10 @@ def _optimizer(o: Overrides, cfg: Config, data: DataFiles) -> None:
 def _method(o: Overrides, cfg: Config, data: DataFiles) -> None:
     """The estimator, the loss and its options, the objective's aggregation, mini-batches and KL."""
     a, s, r = cfg.algo, cfg.sampling, cfg.run
+    if lookup("estimator", a.advantage).needs_greedy_baseline:  # verl samples one for its own ReMax only
+        raise ConfigError(f"algo.advantage={a.advantage}: its baseline is each prompt's greedy response, which verl "
+                          f"samples for its own estimator only: run it in explorl's loop (explorl train), or verl's "
+                          f"own ReMax (`-- algorithm.adv_estimator=remax`, docs/methods.md §5n)")
     o.set("algorithm.adv_estimator", f"explorl_{a.advantage}", "algo.advantage")
     o.set(f"{A}.policy_loss.loss_mode", f"explorl_{a.loss}", "algo.loss")
     loss = lookup("policy_loss", a.loss)
