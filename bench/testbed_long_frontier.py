@@ -63,13 +63,10 @@ def base_low_dir(name: str, split: str) -> Path:
 
 
 def final_checkpoints(name: str, seed: int, steps: int) -> dict[str, str]:
-    """{method: its final checkpoint, relative to the repository} of the runs of `seed` that reached `steps`."""
-    out = {}
-    for method in with_baselines(METHODS):
-        ckpt = Path("runs") / name / method / f"seed{seed}" / "checkpoints" / f"step_{steps:07d}"
-        if (ROOT / ckpt).exists():
-            out[method] = str(ckpt)
-    return out
+    """{method: its final checkpoint, relative to the repository} of every run of `seed` under `runs/<name>/` that
+    reached `steps` (any method: the long sweeps', the supervised control, the newer methods')."""
+    found = sorted((ROOT / "runs" / name).glob(f"*/seed{seed}/checkpoints/step_{steps:07d}"))
+    return {path.parents[2].name: str(path.relative_to(ROOT)) for path in found}
 
 
 def run_frontier(name: str, seed: int, models: dict[str, str], problems: int, base: str = "embedded",

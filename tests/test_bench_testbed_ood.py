@@ -527,3 +527,14 @@ def test_the_completions_digest_keeps_nine_operation_samples_in_order_with_both_
                        "lines": {0: 1, 1: 1, 2: 1}, "kept_per_problem": 2}
     assert [(k["sample"], k["chain_right"], k["answer_right"], k["lines"]) for k in kept] == [(0, True, True, 2),
                                                                                              (1, False, True, 1)]
+
+
+def test_final_checkpoints_are_every_run_of_the_seed_that_reached_the_step(tmp_path, monkeypatch):
+    """bench/testbed_long_frontier.py: any method's run (the long sweeps', `sft`, a newer method's) with the final
+    checkpoint counts; a run short of it, or of another seed, does not."""
+    frontier = _load("testbed_long_frontier")
+    monkeypatch.setattr(frontier, "ROOT", tmp_path)
+    for method, seed, step in [("grpo", 0, 1500), ("sft", 0, 1500), ("nsr", 0, 1000), ("nsr", 1, 1500)]:
+        (tmp_path / "runs" / "x" / method / f"seed{seed}" / "checkpoints" / f"step_{step:07d}").mkdir(parents=True)
+    assert frontier.final_checkpoints("x", 0, 1500) == {"grpo": "runs/x/grpo/seed0/checkpoints/step_0001500",
+                                                       "sft": "runs/x/sft/seed0/checkpoints/step_0001500"}
