@@ -29,10 +29,10 @@ RECIPES_END = "<!-- recipes:end -->"
 _URL = re.compile(r"[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
 _MD_PATH = re.compile(r"(?<![\w./-])([\w.-]+(?:/[\w.-]+)*\.md)(?![\w-])")
 _SEP = r"[\s#*,;]*(?:(?:and|or|to|-|–)[\s#*]*)?"
-_CITATION = re.compile(r"docs/methods\.md((?:" + _SEP + r"§\s*[0-9]+[a-z]?)+)")
-_SECTION_REF = re.compile(r"§\s*([0-9]+[a-z]?)")
+_CITATION = re.compile(r"docs/methods\.md((?:" + _SEP + r"§\s*[0-9]+[a-z]{0,2})+)")
+_SECTION_REF = re.compile(r"§\s*([0-9]+[a-z]{0,2})")
 _OLD_NAME = re.compile(r"\b(METHODS|DESIGN)\b")
-_HEADING = re.compile(r"^(##|###)\s+([0-9]+[a-z]?)\.\s+\S", re.MULTILINE)
+_HEADING = re.compile(r"^(##|###)\s+([0-9]+[a-z]{0,2})\.\s+\S", re.MULTILINE)
 
 
 def _scanned_files() -> list[Path]:
@@ -112,7 +112,7 @@ def test_methods_doc_subsections_sit_under_their_section():
             assert sid.isdigit(), f"`## {sid}.`: a top-level section is numbered without a letter"
             current = sid
         else:
-            assert re.fullmatch(r"[0-9]+[a-z]", sid) and sid[:-1] == current, \
+            assert re.fullmatch(r"[0-9]+[a-z]{1,2}", sid) and sid.rstrip("abcdefghijklmnopqrstuvwxyz") == current, \
                 f"`### {sid}.` is not a subsection of the section it sits in (## {current}.)"
 
 

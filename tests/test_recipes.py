@@ -29,6 +29,8 @@ EXPECTED_KEYS = {
     "kl_cov": {"loss/kl_cov_frac"},
     "erpo": {"kl/mean"},
     "entropy_reg": {"loss/entropy"},
+    "adaptive_entropy": {"algo/entropy_coef"},
+    "prorl_reset": {"kl/mean", "ref/reset"},
     "adaptive_temperature": {"temperature/adaptive_factor_min", "temperature/adaptive_factor_max", "is/weight_mean"},
 }
 
@@ -44,8 +46,9 @@ def test_recipe_dry_run_is_accepted(recipe, tmp_path, capsys):
     assert not (tmp_path / "x").exists()
 
 
-# the position shaper's window opens at step 100 in its recipe: from the first step in these short runs
-POSITION_NOW = {"still_position": ["algo.position.start=1"]}
+# the position shaper's window opens at step 100 in its recipe, ProRL's first reset comes at step 50: from the first
+# step in these short runs
+POSITION_NOW = {"still_position": ["algo.position.start=1"], "prorl_reset": ["algo.reference_reset.every=3"]}
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)

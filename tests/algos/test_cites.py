@@ -26,7 +26,7 @@ from explorl.algos.papers import OWN, PAPERS
 from explorl.algos.registry import METHOD_KINDS, Cite, _REGISTRY, register
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "methods.md").read_text(encoding="utf-8")
-_HEADING = re.compile(r"^(##|###)\s+([0-9]+[a-z]?)\.\s", re.MULTILINE)
+_HEADING = re.compile(r"^(##|###)\s+([0-9]+[a-z]{0,2})\.\s", re.MULTILINE)
 
 METHOD_ENTRIES = [e for kind, table in _REGISTRY.items() if kind in METHOD_KINDS for e in table.values()
                   if e.fn.__module__.startswith("explorl.")]  # explorl's own, not a test's or a user's plugin
@@ -169,7 +169,10 @@ def test_the_arxiv_ids_are_the_ones_the_papers_give():
                                                                   # abstract page (MaxRL: its LaTeX source) gives it
                                                                   "NSR": "2506.01347", "QAE": "2509.22611",
                                                                   "RL-ZVP": "2509.21880", "SimKO": "2510.14807",
-                                                                  "MaxRL": "2602.02710"}
+                                                                  "MaxRL": "2602.02710",
+                                                                  # issue 53's loop methods: as TRL's GRPOConfig
+                                                                  # cites Skywork-OR1, as ProRL's abstract page does
+                                                                  "Skywork-OR1": "2505.22312", "ProRL": "2505.24864"}
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """The optimal token baseline (docs/methods.md §5s): hand-derived values, groups in any order, padding, groups of
-one, the zero tail, and the refusal by name while explorl's batch lacks `sum_pi_squared`."""
+one, the zero tail; what it asks of the step (`sum_pi_squared` from pi_old's forward, no single-update shortcut) and
+its error on a batch without `sum_pi_squared`."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import torch
 from explorl.algos.batch import MissingInputError, RolloutBatch
 from explorl.algos.methods.optimal_token_baseline import OptimalTokenBaselineOptions, optimal_token_baseline
 from explorl.algos.registry import get
-from explorl.config import AlgoConfig, ConfigError, load_config
+from explorl.algos.step import compute_advantages, requirements, single_update_shortcut
+from explorl.config import AlgoConfig, load_config
 
 F64 = torch.float64
 EPS = 1e-8
@@ -63,10 +65,14 @@ def test_equal_lengths_have_no_tail_and_a_flat_proxy_gives_the_group_mean():
     torch.testing.assert_close(got, (rewards - 1 / 3)[:, None].expand(3, 4), rtol=0, atol=1e-7)
 
 
-def test_refused_by_name_while_the_batch_lacks_sum_pi_squared():
-    with pytest.raises(ConfigError, match="optimal_token_baseline needs .*sum_pi_squared"):
-        load_config(None, ["algo.advantage=optimal_token_baseline"])
-    rewards, group, mask, lp, _ = _inputs()
+def test_the_step_fills_sum_pi_squared_and_the_adapter_needs_it():
+    cfg = load_config(None, ["algo.advantage=optimal_token_baseline"]).algo  # accepted at validation now
+    needs = requirements(cfg)
+    assert needs.sum_pi_squared and needs.old_logprobs and not single_update_shortcut(cfg, True)
+    assert not requirements(AlgoConfig()).sum_pi_squared  # only the entries that declare it ask for the forward's
+    rewards, group, mask, lp, s2 = _inputs()
     batch = RolloutBatch(mask=mask, rewards=rewards, group=group, logprobs=lp)
-    with pytest.raises(MissingInputError, match="sum_pi_squared"):
+    with pytest.raises(MissingInputError, match="optimal_token_baseline needs .*sum_pi_squared"):
         get("estimator", "optimal_token_baseline")(batch, AlgoConfig(), options=OptimalTokenBaselineOptions())
+    got = compute_advantages(batch.replace(sum_pi_squared=s2), cfg, step=1).advantages
+    torch.testing.assert_close(got, optimal_token_baseline(rewards, group, mask, lp, s2).to(got.dtype))

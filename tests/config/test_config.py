@@ -614,7 +614,9 @@ def test_dump_yaml_round_trips(tmp_path, base, overrides):
 def test_dump_is_complete(tmp_path):
     data = yaml.safe_load(dump_yaml(load_config(QUICKSTART)))
     # every core field, and the options of every selected method (the quickstart's PPO loss) with their defaults
-    core = {name for name, *_ in reference() if name.count(".") == 1 or name.startswith(("model.lora.",))}
+    core = {name for name, *_ in reference()
+            if name.count(".") == 1
+            or name.startswith(("model.lora.", "algo.entropy_control.", "algo.reference_reset."))}
     selected = {name for name, *_ in reference() if name.startswith("algo.ppo.")}
     assert {name for name, _ in leaves(data)} == core | selected
     assert data["algo"]["ppo"] == {"dual_clip_c": None}

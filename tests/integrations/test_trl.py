@@ -382,6 +382,28 @@ def test_remax_is_refused_by_name(tiny_model_dir, tmp_path):
         make_trainer(tiny_model_dir, tmp_path, {"advantage": "remax"})
 
 
+def test_the_optimal_token_baseline_is_refused_by_name(tiny_model_dir, tmp_path):
+    # it reads pi_old's sum_v pi(v)^2 per token, which TRL's trainer does not compute (docs/methods.md §5s)
+    with pytest.raises(ConfigError, match=r"algo\.advantage=optimal_token_baseline: .*sum_pi_squared.*explorl's loop"):
+        make_trainer(tiny_model_dir, tmp_path, {"advantage": "optimal_token_baseline"})
+
+
+def test_trl_adaptive_entropy_is_refused_pointing_to_explorls_setting(tiny_model_dir, tmp_path):
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))
+    with pytest.raises(ConfigError, match=r"GRPOConfig\.use_adaptive_entropy: .*algo\.entropy_control\.enabled"):
+        ExplorlGRPOTrainer(model, reward, args=grpo_args(tmp_path, use_adaptive_entropy=True))
+
+
+@pytest.mark.parametrize("algo, field", [
+    ({"entropy_control": {"enabled": True}}, r"algo\.entropy_control\.enabled: .*explorl train"),
+    ({"kl_coef": 0.01, "reference_reset": {"every": 2}}, r"algo\.reference_reset\.every=2: .*explorl train"),
+], ids=["adaptive_entropy", "reference_reset"])
+def test_explorls_loop_only_settings_are_refused_by_name(algo, field, tiny_model_dir, tmp_path):
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))
+    with pytest.raises(ConfigError, match=field):
+        ExplorlGRPOTrainer(model, reward, args=grpo_args(tmp_path), algo=algo)
+
+
 def test_explorl_validation_errors_come_through(tiny_model_dir, tmp_path):
     model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))
     with pytest.raises(ConfigError, match="algo.advantage"):

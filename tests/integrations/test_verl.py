@@ -661,6 +661,8 @@ def test_settings_verl_has_no_counterpart_for_are_refused_by_name(tmp_path, verl
         prepare(run, ["algo.loss=bypass_mode"], write=False)  # docs/methods.md §6d: verl has its own
     with pytest.raises(ConfigError, match=r"algo\.advantage=remax: .*adv_estimator=remax"):
         prepare(run, ["algo.advantage=remax"], write=False)  # docs/methods.md §5n: verl samples its own baseline
+    with pytest.raises(ConfigError, match=r"algo\.advantage=optimal_token_baseline: .*sum_pi_squared"):
+        prepare(run, ["algo.advantage=optimal_token_baseline"], write=False)  # §5s: verl passes it to its own only
     with pytest.raises(ConfigError, match=r"actor_rollout_ref\.actor\.optim\.lr.*optim\.lr"):
         prepare(run, [], ["actor_rollout_ref.actor.optim.lr=1e-3"], write=False)
     with pytest.raises(ConfigError, match=r"model\.path.*AutoTokenizer"):  # transformers 5 mangles its tokenizer
@@ -863,6 +865,10 @@ def test_each_recipe_composes_through_the_launcher(recipe, tmp_path, verl_model_
 
     overrides = [f"model.path={verl_model_dir}", "task.train_size=64", "task.eval_size=16",
                  f"run.out_dir={tmp_path / 'run'}"]
+    if recipe.stem in ("adaptive_entropy", "prorl_reset"):  # explorl's loop only (docs/methods.md §5aa, §5ab)
+        with pytest.raises(ConfigError, match="explorl train"):
+            prepare(recipe, overrides, write=False, run_dir=False)
+        return
     try:
         launch = prepare(recipe, overrides, write=False, run_dir=False)
     except ConfigError as e:

@@ -253,3 +253,15 @@ def test_the_optimal_token_baseline_is_refused_by_name_in_verl():
     data, _ = _data(0)
     with pytest.raises(ConfigError, match="optimal_token_baseline needs .*sum_pi_squared"):
         compute_advantage(data, adv_estimator="explorl_optimal_token_baseline", config=OmegaConf.create({}))
+
+
+def test_sum_pi_squared_of_explorls_forward_is_verls():
+    # the per-block formula pi_old's forward uses (explorl.rollout.logprobs) against verl 0.9.1's
+    # calculate_sum_pi_squared_from_logits on the same temperature-scaled float32 logits
+    from verl.utils.torch_functional import calculate_sum_pi_squared_from_logits  # verl's, imported where compared
+
+    from explorl.rollout.logprobs import _logit_stats  # the private per-block helper is what is compared
+
+    logits = 4 * torch.randn((3, 5, 50), generator=torch.Generator().manual_seed(0))
+    _, _, ours = _logit_stats(logits, torch.zeros((3, 5), dtype=torch.long), False, True)
+    torch.testing.assert_close(ours, calculate_sum_pi_squared_from_logits(logits), rtol=1e-6, atol=0)

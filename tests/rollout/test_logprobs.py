@@ -183,3 +183,43 @@ def test_packed_sequences_put_each_prompt_and_response_side_by_side():
     assert ids[1].tolist()[:4] == [21, 22, 23, 24]
     assert ids[2].tolist()[:2] == [31, 32]
     assert ids.shape == (3, 5)
+
+
+def _naive_sum_pi_squared(model, prompt_ids, prompt_mask, response_ids, mask, temperature):
+    """Per sequence, unpadded: sum_v softmax(logits / T)(v)^2 over the whole vocabulary, in float64."""
+    n, t = response_ids.shape
+    temp = temperature.to(torch.float64)
+    out = torch.zeros(n, t, dtype=torch.float64)
+    for i in range(n):
+        prompt = prompt_ids[i][prompt_mask[i].bool()]
+        k = int(mask[i].sum())
+        if k:
+            ids = torch.cat([prompt, response_ids[i, :k]])
+            logits = model(input_ids=ids[None]).logits[0, len(prompt) - 1:len(prompt) - 1 + k].double()
+            out[i, :k] = (torch.softmax(logits / temp[i, :k, None], dim=-1) ** 2).sum(-1)
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bf16"])
+@pytest.mark.parametrize("path", ["head_blocks", "compiled_fused", "model_logits"])
+def test_sum_pi_squared_matches_a_full_softmax(tiny_model, path, dtype, monkeypatch):
+    # the optimal token baseline's sum_v pi(v)^2 (docs/methods.md §5s) at per-token temperatures != 1, from each way
+    # the forward computes its blocks: the output layer by blocks (eager or the compiled fused decoder) and the model's
+    # own logits (models the head split does not take); the log-probs and entropies are those of the call without it
+    with torch.no_grad():  # sharpen the tiny model's near-uniform distributions so sum_pi_squared spans a range
+        tiny_model.get_output_embeddings().weight.mul_(30)
+    model = tiny_model.to(dtype)
+    if path == "model_logits":
+        monkeypatch.setattr("explorl.rollout.logprobs._split_head", lambda m: None)
+    batch = _batch(model.config.vocab_size, seed=6)
+    temp = 0.4 + 1.2 * torch.rand((4, T), generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        lp, ent, s2 = response_logprobs(model, *batch, temp, compile=path == "compiled_fused", chunk_size=8,
+                                        with_sum_pi_squared=True)
+        plain = response_logprobs(model, *batch, temp, compile=path == "compiled_fused", chunk_size=8)
+        want = _naive_sum_pi_squared(model, *batch, temp)
+    assert s2.dtype == torch.float32 and s2.shape == (4, T) and len(plain) == 2
+    assert torch.equal(lp, plain[0]) and torch.equal(ent, plain[1])
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(s2.double(), want, atol=tol, rtol=0)
+    assert (s2[batch[3] == 0] == 0).all() and float(want.max()) > 0.2  # not all flat

@@ -6,8 +6,8 @@ untouched), and a micro-batch is one `select(rows, width)` of it:
 1. the sampler (`explorl.rollout.sampler.Sampler`, the vLLM engine): the token ids, the response mask, the sampled
    tokens' behaviour log-probs, entropies and temperatures; `rewards` None;
 2. scoring (`explorl.rollout.collect.collect_rollouts`): `rewards`;
-3. the forwards (`explorl.train.update.fill_logprobs`): pi_old's `logprobs` and `entropy`, the reference's
-   `ref_logprobs`;
+3. the forwards (`explorl.train.update.fill_logprobs`): pi_old's `logprobs` and `entropy` (and `sum_pi_squared`
+   where a method needs it), the reference's `ref_logprobs`;
 4. the method (`explorl.algos.step.compute_advantages`): `loss_mask`, `shaped_rewards`, `base_advantages`,
    `advantages`, `token_weights`, `is_weights` and the method's `stats`;
 5. the update (`explorl.train.update.update_policy`) reads it, one `select` per micro-batch.
@@ -27,7 +27,8 @@ import torch
 from torch import Tensor
 
 TOKEN_FIELDS = ("logprobs", "behavior_logprobs", "ref_logprobs", "entropy", "behavior_entropy", "response_ids",
-                "temperatures", "loss_mask", "advantages", "base_advantages", "token_weights", "is_weights")
+                "temperatures", "loss_mask", "advantages", "base_advantages", "token_weights", "is_weights",
+                "sum_pi_squared")
 ROW_FIELDS = ("rewards", "group", "lengths", "truncated", "shaped_rewards", "baseline_rewards")
 PROMPT_FIELDS = ("prompt_ids", "prompt_mask")
 _PAD = {"response_ids": "pad", "prompt_ids": "pad"}  # padded with the tokenizer's pad id; everything else with 0
@@ -69,6 +70,8 @@ class RolloutBatch:
                        `single_update_shortcut` (the update's own forward is pi_old).
     entropy:           [N, T] token entropy of pi_old at the training temperature.
     ref_logprobs:      [N, T] the sampled tokens' log-probs under the frozen reference policy.
+    sum_pi_squared:    [N, T] sum over the vocabulary of pi_old(v)^2 at the training temperature (verl's
+                       `sum_pi_squared`), where a registered entry declares `needs_sum_pi_squared`; else None.
     The method (stage 4, `compute_advantages`):
     loss_mask:         [N, T] `mask` less what the reward shapers removed (DAPO's overlong filtering).
     shaped_rewards:    [N] the rewards after the reward shapers (DAPO's overlong penalty): what the estimator saw.
@@ -96,6 +99,7 @@ class RolloutBatch:
     logprobs: Tensor | None = None
     entropy: Tensor | None = None
     ref_logprobs: Tensor | None = None
+    sum_pi_squared: Tensor | None = None
     loss_mask: Tensor | None = None
     shaped_rewards: Tensor | None = None
     base_advantages: Tensor | None = None

@@ -130,5 +130,10 @@ PAPERS: dict[str, Paper] = {
     "MaxRL": Paper("Fahim Tajwar, Guanning Zeng, Yueer Zhou, Yuda Song, Daman Arora, Yiding Jiang, Jeff Schneider, "
                    "Ruslan Salakhutdinov, Haiwen Feng, Andrea Zanette", "Maximum Likelihood Reinforcement Learning",
                    "2602.02710", ("5x",)),
+    # issue 53, item 3: the training loop's adaptive entropy coefficient and reference reset (not registry entries);
+    # arXiv ids as TRL 1.16's GRPOConfig cites Skywork-OR1 and as ProRL's abstract page gives it
+    "Skywork-OR1": Paper("He et al. 2025", "Skywork Open Reasoner 1 Technical Report", "2505.22312", ("5aa",)),
+    "ProRL": Paper("Liu et al. 2025", "ProRL: Prolonged Reinforcement Learning Expands Reasoning Boundaries in Large "
+                   "Language Models", "2505.24864", ("5ab",)),
 }
 """Short name -> the paper."""

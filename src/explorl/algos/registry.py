@@ -126,8 +126,7 @@ class Entry:
     options_from: str | None = None
     """The entry of the same kind whose options this one reads (`cw_group` reads `cw`'s), or None (its own)."""
     selects: Callable[[Any], dict[str, str]] | None = None
-    """`fn(options) -> {option field: entry name}`: further entries of the same kind in use with this one (the
-    `adaptive` schedule's `base`)."""
+    """`fn(options) -> {option field: entry name}`: further entries of its kind in use with it (`adaptive`'s `base`)."""
     check: Callable[[Any], str | None] | None = None
     """`fn(cfg: Config) -> error message or None`, run by the config validation when the entry is chosen."""
     reads: tuple[str, ...] = ()
@@ -169,8 +168,7 @@ class Entry:
         return value
 
     def bind(self, section: Any) -> Callable:
-        """`fn` with its options taken from the config section as the keyword `options`; `fn` itself for an
-        entry without options."""
+        """`fn` with its options from the config section as the keyword `options`; `fn` for one without."""
         options = self.options_in(section)
         return self.fn if options is None else functools.partial(self.fn, options=options)
 
@@ -186,6 +184,8 @@ class AlgoEntry(Entry):
     (`explorl.algos.step.single_update_shortcut`). An entry that never reads `batch.logprobs` declares False."""
     needs_behavior: bool = False
     """The sampler's behaviour log-probs are read."""
+    needs_sum_pi_squared: bool = False
+    """pi_old's per-token sum_v pi(v)^2 is read (`RolloutBatch.sum_pi_squared`, from pi_old's forward: OTB)."""
 
 
 @dataclass(frozen=True, kw_only=True)

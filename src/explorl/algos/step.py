@@ -54,6 +54,8 @@ class Requirements:
     """The update's forward must return token entropies (the entropy bonus)."""
     greedy_baseline: bool = False
     """Each prompt's greedy response is sampled and scored too (`RolloutBatch.baseline_rewards`: ReMax)."""
+    sum_pi_squared: bool = False
+    """pi_old's forward also computes `RolloutBatch.sum_pi_squared` (the optimal token baseline)."""
 
 
 def _chosen(cfg: AlgoConfig) -> list:
@@ -72,6 +74,7 @@ def requirements(cfg: AlgoConfig) -> Requirements:
         behavior=any(e.needs_behavior for e in chosen),
         update_entropy=cfg.entropy_coef != 0,
         greedy_baseline=lookup("estimator", cfg.advantage).needs_greedy_baseline,
+        sum_pi_squared=any(e.needs_sum_pi_squared for e in chosen),
     )
 
 
@@ -80,10 +83,12 @@ def single_update_shortcut(cfg: AlgoConfig, behavior_is_policy: bool) -> bool:
 
     True when the batch gets exactly one update (so it happens at the sampling weights), the distribution sampled
     from is the optimised policy (`behavior_is_policy`: the temperature schedule's registry entry; then the
-    sampler's entropies are the policy's too), and nothing before the update reads pi_old's log-probs. TRL does
-    the same for one update per batch; it saves a forward pass.
+    sampler's entropies are the policy's too), and nothing before the update reads pi_old's log-probs or its
+    `sum_pi_squared`. TRL does the same for one update per batch; it saves a forward pass.
     """
-    return cfg.epochs == 1 and cfg.mini_batches == 1 and behavior_is_policy and not requirements(cfg).old_logprobs
+    needs = requirements(cfg)
+    return (cfg.epochs == 1 and cfg.mini_batches == 1 and behavior_is_policy and not needs.old_logprobs
+            and not needs.sum_pi_squared)
 
 
 def idle_rows(batch: RolloutBatch, cfg: AlgoConfig) -> Tensor:
@@ -132,7 +137,8 @@ def compute_advantages(batch: RolloutBatch, cfg: AlgoConfig, step: int) -> Rollo
     seen = batch.replace(mask=loss_mask, rewards=rewards, logprobs=_masked(batch.logprobs, loss_mask),
                          entropy=_masked(batch.entropy, loss_mask),
                          behavior_logprobs=_masked(batch.behavior_logprobs, loss_mask),
-                         ref_logprobs=_masked(batch.ref_logprobs, loss_mask))
+                         ref_logprobs=_masked(batch.ref_logprobs, loss_mask),
+                         sum_pi_squared=_masked(batch.sum_pi_squared, loss_mask))
     advantages = lookup("estimator", cfg.advantage).bind(cfg)(seen, cfg)
     base = advantages
     for name in cfg.shapers:

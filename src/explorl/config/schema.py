@@ -129,6 +129,32 @@ class SamplingConfig:
 
 
 @dataclass
+class EntropyControlConfig:
+    enabled: bool = False
+    """Skywork-OR1's adaptive entropy control (He et al. 2025, arXiv:2505.22312; TRL's `use_adaptive_entropy`;
+    docs/methods.md): `algo.entropy_coef` is the initial coefficient alpha_0; at each step k, with e_k the batch's
+    mean token entropy, the bonus alpha_k * 1[e_k <= target] is applied, then alpha_{k+1} = clip(alpha_k + delta if
+    e_k <= target else alpha_k - delta, coef_min, coef_max). The coefficient is saved in checkpoints."""
+    target: float = 0.2
+    """Target mean token entropy in nats (Skywork-OR1's tgt-ent; TRL's `entropy_target`, default 0.2)."""
+    delta: float = 0.005
+    """Change of the coefficient per step (Skywork-OR1's Delta; TRL's `entropy_coef_delta`, default 0.005)."""
+    coef_min: float = 0.0
+    """Lower bound of the coefficient (TRL's `entropy_coef_min`, default 0)."""
+    coef_max: float = 1.0
+    """Upper bound of the coefficient (TRL's `entropy_coef_max`, default 1)."""
+
+
+@dataclass
+class ReferenceResetConfig:
+    every: int = 0
+    """ProRL's reference policy reset (Liu et al. 2025, arXiv:2505.24864): every this many steps (after
+    that step's update) the frozen reference is hard-reset to a copy of the current policy and the optimizer's state
+    (AdamW's moments and step counts) is reinitialised; the learning-rate schedule keeps its position. 0: never.
+    Needs `algo.kl_coef > 0` (the reference is the KL term's)."""
+
+
+@dataclass
 class AlgoConfig:
     advantage: str = "grpo"
     """Advantage estimator by registry name (`grpo`, `dr_grpo`, ...; `explorl config` lists them)."""
@@ -147,7 +173,12 @@ class AlgoConfig:
     kl_coef: float = 0.0
     """beta of the k3 KL penalty to the frozen reference model (0 = no reference model is kept)."""
     entropy_coef: float = 0.0
-    """lambda of the entropy bonus: subtracts lambda * H per token (E3 eq. 3 uses 1e-4)."""
+    """lambda of the entropy bonus: subtracts lambda * H per token (E3 eq. 3 uses 1e-4); with
+    `algo.entropy_control.enabled`, the initial coefficient."""
+    entropy_control: EntropyControlConfig = field(default_factory=EntropyControlConfig)
+    """Skywork-OR1's adaptive entropy coefficient (off by default)."""
+    reference_reset: ReferenceResetConfig = field(default_factory=ReferenceResetConfig)
+    """ProRL's periodic reset of the reference policy and the optimizer state (off by default)."""
     epochs: int = 1
     """Optimisation passes over each batch of rollouts."""
     mini_batches: int = 1

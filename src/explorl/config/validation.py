@@ -137,10 +137,40 @@ def _check_algo(cfg: Config) -> None:
     _need(a.micro_batch_size >= 0, "algo.micro_batch_size: must be >= 0 (0 = split by algo.length_buckets)")
     _need(a.length_buckets >= 1, "algo.length_buckets: must be >= 1 (1 = the whole mini-batch in one forward)")
     _need(a.adv_eps >= 0, f"algo.adv_eps: must be >= 0, got {a.adv_eps}")
+    _check_adaptive_entropy(a)
+    _check_reference_reset(cfg)
     _need(r.batch_size >= 1, f"run.batch_size: must be >= 1 (prompts per step), got {r.batch_size}")
     _need(a.mini_batches <= r.batch_size * cfg.sampling.group_size,
           f"algo.mini_batches: {a.mini_batches} mini-batches need at least that many responses; "
           f"run.batch_size * sampling.group_size = {r.batch_size * cfg.sampling.group_size}")
+
+
+def _check_adaptive_entropy(a) -> None:
+    """Skywork-OR1's adaptive entropy coefficient: bounds ordered, the initial coefficient within them."""
+    e = a.entropy_control
+    if not e.enabled:
+        return
+    _need(e.target >= 0, f"algo.entropy_control.target: must be >= 0 (nats), got {e.target}")
+    _need(e.delta > 0, f"algo.entropy_control.delta: must be > 0, got {e.delta}")
+    _need(0 <= e.coef_min <= e.coef_max, f"algo.entropy_control.coef_min: must be in [0, coef_max], got "
+                                         f"{e.coef_min} (coef_max {e.coef_max})")
+    _need(e.coef_min <= a.entropy_coef <= e.coef_max,
+          f"algo.entropy_coef: the initial adaptive coefficient must lie in [algo.entropy_control.coef_min, "
+          f"coef_max] = [{e.coef_min}, {e.coef_max}], got {a.entropy_coef}")
+
+
+def _check_reference_reset(cfg: Config) -> None:
+    """ProRL's reference reset: a non-negative period, and only with the KL term's full-copy reference."""
+    every = cfg.algo.reference_reset.every
+    _need(every >= 0, f"algo.reference_reset.every: must be >= 0 (0 = never), got {every}")
+    if every == 0:
+        return
+    _need(cfg.algo.kl_coef > 0,
+          f"algo.reference_reset.every={every}: ProRL resets the reference of the KL term, and algo.kl_coef="
+          f"{cfg.algo.kl_coef} keeps none; set algo.kl_coef > 0 or algo.reference_reset.every=0")
+    _need(not cfg.model.lora.enabled,
+          f"algo.reference_reset.every={every}: with model.lora the reference is the base model with the adapters "
+          f"off, which a reset cannot copy the policy into; train without LoRA or set algo.reference_reset.every=0")
 
 
 def _check_optim(o: OptimConfig) -> None:

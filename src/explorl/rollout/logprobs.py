@@ -55,13 +55,22 @@ def _split_head(model):
 
 
 def _block_stats(hidden: torch.Tensor, weight: torch.Tensor, bias, targets: torch.Tensor, temp: torch.Tensor,
-                 with_entropy: bool):
-    """Log-probs [N, c] and entropies [N, c] of one block of positions; only [N, c, V] logits exist here."""
+                 with_entropy: bool, with_sum_pi_squared: bool = False):
+    """Log-probs [N, c], entropies [N, c] and `_logit_stats`' sum_v pi(v)^2 of one block of positions; only
+    [N, c, V] logits exist here."""
     logits = torch.nn.functional.linear(hidden, weight, bias).float() / temp
+    return _logit_stats(logits, targets, with_entropy, with_sum_pi_squared)
+
+
+def _logit_stats(logits: torch.Tensor, targets: torch.Tensor, with_entropy: bool, with_sum_pi_squared: bool):
+    """(log-probs, entropies or zeros, sum_v pi(v)^2 or None) of float32 temperature-scaled `logits` [N, c, V]:
+    sum_v pi(v)^2 = exp(logsumexp(2 logits) - 2 logsumexp(logits)) as verl's `calculate_sum_pi_squared_from_logits`
+    (one more [N, c, V] temporary of the block, none of the whole batch)."""
     logz = torch.logsumexp(logits, dim=-1)
     lp = logits.gather(-1, targets[..., None]).squeeze(-1) - logz
     ent = token_entropy(logits) if with_entropy else torch.zeros_like(lp)
-    return lp, ent
+    s2 = torch.exp(torch.logsumexp(2 * logits, dim=-1) - 2 * logz) if with_sum_pi_squared else None
+    return lp, ent, s2
 
 
 def packed_sequences(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_ids: torch.Tensor,
@@ -88,7 +97,8 @@ def packed_sequences(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, respon
 
 def response_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_ids: torch.Tensor,
                       response_mask: torch.Tensor, temperature=1.0, *, with_entropy: bool = True,
-                      chunk_size: int = 2048, max_block_logits: int = 2**25, compile: bool = False):
+                      chunk_size: int = 2048, max_block_logits: int = 2**25, compile: bool = False,
+                      with_sum_pi_squared: bool = False):
     """Log-probs (and entropies) of the response tokens under softmax(logits / temperature).
 
     For Llama-family models (`HEAD_SPLIT_MODEL_TYPES`) the decoder runs once and the output layer is applied to
@@ -107,24 +117,30 @@ def response_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
         compile: for a model the fused forward takes (Qwen2, Llama; no dropout, no LoRA), run the decoder as
             `rollout.forward.fused_hidden` compiled by torch.compile (`model.compile`), forward and backward; the
             same values up to float rounding.
+        with_sum_pi_squared: also return sum_v pi(v)^2 [N, T] of the same distribution, computed in the same
+            float32 blocks (verl's `sum_pi_squared`; the optimal token baseline, docs/methods.md §5s).
     Returns:
-        logprobs [N, T] and entropy [N, T] (None when with_entropy is False), 0.0 where response_mask == 0.
+        logprobs [N, T] and entropy [N, T] (None when with_entropy is False), 0.0 where response_mask == 0; with
+        `with_sum_pi_squared`, a third tensor: sum_pi_squared [N, T], 0.0 where response_mask == 0.
         Differentiable when called with grad enabled.
     """
     n, t = response_ids.shape
     split = _split_head(model)
     if split is None:
-        lps, ents = _stats_from_model_logits(model, prompt_ids, prompt_mask, response_ids, response_mask, temperature,
-                                             with_entropy, chunk_size)
+        lps, ents, s2s = _stats_from_model_logits(model, prompt_ids, prompt_mask, response_ids, response_mask,
+                                                  temperature, (with_entropy, with_sum_pi_squared), chunk_size)
     else:
         decoder, head = split
         hidden = _response_hidden(model, decoder, prompt_ids, prompt_mask, response_ids, response_mask, compile)
         temp = _response_temperature(temperature, response_mask, hidden.device)
         step = max(1, min(chunk_size, max_block_logits // head.weight.shape[0]) // n)
-        lps, ents = _stats_by_head_blocks(hidden, head, response_ids, temp, with_entropy, step)
+        lps, ents, s2s = _stats_by_head_blocks(hidden, head, response_ids, temp,
+                                               (with_entropy, with_sum_pi_squared), step)
     mask = response_mask.to(torch.float32)
     logprobs = torch.cat(lps, dim=1) * mask
     entropy = torch.cat(ents, dim=1) * mask if with_entropy else None
+    if with_sum_pi_squared:
+        return logprobs, entropy, torch.cat(s2s, dim=1) * mask
     return logprobs, entropy
 
 
@@ -160,38 +176,42 @@ def _response_hidden(model, decoder, prompt_ids: torch.Tensor, prompt_mask: torc
 
 
 def _stats_by_head_blocks(hidden: torch.Tensor, head: torch.nn.Linear, response_ids: torch.Tensor,
-                          temp: torch.Tensor, with_entropy: bool, step: int) -> tuple[list, list]:
-    """Per-block log-probs and entropies, the output layer applied `step` positions at a time (each block
-    checkpointed under autograd, so the backward recomputes its logits instead of holding them)."""
-    lps, ents = [], []
+                          temp: torch.Tensor, want: tuple[bool, bool], step: int) -> tuple[list, list, list]:
+    """Per-block log-probs, entropies and sums of squared probabilities (`want`: (entropy, sum_pi_squared); zeros and
+    None where not wanted), the output layer applied `step` positions at a time (each block checkpointed under
+    autograd, so the backward recomputes its logits instead of holding them)."""
+    lps, ents, s2s = [], [], []
     for s in range(0, response_ids.shape[1], step):
         args = (hidden[:, s:s + step], head.weight, head.bias, response_ids[:, s:s + step], temp[:, s:s + step],
-                with_entropy)
+                *want)
         if torch.is_grad_enabled():
-            lp, ent = torch.utils.checkpoint.checkpoint(_block_stats, *args, use_reentrant=False)
+            lp, ent, s2 = torch.utils.checkpoint.checkpoint(_block_stats, *args, use_reentrant=False)
         else:
-            lp, ent = _block_stats(*args)
+            lp, ent, s2 = _block_stats(*args)
         lps.append(lp)
         ents.append(ent)
-    return lps, ents
+        s2s.append(s2)
+    return lps, ents, s2s
 
 
 def _stats_from_model_logits(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_ids: torch.Tensor,
-                             response_mask: torch.Tensor, temperature, with_entropy: bool,
-                             chunk_size: int) -> tuple[list, list]:
-    """Per-block log-probs and entropies from the model's own forward (any causal LM; `logits_to_keep` limits the
-    logits to the response positions), upcast to float32 one block of `chunk_size` tokens at a time."""
+                             response_mask: torch.Tensor, temperature, want: tuple[bool, bool],
+                             chunk_size: int) -> tuple[list, list, list]:
+    """Per-block log-probs, entropies and sums of squared probabilities (`want`: (entropy, sum_pi_squared)) from the
+    model's own forward (any causal LM; `logits_to_keep` limits the logits to the response positions), upcast to
+    float32 one block of `chunk_size` tokens at a time."""
     n, t = response_ids.shape
     input_ids, attention_mask, position_ids = full_sequences(prompt_ids, prompt_mask, response_ids)
     out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                 logits_to_keep=t + 1, use_cache=False)
     logits = out.logits[:, :-1]  # the logit at position j predicts token j + 1
     temp = _response_temperature(temperature, response_mask, logits.device)
-    lps, ents = [], []
+    lps, ents, s2s = [], [], []
     step = max(1, chunk_size // n)
     for s in range(0, t, step):
         block = logits[:, s:s + step].float() / temp[:, s:s + step]
-        logz = torch.logsumexp(block, dim=-1)
-        lps.append(block.gather(-1, response_ids[:, s:s + step, None]).squeeze(-1) - logz)
-        ents.append(token_entropy(block) if with_entropy else torch.zeros_like(logz))
-    return lps, ents
+        lp, ent, s2 = _logit_stats(block, response_ids[:, s:s + step], *want)
+        lps.append(lp)
+        ents.append(ent)
+        s2s.append(s2)
+    return lps, ents, s2s

@@ -52,6 +52,10 @@ STEP_METRICS: dict[str, str] = {
     "loss/ratio_min": "smallest importance ratio (with ratio_max: whether the updates after the first move pi)",
     "loss/ppo_kl": "mean of logp_old - logp_new over tokens",
     "loss/nonfinite": "1 when this step's update was skipped for a non-finite loss or gradient",
+    "algo/entropy_coef": "the entropy-bonus coefficient this step's update applied (only with algo.entropy_control."
+                         "enabled: Skywork-OR1's adaptive coefficient, 0 while the entropy is above the target)",
+    "ref/reset": "1 at a step after whose update the reference was reset to the policy and AdamW's state cleared "
+                 "(only with algo.reference_reset.every > 0: ProRL's reset, on those steps)",
     "optim/grad_norm": "global gradient norm before clipping",
     "optim/lr": "learning rate after the step",
     "perf/step_s": "wall time of the step",

@@ -30,7 +30,7 @@ Deliberate choices, stated up front:
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -38,8 +38,10 @@ from rich.console import Console
 from rich.markup import escape
 
 from explorl.algos.step import compute_advantages, requirements, single_update_shortcut
-from explorl.config import Config, RunConfig, load_config, to_dict
+from explorl.config import Config, load_config, to_dict
 from explorl.evaluation.evaluate import held_out_evaluator
+from explorl.train.adaptive_entropy import EntropyCoefficient
+from explorl.train.reference_reset import load_reference, reference_state, reset_due, reset_reference
 from explorl.train.guards import Interrupted, RunGuards, RunStopped
 from explorl.train.memory import PhasePeaks
 from explorl.models import make_reference, resolve_model_path
@@ -78,7 +80,8 @@ __all__ = ["train", "train_from_files", "update_policy", "fill_logprobs", "make_
 @dataclass
 class TrainState:
     """Everything a step changes and a checkpoint keeps: the policy (and frozen reference), AdamW and its schedule,
-    the prompt order, the schedule driver (temperature schedule, budget policy) and every random generator."""
+    the prompt order, the schedule driver (temperature schedule, budget policy), the entropy-bonus coefficient
+    (Skywork-OR1's adaptive one) and every random generator."""
 
     model: torch.nn.Module
     ref: torch.nn.Module | None
@@ -88,6 +91,7 @@ class TrainState:
     driver: ScheduleDriver
     gens: dict
     device: torch.device
+    entropy_coef: EntropyCoefficient
 
     @classmethod
     def new(cls, cfg: Config, model, device, num_prompts: int) -> TrainState:
@@ -97,13 +101,17 @@ class TrainState:
         gens = {"sampler_rng": torch.Generator(device=device).manual_seed(cfg.run.seed),
                 "shuffle_rng": torch.Generator().manual_seed(cfg.run.seed + 1)}
         return cls(model, ref, optimizer, scheduler, PromptStream(num_prompts, cfg.run.seed),
-                   ScheduleDriver(cfg, model.config.vocab_size, num_prompts), gens, device)
+                   ScheduleDriver(cfg, model.config.vocab_size, num_prompts), gens, device,
+                   EntropyCoefficient(cfg.algo))
 
-    def checkpoint(self, log: RunLog, step: int, nonfinite_run: int, run: RunConfig) -> None:
+    def checkpoint(self, log: RunLog, step: int, nonfinite_run: int, cfg: Config) -> None:
         state = {"step": step, "stream": self.stream.state_dict(), "nonfinite_run": nonfinite_run,
                  "driver": self.driver.state_dict(), **rng_state(self.gens, self.device)}
-        log.save_checkpoint(step, self.model, self.optimizer, self.scheduler, state, run.keep_checkpoints,
-                            run.save_every)
+        if self.entropy_coef.adaptive:  # absent otherwise: the other methods' checkpoints stay as they were
+            state["entropy_coef"] = self.entropy_coef.state_dict()
+        state.update(reference_state(cfg.algo, self.ref, step))  # ProRL's reset reference, once there is one
+        log.save_checkpoint(step, self.model, self.optimizer, self.scheduler, state, cfg.run.keep_checkpoints,
+                            cfg.run.save_every)
 
     def restore(self, log: RunLog, console, steps: int) -> tuple[int, int]:
         """Continue from the run's last checkpoint: weights, optimizer, prompt stream, schedule driver and every RNG;
@@ -122,6 +130,8 @@ class TrainState:
         keep_configured_optimizer(self.optimizer, self.scheduler, configured)
         self.stream.load_state_dict(state["stream"])
         self.driver.load_state_dict(state["driver"])
+        self.entropy_coef.load_state_dict(state.get("entropy_coef"))
+        load_reference(self.ref, state)
         restore_rng(state, self.gens, self.device)
         log.truncate_metrics(state["step"])
         log.truncate_samples(state["step"])
@@ -149,16 +159,22 @@ def train_step(step: int, cfg: Config, st: TrainState, sampler: Sampler, bound: 
     with peaks.phase("logprob"):
         batch = fill_logprobs(st.model, st.ref, got.batch, got.train_temperature, cfg, pi_old_from_update)
     batch = compute_advantages(batch, cfg.algo, step + 1)
-    st.driver.end(float((batch.entropy * batch.mask).sum() / batch.mask.sum().clamp_min(1)))  # E3's feedback
+    entropy = float((batch.entropy * batch.mask).sum() / batch.mask.sum().clamp_min(1))
+    st.driver.end(entropy)  # E3's feedback
+    coef = st.entropy_coef.step(entropy)  # Skywork-OR1's adaptive coefficient (algo.entropy_coef when fixed)
+    step_cfg = replace(cfg, algo=st.entropy_coef.algo_for(cfg.algo, coef)) if st.entropy_coef.adaptive else cfg
     t1 = time.perf_counter()
     correct = torch.tensor(got.correct, dtype=torch.bool, device=batch.mask.device)
     record = {"step": step + 1, **rollout_metrics(batch, correct), "reward/errors": got.errors,
               "reward/timeouts": got.timeouts, **got.stats, "temperature/train": got.train_temperature,
-              **batch.stats}
+              **batch.stats, **({"algo/entropy_coef": coef} if st.entropy_coef.adaptive else {})}
     with peaks.phase("update"):
         record.update(guards.update(step + 1, lambda: update_policy(
-            st.model, st.optimizer, st.scheduler, batch, cfg, st.gens["shuffle_rng"],
+            st.model, st.optimizer, st.scheduler, batch, step_cfg, st.gens["shuffle_rng"],
             temperature=got.train_temperature)))
+    if reset_due(cfg.algo, step + 1):  # ProRL: the reference becomes the policy, AdamW starts afresh
+        reset_reference(st.model, st.ref, st.optimizer)
+        record["ref/reset"] = 1
     t2 = time.perf_counter()
     record.update({"perf/step_s": t2 - t0, "perf/sample_s": t_sample, "perf/update_s": t2 - t1,
                    "perf/tokens_per_s": float(batch.mask.sum()) / max(t_sample, 1e-9), **peaks.metrics()})
@@ -217,12 +233,12 @@ def train(cfg: Config, *, resume: str | Path | None = None, console=None, progre
             guards.after_step()
             saved = r.save_every > 0 and (step + 1) % r.save_every == 0 and step + 1 < r.steps
             if saved or guards.stopping:  # a signal's stop is the safe point between two steps
-                st.checkpoint(log, step + 1, guards.nonfinite_run, r)
+                st.checkpoint(log, step + 1, guards.nonfinite_run, cfg)
             if guards.stopping:
                 raise guards.interrupted(step + 1)
         # finishing: the last checkpoint first, then the evaluation, final/ and, last, eval.json (marks it complete)
         if not log.checkpoints() or log.checkpoints()[-1].name != f"step_{r.steps:07d}":
-            st.checkpoint(log, r.steps, guards.nonfinite_run, r)
+            st.checkpoint(log, r.steps, guards.nonfinite_run, cfg)
         if guards.stopping:
             raise guards.interrupted(r.steps)
         final = run_eval(r.steps)

@@ -195,20 +195,27 @@ def fill_logprobs(model, ref, batch: RolloutBatch, temperature: float, cfg: Conf
                   pi_old_from_update: bool) -> RolloutBatch:
     """Stage 3 of the step's `RolloutBatch`: pi_old's log-probs and entropies at the training `temperature` (a
     forward pass, unless the update's own forward serves as pi_old or verl's bypass mode takes the rollout's) and
-    the reference's log-probs when the method needs them. `batch`: the sampled (and scored) batch."""
+    the reference's log-probs when the method needs them, and pi_old's `sum_pi_squared` when a registered entry
+    declares `needs_sum_pi_squared` (from the same forward). `batch`: the sampled (and scored) batch."""
+    need_s2, s2 = requirements(cfg.algo).sum_pi_squared, None
     if pi_old_from_update:  # the sampler's entropies are the policy's at this temperature (behaviour = policy)
         old_lp, old_ent = None, batch.behavior_entropy
     elif lookup("policy_loss", cfg.algo.loss).old_is_behavior:  # verl's bypass mode: pi_old is the rollout's
         old_lp, old_ent = batch.behavior_logprobs, batch.behavior_entropy
     else:
-        old_lp, old_ent = response_logprobs(model, batch.prompt_ids, batch.prompt_mask, batch.response_ids,
-                                            batch.mask, temperature, compile=fused_compile(cfg))
+        out = response_logprobs(model, batch.prompt_ids, batch.prompt_mask, batch.response_ids, batch.mask,
+                                temperature, compile=fused_compile(cfg), with_sum_pi_squared=need_s2)
+        old_lp, old_ent, s2 = out if need_s2 else (*out, None)
+    if need_s2 and s2 is None:  # pi_old's log-probs taken from elsewhere: its sum_pi_squared still needs a forward
+        _, _, s2 = response_logprobs(model, batch.prompt_ids, batch.prompt_mask, batch.response_ids, batch.mask,
+                                     temperature, with_entropy=False, compile=fused_compile(cfg),
+                                     with_sum_pi_squared=True)
     ref_lp = None
     if requirements(cfg.algo).ref:
         with reference_mode(model, ref) as ref_model:
             ref_lp, _ = response_logprobs(ref_model, batch.prompt_ids, batch.prompt_mask, batch.response_ids,
                                           batch.mask, temperature, with_entropy=False, compile=fused_compile(cfg))
-    return batch.replace(logprobs=old_lp, entropy=old_ent, ref_logprobs=ref_lp)
+    return batch.replace(logprobs=old_lp, entropy=old_ent, ref_logprobs=ref_lp, sum_pi_squared=s2)
 
 
 def configured_hyperparameters(optimizer) -> list[dict]:

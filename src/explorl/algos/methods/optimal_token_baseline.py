@@ -4,11 +4,11 @@ OTB: Yingru Li, Jiawei Xu, Ziniu Li et al., "The Optimal Token Baseline: Varianc
   (no arXiv id recorded).
 
 Implements verl 0.9.1's `optimal_token_baseline` estimator for outcome rewards (docs/methods.md §5s). It reads, per
-token, pi_old's probability of the sampled token and `sum_v pi_old(v)^2` over the vocabulary (verl's
-`sum_pi_squared`, `actor.calculate_sum_pi_squared=True`). explorl's `RolloutBatch` carries the first (`logprobs`) but
-not the second, which no explorl engine computes yet: the estimator `optimal_token_baseline` is registered so that
-`explorl methods` lists it and a config naming it is refused by name at validation; the function below is complete
-and equals verl's. Options `algo.optimal_token_baseline.<field>` (`OptimalTokenBaselineOptions`).
+token, pi_old's probability of the sampled token (`RolloutBatch.logprobs`) and `sum_v pi_old(v)^2` over the vocabulary
+(`RolloutBatch.sum_pi_squared`, verl's `sum_pi_squared`): the entry declares `needs_sum_pi_squared`, so pi_old's
+forward (`explorl.train.update.fill_logprobs`) computes it at the training temperature. Engines that cannot fill it
+(TRL's trainer, verl's estimator call) refuse the estimator by name. Options `algo.optimal_token_baseline.<field>`
+(`OptimalTokenBaselineOptions`).
 """
 
 from __future__ import annotations
@@ -19,17 +19,12 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from explorl.algos.batch import MissingInputError
 from explorl.algos.core import check_response_inputs, check_token_inputs, dense_ids, float_dtype
 from explorl.algos.registry import Cite, register
 
 if TYPE_CHECKING:
     from explorl.algos.batch import RolloutBatch
     from explorl.config.schema import AlgoConfig
-
-MISSING = ("needs each token's sum over the vocabulary of pi_old(v)^2 (verl's `sum_pi_squared`), which explorl's "
-           "RolloutBatch does not carry and no explorl engine computes yet")
-
 
 def optimal_token_baseline(rewards: Tensor, group: Tensor, mask: Tensor, logprobs: Tensor, sum_pi_squared: Tensor,
                            *, is_weights: Tensor | None = None, handle_zero_tail: bool = True,
@@ -102,18 +97,10 @@ class OptimalTokenBaselineOptions:
     `handle_zero_tail`, default true)."""
 
 
-def _check_otb(cfg) -> str | None:
-    return (f"algo.advantage: optimal_token_baseline {MISSING}; its maths is "
-            f"explorl.algos.methods.optimal_token_baseline.optimal_token_baseline (docs/methods.md §5s)")
-
-
-@register("estimator", "optimal_token_baseline", options=OptimalTokenBaselineOptions, check=_check_otb,
+@register("estimator", "optimal_token_baseline", options=OptimalTokenBaselineOptions, needs_sum_pi_squared=True,
           formula=optimal_token_baseline, cites=(Cite("OTB", doc="5s"),))
 def _otb_adapter(batch: RolloutBatch, cfg: AlgoConfig, *, options: OptimalTokenBaselineOptions) -> Tensor:
     """Optimal token baseline (Li et al.): per-token group baseline weighted by cumulative path variance."""
-    batch.require("logprobs", by="optimal_token_baseline")
-    sum_pi_squared = getattr(batch, "sum_pi_squared", None)
-    if sum_pi_squared is None:
-        raise MissingInputError(f"optimal_token_baseline {MISSING}")
-    return optimal_token_baseline(batch.rewards, batch.group, batch.mask, batch.logprobs, sum_pi_squared,
+    batch.require("logprobs", "sum_pi_squared", by="optimal_token_baseline")
+    return optimal_token_baseline(batch.rewards, batch.group, batch.mask, batch.logprobs, batch.sum_pi_squared,
                                   handle_zero_tail=options.handle_zero_tail)

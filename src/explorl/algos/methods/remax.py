@@ -1,8 +1,8 @@
 """ReMax: REINFORCE with the reward of the prompt's greedy response as the baseline.
 
-ReMax: Ziniu Li, Tian Xu, Yushun Zhang, Zhihang Lin, Yang Yu, Ruoyu Sun, Zhi-Quan Luo (2023), "ReMax: A Simple,
-  Effective, and Efficient Reinforcement Learning Method for Aligning Large Language Models", arXiv 2310.10505 (as
-  verl 0.9.1 cites it).
+ReMax: Li et al. 2023 (Ziniu Li, Tian Xu, Yushun Zhang, Zhihang Lin, Yang Yu, Ruoyu Sun, Zhi-Quan Luo), "ReMax: A
+  Simple, Effective, and Efficient Reinforcement Learning Method for Aligning Large Language Models", arXiv
+  2310.10505 (as verl 0.9.1 cites it).
 
 Implements ReMax's advantage (docs/methods.md §5n) as verl 0.9.1's `remax` computes it
 (`verl.trainer.ppo.core_algos.compute_remax_outcome_advantage`): each response's reward minus the reward of the

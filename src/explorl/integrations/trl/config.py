@@ -76,6 +76,7 @@ def explorl_config(args: GRPOConfig, algo: AlgoConfig | Mapping | None = None,
                  run=RunConfig(steps=generation_rounds(args), batch_size=max(gen_batch // s.group_size, 1),
                                seed=args.seed))
     _check_against_trl(cfg, args)
+    _check_loop_only(a)
     # vLLM's sampler differs from the trainer numerically even at one tau: its log-probs are a behaviour policy
     vllm_weights = args.use_vllm and a.importance_weights != AlgoConfig().importance_weights
     check = dataclasses.replace(cfg, sampling=dataclasses.replace(s, top_p=min(s.top_p, 0.999))) if vllm_weights \
@@ -145,17 +146,25 @@ def _check_against_trl(cfg: Config, args: GRPOConfig) -> None:
          "filtering in explorl's step)")
     need(args.top_entropy_quantile == 1.0,
          "GRPOConfig.top_entropy_quantile: use algo.token_filter=forking with algo.forking.top_frac (the share kept)")
-    need(args.entropy_coef == 0 and not args.use_adaptive_entropy,
-         "GRPOConfig.entropy_coef / use_adaptive_entropy: use algo.entropy_coef (explorl's entropy bonus)")
+    need(args.entropy_coef == 0, "GRPOConfig.entropy_coef: use algo.entropy_coef (explorl's entropy bonus)")
+    need(not args.use_adaptive_entropy,
+         "GRPOConfig.use_adaptive_entropy: explorl's adaptive entropy control runs in explorl's loop "
+         "(algo.entropy_control.enabled, with algo.entropy_control.target / delta / coef_min / coef_max; "
+         "docs/methods.md §5aa), which TRL's trainer does not drive")
     need(args.importance_sampling_level == "token",
          "GRPOConfig.importance_sampling_level: explorl's loss replaces TRL's; GSPO's sequence-level ratio is "
          "algo.loss=gspo, sequence-level truncated importance weights algo.tis.level=sequence")
     need(args.loss_type not in names("policy_loss") or a.loss == args.loss_type,  # TRL's cispo, sapo, luspo, vespo
          f"GRPOConfig.loss_type={args.loss_type}: explorl's loss replaces TRL's; set algo.loss={args.loss_type} "
          f"(`explorl methods` names its section of docs/methods.md, which says where TRL's differs)")
-    need(not lookup("estimator", a.advantage).needs_greedy_baseline,
+    # an unknown estimator is left to the validation after these checks, which names the valid ones
+    estimator = lookup("estimator", a.advantage) if a.advantage in names("estimator") else None
+    need(estimator is None or not estimator.needs_greedy_baseline,
          f"algo.advantage={a.advantage}: its baseline is each prompt's greedy response, which TRL's trainer does "
          f"not sample; run it in explorl's loop (explorl train)")
+    need(estimator is None or not estimator.needs_sum_pi_squared,
+         f"algo.advantage={a.advantage}: {a.advantage} needs each token's sum_pi_squared (the sum over the "
+         f"vocabulary of pi_old(v)^2), which TRL's trainer does not compute; run it in explorl's loop (explorl train)")
     need(not lookup("policy_loss", a.loss).old_is_behavior,
          f"algo.loss={a.loss}: verl's bypass mode takes pi_old from the rollout, and TRL's trainer computes its own; "
          f"run it in explorl's loop (explorl train), or here use algo.importance_weights=rollout_is "
@@ -194,6 +203,16 @@ def _check_against_trl(cfg: Config, args: GRPOConfig) -> None:
              f"sampling.schedule={s.schedule}: the per-token temperature is applied after transformers' own "
              f"processors, so top_p / top_k / min_p / repetition_penalty would act before it (explorl's sampler "
              f"applies the temperature first); set them off (top_p=1, top_k=0, min_p=None, repetition_penalty=1)")
+
+
+def _check_loop_only(a: AlgoConfig) -> None:
+    """explorl's settings that only its own loop carries out: the adaptive entropy coefficient and ProRL's reset."""
+    if a.entropy_control.enabled:
+        raise ConfigError("algo.entropy_control.enabled: Skywork-OR1's adaptive entropy coefficient is driven by "
+                          "explorl's loop, not by this TRL trainer; run it with explorl train (docs/methods.md §5aa)")
+    if a.reference_reset.every:
+        raise ConfigError(f"algo.reference_reset.every={a.reference_reset.every}: ProRL's reference reset is done by "
+                          f"explorl's loop, not by this TRL trainer; run it with explorl train (docs/methods.md §5ab)")
 
 
 def check_run_config(run: Config, cfg: Config) -> None:

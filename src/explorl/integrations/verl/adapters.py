@@ -97,6 +97,10 @@ def estimator_for(name: str):
         if index is None:
             raise ValueError(f"{PREFIX}{name}: verl passed no `uid` index; explorl's estimators are group-relative")
         batch = rollout_batch(token_level_rewards, response_mask, index, old_log_probs=kwargs.get("old_log_probs"))
+        if lookup("estimator", name).needs_sum_pi_squared:  # verl passes it to its own estimators only
+            raise ConfigError(f"{PREFIX}{name}: {name} needs each token's sum_pi_squared, which verl passes only to "
+                              f"its own estimators: use algorithm.adv_estimator={name} with "
+                              f"actor_rollout_ref.actor.calculate_sum_pi_squared=true, or explorl train")
         if lookup("estimator", name).needs_greedy_baseline:  # verl samples the greedy baseline for its own remax only
             if kwargs.get("reward_baselines") is None:
                 raise ConfigError(f"{PREFIX}{name}: its baseline_rewards are each prompt's greedy response's reward, "

@@ -102,15 +102,28 @@ class Launch:
         return "\n".join([*(f"# {n}" for n in self.overrides.notes), shlex.join(self.command)])
 
 
+def refuse_loop_only(cfg) -> None:
+    """explorl's settings that only its own loop carries out (verl's trainer would run without them): Skywork-OR1's
+    adaptive entropy coefficient and ProRL's reference reset."""
+    if cfg.algo.entropy_control.enabled:
+        raise ConfigError("algo.entropy_control.enabled: Skywork-OR1's adaptive entropy coefficient is driven by "
+                          "explorl's loop, not by verl's trainer; run it with explorl train (docs/methods.md §5aa)")
+    if cfg.algo.reference_reset.every:
+        raise ConfigError(f"algo.reference_reset.every={cfg.algo.reference_reset.every}: ProRL's reference reset is "
+                          f"done by explorl's loop, not by verl's trainer; run it with explorl train "
+                          f"(docs/methods.md §5ab)")
+
+
 def prepare(config: str | Path | None, overrides: Sequence[str] = (), extra: Sequence[str] = (), *,
             write: bool = True, run_dir: bool = True) -> Launch:
     """Load and validate the explorl config (`config` with `key=value` `overrides`), convert its task (written
     when `write`), map it to verl's overrides and append the user's verl overrides `extra`."""
+    cfg = load_config(config, list(overrides))
+    refuse_loop_only(cfg)
     # the package explorl.integrations.verl imports verl (its own venv); the launcher, loaded alone, does not
     from explorl.integrations.verl.data import convert_task
     from explorl.integrations.verl.overrides import PLUGINS_ENV, PYTHON_PATH_ENV, verl_overrides
 
-    cfg = load_config(config, list(overrides))
     path = resolve_model_path(cfg.model.path)
     data = convert_task(cfg, load_tokenizer(path, cfg.model.trust_remote_code),
                         verl_tokenizer(path, trust_remote_code=cfg.model.trust_remote_code), write=write)

@@ -225,6 +225,11 @@ def _method(o: Overrides, cfg: Config, data: DataFiles) -> None:
         raise ConfigError(f"algo.advantage={a.advantage}: its baseline is each prompt's greedy response, which verl "
                           f"samples for its own estimator only: run it in explorl's loop (explorl train), or verl's "
                           f"own ReMax (`-- algorithm.adv_estimator=remax`, docs/methods.md §5n)")
+    if lookup("estimator", a.advantage).needs_sum_pi_squared:  # verl passes it to its own estimators only
+        raise ConfigError(f"algo.advantage={a.advantage}: {a.advantage} needs each token's sum_pi_squared, which "
+                          f"verl passes only to its own estimators: run it in explorl's loop (explorl train), or "
+                          f"verl's own (`-- algorithm.adv_estimator={a.advantage}` with "
+                          f"actor_rollout_ref.actor.calculate_sum_pi_squared=true, docs/methods.md §5s)")
     o.set("algorithm.adv_estimator", f"explorl_{a.advantage}", "algo.advantage")
     o.set(f"{A}.policy_loss.loss_mode", f"explorl_{a.loss}", "algo.loss")
     loss = lookup("policy_loss", a.loss)
