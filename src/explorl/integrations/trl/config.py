@@ -157,14 +157,6 @@ def _check_against_trl(cfg: Config, args: GRPOConfig) -> None:
     need(args.loss_type not in names("policy_loss") or a.loss == args.loss_type,  # TRL's cispo, sapo, luspo, vespo
          f"GRPOConfig.loss_type={args.loss_type}: explorl's loss replaces TRL's; set algo.loss={args.loss_type} "
          f"(`explorl methods` names its section of docs/methods.md, which says where TRL's differs)")
-    # an unknown estimator is left to the validation after these checks, which names the valid ones
-    estimator = lookup("estimator", a.advantage) if a.advantage in names("estimator") else None
-    need(estimator is None or not estimator.needs_greedy_baseline,
-         f"algo.advantage={a.advantage}: its baseline is each prompt's greedy response, which TRL's trainer does "
-         f"not sample; run it in explorl's loop (explorl train)")
-    need(estimator is None or not estimator.needs_sum_pi_squared,
-         f"algo.advantage={a.advantage}: {a.advantage} needs each token's sum_pi_squared (the sum over the "
-         f"vocabulary of pi_old(v)^2), which TRL's trainer does not compute; run it in explorl's loop (explorl train)")
     need(not lookup("policy_loss", a.loss).old_is_behavior,
          f"algo.loss={a.loss}: verl's bypass mode takes pi_old from the rollout, and TRL's trainer computes its own; "
          f"run it in explorl's loop (explorl train), or here use algo.importance_weights=rollout_is "
@@ -206,7 +198,17 @@ def _check_against_trl(cfg: Config, args: GRPOConfig) -> None:
 
 
 def _check_loop_only(a: AlgoConfig) -> None:
-    """explorl's settings that only its own loop carries out: the adaptive entropy coefficient and ProRL's reset."""
+    """explorl's settings that only its own loop carries out: an estimator's greedy baseline or `sum_pi_squared`, the
+    adaptive entropy coefficient and ProRL's reset."""
+    # an unknown estimator is left to the validation after these checks, which names the valid ones
+    estimator = lookup("estimator", a.advantage) if a.advantage in names("estimator") else None
+    if estimator is not None and estimator.needs_greedy_baseline:
+        raise ConfigError(f"algo.advantage={a.advantage}: its baseline is each prompt's greedy response, which TRL's "
+                          f"trainer does not sample; run it in explorl's loop (explorl train)")
+    if estimator is not None and estimator.needs_sum_pi_squared:
+        raise ConfigError(f"algo.advantage={a.advantage}: {a.advantage} needs each token's sum_pi_squared (the sum "
+                          f"over the vocabulary of pi_old(v)^2), which TRL's trainer does not compute; run it in "
+                          f"explorl's loop (explorl train)")
     if a.entropy_control.enabled:
         raise ConfigError("algo.entropy_control.enabled: Skywork-OR1's adaptive entropy coefficient is driven by "
                           "explorl's loop, not by this TRL trainer; run it with explorl train (docs/methods.md §5aa)")
