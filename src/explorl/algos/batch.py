@@ -5,7 +5,8 @@ untouched), and a micro-batch is one `select(rows, width)` of it:
 
 1. the sampler (`explorl.rollout.sampler.Sampler`, the vLLM engine): the token ids, the response mask, the sampled
    tokens' behaviour log-probs, entropies and temperatures; `rewards` None;
-2. scoring (`explorl.rollout.collect.collect_rollouts`): `rewards`;
+2. scoring (`explorl.rollout.collect.collect_rollouts`): `rewards` (and `baseline_rewards` where the estimator
+   asks for each prompt's greedy response: ReMax);
 3. the forwards (`explorl.train.update.fill_logprobs`): pi_old's `logprobs` and `entropy` (and `sum_pi_squared`
    where a method needs it), the reference's `ref_logprobs`;
 4. the method (`explorl.algos.step.compute_advantages`): `loss_mask`, `shaped_rewards`, `base_advantages`,
@@ -31,7 +32,7 @@ TOKEN_FIELDS = ("logprobs", "behavior_logprobs", "ref_logprobs", "entropy", "beh
                 "sum_pi_squared")
 ROW_FIELDS = ("rewards", "group", "lengths", "truncated", "shaped_rewards", "baseline_rewards")
 PROMPT_FIELDS = ("prompt_ids", "prompt_mask")
-_PAD = {"response_ids": "pad", "prompt_ids": "pad"}  # padded with the tokenizer's pad id; everything else with 0
+PAD_ID_FIELDS = frozenset({"response_ids", "prompt_ids"})  # padded with the tokenizer's pad id; the rest with 0
 
 
 class MissingInputError(KeyError):
@@ -203,7 +204,7 @@ class RolloutBatch:
             if name not in TOKEN_FIELDS + PROMPT_FIELDS + ("mask",):
                 return torch.cat(xs)
             left = name in PROMPT_FIELDS
-            to, value = (width if left else length), (pad_token_id if name in _PAD else 0)
+            to, value = (width if left else length), (pad_token_id if name in PAD_ID_FIELDS else 0)
             return torch.cat([_pad_columns(x, to, left, value) for x in xs])
 
         lens = {p.max_response_len for p in parts}
