@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from explorl.algos.core import check_response_inputs, dense_ids, on_response_tokens, segment_stats
+from explorl.algos.core import check_response_inputs, dense_ids, group_range_equal, on_response_tokens, segment_stats
 from explorl.algos.registry import Cite, register
 
 if TYPE_CHECKING:
@@ -54,12 +54,10 @@ def grpo(rewards: Tensor, group: Tensor, mask: Tensor, *, scale: bool = True, ep
     r = rewards.detach().to(torch.float64)
     dense, n_groups = dense_ids(group)
     mean, std, count = segment_stats(r, dense, unbiased=True)
-    hi = torch.full((n_groups,), -torch.inf, dtype=r.dtype, device=r.device).scatter_reduce(0, dense, r, "amax")
-    lo = torch.full((n_groups,), torch.inf, dtype=r.dtype, device=r.device).scatter_reduce(0, dense, r, "amin")
     adv = r - mean
     if scale:
         adv = adv / (std + eps)
-    degenerate = (count < 2) | (hi == lo)[dense]
+    degenerate = (count < 2) | group_range_equal(r, dense, n_groups, torch.ones_like(r, dtype=torch.bool))
     adv = torch.where(degenerate, torch.zeros_like(adv), adv).to(out_dtype)
     return on_response_tokens(adv, mask, out_dtype)
 

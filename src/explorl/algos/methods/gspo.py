@@ -52,6 +52,18 @@ def sequence_log_ratio(logprobs_new: Tensor, logprobs_old: Tensor, valid: Tensor
     return log_ratio.sum(-1) / lengths
 
 
+def sequence_token_ratio(logprobs_new: Tensor, logprobs_old: Tensor, valid: Tensor,
+                         max_log_ratio: float) -> tuple[Tensor, Tensor]:
+    """`(s_it [N, T], the token log-ratios [N, T])`: GSPO-token's ratio `s_it = exp(min(sg[log s_i] + logp_new_t -
+    sg[logp_new_t], max_log_ratio))` (section 4.3; value the sequence ratio, gradient the token's), 1 on padding,
+    and `importance_ratio`'s token log-ratios for the statistics."""
+    log_ratio, _ = importance_ratio(logprobs_new, logprobs_old, valid)
+    log_s = sequence_log_ratio(logprobs_new, logprobs_old, valid)
+    new = zero_padding(logprobs_new, valid)
+    log_s_t = (log_s.detach()[:, None] + new - new.detach()).clamp(max=max_log_ratio)
+    return torch.exp(zero_padding(log_s_t, valid)), log_ratio
+
+
 def gspo_loss(
     logprobs_new: Tensor,
     logprobs_old: Tensor,
@@ -88,11 +100,7 @@ def gspo_loss(
     """
     check_loss_inputs("gspo_loss", logprobs_new, logprobs_old, advantages, mask, agg, is_weights, token_weights)
     valid = mask.bool()
-    log_ratio, _ = importance_ratio(logprobs_new, logprobs_old, valid)
-    log_s = sequence_log_ratio(logprobs_new, logprobs_old, valid)
-    new = zero_padding(logprobs_new, valid)
-    log_s_t = (log_s.detach()[:, None] + new - new.detach()).clamp(max=max_log_ratio)
-    ratio = torch.exp(zero_padding(log_s_t, valid))
+    ratio, log_ratio = sequence_token_ratio(logprobs_new, logprobs_old, valid, max_log_ratio)
     adv = as_constant(advantages, valid, ratio.dtype)
     token_loss, loss_unclipped, loss_clipped = ppo_token_loss(ratio, adv, eps_low, eps_high)
     token_loss = apply_weights(token_loss, valid, is_weights, token_weights)

@@ -31,11 +31,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from explorl.algos.aggregation import aggregate, zero_padding
+from explorl.algos.aggregation import aggregate
 from explorl.algos.batch import RolloutBatch
-from explorl.algos.core import (apply_weights, as_constant, check_loss_inputs, importance_ratio, ppo_stats,
-                                ppo_token_loss, weight_stats)
-from explorl.algos.methods.gspo import sequence_log_ratio
+from explorl.algos.core import apply_weights, as_constant, check_loss_inputs, ppo_stats, ppo_token_loss, weight_stats
+from explorl.algos.methods.gspo import sequence_token_ratio
 from explorl.algos.registry import Cite, register
 
 
@@ -72,7 +71,7 @@ def luspo_loss(
 
     Token loss `|y_i| * max(-A * s_it, -A * clip(s_it, 1 - eps_low, 1 + eps_high))`, `|y_i|` the number of valid
     tokens of response i, `s_it = exp(min(sg[log s_i] + logp_new_t - sg[logp_new_t], max_log_ratio))` with `log s_i`
-    the mean over the response's valid tokens of `logp_new - logp_old` (`gspo.sequence_log_ratio`). Under
+    the mean over the response's valid tokens of `logp_new - logp_old` (`gspo.sequence_token_ratio`). Under
     `seq-mean-token-mean` the loss is `(1 / N) * sum_i |y_i| * l_i` (`l_i` GSPO's sequence term, for one advantage per
     response), TRL 1.16's `loss_type: luspo`; its gradient with respect to `logp_new_t` is `-A_i * s_i / N` at every
     unclipped token, whatever the length of its response. Weights multiply the token loss as in
@@ -93,11 +92,7 @@ def luspo_loss(
     """
     check_loss_inputs("luspo_loss", logprobs_new, logprobs_old, advantages, mask, agg, is_weights, token_weights)
     valid = mask.bool()
-    log_ratio, _ = importance_ratio(logprobs_new, logprobs_old, valid)
-    log_s = sequence_log_ratio(logprobs_new, logprobs_old, valid)
-    new = zero_padding(logprobs_new, valid)
-    log_s_t = (log_s.detach()[:, None] + new - new.detach()).clamp(max=max_log_ratio)
-    ratio = torch.exp(zero_padding(log_s_t, valid))
+    ratio, log_ratio = sequence_token_ratio(logprobs_new, logprobs_old, valid, max_log_ratio)
     adv = as_constant(advantages, valid, ratio.dtype)
     gspo_term, loss_unclipped, loss_clipped = ppo_token_loss(ratio, adv, eps_low, eps_high)
     lengths = valid.sum(-1, keepdim=True).to(ratio.dtype)  # [N, 1]: |y_i|

@@ -21,14 +21,14 @@ The repository's code itself could not be fetched.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
-from explorl.algos.core import check_response_inputs, dense_ids, float_dtype, on_response_tokens, segment_stats
+from explorl.algos.core import (check_response_inputs, dense_ids, float_dtype, group_range_equal, on_response_tokens,
+                                segment_stats)
 from explorl.algos.registry import Cite, register
 
 if TYPE_CHECKING:
@@ -98,12 +98,10 @@ def qae(rewards: Tensor, group: Tensor, mask: Tensor, *, k: float = 0.4, interpo
     r = rewards.detach().to(torch.float64)
     dense, n_groups = dense_ids(group)
     _, std, count = segment_stats(r, dense, unbiased=True)
-    hi = torch.full((n_groups,), -math.inf, dtype=r.dtype, device=r.device).scatter_reduce(0, dense, r, "amax")
-    lo = torch.full((n_groups,), math.inf, dtype=r.dtype, device=r.device).scatter_reduce(0, dense, r, "amin")
     adv = r - group_quantile(r, dense, k, interpolation=interpolation)
     if scale:
         adv = adv / (std + eps)
-    degenerate = (count < 2) | (hi == lo)[dense]
+    degenerate = (count < 2) | group_range_equal(r, dense, n_groups, torch.ones_like(r, dtype=torch.bool))
     adv = torch.where(degenerate, torch.zeros_like(adv), adv)
     return on_response_tokens(adv, mask, out_dtype)
 

@@ -25,7 +25,8 @@ import torch
 from torch import Tensor
 
 from explorl.algos.batch import MissingInputError
-from explorl.algos.core import check_response_inputs, check_token_inputs, dense_ids, float_dtype, segment_stats
+from explorl.algos.core import (check_response_inputs, check_token_inputs, dense_ids, float_dtype, group_range_equal,
+                                segment_stats)
 from explorl.algos.registry import Cite, register
 
 if TYPE_CHECKING:
@@ -61,9 +62,8 @@ def rl_zvp(rewards: Tensor, group: Tensor, mask: Tensor, entropy: Tensor, *, alp
     r = rewards.detach().to(torch.float64)
     dense, n_groups = dense_ids(group)
     mean, std, _ = segment_stats(r, dense, unbiased=True)
-    hi = torch.full((n_groups,), -math.inf, dtype=r.dtype, device=r.device).scatter_reduce(0, dense, r, "amax")
-    lo = torch.full((n_groups,), math.inf, dtype=r.dtype, device=r.device).scatter_reduce(0, dense, r, "amin")
-    zero_variance = (hi == lo)[dense]  # a group of one included: std({r}) = 0
+    # a group of one included: std({r}) = 0
+    zero_variance = group_range_equal(r, dense, n_groups, torch.ones_like(r, dtype=torch.bool))
     grpo = ((r - mean) / (std + eps))[:, None].expand(mask.shape)
     h = torch.where(valid, entropy.detach().to(torch.float64), torch.zeros((), dtype=torch.float64))
     h_max = torch.where(valid, h, torch.full_like(h, -math.inf)).amax(dim=-1, keepdim=True)
