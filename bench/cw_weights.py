@@ -31,8 +31,9 @@ from explorl.config import ModelConfig, TaskConfig
 from explorl.evaluation.evaluate import decode_responses
 from explorl.models import load_policy
 from explorl.rewards import RewardRunner
-from explorl.rollout.logprobs import response_logprobs
+from explorl.rollout.logprobs import LogprobOptions, response_logprobs
 from explorl.rollout.engines.native import sample
+from explorl.rollout.sampler import Sampler
 from explorl.tasks import load_task
 
 
@@ -60,15 +61,16 @@ def level_batch(model, tok, level: int, prompts: int, n: int, seed: int, max_new
     problems = task.train[:prompts]
     ids = [tok.encode(p.prompt, add_special_tokens=False) for p in problems]
     gen = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
-    ro = sample(model, ids, n, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                max_new_tokens=max_new_tokens, temperature=1.0, generator=gen)
+    ro = sample(Sampler(model, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                        max_new_tokens=max_new_tokens),
+                ids, n, temperature=1.0, generator=gen)
     texts = decode_responses(tok, ro)
     runner = RewardRunner(task.reward_fn, isolate=task.isolate)
     rewards = torch.tensor(runner(texts, [problems[g].answer for g in ro.group.tolist()]).rewards,
                            dtype=torch.float32)
     with torch.no_grad():
         logprobs, _ = response_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.mask, 1.0,
-                                        with_entropy=False)
+                                        options=LogprobOptions(with_entropy=False))
     return {"rewards": rewards, "group": ro.group, "mask": ro.mask, "logprobs": logprobs * ro.mask}
 
 

@@ -21,6 +21,7 @@ pulls on balance depends on how many responses are wrong: on the testbed about 1
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 import sys
@@ -70,9 +71,10 @@ def pull(calls: list[dict]) -> dict[str, tuple[float, int]]:
 
     out = {"wrong": [0.0, 0], "right": [0.0, 0]}
     for c in calls:
-        adv = erpo(c["rewards"], c["group"], c["mask"], c["entropy"], c["logprobs"], c["ref_logprobs"], **c["kw"])
+        adv = erpo(c["rewards"], c["group"], c["mask"], c["entropy"], c["logprobs"], c["ref_logprobs"],
+                   options=c["options"])
         adv0 = erpo(c["rewards"], c["group"], c["mask"], c["entropy"], c["logprobs"], c["ref_logprobs"],
-                    **{**c["kw"], "eta": 0.0})
+                    options=dataclasses.replace(c["options"], eta=0.0))
         share = adv.double() - adv0.double()
         s = (c["logprobs"] - c["ref_logprobs"]).double()
         anchor = grpo(c["rewards"].double(), c["group"], torch.ones(len(c["rewards"]), 1))[:, 0]
@@ -89,11 +91,11 @@ def record_calls(out: Path, steps: int, seed: int, overrides: list[str]) -> list
 
     calls, real = [], advantages.erpo
 
-    def recording(rewards, group, mask, entropy, logprobs, ref_logprobs, **kw):
+    def recording(rewards, group, mask, entropy, logprobs, ref_logprobs, *, options):
         calls.append({"rewards": rewards.clone(), "group": group.clone(), "mask": mask.clone(),
                       "entropy": entropy.clone(), "logprobs": logprobs.clone(),
-                      "ref_logprobs": ref_logprobs.clone(), "kw": kw})
-        return real(rewards, group, mask, entropy, logprobs, ref_logprobs, **kw)
+                      "ref_logprobs": ref_logprobs.clone(), "options": options})
+        return real(rewards, group, mask, entropy, logprobs, ref_logprobs, options=options)
 
     advantages.erpo = recording
     try:

@@ -20,13 +20,14 @@ import sys
 
 CHILD = r"""
 import json, resource, sys, torch
-from explorl.models import tiny_qwen2
-from explorl.rollout.logprobs import response_logprobs
+from explorl.models import TinyQwen2Sizes, tiny_qwen2
+from explorl.rollout.logprobs import LogprobOptions, response_logprobs
 from explorl.metrics import token_entropy
 vocab, n, t, chunk = (int(x) for x in sys.argv[1:5])
 variant, backward = sys.argv[5], sys.argv[6] == "1"
 torch.set_num_threads(2)
-model = tiny_qwen2(vocab, hidden=64, layers=1, heads=4, kv_heads=2, intermediate=128, max_positions=t + 64)
+sizes = TinyQwen2Sizes(hidden=64, layers=1, heads=4, kv_heads=2, intermediate=128, max_positions=t + 64)
+model = tiny_qwen2(vocab, sizes)
 gen = torch.Generator().manual_seed(0)
 prompt = torch.randint(2, vocab, (n, 16), generator=gen)
 resp = torch.randint(2, vocab, (n, t), generator=gen)
@@ -37,7 +38,8 @@ base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 ctx = torch.enable_grad() if backward else torch.no_grad()
 with ctx:
     if variant == "chunked":
-        lp, ent = response_logprobs(model, prompt, torch.ones_like(prompt), resp, mask, 1.0, chunk_size=chunk)
+        lp, ent = response_logprobs(model, prompt, torch.ones_like(prompt), resp, mask, 1.0,
+                                    LogprobOptions(chunk_size=chunk))
     else:
         ids = torch.cat([prompt, resp], 1)
         logits = model(input_ids=ids).logits[:, 15:-1].float()

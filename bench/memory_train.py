@@ -16,13 +16,14 @@ import resource
 
 import torch
 
-from explorl.models import tiny_qwen2
-from explorl.rollout.logprobs import response_logprobs
+from explorl.models import TinyQwen2Sizes, tiny_qwen2
+from explorl.rollout.logprobs import LogprobOptions, response_logprobs
 
 
 def main() -> None:
     torch.set_num_threads(1)
-    model = tiny_qwen2(32000, hidden=256, layers=3, heads=4, kv_heads=2, intermediate=512, max_positions=1024,
+    model = tiny_qwen2(32000,
+                       TinyQwen2Sizes(hidden=256, layers=3, heads=4, kv_heads=2, intermediate=512, max_positions=1024),
                        pad_token_id=0)
     g = torch.Generator().manual_seed(0)
     n, p, t = 64, 32, 128
@@ -34,7 +35,8 @@ def main() -> None:
     response_ids = torch.randint(3, 32000, (n, t), generator=g) * mask.long()
 
     def step():
-        lp, ent = response_logprobs(model, prompt_ids, prompt_mask, response_ids, mask, 1.0, compile=True)
+        lp, ent = response_logprobs(model, prompt_ids, prompt_mask, response_ids, mask, 1.0,
+                                    options=LogprobOptions(compile=True))
         (lp.sum() + ent.sum()).backward()
         model.zero_grad(set_to_none=True)
 

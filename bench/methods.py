@@ -127,6 +127,7 @@ class ForwardProbe:
         from explorl.config import load_config
         from explorl.models import load_policy
         from explorl.rollout.engines.native import sample
+        from explorl.rollout.sampler import Sampler
         from explorl.tasks import load_task
 
         cfg = load_config(RECIPES / "grpo.yaml", ["model.path=embedded", "task.eval_size=4"])
@@ -138,21 +139,21 @@ class ForwardProbe:
         prompts = [tok.encode(p.prompt, add_special_tokens=False) for p in task.train[:cfg.run.batch_size]]
         gen = torch.Generator().manual_seed(0)
         with torch.no_grad():
-            self.ro = sample(self.model, prompts, cfg.sampling.group_size, eos_token_id=tok.eos_token_id,
-                             pad_token_id=tok.pad_token_id, max_new_tokens=cfg.sampling.max_new_tokens,
-                             temperature=cfg.sampling.temperature, generator=gen)
+            self.ro = sample(Sampler(self.model, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                                     max_new_tokens=cfg.sampling.max_new_tokens),
+                             prompts, cfg.sampling.group_size, temperature=cfg.sampling.temperature, generator=gen)
         self.temperature = cfg.sampling.temperature
         self.tokens = float(self.ro.mask.sum())
 
     def time(self, repeats: int) -> float:
-        from explorl.rollout.logprobs import response_logprobs
+        from explorl.rollout.logprobs import LogprobOptions, response_logprobs
 
         ro, times = self.ro, []
         for _ in range(repeats + 1):
             t0 = time.perf_counter()
             with torch.no_grad():
                 response_logprobs(self.model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.mask,
-                                  self.temperature, with_entropy=False)
+                                  self.temperature, options=LogprobOptions(with_entropy=False))
             times.append(time.perf_counter() - t0)
         return statistics.median(times[1:])
 

@@ -38,7 +38,7 @@ import torch
 
 from explorl.algos.mismatch import mismatch_stats
 from explorl.config import load_config
-from explorl.models import build_char_tokenizer, embedded_dir, load_tokenizer, tiny_qwen2
+from explorl.models import TinyQwen2Sizes, build_char_tokenizer, embedded_dir, load_tokenizer, tiny_qwen2
 from explorl.rollout.logprobs import response_logprobs
 from explorl.rollout.sampler import Sampler
 from explorl.rollout.schedule import ScheduleDriver
@@ -59,9 +59,11 @@ def _models(dtype: torch.dtype):
     path = embedded_dir()
     tok = load_tokenizer(path) if (path / "config.json").exists() else build_char_tokenizer()
     embedded = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
-    big = tiny_qwen2(151936, hidden=64, layers=2, heads=4, kv_heads=2, intermediate=256, max_positions=512,
+    big = tiny_qwen2(151936,
+                     TinyQwen2Sizes(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=256, max_positions=512),
                      pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, seed=0)
-    peaked = tiny_qwen2(151936, hidden=64, layers=2, heads=4, kv_heads=2, intermediate=256, max_positions=512,
+    peaked = tiny_qwen2(151936,
+                        TinyQwen2Sizes(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=256, max_positions=512),
                         pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, seed=0)
     with torch.no_grad():  # tied: the output layer's logits PEAK times larger (the input is RMS-normalised anyway)
         peaked.get_input_embeddings().weight.mul_(PEAK)
@@ -107,7 +109,8 @@ def _vllm_rows(a, task, t0) -> list:
 
     dtype = getattr(torch, a.vllm)
     tok = build_char_tokenizer()
-    model = tiny_qwen2(151936, hidden=64, layers=2, heads=2, kv_heads=1, intermediate=256, max_positions=512,
+    model = tiny_qwen2(151936,
+                       TinyQwen2Sizes(hidden=64, layers=2, heads=2, kv_heads=1, intermediate=256, max_positions=512),
                        pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, seed=0)
     with torch.no_grad():
         model.get_input_embeddings().weight.mul_(PEAK)

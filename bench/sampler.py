@@ -39,7 +39,7 @@ import torch
 
 def _embedded_or_random():
     """(model, tokenizer, description) for model (a)."""
-    from explorl.models import build_char_tokenizer, embedded_dir, load_tokenizer, tiny_qwen2
+    from explorl.models import TinyQwen2Sizes, build_char_tokenizer, embedded_dir, load_tokenizer, tiny_qwen2
 
     path = embedded_dir()
     if (path / "config.json").exists():
@@ -48,15 +48,16 @@ def _embedded_or_random():
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
         return model, load_tokenizer(path), f"embedded default (bootstrapped, {path})"
     tok = build_char_tokenizer()
-    model = tiny_qwen2(len(tok), hidden=64, layers=3, heads=4, kv_heads=2, intermediate=256,
+    model = tiny_qwen2(len(tok), TinyQwen2Sizes(hidden=64, layers=3, heads=4, kv_heads=2, intermediate=256),
                        pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, seed=0)
     return model, tok, f"embedded-default architecture, RANDOM weights (not bootstrapped: no {path})"
 
 
 def _model_32k():
-    from explorl.models import tiny_qwen2
+    from explorl.models import TinyQwen2Sizes, tiny_qwen2
 
-    return tiny_qwen2(32000, hidden=256, layers=3, heads=4, kv_heads=2, intermediate=512, max_positions=1024,
+    return tiny_qwen2(32000,
+                      TinyQwen2Sizes(hidden=256, layers=3, heads=4, kv_heads=2, intermediate=512, max_positions=1024),
                       pad_token_id=0, eos_token_id=1, seed=0)
 
 
@@ -71,12 +72,14 @@ def _hf_valid_tokens(generated: torch.Tensor, eos: int) -> int:
 
 def _run_explorl(model, prompts, group, max_new, eos, pad, temperature, seed, device, compile=True, cuda_graph=False):
     from explorl.rollout.engines.native import sample
+    from explorl.rollout.sampler import Sampler
 
     gen = torch.Generator(device=device).manual_seed(seed)
     _sync(device)
     t0 = time.perf_counter()
-    ro = sample(model, prompts, group, eos_token_id=eos, pad_token_id=pad, max_new_tokens=max_new,
-                temperature=temperature, generator=gen, compile=compile, cuda_graph=cuda_graph)
+    ro = sample(Sampler(model, eos_token_id=eos, pad_token_id=pad, max_new_tokens=max_new, compile=compile,
+                        cuda_graph=cuda_graph),
+                prompts, group, temperature=temperature, generator=gen)
     _sync(device)
     return int(ro.mask.sum()), time.perf_counter() - t0
 
@@ -118,12 +121,12 @@ def _vllm_engine(model, max_model_len: int = 512):
     return engine
 
 
-def _run_vllm(engine, prompts, group, max_new, eos, pad, seed):
+def _run_vllm(sampler, prompts, group, seed):
     from explorl.rollout.controllers import PromptTemperature
 
     t0 = time.perf_counter()
-    ro = engine.sample(prompts, [group] * len(prompts), [PromptTemperature(1.0)] * len(prompts), eos_token_id=eos,
-                       pad_token_id=pad, max_new_tokens=max_new, seed=seed)
+    ro = sampler.engine.sample(sampler, prompts, [group] * len(prompts), [PromptTemperature(1.0)] * len(prompts),
+                               seed=seed)
     return int(ro.mask.sum()), time.perf_counter() - t0
 
 
@@ -163,8 +166,10 @@ def bench_model(model, prompts, args, device, eos, pad):
     }
     engine = _vllm_engine(model) if args.vllm else None
     if engine is not None:
-        methods["vLLM (in process), T=1.0"] = lambda s: _run_vllm(engine, prompts, args.group, args.max_new_tokens,
-                                                                  eos, pad, s)
+        from explorl.rollout.sampler import Sampler
+
+        vllm_sampler = Sampler(model, eos, pad, args.max_new_tokens, engine=engine)
+        methods["vLLM (in process), T=1.0"] = lambda s: _run_vllm(vllm_sampler, prompts, args.group, s)
     names = list(methods)
     rates = {k: [] for k in names}
     tokens = {k: [] for k in names}
@@ -229,9 +234,9 @@ def main(argv=None):
     results.append(("(a) char", bench_model(model, prompts, args, device, tok.eos_token_id, tok.pad_token_id)))
 
     # the anchor of issue 'Twice the experiments per hour' (a head size vLLM's CPU attention takes)
-    from explorl.models import tiny_qwen2
+    from explorl.models import TinyQwen2Sizes, tiny_qwen2
 
-    model = tiny_qwen2(64, hidden=128, layers=4, heads=4, kv_heads=2, intermediate=512, pad_token_id=0,
+    model = tiny_qwen2(64, TinyQwen2Sizes(hidden=128, layers=4, heads=4, kv_heads=2, intermediate=512), pad_token_id=0,
                        eos_token_id=1, seed=0)
     g = torch.Generator().manual_seed(1)
     prompts = torch.randint(2, 64, (args.batch, 16), generator=g).tolist()

@@ -17,7 +17,7 @@ import os
 import pytest
 import torch
 
-from explorl.models import build_char_tokenizer, tiny_qwen2
+from explorl.models import TinyQwen2Sizes, build_char_tokenizer, tiny_qwen2
 
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
@@ -75,11 +75,11 @@ def pytest_runtest_setup(item):
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 
-TINY = dict(hidden=32, layers=2, heads=4, kv_heads=2, intermediate=64, seed=0)
+TINY = TinyQwen2Sizes(hidden=32, layers=2, heads=4, kv_heads=2, intermediate=64)
 
 
 def _tiny_qwen2(tok):
-    model = tiny_qwen2(len(tok), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, **TINY)
+    model = tiny_qwen2(len(tok), TINY, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, seed=0)
     return model.eval()
 
 

@@ -12,7 +12,7 @@ from explorl.algos.registry import register
 from explorl.rollout.controllers import PromptTemperature
 
 
-@dataclass
+@dataclass(frozen=True)
 class WarmStartOptions:
     hot: float = 2.0
     """Temperature factor of the first generated token."""
@@ -20,10 +20,10 @@ class WarmStartOptions:
     """Output position from which the factor is 1."""
 
 
-def warm_start(t, step: int, *, hot: float = 2.0, until: int = 8) -> torch.Tensor:
+def warm_start(t, step: int, options: WarmStartOptions = WarmStartOptions()) -> torch.Tensor:
     """Factor `max(hot - (hot - 1) * t / until, 1)` at output position t (the training step is not used)."""
     t = torch.as_tensor(t, dtype=torch.float32)
-    return torch.clamp(hot - (hot - 1.0) * t / until, min=1.0)
+    return torch.clamp(options.hot - (options.hot - 1.0) * t / options.until, min=1.0)
 
 
 @register("temperature_schedule", "test_warm_start", behavior_is_policy=False, options=WarmStartOptions,
@@ -38,8 +38,7 @@ class WarmStartTemperature:
         return {"schedule": "test_warm_start", "step": int(step), "hot": self.o.hot, "until": self.o.until}
 
     def at(self, step: int):
-        table = (warm_start(torch.arange(self.s.max_new_tokens), step, hot=self.o.hot, until=self.o.until)
-                 * self.s.temperature).tolist()
+        table = (warm_start(torch.arange(self.s.max_new_tokens), step, self.o) * self.s.temperature).tolist()
         return (lambda t: table[t]), self.s.temperature, {}
 
     def per_prompt(self, step: int, temperature, prompt_ids) -> list[PromptTemperature]:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from explorl.algos.advantages import cov_weights
+from explorl.algos.advantages import ErpoOptions, cov_weights
 
 
 def _load(name: str):
@@ -215,7 +215,7 @@ def test_erpo_pull_signs_the_token_term_against_where_the_policy_moved(moved):
     s = torch.where(rows[:, None], torch.tensor([[0.5, -0.5]]), torch.zeros(4, 2))
     call = {"rewards": rewards, "group": torch.zeros(4, dtype=torch.long), "mask": torch.ones(4, 2),
             "entropy": torch.ones(4, 2), "logprobs": s - 1.0, "ref_logprobs": torch.full((4, 2), -1.0),
-            "kw": {"beta_progress": 0.1, "gamma": 5.0, "eta": 0.2, "num_buckets": 10, "sigma_target": 1.0}}
+            "options": ErpoOptions(beta_progress=0.1, gamma=5.0, eta=0.2, num_buckets=10, sigma_target=1.0)}
     found = pull([call])
     assert found["wrong"][1] == 6 and found["right"][1] == 2
     other = "right" if moved == "wrong" else "wrong"

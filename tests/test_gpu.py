@@ -56,14 +56,16 @@ def test_bf16_log_probs_on_cuda_agree_with_float32_on_the_cpu():
     from explorl.models import load_policy
     from explorl.rollout.logprobs import response_logprobs
     from explorl.rollout.engines.native import sample
+    from explorl.rollout.sampler import Sampler
     from explorl.tasks import load_task
 
     task = load_task(load_config(ROOT / "configs" / "quickstart.yaml", []).task)
     cpu, tok, _ = load_policy(ModelConfig(path="embedded", device="cpu", dtype="float32"))
     gpu, _, device = load_policy(ModelConfig(path="embedded", device="cuda", dtype="bfloat16"))
     prompts = [tok.encode(p.prompt, add_special_tokens=False) for p in task.train[:16]]
-    ro = sample(cpu, prompts, 8, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, max_new_tokens=64,
-                temperature=1.0, generator=torch.Generator().manual_seed(0), compile=False)
+    ro = sample(Sampler(cpu, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, max_new_tokens=64,
+                        compile=False),
+                prompts, 8, temperature=1.0, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         ref, _ = response_logprobs(cpu, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.mask, 1.0)
         got, ent = response_logprobs(gpu, *(x.to(device) for x in (ro.prompt_ids, ro.prompt_mask, ro.response_ids,
@@ -135,11 +137,12 @@ def embedded_cuda():
 
 def _graph_sample(embedded_cuda, compile: bool, graph: bool, eos=None, seed: int = 0):
     from explorl.rollout.engines.native import sample
+    from explorl.rollout.sampler import Sampler
 
     model, tok, device, prompts = embedded_cuda
-    return sample(model, prompts, 8, eos_token_id=tok.eos_token_id if eos is None else eos,
-                  pad_token_id=tok.pad_token_id, max_new_tokens=64, temperature=1.0, compile=compile,
-                  generator=torch.Generator(device).manual_seed(seed), cuda_graph=graph)
+    return sample(Sampler(model, eos_token_id=tok.eos_token_id if eos is None else eos, pad_token_id=tok.pad_token_id,
+                          max_new_tokens=64, compile=compile, cuda_graph=graph),
+                  prompts, 8, temperature=1.0, generator=torch.Generator(device).manual_seed(seed))
 
 
 @pytest.mark.parametrize("compile", [False, True])

@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> Path:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM
 
-    from explorl.integrations.trl import ExplorlGRPOTrainer, TaskReward
+    from explorl.integrations.trl import ExplorlGRPOTrainer, RunOptions, TaskReward
     from explorl.models import load_tokenizer, resolve_device, resolve_dtype, resolve_model_path
     from explorl.tasks import load_task
     from explorl.tasks.chat import prompt_text, resolve_chat_template
@@ -128,7 +128,8 @@ def main(argv: list[str] | None = None) -> Path:
     reward = TaskReward(task, cfg.task.reward_timeout_s, cfg.task.reward_workers)
     trainer = ExplorlGRPOTrainer(model, reward, args=grpo_args(cfg, world), train_dataset=Dataset.from_list(rows),
                                  processing_class=tok, run_config=cfg,
-                                 launch={"recipe": argv[0], "overrides": argv[1:], "resumed": resume})
+                                 run_options=RunOptions(launch={"recipe": argv[0], "overrides": argv[1:],
+                                                                "resumed": resume}))
     if trainer.accelerator.num_processes != world:
         raise RuntimeError(f"launched as {world} processes (WORLD_SIZE) but accelerate sees "
                            f"{trainer.accelerator.num_processes}")

@@ -133,7 +133,7 @@ def test_erpo_hand_values_one_bucket():
     mask = torch.ones(2, 2)
     ent = torch.ones(2, 2)
     lp = torch.tensor([[10.0, 30.0], [20.0, 40.0]])
-    out = A.erpo(rewards, group, mask, ent, lp, torch.zeros(2, 2), num_buckets=1)
+    out = A.erpo(rewards, group, mask, ent, lp, torch.zeros(2, 2), options=A.ErpoOptions(num_buckets=1))
     a = 0.5 / (math.sqrt(0.5) + 1e-6)
     sd = math.sqrt(a * a + 0.04)
     expected = torch.tensor([[a - 0.2, a + 0.2], [0.2 - a, -0.2 - a]]) / sd
@@ -151,10 +151,10 @@ def test_erpo_bucket_index_and_per_bucket_normalisation():
     mask = torch.ones(2, 4)
     lp = torch.tensor([[50.0, -30.0, -30.0, -30.0]] * 2)  # s = 0.1 * lp: [5, -3, -3, -3]
     ent = torch.tensor([[0.1, 2.0, 0.3, 1.0], [1.5, 0.2, 0.7, 0.0]])
-    out = A.erpo(rewards, group, mask, ent, lp, torch.zeros(2, 4), num_buckets=2)
+    out = A.erpo(rewards, group, mask, ent, lp, torch.zeros(2, 4), options=A.ErpoOptions(num_buckets=2))
     assert torch.allclose(out, torch.tensor([[1.0] * 4, [-1.0] * 4]), atol=1e-5)
     # With K = 1 the same s is no longer constant in its bucket and the token term moves the advantages.
-    out1 = A.erpo(rewards, group, mask, ent, lp, torch.zeros(2, 4), num_buckets=1)
+    out1 = A.erpo(rewards, group, mask, ent, lp, torch.zeros(2, 4), options=A.ErpoOptions(num_buckets=1))
     assert (out1 - out).abs().max() > 1e-2
     # L = 5, K = 10: floor(10 t / 5) = 2, 4, 6, 8, 10 -> [2, 4, 6, 8, 9] (buckets 0, 1, 3, 5, 7 stay empty);
     # the slow reference, which applies the formula literally, agrees.
@@ -186,7 +186,8 @@ def test_erpo_matches_slow_reference(seed):
     b = random_batch(seed, left_pad=seed % 2 == 1)
     for kw, skw in [({}, {}), (dict(num_buckets=3, gamma=1.0, eta=0.7, sigma_target=2.0, beta_progress=0.5),
                                 dict(K=3, gamma=1.0, eta=0.7, sigma_t=2.0, beta=0.5))]:
-        fast = A.erpo(b["rewards"], b["group"], b["mask"], b["entropy"], b["logprobs"], b["ref_logprobs"], **kw)
+        fast = A.erpo(b["rewards"], b["group"], b["mask"], b["entropy"], b["logprobs"], b["ref_logprobs"],
+                      options=A.ErpoOptions(**kw))
         slow = slow_erpo(b["rewards"], b["group"], b["mask"], b["entropy"], b["logprobs"], b["ref_logprobs"], **skw)
         assert fast.dtype == torch.float32
         assert torch.all(fast[b["mask"] == 0] == 0.0)
@@ -639,7 +640,7 @@ def test_advantage_registry_has_erpo_and_passk():
     erpo = load_config(None, ["algo.advantage=erpo", "algo.erpo.num_buckets=2", "algo.erpo.eta=1.0"]).algo
     passk = load_config(None, ["algo.advantage=passk", "algo.passk.k=2"]).algo
     assert torch.equal(lookup("estimator", "erpo").bind(erpo)(batch, erpo),
-                       A.erpo(*(b[k] for k in keys), num_buckets=2, eta=1.0))
+                       A.erpo(*(b[k] for k in keys), options=A.ErpoOptions(eta=1.0, num_buckets=2)))
     assert torch.equal(lookup("estimator", "passk").bind(passk)(batch, passk),
                        A.passk(b["rewards"], b["group"], b["mask"], k=2))
     batch = batch.replace(ref_logprobs=None)

@@ -12,6 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from explorl.algos.aggregation import Reduction
 from explorl.algos.batch import RolloutBatch
 from explorl.algos.methods.cispo import cispo_loss, cispo_weight
 from explorl.algos.methods.ppo import policy_loss
@@ -35,7 +36,7 @@ def test_a_hand_derived_batch():
     new = torch.tensor([[-0.5, -2.1, 50.0], [-2.0, -0.8, -1.0]], dtype=F64, requires_grad=True)
     mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
     adv = torch.tensor([[1.0, 1.0, 1.0], [-2.0, -2.0, -2.0]], dtype=F64)
-    loss, stats = cispo_loss(new, old, adv, mask, eps_low=0.2, eps_high=0.28, agg="token-mean")
+    loss, stats = cispo_loss(new, old, adv, mask, eps_low=0.2, eps_high=0.28, reduction=Reduction("token-mean"))
     w01, w11 = math.exp(-0.1), math.exp(0.2)
     want = (1.28 * 0.5 + w01 * 2.1 - 0.8 * 2 * 2.0 - w11 * 2 * 0.8 - 2.0) / 5
     assert loss.item() == pytest.approx(want, abs=1e-12)
@@ -77,7 +78,7 @@ def test_loss_and_gradient_equal_autograd_of_the_formula(seed, eps, agg):
     old = -torch.rand(n, width, generator=g, dtype=F64) * 3
     new = (old + torch.randn(n, width, generator=g, dtype=F64)).requires_grad_(True)  # ratios well past the clip
     adv = torch.randn(n, width, generator=g, dtype=F64)  # token-level advantages too
-    loss, _ = cispo_loss(new, old, adv, mask, eps_low=eps[0], eps_high=eps[1], agg=agg)
+    loss, _ = cispo_loss(new, old, adv, mask, eps_low=eps[0], eps_high=eps[1], reduction=Reduction(agg))
     (grad,) = torch.autograd.grad(loss, new)
     ref = _reference(new, old, adv, mask, *eps, agg)
     (ref_grad,) = torch.autograd.grad(ref, new)
@@ -148,10 +149,11 @@ def test_a_response_with_zero_advantages_adds_no_loss_and_no_gradient():
     new = (old + torch.randn(3, 4, generator=g, dtype=F64)).requires_grad_(True)
     adv = torch.randn(3, 4, generator=g, dtype=F64)
     adv[1] = 0.0
-    loss, _ = cispo_loss(new, old, adv, torch.ones(3, 4), agg="seq-mean-token-sum-norm", max_response_len=4)
+    loss, _ = cispo_loss(new, old, adv, torch.ones(3, 4),
+                         reduction=Reduction("seq-mean-token-sum-norm", max_response_len=4))
     (grad,) = torch.autograd.grad(loss, new)
     assert torch.equal(grad[1], torch.zeros(4, dtype=F64))
     kept = [0, 2]
-    alone, _ = cispo_loss(new[kept], old[kept], adv[kept], torch.ones(2, 4), agg="seq-mean-token-sum-norm",
-                          max_response_len=4)
+    alone, _ = cispo_loss(new[kept], old[kept], adv[kept], torch.ones(2, 4),
+                          reduction=Reduction("seq-mean-token-sum-norm", max_response_len=4))
     assert loss.item() == pytest.approx(alone.item() * 2 / 3, abs=1e-12)  # the row counts in the mean only

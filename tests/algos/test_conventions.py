@@ -236,8 +236,9 @@ def test_dual_clip_default_is_exactly_the_old_loss():
     for agg in L.LOSS_AGG_MODES:
         a = (old + _rand((n, t), 25, 2.0)).requires_grad_(True)
         b = a.detach().clone().requires_grad_(True)
-        la, sa = L.policy_loss(a, old, adv, mask, agg=agg, max_response_len=t, is_weights=isw)
-        lb, sb = L.policy_loss(b, old, adv, mask, agg=agg, max_response_len=t, is_weights=isw, dual_clip_c=None)
+        la, sa = L.policy_loss(a, old, adv, mask, reduction=L.Reduction(agg, max_response_len=t, is_weights=isw))
+        lb, sb = L.policy_loss(b, old, adv, mask, dual_clip_c=None,
+                               reduction=L.Reduction(agg, max_response_len=t, is_weights=isw))
         la.backward()
         lb.backward()
         assert torch.equal(la, lb) and torch.equal(a.grad, b.grad) and sa == sb

@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 
+from explorl.algos.aggregation import Reduction
 from explorl.algos.batch import RolloutBatch
 from explorl.algos.methods.dppo import DppoOptions, binary_divergence, dppo_loss, trust_region_mask
 from explorl.algos.registry import lookup
@@ -38,8 +39,7 @@ ADV = torch.tensor([[1.0] * 3, [-2.0] * 3], dtype=D)
 def test_a_hand_derived_batch_tv():
     new = _probs(NEW).requires_grad_(True)
     mask = torch.ones(2, 3)
-    loss, stats = dppo_loss(new, _probs(OLD), ADV, mask, divergence="tv", eps_low=0.15, eps_high=0.15,
-                            ratio_cap=1.5)
+    loss, stats = dppo_loss(new, _probs(OLD), ADV, mask, divergence="tv", trust_region=(0.15, 0.15), ratio_cap=1.5)
     want = (-1.2 * math.log(0.6) - 0.4 * math.log(0.2) + 1.8 * math.log(0.45) + 3.0 * math.log(0.9)) / 6
     assert loss.item() == pytest.approx(want, abs=1e-12) and want == pytest.approx(-0.0827715, abs=1e-7)
     loss.backward()
@@ -58,10 +58,10 @@ def test_the_same_batch_with_the_binary_kl():
     kl = binary_divergence(_probs(NEW), _probs(OLD), "kl")
     want = torch.tensor([[0.2231436, 0.0204110, 0.2231436], [0.2231436, 0.0050252, 0.5108256]], dtype=D)
     assert torch.allclose(kl, want, atol=1e-6)
-    tv, _ = dppo_loss(_probs(NEW), _probs(OLD), ADV, torch.ones(2, 3), divergence="tv", eps_low=0.15,
-                      eps_high=0.15, ratio_cap=1.5)
-    kl_loss, _ = dppo_loss(_probs(NEW), _probs(OLD), ADV, torch.ones(2, 3), divergence="kl", eps_low=0.05,
-                           eps_high=0.05, ratio_cap=1.5)
+    tv, _ = dppo_loss(_probs(NEW), _probs(OLD), ADV, torch.ones(2, 3), divergence="tv", trust_region=(0.15, 0.15),
+                      ratio_cap=1.5)
+    kl_loss, _ = dppo_loss(_probs(NEW), _probs(OLD), ADV, torch.ones(2, 3), divergence="kl", trust_region=(0.05, 0.05),
+                           ratio_cap=1.5)
     assert kl_loss.item() == pytest.approx(tv.item(), abs=1e-12)
 
 
@@ -96,8 +96,8 @@ def test_the_gradient_is_the_masked_truncated_policy_gradient(divergence, agg, c
     new = (old + 0.4 * torch.randn(n, width, generator=g, dtype=D)).clamp(max=-1e-3).requires_grad_(True)
     adv = torch.randn(n, width, generator=g, dtype=D)
     is_w = torch.rand(n, width, generator=g, dtype=D) + 0.5
-    loss, _ = dppo_loss(new, old, adv, mask, divergence=divergence, eps_low=0.1, eps_high=0.05, agg=agg,
-                        max_response_len=width, is_weights=is_w, ratio_cap=cap)
+    loss, _ = dppo_loss(new, old, adv, mask, divergence=divergence, trust_region=(0.1, 0.05), ratio_cap=cap,
+                        reduction=Reduction(agg, max_response_len=width, is_weights=is_w))
     (grad,) = torch.autograd.grad(loss, new)
     keep = trust_region_mask(new.detach(), old, adv, divergence, 0.1, 0.05).to(D)
     ratio = torch.exp(new.detach() - old)
@@ -120,8 +120,8 @@ def test_the_registered_losses_read_the_core_bounds_and_their_options():
         cfg = AlgoConfig(loss=name, loss_agg="seq-mean-token-mean", eps_low=0.07, eps_high=0.03)
         got = entry.fn(new, RolloutBatch.for_loss(mask, adv, logprobs=old, max_response_len=4), cfg,
                        options=DppoOptions(ratio_cap=1.1))
-        want = dppo_loss(new, old, adv, mask, divergence=divergence, eps_low=0.07, eps_high=0.03,
-                         agg="seq-mean-token-mean", max_response_len=4, ratio_cap=1.1)
+        want = dppo_loss(new, old, adv, mask, divergence=divergence, trust_region=(0.07, 0.03), ratio_cap=1.1,
+                         reduction=Reduction("seq-mean-token-mean", max_response_len=4))
         assert torch.equal(got[0], want[0]) and got[1] == want[1]
 
 
@@ -143,6 +143,6 @@ def test_options_and_their_validation():
 def test_on_policy_every_token_is_kept_and_the_loss_is_the_plain_policy_gradient():
     logp = -torch.rand(2, 3, generator=torch.Generator().manual_seed(0), dtype=D)
     adv = torch.tensor([[1.0] * 3, [-1.0] * 3], dtype=D)
-    loss, stats = dppo_loss(logp, logp, adv, torch.ones(2, 3), divergence="kl", eps_low=0.0, eps_high=0.0)
+    loss, stats = dppo_loss(logp, logp, adv, torch.ones(2, 3), divergence="kl", trust_region=(0.0, 0.0))
     assert loss.item() == pytest.approx(float((-adv * logp).mean()), abs=1e-12)
     assert stats["loss/clip_frac"] == 0.0 and stats["loss/ratio_mean"] == 1.0

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from explorl.algos.aggregation import Reduction
 from explorl.algos.batch import RolloutBatch
 from explorl.algos.methods.dro import DroOptions, dro_loss
 from explorl.algos.registry import lookup
@@ -47,7 +48,8 @@ def test_the_gradient_is_the_advantage_less_the_pull_back(agg):
     old = -torch.rand(n, width, generator=g, dtype=D) * 2
     new = (old + 0.5 * torch.randn(n, width, generator=g, dtype=D)).requires_grad_(True)
     adv, is_w = torch.randn(n, width, generator=g, dtype=D), torch.rand(n, width, generator=g, dtype=D) + 0.5
-    loss, _ = dro_loss(new, old, adv, mask, beta=beta, agg=agg, max_response_len=width, is_weights=is_w)
+    loss, _ = dro_loss(new, old, adv, mask, beta=beta,
+                       reduction=Reduction(agg, max_response_len=width, is_weights=is_w))
     (grad,) = torch.autograd.grad(loss, new)
     d_agg = {"token-mean": mask / mask.sum(),
              "seq-mean-token-mean": mask / mask.sum(-1, keepdim=True) / n,
@@ -64,7 +66,7 @@ def test_the_registered_loss_reads_beta_and_the_aggregation():
     cfg = AlgoConfig(loss="dro", loss_agg="seq-mean-token-mean")
     got = entry.fn(new, RolloutBatch.for_loss(mask, adv, logprobs=old, max_response_len=4), cfg,
                    options=DroOptions(beta=0.2))
-    want = dro_loss(new, old, adv, mask, beta=0.2, agg="seq-mean-token-mean", max_response_len=4)
+    want = dro_loss(new, old, adv, mask, beta=0.2, reduction=Reduction("seq-mean-token-mean", max_response_len=4))
     assert torch.equal(got[0], want[0]) and got[1] == want[1]
 
 

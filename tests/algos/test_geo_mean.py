@@ -11,6 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from explorl.algos.aggregation import Reduction
 from explorl.algos.batch import RolloutBatch
 from explorl.algos.methods.geo_mean import clipped_log_ratio, geo_mean_loss, sequence_weights
 from explorl.algos.registry import lookup
@@ -61,7 +62,8 @@ def test_rollout_weights_act_through_their_geometric_mean_per_response():
     # row 0: 0.5 and 2 -> geometric mean 1 (padding 100 ignored); row 1: 8, 1, 1 -> 2
     is_w = torch.tensor([[0.5, 2.0, 100.0], [8.0, 1.0, 1.0]], dtype=D)
     assert torch.allclose(sequence_weights(is_w, mask.bool()), torch.tensor([1.0, 2.0], dtype=D), atol=1e-12)
-    loss, stats = geo_mean_loss(new, old, adv, mask, eps_low=0.4, eps_high=0.4, is_weights=is_w)
+    loss, stats = geo_mean_loss(new, old, adv, mask, eps_low=0.4, eps_high=0.4,
+                                reduction=Reduction("seq-mean-token-mean", is_weights=is_w))
     assert loss.item() == pytest.approx((-math.exp(0.1) + 2 * math.exp(-1 / 30)) / 2, abs=1e-12)
     assert "loss/is_weight_mean" in stats
 
@@ -69,8 +71,8 @@ def test_rollout_weights_act_through_their_geometric_mean_per_response():
 def test_per_question_weights_scale_each_responses_term():
     old, new, adv, mask = _batch()
     token_w = torch.tensor([[3.0] * 3, [0.5] * 3], dtype=D)  # constant per response, as question_weights are
-    loss, _ = geo_mean_loss(new, old, adv, mask, eps_low=0.4, eps_high=0.4, token_weights=token_w,
-                            agg="seq-mean-token-mean-per-question")
+    loss, _ = geo_mean_loss(new, old, adv, mask, eps_low=0.4, eps_high=0.4,
+                            reduction=Reduction("seq-mean-token-mean-per-question", token_weights=token_w))
     assert loss.item() == pytest.approx((-3 * math.exp(0.1) + 0.5 * math.exp(-1 / 30)) / 2, abs=1e-12)
 
 

@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 
+from explorl.algos.aggregation import Reduction
 from explorl.algos.batch import RolloutBatch
 from explorl.algos.methods.gpg_loss import gpg_loss
 from explorl.algos.registry import lookup
@@ -31,7 +32,7 @@ def test_a_hand_derived_batch():
     assert loss.item() == pytest.approx(5 * math.log(2) / 3, abs=1e-12)
     loss.backward()
     assert torch.allclose(new.grad, torch.tensor([[-2 / 3, -2 / 3, 0.0], [1 / 3, 0.0, 0.0]], dtype=D), atol=1e-12)
-    seq, _ = gpg_loss(new, old, adv, mask, agg="seq-mean-token-mean")
+    seq, _ = gpg_loss(new, old, adv, mask, reduction=Reduction("seq-mean-token-mean"))
     assert seq.item() == pytest.approx(math.log(2), abs=1e-12)
     # the ratio statistics show how far the policy moved (they do not enter the loss): ln 0.5 + 1 = 0.3068528, ...
     assert stats["loss/ratio_max"] == pytest.approx(0.5 * math.e)
@@ -50,7 +51,7 @@ def test_the_gradient_is_the_weighted_policy_gradient_whatever_the_old_policy(ag
              "seq-mean-token-sum-norm": mask / (n * width)}[agg]
     grads = []
     for old in (new.detach(), new.detach() - 3.0):
-        loss, _ = gpg_loss(new, old, adv, mask, agg=agg, max_response_len=width, token_weights=w)
+        loss, _ = gpg_loss(new, old, adv, mask, reduction=Reduction(agg, max_response_len=width, token_weights=w))
         grads.append(torch.autograd.grad(loss, new)[0])
     assert torch.allclose(grads[0], -adv * w * d_agg, atol=1e-12) and torch.equal(grads[0], grads[1])
 
@@ -63,6 +64,6 @@ def test_the_registered_loss_reads_the_aggregation():
     assert entry.options is None and entry.rowwise and entry.cites[0].paper == "GPG"
     cfg = AlgoConfig(loss="gpg", loss_agg="seq-mean-token-sum-norm")
     got = entry.fn(new, RolloutBatch.for_loss(mask, adv, logprobs=old, max_response_len=4), cfg)
-    want = gpg_loss(new, old, adv, mask, agg="seq-mean-token-sum-norm", max_response_len=4)
+    want = gpg_loss(new, old, adv, mask, reduction=Reduction("seq-mean-token-sum-norm", max_response_len=4))
     assert torch.equal(got[0], want[0]) and got[1] == want[1]
     assert load_config(None, ["algo.loss=gpg"]).algo.loss == "gpg"  # no options, nothing to refuse

@@ -11,6 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from explorl.algos.aggregation import Reduction
 from explorl.algos.methods.gspo import gspo_loss, sequence_log_ratio
 
 
@@ -24,7 +25,7 @@ def test_a_hand_derived_batch():
     new = torch.tensor([[0.2, 0.0, 9.0], [-0.9, 0.0, 0.0]], dtype=torch.float64, requires_grad=True)
     mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
     adv = torch.tensor([[1.0, 1.0, 0.0], [-2.0, -2.0, -2.0]], dtype=torch.float64)
-    loss, stats = gspo_loss(new, old, adv, mask, eps_low=0.2, eps_high=0.2, agg="seq-mean-token-mean")
+    loss, stats = gspo_loss(new, old, adv, mask, eps_low=0.2, eps_high=0.2, reduction=Reduction("seq-mean-token-mean"))
     assert float(loss) == pytest.approx((-math.exp(0.1) + 1.6) / 2, abs=1e-12)
     assert torch.allclose(sequence_log_ratio(new, old, mask.bool()), torch.tensor([0.1, -0.3], dtype=torch.float64))
     # clip: response 1's 3 tokens of 5 valid; the ratios are 1.10517 (x2) and 0.74082 (x3)
@@ -62,7 +63,7 @@ def test_with_one_advantage_per_response_the_token_form_is_the_sequence_objectiv
     new = (old + 0.3 * torch.randn(n, width, generator=g, dtype=torch.float64)).requires_grad_(True)
     adv_r = torch.randn(n, generator=g, dtype=torch.float64)
     loss, _ = gspo_loss(new, old, adv_r[:, None].expand(n, width), mask, eps_low=eps[0], eps_high=eps[1],
-                        agg="seq-mean-token-mean")
+                        reduction=Reduction("seq-mean-token-mean"))
     (grad,) = torch.autograd.grad(loss, new)
     ref = _reference(new, old, adv_r, mask, *eps)
     (ref_grad,) = torch.autograd.grad(ref, new)

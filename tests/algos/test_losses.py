@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from explorl.algos import losses as L
+from explorl.algos.batch import RolloutBatch
 
 # The 2x3 example used below. logp_old = 0, so rho = exp(logp_new) = RATIOS. eps_low = eps_high = 0.2.
 RATIOS = torch.tensor([[1.5, 0.5, 1.0], [1.1, 0.7, 2.0]])
@@ -21,9 +22,9 @@ MASK = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
 # valid sum = -1.2 - 0.5 - 1.0 + 1.1 + 0.8 = -0.8 over 5 tokens
 
 
-def _loss(agg, **kw):
+def _loss(agg, max_response_len=None):
     logp_new = RATIOS.log().requires_grad_(True)
-    loss, stats = L.policy_loss(logp_new, torch.zeros(2, 3), ADV, MASK, agg=agg, **kw)
+    loss, stats = L.policy_loss(logp_new, torch.zeros(2, 3), ADV, MASK, reduction=L.Reduction(agg, max_response_len))
     return loss, stats, logp_new
 
 
@@ -76,7 +77,7 @@ def test_gradient_hand_values_and_zero_at_padding():
 
 def test_is_weights_multiply_and_get_no_gradient():
     w = torch.tensor([[2.0, 1.0, 1.0], [1.0, 0.5, 1.0]], requires_grad=True)
-    loss, stats = L.policy_loss(RATIOS.log(), torch.zeros(2, 3), ADV, MASK, is_weights=w)
+    loss, stats = L.policy_loss(RATIOS.log(), torch.zeros(2, 3), ADV, MASK, reduction=L.Reduction(is_weights=w))
     # (-1.2*2 - 0.5 - 1.0 + 1.1 + 0.8*0.5) / 5 = -2.4 / 5 = -0.48
     assert loss.item() == pytest.approx(-0.48, abs=1e-6)
     assert stats["loss/is_weight_mean"] == pytest.approx((2 + 1 + 1 + 1 + 0.5) / 5)
@@ -89,7 +90,7 @@ def test_ratio_one_gives_minus_aggregated_advantage(agg):
     logp = torch.randn(4, 5, generator=gen)
     adv = torch.randn(4, 5, generator=gen)
     mask = (torch.rand(4, 5, generator=gen) > 0.3).float()
-    loss, stats = L.policy_loss(logp, logp, adv, mask, agg=agg, max_response_len=7)
+    loss, stats = L.policy_loss(logp, logp, adv, mask, reduction=L.Reduction(agg, max_response_len=7))
     expected = -L.aggregate(adv, mask, agg, max_response_len=7)
     assert loss.item() == pytest.approx(expected.item(), abs=1e-6)
     assert stats["loss/clip_frac"] == 0.0
@@ -98,7 +99,8 @@ def test_ratio_one_gives_minus_aggregated_advantage(agg):
 
 def test_invalid_agg_lists_modes():
     with pytest.raises(ValueError, match="token-mean, seq-mean-token-mean, seq-mean-token-sum-norm"):
-        L.policy_loss(torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1, 2), torch.ones(1, 2), agg="sum")
+        L.policy_loss(torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1, 2), torch.ones(1, 2),
+                      reduction=L.Reduction("sum"))
     with pytest.raises(ValueError, match="valid"):
         L.aggregate(torch.zeros(1, 2), torch.ones(1, 2), "mean")
 
@@ -107,7 +109,7 @@ def test_invalid_agg_lists_modes():
 def test_empty_mask_gives_zero_not_nan(agg):
     logp_new = torch.randn(2, 3, requires_grad=True)
     loss, stats = L.policy_loss(logp_new, torch.zeros(2, 3), torch.ones(2, 3), torch.zeros(2, 3),
-                                agg=agg, max_response_len=3)
+                                reduction=L.Reduction(agg, max_response_len=3))
     assert loss.item() == 0.0
     loss.backward()
     assert torch.equal(logp_new.grad, torch.zeros(2, 3))
@@ -142,3 +144,34 @@ def test_kl_k3_hand_values():
     assert torch.allclose(kl, expected, atol=1e-6)
     assert kl[0, 3].item() == 0.0
     assert torch.all(L.kl_k3(logp, ref) >= 0)  # without mask: every position, still non-negative
+
+
+def test_reduction_weights_multiply_without_changing_the_normaliser():
+    # token loss [[1, 2], [3, 4]], every token valid, token weights [[0, 1], [1, 1]]: token-mean over the 4 valid
+    # tokens, the weight-0 one included, = (0 * 1 + 2 + 3 + 4) / 4 = 2.25; importance weights 2 everywhere double
+    # it: 4.5. The weights are constants: d loss / d token_loss = is_w * token_w / 4 = [[0, 0.5], [0.5, 0.5]].
+    token_loss = torch.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    valid = torch.ones(2, 2, dtype=torch.bool)
+    token_w = torch.tensor([[0.0, 1.0], [1.0, 1.0]])
+    assert L.Reduction(token_weights=token_w)(token_loss, valid).item() == pytest.approx(2.25)
+    is_w = torch.full((2, 2), 2.0, requires_grad=True)
+    both = L.Reduction(is_weights=is_w, token_weights=token_w)
+    loss = both(token_loss, valid)
+    assert loss.item() == pytest.approx(4.5)
+    loss.backward()
+    assert torch.equal(token_loss.grad, torch.tensor([[0.0, 0.5], [0.5, 0.5]])) and is_w.grad is None
+    # the statistics: mean importance weight 2; 1 of the 4 valid tokens has token weight 0
+    assert both.record({}, valid, 4, torch.float32) == {"loss/is_weight_mean": 2.0, "loss/masked_frac": 0.25}
+    # no weights, seq-mean-token-mean: ((1 + 2) / 2 + (3 + 4) / 2) / 2 = 2.5
+    assert L.Reduction("seq-mean-token-mean")(token_loss, valid).item() == pytest.approx(2.5)
+
+
+def test_reduction_of_a_batch_reads_its_fields():
+    mask = torch.ones(2, 3)
+    is_w, token_w = torch.full((2, 3), 0.5), torch.zeros(2, 3)
+    batch = RolloutBatch.for_loss(mask, torch.zeros(2, 3), max_response_len=7, is_weights=is_w,
+                                  token_weights=token_w)
+    reduction = L.Reduction.of(batch, "seq-mean-token-sum-norm")
+    assert (reduction.agg, reduction.max_response_len) == ("seq-mean-token-sum-norm", 7)
+    assert reduction.is_weights is is_w and reduction.token_weights is token_w
+    assert L.Reduction.of(RolloutBatch.for_loss(mask, torch.zeros(2, 3)), "token-mean") == L.Reduction()

@@ -114,7 +114,7 @@ TW = torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 1.0]])  # keeps (0,0), (0,2), (1,
 
 def test_policy_loss_token_weights_keep_the_denominator():
     lp = RATIOS.log().requires_grad_(True)
-    loss, stats = L.policy_loss(lp, torch.zeros(2, 3), ADV, MASK, token_weights=TW)
+    loss, stats = L.policy_loss(lp, torch.zeros(2, 3), ADV, MASK, reduction=L.Reduction(token_weights=TW))
     # kept sum = -1.2 - 1.0 + 0.8 = -1.4, over all 5 valid tokens: -0.28
     assert loss.item() == pytest.approx(-1.4 / 5, abs=1e-6)
     assert stats["loss/masked_frac"] == pytest.approx(2 / 5)  # (0,1) and (1,0); padding not counted
@@ -131,14 +131,15 @@ def test_policy_loss_token_weights_keep_the_denominator():
 
 def test_policy_loss_with_forking_mask_seq_mean():
     # seq-mean-token-mean keeps each response's own token count: row 0 (-1.2 - 1.0) / 3, row 1 0.8 / 2
-    loss, _ = L.policy_loss(RATIOS.log(), torch.zeros(2, 3), ADV, MASK, token_weights=TW,
-                            agg="seq-mean-token-mean")
+    loss, _ = L.policy_loss(RATIOS.log(), torch.zeros(2, 3), ADV, MASK,
+                            reduction=L.Reduction("seq-mean-token-mean", token_weights=TW))
     assert loss.item() == pytest.approx(((-2.2 / 3) + 0.4) / 2, abs=1e-6)
 
 
 def test_policy_loss_weights_none_unchanged_and_all_ones():
     base, st0 = L.policy_loss(RATIOS.log(), torch.zeros(2, 3), ADV, MASK)
-    ones, st1 = L.policy_loss(RATIOS.log(), torch.zeros(2, 3), ADV, MASK, token_weights=torch.ones(2, 3))
+    ones, st1 = L.policy_loss(RATIOS.log(), torch.zeros(2, 3), ADV, MASK,
+                              reduction=L.Reduction(token_weights=torch.ones(2, 3)))
     assert base.item() == pytest.approx(-0.16, abs=1e-6) and ones.item() == pytest.approx(-0.16, abs=1e-6)
     assert "loss/masked_frac" not in st0 and st1["loss/masked_frac"] == 0.0
 
@@ -160,10 +161,11 @@ CC_MASK = torch.ones(2, 4)
 CANDIDATES = {(0, 0), (0, 1)}
 
 
-def _clip_cov(seed=0, logp_old=None, **kw):
+def _clip_cov(seed=0, logp_old=None, **options):
     lp = CC_LOGP.clone().requires_grad_(True)
     old = CC_LOGP if logp_old is None else logp_old
-    loss, stats = L.clip_cov_loss(lp, old, CC_ADV, CC_MASK, generator=torch.Generator().manual_seed(seed), **kw)
+    loss, stats = L.clip_cov_loss(lp, old, CC_ADV, CC_MASK, options=L.ClipCovOptions(**options),
+                                  generator=torch.Generator().manual_seed(seed))
     loss.backward()
     return loss, stats, lp.grad
 
@@ -192,18 +194,18 @@ def test_clip_cov_selected_token_has_zero_gradient_others_match_policy_loss():
 
 def test_clip_cov_never_selects_outside_bounds():
     # clip_ratio 1: n = 8 > 2 candidates -> all candidates, nothing else (cov 6 > ub, cov 0/-4/-6 < lb)
-    loss, stats, grad = _clip_cov(clip_ratio=1.0)
+    loss, stats, grad = _clip_cov(ratio=1.0)
     assert {tuple(ix) for ix in torch.nonzero(grad == 0).tolist()} == CANDIDATES
     assert stats["loss/clip_cov_frac"] == pytest.approx(2 / 8)
     # value: (-2 - 2 + 2*4) / 8 = 0.5
     assert loss.item() == pytest.approx(0.5)
     # open interval: lb = 2 excludes cov == 2 at (0,1); ub = 4 excludes cov == 4 at (0,0)
-    _, _, grad = _clip_cov(clip_ratio=1.0, lb=2.0)
+    _, _, grad = _clip_cov(ratio=1.0, lb=2.0)
     assert {tuple(ix) for ix in torch.nonzero(grad == 0).tolist()} == {(0, 0)}
-    _, _, grad = _clip_cov(clip_ratio=1.0, ub=4.0)
+    _, _, grad = _clip_cov(ratio=1.0, ub=4.0)
     assert {tuple(ix) for ix in torch.nonzero(grad == 0).tolist()} == {(0, 1)}
     # no candidate at all: nothing selected, the loss equals policy_loss
-    loss, stats, _ = _clip_cov(clip_ratio=1.0, lb=10.0, ub=20.0)
+    loss, stats, _ = _clip_cov(ratio=1.0, lb=10.0, ub=20.0)
     assert stats["loss/clip_cov_frac"] == 0.0 and loss.item() == pytest.approx(0.0)  # (-2*4 + 2*4) / 8
 
 
@@ -267,7 +269,7 @@ def test_kl_cov_hand_example_top2_and_seq_mean():
     assert stats["loss/kl_cov_frac"] == pytest.approx(2 / 5)
     # seq-mean-token-mean, top 1: row 0 (-1.5 - 0.5 - 1.0) / 3 = -1; row 1 (1.1 + 2.693147) / 2 = 1.896574;
     # mean of the two = 0.448287
-    loss, _, _ = _kl_cov(agg="seq-mean-token-mean")
+    loss, _, _ = _kl_cov(reduction=L.Reduction("seq-mean-token-mean"))
     assert loss.item() == pytest.approx((-1.0 + (1.1 + 2.0 + LN2) / 2) / 2, abs=1e-6)
 
 
@@ -276,11 +278,11 @@ def test_kl_cov_weights_multiply_whole_token_loss():
     # (-1.5 - 0.5 - 1.0 + 1.1) / 5 = -0.38
     lp = KC_LOGP.clone()
     old = KC_LOGP - KC_RHO.log()
-    loss, st = L.kl_cov_loss(lp, old, KC_ADV, KC_MASK, is_weights=torch.full((2, 3), 2.0))
+    loss, st = L.kl_cov_loss(lp, old, KC_ADV, KC_MASK, reduction=L.Reduction(is_weights=torch.full((2, 3), 2.0)))
     assert loss.item() == pytest.approx(2 * (0.1 + LN2) / 5, abs=1e-6)
     assert st["loss/is_weight_mean"] == pytest.approx(2.0)
     tw = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 1.0]])
-    loss, st = L.kl_cov_loss(lp, old, KC_ADV, KC_MASK, token_weights=tw)
+    loss, st = L.kl_cov_loss(lp, old, KC_ADV, KC_MASK, reduction=L.Reduction(token_weights=tw))
     assert loss.item() == pytest.approx(-1.9 / 5, abs=1e-6)
     assert st["loss/masked_frac"] == pytest.approx(1 / 5)
 
@@ -357,13 +359,13 @@ def test_the_registered_losses_pass_the_config_and_options_unchanged():
                                                           "dual_clip_c": 2.0}),
              ("kl_cov", {"k_percent": 50.0, "coef": 0.5}, L.kl_cov_loss, {"k_percent": 50.0, "kl_coef": 0.5}),
              ("clip_cov", {"ratio": 0.5, "lb": -5.0, "ub": 5.0}, L.clip_cov_loss,
-              {"eps_low": cfg.eps_low, "eps_high": cfg.eps_high, "clip_ratio": 0.5, "lb": -5.0, "ub": 5.0})]
+              {"clip_range": (cfg.eps_low, cfg.eps_high), "options": L.ClipCovOptions(ratio=0.5, lb=-5.0, ub=5.0)})]
     for name, options, fn, keywords in cases:
         for agg in L.LOSS_AGG_MODES:
             random = {"generator": torch.Generator().manual_seed(0)} if name == "clip_cov" else {}
             got, got_stats = _bound(name, agg, **options)(new, old, adv, mask, **common, **random)
             random = {"generator": torch.Generator().manual_seed(0)} if name == "clip_cov" else {}
-            want, want_stats = fn(new, old, adv, mask, agg=agg, **common, **keywords, **random)
+            want, want_stats = fn(new, old, adv, mask, reduction=L.Reduction(agg, t), **keywords, **random)
             assert torch.equal(got, want) and got_stats == want_stats, (name, agg)
 
 
@@ -405,13 +407,13 @@ def test_trainer_style_call_on_policy(name):
 def test_variants_reject_bad_shapes_and_arguments():
     x = torch.zeros(2, 3)
     with pytest.raises(ValueError, match="clip_cov_loss"):
-        L.clip_cov_loss(x, x, x, x, token_weights=torch.zeros(3, 2))
+        L.clip_cov_loss(x, x, x, x, reduction=L.Reduction(token_weights=torch.zeros(3, 2)))
     with pytest.raises(ValueError, match="k_percent"):
         L.kl_cov_loss(x, x, x, x, k_percent=0.0)
     with pytest.raises(ValueError, match="top_frac"):
         L.forking_mask(x, x, top_frac=1.5)
     with pytest.raises(ValueError, match="valid"):
-        L.kl_cov_loss(x, x, x, x, agg="sum")
+        L.kl_cov_loss(x, x, x, x, reduction=L.Reduction("sum"))
 
 
 def test_kl_cov_penalty_share_and_ratio_min_by_hand():

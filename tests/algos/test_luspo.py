@@ -12,6 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from explorl.algos.aggregation import Reduction
 from explorl.algos.batch import RolloutBatch
 from explorl.algos.methods.gspo import gspo_loss
 from explorl.algos.methods.luspo import LuspoOptions, luspo_loss
@@ -34,7 +35,8 @@ def test_a_hand_derived_batch():
     new = (old + log_r).requires_grad_(True)
     mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
     adv = torch.tensor([[1.0, 1.0, 1.0], [-0.5, -0.5, -0.5]], dtype=F64)
-    loss, stats = luspo_loss(new, old, adv, mask, eps_low=0.2, eps_high=0.28, agg="seq-mean-token-mean")
+    loss, stats = luspo_loss(new, old, adv, mask, eps_low=0.2, eps_high=0.28,
+                             reduction=Reduction("seq-mean-token-mean"))
     s0 = math.exp(0.1)
     assert loss.item() == pytest.approx((2 * -s0 + 3 * 0.4) / 2, abs=1e-12)
     assert loss.item() == pytest.approx(-0.505171, abs=1e-6)
@@ -71,7 +73,8 @@ def test_loss_and_gradient_equal_trls_sequence_level_luspo(seed, eps):
     new = (old + 0.3 * torch.randn(n, width, generator=g, dtype=F64)).requires_grad_(True)
     adv_seq = torch.randn(n, generator=g, dtype=F64)  # one advantage per response, as TRL's
     adv = adv_seq[:, None].expand(n, width)
-    loss, _ = luspo_loss(new, old, adv, mask, eps_low=eps[0], eps_high=eps[1], agg="seq-mean-token-mean")
+    loss, _ = luspo_loss(new, old, adv, mask, eps_low=eps[0], eps_high=eps[1],
+                         reduction=Reduction("seq-mean-token-mean"))
     (grad,) = torch.autograd.grad(loss, new)
     ref = _trl_luspo(new, old, adv_seq, mask, *eps)
     (ref_grad,) = torch.autograd.grad(ref, new)
@@ -87,8 +90,9 @@ def test_it_is_gspo_with_each_token_weighted_by_its_response_length():
     new = old + 0.01 * torch.randn(3, 7, generator=g, dtype=F64)
     adv = torch.randn(3, 7, generator=g, dtype=F64)
     for agg in ("seq-mean-token-mean", "token-mean"):
-        ours, _ = luspo_loss(new, old, adv, mask, agg=agg)
-        gspo, _ = gspo_loss(new, old, adv, mask, agg=agg, token_weights=lengths[:, None].to(F64).expand(3, 7))
+        ours, _ = luspo_loss(new, old, adv, mask, reduction=Reduction(agg))
+        gspo, _ = gspo_loss(new, old, adv, mask,
+                            reduction=Reduction(agg, token_weights=lengths[:, None].to(F64).expand(3, 7)))
         assert ours.item() == pytest.approx(gspo.item(), abs=1e-12)
 
 
@@ -114,7 +118,8 @@ def test_the_registered_loss_reads_the_core_clip_range_its_options_and_the_aggre
     old = -torch.rand(2, 3, generator=g)
     new, adv, mask = old + torch.randn(2, 3, generator=g), torch.randn(2, 3, generator=g), torch.ones(2, 3)
     got, _ = entry.bind(cfg)(new, RolloutBatch.for_loss(mask, adv, logprobs=old, max_response_len=3), cfg)
-    want, _ = luspo_loss(new, old, adv, mask, eps_low=0.1, eps_high=0.3, agg="token-mean", max_log_ratio=0.05)
+    want, _ = luspo_loss(new, old, adv, mask, eps_low=0.1, eps_high=0.3, max_log_ratio=0.05,
+                         reduction=Reduction("token-mean"))
     assert torch.equal(got, want)
 
 

@@ -140,11 +140,10 @@ def test_the_public_functions_defaults_are_the_configs():
         return {f: getattr(options, f) for f in fields}
 
     cfg = AlgoConfig()
-    pairs = [(A.erpo, values(A.ErpoOptions(), "beta_progress", "gamma", "eta", "num_buckets", "sigma_target"))]
+    pairs = [(A.erpo, {"options": A.ErpoOptions()})]
     clip = {"eps_low": cfg.eps_low, "eps_high": cfg.eps_high}  # the registered losses pass the core clip range
     pairs += [(L.policy_loss, {**clip, "dual_clip_c": L.PpoOptions().dual_clip_c}),
-              (L.clip_cov_loss, {**clip, "clip_ratio": L.ClipCovOptions().ratio, "lb": L.ClipCovOptions().lb,
-                                 "ub": L.ClipCovOptions().ub}),
+              (L.clip_cov_loss, {"clip_range": (cfg.eps_low, cfg.eps_high), "options": L.ClipCovOptions()}),
               (L.kl_cov_loss, {"k_percent": L.KlCovOptions().k_percent, "kl_coef": L.KlCovOptions().coef})]
     pairs += [(A.ppl_shaped, values(A.PplOptions(), "alpha", "iqr_filter", "clamp")),
               (A.position_shaped, values(A.PositionOptions(), "gamma", "m", "d", "n", "cap_frac")),

@@ -196,14 +196,15 @@ def test_options_are_checked_at_validation():
 # verl's bypass mode (`algo.loss=bypass_mode`): pi_old is the rollout's log-probs; equality with verl's
 # `compute_policy_loss_bypass_mode`: tests/integrations/test_verl_rollout_correction.py
 def test_bypass_reinforce_with_token_weights_by_hand():
-    from explorl.algos.methods.bypass import bypass_loss
+    from explorl.algos.methods.bypass import BypassOptions, bypass_loss
 
     # pi_theta = 0.5, 0.25 on the two tokens, mu = 0.25, 0.25: ratios 2, 1; token weights truncated at 1.5: 1.5, 1.
     # token-mean of -w * A * log pi_theta with A = 1: (1.5 * log 2 + log 4) / 2 = 1.2130; gradient -w * A / 2
     new = torch.log(torch.tensor([[0.5, 0.25]], dtype=torch.float64)).requires_grad_(True)
     roll = torch.log(torch.tensor([[0.25, 0.25]], dtype=torch.float64))
-    loss, stats = bypass_loss(new, roll, torch.ones(1, 2, dtype=torch.float64), torch.ones(1, 2), loss_type="reinforce",
-                              is_level="token", is_upper=1.5)
+    loss, stats = bypass_loss(new, roll, torch.ones(1, 2, dtype=torch.float64), torch.ones(1, 2),
+                              options=BypassOptions(loss_type="reinforce", rollout_is="token",
+                                                    rollout_is_threshold=1.5))
     loss.backward()
     assert float(loss.detach()) == pytest.approx((1.5 * math.log(2) + math.log(4)) / 2, abs=1e-12)
     _eq(new.grad, [[-0.75, -0.5]])
@@ -211,19 +212,19 @@ def test_bypass_reinforce_with_token_weights_by_hand():
 
 
 def test_bypass_ppo_clip_with_rejection_by_hand():
-    from explorl.algos.methods.bypass import bypass_loss
+    from explorl.algos.methods.bypass import BypassOptions, bypass_loss
 
     # token_k1 with threshold 1.5 keeps mu / pi_theta in [2/3, 1.5]: token 0 (1/2) is rejected, token 1 (1) kept;
     # PPO-clip on token 1 alone: -A * ratio = -1, gradient -1 there, 0 on the rejected token
     new = torch.log(torch.tensor([[0.5, 0.25]], dtype=torch.float64)).requires_grad_(True)
     roll = torch.log(torch.tensor([[0.25, 0.25]], dtype=torch.float64))
     loss, stats = bypass_loss(new, roll, torch.ones(1, 2, dtype=torch.float64), torch.ones(1, 2),
-                              rs_modes=["token_k1"], rs_upper=[1.5])
+                              options=BypassOptions(rollout_rs=["token_k1"], rollout_rs_threshold=[1.5]))
     loss.backward()
     assert float(loss.detach()) == pytest.approx(-1.0) and stats["is/rejected_frac"] == 0.5
     _eq(new.grad, [[0.0, -1.0]])
     with pytest.raises(ValueError, match="unknown loss_type"):
-        bypass_loss(new, roll, torch.ones(1, 2), torch.ones(1, 2), loss_type="dpo")
+        bypass_loss(new, roll, torch.ones(1, 2), torch.ones(1, 2), options=BypassOptions(loss_type="dpo"))
 
 
 def test_bypass_takes_pi_old_from_the_rollout_without_a_forward():

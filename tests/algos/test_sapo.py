@@ -12,6 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from explorl.algos.aggregation import Reduction
 from explorl.algos.batch import RolloutBatch
 from explorl.algos.methods.ppo import policy_loss
 from explorl.algos.methods.sapo import SapoOptions, sapo_gate, sapo_loss
@@ -40,7 +41,7 @@ def test_a_hand_derived_batch():
     new = (old + log_r).requires_grad_(True)
     mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
     adv = torch.tensor([[1.0, 1.0, 1.0], [-0.5, -0.5, -0.5]], dtype=F64)
-    loss, stats = sapo_loss(new, old, adv, mask, tau_pos=1.0, tau_neg=1.05, agg="seq-mean-token-mean")
+    loss, stats = sapo_loss(new, old, adv, mask, tau_pos=1.0, tau_neg=1.05, reduction=Reduction("seq-mean-token-mean"))
     s00, s10, s12 = _sig(1.0), _sig(-0.525), _sig(0.525)
     row0 = (-4 * s00 - 2.0) / 2
     row1 = 0.5 * (4 / 1.05) * (s10 + 0.5 + s12) / 3
@@ -79,7 +80,8 @@ def test_loss_and_gradient_equal_autograd_of_the_formula(seed, taus):
     old = -torch.rand(n, width, generator=g, dtype=F64) * 2
     new = (old + 0.8 * torch.randn(n, width, generator=g, dtype=F64)).requires_grad_(True)
     adv = torch.randn(n, width, generator=g, dtype=F64)  # token-level advantages, both signs within a response
-    loss, _ = sapo_loss(new, old, adv, mask, tau_pos=taus[0], tau_neg=taus[1], agg="seq-mean-token-mean")
+    loss, _ = sapo_loss(new, old, adv, mask, tau_pos=taus[0], tau_neg=taus[1],
+                        reduction=Reduction("seq-mean-token-mean"))
     (grad,) = torch.autograd.grad(loss, new)
     ref = _reference(new, old, adv, mask, *taus)
     (ref_grad,) = torch.autograd.grad(ref, new)
@@ -98,9 +100,10 @@ def test_on_the_first_update_the_gradient_is_the_policy_gradient():
     g = torch.Generator().manual_seed(2)
     logp = torch.randn(3, 4, generator=g, dtype=F64).requires_grad_(True)
     adv, mask = torch.randn(3, 4, generator=g, dtype=F64), torch.ones(3, 4)
-    loss, stats = sapo_loss(logp, logp.detach(), adv, mask, agg="token-mean")
+    loss, stats = sapo_loss(logp, logp.detach(), adv, mask, reduction=Reduction("token-mean"))
     (sapo,) = torch.autograd.grad(loss, logp)
-    (ppo,) = torch.autograd.grad(policy_loss(logp, logp.detach(), adv, mask, agg="token-mean")[0], logp)
+    (ppo,) = torch.autograd.grad(policy_loss(logp, logp.detach(), adv, mask, reduction=Reduction("token-mean"))[0],
+                                 logp)
     assert torch.allclose(sapo, ppo, atol=1e-12) and stats["loss/sapo_slope_mean"] == 1.0
     two_over_tau = torch.where(adv > 0, torch.tensor(2.0, dtype=F64), torch.tensor(2 / 1.05, dtype=F64))
     assert loss.item() == pytest.approx(-(adv * two_over_tau).mean().item(), abs=1e-12)
@@ -127,7 +130,7 @@ def test_the_registered_loss_reads_its_options_and_the_aggregation():
     old = -torch.rand(2, 3, generator=g)
     new, adv, mask = old + torch.randn(2, 3, generator=g), torch.randn(2, 3, generator=g), torch.ones(2, 3)
     got, _ = entry.bind(cfg)(new, RolloutBatch.for_loss(mask, adv, logprobs=old, max_response_len=3), cfg)
-    want, _ = sapo_loss(new, old, adv, mask, tau_pos=0.7, tau_neg=1.3, agg="token-mean")
+    want, _ = sapo_loss(new, old, adv, mask, tau_pos=0.7, tau_neg=1.3, reduction=Reduction("token-mean"))
     assert torch.equal(got, want)
 
 

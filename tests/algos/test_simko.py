@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from explorl.algos.batch import MissingInputError, RolloutBatch
-from explorl.algos.methods.simko import entropy_gate, simko_loss
+from explorl.algos.methods.simko import SimkoInputs, SimkoOptions, entropy_gate, simko_loss
 from explorl.algos.registry import lookup
 from explorl.config import AlgoConfig, ConfigError, load_config
 
@@ -32,8 +32,8 @@ def test_hand_derived_gradients_on_policy():
     adv = torch.tensor([[1.0, 1.0], [-1.0, -1.0]], dtype=F64)
     entropy = torch.tensor([[1.0, 3.0], [1.0, 3.0]], dtype=F64)
     is_top1 = torch.tensor([[False, False], [False, True]])
-    loss, stats = simko_loss(new, logp, topk_new, topk_old, adv, torch.ones(2, 2), torch.tensor([True, False]),
-                             entropy, is_top1, alpha=0.5, tau=0.8)
+    inputs = SimkoInputs(logp, topk_old, adv, torch.ones(2, 2), torch.tensor([True, False]), entropy, is_top1)
+    loss, stats = simko_loss(new, topk_new, inputs, options=SimkoOptions(alpha=0.5, tau=0.8))
     assert loss.item() == pytest.approx((-1 - 1 + 1 + 1.1) / 4, abs=1e-12)
     loss.backward()
     assert torch.allclose(new.grad, torch.tensor([[-0.25, -0.125], [0.25, 0.275]], dtype=F64), atol=1e-12)
@@ -77,7 +77,8 @@ def test_equals_the_authors_computation(seed, alpha, tau):
     adv = torch.tensor([1.0, -0.5, 0.7, -1.2], dtype=F64)[:, None].expand(n, t) * mask
     correct = torch.tensor([True, False, True, False])
     is_top1 = torch.rand(n, t, generator=g) > 0.4
-    loss, _ = simko_loss(new, old, new_topk, old_topk, adv, mask, correct, entropy, is_top1, alpha=alpha, tau=tau)
+    inputs = SimkoInputs(old, old_topk, adv, mask, correct, entropy, is_top1)
+    loss, _ = simko_loss(new, new_topk, inputs, options=SimkoOptions(alpha=alpha, tau=tau))
     ref = _authors(old, old_topk, new, new_topk, entropy, adv, mask, correct, is_top1, alpha, tau, 0.2)
     grads = torch.autograd.grad(loss, (new, new_topk))
     ref_grads = torch.autograd.grad(ref, (new, new_topk))

@@ -285,6 +285,83 @@ def test_dual_clip_and_kl_clamp_through_the_step():
     assert float(loss1) == pytest.approx((5 * -1.2 * a + 4 * 3 * a) / 9 + 0.1 * 3 * 10 / 9, rel=1e-5)
 
 
+def test_importance_weighted_kl_by_hand():
+    # pi_old = 0.25 everywhere; the new policy puts log-ratio g on every token (ratio rho = e^g); the reference is
+    # d = ref - logp_new = 0.5 above the new policy. Per valid token: k3 = e^d - d - 1, weighted rho * k3. Advantages cancel out of the KL, so compare the KL parts only:
+    # loss(kl_coef) - loss(0) = kl_coef * token-mean(rho * k3) = 0.1 * e^g * k3 (every valid token equal).
+    g, d = 0.3, 0.5
+    lp = torch.log(torch.full((4, 3), 0.25))
+    new = (lp + g).requires_grad_(True)
+    batch = _batch(logprobs=lp, ref_logprobs=new.detach() + d)
+    plain = replace(AlgoConfig(), kl_coef=0.1)
+    weighted = replace(plain, kl_importance_weighted=True)
+    k3 = math.exp(d) - d - 1
+    losses = {}
+    for name, cfg in (("none", replace(plain, kl_coef=0.0)), ("plain", plain), ("weighted", weighted)):
+        new.grad = None
+        loss, stats = policy_objective(new, None, compute_advantages(batch, cfg, step=1), cfg)
+        loss.backward()
+        losses[name] = (loss.item(), new.grad.clone(), stats)
+    assert losses["plain"][0] - losses["none"][0] == pytest.approx(0.1 * k3, rel=1e-6)
+    assert losses["weighted"][0] - losses["none"][0] == pytest.approx(0.1 * math.exp(g) * k3, rel=1e-6)
+    assert losses["weighted"][2]["kl/mean"] == pytest.approx(math.exp(g) * k3, rel=1e-6)
+    # gradient of the KL part per valid token (token-mean over 9): plain d/dlogp k3 = 1 - e^d; weighted
+    # d/dlogp (e^(logp - old) * k3) = rho * (k3 + 1 - e^d)
+    valid = batch.mask.bool()
+    kl_grad = {n: (losses[n][1] - losses["none"][1])[valid] * 9 / 0.1 for n in ("plain", "weighted")}
+    assert torch.allclose(kl_grad["plain"], torch.full((9,), 1 - math.exp(d)), atol=1e-5)
+    assert torch.allclose(kl_grad["weighted"], torch.full((9,), math.exp(g) * (k3 + 1 - math.exp(d))), atol=1e-5)
+
+
+def test_importance_weighted_kl_on_policy_is_the_reverse_kl_gradient():
+    # On the first update (rho = 1) the weighted token term's derivative is logp - ref (the REINFORCE gradient of
+    # KL(pi || ref) per sampled token: d/dlogp [e^(logp - old) k3] at logp = old is k3 + 1 - e^d = -d), where the
+    # plain k3's is 1 - e^d; the two agree only to first order in d.
+    torch.manual_seed(0)
+    lp = torch.log_softmax(torch.randn(4, 3, 5), -1)[..., 0]
+    ref = lp + 0.4 * torch.randn(4, 3)
+    batch = _batch(logprobs=lp, ref_logprobs=ref)
+    cfg = replace(AlgoConfig(), kl_coef=1.0, kl_importance_weighted=True)
+    base = replace(cfg, kl_coef=0.0, kl_importance_weighted=False)
+    grads = []
+    for c in (cfg, base):
+        new = lp.clone().requires_grad_(True)
+        policy_objective(new, None, compute_advantages(batch, c, step=1), c)[0].backward()
+        grads.append(new.grad)
+    valid = batch.mask.bool()
+    assert torch.allclose(((grads[0] - grads[1]) * 9)[valid], (lp - ref)[valid], atol=1e-5)
+
+
+def trl_kl_term(per_token_logps, old_per_token_logps, ref_per_token_logps, mask, beta):
+    """TRL 1.16's KL term as `GRPOTrainer._compute_loss` builds it (trl/trainer/grpo_trainer.py, token-level
+    importance sampling, `use_bias_correction_kl=True`, `loss_type="dapo"`'s sum over the batch's tokens / their
+    count), rewritten here from its code: `per_token_kl = exp(ref - logp) - (ref - logp) - 1`, times
+    `coef_1 = exp(logp - old)`, then `beta * per_token_kl` in the token loss, masked and token-meaned."""
+    coef_1 = torch.exp(per_token_logps - old_per_token_logps)
+    per_token_kl = torch.exp(ref_per_token_logps - per_token_logps) - (ref_per_token_logps - per_token_logps) - 1
+    return beta * (per_token_kl * coef_1 * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def test_importance_weighted_kl_equals_trls():
+    for seed in range(3):
+        g = torch.Generator().manual_seed(seed)
+        lp = torch.log_softmax(torch.randn(4, 3, 6, generator=g, dtype=torch.float64), -1)[..., 0]
+        new = (lp + 0.2 * torch.randn(4, 3, generator=g, dtype=torch.float64)).requires_grad_(True)
+        ref = lp + 0.5 * torch.randn(4, 3, generator=g, dtype=torch.float64)
+        batch = _batch(logprobs=lp, ref_logprobs=ref)
+        kl_only = []
+        for cfg in (replace(AlgoConfig(), kl_coef=0.05, kl_importance_weighted=True), AlgoConfig()):
+            new.grad = None
+            loss = policy_objective(new, None, compute_advantages(batch, cfg, step=1), cfg)[0]
+            loss.backward()
+            kl_only.append((loss.detach(), new.grad.clone()))
+        new.grad = None
+        want = trl_kl_term(new, lp, ref, batch.mask.to(torch.float64), 0.05)
+        want.backward()
+        assert float(kl_only[0][0] - kl_only[1][0]) == pytest.approx(float(want), rel=1e-10)
+        assert torch.allclose(kl_only[0][1] - kl_only[1][1], new.grad, atol=1e-12)
+
+
 def test_new_options_at_their_defaults_change_nothing():
     g = torch.Generator().manual_seed(1)
     lp = -torch.rand(4, 3, generator=g) - 0.5

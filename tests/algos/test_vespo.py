@@ -12,6 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from explorl.algos.aggregation import Reduction
 from explorl.algos.batch import RolloutBatch
 from explorl.algos.methods.ppo import policy_loss
 from explorl.algos.methods.vespo import VespoOptions, vespo_kernel, vespo_loss
@@ -39,7 +40,7 @@ def test_a_hand_derived_batch():
     new = (old + log_r).requires_grad_(True)
     mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
     adv = torch.tensor([[1.0, 1.0, 1.0], [-0.5, -0.5, -0.5]], dtype=F64)
-    loss, stats = vespo_loss(new, old, adv, mask, agg="token-mean")
+    loss, stats = vespo_loss(new, old, adv, mask, reduction=Reduction("token-mean"))
     phi0, phi1 = _phi(math.exp(0.3), 2, 3), _phi(math.exp(-0.3), 3, 2)
     assert (phi0, phi1) == (pytest.approx(0.637898, abs=1e-6), pytest.approx(0.682743, abs=1e-6))
     want = (phi0 * (0.9 + 1.8) - 0.5 * phi1 * (1.2 + 1.1 + 1.0)) / 5
@@ -87,8 +88,9 @@ def test_loss_and_gradient_equal_trls(seed, scale, params):
     adv_seq[0] = 0.0  # A = 0 takes the positive parameters (TRL's `advantages >= 0`); it adds nothing either way
     adv = adv_seq[:, None].expand(n, width)
     k_pos, lambda_pos, k_neg, lambda_neg = params
-    loss, _ = vespo_loss(new, old, adv, mask, k_pos=k_pos, lambda_pos=lambda_pos, k_neg=k_neg,
-                         lambda_neg=lambda_neg, agg="token-mean")
+    loss, _ = vespo_loss(new, old, adv, mask,
+                         options=VespoOptions(k_pos=k_pos, lambda_pos=lambda_pos, k_neg=k_neg, lambda_neg=lambda_neg),
+                         reduction=Reduction("token-mean"))
     (grad,) = torch.autograd.grad(loss, new)
     ref = _trl_vespo(new, old, adv_seq, mask, *params)
     (ref_grad,) = torch.autograd.grad(ref, new)
@@ -116,7 +118,8 @@ def test_on_the_first_update_the_kernel_is_one_and_the_gradient_is_the_policy_gr
     adv, mask = torch.randn(3, 4, generator=g, dtype=F64), torch.ones(3, 4)
     loss, stats = vespo_loss(logp, logp.detach(), adv, mask)
     (vespo,) = torch.autograd.grad(loss, logp)
-    (ppo,) = torch.autograd.grad(policy_loss(logp, logp.detach(), adv, mask, agg="token-mean")[0], logp)
+    (ppo,) = torch.autograd.grad(policy_loss(logp, logp.detach(), adv, mask, reduction=Reduction("token-mean"))[0],
+                                 logp)
     assert torch.allclose(vespo, ppo, atol=1e-12) and stats["loss/vespo_phi_mean"] == 1.0
     assert loss.item() == pytest.approx(-(adv * logp.detach()).mean().item(), abs=1e-12)
 
@@ -142,8 +145,9 @@ def test_the_registered_loss_reads_its_options_and_the_aggregation():
     old = -torch.rand(2, 3, generator=g)
     new, adv, mask = old + torch.randn(2, 3, generator=g), torch.randn(2, 3, generator=g), torch.ones(2, 3)
     got, _ = entry.bind(cfg)(new, RolloutBatch.for_loss(mask, adv, logprobs=old, max_response_len=3), cfg)
-    want, _ = vespo_loss(new, old, adv, mask, k_pos=1.5, lambda_pos=0.5, k_neg=4.0, lambda_neg=1.0,
-                         agg="seq-mean-token-mean")
+    want, _ = vespo_loss(new, old, adv, mask,
+                         options=VespoOptions(k_pos=1.5, lambda_pos=0.5, k_neg=4.0, lambda_neg=1.0),
+                         reduction=Reduction("seq-mean-token-mean"))
     assert torch.equal(got, want)
 
 
@@ -173,10 +177,11 @@ def test_a_response_with_zero_advantages_adds_no_loss_and_no_gradient():
     new = (old + 0.3 * torch.randn(3, 4, generator=g, dtype=F64)).requires_grad_(True)
     adv = torch.randn(3, 4, generator=g, dtype=F64)
     adv[1] = 0.0
-    loss, _ = vespo_loss(new, old, adv, torch.ones(3, 4), agg="seq-mean-token-sum-norm", max_response_len=4)
+    loss, _ = vespo_loss(new, old, adv, torch.ones(3, 4),
+                         reduction=Reduction("seq-mean-token-sum-norm", max_response_len=4))
     (grad,) = torch.autograd.grad(loss, new)
     assert torch.equal(grad[1], torch.zeros(4, dtype=F64))
     kept = [0, 2]
-    alone, _ = vespo_loss(new[kept], old[kept], adv[kept], torch.ones(2, 4), agg="seq-mean-token-sum-norm",
-                          max_response_len=4)
+    alone, _ = vespo_loss(new[kept], old[kept], adv[kept], torch.ones(2, 4),
+                          reduction=Reduction("seq-mean-token-sum-norm", max_response_len=4))
     assert loss.item() == pytest.approx(alone.item() * 2 / 3, abs=1e-12)  # the row counts in the mean only

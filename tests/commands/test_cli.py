@@ -50,10 +50,10 @@ def no_work(monkeypatch):
 
 def make_tiny_model(path: Path) -> Path:
     """A randomly initialised 2-layer Qwen2 with the character tokenizer, saved as a normal HF directory."""
-    from explorl.models import build_char_tokenizer, tiny_qwen2
+    from explorl.models import TinyQwen2Sizes, build_char_tokenizer, tiny_qwen2
 
     tok = build_char_tokenizer()
-    model = tiny_qwen2(len(tok), hidden=32, layers=2, heads=4, kv_heads=2, intermediate=64,
+    model = tiny_qwen2(len(tok), TinyQwen2Sizes(hidden=32, layers=2, heads=4, kv_heads=2, intermediate=64),
                        pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
     model.save_pretrained(path)
     tok.save_pretrained(path)
@@ -580,7 +580,7 @@ def test_inference_time_ead_schedule_is_the_training_table_at_decay_d():
     for t in (0, 9, 10, 20, 63):
         want = (1.0 if t < 10 else max(1 + 1.2 - math.exp(t / 40.0), 0.1)) * 0.5
         assert float(fn[t]) == pytest.approx(want, rel=1e-6), t
-        assert float(fn[t]) == pytest.approx(float(Tm.ead(t, 0, d0=40.0)) * 0.5, rel=1e-6)
+        assert float(fn[t]) == pytest.approx(float(Tm.ead(t, 0, Tm.EADOptions(d0=40.0))) * 0.5, rel=1e-6)
     rev = inference_schedule("revead", 1.0, 64, {"d0": 25.0}).table(64)  # RevEAD reads EAD's options
     assert float(rev[30]) == pytest.approx(min(0.1 + math.exp(30 / 25.0), 1.2))
     with pytest.raises(SystemExit, match="--schedule-opt.*sampling.ead.d0"):

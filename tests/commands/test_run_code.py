@@ -203,10 +203,10 @@ def test_eval_with_a_config_of_ones_own_reads_only_the_model_of_the_run(tmp_path
 
 def _other_model(tmp_path: Path) -> Path:
     """Another tiny Qwen2 (seed 1): the same architecture, other weights."""
-    from explorl.models import build_char_tokenizer, tiny_qwen2
+    from explorl.models import TinyQwen2Sizes, build_char_tokenizer, tiny_qwen2
 
     tok = build_char_tokenizer()
-    model = tiny_qwen2(len(tok), hidden=32, layers=2, heads=4, kv_heads=2, intermediate=64, seed=1,
+    model = tiny_qwen2(len(tok), TinyQwen2Sizes(hidden=32, layers=2, heads=4, kv_heads=2, intermediate=64), seed=1,
                        pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
     model.save_pretrained(tmp_path / "other")
     tok.save_pretrained(tmp_path / "other")

@@ -7,7 +7,7 @@ import torch
 from explorl.config import TaskConfig
 import pytest
 
-from explorl.evaluation.evaluate import evaluate, response_branching
+from explorl.evaluation.evaluate import EvalPlan, evaluate, response_branching
 from explorl.evaluation.settings import inference_schedule
 from explorl.metrics import branching_factor
 from explorl.models import load_policy
@@ -22,12 +22,12 @@ def test_evaluate_analyze_adds_unsolvable_branching_and_profile(tiny_model_dir):
     task = load_task(TaskConfig(reward="rewards_for_tests:contains_digit", eval_size=6, train_size=8,
                                 difficulties=[1]))
     sampler = Sampler(model, tok.eos_token_id, tok.pad_token_id, 10)
-    summary, per_problem = evaluate(sampler, tok, task.eval, task, n=4, ks=[1, 4], analyze=True)
+    summary, per_problem = evaluate(sampler, tok, task.eval, task, EvalPlan(n=4, ks=[1, 4], analyze=True))
     assert summary["unsolvable@4"] == sum(not any(r.correct) for r in per_problem)
     assert len(summary["entropy/by_position"]) == 10
     assert 1.0 <= summary["branching"] <= len(tok)
     assert all(r.mean_branching is not None and r.mean_branching >= 1.0 for r in per_problem)
-    plain, _ = evaluate(sampler, tok, task.eval, task, n=4, ks=[1, 4])
+    plain, _ = evaluate(sampler, tok, task.eval, task, EvalPlan(n=4, ks=[1, 4]))
     assert "branching" not in plain and plain["pass@1"] == summary["pass@1"]  # same seed, same samples
 
 
@@ -49,15 +49,16 @@ def test_evaluate_through_the_sampler_samples_what_the_decoder_does(tiny_model_d
     task = load_task(TaskConfig(reward="rewards_for_tests:contains_digit", eval_size=5, train_size=8,
                                 difficulties=[1]))
     sampler = Sampler(model, tok.eos_token_id, tok.pad_token_id, 10, **settings)
-    summary, per_problem = evaluate(sampler, tok, task.eval, task, n=3, ks=[1, 3], temperature=temperature, seed=7,
-                                    prompts_per_batch=2, keep_completions=True)
+    plan = EvalPlan(n=3, ks=[1, 3], temperature=temperature, seed=7, prompts_per_batch=2, keep_completions=True)
+    summary, per_problem = evaluate(sampler, tok, task.eval, task, plan)
     gen = torch.Generator().manual_seed(7)
     texts, correct, entropy, tokens = [], [], 0.0, 0.0
     for start in range(0, len(task.eval), 2):
         chunk = task.eval[start:start + 2]
-        ro = sample(model, [tok.encode(p.prompt, add_special_tokens=False) for p in chunk], 3,
-                    eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, max_new_tokens=10,
-                    temperature=decoder_temperature, generator=gen, **settings)
+        ro = sample(Sampler(model, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, max_new_tokens=10,
+                            **settings),
+                    [tok.encode(p.prompt, add_special_tokens=False) for p in chunk], 3, temperature=decoder_temperature,
+                    generator=gen)
         batch = decode_responses(tok, ro)
         group = ro.group.tolist()
         correct += task.correct(task.reward_runner(5.0)(batch, [chunk[g].answer for g in group],
@@ -72,8 +73,8 @@ def test_evaluate_through_the_sampler_samples_what_the_decoder_does(tiny_model_d
 
 def test_response_branching_matches_a_per_token_reference(tiny_model, char_tokenizer):
     tok = char_tokenizer
-    ro = sample(tiny_model, [tok.encode("1+2=?\n"), tok.encode("10-3+4=?\n")], 2, eos_token_id=tok.eos_token_id,
-                pad_token_id=tok.pad_token_id, max_new_tokens=6, generator=torch.Generator().manual_seed(0))
+    ro = sample(Sampler(tiny_model, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, max_new_tokens=6),
+                [tok.encode("1+2=?\n"), tok.encode("10-3+4=?\n")], 2, generator=torch.Generator().manual_seed(0))
     got = response_branching(tiny_model, ro, temperature=1.0, top_p=0.9)
     # reference: one unpadded sequence at a time, full forward, branching factor of each response position
     for i in range(ro.mask.shape[0]):
@@ -99,8 +100,8 @@ def test_worst_at_k_and_format_rate_by_hand(tiny_model_dir, monkeypatch):
     task = load_task(TaskConfig(reward="exact", eval_size=2, train_size=8, difficulties=[1]))
     for p in task.eval:
         p.answer = "1"
-    summary, per_problem = evaluate(Sampler(model, tok.eos_token_id, tok.pad_token_id, 4), tok, task.eval, task, n=4,
-                                    ks=[1, 2, 4])
+    summary, per_problem = evaluate(Sampler(model, tok.eos_token_id, tok.pad_token_id, 4), tok, task.eval, task,
+                                    EvalPlan(n=4, ks=[1, 2, 4]))
     assert [sum(r.correct) for r in per_problem] == [3, 1]
     assert summary["worst@1"] == 0.5 and summary["worst@2"] == 0.25 and summary["worst@4"] == 0.0
     assert summary["format_rate"] == 0.5

@@ -120,7 +120,7 @@ def test_explorl_frontier_continues_from_its_recorded_points(tiny_model_dir, tmp
     real = explorl.evaluation.evaluate.evaluate
 
     def counting(*a, **k):
-        calls.append(k["temperature"])
+        calls.append(a[4].temperature)  # the EvalPlan
         return real(*a, **k)
 
     monkeypatch.setattr(explorl.evaluation.evaluate, "evaluate", counting)

@@ -9,7 +9,7 @@ import pytest
 
 from explorl import commands
 from explorl.config import load_config
-from explorl.evaluation.evaluate import match_entropy, sampled_entropy
+from explorl.evaluation.evaluate import EntropySearch, match_entropy, sampled_entropy
 from explorl.models import load_policy
 from explorl.rollout.sampler import Sampler
 from explorl.tasks import load_task
@@ -32,7 +32,7 @@ def test_the_entropy_temperature_curve_rises_and_bisection_finds_a_known_tempera
     assert curve == sorted(curve) and curve[0] < curve[-1]  # hotter samples, higher entropy
     # the target is the entropy this very procedure measures at T = 0.7: bisection must come back to it
     target = sampled_entropy(sampler, tok, problems, 0.7, **kw)
-    m = match_entropy(sampler, tok, problems, target, tol=1e-3, **kw)
+    m = match_entropy(sampler, tok, problems, target, search=EntropySearch(tol=1e-3), **kw)
     assert abs(m.entropy - target) <= 1e-3 and m.temperature == pytest.approx(0.7, rel=0.05)
     assert m.iterations >= 1 and (m.problems, m.n) == (6, 4)
     # targets beyond what [lo, hi] reaches stop at the ends

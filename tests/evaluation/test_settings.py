@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from explorl.config import ModelConfig, SamplingConfig, dump_yaml, load_config
-from explorl.evaluation.settings import resolve_eval_settings
+from explorl.evaluation.settings import SamplingFlags, resolve_eval_settings
 from explorl.models import load_policy
 from explorl.rollout.temperature_schedules import PromptTemperature
 
@@ -69,8 +69,8 @@ def test_a_run_directory_supplies_its_config(tiny_model_dir, tmp_path):
 
 def test_a_flag_overrides_the_run_and_is_named(tiny_model_dir, tmp_path):
     run = _full_model_run(tmp_path, "grpo", tiny_model_dir)
-    s = resolve_eval_settings(str(run / "final"), "arith", {"eval_size": "2"}, max_new_tokens=8, temperature=0.5,
-                              limit=1)
+    s = resolve_eval_settings(str(run / "final"), "arith", {"eval_size": "2"},
+                              flags=SamplingFlags(max_new_tokens=8, temperature=0.5), limit=1)
     rows = _rows(s)
     assert rows["max_new_tokens"] == (8, "--max-new-tokens")
     assert rows["temperature"] == (0.5, "--temperature")

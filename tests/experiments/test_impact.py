@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import explorl.experiments.impact as impact_mod
-from explorl.experiments.impact import alternative_tokens, token_impact
+from explorl.experiments.impact import ImpactSampling, alternative_tokens, token_impact
 
 PROMPT = "Q: 12+34=?\nA: "
 RESPONSE = "46, so \\boxed{46}"
@@ -54,8 +54,8 @@ def test_impact_is_exact_for_a_prefix_reward(tiny_model, char_tokenizer, monkeyp
     response_ids = _ids(tok, RESPONSE)
     rec = Recorder(monkeypatch, lambda text, ans: float(len(text) > t and text[t] == RESPONSE[t]))
     k = 4
-    (res,) = token_impact(tiny_model, tok, PROMPT, response_ids, [t], k=k, reward_fn=rec.reward, answer="46",
-                          max_new_tokens=5, generator=torch.Generator().manual_seed(t))
+    (res,) = token_impact(tiny_model, tok, PROMPT, response_ids, [t], reward_fn=rec.reward, answer="46",
+                          sampling=ImpactSampling(k=k, max_new_tokens=5, generator=torch.Generator().manual_seed(t)))
     alt, _ = _expected_alternative(tiny_model, tok, _ids(tok, PROMPT), response_ids, t)
     assert res == dict(position=t, token=response_ids[t], alternative=alt, acc_original=1.0, acc_replaced=0.0,
                        impact=1.0)
@@ -69,8 +69,9 @@ def test_one_sample_call_for_all_positions_k_continuations_each(tiny_model, char
     positions = [0, 2, 5, 11]
     k = 3
     rec = Recorder(monkeypatch, lambda text, ans: float(ans in text))
-    res = token_impact(tiny_model, tok, PROMPT, response_ids, positions, k=k, reward_fn=rec.reward, answer="4",
-                       max_new_tokens=6, temperature=0.9, generator=torch.Generator().manual_seed(0))
+    sampling = ImpactSampling(k=k, max_new_tokens=6, temperature=0.9, generator=torch.Generator().manual_seed(0))
+    res = token_impact(tiny_model, tok, PROMPT, response_ids, positions, reward_fn=rec.reward, answer="4",
+                       sampling=sampling)
     assert [r["position"] for r in res] == positions
     (call,) = rec.sample_calls  # every prefix of every position in one batch
     assert call["n"] == k and call["rows"] == 2 * k * len(positions)
@@ -117,8 +118,9 @@ def test_max_rows_splits_calls_with_same_prefixes(tiny_model, char_tokenizer, mo
     positions = [1, 4, 7]
     k = 2
     rec = Recorder(monkeypatch, lambda text, ans: 0.0)
-    res = token_impact(tiny_model, tok, PROMPT, response_ids, positions, k=k, reward_fn=rec.reward, answer="",
-                       max_new_tokens=3, generator=torch.Generator().manual_seed(1), max_rows=2 * k)
+    sampling = ImpactSampling(k=k, max_new_tokens=3, generator=torch.Generator().manual_seed(1), max_rows=2 * k)
+    res = token_impact(tiny_model, tok, PROMPT, response_ids, positions, reward_fn=rec.reward, answer="",
+                       sampling=sampling)
     assert [c["rows"] for c in rec.sample_calls] == [2 * k] * len(positions)
     assert len(rec.texts) == 2 * k * len(positions)
     assert all(r["impact"] == 0.0 for r in res)
@@ -130,8 +132,8 @@ def test_eos_token_prefix_is_scored_once_without_sampling(tiny_model, char_token
     response_ids = _ids(tok, "ab") + [tok.eos_token_id]
     k = 3
     rec = Recorder(monkeypatch, lambda text, ans: float(text == ans))
-    (res,) = token_impact(tiny_model, tok, PROMPT, response_ids, [2], k=k, reward_fn=rec.reward, answer="ab",
-                          max_new_tokens=4, generator=torch.Generator().manual_seed(2))
+    (res,) = token_impact(tiny_model, tok, PROMPT, response_ids, [2], reward_fn=rec.reward, answer="ab",
+                          sampling=ImpactSampling(k=k, max_new_tokens=4, generator=torch.Generator().manual_seed(2)))
     assert res["token"] == tok.eos_token_id and res["alternative"] not in (tok.eos_token_id, tok.pad_token_id)
     assert res["acc_original"] == 1.0 and res["acc_replaced"] == 0.0 and res["impact"] == 1.0
     (call,) = rec.sample_calls
@@ -144,9 +146,10 @@ def test_reproducible_with_generator(tiny_model, char_tokenizer):
     response_ids = _ids(tok, RESPONSE)
 
     def run():
-        return token_impact(tiny_model, tok, PROMPT, response_ids, [0, 6], k=5,
+        return token_impact(tiny_model, tok, PROMPT, response_ids, [0, 6],
                             reward_fn=lambda text, ans: float(any(c in text for c in ans)), answer="0123",
-                            max_new_tokens=8, generator=torch.Generator().manual_seed(3))
+                            sampling=ImpactSampling(k=5, max_new_tokens=8,
+                                                    generator=torch.Generator().manual_seed(3)))
 
     assert run() == run()
 
@@ -154,11 +157,15 @@ def test_reproducible_with_generator(tiny_model, char_tokenizer):
 def test_invalid_arguments(tiny_model, char_tokenizer):
     tok = char_tokenizer
     response_ids = _ids(tok, RESPONSE)
-    kw = dict(reward_fn=lambda text, ans: 0.0, answer="", max_new_tokens=2)
+    kw = dict(reward_fn=lambda text, ans: 0.0, answer="")
+
+    def sampling(k: int) -> ImpactSampling:
+        return ImpactSampling(k=k, max_new_tokens=2)
+
     with pytest.raises(ValueError, match="positions"):
-        token_impact(tiny_model, tok, PROMPT, response_ids, [len(response_ids)], k=2, **kw)
+        token_impact(tiny_model, tok, PROMPT, response_ids, [len(response_ids)], **kw, sampling=sampling(2))
     with pytest.raises(ValueError, match="k must"):
-        token_impact(tiny_model, tok, PROMPT, response_ids, [0], k=0, **kw)
+        token_impact(tiny_model, tok, PROMPT, response_ids, [0], **kw, sampling=sampling(0))
     with pytest.raises(ValueError, match="prompt is empty"):
-        token_impact(tiny_model, tok, "", response_ids, [0], k=1, **kw)
-    assert token_impact(tiny_model, tok, PROMPT, response_ids, [], k=2, **kw) == []
+        token_impact(tiny_model, tok, "", response_ids, [0], **kw, sampling=sampling(1))
+    assert token_impact(tiny_model, tok, PROMPT, response_ids, [], **kw, sampling=sampling(2)) == []

@@ -12,7 +12,7 @@ import torch
 from explorl import commands
 from explorl.algos.advantages import grpo, token_covariance
 from explorl.experiments import probes as P
-from explorl.rollout.logprobs import response_logprobs
+from explorl.rollout.logprobs import LogprobOptions, response_logprobs
 from explorl.rollout.engines.native import decode_responses, sample
 from explorl.rollout.sampler import Sampler
 
@@ -113,8 +113,8 @@ def test_token_covariance_is_the_centred_product():
 def test_batch_covariance_uses_grpo_and_the_training_forward(tiny_model, char_tokenizer):
     tok = char_tokenizer
     prompts = [tok.encode("1+2=", add_special_tokens=False), tok.encode("3*3=", add_special_tokens=False)]
-    ro = sample(tiny_model, prompts, 3, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                max_new_tokens=6, generator=torch.Generator().manual_seed(0))
+    ro = sample(Sampler(tiny_model, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, max_new_tokens=6),
+                prompts, 3, generator=torch.Generator().manual_seed(0))
     rewards = [1.0, 0.0, 0.0, 0.0, 1.0, 1.0]
     c = P.batch_covariance(tiny_model, ro, rewards, temperature=0.7)
     lp, _ = response_logprobs(tiny_model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.mask, 0.7)
@@ -140,10 +140,10 @@ def test_branch_cut_at_zero_is_sampling_from_the_prompt(tiny_model, char_tokeniz
     prompt = tok.encode("12+7=", add_special_tokens=False)
     response = tok.encode("19", add_special_tokens=False) + [tok.eos_token_id]
     sampler = Sampler(tiny_model, tok.eos_token_id, tok.pad_token_id, 7)
-    got = P.branch_probe(sampler, tok, prompt, response, [0], k=5, score=_score_digits, temperature=1.3,
-                         generator=torch.Generator().manual_seed(4))
-    ro = sample(tiny_model, [prompt], 5, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                max_new_tokens=7, temperature=1.3, generator=torch.Generator().manual_seed(4))
+    got = P.branch_probe(P.ContinuationSampler(sampler, tok, 5, _score_digits, temperature=1.3,
+                                               generator=torch.Generator().manual_seed(4)), prompt, response, [0])
+    ro = sample(Sampler(tiny_model, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, max_new_tokens=7),
+                [prompt], 5, temperature=1.3, generator=torch.Generator().manual_seed(4))
     assert [r["cut"] for r in got] == [0]
     assert got[0]["texts"] == decode_responses(tok, ro)
     assert got[0]["rewards"] == _score_digits(got[0]["texts"])
@@ -154,9 +154,10 @@ def test_branch_keeps_the_prefix_and_skips_cuts_past_the_end(tiny_model, char_to
     tok = char_tokenizer
     prompt = tok.encode("3+4=", add_special_tokens=False)
     response = tok.encode("abc", add_special_tokens=False) + [tok.eos_token_id]  # 4 tokens, EOS last
-    got = P.branch_probe(Sampler(tiny_model, tok.eos_token_id, tok.pad_token_id, 5), tok, prompt, response,
-                         [0, 2, 3, 4, 9], k=3, score=_score_digits, entropy=[0.5, 0.4, 0.3, 0.2],
-                         extract_answer=lambda t: t[-1:] or None, generator=torch.Generator().manual_seed(1))
+    continuations = P.ContinuationSampler(Sampler(tiny_model, tok.eos_token_id, tok.pad_token_id, 5), tok, 3,
+                                          _score_digits, generator=torch.Generator().manual_seed(1))
+    got = P.branch_probe(continuations, prompt, response, [0, 2, 3, 4, 9], entropy=[0.5, 0.4, 0.3, 0.2],
+                         extract_answer=lambda t: t[-1:] or None)
     assert [r["cut"] for r in got] == [0, 2, 3]  # 4 would keep the whole response, EOS included
     assert [r["entropy"] for r in got] == [0.5, 0.3, 0.2]
     for r in got:
@@ -206,9 +207,9 @@ def test_perturb_probe_counts_and_determinism(tiny_model, char_tokenizer):
     entropy = [0.1, 2.0, 0.3, 1.5, 0.2, 0.9, 0.05, 3.0]  # the last one (EOS) is never chosen
 
     def run():
-        return P.perturb_probe(Sampler(tiny_model, tok.eos_token_id, tok.pad_token_id, 4), tok, prompt, response,
-                               entropy, k=3, score=_score_digits, frac=0.3,
-                               generator=torch.Generator().manual_seed(0),
+        continuations = P.ContinuationSampler(Sampler(tiny_model, tok.eos_token_id, tok.pad_token_id, 4), tok, 3,
+                                              _score_digits, generator=torch.Generator().manual_seed(0))
+        return P.perturb_probe(continuations, prompt, response, entropy, frac=0.3,
                                token_generator=torch.Generator().manual_seed(1))
 
     out = run()
@@ -224,8 +225,8 @@ def test_perturb_probe_counts_and_determinism(tiny_model, char_tokenizer):
 
 def _update_batch(model, tok):
     prompts = [tok.encode("1+1=", add_special_tokens=False), tok.encode("9-3=", add_special_tokens=False)]
-    ro = sample(model, prompts, 4, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                max_new_tokens=6, generator=torch.Generator().manual_seed(0))
+    ro = sample(Sampler(model, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, max_new_tokens=6), prompts,
+                4, generator=torch.Generator().manual_seed(0))
     return ro, [1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
 
 
@@ -240,7 +241,7 @@ def test_one_update_with_lr_zero_moves_nothing(tiny_model, char_tokenizer):
     assert torch.equal(delta, torch.zeros_like(delta))
     assert torch.equal(eff["entropy_after"], eff["entropy_before"])
     lp, _ = response_logprobs(tiny_model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.mask, 1.0,
-                              compile=cfg.model.compile)
+                              options=LogprobOptions(compile=cfg.model.compile))
     assert torch.equal(eff["logprobs_before"], lp)  # pi_old is the training forward
     assert eff["advantages"].abs().sum() > 0  # the step had something to learn from
 
@@ -265,7 +266,7 @@ def test_update_shift_summary_hand_values():
     mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
     tokens = [["7", "so", "x"], ["the", "wait", "+", "cat"]]
     out = P.update_shift_summary(dp, ent, mask, correct=[True, False], tokens=tokens, ppl=[1.0, 3.0],
-                                 top_frac=0.3, bins=2)
+                                 settings=P.ShiftSummarySettings(top_frac=0.3, bins=2))
     o = out["overall"]
     # 7 tokens; top ceil(2.1) = 3 by |dp|: 0.5 (ent 2.0), 0.3 (1.5), 0.1 (0.5)
     assert o["tokens"] == 7 and o["top_threshold"] == pytest.approx(0.1)

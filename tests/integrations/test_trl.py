@@ -33,10 +33,11 @@ from trl import GRPOConfig  # noqa: E402
 
 from explorl.algos import RolloutBatch, compute_advantages, policy_objective  # noqa: E402
 from explorl.config import ConfigError  # noqa: E402
-from explorl.integrations.trl import ExplorlGRPOTrainer, PerTokenTemperature, checkpointing_field  # noqa: E402
+from explorl.integrations.trl import (ExplorlGRPOTrainer, PerTokenTemperature, RunOptions,  # noqa: E402
+                                     checkpointing_field)
 from explorl.models import make_reference  # noqa: E402
-from explorl.rollout.logprobs import response_logprobs  # noqa: E402
-from explorl.rollout.temperature import ead_schedule  # noqa: E402
+from explorl.rollout.logprobs import LogprobOptions, response_logprobs  # noqa: E402
+from explorl.rollout.temperature import EADOptions, ead_schedule  # noqa: E402
 from explorl.train.loop import fill_logprobs, on_policy_single_update, update_policy  # noqa: E402
 
 ATOL, RTOL = 2e-5, 1e-4
@@ -126,7 +127,8 @@ def explorl_step(model_dir, trainer, out, behavior_table=None):
     last = ids.gather(1, (lengths - 1).clamp_min(0)[:, None]).squeeze(1)
     with torch.no_grad():  # what explorl's sampler reports: behaviour log-probs and entropies of the sampled tokens
         temps = torch.full((n, t), tau) if behavior_table is None else behavior_table[None, :t].expand(n, -1)
-        beh, _ = response_logprobs(model, out["prompt_ids"], out["prompt_mask"], ids, mask, temps, with_entropy=False)
+        beh, _ = response_logprobs(model, out["prompt_ids"], out["prompt_mask"], ids, mask, temps,
+                                   options=LogprobOptions(with_entropy=False))
         _, ent = response_logprobs(model, out["prompt_ids"], out["prompt_mask"], ids, mask, tau)
     rewards = [reward(None, None, [c[m.bool()].tolist() for c, m in zip(ids, mask)])[i] for i in range(n)]
     ro = RolloutBatch(mask=mask, rewards=torch.tensor(rewards, dtype=torch.float32), group=torch.arange(n) // G,
@@ -192,7 +194,10 @@ METHODS = {
     "rl_zvp": ({"advantage": "rl_zvp", "rl_zvp": {"alpha": 0.2}}, None),
     "luspo": ({"loss": "luspo", "loss_agg": "seq-mean-token-mean", "eps_low": 0.2, "eps_high": 0.2}, None),
     "vespo": ({"loss": "vespo", "vespo": {"k_pos": 1.5, "lambda_pos": 2.0, "k_neg": 2.5, "lambda_neg": 1.5}}, None),
-    "kl+clamp+dual_clip": ({"kl_coef": 0.1, "kl_clamp": 10.0, "ppo": {"dual_clip_c": 3.0}}, None),
+    # the KL term weighted by the ratio, as TRL's default use_bias_correction_kl=True; the plain k3 needs it False
+    "kl+clamp+dual_clip": ({"kl_coef": 0.1, "kl_clamp": 10.0, "kl_importance_weighted": True,
+                            "ppo": {"dual_clip_c": 3.0}}, None),
+    "kl_unweighted": ({"kl_coef": 0.1}, None, {"use_bias_correction_kl": False}),
     "entropy_bonus": ({"entropy_coef": 0.01}, None),
     "overlong_penalty": ({"reward_shapers": ["dapo_overlong"], "dapo_overlong": {"buffer": 2}}, None),
     "overlong_mask": ({"reward_shapers": ["dapo_overlong_filter"]}, None),
@@ -215,9 +220,9 @@ METHODS = {
 
 @pytest.mark.parametrize("name", list(METHODS))
 def test_advantages_loss_and_gradients_equal_explorls_loop(name, tiny_model_dir, tmp_path):
-    algo, sampling = METHODS[name]
+    algo, sampling, *trl_args = METHODS[name]
     sampling = None if sampling is None else {"group_size": G, "max_new_tokens": MAX_LEN, **sampling}
-    trainer = make_trainer(tiny_model_dir, tmp_path, algo, sampling)
+    trainer = make_trainer(tiny_model_dir, tmp_path, algo, sampling, **(trl_args[0] if trl_args else {}))
     out, loss, grads = trl_step(trainer)
     table = trainer._ead_table
     prepared, ref_loss, ref_grads, stats = explorl_step(tiny_model_dir, trainer, out, behavior_table=table)
@@ -285,7 +290,7 @@ def test_e3_drives_sampling_and_training_temperature(tiny_model_dir, tmp_path):
     with torch.no_grad():
         lp, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, att, m.shape[1])
         ref, _ = response_logprobs(trainer.model, out["prompt_ids"], out["prompt_mask"], out["completion_ids"], m,
-                                   trainer._train_tau, with_entropy=False)
+                                   trainer._train_tau, options=LogprobOptions(with_entropy=False))
     assert_close(lp * m, ref * m, "log-probs at the E3 temperature")
 
 
@@ -295,7 +300,7 @@ def test_ead_logits_processor_follows_the_schedule(tiny_model_dir, tmp_path):
     trainer = make_trainer(tiny_model_dir, tmp_path, {}, s)
     for step0 in (0, 1):
         trainer._begin_round()
-        expected = ead_schedule(step0, MAX_LEN, tau_max=1.2, tau_min=0.1, d0=3.0, alpha=5.0, c=2)
+        expected = ead_schedule(step0, MAX_LEN, EADOptions(tau_max=1.2, tau_min=0.1, d0=3.0, alpha=5.0, c=2))
         assert torch.equal(trainer._ead_table, expected)
         assert trainer.generation_config.temperature == 1.0 and trainer._train_tau == 1.0  # behaviour only
     # the processor divides the scores of generated token t by table[t]
@@ -370,6 +375,14 @@ def test_conflicting_trl_settings_name_the_field(args, sampling, field, tiny_mod
         ExplorlGRPOTrainer(model, reward, args=grpo_args(tmp_path, **args), sampling=sampling)
 
 
+def test_trls_kl_weighting_must_agree_with_explorls(tiny_model_dir, tmp_path):
+    # explorl's KL term replaces TRL's; TRL weights it by the ratio by default (use_bias_correction_kl=True)
+    with pytest.raises(ConfigError, match=r"GRPOConfig\.use_bias_correction_kl=True and "
+                                          r"algo\.kl_importance_weighted=False: .*set both to the same value"):
+        make_trainer(tiny_model_dir, tmp_path, {"kl_coef": 0.1})
+    make_trainer(tiny_model_dir, tmp_path, {"kl_coef": 0.0})  # no KL term: nothing to weigh
+
+
 def test_conflicting_bypass_mode_is_refused_by_name(tiny_model_dir, tmp_path):
     # verl's bypass mode takes pi_old from the rollout; TRL's trainer computes its own (docs/methods.md §6d)
     with pytest.raises(ConfigError, match=r"algo\.loss=bypass_mode: .*explorl's loop"):
@@ -396,7 +409,8 @@ def test_trl_adaptive_entropy_is_refused_pointing_to_explorls_setting(tiny_model
 
 @pytest.mark.parametrize("algo, field", [
     ({"entropy_control": {"enabled": True}}, r"algo\.entropy_control\.enabled: .*explorl train"),
-    ({"kl_coef": 0.01, "reference_reset": {"every": 2}}, r"algo\.reference_reset\.every=2: .*explorl train"),
+    ({"kl_coef": 0.01, "kl_importance_weighted": True, "reference_reset": {"every": 2}},
+     r"algo\.reference_reset\.every=2: .*explorl train"),
 ], ids=["adaptive_entropy", "reference_reset"])
 def test_explorls_loop_only_settings_are_refused_by_name(algo, field, tiny_model_dir, tmp_path):
     model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))
@@ -658,7 +672,7 @@ def test_a_users_own_trl_rewards_write_a_run_judged_by_correct_by(tiny_model_dir
     trainer = ExplorlGRPOTrainer(model, [reward, length_share], args=grpo_args(tmp_path, max_steps=2),
                                  train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS] * 4),
                                  processing_class=AutoTokenizer.from_pretrained(str(tiny_model_dir)),
-                                 run_config=cfg, correct_by="length_share")
+                                 run_config=cfg, run_options=RunOptions(correct_by="length_share"))
     completions = fixed_completions(G * len(PROMPTS), 0)
     trainer._generate_single_turn = lambda prompt_ids, *a, **k: ([list(c) for c in completions[:len(prompt_ids)]],
                                                                  None)
@@ -692,7 +706,7 @@ def test_run_config_conflicts_name_the_field(tiny_model_dir, tmp_path):
         ExplorlGRPOTrainer(model, reward, args=grpo_args(tmp_path, max_steps=2, per_device_train_batch_size=8),
                            run_config=cfg)
     with pytest.raises(ConfigError, match=r"correct_by='nope' is not one of the reward functions \['reward'\]"):
-        ExplorlGRPOTrainer(model, reward, args=grpo_args(tmp_path, max_steps=2), run_config=cfg, correct_by="nope",
+        ExplorlGRPOTrainer(model, reward, args=grpo_args(tmp_path, max_steps=2), run_config=cfg, run_options=RunOptions(correct_by="nope"),
                            train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS]))
     # explorl's steps are TRL's generation rounds: 2 optimizer steps per round (two mini-batches) make 3 rounds of 6
     from explorl.integrations.trl import generation_rounds

@@ -37,8 +37,8 @@ from trl import GRPOConfig  # noqa: E402
 from explorl.config import ConfigError  # noqa: E402
 from explorl.integrations.trl import ExplorlGRPOTrainer  # noqa: E402
 from explorl.integrations.vllm import EAD_ARG, token_factors  # noqa: E402
-from explorl.models import build_char_tokenizer, tiny_qwen2  # noqa: E402
-from explorl.rollout.logprobs import response_logprobs  # noqa: E402
+from explorl.models import TinyQwen2Sizes, build_char_tokenizer, tiny_qwen2  # noqa: E402
+from explorl.rollout.logprobs import LogprobOptions, response_logprobs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 ATOL = 2e-5  # float32 log-probs of the same weights by two kernels (measured: about 1e-6)
@@ -60,8 +60,8 @@ def stops(tok) -> list[int]:
 def model_dir(tmp_path_factory) -> Path:
     tok = build_char_tokenizer()
     path = tmp_path_factory.mktemp("trl_vllm_model")
-    model = tiny_qwen2(len(tok), pad_token_id=tok.pad_token_id, eos_token_id=stops(tok), hidden=64, layers=2,
-                       heads=2, kv_heads=1, intermediate=128, seed=0)
+    model = tiny_qwen2(len(tok), TinyQwen2Sizes(hidden=64, layers=2, heads=2, kv_heads=1, intermediate=128),
+                       pad_token_id=tok.pad_token_id, eos_token_id=stops(tok), seed=0)
     with torch.no_grad():
         model.lm_head.weight.mul_(2.0)  # tied to the embeddings: peaked enough that temperatures matter
     model.save_pretrained(path)
@@ -196,7 +196,7 @@ def test_colocated_steps_sample_from_the_synced_policy(e3_run, model_dir):
     last = rec.rounds[-1]
     with torch.no_grad():
         initial, _ = response_logprobs(policy(model_dir), last["prompt_ids"], last["prompt_mask"], last["ids"],
-                                       last["mask"], last["train_tau"], with_entropy=False)
+                                       last["mask"], last["train_tau"], options=LogprobOptions(with_entropy=False))
     assert masked_diff(last["vllm"], initial, last["mask"]) > 1e-2
 
 
@@ -235,9 +235,9 @@ def test_ead_samples_at_explorls_per_token_temperature(ead_run, model_dir):
         with torch.no_grad():
             model = policy(model_dir, r["state"])
             ours, _ = response_logprobs(model, r["prompt_ids"], r["prompt_mask"], r["ids"], r["mask"], temps,
-                                        with_entropy=False)
+                                        options=LogprobOptions(with_entropy=False))
             plain, _ = response_logprobs(model, r["prompt_ids"], r["prompt_mask"], r["ids"], r["mask"], 0.9,
-                                         with_entropy=False)
+                                         options=LogprobOptions(with_entropy=False))
         assert masked_diff(r["vllm"], ours, r["mask"]) < ATOL, f"round {r['round']}"
         # the engine did load and apply the processor: at the request temperature alone the log-probs differ
         assert masked_diff(r["vllm"], plain, r["mask"]) > 1e-2

@@ -183,6 +183,7 @@ def test_losses_verl_does_not_ship_run_through_its_registry_as_explorls_own(name
     """TRL 1.16's LUSPO and VESPO (docs/methods.md §5y), which verl 0.9.1 does not ship: `explorl_<name>` in verl's
     policy-loss registry is explorl's own loss function on the same micro-batch (verl's clip range 0.2 / 0.28, the
     loss's default options, the rollout weights), loss and gradient, without global-batch information."""
+    from explorl.algos.aggregation import Reduction
     from explorl.algos.methods.luspo import luspo_loss
     from explorl.algos.methods.vespo import vespo_loss
 
@@ -192,10 +193,10 @@ def test_losses_verl_does_not_ship_run_through_its_registry_as_explorls_own(name
                                                                  config=actor_config(loss_mode=f"explorl_{name}"),
                                                                  rollout_is_weights=is_w)
     (grad,) = torch.autograd.grad(loss, new)
-    direct = {"luspo": lambda: luspo_loss(new, old, adv, mask.float(), eps_low=0.2, eps_high=0.28, agg=agg,
-                                          max_response_len=mask.shape[1], is_weights=is_w),
-              "vespo": lambda: vespo_loss(new, old, adv, mask.float(), agg=agg, max_response_len=mask.shape[1],
-                                          is_weights=is_w)}[name]
+    reduction = Reduction(agg, max_response_len=mask.shape[1], is_weights=is_w)
+    direct = {"luspo": lambda: luspo_loss(new, old, adv, mask.float(), eps_low=0.2, eps_high=0.28,
+                                          reduction=reduction),
+              "vespo": lambda: vespo_loss(new, old, adv, mask.float(), reduction=reduction)}[name]
     want, _ = direct()
     (want_grad,) = torch.autograd.grad(want, new)
     assert torch.allclose(loss, want, atol=1e-12) and torch.allclose(grad, want_grad, atol=1e-12)
@@ -655,6 +656,8 @@ def test_settings_verl_has_no_counterpart_for_are_refused_by_name(tmp_path, verl
         prepare(run, ["model.device=cpu"], write=False)
     with pytest.raises(ConfigError, match=r"algo\.kl_clamp=5"):
         prepare(run, ["algo.kl_coef=0.01", "algo.kl_clamp=5"], write=False)
+    with pytest.raises(ConfigError, match=r"algo\.kl_importance_weighted=true: verl 0\.9\.1's KL loss"):
+        prepare(run, ["algo.kl_coef=0.01", "algo.kl_importance_weighted=true"], write=False)
     with pytest.raises(ConfigError, match=r"algo\.mini_batches=3"):
         prepare(run, ["algo.mini_batches=3"], write=False)
     with pytest.raises(ConfigError, match=r"algo\.loss=bypass_mode: .*rollout_correction\.bypass_mode=true"):

@@ -189,7 +189,8 @@ def test_bypass_mode_equals_verls(seed, agg, loss_type, corr):
     from verl.trainer.ppo.core_algos import compute_policy_loss_bypass_mode
     from verl.workers.config.actor import ActorConfig, PolicyLossConfig
 
-    from explorl.algos.methods.bypass import bypass_loss
+    from explorl.algos.aggregation import Reduction
+    from explorl.algos.methods.bypass import BypassOptions, bypass_loss
 
     new0, rollout, mask = inputs(seed, scale=0.2)
     g = torch.Generator().manual_seed(seed + 20)
@@ -203,12 +204,12 @@ def test_bypass_mode_equals_verls(seed, agg, loss_type, corr):
     lower, _, upper = threshold.rpartition("_")
     modes = [m for m in corr.get("rollout_rs", "").split(",") if m]
     specs = str(corr.get("rollout_rs_threshold", "")).split(",") if modes else []
-    ours = dict(loss_type=loss_type, eps_low=0.2, eps_high=0.28, agg=agg, dual_clip_c=3.0,
-                is_level=corr.get("rollout_is"), is_mode="mask" if lower else "truncate", is_upper=float(upper),
-                is_lower=float(lower) if lower else None,
-                is_batch_normalize=corr.get("rollout_is_batch_normalize", False), rs_modes=modes,
-                rs_upper=[float(s.rpartition("_")[2]) for s in specs],
-                rs_lower=[float(s.rpartition("_")[0]) for s in specs if "_" in s])
+    options = BypassOptions(loss_type=loss_type, dual_clip_c=3.0, rollout_is=corr.get("rollout_is"),
+                            rollout_is_mode="mask" if lower else "truncate", rollout_is_threshold=float(upper),
+                            rollout_is_threshold_lower=float(lower) if lower else None,
+                            rollout_is_batch_normalize=corr.get("rollout_is_batch_normalize", False),
+                            rollout_rs=modes, rollout_rs_threshold=[float(s.rpartition("_")[2]) for s in specs],
+                            rollout_rs_threshold_lower=[float(s.rpartition("_")[0]) for s in specs if "_" in s])
     results = []
     for side in ("verl", "explorl"):
         new = new0.detach().clone().requires_grad_(True)
@@ -217,11 +218,12 @@ def test_bypass_mode_equals_verls(seed, agg, loss_type, corr):
             loss, _ = compute_policy_loss_bypass_mode(rollout_log_prob, new, adv, mask, loss_agg_mode=agg,
                                                       config=config)
         else:
-            loss, _ = bypass_loss(new, rollout, adv, mask, **ours)
+            loss, _ = bypass_loss(new, rollout, adv, mask, eps_low=0.2, eps_high=0.28, options=options,
+                                  reduction=Reduction(agg))
         loss.backward()
         results.append((loss.detach(), new.grad.clone()))
     # verl divides by a count + 1e-8 (its batch mean; seq-mean-token-mean's token means): relative 1e-8 / count
     # (a one-token response's mean is off by 1e-8 of itself: measured up to 7e-9 on the loss, hence 1e-7)
-    atol = 1e-7 if ours["is_batch_normalize"] or agg != "token-mean" else 1e-12
+    atol = 1e-7 if options.rollout_is_batch_normalize or agg != "token-mean" else 1e-12
     assert torch.allclose(results[0][0], results[1][0], rtol=0, atol=atol), (results[0][0] - results[1][0])
     assert torch.allclose(results[0][1], results[1][1], rtol=0, atol=atol)

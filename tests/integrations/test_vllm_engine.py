@@ -20,9 +20,10 @@ vllm = pytest.importorskip("vllm", reason="vLLM is installed in .venv-vllm only:
 
 from explorl.integrations.vllm import token_factors  # noqa: E402
 from explorl.rollout.engines.vllm import VllmRollouts  # noqa: E402
-from explorl.models import build_char_tokenizer, tiny_qwen2  # noqa: E402
+from explorl.models import TinyQwen2Sizes, build_char_tokenizer, tiny_qwen2  # noqa: E402
 from explorl.rollout.controllers import PromptTemperature  # noqa: E402
-from explorl.rollout.logprobs import response_logprobs  # noqa: E402
+from explorl.rollout.logprobs import LogprobOptions, response_logprobs  # noqa: E402
+from explorl.rollout.sampler import Sampler  # noqa: E402
 
 SCALE = 2.0  # peaked enough that the temperature matters, diverse enough that rows end at varied lengths
 _ALIVE: list = []
@@ -31,8 +32,8 @@ ATOL = 2e-5  # float32 log-probs of the same logits computed by two kernels (mea
 
 def _model(tok, seed: int):
     # the shape `explorl bootstrap heads=2 kv_heads=1` gives (head size 32): one engine serves every test here
-    model = tiny_qwen2(len(tok), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, hidden=64, layers=3,
-                       heads=2, kv_heads=1, intermediate=256, seed=seed)
+    model = tiny_qwen2(len(tok), TinyQwen2Sizes(hidden=64, layers=3, heads=2, kv_heads=1, intermediate=256),
+                       pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, seed=seed)
     with torch.no_grad():  # a peaked head, so EOS comes at varied lengths and temperatures matter
         model.lm_head.weight.mul_(SCALE)
     return model.eval()
@@ -60,7 +61,7 @@ def _prompts(tok, texts):
 
 def _explorl_logprobs(model, ro):
     lp, _ = response_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.mask,
-                              ro.temperatures.clamp_min(1e-6), with_entropy=False)
+                              ro.temperatures.clamp_min(1e-6), options=LogprobOptions(with_entropy=False))
     return lp
 
 
@@ -71,8 +72,8 @@ def test_synced_weights_sample_with_explorls_log_probs(setup):
     prompts = _prompts(tok, ["12+7=", "3*4-1=", "9=", "100-55+2="])
     n = [3, 0, 5, 2]
     per_prompt = [PromptTemperature(0.7), PromptTemperature(1.0), PromptTemperature(1.3), PromptTemperature(1.0)]
-    ro = engine.sample(prompts, n, per_prompt, eos_token_id=_stops(tok), pad_token_id=tok.pad_token_id,
-                       max_new_tokens=24, seed=11)
+    ro = engine.sample(Sampler(model, _stops(tok), tok.pad_token_id, 24, engine=engine), prompts, n, per_prompt,
+                       seed=11)
     assert ro.group.tolist() == [0] * 3 + [2] * 5 + [3] * 2  # prompt order, a zero budget draws nothing
     lengths = ro.mask.sum(-1).long()
     ends_in_eos = torch.isin(ro.response_ids.gather(1, (lengths - 1)[:, None])[:, 0], torch.tensor(_stops(tok)))
@@ -91,8 +92,8 @@ def test_without_a_sync_the_engine_keeps_its_old_weights(setup):
     tok, engine, _ = setup
     old, new = _model(tok, seed=5), _model(tok, seed=6)
     engine.sync(old)
-    ro = engine.sample(_prompts(tok, ["5+5="]), [4], [PromptTemperature(1.0)], eos_token_id=_stops(tok),
-                       pad_token_id=tok.pad_token_id, max_new_tokens=16, seed=2)
+    ro = engine.sample(Sampler(old, _stops(tok), tok.pad_token_id, 16, engine=engine), _prompts(tok, ["5+5="]), [4],
+                       [PromptTemperature(1.0)], seed=2)
     stale = (ro.behavior_logprobs - _explorl_logprobs(new, ro)).abs()[ro.mask > 0].max()
     assert stale > 1e-2  # the comparison above can fail: another model's log-probs differ
     torch.testing.assert_close(ro.behavior_logprobs * ro.mask, _explorl_logprobs(old, ro) * ro.mask, atol=ATOL,
@@ -110,8 +111,8 @@ def test_annealed_requests_sample_at_their_per_token_temperature(setup, schedule
               "d_max": 4000.0, "c": 0}
     texts = ["1+1=", "22*3=", "7-9+4=", "8=", "123+456=", "6/3=", "40-4=", "9*9*9="]
     per_prompt = [PromptTemperature(0.9, anneal) if j % 2 == 0 else PromptTemperature(1.1) for j in range(8)]
-    ro = engine.sample(_prompts(tok, texts), [3] * 8, per_prompt, eos_token_id=_stops(tok),
-                       pad_token_id=tok.pad_token_id, max_new_tokens=40, seed=5)
+    ro = engine.sample(Sampler(model, _stops(tok), tok.pad_token_id, 40, engine=engine), _prompts(tok, texts), [3] * 8,
+                       per_prompt, seed=5)
     lengths = ro.mask.sum(-1).long()
     assert len(set(lengths.tolist())) >= 4  # rows finished at different times
     for i, g in enumerate(ro.group.tolist()):
@@ -138,8 +139,8 @@ def test_first_token_frequencies_follow_the_policy(setup):
     engine.sync(model)
     prompt = _prompts(tok, ["4+4="])
     draws = 20000
-    ro = engine.sample(prompt * 2, [draws // 2] * 2, [PromptTemperature(1.3)] * 2, eos_token_id=_stops(tok),
-                       pad_token_id=tok.pad_token_id, max_new_tokens=1, seed=123)
+    ro = engine.sample(Sampler(model, _stops(tok), tok.pad_token_id, 1, engine=engine), prompt * 2, [draws // 2] * 2,
+                       [PromptTemperature(1.3)] * 2, seed=123)
     counts = torch.bincount(ro.response_ids[:, 0], minlength=len(tok)).double()
     with torch.no_grad():
         logits = model(torch.tensor(prompt)).logits[0, -1].double()
@@ -212,8 +213,8 @@ def test_the_loop_builds_its_engine_from_the_config(setup, tmp_path):
     assert isinstance(engine, VllmRollouts) and engine.max_model_len == model.config.max_position_embeddings
     assert torch.get_num_threads() == 2  # vLLM sets 1 "for serving"; training in this process keeps its threads
     engine.sync(model)
-    ro = engine.sample(_prompts(tok, ["2+2="]), [3], [PromptTemperature(1.0)], eos_token_id=_stops(tok),
-                       pad_token_id=tok.pad_token_id, max_new_tokens=8, seed=1)
+    ro = engine.sample(Sampler(model, _stops(tok), tok.pad_token_id, 8, engine=engine), _prompts(tok, ["2+2="]), [3],
+                       [PromptTemperature(1.0)], seed=1)
     torch.testing.assert_close(ro.behavior_logprobs * ro.mask, _explorl_logprobs(model, ro) * ro.mask, atol=ATOL,
                                rtol=0)
 

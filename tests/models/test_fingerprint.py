@@ -15,8 +15,8 @@ import explorl.finetune.bootstrap
 from explorl import commands
 from explorl.config import ConfigError, ModelConfig, load_config
 from explorl.evaluation.evaluate import MixedModelsError, check_same_base
-from explorl.models import (EMBEDDED_PACKAGE_DIR, build_char_tokenizer, embedded_dir, load_policy, tiny_qwen2,
-                            weights_fingerprint)
+from explorl.models import (EMBEDDED_PACKAGE_DIR, TinyQwen2Sizes, build_char_tokenizer, embedded_dir, load_policy,
+                            tiny_qwen2, weights_fingerprint)
 from explorl.train.loop import train
 
 # The shipped model's fingerprint: sha256 of explorl/embedded/model.safetensors (name and bytes), first 16 hex digits.
@@ -47,8 +47,8 @@ def test_the_embedded_default_ships_with_the_package_and_loads_without_training(
 
 def _model_dir(path: Path, seed: int) -> Path:
     tok = build_char_tokenizer()
-    tiny_qwen2(len(tok), hidden=16, layers=1, heads=2, kv_heads=1, intermediate=32, pad_token_id=tok.pad_token_id,
-               eos_token_id=tok.eos_token_id, seed=seed).save_pretrained(path)
+    tiny_qwen2(len(tok), TinyQwen2Sizes(hidden=16, layers=1, heads=2, kv_heads=1, intermediate=32),
+               pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, seed=seed).save_pretrained(path)
     tok.save_pretrained(path)
     return path
 

@@ -8,7 +8,7 @@ import torch
 from explorl.config import LoraConfig, ModelConfig
 from explorl.models import (build_char_tokenizer, load_policy, load_tokenizer, make_reference, reference_mode,
                             resolve_device, resolve_dtype, resolve_model_path)
-from explorl.rollout.logprobs import response_logprobs
+from explorl.rollout.logprobs import LogprobOptions, response_logprobs
 
 
 def test_char_tokenizer_round_trips_beside_a_qwen2_config(tiny_model_dir):
@@ -54,7 +54,8 @@ def _logprobs(model, gen):
     prompt = torch.randint(3, 90, (2, 4), generator=gen)
     resp = torch.randint(3, 90, (2, 5), generator=gen)
     mask = torch.ones(2, 5)
-    lp, _ = response_logprobs(model, prompt, torch.ones_like(prompt), resp, mask, 1.0, with_entropy=False)
+    lp, _ = response_logprobs(model, prompt, torch.ones_like(prompt), resp, mask, 1.0,
+                              options=LogprobOptions(with_entropy=False))
     return lp
 
 

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # workers find the
 import broken_rewards  # noqa: E402
 
 from explorl.config import load_config  # noqa: E402
-from explorl.rewards import RewardRunner, check_rewards, exact_reward  # noqa: E402
+from explorl.rewards import RewardLimits, RewardRunner, check_rewards, exact_reward  # noqa: E402
 
 SCORES = {"decimal": 0.25, "np": 0.5, "np-int": 1.0, "np-0d": 0.75, "true": 1.0, "one": 1.0}
 """The values that are scores (`broken_rewards._odd_value`), as floats."""
@@ -72,7 +72,7 @@ def test_the_reward_check_before_a_run_refuses_an_int_too_large_for_a_float():
         check_rewards("broken_rewards:returns_huge_int", (exact_reward, False), "4", "\\boxed{4}")
     # under the run's threshold it is a warning, as any failure is
     (line,) = check_rewards("broken_rewards:returns_huge_int", (exact_reward, False), "4", "\\boxed{4}",
-                            max_failure_frac=1.0)
+                            limits=RewardLimits(max_failure_frac=1.0))
     assert line[1].startswith("warning: broken_rewards:returns_huge_int failed on 1 of 1 sample rows")
 
 

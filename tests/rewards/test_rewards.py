@@ -265,7 +265,7 @@ def test_check_rewards_imports_every_entry_before_a_worker_starts(tmp_path, monk
     """A `module:function` next to the config is found through the working directory, which `resolve_reward`
     puts on sys.path; workers copy sys.path when they start, so a worker started for `math` before the user's
     module was resolved would not find it. Training resolves every entry first; so does the check."""
-    from explorl.rewards import check_rewards
+    from explorl.rewards import RewardLimits, check_rewards
     from explorl.rewards.sandbox import close_shared_pools
 
     (tmp_path / "check_rewards_mod.py").write_text("def fmt(completion, answer, **meta):\n"
@@ -275,7 +275,7 @@ def test_check_rewards_imports_every_entry_before_a_worker_starts(tmp_path, monk
     close_shared_pools()  # no worker started with another sys.path
     try:
         lines = check_rewards(["math", "check_rewards_mod:fmt"], (exact_reward, False), "4", "so \\boxed{4}",
-                              {"id": "x"}, timeout_s=5.0, workers=1)
+                              {"id": "x"}, limits=RewardLimits(timeout_s=5.0, workers=1))
     finally:
         close_shared_pools()
     assert lines == [("task.reward[0]", "math (explorl.rewards:math_check) returned 1.0 on a sample completion"),

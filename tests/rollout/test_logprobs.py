@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from explorl.rollout.logprobs import position_ids_from_mask, response_logprobs
+from explorl.rollout.logprobs import LogprobOptions, position_ids_from_mask, response_logprobs
 
 PAD = 0
 PROMPT_LENS = [3, 7, 1, 5]
@@ -106,7 +106,7 @@ def test_chunking_does_not_change_results(tiny_model):
     with torch.no_grad():
         lp, ent = response_logprobs(tiny_model, *batch, temps)
         for chunk in (1, 4, T - 1):
-            lp_c, ent_c = response_logprobs(tiny_model, *batch, temps, chunk_size=chunk)
+            lp_c, ent_c = response_logprobs(tiny_model, *batch, temps, options=LogprobOptions(chunk_size=chunk))
             torch.testing.assert_close(lp_c, lp, atol=1e-7, rtol=0)
             torch.testing.assert_close(ent_c, ent, atol=1e-7, rtol=0)
 
@@ -114,7 +114,7 @@ def test_chunking_does_not_change_results(tiny_model):
 def test_without_entropy(tiny_model):
     batch = _batch(tiny_model.config.vocab_size)
     with torch.no_grad():
-        lp, ent = response_logprobs(tiny_model, *batch, with_entropy=False)
+        lp, ent = response_logprobs(tiny_model, *batch, options=LogprobOptions(with_entropy=False))
         lp_full, _ = response_logprobs(tiny_model, *batch)
     assert ent is None
     assert torch.equal(lp, lp_full)
@@ -150,7 +150,7 @@ def test_compiled_fused_forward_gives_the_models_values_and_gradients(model, tem
     got = {}
     for compile in (False, True):
         model.zero_grad()
-        lp, ent = response_logprobs(model, *batch, temp, compile=compile)
+        lp, ent = response_logprobs(model, *batch, temp, options=LogprobOptions(compile=compile))
         ((lp * weights).sum() + 0.5 * ent.sum()).backward()
         got[compile] = lp.detach(), ent.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
     torch.testing.assert_close(got[True][0], got[False][0], atol=1e-5, rtol=0)
@@ -214,9 +214,11 @@ def test_sum_pi_squared_matches_a_full_softmax(tiny_model, path, dtype, monkeypa
     batch = _batch(model.config.vocab_size, seed=6)
     temp = 0.4 + 1.2 * torch.rand((4, T), generator=torch.Generator().manual_seed(7))
     with torch.no_grad():
-        lp, ent, s2 = response_logprobs(model, *batch, temp, compile=path == "compiled_fused", chunk_size=8,
-                                        with_sum_pi_squared=True)
-        plain = response_logprobs(model, *batch, temp, compile=path == "compiled_fused", chunk_size=8)
+        lp, ent, s2 = response_logprobs(model, *batch, temp,
+                                        options=LogprobOptions(compile=path == "compiled_fused", chunk_size=8,
+                                                               with_sum_pi_squared=True))
+        plain = response_logprobs(model, *batch, temp,
+                                  options=LogprobOptions(compile=path == "compiled_fused", chunk_size=8))
         want = _naive_sum_pi_squared(model, *batch, temp)
     assert s2.dtype == torch.float32 and s2.shape == (4, T) and len(plain) == 2
     assert torch.equal(lp, plain[0]) and torch.equal(ent, plain[1])

@@ -3,7 +3,7 @@
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from explorl.rollout.logprobs import response_logprobs
+from explorl.rollout.logprobs import LogprobOptions, response_logprobs
 
 
 class LargestVocabTensor(TorchDispatchMode):
@@ -22,9 +22,9 @@ class LargestVocabTensor(TorchDispatchMode):
 
 
 def _model(vocab):
-    from explorl.models import tiny_qwen2
+    from explorl.models import TinyQwen2Sizes, tiny_qwen2
 
-    return tiny_qwen2(vocab, hidden=16, layers=1, heads=2, kv_heads=1, intermediate=32, seed=0)
+    return tiny_qwen2(vocab, TinyQwen2Sizes(hidden=16, layers=1, heads=2, kv_heads=1, intermediate=32), seed=0)
 
 
 def test_chunked_path_peak_is_one_block_forward_and_backward():
@@ -35,7 +35,8 @@ def test_chunked_path_peak_is_one_block_forward_and_backward():
     resp = torch.randint(2, vocab, (n, t), generator=gen)
     mask = torch.ones(n, t)
     with LargestVocabTensor(vocab) as probe:
-        lp, ent = response_logprobs(model, prompt, torch.ones_like(prompt), resp, mask, 1.0, chunk_size=chunk)
+        lp, ent = response_logprobs(model, prompt, torch.ones_like(prompt), resp, mask, 1.0,
+                                    options=LogprobOptions(chunk_size=chunk))
         (lp.sum() + ent.sum()).backward()
     assert probe.largest == chunk * vocab  # one block of 2 rows x 16 positions, never n * t * vocab
     # the chunked result equals the one-shot computation from the model's own logits
@@ -55,7 +56,7 @@ def test_chunked_gradients_equal_the_unchunked_ones():
         prompt = torch.randint(2, vocab, (n, p), generator=gen)
         resp = torch.randint(2, vocab, (n, t), generator=gen)
         lp, ent = response_logprobs(model, prompt, torch.ones_like(prompt), resp, torch.ones(n, t), 0.7,
-                                    chunk_size=chunk)
+                                    options=LogprobOptions(chunk_size=chunk))
         (lp.sum() - 0.1 * ent.sum()).backward()
         grads.append({k: v.grad.clone() for k, v in model.named_parameters()})
     for k in grads[0]:

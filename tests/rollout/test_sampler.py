@@ -17,6 +17,7 @@ from batch_helpers import assert_same_batch
 from explorl.algos.batch import RolloutBatch
 from explorl.rollout.logprobs import response_logprobs
 from explorl.rollout.engines.native import sample
+from explorl.rollout.sampler import Sampler
 from explorl.rollout.forward import supports_fused_forward
 
 TEXTS = ["1+2=?\n", "13-4+17-2=?\n", "5=?\n", "20+20+20-1+3=?\n"]  # four lengths: left padding matters
@@ -86,8 +87,8 @@ def _assert_zero_outside_mask(ro: RolloutBatch):
 
 @PATHS
 def test_behaviour_logprobs_and_entropy_equal_full_forward(model, prompts, path):
-    ro = sample(model, prompts, N_PER, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW,
-                temperature=0.8, generator=_gen(), **PATH_KW[path])
+    ro = sample(Sampler(model, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW, **PATH_KW[path]),
+                prompts, N_PER, temperature=0.8, generator=_gen())
     assert ro.response_ids.shape == (sum(N_PER), MAX_NEW)
     lengths = ro.lengths.tolist()
     assert len(set(lengths)) > 2 and ro.truncated.any() and not ro.truncated.all()  # the case is not degenerate
@@ -102,8 +103,8 @@ def test_behaviour_logprobs_and_entropy_equal_full_forward(model, prompts, path)
 
 @PATHS
 def test_entropy_is_that_of_the_temperature_scaled_softmax(tiny_model, prompts, path):
-    ro = sample(tiny_model, prompts, N_PER, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW,
-                temperature=1.7, generator=_gen(3), **PATH_KW[path])
+    ro = sample(Sampler(tiny_model, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW, **PATH_KW[path]),
+                prompts, N_PER, temperature=1.7, generator=_gen(3))
     for i, logits in enumerate(_row_logits(tiny_model, ro)):
         logp = torch.log_softmax(logits / 1.7, dim=-1)
         want = -(logp.exp() * logp).sum(-1)
@@ -132,8 +133,8 @@ def test_near_zero_temperature_is_greedy(model, prompts, path):
 
     eos = greedy(prompts[0], None)[4]  # a token greedy decoding emits: prompt 0 ends by step 5
     want = [greedy(p, eos) for p in prompts]
-    ro = sample(model, prompts, N_PER, eos_token_id=eos, pad_token_id=PAD, max_new_tokens=MAX_NEW,
-                temperature=1e-5, generator=_gen(), **PATH_KW[path])
+    ro = sample(Sampler(model, eos_token_id=eos, pad_token_id=PAD, max_new_tokens=MAX_NEW, **PATH_KW[path]), prompts,
+                N_PER, temperature=1e-5, generator=_gen())
     for i, g in enumerate(ro.group.tolist()):
         n = int(ro.lengths[i])
         assert ro.response_ids[i, :n].tolist() == want[g]
@@ -146,8 +147,8 @@ def test_near_zero_temperature_is_greedy(model, prompts, path):
 def test_per_token_temperature_tensor_is_honoured(model, prompts, path):
     num = sum(N_PER)
     temps = 0.4 + 1.2 * torch.rand((num, MAX_NEW + 3), generator=_gen(7))  # extra columns are allowed
-    ro = sample(model, prompts, N_PER, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW,
-                temperature=temps, generator=_gen(), **PATH_KW[path])
+    ro = sample(Sampler(model, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW, **PATH_KW[path]),
+                prompts, N_PER, temperature=temps, generator=_gen())
     t = ro.response_ids.shape[1]
     assert torch.equal(ro.temperatures, temps[:, :t] * ro.mask)
     _assert_matches_full_forward(model, ro)  # with ro.temperatures (0 on padding)
@@ -162,8 +163,8 @@ def test_callable_temperature_schedule(tiny_model, prompts, path):
     def schedule(t: int) -> float:
         return 1.5 - 0.1 * t
 
-    ro = sample(tiny_model, prompts, N_PER, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW,
-                temperature=schedule, generator=_gen(), **PATH_KW[path])
+    ro = sample(Sampler(tiny_model, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW, **PATH_KW[path]),
+                prompts, N_PER, temperature=schedule, generator=_gen())
     t = ro.response_ids.shape[1]
     want = torch.tensor([schedule(j) for j in range(t)])[None].expand_as(ro.mask) * ro.mask
     torch.testing.assert_close(ro.temperatures, want, atol=0, rtol=0)
@@ -171,8 +172,8 @@ def test_callable_temperature_schedule(tiny_model, prompts, path):
 
     # a callable may also return one temperature per response
     per_row = torch.linspace(0.5, 2.0, sum(N_PER))
-    ro = sample(tiny_model, prompts, N_PER, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW,
-                temperature=lambda step: per_row * (1 + 0.01 * step), generator=_gen(), **PATH_KW[path])
+    ro = sample(Sampler(tiny_model, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW, **PATH_KW[path]),
+                prompts, N_PER, temperature=lambda step: per_row * (1 + 0.01 * step), generator=_gen())
     t = ro.response_ids.shape[1]
     want = per_row[:, None] * (1 + 0.01 * torch.arange(t))[None] * ro.mask
     torch.testing.assert_close(ro.temperatures, want)
@@ -182,14 +183,14 @@ def test_callable_temperature_schedule(tiny_model, prompts, path):
 def test_per_prompt_temperature_list_expands_to_its_rows(tiny_model, prompts):
     per_prompt = [0.5, 9.0, 1.0, 2.0]  # prompt 1 has no samples
     for temperature in (per_prompt, torch.tensor(per_prompt)):
-        ro = sample(tiny_model, prompts, N_PER, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW,
-                    temperature=temperature, generator=_gen())
+        ro = sample(Sampler(tiny_model, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW), prompts,
+                    N_PER, temperature=temperature, generator=_gen())
         want = torch.tensor([per_prompt[g] for g in ro.group.tolist()])
         assert torch.equal(ro.temperatures, want[:, None] * ro.mask)
         _assert_matches_full_forward(tiny_model, ro)
     # [N] is per response
     per_row = [0.5, 0.6, 0.7, 0.8, 0.9, 1.1]
-    ro = sample(tiny_model, prompts, N_PER, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW,
+    ro = sample(Sampler(tiny_model, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW), prompts, N_PER,
                 temperature=per_row, generator=_gen())
     assert torch.equal(ro.temperatures, torch.tensor(per_row)[:, None] * ro.mask)
     _assert_matches_full_forward(tiny_model, ro, temperature=torch.tensor(per_row))
@@ -198,8 +199,8 @@ def test_per_prompt_temperature_list_expands_to_its_rows(tiny_model, prompts):
 def test_temperature_of_length_b_equal_to_n_is_ambiguous(tiny_model, prompts):
     # 4 prompts with n = [2, 0, 1, 1]: 4 responses, so a length-4 temperature could be either per prompt or per row
     with pytest.raises(ValueError, match="ambiguous"):
-        sample(tiny_model, prompts, [2, 0, 1, 1], eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW,
-               temperature=[0.5, 1.0, 1.5, 2.0])
+        sample(Sampler(tiny_model, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW), prompts,
+               [2, 0, 1, 1], temperature=[0.5, 1.0, 1.5, 2.0])
 
 
 @pytest.mark.parametrize("bad", [
@@ -211,15 +212,15 @@ def test_temperature_of_length_b_equal_to_n_is_ambiguous(tiny_model, prompts):
 ], ids=["short", "rows", "1d", "list", "3d"])
 def test_wrong_temperature_shape_raises(tiny_model, prompts, bad):
     with pytest.raises(ValueError, match="temperature"):
-        sample(tiny_model, prompts, N_PER, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW,
+        sample(Sampler(tiny_model, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW), prompts, N_PER,
                temperature=bad)
 
 
 def test_wrong_sample_counts_raise(tiny_model, prompts):
     with pytest.raises(ValueError, match="n has 3 entries for 4 prompts"):
-        sample(tiny_model, prompts, [1, 1, 1], eos_token_id=1, pad_token_id=PAD, max_new_tokens=4)
+        sample(Sampler(tiny_model, eos_token_id=1, pad_token_id=PAD, max_new_tokens=4), prompts, [1, 1, 1])
     with pytest.raises(ValueError, match=">= 0"):
-        sample(tiny_model, prompts, [1, -1, 1, 1], eos_token_id=1, pad_token_id=PAD, max_new_tokens=4)
+        sample(Sampler(tiny_model, eos_token_id=1, pad_token_id=PAD, max_new_tokens=4), prompts, [1, -1, 1, 1])
 
 
 # --- top-p ---------------------------------------------------------------------------------------------------
@@ -229,8 +230,9 @@ def test_wrong_sample_counts_raise(tiny_model, prompts):
 def test_top_p_logprobs_are_the_renormalised_nucleus(model, prompts, path):
     _sharpen(model, 3.0)
     top_p, temp = 0.7, 0.9
-    ro = sample(model, prompts, [4, 0, 6, 3], eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW,
-                temperature=temp, top_p=top_p, generator=_gen(1), **PATH_KW[path])
+    ro = sample(Sampler(model, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW, top_p=top_p,
+                        **PATH_KW[path]),
+                prompts, [4, 0, 6, 3], temperature=temp, generator=_gen(1))
     sizes = []
     for i, logits in enumerate(_row_logits(model, ro)):
         probs = torch.softmax(logits / temp, dim=-1)
@@ -254,7 +256,8 @@ def test_top_p_never_selects_outside_the_nucleus_even_for_a_zero_uniform(tiny_mo
     # regression: the inverse-CDF draw once used u = rand() in [0, 1); u == 0 picked token 0 whatever its mass
     _sharpen(tiny_model, 3.0)
     monkeypatch.setattr(torch, "rand", lambda size, *a, **k: torch.zeros(size))
-    ro = sample(tiny_model, prompts, [1, 1, 1, 1], eos_token_id=1, pad_token_id=PAD, max_new_tokens=6, top_p=0.5)
+    ro = sample(Sampler(tiny_model, eos_token_id=1, pad_token_id=PAD, max_new_tokens=6, top_p=0.5), prompts,
+                [1, 1, 1, 1])
     monkeypatch.undo()
     assert torch.isfinite(ro.behavior_logprobs).all()
     assert not (ro.response_ids == PAD).any()
@@ -268,8 +271,8 @@ def test_eos_handling(model, prompts, path):
     n_per = [3, 2, 4, 3]
     # a seed where some rows end and some do not (the static decode's stream parts from the others' once a row ends)
     seed = 3 if path.startswith("static") else 2
-    ro = sample(model, prompts, n_per, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW,
-                generator=_gen(seed), **PATH_KW[path])
+    ro = sample(Sampler(model, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW, **PATH_KW[path]),
+                prompts, n_per, generator=_gen(seed))
     eos = torch.tensor(EOS_MANY)
     ended = 0
     for i in range(len(ro.group)):
@@ -290,19 +293,19 @@ def test_eos_handling(model, prompts, path):
 
 
 def test_width_trims_to_the_longest_response(tiny_model, prompts):
-    ro = sample(tiny_model, prompts, 3, eos_token_id=list(range(2, 60)), pad_token_id=PAD, max_new_tokens=40,
+    ro = sample(Sampler(tiny_model, eos_token_id=list(range(2, 60)), pad_token_id=PAD, max_new_tokens=40), prompts, 3,
                 generator=_gen())
     assert not ro.truncated.any()
     assert ro.response_ids.shape[1] == int(ro.lengths.max()) < 40
 
 
 def test_no_eos_truncates_every_row(tiny_model, prompts):
-    ro = sample(tiny_model, prompts, 2, eos_token_id=[], pad_token_id=PAD, max_new_tokens=5, generator=_gen())
+    ro = sample(Sampler(tiny_model, eos_token_id=[], pad_token_id=PAD, max_new_tokens=5), prompts, 2, generator=_gen())
     assert ro.truncated.all() and (ro.mask == 1).all() and ro.response_ids.shape == (8, 5)
 
 
 def test_group_ids_and_row_order(tiny_model, prompts):
-    ro = sample(tiny_model, prompts, N_PER, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=4,
+    ro = sample(Sampler(tiny_model, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=4), prompts, N_PER,
                 generator=_gen())
     assert ro.group.tolist() == [0, 0, 2, 2, 2, 3]
     assert ro.group.dtype == torch.long
@@ -314,7 +317,7 @@ def test_group_ids_and_row_order(tiny_model, prompts):
 
 @pytest.mark.parametrize("n", [0, [0, 0, 0, 0]])
 def test_no_samples_returns_empty_rollouts(tiny_model, prompts, n):
-    ro = sample(tiny_model, prompts, n, eos_token_id=1, pad_token_id=PAD, max_new_tokens=MAX_NEW)
+    ro = sample(Sampler(tiny_model, eos_token_id=1, pad_token_id=PAD, max_new_tokens=MAX_NEW), prompts, n)
     assert len(ro.group) == 0 and ro.group.shape == (0,)
     for name in ("prompt_ids", "prompt_mask", "response_ids", "mask", "behavior_logprobs", "behavior_entropy",
                      "temperatures"):
@@ -327,10 +330,10 @@ def test_no_samples_returns_empty_rollouts(tiny_model, prompts, n):
 
 @PATHS
 def test_seeds_reproduce_and_differ(tiny_model, prompts, path):
-    kw = dict(eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW, **PATH_KW[path])
-    a = sample(tiny_model, prompts, N_PER, generator=_gen(11), **kw)
-    b = sample(tiny_model, prompts, N_PER, generator=_gen(11), **kw)
-    c = sample(tiny_model, prompts, N_PER, generator=_gen(12), **kw)
+    sampler = Sampler(tiny_model, EOS_MANY, PAD, MAX_NEW, **PATH_KW[path])
+    a = sample(sampler, prompts, N_PER, generator=_gen(11))
+    b = sample(sampler, prompts, N_PER, generator=_gen(11))
+    c = sample(sampler, prompts, N_PER, generator=_gen(12))
     assert_same_batch(a, b)
     assert a.response_ids.shape != c.response_ids.shape or not torch.equal(a.response_ids, c.response_ids)
     # rows of one group are distinct draws, not copies
@@ -342,9 +345,8 @@ def test_fused_and_generic_paths_draw_the_same_samples(model, prompts, top_p):
     # same math and one uniform per live row per step on both paths, so the same seed gives the same tokens
     assert supports_fused_forward(model)
     temps = 0.5 + torch.rand((sum(N_PER), MAX_NEW), generator=_gen(5))
-    kw = dict(eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW, temperature=temps, top_p=top_p)
-    fused = sample(model, prompts, N_PER, generator=_gen(4), fast_path=True, **kw)
-    generic = sample(model, prompts, N_PER, generator=_gen(4), fast_path=False, **kw)
+    fused = sample(Sampler(model, EOS_MANY, PAD, MAX_NEW, top_p, fast_path=True), prompts, N_PER, temps, _gen(4))
+    generic = sample(Sampler(model, EOS_MANY, PAD, MAX_NEW, top_p, fast_path=False), prompts, N_PER, temps, _gen(4))
     for name in ("response_ids", "mask", "truncated", "group", "prompt_ids", "prompt_mask", "temperatures"):
         assert torch.equal(getattr(fused, name), getattr(generic, name)), name
     torch.testing.assert_close(fused.behavior_logprobs, generic.behavior_logprobs, atol=1e-5, rtol=0)
@@ -360,10 +362,9 @@ def test_compiled_and_eager_fused_paths_draw_the_same_samples(model, prompts, te
     # per token (EAD, RevEAD: a [N, T] tensor) and a callable of the step (E3's controller steps the scalar).
     temps = {"fixed": 0.9, "per_prompt": [0.6, 1.0, 1.4, 0.8], "schedule": lambda t: 1.3 - 0.05 * t,
              "per_token": 0.5 + torch.rand((sum(N_PER), MAX_NEW), generator=_gen(5))}[temperature]
-    kw = dict(eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW, temperature=temps, top_p=top_p,
-              fast_path=True)
-    eager = sample(model, prompts, N_PER, generator=_gen(4), **kw)
-    compiled = sample(model, prompts, N_PER, generator=_gen(4), compile=True, **kw)
+    eager = sample(Sampler(model, EOS_MANY, PAD, MAX_NEW, top_p, fast_path=True), prompts, N_PER, temps, _gen(4))
+    compiled = sample(Sampler(model, EOS_MANY, PAD, MAX_NEW, top_p, fast_path=True, compile=True), prompts, N_PER,
+                      temps, _gen(4))
     for name in ("response_ids", "mask", "truncated", "group", "prompt_ids", "prompt_mask", "temperatures"):
         assert torch.equal(getattr(eager, name), getattr(compiled, name)), name
     assert eager.lengths.min() < eager.lengths.max()  # rows ended at EOS at different steps: finished rows dropped
@@ -381,10 +382,9 @@ def test_static_decode_draws_the_dynamic_decoders_samples_while_no_row_ends(mode
     # and the log-probs equal within float rounding (the attention sums over more, masked, slots)
     temps = {"fixed": 0.9, "per_prompt": [0.6, 1.0, 1.4, 0.8], "schedule": lambda t: 1.3 - 0.05 * t,
              "per_token": 0.5 + torch.rand((sum(N_PER), MAX_NEW), generator=_gen(5))}[temperature]
-    kw = dict(eos_token_id=[], pad_token_id=PAD, max_new_tokens=MAX_NEW, temperature=temps, top_p=top_p,
-              fast_path=True, compile=compile)
-    dynamic = sample(model, prompts, N_PER, generator=_gen(4), **kw)
-    static = sample(model, prompts, N_PER, generator=_gen(4), cuda_graph=True, **kw)
+    kw = dict(top_p=top_p, fast_path=True, compile=compile)
+    dynamic = sample(Sampler(model, [], PAD, MAX_NEW, **kw), prompts, N_PER, temps, _gen(4))
+    static = sample(Sampler(model, [], PAD, MAX_NEW, cuda_graph=True, **kw), prompts, N_PER, temps, _gen(4))
     for name in ("response_ids", "mask", "truncated", "group", "prompt_ids", "prompt_mask", "temperatures"):
         assert torch.equal(getattr(dynamic, name), getattr(static, name)), name
     assert static.truncated.all()
@@ -405,18 +405,19 @@ def test_static_decode_stops_soon_after_the_last_row_ends(tiny_model, prompts, m
 
     static_step = static.static_step
     monkeypatch.setattr(static, "static_step", counted)
-    ro = sample(tiny_model, prompts, 3, eos_token_id=list(range(2, 60)), pad_token_id=PAD, max_new_tokens=200,
-                generator=_gen(), cuda_graph=True)
+    ro = sample(Sampler(tiny_model, eos_token_id=list(range(2, 60)), pad_token_id=PAD, max_new_tokens=200,
+                        cuda_graph=True),
+                prompts, 3, generator=_gen())
     longest = int(ro.lengths.max())
     assert not ro.truncated.any() and ro.response_ids.shape[1] == longest < 200
     assert longest <= len(calls) <= longest + static.CHECK_EVERY
 
 
 def test_the_cuda_graph_asked_of_a_model_the_fused_decoder_declines_warns_and_decodes_as_before(tiny_model, prompts):
-    kw = dict(eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW, fast_path=False)
     with pytest.warns(RuntimeWarning, match="sampling.cuda_graph needs the fused decoder"):
-        asked = sample(tiny_model, prompts, N_PER, generator=_gen(), cuda_graph=True, **kw)
-    plain = sample(tiny_model, prompts, N_PER, generator=_gen(), **kw)
+        asked = sample(Sampler(tiny_model, EOS_MANY, PAD, MAX_NEW, fast_path=False, cuda_graph=True), prompts, N_PER,
+                       generator=_gen())
+    plain = sample(Sampler(tiny_model, EOS_MANY, PAD, MAX_NEW, fast_path=False), prompts, N_PER, generator=_gen())
     assert torch.equal(asked.response_ids, plain.response_ids)
 
 
@@ -431,11 +432,11 @@ def test_a_failed_compilation_falls_back_to_the_eager_sampler_with_a_warning(tin
     monkeypatch.setattr(forward, "_COMPILED", {})
     monkeypatch.setattr(forward, "_COMPILE_FAILED", [])
     monkeypatch.setattr(torch, "compile", broken_compile)
-    kw = dict(eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW, fast_path=True)
     failed = "torch.compile of the sampler failed .*no C compiler found.*sampling.compile"
     with pytest.warns(RuntimeWarning, match=failed):
-        fallback = sample(tiny_model, prompts, N_PER, generator=_gen(6), compile=True, **kw)
-    eager = sample(tiny_model, prompts, N_PER, generator=_gen(6), **kw)
+        fallback = sample(Sampler(tiny_model, EOS_MANY, PAD, MAX_NEW, compile=True), prompts, N_PER,
+                          generator=_gen(6))
+    eager = sample(Sampler(tiny_model, EOS_MANY, PAD, MAX_NEW), prompts, N_PER, generator=_gen(6))
     assert torch.equal(fallback.response_ids, eager.response_ids)
     # the first step ran the compiled layout (the whole cache under a mask) eagerly: equal up to rounding
     torch.testing.assert_close(fallback.behavior_logprobs, eager.behavior_logprobs, atol=1e-6, rtol=0)
@@ -485,9 +486,11 @@ def test_large_vocabulary_draws_follow_the_softmax():
 
 def test_generator_is_the_only_randomness(tiny_model, prompts):
     torch.manual_seed(0)
-    a = sample(tiny_model, prompts, 2, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=6, generator=_gen(9))
+    a = sample(Sampler(tiny_model, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=6), prompts, 2,
+               generator=_gen(9))
     torch.manual_seed(1)
-    b = sample(tiny_model, prompts, 2, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=6, generator=_gen(9))
+    b = sample(Sampler(tiny_model, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=6), prompts, 2,
+               generator=_gen(9))
     assert torch.equal(a.response_ids, b.response_ids)
 
 
@@ -496,10 +499,10 @@ def test_generator_is_the_only_randomness(tiny_model, prompts):
 
 def test_training_mode_is_restored(tiny_model, prompts):
     tiny_model.train()
-    sample(tiny_model, prompts, 1, eos_token_id=1, pad_token_id=PAD, max_new_tokens=3)
+    sample(Sampler(tiny_model, eos_token_id=1, pad_token_id=PAD, max_new_tokens=3), prompts, 1)
     assert tiny_model.training
     tiny_model.eval()
-    sample(tiny_model, prompts, 1, eos_token_id=1, pad_token_id=PAD, max_new_tokens=3)
+    sample(Sampler(tiny_model, eos_token_id=1, pad_token_id=PAD, max_new_tokens=3), prompts, 1)
     assert not tiny_model.training
 
 
@@ -515,7 +518,7 @@ def test_fused_path_declines_mistral_sliding_window_and_stays_exact(prompts):
         torch.manual_seed(0)
         model = MistralForCausalLM(cfg).eval()
     assert not supports_fused_forward(model)
-    ro = sample(model, prompts, 2, eos_token_id=1, pad_token_id=PAD, max_new_tokens=8, generator=_gen())
+    ro = sample(Sampler(model, eos_token_id=1, pad_token_id=PAD, max_new_tokens=8), prompts, 2, generator=_gen())
     _assert_matches_full_forward(model, ro, temperature=1.0)
     cfg_full = MistralConfig(**{**cfg.to_dict(), "sliding_window": None})
     assert supports_fused_forward(MistralForCausalLM(cfg_full))

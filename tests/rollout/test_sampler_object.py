@@ -37,7 +37,7 @@ def _old_form(kind: str):
         temps = (torch.tensor([1.1, 0.7, 0.9, 1.3]) * 0.8).tolist()
         return [PromptTemperature(t) for t in temps], temps
     args = {k: v for k, v in EAD.items() if k not in ("schedule", "step")}  # EAD: a function of the position
-    values = (Tm.ead_schedule(EAD["step"], MAX_NEW, **args) * 0.8).tolist()
+    values = (Tm.ead_schedule(EAD["step"], MAX_NEW, Tm.EADOptions(**args)) * 0.8).tolist()
     return [PromptTemperature(0.8, EAD)] * 4, (lambda t: values[t])
 
 
@@ -49,8 +49,8 @@ def test_the_sampler_samples_what_the_decoder_did_with_the_old_temperature_forms
     requests, old = _old_form(kind)
     sampler = Sampler(tiny_model, EOS_MANY, PAD, MAX_NEW, **PATH_KW[path])
     got = sampler.sample(prompts, _plan(requests), torch.Generator().manual_seed(4))
-    want = sample(tiny_model, prompts, N_PER, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW,
-                  temperature=old, generator=torch.Generator().manual_seed(4), **PATH_KW[path])
+    want = sample(Sampler(tiny_model, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW, **PATH_KW[path]),
+                  prompts, N_PER, temperature=old, generator=torch.Generator().manual_seed(4))
     assert_same_batch(got, want)
 
 
@@ -86,8 +86,9 @@ def test_sample_fixed_samples_what_the_decoder_did_with_one_temperature(tiny_mod
     for n in (N_PER, 2):
         got = sampler.sample_fixed(prompts, n, 0.8 if kind == "fixed" else requests[0],
                                    torch.Generator().manual_seed(4))
-        want = sample(tiny_model, prompts, n, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW,
-                      temperature=old, generator=torch.Generator().manual_seed(4), **PATH_KW[path])
+        want = sample(Sampler(tiny_model, eos_token_id=EOS_MANY, pad_token_id=PAD, max_new_tokens=MAX_NEW,
+                              **PATH_KW[path]),
+                      prompts, n, temperature=old, generator=torch.Generator().manual_seed(4))
         assert_same_batch(got, want, n)
 
 

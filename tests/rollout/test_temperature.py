@@ -24,9 +24,9 @@ def test_ead_hand_values():
     # step 10^6: d = min(25 + 5e6, 40000) = 40000; t = 4000: 2.2 - exp(0.1) = 2.2 - 1.1051709 = 1.0948291
     assert abs(float(Tm.ead(4000, 10**6)) - 1.0948291) < 1e-6
     # public-code scale 20 at step 0: d = 500; t = 10: 2.2 - exp(0.02) = 2.2 - 1.0202013 = 1.1797987
-    assert abs(float(Tm.ead(10, 0, scale=20.0)) - 1.1797987) < 1e-6
+    assert abs(float(Tm.ead(10, 0, Tm.EADOptions(scale=20.0))) - 1.1797987) < 1e-6
     # c = 0: t = 0 starts at tau_max: 1 + 1.2 - exp(0) = 1.2
-    assert abs(float(Tm.ead(0, 0, c=0)) - 1.2) < 1e-6
+    assert abs(float(Tm.ead(0, 0, Tm.EADOptions(c=0))) - 1.2) < 1e-6
 
 
 def test_ead_types_and_shapes():
@@ -71,9 +71,9 @@ def test_ead_invalid_arguments():
     with pytest.raises(ValueError):
         Tm.ead(0, -1)
     with pytest.raises(ValueError):
-        Tm.ead(0, 0, scale=0.0)
+        Tm.ead(0, 0, Tm.EADOptions(scale=0.0))
     with pytest.raises(ValueError):
-        Tm.ead(0, 0, d0=0.0)
+        Tm.ead(0, 0, Tm.EADOptions(d0=0.0))
 
 
 # ---------------------------------------------------------------------------------------------- RevEAD
@@ -82,7 +82,9 @@ def test_ead_invalid_arguments():
 def test_revead_hand_values_and_bounds():
     # c = 0 (the formula as printed), d = 25: t = 0: 0.1 + exp(0) = 1.1; t = 1: 0.1 + exp(0.04) = 1.1408108;
     # t = 3: 0.1 + exp(0.12) = 1.2274969 > 1.2 -> tau_max
-    assert torch.allclose(Tm.revead(torch.tensor([0, 1, 3]), 0, c=0), torch.tensor([1.1, 1.1408108, 1.2]), atol=1e-6)
+    printed = Tm.EADOptions(c=0)  # the paper's formula, without the prefix
+    assert torch.allclose(Tm.revead(torch.tensor([0, 1, 3]), 0, printed), torch.tensor([1.1, 1.1408108, 1.2]),
+                          atol=1e-6)
     for step in [0, 3, 50, 10**4]:
         tau = Tm.revead(torch.arange(0, 3000), step)
         assert torch.all(tau[:10] == 1.0)  # same template prefix as EAD by default
@@ -91,7 +93,7 @@ def test_revead_hand_values_and_bounds():
         assert torch.all(after >= 1.1 - 1e-6) and torch.all(after <= 1.2 + 1e-6)
         assert torch.all(after[1:] >= after[:-1])  # non-decreasing: the reverse of EAD
     # the schedule helper matches
-    assert torch.equal(Tm.revead_schedule(4, 20, c=0), Tm.revead(torch.arange(20), 4, c=0))
+    assert torch.equal(Tm.revead_schedule(4, 20, printed), Tm.revead(torch.arange(20), 4, printed))
 
 
 # ---------------------------------------------------------------------------------------------- E3 eq. 4 / 5

@@ -71,9 +71,9 @@ def test_a_run_records_what_auto_resolved_to_and_trains_through_the_template(tmp
     seen = []
     real_sample = sampler_module.sample
 
-    def recording_sample(model, prompts, *args, **kwargs):
+    def recording_sample(sampler, prompts, *args, **kwargs):
         seen.extend(char_tokenizer.decode(p) for p in prompts)
-        return real_sample(model, prompts, *args, **kwargs)
+        return real_sample(sampler, prompts, *args, **kwargs)
 
     monkeypatch.setattr(sampler_module, "sample", recording_sample)  # what the built sampler decodes with
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from explorl.config import ConfigError, load_config
-from explorl.evaluation.evaluate import evaluate
+from explorl.evaluation.evaluate import EvalPlan, evaluate
 from explorl.models import load_policy
 from explorl.rollout.sampler import Sampler
 from explorl.tasks import load_task
@@ -69,7 +69,7 @@ def test_evaluation_counts_pass_at_k_by_the_rule(tiny_model_dir):
     model, tok, _ = load_policy(cfg.model)
     task = load_task(cfg.task)
     sampler = Sampler(model, tok.eos_token_id, tok.pad_token_id, 12)
-    summary, results = evaluate(sampler, tok, task.eval, task, n=8, ks=[1], seed=0, keep_completions=True)
+    summary, results = evaluate(sampler, tok, task.eval, task, EvalPlan(n=8, ks=[1], seed=0, keep_completions=True))
     texts = [t for r in results for t in r.completions]
     judged = [c for r in results for c in r.correct]
     assert judged == ["=" in t for t in texts]

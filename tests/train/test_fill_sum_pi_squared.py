@@ -8,7 +8,7 @@ import torch
 
 from explorl.algos.batch import RolloutBatch
 from explorl.config import load_config
-from explorl.rollout.logprobs import response_logprobs
+from explorl.rollout.logprobs import LogprobOptions, response_logprobs
 from explorl.train.update import fill_logprobs, on_policy_single_update
 
 
@@ -27,7 +27,7 @@ def test_pi_olds_forward_fills_sum_pi_squared_only_where_an_entry_needs_it(tiny_
     ro = _rollout(tiny_model.config.vocab_size)
     with torch.no_grad():
         lp, ent, s2 = response_logprobs(tiny_model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.mask, 0.7,
-                                        with_sum_pi_squared=True)
+                                        options=LogprobOptions(with_sum_pi_squared=True))
     otb = load_config(None, ["algo.advantage=optimal_token_baseline", "model.compile=false"])
     assert not on_policy_single_update(otb)  # one update per batch still runs pi_old's forward
     got = fill_logprobs(tiny_model, None, ro, 0.7, otb, False)

@@ -1,7 +1,7 @@
 """The aggregation of token values into one loss (docs/methods.md §1d): masked reductions, the `loss_agg` modes
 (registered as kind `aggregation` with their papers, selected by `algo.loss_agg`; `LOSS_AGG_MODES` lists them and
 the config is validated against it), E3's eq. 1 weights per question, and the micro-batch accounting of gradient
-accumulation. Pure tensor functions, torch only.
+accumulation, and `Reduction`, what a policy loss does after its token formula. Pure tensor functions, torch only.
 
 Per-token multipliers never change the normaliser: a token whose weight is 0 still counts in the `token-mean`
 denominator (the number of valid tokens of `mask`).
@@ -9,13 +9,19 @@ denominator (the number of valid tokens of `mask`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor
 
 from explorl.algos.registry import Cite, entries, lookup, register
 
+if TYPE_CHECKING:
+    from explorl.algos.batch import RolloutBatch
+
 __all__ = ["LOSS_AGG", "LOSS_AGG_MODES", "PER_QUESTION", "question_weights", "zero_padding", "masked_sum",
-           "masked_mean", "aggregate", "aggregation_count", "micro_batch_share"]
+           "masked_mean", "aggregate", "aggregation_count", "micro_batch_share", "Reduction"]
 
 
 PER_QUESTION = "seq-mean-token-mean-per-question"
@@ -175,3 +181,45 @@ def micro_batch_share(mask: Tensor, rows: Tensor, agg: str) -> float:
     return aggregation_count(mask[rows], agg) / max(aggregation_count(mask, agg), 1.0)
 
 
+@dataclass(frozen=True)
+class Reduction:
+    """How a policy loss turns its `[N, T]` token losses into one scalar (docs/methods.md §1d): the detached per-token
+    multipliers `is_weights` and `token_weights` scale the token loss, then the aggregation `agg` reduces it over the
+    valid tokens. The multipliers never change the normaliser: a token whose weight is 0 still counts in it."""
+
+    agg: str = "token-mean"
+    """The aggregation, one of `LOSS_AGG_MODES` (`aggregate`; the config's `algo.loss_agg`)."""
+    max_response_len: int | None = None
+    """The configured response length limit, the normaliser of `seq-mean-token-sum-norm` (required there only)."""
+    is_weights: Tensor | None = None
+    """`[N, T]` importance weights multiplying the token loss, detached (e.g. `tis_weights`); None: none."""
+    token_weights: Tensor | None = None
+    """`[N, T]` per-token multipliers of the token loss, detached (e.g. a 0/1 token selection, E3's per-question
+    weights); None: none."""
+
+    @classmethod
+    def of(cls, batch: RolloutBatch, agg: str) -> Reduction:
+        """The reduction of a micro-batch `batch` (its `max_response_len`, `is_weights`, `token_weights`) under the
+        aggregation `agg` (the config's `algo.loss_agg`)."""
+        return cls(agg, batch.max_response_len, batch.is_weights, batch.token_weights)
+
+    def weighted(self, token_loss: Tensor, valid: Tensor) -> Tensor:
+        """`[N, T]` the token loss times the weights (detached, in its dtype, 0 on padding); `valid` `[N, T]` bool."""
+        for w in (self.is_weights, self.token_weights):
+            if w is not None:
+                token_loss = token_loss * zero_padding(w.detach().to(token_loss.dtype), valid)
+        return token_loss
+
+    def __call__(self, token_loss: Tensor, valid: Tensor) -> Tensor:
+        """The scalar loss: `aggregate` of the weighted token loss `[N, T]` over `valid` `[N, T]`."""
+        return aggregate(self.weighted(token_loss, valid), valid, self.agg, self.max_response_len)
+
+    def record(self, stats: dict[str, float], valid: Tensor, n_valid: int, dtype: torch.dtype) -> dict[str, float]:
+        """`stats` with the weights' statistics over the `n_valid` valid tokens: `loss/is_weight_mean` (the mean
+        importance weight, in `dtype`) when there are `is_weights`, `loss/masked_frac` (the fraction whose token
+        weight is 0) when there are `token_weights`."""
+        if self.is_weights is not None:
+            stats["loss/is_weight_mean"] = float(masked_mean(self.is_weights.detach().to(dtype), valid))
+        if self.token_weights is not None:
+            stats["loss/masked_frac"] = float(((self.token_weights.detach() == 0) & valid).sum()) / max(n_valid, 1)
+        return stats

@@ -1,7 +1,8 @@
 """The pieces every method shares: segment statistics, input checks, the k3 KL, importance ratios and the PPO clip,
-per-token weights and the loss statistics, the token covariance of Clip-Cov / KL-Cov and top-k selection. Pure tensor
-functions, torch only; the masked reductions and the loss aggregation (with E3's eq. 1 weights and the micro-batch
-accounting) are `explorl.algos.aggregation`, the methods themselves `explorl.algos.methods.<name>`, each one file.
+the loss statistics, the token covariance of Clip-Cov / KL-Cov and top-k selection. Pure tensor functions, torch only;
+the masked reductions, the loss aggregation (with E3's eq. 1 weights and the micro-batch accounting) and a policy
+loss's per-token weights (`Reduction`) are `explorl.algos.aggregation`, the methods themselves
+`explorl.algos.methods.<name>`, each one file.
 
 Notation follows docs/methods.md: N responses padded to T tokens, `mask[N, T]` is 1 on response tokens, `group[N]`
 (int64, arbitrary ids, any order) names the prompt of each response. Padding may hold any value (even inf or nan)
@@ -11,8 +12,8 @@ Deliberate difference from the bare formulas: the log-ratio `logp_new - logp_old
 `exp` (as verl does), a numerical guard that only acts on ratios beyond 4.8e8 or below 2e-9.
 
 Per-token multipliers never change the normaliser: `is_weights` and `token_weights` scale the token loss
-(`apply_weights`), and a token whose weight is 0 still counts in the `token-mean` denominator (the number of valid
-tokens of `mask`).
+(`explorl.algos.aggregation.Reduction`), and a token whose weight is 0 still counts in the `token-mean` denominator
+(the number of valid tokens of `mask`).
 """
 
 from __future__ import annotations
@@ -22,13 +23,13 @@ import math
 import torch
 from torch import Tensor
 
-from explorl.algos.aggregation import LOSS_AGG_MODES, masked_mean, zero_padding
+from explorl.algos.aggregation import LOSS_AGG_MODES, Reduction, masked_mean, zero_padding
 
 __all__ = [
     "dense_ids", "segment_stats", "group_range_equal", "token_positions", "check_response_inputs",
-    "check_token_inputs", "float_dtype", "on_response_tokens", "LOG_RATIO_BOUND", "kl_k3", "check_loss_inputs", "importance_ratio",
-    "as_constant", "ppo_token_loss", "apply_weights", "valid_fraction", "ratio_stats", "ppo_stats", "weight_stats",
-    "centered_cov", "top_k_mask",
+    "check_token_inputs", "float_dtype", "on_response_tokens", "LOG_RATIO_BOUND", "kl_k3", "check_loss_inputs",
+    "importance_ratio", "as_constant", "ppo_token_loss", "valid_fraction", "ratio_stats", "ppo_stats", "centered_cov",
+    "top_k_mask",
 ]
 
 
@@ -197,29 +198,23 @@ def kl_k3(logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor | None = None, *,
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Ratios, the PPO clip, per-token weights and the loss statistics
+# Ratios, the PPO clip and the loss statistics
 
 
-def check_loss_inputs(
-    fn_name: str,
-    logprobs_new: Tensor,
-    logprobs_old: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    agg: str,
-    is_weights: Tensor | None,
-    token_weights: Tensor | None,
-) -> None:
+def check_loss_inputs(fn_name: str, logprobs_new: Tensor, logprobs_old: Tensor, advantages: Tensor, mask: Tensor,
+                      reduction: Reduction) -> None:
+    """ValueError naming `fn_name` unless the token inputs and the reduction's weights share one `[N, T]` shape and
+    the reduction's `agg` is one of `LOSS_AGG_MODES`."""
     shapes = {"logprobs_new": logprobs_new, "logprobs_old": logprobs_old, "advantages": advantages, "mask": mask}
-    if is_weights is not None:
-        shapes["is_weights"] = is_weights
-    if token_weights is not None:
-        shapes["token_weights"] = token_weights
+    if reduction.is_weights is not None:
+        shapes["is_weights"] = reduction.is_weights
+    if reduction.token_weights is not None:
+        shapes["token_weights"] = reduction.token_weights
     if mask.dim() != 2 or any(t.shape != mask.shape for t in shapes.values()):
         raise ValueError(f"{fn_name}: all inputs must share one [N, T] shape; got "
                          + ", ".join(f"{k} {tuple(v.shape)}" for k, v in shapes.items()))
-    if agg not in LOSS_AGG_MODES:
-        raise ValueError(f"unknown loss aggregation {agg!r}; valid: {', '.join(LOSS_AGG_MODES)}")
+    if reduction.agg not in LOSS_AGG_MODES:
+        raise ValueError(f"unknown loss aggregation {reduction.agg!r}; valid: {', '.join(LOSS_AGG_MODES)}")
 
 
 def importance_ratio(logprobs_new: Tensor, logprobs_old: Tensor, valid: Tensor) -> tuple[Tensor, Tensor]:
@@ -239,15 +234,6 @@ def ppo_token_loss(ratio: Tensor, adv: Tensor, eps_low: float, eps_high: float) 
     loss_unclipped = -adv * ratio
     loss_clipped = -adv * ratio.clamp(1.0 - eps_low, 1.0 + eps_high)
     return torch.maximum(loss_unclipped, loss_clipped), loss_unclipped, loss_clipped
-
-
-def apply_weights(token_loss: Tensor, valid: Tensor, is_weights: Tensor | None,
-                   token_weights: Tensor | None) -> Tensor:
-    """Multiply the token loss by the (detached) per-token weights; the aggregation mask is left alone."""
-    for w in (is_weights, token_weights):
-        if w is not None:
-            token_loss = token_loss * as_constant(w, valid, token_loss.dtype)
-    return token_loss
 
 
 def valid_fraction(flags: Tensor, valid: Tensor, n_valid: int) -> float:
@@ -281,15 +267,6 @@ def ppo_stats(loss: Tensor, ratio: Tensor, log_ratio: Tensor, adv: Tensor, clipp
         "loss/ratio_min": base["loss/ratio_min"],
         "loss/ppo_kl": base["loss/ppo_kl"],
     }
-
-
-def weight_stats(stats: dict[str, float], valid: Tensor, n_valid: int, dtype: torch.dtype,
-                  is_weights: Tensor | None, token_weights: Tensor | None) -> dict[str, float]:
-    if is_weights is not None:
-        stats["loss/is_weight_mean"] = float(masked_mean(is_weights.detach().to(dtype), valid))
-    if token_weights is not None:
-        stats["loss/masked_frac"] = valid_fraction(token_weights.detach() == 0, valid, n_valid)
-    return stats
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -8,9 +8,10 @@ entropy terms, so every term of the objective is normalised the same way. The lo
 (`forking_mask`), EAD's truncated importance weights (`tis`) and DAPO's soft overlong punishment
 (`dapo_overlong`); the aggregation (`LOSS_AGG_MODES`) and the micro-batch accounting are
 `explorl.algos.aggregation`, the k3 KL `explorl.algos.core`. Every loss function takes `(logprobs_new,
-logprobs_old, advantages, mask, *, agg, max_response_len, is_weights, token_weights, ...)`; the registered policy
-losses take the config and their options instead of the loss's own keywords (`get_policy_loss`), so the step calls
-any of them the same way (docs/methods.md §1, §5, §6, §9).
+logprobs_old, advantages, mask, *, <its hyperparameters>, reduction)`, `reduction` a `Reduction` (the aggregation,
+the length limit it may need and the per-token weights); the registered policy losses take the config and their
+options instead of the loss's own keywords (`get_policy_loss`), so the step calls any of them the same way
+(docs/methods.md §1, §5, §6, §9).
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from typing import Callable
 
 from torch import Tensor
 
-from explorl.algos.aggregation import (LOSS_AGG, LOSS_AGG_MODES, PER_QUESTION, aggregate, aggregation_count,
-                                       masked_mean, masked_sum, micro_batch_share, question_weights)
+from explorl.algos.aggregation import (LOSS_AGG, LOSS_AGG_MODES, PER_QUESTION, Reduction, aggregate,
+                                       aggregation_count, masked_mean, masked_sum, micro_batch_share, question_weights)
 from explorl.algos.core import kl_k3
 from explorl.algos.methods.clip_cov import ClipCovOptions, clip_cov_loss
 from explorl.algos.methods.dapo_overlong import OverlongOptions, overlong_penalty
@@ -34,7 +35,7 @@ __all__ = [
     "LOSS_AGG", "LOSS_AGG_MODES", "masked_sum", "masked_mean", "aggregate", "kl_k3", "policy_loss",
     "tis_weights", "tis_stats", "TIS_LEVELS", "forking_mask", "clip_cov_loss", "kl_cov_loss", "overlong_penalty",
     "get_policy_loss", "aggregation_count", "micro_batch_share", "PpoOptions", "ClipCovOptions", "KlCovOptions",
-    "ForkingOptions", "PER_QUESTION", "question_weights", "TisOptions", "OverlongOptions",
+    "ForkingOptions", "PER_QUESTION", "question_weights", "TisOptions", "OverlongOptions", "Reduction",
 ]
 
 

@@ -265,8 +265,8 @@ class TemperatureScheduleEntry(Entry):
     static: bool = False
     """The same sampling every step and prompt (`fixed`): an engine may sample at its own fixed temperature."""
     per_token: Callable | None = None
-    """The temperature varies with the output position: the pure `fn(t, step, **anneal) -> factor` that an engine
-    evaluates per token (the keywords from the schedule's `per_prompt(...).anneal`, `explorl.integrations.vllm`)."""
+    """The temperature varies with the output position: the pure `fn(t, step, options) -> factor` that an engine
+    evaluates per token (`options` built from the schedule's `per_prompt(...).anneal`, `explorl.integrations.vllm`)."""
     per_prompt_temperature: bool = False
     """Each prompt of a batch gets its own temperature."""
 

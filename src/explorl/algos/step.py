@@ -13,7 +13,8 @@ logic exists twice. The pipeline, in order (docs/methods.md):
 4. the token filter (`algo.token_filter`, per-token weights) and the importance weights (`algo.importance_weights`:
    EAD's truncated importance sampling `tis`, per token or per sequence, docs/methods.md §6);
 5. per micro-batch: the policy loss (`algo.loss`; verl's dual clip by `algo.ppo.dual_clip_c`) plus the k3 KL
-   (`algo.kl_coef`; clamped as verl's `low_var_kl` by `algo.kl_clamp`, docs/methods.md §9) minus the entropy
+   (`algo.kl_coef`; clamped as verl's `low_var_kl` by `algo.kl_clamp`, docs/methods.md §9; times the ratio
+   pi / pi_old with `algo.kl_importance_weighted`, DeepSeek-V3.2's, TRL's `use_bias_correction_kl`) minus the entropy
    bonus (`algo.entropy_coef`), each aggregated by `algo.loss_agg`.
 Which function serves a name is the registry's business (`explorl.algos.registry`); this file names no method.
 `cfg` is an `AlgoConfig` (or anything with its fields): nothing here imports explorl outside `explorl.algos`.
@@ -29,7 +30,7 @@ from torch import Tensor
 
 from explorl.algos.batch import RolloutBatch
 from explorl.algos.aggregation import aggregate, masked_mean, question_weights
-from explorl.algos.core import kl_k3
+from explorl.algos.core import importance_ratio, kl_k3
 from explorl.algos.mismatch import mismatch_metrics
 from explorl.algos.registry import lookup
 
@@ -176,6 +177,9 @@ def policy_objective(logprobs: Tensor, entropy: Tensor | None, batch: RolloutBat
                      generator: torch.Generator | None = None) -> tuple[Tensor, dict[str, float]]:
     """The loss to minimise on one (micro-)batch: policy loss + kl_coef * KL - entropy_coef * H, one aggregation.
 
+    KL is the per-token k3 estimate (`kl_k3`), times the ratio `exp(logprobs - pi_old)` (with its gradient) when
+    `cfg.kl_importance_weighted` (DeepSeek-V3.2, arXiv 2512.02556, its unbiased KL estimate; docs/methods.md §1c).
+
     Args:
         logprobs: [n, t] log-probs of the sampled tokens under the policy being optimised (with gradient).
         entropy: [n, t] its token entropies, or None when `cfg.entropy_coef == 0`.
@@ -194,8 +198,10 @@ def policy_objective(logprobs: Tensor, entropy: Tensor | None, batch: RolloutBat
     loss, stats = entry.bind(cfg)(logprobs, with_old, cfg, **random)
     if cfg.kl_coef > 0:
         batch.require("ref_logprobs", by="algo.kl_coef > 0")
-        kl = aggregate(kl_k3(logprobs, batch.ref_logprobs, mask, clamp=cfg.kl_clamp), mask, cfg.loss_agg,
-                       batch.max_response_len)
+        token_kl = kl_k3(logprobs, batch.ref_logprobs, mask, clamp=cfg.kl_clamp)
+        if cfg.kl_importance_weighted:  # DeepSeek-V3.2: pi / pi_old makes pi_old's samples estimate pi's KL gradient
+            token_kl = token_kl * importance_ratio(logprobs, with_old.logprobs, mask.bool())[1]
+        kl = aggregate(token_kl, mask, cfg.loss_agg, batch.max_response_len)
         loss = loss + cfg.kl_coef * kl
         stats["kl/mean"] = float(kl.detach())
     if cfg.entropy_coef != 0:

@@ -20,9 +20,9 @@ from explorl.analysis.measures import mean_answer_diversity
 from explorl.commands.common import (_check_device, _check_ks_within_n, _parse_ks, _print_table, _run_code_trust,
                                      _task_opts, _unused_path, _use_code_flags, add_overwrite_flag, refuse_to_replace)
 from explorl.config import ModelConfig, eval_set_task, from_dict, held_out_task
-from explorl.evaluation.evaluate import curve_ks, k_curves, match_entropy, sampled_entropy
+from explorl.evaluation.evaluate import EvalPlan, curve_ks, k_curves, match_entropy, sampled_entropy
 from explorl.evaluation.failures import report_reward_failures, reward_calls
-from explorl.evaluation.settings import resolve_eval_settings
+from explorl.evaluation.settings import SamplingFlags, resolve_eval_settings
 from explorl.models import load_model_under_test, weights_fingerprint
 from explorl.rewards import reward_versions
 from explorl.rollout.temperature_schedules import PromptTemperature
@@ -154,10 +154,10 @@ def cmd_eval(args) -> int:
                        ("--per-problem", args.per_problem)):
         refuse_to_replace(path, flag, args.overwrite)  # before any model loads
     model_cfg = from_dict(ModelConfig, {"path": args.model, "device": args.device, "dtype": args.dtype})
-    s = resolve_eval_settings(args.model, args.task, opts, max_new_tokens=args.max_new_tokens,
-                              temperature=args.temperature, top_p=args.top_p, schedule=args.schedule,
-                              schedule_options=_schedule_opts(args.schedule_opt), limit=args.limit,
-                              config=args.config, trust=_run_code_trust(args, opts))
+    flags = SamplingFlags(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
+                          schedule=args.schedule, schedule_options=_schedule_opts(args.schedule_opt))
+    s = resolve_eval_settings(args.model, args.task, opts, flags=flags, limit=args.limit, config=args.config,
+                              trust=_run_code_trust(args, opts))
     run, run_cfg, task_cfg, problems = s.run, s.run_cfg, s.task_cfg, s.problems
     if args.match_entropy is not None and s.sampler_temperature.anneal is not None:
         raise SystemExit(f"--match-entropy: sets one temperature; it does not combine with the per-token "
@@ -244,20 +244,22 @@ def _evaluate_all(args, s, sampler, tok, ks: list[int], extra_sets: dict, failur
     on its own; every reward failure of the split is appended to `failures`."""
     with Progress(console=common.console, disable=not common.console.is_terminal) as bar:
         job = bar.add_task("eval", total=len(s.problems))
-        summary, per_problem = evaluation.evaluate(
-            sampler, tok, s.problems, s.task, n=args.n, ks=ks, temperature=s.sampler_temperature,
-            encode=prompt_encoder(tok, s.task_cfg), seed=args.seed, reward_timeout_s=s.task_cfg.reward_timeout_s,
-            progress=lambda k: bar.advance(job, k), analyze=args.analyze,
-            keep_completions=bool(args.save_completions), failures=failures)
+        plan = EvalPlan(n=args.n, ks=ks, temperature=s.sampler_temperature, seed=args.seed,
+                        reward_timeout_s=s.task_cfg.reward_timeout_s, analyze=args.analyze,
+                        keep_completions=bool(args.save_completions))
+        summary, per_problem = evaluation.evaluate(sampler, tok, s.problems, s.task, plan,
+                                                   encode=prompt_encoder(tok, s.task_cfg),
+                                                   progress=lambda k: bar.advance(job, k), failures=failures)
         sets = {}
         for set_name, set_cfg in extra_sets.items():
             set_task = load_task(set_cfg)
             set_problems = set_task.eval[: args.limit] if args.limit else set_task.eval
             job = bar.add_task(f"eval {set_name}", total=len(set_problems))
-            sets[set_name], _ = evaluation.evaluate(
-                sampler, tok, set_problems, set_task, n=args.n, ks=ks, temperature=s.sampler_temperature,
-                encode=prompt_encoder(tok, set_cfg), seed=args.seed, reward_timeout_s=set_cfg.reward_timeout_s,
-                progress=lambda k, j=job: bar.advance(j, k))
+            set_plan = EvalPlan(n=args.n, ks=ks, temperature=s.sampler_temperature, seed=args.seed,
+                                reward_timeout_s=set_cfg.reward_timeout_s)
+            sets[set_name], _ = evaluation.evaluate(sampler, tok, set_problems, set_task, set_plan,
+                                                    encode=prompt_encoder(tok, set_cfg),
+                                                    progress=lambda k, j=job: bar.advance(j, k))
     return summary, per_problem, sets
 
 

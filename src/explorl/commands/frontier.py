@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.progress import Progress
@@ -17,9 +18,9 @@ from explorl.commands.common import (_check_device, _check_ks_within_n, _parse_k
                                      _task_opts, add_overwrite_flag, refuse_to_replace)
 from explorl.commands.eval import _fingerprints
 from explorl.config import ModelConfig, from_dict
-from explorl.evaluation.evaluate import MixedModelsError, check_same_base
+from explorl.evaluation.evaluate import EvalPlan, MixedModelsError, check_same_base
 from explorl.evaluation.frontier import FrontierPoint, entropy_grid, paired_frontier_difference, shared_entropy_range
-from explorl.evaluation.settings import resolve_eval_settings
+from explorl.evaluation.settings import SamplingFlags, resolve_eval_settings
 from explorl.metrics import bootstrap_ci, pass_at_k
 from explorl.models import load_model_under_test
 from explorl.rewards import reward_versions
@@ -97,6 +98,25 @@ def _write_partial(path: Path, setting: dict, fingerprints: dict, points: dict) 
     nofollow.write_atomic(path, json.dumps({"setting": setting, "fingerprints": fingerprints, "points": points}))
 
 
+@dataclass
+class _Points:
+    """The points evaluated so far (`done`: {point key: its entropy and correct counts}), each new one written to
+    `path` (frontier.partial.json) at once with the setting and fingerprints it was evaluated in (`keep`)."""
+
+    path: Path
+    """frontier.partial.json in `--out`."""
+    setting: dict
+    """What the points were evaluated in (split, n, seed, length, top-p, reward and its versions)."""
+    fingerprints: dict
+    """Each model's weight fingerprints."""
+    done: dict
+    """{point key (`_point_key`): {"entropy", "correct"}} of every point evaluated so far."""
+
+    def keep(self, key: str, point: FrontierPoint) -> None:
+        self.done[key] = {"entropy": point.entropy, "correct": point.correct}
+        _write_partial(self.path, self.setting, self.fingerprints, self.done)
+
+
 def cmd_frontier(args) -> int:
     """Evaluate every model at every temperature (reusing the points of frontier.partial.json), print the points
     and the paired differences at equal entropy, and write frontier.json and frontier.png to `--out`."""
@@ -121,18 +141,14 @@ def cmd_frontier(args) -> int:
                "reward_versions": reward_versions(s0.task_cfg.reward)}
     record.update(reward=setting["reward"], reward_versions=setting["reward_versions"])
     partial = out / PARTIAL
-    done = _recorded_points(partial, setting, fingerprints)
-    if done:
-        console.print(Text(f"continuing from {partial}: {len(done)} point(s) already evaluated"))
-
-    def keep(key: str, point: FrontierPoint) -> None:
-        done[key] = {"entropy": point.entropy, "correct": point.correct}
-        _write_partial(partial, setting, fingerprints, done)
+    points = _Points(partial, setting, fingerprints, _recorded_points(partial, setting, fingerprints))
+    if points.done:
+        console.print(Text(f"continuing from {partial}: {len(points.done)} point(s) already evaluated"))
 
     frontiers: dict[str, list[FrontierPoint]] = {}
     with Progress(console=console, disable=not console.is_terminal) as bar:
         for name, path, s in zip(names, args.models, settings):
-            frontiers[name], shown = _model_frontier(args, name, path, s, temps, ks, done, keep, bar)
+            frontiers[name], shown = _model_frontier(args, name, path, s, temps, ks, points, bar)
             record["models"][name] = {"path": path, **fingerprints[name], "points": shown}
     _print_points(record, names, ks, len(s0.problems), args.n)
     paired = _paired_differences(frontiers, names, ks, args.grid, args.seed)
@@ -166,10 +182,11 @@ def _same_split_settings(args) -> list:
     settings = []
     for path in args.models:
         first = settings[0] if settings else None
-        s = resolve_eval_settings(path, args.task or (first.task_cfg.name if first else None), opts,
-                                  max_new_tokens=args.max_new_tokens or (first.max_new_tokens if first else None),
-                                  temperature=1.0, top_p=args.top_p if args.top_p is not None else
-                                  (first.top_p if first else None), limit=args.limit, trust=trust)
+        flags = SamplingFlags(max_new_tokens=args.max_new_tokens or (first.max_new_tokens if first else None),
+                              temperature=1.0,
+                              top_p=args.top_p if args.top_p is not None else (first.top_p if first else None))
+        s = resolve_eval_settings(path, args.task or (first.task_cfg.name if first else None), opts, flags=flags,
+                                  limit=args.limit, trust=trust)
         if first is not None and [p.prompt for p in s.problems] != [p.prompt for p in first.problems]:
             raise SystemExit(f"{path}: its run evaluates another split than {args.models[0]}'s; pass --task and "
                              f"--task-opt so that every model is evaluated on the same problems")
@@ -203,18 +220,18 @@ def _checked_fingerprints(names: list[str], paths: list[str], settings: list) ->
     return fingerprints
 
 
-def _model_frontier(args, name: str, path: str, s, temps: list[float], ks: list[int], done: dict, keep,
+def _model_frontier(args, name: str, path: str, s, temps: list[float], ks: list[int], recorded: _Points,
                     bar) -> tuple[list, list[dict]]:
     """One model's frontier points at every temperature, and each as recorded in frontier.json (with pass@k's
-    bootstrap interval over problems). A point in `done` is reused; the model loads only when a point is missing,
-    and every point evaluated is handed to `keep(key, point)` at once."""
+    bootstrap interval over problems). A point in `recorded.done` is reused; the model loads only when a point is
+    missing, and every point evaluated is kept at once (`recorded.keep`)."""
     console = common.console
     points, shown = [], []
     sampler = tok = encode = None
     for t in temps:
         key = _point_key(name, path, t)
-        if key in done:
-            entry = done[key]
+        if key in recorded.done:
+            entry = recorded.done[key]
             point = FrontierPoint(t, entry["entropy"], args.n, dict(entry["correct"]))
         else:
             if sampler is None:
@@ -222,12 +239,13 @@ def _model_frontier(args, name: str, path: str, s, temps: list[float], ks: list[
                 model, tok = load_model_under_test(s.run, s.run_cfg, model_cfg, console)
                 sampler, encode = s.sampler(model, tok), prompt_encoder(tok, s.task_cfg)
             job = bar.add_task(f"{name} T={t:g}", total=len(s.problems))
-            summary, results = evaluation.evaluate(
-                sampler, tok, s.problems, s.task, n=args.n, ks=ks, temperature=t, encode=encode, seed=args.seed,
-                reward_timeout_s=s.task_cfg.reward_timeout_s, progress=lambda c, j=job: bar.advance(j, c))
+            plan = EvalPlan(n=args.n, ks=ks, temperature=t, seed=args.seed,
+                            reward_timeout_s=s.task_cfg.reward_timeout_s)
+            summary, results = evaluation.evaluate(sampler, tok, s.problems, s.task, plan, encode=encode,
+                                                   progress=lambda c, j=job: bar.advance(j, c))
             # problem ids as strings, as they read back from the JSON record
             point = FrontierPoint(t, summary["entropy"], args.n, {str(r.id): sum(r.correct) for r in results})
-            keep(key, point)
+            recorded.keep(key, point)
             if not console.is_terminal:  # a log file gets one line per point instead of the bar
                 console.print(Text(f"{name} T={t:g}: entropy {point.entropy:.4f}, "
                                    + ", ".join(f"pass@{k} {summary[f'pass@{k}']:.3f}" for k in ks)))

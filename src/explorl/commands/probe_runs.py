@@ -192,9 +192,10 @@ def _branch(args, ctx: Context, console) -> dict:
             length = int(ro.lengths[0])
             response = ro.response_ids[0, :length].tolist()
             entropy = ro.behavior_entropy[0, :length].tolist()
-            results = P.branch_probe(ctx.sampler, ctx.tok, ctx.encode(p), response, cuts, k=args.k,
-                                     score=ctx.score_fn(p), extract_answer=ctx.task.extract_answer, entropy=entropy,
-                                     temperature=ctx.temperature, generator=gen)
+            continuations = P.ContinuationSampler(ctx.sampler, ctx.tok, args.k, ctx.score_fn(p),
+                                                  temperature=ctx.temperature, generator=gen)
+            results = P.branch_probe(continuations, ctx.encode(p), response, cuts,
+                                     extract_answer=ctx.task.extract_answer, entropy=entropy)
             per_problem.append(results)
             records.append({"id": str(p.meta.get("id", len(records))), "base_reward": base_reward[0],
                             "base_length": length,
@@ -225,9 +226,10 @@ def _perturb(args, ctx: Context, console) -> dict:
                 skipped += 1
                 continue
             length = int(ro.lengths[pick])
-            res = P.perturb_probe(ctx.sampler, ctx.tok, ctx.encode(p), ro.response_ids[pick, :length].tolist(),
-                                  ro.behavior_entropy[pick, :length].tolist(), k=args.k, score=ctx.score_fn(p),
-                                  frac=args.frac, modes=args.modes, temperature=ctx.temperature, generator=gen,
+            continuations = P.ContinuationSampler(ctx.sampler, ctx.tok, args.k, ctx.score_fn(p),
+                                                  temperature=ctx.temperature, generator=gen)
+            res = P.perturb_probe(continuations, ctx.encode(p), ro.response_ids[pick, :length].tolist(),
+                                  ro.behavior_entropy[pick, :length].tolist(), frac=args.frac, modes=args.modes,
                                   token_generator=token_gen)
             for mode, sides in res.items():
                 for side, got in sides.items():
@@ -269,7 +271,7 @@ def _update(args, ctx: Context, console) -> dict:
     tokens = [[ctx.tok.decode([i]) for i in row[:int(n)]] for row, n in zip(ro.response_ids.tolist(), ro.lengths)]
     ppl = response_perplexity(eff["logprobs_before"], mask)
     summary = P.update_shift_summary(delta, eff["entropy_before"], mask, correct=correct, tokens=tokens, ppl=ppl,
-                                     top_frac=args.top_frac)
+                                     settings=P.ShiftSummarySettings(top_frac=args.top_frac))
     drops = P.entropy_change_by_token(eff["entropy_before"], eff["entropy_after"], mask, tokens)
     o = summary["overall"]
     console.print(Text(f"one update (lr {cfg.optim.lr:g}, {cfg.algo.advantage}, {len(rewards)} responses, mean "

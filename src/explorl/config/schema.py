@@ -172,6 +172,11 @@ class AlgoConfig:
     are `explorl.algos.aggregation.LOSS_AGG_MODES`, which validation checks this against."""
     kl_coef: float = 0.0
     """beta of the k3 KL penalty to the frozen reference model (0 = no reference model is kept)."""
+    kl_importance_weighted: bool = False
+    """Multiply each token's k3 KL by its ratio pi / pi_old (with its gradient), DeepSeek-V3.2's unbiased estimate of
+    the reverse KL's gradient from tokens sampled by pi_old (TRL 1.16's `use_bias_correction_kl`, default true
+    there). Acts only with `algo.kl_coef > 0`; changes the KL gradient even on the first update, where the ratio is
+    1. false (explorl's and verl's default): the plain k3 term. docs/methods.md §1c."""
     entropy_coef: float = 0.0
     """lambda of the entropy bonus: subtracts lambda * H per token (E3 eq. 3 uses 1e-4); with
     `algo.entropy_control.enabled`, the initial coefficient."""

@@ -130,6 +130,9 @@ def _check_algo(cfg: Config) -> None:
                                "Clip-Cov authors run it)")
     _need(a.eps_high >= 0, "algo.eps_high: must be >= 0")
     _need(a.kl_coef >= 0, "algo.kl_coef: must be >= 0")
+    _need(a.kl_coef > 0 or not a.kl_importance_weighted,
+          "algo.kl_importance_weighted=true weights the KL term by the ratio, and algo.kl_coef=0 keeps no KL term; set "
+          "algo.kl_coef > 0 or algo.kl_importance_weighted=false")
     _need(a.kl_clamp is None or a.kl_clamp > 0,
           f"algo.kl_clamp: must be > 0 (verl's low_var_kl uses 10) or null for no clamp, got {a.kl_clamp}")
     _need(a.epochs >= 1, "algo.epochs: must be >= 1")

@@ -17,6 +17,7 @@ from explorl.config import eval_set_task
 from explorl.evaluation.failures import report_reward_failures, reward_calls
 from explorl.metrics import (bootstrap_ci, branching_factor, maj_at_k, pass_at_k, pass_at_k_curve, vote_keys,
                              worst_at_k)
+from explorl.rollout.collect import BoundTask
 from explorl.rollout.engines.native import decode_responses
 from explorl.rollout.logprobs import full_sequences
 from explorl.rollout.sampler import Sampler
@@ -46,42 +47,61 @@ class ProblemResult:
     """The sampled texts (only with `keep_completions=True`)."""
 
 
-def evaluate(sampler: Sampler, tokenizer, problems: Sequence, task, *, n: int, ks: Sequence[int],
-             temperature: float | PromptTemperature = 1.0, prompts_per_batch: int = 64, seed: int = 0,
-             reward_timeout_s: float = 5.0, progress=None, analyze: bool = False, branching_top_p: float = 0.95,
-             encode=None, keep_completions: bool = False,
+@dataclass
+class EvalPlan:
+    """What `evaluate` samples and measures: `n` responses per problem at `temperature`, scored for the k of `ks`."""
+
+    n: int
+    """Samples per problem."""
+    ks: Sequence[int]
+    """The k of pass@k, maj@k and worst@k."""
+    temperature: float | PromptTemperature = 1.0
+    """A number, or a `PromptTemperature`: a per-token schedule at inference."""
+    seed: int = 0
+    """Seeds the sampling generator and the maj@k tie-breaks."""
+    prompts_per_batch: int = 64
+    """Problems sampled together in one call of the sampler."""
+    reward_timeout_s: float = 5.0
+    """The time limit of a reward call (`task.reward_timeout_s`)."""
+    analyze: bool = False
+    """Also measure `unsolvable@n`, the branching factor and the entropy by position."""
+    branching_top_p: float = 0.95
+    """The nucleus mass of the branching factor (with `analyze`)."""
+    keep_completions: bool = False
+    """Keep each problem's sampled texts (`ProblemResult.completions`)."""
+
+
+def evaluate(sampler: Sampler, tokenizer, problems: Sequence, task, plan: EvalPlan, *, encode=None, progress=None,
              failures: list | None = None) -> tuple[dict, list[ProblemResult]]:
-    """Sample `n` responses per problem with `sampler` (its model, length limit, top-p and decoder) at `temperature`
-    (a number, or a `PromptTemperature`: a per-token schedule at inference) and score them (`encode(problem)`: the
-    prompt's token ids, e.g. through the chat template, `tasks.chat.prompt_encoder`; default the prompt text as it
-    is).
+    """Sample `plan.n` responses per problem with `sampler` (its model, length limit, top-p and decoder) at
+    `plan.temperature` and score them (`encode(problem)`: the prompt's token ids, e.g. through the chat template,
+    `tasks.chat.prompt_encoder`; default the prompt text as it is). E.g.
+    `evaluate(sampler, tok, task.eval, task, EvalPlan(n=8, ks=[1, 8]))`.
 
     A response counts as correct by the task's rule (`Task.correct`: the `task.correct_by` entry's own score above
     `task.correct_threshold`, 0.5 by default), whatever the other reward functions add; its final answer (maj@k) and
     format (`format_rate`) are read as the task says (`task.answer_pattern`, default the last `\\boxed{}`).
-    Returns (summary, per_problem). Summary keys: `pass@k`, `maj@k` and `worst@k` for each k, `avg@n` (mean
-    accuracy), `format_rate` (responses with exactly one `\\boxed{`),
+    Returns (summary, per_problem). Summary keys: `pass@k`, `maj@k` and `worst@k` for each k of `plan.ks`, `avg@n`
+    (mean accuracy), `format_rate` (responses with exactly one `\\boxed{`),
     `entropy` (mean token entropy of the sampled distribution), `length` (mean response tokens), `errors`
-    and `timeouts` of the reward function, `problems`, `n`. With `analyze`, also `unsolvable@n` (problems with no
-    correct sample, STILL's k-rollout unsolvable set for k = n), `branching` (mean rollout branching factor,
+    and `timeouts` of the reward function, `problems`, `n`. With `plan.analyze`, also `unsolvable@n` (problems with
+    no correct sample, STILL's k-rollout unsolvable set for k = n), `branching` (mean rollout branching factor,
     docs/methods.md §8b) and `entropy/by_position` (mean token entropy in 10 relative-position bins). With
-    `keep_completions`, each `ProblemResult` keeps its sampled texts (`completions`). `failures`, when given, gets
-    every reward failure (`rewards.RewardFailure`: what failed, with its traceback) appended.
+    `plan.keep_completions`, each `ProblemResult` keeps its sampled texts (`completions`). `progress(count)` is
+    called after each batch of problems; `failures`, when given, gets every reward failure
+    (`rewards.RewardFailure`: what failed, with its traceback) appended.
     """
-    gen = torch.Generator(device=next(sampler.model.parameters()).device).manual_seed(seed)
-    runner = task.reward_runner(reward_timeout_s)
+    gen = torch.Generator(device=next(sampler.model.parameters()).device).manual_seed(plan.seed)
+    bound = BoundTask(tokenizer, task, task.reward_runner(plan.reward_timeout_s), encode)
     results: list[ProblemResult] = []
     totals = _Totals()
-    for start in range(0, len(problems), prompts_per_batch):
-        chunk = problems[start:start + prompts_per_batch]
-        ids = [encode(p) if encode else tokenizer.encode(p.prompt, add_special_tokens=False) for p in chunk]
-        ro = sampler.sample_fixed(ids, n, temperature, gen)
-        results += _score_batch(sampler.model, tokenizer, task, runner, chunk, start, ro, totals,
-                                temperature=temperature, analyze=analyze, branching_top_p=branching_top_p,
-                                keep_completions=keep_completions, failures=failures)
+    for start in range(0, len(problems), plan.prompts_per_batch):
+        chunk = problems[start:start + plan.prompts_per_batch]
+        ro = sampler.sample_fixed([bound.prompt_ids(p) for p in chunk], plan.n, plan.temperature, gen)
+        results += _score_batch(sampler.model, bound, chunk, start, ro, totals, plan, failures)
         if progress is not None:
             progress(len(chunk))
-    return _summary(results, totals, n=n, ks=ks, seed=seed, analyze=analyze), results
+    return _summary(results, totals, n=plan.n, ks=plan.ks, seed=plan.seed, analyze=plan.analyze), results
 
 
 @dataclass
@@ -98,15 +118,16 @@ class _Totals:
     profile_count: torch.Tensor = field(default_factory=lambda: torch.zeros(10, dtype=torch.float64))
 
 
-def _score_batch(model, tokenizer, task, runner, chunk: Sequence, start: int, ro, totals: _Totals, *, temperature,
-                 analyze: bool, branching_top_p: float, keep_completions: bool,
+def _score_batch(model, bound: BoundTask, chunk: Sequence, start: int, ro, totals: _Totals, plan: EvalPlan,
                  failures: list | None) -> list[ProblemResult]:
     """The results of the problems `chunk` (the `start`-th of the split on) from their samples `ro`: the responses
-    decoded, rewarded and judged; the reward failures, entropy and length (and with `analyze` the branching factor
-    and the entropy profile) added to `totals`."""
-    texts = decode_responses(tokenizer, ro)
+    decoded and rewarded (`bound`: the task with its tokenizer and reward runner) and judged; the reward failures
+    (onto `failures`), entropy and length (and with `plan.analyze` the branching factor and the entropy profile)
+    added to `totals`."""
+    task = bound.task
+    texts = decode_responses(bound.tok, ro)
     group = ro.group.tolist()
-    rr = runner(texts, [chunk[g].answer for g in group], [chunk[g].meta for g in group])
+    rr = bound.runner(texts, [chunk[g].answer for g in group], [chunk[g].meta for g in group])
     judged = task.correct(rr)
     totals.errors += rr.errors
     totals.timeouts += rr.timeouts
@@ -117,8 +138,9 @@ def _score_batch(model, tokenizer, task, runner, chunk: Sequence, start: int, ro
     lengths = ro.lengths.tolist()
     ent_rows = ((ro.behavior_entropy * ro.mask).sum(-1) / ro.mask.sum(-1).clamp_min(1)).tolist()
     bf_rows = None
-    if analyze:
-        bf_rows = response_branching(model, ro, _branching_temperature(temperature, ro), branching_top_p).tolist()
+    if plan.analyze:
+        bf_rows = response_branching(model, ro, _branching_temperature(plan.temperature, ro),
+                                     plan.branching_top_p).tolist()
         prof = entropy_by_position(ro.behavior_entropy, ro.mask, bins=10).double().cpu()
         seen = ~torch.isnan(prof)
         weight = float(ro.mask.sum())
@@ -135,7 +157,7 @@ def _score_batch(model, tokenizer, task, runner, chunk: Sequence, start: int, ro
             mean_length=sum(lengths[i] for i in rows) / len(rows),
             mean_branching=None if bf_rows is None else sum(bf_rows[i] for i in rows) / len(rows),
             well_formatted=sum(task.well_formatted(texts[i]) for i in rows),
-            completions=[texts[i] for i in rows] if keep_completions else None))
+            completions=[texts[i] for i in rows] if plan.keep_completions else None))
     return results
 
 
@@ -200,13 +222,29 @@ def sampled_entropy(sampler: Sampler, tokenizer, problems: Sequence, temperature
     return float((ro.behavior_entropy * ro.mask).sum() / ro.mask.sum().clamp_min(1))
 
 
+@dataclass(frozen=True)
+class EntropySearch:
+    """The bisection of `match_entropy`: the temperatures it searches and when it stops."""
+
+    tol: float = 0.002
+    """Stop when the entropy reached is within this many nats of the target."""
+    lo: float = 0.05
+    """The lowest temperature searched."""
+    hi: float = 4.0
+    """The highest temperature searched."""
+    max_iter: int = 24
+    """Stop after this many halvings."""
+
+
 def match_entropy(sampler: Sampler, tokenizer, problems: Sequence, target: float, *, n: int = 4, seed: int = 0,
-                  encode=None, tol: float = 0.002, lo: float = 0.05, hi: float = 4.0,
-                  max_iter: int = 24) -> EntropyMatch:
-    """The temperature in [lo, hi] at which the mean token entropy of `sampler`'s model on `problems` (the
-    calibration set) equals `target`, by bisection on log T (entropy rises with the temperature), to within `tol`
-    nats or after `max_iter` halvings; the ends when the target lies beyond them. For comparing models at equal
-    sampling entropy: a model that covers more only because it samples hotter loses that edge here."""
+                  encode=None, search: EntropySearch = EntropySearch()) -> EntropyMatch:
+    """The temperature in [search.lo, search.hi] at which the mean token entropy of `sampler`'s model on `problems`
+    (the calibration set) equals `target`, by bisection on log T (entropy rises with the temperature), to within
+    `search.tol` nats or after `search.max_iter` halvings; the ends when the target lies beyond them. For comparing
+    models at equal sampling entropy: a model that covers more only because it samples hotter loses that edge
+    here."""
+    tol, lo, hi, max_iter = search.tol, search.lo, search.hi, search.max_iter
+
     def h(t: float) -> float:
         return sampled_entropy(sampler, tokenizer, problems, t, n=n, seed=seed, encode=encode)
 
@@ -342,9 +380,9 @@ def held_out_evaluator(model, tokenizer, cfg, task, encode, console=None):
         summary = {}
         for name, (t, enc, t_cfg) in sets.items():
             failures: list = []
-            result, _ = evaluate(sampler, tokenizer, t.eval, t, n=r.eval_n, ks=r.eval_k,
-                                 temperature=r.eval_temperature, seed=r.seed + 10_007 * (step + 1),
-                                 reward_timeout_s=t_cfg.reward_timeout_s, encode=enc, failures=failures)
+            plan = EvalPlan(n=r.eval_n, ks=r.eval_k, temperature=r.eval_temperature, seed=r.seed + 10_007 * (step + 1),
+                            reward_timeout_s=t_cfg.reward_timeout_s)
+            result, _ = evaluate(sampler, tokenizer, t.eval, t, plan, encode=enc, failures=failures)
             if console is not None:
                 where = f"held-out evaluation at step {step}" + (f" on run.eval_sets.{name}" if name else "")
                 report_reward_failures(console, failures, reward_calls(result, t), repr(t_cfg.reward),

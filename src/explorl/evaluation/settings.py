@@ -1,11 +1,12 @@
 """What `explorl eval` evaluates with, and where each value came from.
 
-`resolve_eval_settings` turns plain values (a model path, a task name, task options, the sampling flags or None)
-into the task, its held-out problems and the sampling settings of an evaluation. A run's output (RUN, RUN/final,
-RUN/checkpoints/step_N) is evaluated as the run was: its config.yaml supplies the task, the prompt template, the
-length limit, the held-out split, the temperature and top_p, and any value given overrides it; a config file of the
-user's (`explorl eval --config FILE`) supplies them the same way, for a model directory or in place of a run's. The
-code a run's config.yaml names is used only when the command was told to trust it (`explorl.config.trust`).
+`resolve_eval_settings` turns plain values (a model path, a task name, task options, the sampling flags given,
+`SamplingFlags`) into the task, its held-out problems and the sampling settings of an evaluation. A run's output
+(RUN, RUN/final, RUN/checkpoints/step_N) is evaluated as the run was: its config.yaml supplies the task, the prompt
+template, the length limit, the held-out split, the temperature and top_p, and any value given overrides it; a
+config file of the user's (`explorl eval --config FILE`) supplies them the same way, for a model directory or in
+place of a run's. The code a run's config.yaml names is used only when the command was told to trust it
+(`explorl.config.trust`).
 `settings` lists each value with its origin (`--temperature`, `run config: run.eval_temperature`, `--config:
 sampling.top_p`, `default`, ...): the "eval settings" table of `explorl eval` and the `settings` of its JSON
 summary. `EvalSettings.sampling` is the sampling section the evaluation's one sampler is built from
@@ -149,17 +150,35 @@ def settings_config(run: RunOutput | None, config: str | Path | None,
     return load_config(run.config_path), run.config_path
 
 
+@dataclass(frozen=True)
+class SamplingFlags:
+    """The sampling values an evaluation was given (`explorl eval`'s flags); None: not given, so the run's value,
+    else the default, holds (`resolve_eval_settings`)."""
+
+    max_new_tokens: int | None = None
+    """`--max-new-tokens`: the length limit (default the run's `sampling.max_new_tokens`, else 64)."""
+    temperature: float | None = None
+    """`--temperature` (default the run's `run.eval_temperature`, else 1.0)."""
+    top_p: float | None = None
+    """`--top-p` (default the run's `sampling.top_p`, else 1.0)."""
+    schedule: str | None = None
+    """`--schedule`: the inference-time temperature schedule (`inference_schedule`; default static)."""
+    schedule_options: Mapping[str, Any] | None = None
+    """`--schedule-opt FIELD=VALUE`: the schedule's options as given."""
+
+
 def resolve_eval_settings(model: str, task: str | None = None, task_opts: Mapping[str, str] | None = None, *,
-                          max_new_tokens: int | None = None, temperature: float | None = None,
-                          top_p: float | None = None, schedule: str | None = None,
-                          schedule_options: Mapping[str, Any] | None = None, limit: int = 0,
-                          config: str | Path | None = None, trust: CodeTrust | None = None) -> EvalSettings:
+                          flags: SamplingFlags = SamplingFlags(), limit: int = 0, config: str | Path | None = None,
+                          trust: CodeTrust | None = None) -> EvalSettings:
     """The settings of evaluating `model` (a model directory, `embedded`, or a run's output) on task `task` (None:
     the run's task, else arith) with `task_opts` (`field=value` text of task.* fields, as `--task-opt` gives it);
-    `max_new_tokens`, `temperature` and `top_p` override the run's values (None: the run's, else 64, 1.0, 1.0);
-    `schedule` (None: the default, static) with `schedule_options` the inference-time temperature schedule
-    (`inference_schedule`); `limit` keeps the first N problems (0 = all); `config`, `trust`: `settings_config`'s.
-    Loads the task (not the model); raises ValueError if its data cannot be read, naming the settings' file."""
+    `flags` (`SamplingFlags`): `max_new_tokens`, `temperature` and `top_p` override the run's values (None: the
+    run's, else 64, 1.0, 1.0), `schedule` (None: the default, static) with `schedule_options` the inference-time
+    temperature schedule (`inference_schedule`); `limit` keeps the first N problems (0 = all); `config`, `trust`:
+    `settings_config`'s. Loads the task (not the model); raises ValueError if its data cannot be read, naming the
+    settings' file."""
+    max_new_tokens, temperature, top_p = flags.max_new_tokens, flags.temperature, flags.top_p
+    schedule, schedule_options = flags.schedule, flags.schedule_options
     opts = dict(task_opts or {})
     # a run's output (RUN, RUN/final, RUN/checkpoints/step_N): evaluate it as the run did, flags override
     run = find_run_output(model)

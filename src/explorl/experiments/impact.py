@@ -18,16 +18,18 @@ Readings chosen here:
   of a response. The argmax does not depend on the sampling temperature.
 - A prefix that ends with EOS is already a complete response: it is scored once (no continuation exists,
   so all k "continuations" are that same text) and the sampler is not run for it.
-- All prefixes go to the sampler together (n = k each), in as few calls as `max_rows` allows.
+- All prefixes go to the sampler together (n = k each), in as few calls as `ImpactSampling.max_rows` allows.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
 
 from explorl.rollout.engines.native import sample
+from explorl.rollout.sampler import Sampler
 
 
 def _eos_ids(tokenizer, eos_token_id) -> list[int]:
@@ -66,26 +68,42 @@ def alternative_tokens(model, prompt_ids: Sequence[int], response_ids: Sequence[
     return picked.argmax(-1).tolist()
 
 
-def token_impact(model, tokenizer, prompt: str, response_ids: list[int], positions: list[int], *, k: int,
-                 reward_fn: Callable[[str, str], float], answer: str, max_new_tokens: int,
-                 temperature: float = 1.0, generator: torch.Generator | None = None, top_p: float = 1.0,
-                 eos_token_id: int | Sequence[int] | None = None, max_rows: int | None = None) -> list[dict]:
+@dataclass
+class ImpactSampling:
+    """How `token_impact` samples the continuations of each prefix (`rollout.engines.native.sample`)."""
+
+    k: int
+    """Continuations sampled from each of the two prefixes of a position."""
+    max_new_tokens: int
+    """The length limit of each continuation."""
+    temperature: float = 1.0
+    """The sampling temperature of the continuations."""
+    top_p: float = 1.0
+    """The nucleus mass of the continuations (1: off)."""
+    generator: torch.Generator | None = None
+    """The generator the continuations are drawn with."""
+    eos_token_id: int | Sequence[int] | None = None
+    """The ids that end a response (None: the tokenizer's)."""
+    max_rows: int | None = None
+    """At most this many sampled rows per `sample` call (None: one call for all positions)."""
+
+
+def token_impact(model, tokenizer, prompt: str, response_ids: list[int], positions: list[int], *,
+                 reward_fn: Callable[[str, str], float], answer: str, sampling: ImpactSampling) -> list[dict]:
     """Token impact I_t (eq. 6) at each of `positions` of a response.
 
     Args:
         prompt: the prompt text (encoded without special tokens, as the trainer does).
         response_ids: the response's token ids, unpadded (a final EOS may be included).
         positions: 0-based indices into response_ids.
-        k: continuations sampled from each of the two prefixes of a position.
         reward_fn: fn(response_text, answer) -> score (1.0 correct, 0.0 not).
-        max_new_tokens: length limit of each continuation.
-        temperature, top_p, generator: passed to `rollout.engines.native.sample`.
-        eos_token_id: defaults to the tokenizer's.
-        max_rows: at most this many sampled rows per `sample` call (None: one call for all positions).
+        sampling: k continuations of each prefix, their length limit, temperature, top-p, generator, EOS ids and
+            rows per call (`ImpactSampling`).
     Returns:
         One dict per position, in order: position, token (o_t), alternative (o~_t), acc_original,
         acc_replaced, impact = acc_original - acc_replaced.
     """
+    k, max_rows = sampling.k, sampling.max_rows
     if k < 1:
         raise ValueError("k must be >= 1")
     response_ids = [int(x) for x in response_ids]
@@ -95,7 +113,7 @@ def token_impact(model, tokenizer, prompt: str, response_ids: list[int], positio
         raise ValueError(f"positions {bad} outside the response (length {len(response_ids)})")
     if not positions:
         return []
-    eos = _eos_ids(tokenizer, eos_token_id)
+    eos = _eos_ids(tokenizer, sampling.eos_token_id)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
     prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
     alts = alternative_tokens(model, prompt_ids, response_ids, positions, vocab_size=len(tokenizer),
@@ -121,8 +139,10 @@ def token_impact(model, tokenizer, prompt: str, response_ids: list[int], positio
     per_call = len(open_heads) if max_rows is None else max(1, max_rows // k)
     for s in range(0, len(open_heads), per_call):
         chunk = open_heads[s:s + per_call]
-        ro = sample(model, [prompt_ids + heads[i] for i in chunk], k, eos_token_id=eos, pad_token_id=pad,
-                    max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, generator=generator)
+        ro = sample(Sampler(model, eos_token_id=eos, pad_token_id=pad, max_new_tokens=sampling.max_new_tokens,
+                            top_p=sampling.top_p),
+                    [prompt_ids + heads[i] for i in chunk], k, temperature=sampling.temperature,
+                    generator=sampling.generator)
         for row, (g, length) in enumerate(zip(ro.group.tolist(), ro.lengths.tolist())):
             i = chunk[g]
             scores[i].append(score(heads[i], ro.response_ids[row, :length].tolist()))

@@ -28,9 +28,9 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from explorl.evaluation.evaluate import evaluate
+from explorl.evaluation.evaluate import EvalPlan, evaluate
 from explorl.finetune.supervised import sft_batch, sft_example, supervised_step
-from explorl.models import build_char_tokenizer, count_parameters, tiny_qwen2, weights_fingerprint
+from explorl.models import TinyQwen2Sizes, build_char_tokenizer, count_parameters, tiny_qwen2, weights_fingerprint
 from explorl.rewards import extract_boxed
 from explorl.rollout.sampler import Sampler
 from explorl.tasks import Task
@@ -138,9 +138,9 @@ def bootstrap(out_dir: str | Path, cfg: BootstrapConfig | None = None, *, consol
     out_dir = Path(out_dir)
     t_start = time.perf_counter()
     tok = build_char_tokenizer()
-    model = tiny_qwen2(len(tok), hidden=cfg.hidden, layers=cfg.layers, heads=cfg.heads, kv_heads=cfg.kv_heads,
-                       intermediate=cfg.intermediate, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
-                       seed=cfg.seed)
+    sizes = TinyQwen2Sizes(hidden=cfg.hidden, layers=cfg.layers, heads=cfg.heads, kv_heads=cfg.kv_heads,
+                           intermediate=cfg.intermediate)
+    model = tiny_qwen2(len(tok), sizes, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, seed=cfg.seed)
     train, held_out = training_problems(cfg)
     reward_fn, isolate = default_reward()
     task = Task(name="arith", train=train, eval=held_out, reward_fn=reward_fn, isolate=isolate,
@@ -168,7 +168,8 @@ def bootstrap(out_dir: str | Path, cfg: BootstrapConfig | None = None, *, consol
             loss = supervised_step(model, opt, [next(batches)], grad_clip=1.0)  # shared with `explorl sft` and rft
             sched.step()
             if step % cfg.eval_every == 0:
-                summary, _ = evaluate(sampler, tok, held_out, task, n=1, ks=[1], temperature=1.0, seed=cfg.seed + step)
+                summary, _ = evaluate(sampler, tok, held_out, task,
+                                      EvalPlan(n=1, ks=[1], temperature=1.0, seed=cfg.seed + step))
                 model.train()
                 pass1 = summary["pass@1"]
                 history.append({"step": step, "loss": loss, "pass@1": pass1})

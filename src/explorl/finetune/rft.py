@@ -19,7 +19,7 @@ from rich.table import Table
 
 from explorl.analysis.text import cut_after_first_box, rft_filter
 from explorl.config import Config, dump_yaml
-from explorl.evaluation.evaluate import decode_responses, evaluate, response_branching
+from explorl.evaluation.evaluate import EvalPlan, decode_responses, evaluate, response_branching
 from explorl.finetune.supervised import sft_batch, sft_example, supervised_step
 from explorl.models import check_fingerprint, load_policy
 from explorl.rollout.sampler import Sampler
@@ -92,9 +92,9 @@ def run_rft(cfg: Config, *, console) -> Path:
     encode = prompt_encoder(tok, cfg.task)  # the chat template, when the task asks for it
 
     def held_out(iteration: int) -> dict:
-        summary, _ = evaluate(eval_sampler, tok, task.eval, task, n=r.eval_n, ks=r.eval_k,
-                              temperature=r.eval_temperature, seed=r.seed + 7919 * (iteration + 1),
-                              reward_timeout_s=cfg.task.reward_timeout_s, encode=encode)
+        plan = EvalPlan(n=r.eval_n, ks=r.eval_k, temperature=r.eval_temperature, seed=r.seed + 7919 * (iteration + 1),
+                        reward_timeout_s=cfg.task.reward_timeout_s)
+        summary, _ = evaluate(eval_sampler, tok, task.eval, task, plan, encode=encode)
         return summary
 
     history = [{"iteration": 0, "selected": 0, **held_out(0)}]

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from rich.console import Console
@@ -102,8 +103,8 @@ def run_sft(cfg: Config, *, console=None, resume: str | Path | None = None) -> P
         if start is None:
             return log.dir
     log.start_trackers(r, to_dict(cfg), resume_step=start if resume is not None else None)  # as `explorl train`
-    _train_steps(cfg, model, tok, device, optimizer, scheduler, seqs, starts, start=start, total=total,
-                 held_out=held_out, checkpoint=checkpoint, log=log, console=console)
+    _train_steps(cfg, _Trainee(model, tok, device, optimizer, scheduler, log, console), seqs, starts, start=start,
+                 total=total, held_out=held_out, checkpoint=checkpoint)
     checkpoint(total)
     final = held_out(total)
     log.save_final_model(model, tok, sft_model_card(cfg, final, total, len(seqs)))
@@ -137,12 +138,36 @@ def _resumed_step(log, total: int, model, optimizer, scheduler, console) -> int 
     return start
 
 
-def _train_steps(cfg: Config, model, tok, device, optimizer, scheduler, seqs: list, starts: list, *, start: int,
-                 total: int, held_out, checkpoint, log, console) -> None:
+@dataclass
+class _Trainee:
+    """What the SFT steps update and report to (`_train_steps`): the model on `device` with its tokenizer,
+    optimizer and LR scheduler, the run directory's log and the console."""
+
+    model: Any
+    """The model fine-tuned."""
+    tok: Any
+    """Its tokenizer (the pad id of the batches)."""
+    device: torch.device
+    """Where the batches go."""
+    optimizer: torch.optim.Optimizer
+    """The model's optimizer (`_optimizer`)."""
+    scheduler: Any
+    """Its LR scheduler, stepped after every optimizer step."""
+    log: Any
+    """The run directory's log (`runs.log.RunLog`): one metrics record per step."""
+    console: Any
+    """Where the progress bar, or one line per tenth of the steps, goes."""
+
+
+def _train_steps(cfg: Config, trainee: _Trainee, seqs: list, starts: list, *, start: int, total: int, held_out,
+                 checkpoint) -> None:
     """The optimizer steps after `start` up to `total`: each epoch's shuffled batches (the permutations of an
     uninterrupted run, the batches before `start` skipped), one metrics record per step, the held-out evaluations
     and checkpoints of `run.eval_every` / `run.save_every` on the way."""
     r, o, f = cfg.run, cfg.optim, cfg.sft
+    model, tok, device, optimizer, scheduler = (trainee.model, trainee.tok, trainee.device, trainee.optimizer,
+                                                trainee.scheduler)
+    log, console = trainee.log, trainee.console
     shuffle = torch.Generator().manual_seed(r.seed)
     t0 = time.monotonic()
     step = 0

@@ -4,7 +4,7 @@ EAD (docs/methods.md §6a) samples token t of a response at `T * tau(t)`, where 
 temperature and `tau` the annealed schedule of the training step. vLLM takes one temperature per request, so the
 per-token factor is a logits processor: a request that carries `SamplingParams(extra_args={"explorl_ead": args})`
 (`args`: `"schedule"`, the name of a registered temperature schedule that declares a per-token temperature
-(`per_token`: EAD, RevEAD, or a user's own), `"step"`, and that function's keyword arguments: exactly what the
+(`per_token`: EAD, RevEAD, or a user's own), `"step"`, and the fields of that schedule's options: exactly what the
 schedule gives as `PromptTemperature.anneal`) has its logits divided by `tau(t)` at output position t; other
 requests are untouched. The processor asks the registry for the function, so a per-token schedule registered
 in a user's module (imported in the engine's process, e.g. through `run.plugins`' modules on its PYTHONPATH)
@@ -27,13 +27,13 @@ CPU; `EADLogitsProcessor` is a thin class built on first access, where vLLM impo
 
 from __future__ import annotations
 
-import inspect
 from typing import Any, Callable, Sequence
 
 import torch
 from torch import Tensor
 
 from explorl.algos.registry import entries
+from explorl.rollout.temperature_schedules import anneal_fields, anneal_options
 
 EAD_ARG = "explorl_ead"
 """The `SamplingParams.extra_args` key holding a request's annealing arguments."""
@@ -42,21 +42,15 @@ PROCESSOR_NAME = "explorl.integrations.vllm:EADLogitsProcessor"
 
 
 def per_token_schedules() -> dict[str, Callable]:
-    """Registered temperature schedules with a per-token temperature: name -> `fn(t, step, **anneal) -> factor`."""
+    """Registered temperature schedules with a per-token temperature: name -> `fn(t, step, options) -> factor`."""
     import explorl.rollout.controllers  # noqa: F401  (registers explorl's schedules)
 
     return {name: e.per_token for name, e in entries("temperature_schedule").items() if e.per_token is not None}
 
 
-def _keywords(fn: Callable) -> tuple[str, ...]:
-    """The keyword arguments of a per-token function besides the position and the step."""
-    return tuple(n for n, p in inspect.signature(fn).parameters.items()
-                 if p.kind is p.KEYWORD_ONLY or (p.default is not p.empty and n not in ("t", "step")))
-
-
 def check_anneal_args(args: Any) -> dict:
     """A request's annealing arguments, checked: a mapping with `schedule` (a registered per-token schedule),
-    `step` (int >= 0) and the schedule's keyword arguments; raises ValueError naming what is wrong (vLLM rejects
+    `step` (int >= 0) and fields of the schedule's options; raises ValueError naming what is wrong (vLLM rejects
     the request)."""
     if not isinstance(args, dict):
         raise ValueError(f"extra_args[{EAD_ARG!r}] must be a dict, got {type(args).__name__}")
@@ -64,7 +58,7 @@ def check_anneal_args(args: Any) -> dict:
     if args.get("schedule") not in schedules:
         raise ValueError(f"extra_args[{EAD_ARG!r}]['schedule'] must be one of {sorted(schedules)}, "
                          f"got {args.get('schedule')!r}")
-    keywords = _keywords(schedules[args["schedule"]])
+    keywords = anneal_fields(args["schedule"])
     unknown = set(args) - {"schedule", "step", *keywords}
     if unknown:
         raise ValueError(f"extra_args[{EAD_ARG!r}]: unknown keys {sorted(unknown)}; valid: schedule, step, "
@@ -74,22 +68,18 @@ def check_anneal_args(args: Any) -> dict:
     return args
 
 
-_KWARGS_OF: dict[Callable, tuple[str, ...]] = {}
-
-
 def token_factors(args: Sequence[dict | None], positions: Sequence[int]) -> Tensor:
     """Per-row temperature factors `[B]` (float32): row b's schedule at its output position `positions[b]`
     (0-based: the number of tokens it has generated), 1.0 for a row without annealing (`args[b]` None).
 
-    Equals `explorl`'s sampler table: `Tm.ead_schedule(step, T_max, **kw)[t] == token_factors([args], [t])[0]`.
+    Equals `explorl`'s sampler table: `Tm.ead_schedule(step, T_max, options)[t] == token_factors([args], [t])[0]`
+    where `options = anneal_options(args)`.
     """
     out = torch.ones(len(args), dtype=torch.float32)
     schedules = per_token_schedules() if any(a is not None for a in args) else {}
     for b, (a, t) in enumerate(zip(args, positions)):
         if a is not None:
-            fn = schedules[a["schedule"]]
-            kw = {k: a[k] for k in _KWARGS_OF.setdefault(fn, _keywords(fn)) if k in a}
-            out[b] = fn(int(t), a["step"], **kw)
+            out[b] = schedules[a["schedule"]](int(t), a["step"], anneal_options(a))
     return out
 
 

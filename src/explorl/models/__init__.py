@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from explorl.models.devices import DeviceError, resolve_device, resolve_dtype
 from explorl.models.embedded import (CHAR_ALPHABET, CHAR_SPECIALS, EMBEDDED_PACKAGE_DIR, EMBEDDED_TESTBED_DIR,
-                                     build_char_tokenizer, embedded_dir, tiny_qwen2)
+                                     TinyQwen2Sizes, build_char_tokenizer, embedded_dir, tiny_qwen2)
 from explorl.models.fingerprint import WEIGHT_SUFFIXES, check_fingerprint, weights_fingerprint
 from explorl.models.loading import (GENERIC_TOKENIZER_CLASSES, check_lora_targets, count_parameters, is_peft,
                                     load_causal_lm, load_policy, load_tokenizer, make_reference, reference_mode)
@@ -36,8 +36,8 @@ from explorl.models.run_outputs import (RunOutput, find_run_output, load_model_u
                                         load_trainable)
 
 __all__ = [
-    "ADAPTER_CONFIG", "CHAR_ALPHABET", "CHAR_SPECIALS", "DeviceError", "EMBEDDED_PACKAGE_DIR",
-    "EMBEDDED_TESTBED_DIR", "GENERIC_TOKENIZER_CLASSES", "RunOutput", "WEIGHT_SUFFIXES", "adapter_base",
+    "ADAPTER_CONFIG", "CHAR_ALPHABET", "CHAR_SPECIALS", "DeviceError", "EMBEDDED_PACKAGE_DIR", "EMBEDDED_TESTBED_DIR",
+    "GENERIC_TOKENIZER_CLASSES", "RunOutput", "TinyQwen2Sizes", "WEIGHT_SUFFIXES", "adapter_base",
     "build_char_tokenizer", "check_fingerprint", "check_lora_targets", "count_parameters", "embedded_dir",
     "find_run_output", "is_adapter_dir", "is_peft", "load_causal_lm", "load_model_under_test", "load_policy",
     "load_run_output", "load_tokenizer", "load_trainable", "make_reference", "reference_mode", "resolve_device",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import string
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -42,16 +43,33 @@ def build_char_tokenizer():
                                    clean_up_tokenization_spaces=False, padding_side="left")
 
 
-def tiny_qwen2(vocab_size: int, *, hidden: int = 128, layers: int = 4, heads: int = 4, kv_heads: int = 2,
-               intermediate: int = 384, max_positions: int = 512, pad_token_id: int = 0, eos_token_id: int = 1,
-               seed: int = 0):
-    """A small Qwen2-architecture causal LM, randomly initialised (deterministic for `seed`)."""
+@dataclass(frozen=True)
+class TinyQwen2Sizes:
+    """The sizes of a tiny Qwen2 model (`tiny_qwen2`); the defaults are the embedded default's."""
+
+    hidden: int = 128
+    """The width of the hidden states (`hidden_size`)."""
+    layers: int = 4
+    """Decoder layers (`num_hidden_layers`)."""
+    heads: int = 4
+    """Attention heads (`num_attention_heads`)."""
+    kv_heads: int = 2
+    """Key-value heads (`num_key_value_heads`; grouped-query attention below `heads`)."""
+    intermediate: int = 384
+    """The width of the MLP (`intermediate_size`)."""
+    max_positions: int = 512
+    """The longest sequence (`max_position_embeddings`)."""
+
+
+def tiny_qwen2(vocab_size: int, sizes: TinyQwen2Sizes = TinyQwen2Sizes(), *, pad_token_id: int = 0,
+               eos_token_id: int = 1, seed: int = 0):
+    """A small Qwen2-architecture causal LM of `sizes`, randomly initialised (deterministic for `seed`)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM  # ~1.5 s at import, paid only to build the tiny model
 
-    cfg = Qwen2Config(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=intermediate,
-                      num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
-                      max_position_embeddings=max_positions, tie_word_embeddings=True,
-                      pad_token_id=pad_token_id, eos_token_id=eos_token_id, bos_token_id=None)
+    cfg = Qwen2Config(vocab_size=vocab_size, hidden_size=sizes.hidden, intermediate_size=sizes.intermediate,
+                      num_hidden_layers=sizes.layers, num_attention_heads=sizes.heads,
+                      num_key_value_heads=sizes.kv_heads, max_position_embeddings=sizes.max_positions,
+                      tie_word_embeddings=True, pad_token_id=pad_token_id, eos_token_id=eos_token_id, bos_token_id=None)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = Qwen2ForCausalLM(cfg)

@@ -28,7 +28,7 @@ processes import a function by the module that defines it (`rewards.sandbox` pic
 
 from explorl.rewards.arith import chain_reward, false_equations, verified_reward
 from explorl.rewards.boxed import MAX_DEPTH, MAX_SCAN, brace_depth, closing_brace, extract_boxed
-from explorl.rewards.checks import check_rewards
+from explorl.rewards.checks import RewardLimits, check_rewards
 from explorl.rewards.resolve import (BUILTIN_REWARDS, REWARD_VERSIONS, resolve_reward, resolve_rewards, reward_entries,
                                      reward_metric_name, reward_versions)
 from explorl.rewards.runner import FAILURE_EXCERPT, RewardFailure, RewardResult, RewardRunner
@@ -38,8 +38,8 @@ from explorl.rewards.weighted import RewardPart, WeightedRewards, batched, is_ba
 
 __all__ = [
     "BUILTIN_REWARDS", "FAILURE_EXCERPT", "MAX_DEPTH", "MAX_SCAN", "REWARD_VERSIONS", "SOFT_TIMEOUT_S", "RewardFailure",
-    "RewardPart", "RewardResult", "RewardRunner", "WeightedRewards", "batched", "brace_depth", "chain_reward",
-    "check_rewards", "closing_brace", "exact_reward", "extract_boxed", "false_equations", "int_reward", "is_batched",
-    "math_check", "math_reward", "resolve_reward", "resolve_rewards", "reward_entries", "reward_metric_name",
-    "reward_versions", "verified_reward",
+    "RewardLimits", "RewardPart", "RewardResult", "RewardRunner", "WeightedRewards", "batched", "brace_depth",
+    "chain_reward", "check_rewards", "closing_brace", "exact_reward", "extract_boxed", "false_equations", "int_reward",
+    "is_batched", "math_check", "math_reward", "resolve_reward", "resolve_rewards", "reward_entries",
+    "reward_metric_name", "reward_versions", "verified_reward",
 ]

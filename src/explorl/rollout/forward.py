@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -76,9 +77,10 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 
 
 def cache_weights(model) -> tuple:
-    """The model's weights as `forward_with_cache` takes them, detached: (embedding, per layer (ln1, eps1, qkv_w,
-    qkv_b, o_w, o_b, ln2, eps2, gate_up_w, down_w), (norm_w, norm_eps), head_w, head_b). The q/k/v and gate/up
-    matrices are concatenated copies (one matmul each), so they hold the weights of the moment they were taken."""
+    """The model's weights as `forward_with_cache` takes them (`FusedCache.weights`), detached: (embedding, per
+    layer (ln1, eps1, qkv_w, qkv_b, o_w, o_b, ln2, eps2, gate_up_w, down_w), (norm_w, norm_eps), head_w, head_b).
+    The q/k/v and gate/up matrices are concatenated copies (one matmul each), so they hold the weights of the moment
+    they were taken."""
     inner = model.model
     layers = []
     for layer in inner.layers:
@@ -116,21 +118,42 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: tor
     return torch.matmul(torch.softmax(scores, dim=-1), v).view(n, n_heads, 1, d)
 
 
+@dataclass(frozen=True)
+class FusedCache:
+    """A Llama-family model's fused weights with its preallocated KV cache and rotary tables: what
+    `forward_with_cache` reads besides the new tokens (the sampler's `_FusedDecoder` holds one from its prefill on).
+    Frozen: a forward writes the caches' tensors in place; dropping rows makes a new one (`dataclasses.replace`)."""
+
+    weights: tuple
+    """`cache_weights(model)`: the model's weights, detached, q/k/v and gate/up concatenated."""
+    k: list[torch.Tensor]
+    """Per layer, the key cache [n, KV, L, D] (rotary applied), written in place."""
+    v: list[torch.Tensor]
+    """Per layer, the value cache [n, KV, L, D], written in place."""
+    cos: torch.Tensor
+    """The rotary cos table [L, D], indexed by position."""
+    sin: torch.Tensor
+    """The rotary sin table [L, D], indexed by position."""
+    dims: tuple[int, int, int]
+    """`attention_dims`: (query heads, key/value heads, head size)."""
+
+
 def forward_with_cache(ids: torch.Tensor, rope_pos: torch.Tensor, slots: torch.Tensor, attn_mask: torch.Tensor,
-                       weights: tuple, ks: list, vs: list, cos_tab: torch.Tensor, sin_tab: torch.Tensor,
-                       dims: tuple[int, int, int], reduce_kernel: bool) -> torch.Tensor:
+                       cache: FusedCache, reduce_kernel: bool) -> torch.Tensor:
     """A Llama-family forward over new tokens: ids [n, s] at rotary positions rope_pos [n, s], their keys and values
-    written to cache slots `slots` [s] of ks / vs (per layer [n, KV, L, D], updated in place); the queries attend
-    to the first M slots, as attn_mask (bool, broadcastable to [n, 1, s, M]) allows. Returns the last position's
-    logits [n, V]. The model's own weights (`cache_weights`) and math; q/k/v and gate/up are one matmul each."""
-    embed, layers, (norm_w, norm_eps), head_w, head_b = weights
-    n_heads, n_kv, d = dims
+    written to cache slots `slots` [s] of cache.k / cache.v (per layer [n, KV, L, D], updated in place); the queries
+    attend to the first M slots, as attn_mask (bool, broadcastable to [n, 1, s, M]) allows. Returns the last
+    position's logits [n, V]. The model's own weights (`cache.weights`, `cache_weights`) and math; q/k/v and gate/up
+    are one matmul each."""
+    embed, layers, (norm_w, norm_eps), head_w, head_b = cache.weights
+    n_heads, n_kv, d = cache.dims
     n, s = ids.shape
     m = attn_mask.shape[-1]
     h = F.embedding(ids, embed)
-    cos, sin = cos_tab[rope_pos][:, None], sin_tab[rope_pos][:, None]  # [n, 1, s, D]
+    cos, sin = cache.cos[rope_pos][:, None], cache.sin[rope_pos][:, None]  # [n, 1, s, D]
     hq, hk = n_heads * d, n_kv * d
-    for (ln1, eps1, qkv_w, qkv_b, o_w, o_b, ln2, eps2, gate_up_w, down_w), k_cache, v_cache in zip(layers, ks, vs):
+    layer_caches = zip(layers, cache.k, cache.v)
+    for (ln1, eps1, qkv_w, qkv_b, o_w, o_b, ln2, eps2, gate_up_w, down_w), k_cache, v_cache in layer_caches:
         qkv = F.linear(rms_norm(h, ln1, eps1), qkv_w, qkv_b)
         q = qkv[..., :hq].view(n, s, n_heads, d).transpose(1, 2)
         k = qkv[..., hq:hq + hk].view(n, s, n_kv, d).transpose(1, 2)
@@ -144,11 +167,13 @@ def forward_with_cache(ids: torch.Tensor, rope_pos: torch.Tensor, slots: torch.T
     return F.linear(rms_norm(h[:, -1], norm_w, norm_eps), head_w, head_b)
 
 
-def cache_step_dynamic_dims(ids, rope_pos, slots, attn_mask, weights, ks, vs, cos_tab, sin_tab, *_):
-    """The dimensions of `forward_with_cache`'s arguments that vary within a run (rows, cache and mask lengths)."""
-    yield from ((ids, 0), (rope_pos, 0), (attn_mask, 0), (attn_mask, 3), (cos_tab, 0), (sin_tab, 0))
-    for cache in (*ks, *vs):
-        yield from ((cache, 0), (cache, 2))
+def cache_step_dynamic_dims(ids: torch.Tensor, rope_pos: torch.Tensor, slots: torch.Tensor, attn_mask: torch.Tensor,
+                            cache: FusedCache, reduce_kernel: bool):
+    """The dimensions of `forward_with_cache`'s arguments that vary within a run (rows, cache and mask lengths);
+    `slots` and `reduce_kernel` have none."""
+    yield from ((ids, 0), (rope_pos, 0), (attn_mask, 0), (attn_mask, 3), (cache.cos, 0), (cache.sin, 0))
+    for layer_cache in (*cache.k, *cache.v):
+        yield from ((layer_cache, 0), (layer_cache, 2))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -204,8 +229,10 @@ def fused_hidden(h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layers: 
     return rms_norm(h, norm_w, norm_eps)
 
 
-def fused_hidden_dynamic_dims(h, cos, sin, *_):
-    """The dimensions of `fused_hidden`'s arguments that vary between batches (rows, sequence length)."""
+def fused_hidden_dynamic_dims(h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layers: tuple, norm: tuple,
+                              dims: tuple[int, int, int]):
+    """The dimensions of `fused_hidden`'s arguments that vary between batches (rows, sequence length); the
+    parameters have none."""
     yield from ((h, 0), (h, 1), (cos, 1), (sin, 1))
 
 

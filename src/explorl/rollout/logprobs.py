@@ -6,6 +6,8 @@ Layout (as the sampler returns it): left-padded prompt of width P, then the resp
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from explorl.metrics import token_entropy
@@ -95,35 +97,50 @@ def packed_sequences(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, respon
     return both.gather(1, index.clamp_(max=p + t - 1)), prompt_len
 
 
+@dataclass(frozen=True)
+class LogprobOptions:
+    """What `response_logprobs` computes besides the log-probs, and how: its statistics, its output-layer blocks and
+    whether the decoder runs compiled."""
+
+    with_entropy: bool = True
+    """Also return the entropy [N, T] of each token's distribution (else None in its place)."""
+    with_sum_pi_squared: bool = False
+    """Also return sum_v pi(v)^2 [N, T] of the same distribution, computed in the same float32 blocks (verl's
+    `sum_pi_squared`; the optimal token baseline, docs/methods.md §5s)."""
+    chunk_size: int = 2048
+    """Tokens (rows x positions) per block of the output layer, at most."""
+    max_block_logits: int = 2**25
+    """Logits (tokens x vocabulary) per block, at most: large vocabularies get smaller blocks."""
+    compile: bool = False
+    """For a model the fused forward takes (Qwen2, Llama; no dropout, no LoRA), run the decoder as
+    `rollout.forward.fused_hidden` compiled by torch.compile (`model.compile`), forward and backward; the same values
+    up to float rounding."""
+
+
 def response_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_ids: torch.Tensor,
-                      response_mask: torch.Tensor, temperature=1.0, *, with_entropy: bool = True,
-                      chunk_size: int = 2048, max_block_logits: int = 2**25, compile: bool = False,
-                      with_sum_pi_squared: bool = False):
+                      response_mask: torch.Tensor, temperature=1.0, options: LogprobOptions = LogprobOptions()):
     """Log-probs (and entropies) of the response tokens under softmax(logits / temperature).
 
     For Llama-family models (`HEAD_SPLIT_MODEL_TYPES`) the decoder runs once and the output layer is applied to
-    blocks of about `min(chunk_size, max_block_logits // V)` tokens (all N rows x that // N positions); with
-    gradients enabled each block is checkpointed (recomputed in the backward pass), so neither pass holds the
-    float32 [N, T, V] logits: the peak is one block of at most ~`max_block_logits` float32 logits (128 MiB by
-    default; a 152k vocabulary gets 220 tokens a block) and its few temporaries. Other models go through their own
-    forward (`logits_to_keep` limits it to the response positions).
+    blocks of about `min(options.chunk_size, options.max_block_logits // V)` tokens (all N rows x that // N
+    positions); with gradients enabled each block is checkpointed (recomputed in the backward pass), so neither pass
+    holds the float32 [N, T, V] logits: the peak is one block of at most ~`max_block_logits` float32 logits (128 MiB
+    by default; a 152k vocabulary gets 220 tokens a block) and its few temporaries. Other models go through their
+    own forward (`logits_to_keep` limits it to the response positions).
 
     Args:
         prompt_ids: [N, P] left-padded prompts; prompt_mask: [N, P] (1 = real token).
         response_ids: [N, T]; response_mask: [N, T] float (1 on response tokens incl. EOS).
         temperature: float, [N] (per response) or [N, T] (per token).
-        chunk_size: tokens (rows x positions) per block of the output layer, at most.
-        max_block_logits: logits (tokens x vocabulary) per block, at most: large vocabularies get smaller blocks.
-        compile: for a model the fused forward takes (Qwen2, Llama; no dropout, no LoRA), run the decoder as
-            `rollout.forward.fused_hidden` compiled by torch.compile (`model.compile`), forward and backward; the
-            same values up to float rounding.
-        with_sum_pi_squared: also return sum_v pi(v)^2 [N, T] of the same distribution, computed in the same
-            float32 blocks (verl's `sum_pi_squared`; the optimal token baseline, docs/methods.md §5s).
+        options: the statistics to return besides the log-probs, the output layer's block sizes and whether the
+            decoder runs compiled (`LogprobOptions`).
     Returns:
-        logprobs [N, T] and entropy [N, T] (None when with_entropy is False), 0.0 where response_mask == 0; with
-        `with_sum_pi_squared`, a third tensor: sum_pi_squared [N, T], 0.0 where response_mask == 0.
+        logprobs [N, T] and entropy [N, T] (None without `options.with_entropy`), 0.0 where response_mask == 0; with
+        `options.with_sum_pi_squared`, a third tensor: sum_pi_squared [N, T], 0.0 where response_mask == 0.
         Differentiable when called with grad enabled.
     """
+    with_entropy, with_sum_pi_squared = options.with_entropy, options.with_sum_pi_squared
+    chunk_size, max_block_logits, compile = options.chunk_size, options.max_block_logits, options.compile
     n, t = response_ids.shape
     split = _split_head(model)
     if split is None:

@@ -104,12 +104,7 @@ class Sampler:
     def _sample(self, prompts: Sequence[Sequence[int]], rollouts: Sequence[int],
                 requests: Sequence[PromptTemperature], generator: torch.Generator) -> RolloutBatch:
         if self.engine is None:
-            return sample(self.model, prompts, rollouts, eos_token_id=self.eos_token_id,
-                          pad_token_id=self.pad_token_id, max_new_tokens=self.max_new_tokens,
-                          temperature=per_response_table(requests, rollouts, self.max_new_tokens),
-                          top_p=self.top_p, generator=generator, fast_path=self.fused, compile=self.compile,
-                          cuda_graph=self.cuda_graph)
+            return sample(self, prompts, rollouts, per_response_table(requests, rollouts, self.max_new_tokens),
+                          generator)
         seed = int(torch.randint(2**31 - 1, (1,), generator=generator, device=generator.device))
-        return self.engine.sample(prompts, rollouts, requests, eos_token_id=self.eos_token_id,
-                                  pad_token_id=self.pad_token_id, max_new_tokens=self.max_new_tokens,
-                                  top_p=self.top_p, seed=seed, device=next(self.model.parameters()).device)
+        return self.engine.sample(self, prompts, rollouts, requests, seed)

@@ -36,17 +36,40 @@ is left as it is and `temperature/skipped` is 1.0 (the public code would produce
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 from torch import Tensor
 
-__all__ = ["ead", "revead", "ead_schedule", "revead_schedule", "decay_rate", "e3_update", "e3_target",
+__all__ = ["EADOptions", "ead", "revead", "ead_schedule", "revead_schedule", "decay_rate", "e3_update", "e3_target",
            "anneal_start", "E3TemperatureController"]
 
 
 # ----------------------------------------------------------------------------------------------------------
 # EAD and RevEAD
+
+
+@dataclass(frozen=True)
+class EADOptions:
+    """EAD's options, `sampling.ead.<field>`, shared by `ead` and `revead` (EAD; docs/methods.md §6): the schedule's
+    temperature range, its decay rate `d_s = min(d0 + alpha * s, d_max)` and its prefix. Also what a request's
+    annealing arguments (`PromptTemperature.anneal`, less `schedule` and `step`) hold, field by field."""
+
+    tau_max: float = 1.2
+    """Starting temperature tau_max."""
+    tau_min: float = 0.1
+    """Floor tau_min."""
+    d0: float = 25.0
+    """Initial decay constant d_0."""
+    alpha: float = 5.0
+    """Growth of the decay constant per training step (d_s = min(d0 + alpha * s, d_max))."""
+    d_max: float = 40000.0
+    """Cap of the decay constant."""
+    c: int = 10
+    """The first c generated tokens are sampled at temperature 1."""
+    scale: float = 1.0
+    """Divisor scale of the exponent (1 = the paper's formula; the public code uses 20)."""
 
 
 def decay_rate(step: int, *, d0: float = 25.0, alpha: float = 5.0, d_max: float = 40000.0) -> float:
@@ -66,8 +89,7 @@ def _positions(t: int | Tensor) -> Tensor:
     return torch.tensor(float(t), dtype=torch.float64)
 
 
-def ead(t: int | Tensor, step: int, *, tau_max: float = 1.2, tau_min: float = 0.1, d0: float = 25.0,
-        alpha: float = 5.0, d_max: float = 40000.0, c: int = 10, scale: float = 1.0) -> Tensor:
+def ead(t: int | Tensor, step: int, options: EADOptions = EADOptions()) -> Tensor:
     """Exploratory annealed decoding temperature (EAD, section 4; docs/methods.md §6a).
 
     `tau_t = 1.0` for `t < c`, else `max(1 + tau_max - exp(t / (scale * d_s)), tau_min)`,
@@ -76,40 +98,41 @@ def ead(t: int | Tensor, step: int, *, tau_max: float = 1.2, tau_min: float = 0.
     Args:
         t: 0-based position of the generated token: an int, or an integer tensor of positions `[...]`.
         step: 0-based training step s (the number of optimiser steps before this batch was sampled).
-        tau_max, tau_min: the schedule starts near tau_max (at t = 0) and never goes below tau_min.
-        d0, alpha, d_max: decay rate `d_s` (paper defaults 25, 5, 40000).
-        c: tokens `t < c` are sampled at 1.0 (template tokens; paper: c = 10).
-        scale: multiplies the decay rate (1.0 = the paper; the public code uses 20).
+        options: the schedule (`EADOptions`): tau_max and tau_min (it starts near tau_max at t = 0 and never goes
+            below tau_min); d0, alpha, d_max, the decay rate `d_s` (paper defaults 25, 5, 40000); c (tokens
+            `t < c` are sampled at 1.0: template tokens, paper: c = 10); scale, which multiplies the decay rate
+            (1.0 = the paper; the public code uses 20).
     Returns:
         float32 tensor of `t`'s shape (0-dim for an int), on `t`'s device.
     """
-    if scale <= 0:
-        raise ValueError(f"scale must be > 0, got {scale}")
-    d = scale * decay_rate(step, d0=d0, alpha=alpha, d_max=d_max)
+    o = options
+    if o.scale <= 0:
+        raise ValueError(f"scale must be > 0, got {o.scale}")
+    d = o.scale * decay_rate(step, d0=o.d0, alpha=o.alpha, d_max=o.d_max)
     pos = _positions(t)
-    tau = (1.0 + tau_max - torch.exp(pos / d)).clamp_min(tau_min)  # exp overflow -> -inf -> tau_min
-    tau = torch.where(pos < c, torch.ones_like(tau), tau)
+    tau = (1.0 + o.tau_max - torch.exp(pos / d)).clamp_min(o.tau_min)  # exp overflow -> -inf -> tau_min
+    tau = torch.where(pos < o.c, torch.ones_like(tau), tau)
     return tau.to(torch.float32)
 
 
-def revead(t: int | Tensor, step: int, *, tau_max: float = 1.2, tau_min: float = 0.1, d0: float = 25.0,
-           alpha: float = 5.0, d_max: float = 40000.0, c: int = 10, scale: float = 1.0) -> Tensor:
+def revead(t: int | Tensor, step: int, options: EADOptions = EADOptions()) -> Tensor:
     """Reverse annealing, the RevEAD ablation of EAD (section 5.5; docs/methods.md §6b).
 
     `tau_t = 1.0` for `t < c`, else `min(tau_min + exp(t / (scale * d_s)), tau_max)`; same arguments and
     return value as `ead`. The c-prefix is applied as for EAD (see the module docstring); `c=0` gives the
     paper's printed formula.
     """
-    if scale <= 0:
-        raise ValueError(f"scale must be > 0, got {scale}")
-    d = scale * decay_rate(step, d0=d0, alpha=alpha, d_max=d_max)
+    o = options
+    if o.scale <= 0:
+        raise ValueError(f"scale must be > 0, got {o.scale}")
+    d = o.scale * decay_rate(step, d0=o.d0, alpha=o.alpha, d_max=o.d_max)
     pos = _positions(t)
-    tau = (tau_min + torch.exp(pos / d)).clamp_max(tau_max)
-    tau = torch.where(pos < c, torch.ones_like(tau), tau)
+    tau = (o.tau_min + torch.exp(pos / d)).clamp_max(o.tau_max)
+    tau = torch.where(pos < o.c, torch.ones_like(tau), tau)
     return tau.to(torch.float32)
 
 
-def ead_schedule(step: int, max_new_tokens: int, **ead_kwargs) -> Tensor:
+def ead_schedule(step: int, max_new_tokens: int, options: EADOptions = EADOptions()) -> Tensor:
     """`ead` at positions 0..max_new_tokens-1: a float32 `Tensor[max_new_tokens]`.
 
     Give it to the sampler as `temperature=schedule[None].expand(N, -1)` (per token, all responses alike)
@@ -117,14 +140,14 @@ def ead_schedule(step: int, max_new_tokens: int, **ead_kwargs) -> Tensor:
     """
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-    return ead(torch.arange(max_new_tokens), step, **ead_kwargs)
+    return ead(torch.arange(max_new_tokens), step, options)
 
 
-def revead_schedule(step: int, max_new_tokens: int, **revead_kwargs) -> Tensor:
+def revead_schedule(step: int, max_new_tokens: int, options: EADOptions = EADOptions()) -> Tensor:
     """`revead` at positions 0..max_new_tokens-1 (see `ead_schedule`)."""
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-    return revead(torch.arange(max_new_tokens), step, **revead_kwargs)
+    return revead(torch.arange(max_new_tokens), step, options)
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -18,27 +18,55 @@ Nothing calls these methods but `rollout.schedule.ScheduleDriver`, the one drive
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 from torch import Tensor
 
 from explorl.algos.registry import Cite, lookup, register
 from explorl.rollout import temperature as Tm
+from explorl.rollout.temperature import EADOptions
 
 if TYPE_CHECKING:
     from explorl.config.schema import Config
 
 __all__ = ["AdaptiveOptions", "AdaptiveTemperature", "E3Temperature", "E3TemperatureOptions", "EADOptions",
-           "EADTemperature", "FixedTemperature", "PromptTemperature", "RevEADTemperature"]
+           "EADTemperature", "FixedTemperature", "PromptTemperature", "RevEADTemperature", "anneal_fields",
+           "anneal_options"]
+
+
+def _options_class(schedule: str) -> type | None:
+    """The options dataclass of a registered temperature schedule: its own, or that of the entry it reads them from
+    (`options_from`: RevEAD reads EAD's); None for a schedule without options."""
+    entry = lookup("temperature_schedule", schedule)
+    return lookup("temperature_schedule", entry.options_owner).options
+
+
+def anneal_fields(schedule: str) -> tuple[str, ...]:
+    """The annealing arguments a per-token schedule takes besides `schedule` and `step`: its options' fields."""
+    options = _options_class(schedule)
+    return () if options is None else tuple(f.name for f in fields(options))
+
+
+def anneal_options(anneal: Mapping[str, Any]) -> Any:
+    """The options a request's annealing arguments (`PromptTemperature.anneal`) give its per-token schedule, the third
+    argument of its registered `per_token(t, step, options)`: the schedule's options dataclass built from the
+    arguments besides `schedule` and `step` (a field missing keeps its default; an unknown one is a TypeError); None
+    for a schedule without options."""
+    options = _options_class(anneal["schedule"])
+    if options is None:
+        return None
+    return options(**{k: v for k, v in anneal.items() if k not in ("schedule", "step")})
 
 
 @dataclass(frozen=True)
 class PromptTemperature:
     """How one prompt's rollouts are sampled, in the terms an inference engine takes: a request temperature and,
-    for an annealed schedule, the keyword arguments of `rollout.temperature.ead` / `revead` (`anneal`, with the
-    schedule's name under `"schedule"`), whose per-token value multiplies `temperature` (docs/methods.md §6a)."""
+    for an annealed schedule, its arguments (`anneal`: the schedule's name under `"schedule"`, the 0-based training
+    step under `"step"` and the fields of its options, `anneal_options`, e.g. those of `rollout.temperature.ead` /
+    `revead`'s `EADOptions`), whose per-token value multiplies `temperature` (docs/methods.md §6a)."""
 
     temperature: float
     anneal: dict | None = None
@@ -49,9 +77,8 @@ class PromptTemperature:
         `temperature` throughout."""
         if self.anneal is None:
             return torch.full((length,), float(self.temperature), dtype=torch.float32)
-        args = dict(self.anneal)
-        per_token = lookup("temperature_schedule", args.pop("schedule")).per_token
-        return per_token(torch.arange(length), args.pop("step"), **args) * self.temperature
+        per_token = lookup("temperature_schedule", self.anneal["schedule"]).per_token
+        return per_token(torch.arange(length), self.anneal["step"], anneal_options(self.anneal)) * self.temperature
 
 
 class _Stateless:
@@ -142,26 +169,6 @@ class E3Temperature(_Stateless):
         self.controller.load_state_dict(state)
 
 
-@dataclass
-class EADOptions:
-    """EAD's options, `sampling.ead.<field>`, shared by `ead` and `revead` (EAD; docs/methods.md §6)."""
-
-    tau_max: float = 1.2
-    """Starting temperature tau_max."""
-    tau_min: float = 0.1
-    """Floor tau_min."""
-    d0: float = 25.0
-    """Initial decay constant d_0."""
-    alpha: float = 5.0
-    """Growth of the decay constant per training step (d_s = min(d0 + alpha * s, d_max))."""
-    d_max: float = 40000.0
-    """Cap of the decay constant."""
-    c: int = 10
-    """The first c generated tokens are sampled at temperature 1."""
-    scale: float = 1.0
-    """Divisor scale of the exponent (1 = the paper's formula; the public code uses 20)."""
-
-
 def _check_ead(cfg: Config) -> str | None:
     o = cfg.sampling.options["ead"]
     if not (o.tau_min > 0 and o.tau_max >= o.tau_min):
@@ -183,13 +190,12 @@ class _AnnealedTemperature(_Stateless):
     def table(self, step: int, tau_max: float | None = None) -> Tensor:
         """`[max_new_tokens]` temperatures of generated tokens at 0-based step `step` (x the base temperature)."""
         s, o = self.s, self.o
-        return type(self).table_fn(step, s.max_new_tokens, tau_max=o.tau_max if tau_max is None else tau_max,
-                                   tau_min=o.tau_min, d0=o.d0, alpha=o.alpha, d_max=o.d_max, c=o.c,
-                                   scale=o.scale) * s.temperature
+        options = o if tau_max is None else replace(o, tau_max=tau_max)
+        return type(self).table_fn(step, s.max_new_tokens, options) * s.temperature
 
     def anneal_args(self, step: int, tau_max: float | None = None) -> dict:
-        """`table`'s schedule as keyword arguments of `Tm.ead` / `Tm.revead` (`"schedule"`: which), for an
-        engine that evaluates it per token (`explorl.integrations.vllm`)."""
+        """`table`'s schedule as annealing arguments (`"schedule"`: `Tm.ead` or `Tm.revead`, `"step"`, and the
+        fields of its `EADOptions`), for an engine that evaluates it per token (`explorl.integrations.vllm`)."""
         o = self.o
         return {"schedule": self.name, "step": int(step),
                 "tau_max": o.tau_max if tau_max is None else float(tau_max), "tau_min": o.tau_min,

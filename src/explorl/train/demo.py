@@ -21,7 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from explorl.config import load_config
-from explorl.evaluation.evaluate import evaluate
+from explorl.evaluation.evaluate import EvalPlan, evaluate
 from explorl.models import load_policy
 from explorl.rollout.sampler import Sampler
 from explorl.runs import nofollow
@@ -84,9 +84,9 @@ def run_demo(config: str | None, overrides: list[str], *, console) -> dict:
         ks = sorted(set(cfg.run.eval_k) | {1})
         console.print(f"evaluating the base model on {len(task.eval)} held-out problems, n={cfg.run.eval_n} ...")
         # sampled as the trained model's evaluation samples (`held_out_evaluator`: the run's sampling settings)
-        base, _ = evaluate(Sampler.from_config(model, tok, cfg.sampling), tok, task.eval, task, n=cfg.run.eval_n,
-                           ks=ks, temperature=cfg.run.eval_temperature,
-                           seed=cfg.run.seed + 10_007 * (cfg.run.steps + 1), reward_timeout_s=cfg.task.reward_timeout_s,
+        plan = EvalPlan(n=cfg.run.eval_n, ks=ks, temperature=cfg.run.eval_temperature,
+                        seed=cfg.run.seed + 10_007 * (cfg.run.steps + 1), reward_timeout_s=cfg.task.reward_timeout_s)
+        base, _ = evaluate(Sampler.from_config(model, tok, cfg.sampling), tok, task.eval, task, plan,
                            encode=prompt_encoder(tok, cfg.task))
         del model
         console.print(f"training with {cfg.algo.advantage} for {cfg.run.steps} steps -> {run_dir}")

@@ -302,9 +302,10 @@ def _check_rewards(cfg: Config, problems: list, default_reward) -> Lines:
     under the run's own failure threshold (`task.max_reward_failure_frac`)."""
     completions = [p.solution or f"The answer is \\boxed{{{p.answer}}}." for p in problems]
     try:
+        limits = explorl.rewards.RewardLimits(timeout_s=cfg.task.reward_timeout_s, workers=cfg.task.reward_workers,
+                                              max_failure_frac=cfg.task.max_reward_failure_frac)
         return explorl.rewards.check_rewards(cfg.task.reward, default_reward, [p.answer for p in problems], completions,
-                             [p.meta for p in problems], timeout_s=cfg.task.reward_timeout_s,
-                             workers=cfg.task.reward_workers, max_failure_frac=cfg.task.max_reward_failure_frac)
+                                             [p.meta for p in problems], limits=limits)
     except ValueError as e:
         if isinstance(e, ConfigError) or cfg.task.max_reward_failure_frac < 1:
             raise

@@ -20,7 +20,7 @@ from explorl.algos.registry import lookup
 from explorl.algos.step import idle_rows, policy_objective, requirements, single_update_shortcut
 from explorl.config import Config
 from explorl.models import reference_mode
-from explorl.rollout.logprobs import response_logprobs
+from explorl.rollout.logprobs import LogprobOptions, response_logprobs
 
 
 class NonFiniteError(RuntimeError):
@@ -80,7 +80,7 @@ def _logprobs(model, micro: RolloutBatch, loss_mask: torch.Tensor, temp, with_en
     `loss_mask`."""
     lead = int((micro.prompt_mask.cumsum(-1) == 0).sum(-1).min())  # left-padding columns common to all rows
     return response_logprobs(model, micro.prompt_ids[:, lead:], micro.prompt_mask[:, lead:], micro.response_ids,
-                             loss_mask, temp, with_entropy=with_entropy, compile=compile)
+                             loss_mask, temp, options=LogprobOptions(with_entropy=with_entropy, compile=compile))
 
 
 def _logprobs_without_idle(model, micro: RolloutBatch, idle: torch.Tensor, loss_mask: torch.Tensor, temp, *,
@@ -204,17 +204,18 @@ def fill_logprobs(model, ref, batch: RolloutBatch, temperature: float, cfg: Conf
         old_lp, old_ent = batch.behavior_logprobs, batch.behavior_entropy
     else:
         out = response_logprobs(model, batch.prompt_ids, batch.prompt_mask, batch.response_ids, batch.mask,
-                                temperature, compile=fused_compile(cfg), with_sum_pi_squared=need_s2)
+                                temperature, LogprobOptions(compile=fused_compile(cfg), with_sum_pi_squared=need_s2))
         old_lp, old_ent, s2 = out if need_s2 else (*out, None)
     if need_s2 and s2 is None:  # pi_old's log-probs taken from elsewhere: its sum_pi_squared still needs a forward
         _, _, s2 = response_logprobs(model, batch.prompt_ids, batch.prompt_mask, batch.response_ids, batch.mask,
-                                     temperature, with_entropy=False, compile=fused_compile(cfg),
-                                     with_sum_pi_squared=True)
+                                     temperature, LogprobOptions(with_entropy=False, compile=fused_compile(cfg),
+                                                                 with_sum_pi_squared=True))
     ref_lp = None
     if requirements(cfg.algo).ref:
         with reference_mode(model, ref) as ref_model:
             ref_lp, _ = response_logprobs(ref_model, batch.prompt_ids, batch.prompt_mask, batch.response_ids,
-                                          batch.mask, temperature, with_entropy=False, compile=fused_compile(cfg))
+                                          batch.mask, temperature,
+                                          options=LogprobOptions(with_entropy=False, compile=fused_compile(cfg)))
     return batch.replace(logprobs=old_lp, entropy=old_ent, ref_logprobs=ref_lp, sum_pi_squared=s2)
 
 

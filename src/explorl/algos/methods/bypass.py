@@ -19,13 +19,14 @@ Differences: with several micro-batches explorl weighs each by its share of the 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
 from torch import Tensor
 
-from explorl.algos.aggregation import zero_padding
+from explorl.algos.aggregation import Reduction, zero_padding
 from explorl.algos.batch import RolloutBatch
 from explorl.algos.methods.gpg_loss import gpg_loss
 from explorl.algos.methods.ppo import policy_loss
@@ -35,58 +36,6 @@ from explorl.algos.registry import Cite, register
 
 LOSS_TYPES: tuple[str, ...] = ("ppo_clip", "reinforce")
 """verl's `rollout_correction.loss_type`."""
-
-
-def bypass_loss(logprobs_new: Tensor, logprobs_rollout: Tensor, advantages: Tensor, mask: Tensor, *,
-                loss_type: str = "ppo_clip", eps_low: float = 0.2, eps_high: float = 0.2, agg: str = "token-mean",
-                max_response_len: int | None = None, token_weights: Tensor | None = None,
-                dual_clip_c: float | None = None, is_level: str | None = None, is_mode: str = "truncate",
-                is_upper: float | None = 2.0, is_lower: float | None = None, is_batch_normalize: bool = False,
-                rs_modes: list[str] = (), rs_upper: list[float] = (),
-                rs_lower: list[float] = ()) -> tuple[Tensor, dict[str, float]]:
-    """verl 0.9.1's bypass-mode policy loss (`compute_policy_loss_bypass_mode`; docs/methods.md §6d).
-
-    `x = logprobs_new - logprobs_rollout` (detached, 0 on padding); weights `w = rollout_is_weights(x, ...)` when
-    `is_level` is given; kept tokens `rejection_keep(x, ...)` when `rs_modes` are; `m = mask * kept`. `ppo_clip`:
-    `policy_loss(logprobs_new, logprobs_rollout, A, m)` without `w`; `reinforce`: `gpg_loss` on `m` with `w`.
-
-    Args:
-        logprobs_new: `[N, T]` log-probs under the policy being optimised (differentiable).
-        logprobs_rollout: `[N, T]` the sampler's log-probs, pi_old here (constant).
-        advantages, mask: `[N, T]`.
-        loss_type: `LOSS_TYPES`.
-        eps_low, eps_high, dual_clip_c: PPO-clip's clip range and dual clip (`ppo_clip`).
-        agg, max_response_len, token_weights: as in `policy_loss`.
-        is_level, is_mode, is_upper, is_lower, is_batch_normalize: `rollout_is_weights`' (None level: no weights).
-        rs_modes, rs_upper, rs_lower: `rejection_keep`'s (no modes: no rejection).
-    Returns:
-        `(loss, stats)`: the loss's statistics plus `is/*` of the weights and `is/rejected_frac`.
-    """
-    valid = mask.bool()
-    with torch.no_grad():
-        x = zero_padding(logprobs_new.detach() - logprobs_rollout.detach(), valid)
-        w = out = None
-        if is_level is not None:
-            w, out = rollout_is_weights(x, mask, level=is_level, mode=is_mode, upper=is_upper, lower=is_lower,
-                                        batch_normalize=is_batch_normalize)
-        kept = rejection_keep(x, mask, list(rs_modes), list(rs_upper), list(rs_lower)) if rs_modes else valid
-        m = (mask * kept).to(mask.dtype)
-    if loss_type == "ppo_clip":
-        loss, stats = policy_loss(logprobs_new, logprobs_rollout, advantages, m, eps_low=eps_low, eps_high=eps_high,
-                                  agg=agg, max_response_len=max_response_len, token_weights=token_weights,
-                                  dual_clip_c=dual_clip_c)
-    elif loss_type == "reinforce":
-        loss, stats = gpg_loss(logprobs_new, logprobs_rollout, advantages, m, agg=agg,
-                               max_response_len=max_response_len, is_weights=None if w is None else w * m,
-                               token_weights=token_weights)
-    else:
-        raise ValueError(f"bypass_loss: unknown loss_type {loss_type!r}; valid: {', '.join(LOSS_TYPES)}")
-    n_valid = int(valid.sum())
-    stats["is/rejected_frac"] = float((valid & ~kept).sum()) / max(n_valid, 1)
-    if w is not None and n_valid:
-        stats["is/weight_mean"] = float(w[valid].mean())
-        stats["is/outside_frac"] = float(out[valid].float().mean())
-    return loss, stats
 
 
 @dataclass
@@ -116,6 +65,61 @@ class BypassOptions:
     """As `algo.rollout_rs.threshold_lower`."""
 
 
+def bypass_loss(logprobs_new: Tensor, logprobs_rollout: Tensor, advantages: Tensor, mask: Tensor, *,
+                eps_low: float = 0.2, eps_high: float = 0.2, options: BypassOptions = BypassOptions(),
+                reduction: Reduction = Reduction("token-mean")) -> tuple[Tensor, dict[str, float]]:
+    """verl 0.9.1's bypass-mode policy loss (`compute_policy_loss_bypass_mode`; docs/methods.md §6d).
+
+    `x = logprobs_new - logprobs_rollout` (detached, 0 on padding); weights `w = rollout_is_weights(x, ...)` when
+    `options.rollout_is` is given; kept tokens `rejection_keep(x, ...)` when `options.rollout_rs` are;
+    `m = mask * kept`. `ppo_clip`: `policy_loss(logprobs_new, logprobs_rollout, A, m)` without `w`; `reinforce`:
+    `gpg_loss` on `m` with `w`.
+
+    Args:
+        logprobs_new: `[N, T]` log-probs under the policy being optimised (differentiable).
+        logprobs_rollout: `[N, T]` the sampler's log-probs, pi_old here (constant).
+        advantages, mask: `[N, T]`.
+        eps_low, eps_high: PPO-clip's clip range (`ppo_clip`).
+        options: `loss_type` (`LOSS_TYPES`), `ppo_clip`'s `dual_clip_c`, `rollout_is_weights`' (`rollout_is`, the
+            level, None: no weights; `rollout_is_mode`, `rollout_is_threshold`, `rollout_is_threshold_lower`,
+            `rollout_is_batch_normalize`) and `rejection_keep`'s (`rollout_rs`, no modes: no rejection;
+            `rollout_rs_threshold`, `rollout_rs_threshold_lower`).
+        reduction: the aggregation, the length limit it may need and the token weights, as in `policy_loss`; no
+            `is_weights` (the weights are `w`, computed here from the policy being optimised).
+    Returns:
+        `(loss, stats)`: the loss's statistics plus `is/*` of the weights and `is/rejected_frac`.
+    """
+    o = options
+    if reduction.is_weights is not None:
+        raise ValueError("bypass_loss: reduction.is_weights must be None: bypass mode computes its importance weights "
+                         "from the policy being optimised (options.rollout_is)")
+    valid = mask.bool()
+    with torch.no_grad():
+        x = zero_padding(logprobs_new.detach() - logprobs_rollout.detach(), valid)
+        w = out = None
+        if o.rollout_is is not None:
+            w, out = rollout_is_weights(x, mask, level=o.rollout_is, mode=o.rollout_is_mode,
+                                        upper=o.rollout_is_threshold, lower=o.rollout_is_threshold_lower,
+                                        batch_normalize=o.rollout_is_batch_normalize)
+        kept = (rejection_keep(x, mask, list(o.rollout_rs), list(o.rollout_rs_threshold),
+                               list(o.rollout_rs_threshold_lower)) if o.rollout_rs else valid)
+        m = (mask * kept).to(mask.dtype)
+    if o.loss_type == "ppo_clip":
+        loss, stats = policy_loss(logprobs_new, logprobs_rollout, advantages, m, eps_low=eps_low, eps_high=eps_high,
+                                  dual_clip_c=o.dual_clip_c, reduction=reduction)
+    elif o.loss_type == "reinforce":
+        weighted = dataclasses.replace(reduction, is_weights=None if w is None else w * m)
+        loss, stats = gpg_loss(logprobs_new, logprobs_rollout, advantages, m, reduction=weighted)
+    else:
+        raise ValueError(f"bypass_loss: unknown loss_type {o.loss_type!r}; valid: {', '.join(LOSS_TYPES)}")
+    n_valid = int(valid.sum())
+    stats["is/rejected_frac"] = float((valid & ~kept).sum()) / max(n_valid, 1)
+    if w is not None and n_valid:
+        stats["is/weight_mean"] = float(w[valid].mean())
+        stats["is/outside_frac"] = float(out[valid].float().mean())
+    return loss, stats
+
+
 def _check_bypass(cfg) -> str | None:
     o, a = cfg.algo.options["bypass_mode"], cfg.algo
     others = ([f"algo.importance_weights={a.importance_weights}"] * (a.importance_weights != "none")
@@ -143,11 +147,8 @@ def _check_bypass(cfg) -> str | None:
 def _bypass_adapter(logprobs_new: Tensor, batch: RolloutBatch, cfg, *,
                     options: BypassOptions) -> tuple[Tensor, dict[str, float]]:
     """Bypass mode (`bypass_loss`): `batch.logprobs` are the rollout's (the engine filled pi_old with them)."""
-    o = options
-    return bypass_loss(logprobs_new, batch.logprobs, batch.advantages, batch.loss_mask, loss_type=o.loss_type,
-                       eps_low=cfg.eps_low, eps_high=cfg.eps_high, agg=cfg.loss_agg,
-                       max_response_len=batch.max_response_len, token_weights=batch.token_weights,
-                       dual_clip_c=o.dual_clip_c, is_level=o.rollout_is, is_mode=o.rollout_is_mode,
-                       is_upper=o.rollout_is_threshold, is_lower=o.rollout_is_threshold_lower,
-                       is_batch_normalize=o.rollout_is_batch_normalize, rs_modes=o.rollout_rs,
-                       rs_upper=o.rollout_rs_threshold, rs_lower=o.rollout_rs_threshold_lower)
+    # the batch's importance weights, if any, compare pi_old with the sampler: here the same log-probs, so they are
+    # left out (the config refuses algo.importance_weights with bypass mode); the loss computes its own
+    reduction = dataclasses.replace(Reduction.of(batch, cfg.loss_agg), is_weights=None)
+    return bypass_loss(logprobs_new, batch.logprobs, batch.advantages, batch.loss_mask, eps_low=cfg.eps_low,
+                       eps_high=cfg.eps_high, options=options, reduction=reduction)

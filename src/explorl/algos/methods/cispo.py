@@ -26,10 +26,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from explorl.algos.aggregation import aggregate, masked_mean, zero_padding
+from explorl.algos.aggregation import Reduction, masked_mean, zero_padding
 from explorl.algos.batch import RolloutBatch
-from explorl.algos.core import (apply_weights, as_constant, check_loss_inputs, importance_ratio, ratio_stats,
-                                valid_fraction, weight_stats)
+from explorl.algos.core import as_constant, check_loss_inputs, importance_ratio, ratio_stats, valid_fraction
 from explorl.algos.registry import Cite, register
 
 
@@ -47,17 +46,14 @@ def cispo_loss(
     *,
     eps_low: float = 0.2,
     eps_high: float = 0.2,
-    agg: str = "token-mean",
-    max_response_len: int | None = None,
-    is_weights: Tensor | None = None,
-    token_weights: Tensor | None = None,
+    reduction: Reduction = Reduction("token-mean"),
 ) -> tuple[Tensor, dict[str, float]]:
     """CISPO's objective as a loss to minimise (MiniMax-M1, section 3.1, eq. 4 and eq. 5).
 
     Token loss `-w_t * A_t * logp_new_t` with `w_t = sg[clip(r_t, 1 - eps_low, 1 + eps_high)]`,
     `r_t = exp(logp_new_t - logp_old_t)` (log-ratio clamped to +-20, `importance_ratio`). Its gradient with respect
     to `logp_new_t` is `-w_t * A_t` at every valid token: the clip bounds the weight and never removes the token.
-    Weights multiply the token loss as in `explorl.algos.methods.ppo.policy_loss`; aggregated by `agg`.
+    Weights multiply the token loss as in `explorl.algos.methods.ppo.policy_loss`; aggregated by the reduction's `agg`.
 
     Args:
         logprobs_new: `[N, T]` log-probs under the policy being optimised (differentiable).
@@ -66,8 +62,8 @@ def cispo_loss(
         mask: `[N, T]` 1 on response tokens.
         eps_low, eps_high: the weight's clip range `[1 - eps_low, 1 + eps_high]` (verl's defaults 0.2 / 0.2;
             `eps_low` 1: no lower bound, the paper's).
-        agg, max_response_len: the aggregation (`aggregate`) and the length limit it may need.
-        is_weights, token_weights: optional `[N, T]` detached multipliers of the token loss.
+        reduction: the aggregation (`aggregate`), the length limit it may need and the optional `[N, T]` detached
+            `is_weights` / `token_weights` multiplying the token loss (`Reduction`).
     Returns:
         `(loss, stats)`: the scalar loss and detached statistics over valid tokens: `loss/pg`, `loss/ratio_mean`,
         `loss/ratio_max`, `loss/ratio_min`, `loss/ppo_kl` (as `policy_loss`), `loss/clip_frac` (tokens whose weight
@@ -75,14 +71,12 @@ def cispo_loss(
         `1 + eps_high`, whatever the advantage's sign: CISPO's clip acts on both), `loss/cispo_weight_mean` (the
         mean weight `w`), and the weight statistics of `policy_loss` when weights are given.
     """
-    check_loss_inputs("cispo_loss", logprobs_new, logprobs_old, advantages, mask, agg, is_weights, token_weights)
+    check_loss_inputs("cispo_loss", logprobs_new, logprobs_old, advantages, mask, reduction)
     valid = mask.bool()
     log_ratio, ratio = importance_ratio(logprobs_new, logprobs_old, valid)
     weight = cispo_weight(ratio, eps_low, eps_high)
     adv = as_constant(advantages, valid, ratio.dtype)
-    token_loss = -weight * adv * zero_padding(logprobs_new, valid)
-    token_loss = apply_weights(token_loss, valid, is_weights, token_weights)
-    loss = aggregate(token_loss, valid, agg, max_response_len)
+    loss = reduction(-weight * adv * zero_padding(logprobs_new, valid), valid)
     with torch.no_grad():
         n_valid = int(valid.sum())
         stats = ratio_stats(loss, ratio, log_ratio, valid, n_valid)
@@ -91,7 +85,7 @@ def cispo_loss(
         stats["loss/clip_frac_low"] = valid_fraction(low, valid, n_valid)
         stats["loss/clip_frac_high"] = valid_fraction(high, valid, n_valid)
         stats["loss/cispo_weight_mean"] = float(masked_mean(weight, valid)) if n_valid else 1.0
-        weight_stats(stats, valid, n_valid, ratio.dtype, is_weights, token_weights)
+        reduction.record(stats, valid, n_valid, ratio.dtype)
     return loss, stats
 
 
@@ -101,5 +95,4 @@ def _cispo_adapter(logprobs_new: Tensor, batch: RolloutBatch, cfg) -> tuple[Tens
     """CISPO (`cispo_loss`) with the weight's clip range `algo.eps_low` / `algo.eps_high` and the aggregation
     `algo.loss_agg`."""
     return cispo_loss(logprobs_new, batch.logprobs, batch.advantages, batch.loss_mask, eps_low=cfg.eps_low,
-                      eps_high=cfg.eps_high, agg=cfg.loss_agg, max_response_len=batch.max_response_len,
-                      is_weights=batch.is_weights, token_weights=batch.token_weights)
+                      eps_high=cfg.eps_high, reduction=Reduction.of(batch, cfg.loss_agg))

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from explorl.algos.aggregation import aggregate
+from explorl.algos.aggregation import Reduction
 from explorl.algos.batch import RolloutBatch
-from explorl.algos.core import (apply_weights, as_constant, centered_cov, check_loss_inputs, importance_ratio,
-                                ppo_stats, ppo_token_loss, valid_fraction, weight_stats)
+from explorl.algos.core import (as_constant, centered_cov, check_loss_inputs, importance_ratio, ppo_stats,
+                                ppo_token_loss, valid_fraction)
 from explorl.algos.registry import Cite, register
 
 
@@ -34,11 +34,12 @@ class ClipCovOptions:
     """Upper covariance bound of the candidates."""
 
 
+# The clip range is one `(eps_low, eps_high)` pair here (as `ppo_stats` takes it), not two keywords: with Clip-Cov's
+# options, its random source and the reduction, two would make nine parameters.
 def clip_cov_loss(logprobs_new: Tensor, logprobs_old: Tensor, advantages: Tensor, mask: Tensor, *,
-                  eps_low: float = 0.2, eps_high: float = 0.2, clip_ratio: float = 2e-4, lb: float = 1.0,
-                  ub: float = 5.0, agg: str = "token-mean", max_response_len: int | None = None,
-                  generator: torch.Generator | None = None, is_weights: Tensor | None = None,
-                  token_weights: Tensor | None = None) -> tuple[Tensor, dict[str, float]]:
+                  clip_range: tuple[float, float] = (0.2, 0.2), options: ClipCovOptions = ClipCovOptions(),
+                  generator: torch.Generator | None = None,
+                  reduction: Reduction = Reduction("token-mean")) -> tuple[Tensor, dict[str, float]]:
     """Clip-Cov: the PPO-clip loss with the gradient of a few random high-covariance tokens removed.
 
     Cui et al. 2025, "The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models", section 4.2
@@ -47,10 +48,11 @@ def clip_cov_loss(logprobs_new: Tensor, logprobs_old: Tensor, advantages: Tensor
     1. `cov = (A - mean A) * (logp_new - mean logp_new)`, both means over all valid tokens (`centered_cov`).
     2. Candidates: valid tokens the PPO clip has not already clipped (the clipped term is not strictly the larger
        loss, as `loss/clip_frac` counts) with `lb < cov < ub` (open interval).
-    3. `n = max(int(clip_ratio * n_valid), 1)` of them (all when there are fewer), drawn uniformly without
+    3. `n = max(int(options.ratio * n_valid), 1)` of them (all when there are fewer), drawn uniformly without
        replacement with `generator` (the global torch RNG when None), have their token term set to 0.
-    4. Every other valid token has the PPO-clip token loss of `policy_loss`; then `is_weights` / `token_weights`
-       multiply and `agg` aggregates with the normaliser of `mask` (a selected token still counts in it).
+    4. Every other valid token has the PPO-clip token loss of `policy_loss`; then the reduction's `is_weights` /
+       `token_weights` multiply and its `agg` aggregates with the normaliser of `mask` (a selected token still counts
+       in it).
 
     Reading fixed here: the paper writes the selected tokens' term as 0 (and its public code multiplies their
     loss by 0), so their value leaves the loss as well as their gradient; the gradient equals a detach. Because the
@@ -63,22 +65,23 @@ def clip_cov_loss(logprobs_new: Tensor, logprobs_old: Tensor, advantages: Tensor
 
     Args:
         logprobs_new, logprobs_old, advantages, mask: `[N, T]`, as in `policy_loss`.
-        eps_low, eps_high: PPO clip range of the ratio.
-        clip_ratio: fraction of the valid tokens whose gradient is removed, in (0, 1] (paper: 2e-4).
-        lb, ub: covariance bounds of the candidates, `lb < ub` (paper: 1 and 5).
-        agg, max_response_len, is_weights, token_weights: as in `policy_loss`.
+        clip_range: `(eps_low, eps_high)`, PPO's clip range `[1 - eps_low, 1 + eps_high]` of the ratio.
+        options: `ratio`, the fraction of the valid tokens whose gradient is removed, in (0, 1] (paper: 2e-4), and
+            `lb`, `ub`, the covariance bounds of the candidates, `lb < ub` (paper: 1 and 5).
         generator: random source of the selection (its device must suit `torch.randperm`); drawn from only when
             there are candidates.
+        reduction: the aggregation, the length limit it may need and the weights, as in `policy_loss`.
     Returns:
         `(loss, stats)`: the stats of `policy_loss` plus `loss/clip_cov_frac` (fraction of valid tokens whose
         gradient was removed) and `loss/clip_cov_candidate_frac` (fraction of valid tokens that were candidates).
     """
-    check_loss_inputs("clip_cov_loss", logprobs_new, logprobs_old, advantages, mask, agg, is_weights,
-                       token_weights)
+    check_loss_inputs("clip_cov_loss", logprobs_new, logprobs_old, advantages, mask, reduction)
+    eps_low, eps_high = clip_range
+    clip_ratio, lb, ub = options.ratio, options.lb, options.ub
     if not 0.0 < clip_ratio <= 1.0:
-        raise ValueError(f"clip_cov_loss: clip_ratio must be in (0, 1], got {clip_ratio!r}")
+        raise ValueError(f"clip_cov_loss: options.ratio must be in (0, 1], got {clip_ratio!r}")
     if not lb < ub:
-        raise ValueError(f"clip_cov_loss: need lb < ub, got lb={lb!r}, ub={ub!r}")
+        raise ValueError(f"clip_cov_loss: need options.lb < options.ub, got lb={lb!r}, ub={ub!r}")
     valid = mask.bool()
     log_ratio, ratio = importance_ratio(logprobs_new, logprobs_old, valid)
     adv = as_constant(advantages, valid, ratio.dtype)
@@ -91,15 +94,14 @@ def clip_cov_loss(logprobs_new: Tensor, logprobs_old: Tensor, advantages: Tensor
 
     token_loss = torch.where(selected, torch.zeros((), dtype=token_loss.dtype, device=token_loss.device),
                              token_loss)
-    token_loss = apply_weights(token_loss, valid, is_weights, token_weights)
-    loss = aggregate(token_loss, valid, agg, max_response_len)
+    loss = reduction(token_loss, valid)
 
     with torch.no_grad():
         stats = ppo_stats(loss, ratio, log_ratio, adv, loss_clipped > loss_unclipped, valid, n_valid,
                           (eps_low, eps_high))
         stats["loss/clip_cov_frac"] = valid_fraction(selected, valid, n_valid)
         stats["loss/clip_cov_candidate_frac"] = valid_fraction(candidates, valid, n_valid)
-        weight_stats(stats, valid, n_valid, ratio.dtype, is_weights, token_weights)
+        reduction.record(stats, valid, n_valid, ratio.dtype)
     return loss, stats
 
 
@@ -110,10 +112,9 @@ def _clip_cov_adapter(logprobs_new: Tensor, batch: RolloutBatch, cfg, *, generat
                       options: ClipCovOptions) -> tuple[Tensor, dict[str, float]]:
     """Clip-Cov (`clip_cov_loss`) with the clip range `algo.eps_low` / `algo.eps_high`, the options
     `algo.clip_cov.*` and the aggregation `algo.loss_agg`."""
-    return clip_cov_loss(logprobs_new, batch.logprobs, batch.advantages, batch.loss_mask, eps_low=cfg.eps_low,
-                         eps_high=cfg.eps_high, clip_ratio=options.ratio, lb=options.lb, ub=options.ub,
-                         agg=cfg.loss_agg, max_response_len=batch.max_response_len, generator=generator,
-                         is_weights=batch.is_weights, token_weights=batch.token_weights)
+    return clip_cov_loss(logprobs_new, batch.logprobs, batch.advantages, batch.loss_mask,
+                         clip_range=(cfg.eps_low, cfg.eps_high), options=options, generator=generator,
+                         reduction=Reduction.of(batch, cfg.loss_agg))
 
 
 @torch.no_grad()

@@ -29,10 +29,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from explorl.algos.aggregation import aggregate, zero_padding
+from explorl.algos.aggregation import Reduction, zero_padding
 from explorl.algos.batch import RolloutBatch
-from explorl.algos.core import (apply_weights, as_constant, check_loss_inputs, importance_ratio, ratio_stats,
-                                valid_fraction, weight_stats)
+from explorl.algos.core import as_constant, check_loss_inputs, importance_ratio, ratio_stats, valid_fraction
 from explorl.algos.registry import Cite, register
 
 DIVERGENCES = ("tv", "kl")
@@ -96,6 +95,8 @@ def trust_region_mask(logprobs_new: Tensor, logprobs_old: Tensor, advantages: Te
         return torch.where(advantages > 0, up_ok, down_ok)
 
 
+# The trust region's bounds are one `(delta_low, delta_high)` pair (the config's eps_low / eps_high), not two
+# keywords: with the divergence, the cap and the reduction, two would make nine parameters.
 def dppo_loss(
     logprobs_new: Tensor,
     logprobs_old: Tensor,
@@ -103,19 +104,15 @@ def dppo_loss(
     mask: Tensor,
     *,
     divergence: str = "tv",
-    eps_low: float = 0.15,
-    eps_high: float = 0.15,
-    agg: str = "token-mean",
-    max_response_len: int | None = None,
-    is_weights: Tensor | None = None,
-    token_weights: Tensor | None = None,
+    trust_region: tuple[float, float] = (0.15, 0.15),
     ratio_cap: float | None = 3.0,
+    reduction: Reduction = Reduction("token-mean"),
 ) -> tuple[Tensor, dict[str, float]]:
     """DPPO-Binary-TV / -KL as a loss to minimise (Qi et al. 2026; docs/methods.md §5j), as verl 0.9.1 computes it.
 
     Token loss `-A * sg[min(r, ratio_cap)] * logp_new * keep`, `r = exp(logp_new - logp_old)` (log clamped to +-20),
-    `keep` the trust-region mask (`trust_region_mask`, bounds `eps_low` / `eps_high` on the Binary divergence).
-    Weights multiply the token loss as in `explorl.algos.methods.ppo.policy_loss`; aggregated by `agg`.
+    `keep` the trust-region mask (`trust_region_mask`, bounds `trust_region` on the Binary divergence). Weights
+    multiply the token loss as in `explorl.algos.methods.ppo.policy_loss`; aggregated by the reduction's `agg`.
 
     Args:
         logprobs_new: `[N, T]` log-probs under the policy being optimised (differentiable).
@@ -123,17 +120,17 @@ def dppo_loss(
         advantages: `[N, T]` per-token advantages (constant).
         mask: `[N, T]` 1 on response tokens.
         divergence: `tv` or `kl`.
-        eps_low, eps_high: the trust-region bounds delta_low / delta_high on the divergence.
-        agg, max_response_len: the aggregation (`aggregate`) and the length limit it may need.
-        is_weights, token_weights: optional `[N, T]` detached multipliers of the token loss.
+        trust_region: `(delta_low, delta_high)`, the bounds on the divergence (the config's `eps_low` / `eps_high`).
         ratio_cap: the truncation cap C of the ratio weight (> 0), or None for none.
+        reduction: the aggregation (`aggregate`), the length limit it may need and the optional `[N, T]` detached
+            `is_weights` / `token_weights` multiplying the token loss (`Reduction`).
     Returns:
         `(loss, stats)`: the scalar loss and detached statistics over valid tokens: `loss/pg`, the ratio statistics
         (`loss/ratio_*`, `loss/ppo_kl`), `loss/clip_frac` (tokens out of the trust region, verl's `pg_clipfrac`),
         `loss/clip_frac_high` / `loss/clip_frac_low` (of them, those with A > 0 / A <= 0), `loss/truncated_frac` (kept
         tokens whose ratio is above the cap, verl's `pg_clipfrac_lower`), and the weights' statistics.
     """
-    check_loss_inputs("dppo_loss", logprobs_new, logprobs_old, advantages, mask, agg, is_weights, token_weights)
+    check_loss_inputs("dppo_loss", logprobs_new, logprobs_old, advantages, mask, reduction)
     if divergence not in DIVERGENCES:
         raise ValueError(f"dppo_loss: divergence must be one of {', '.join(DIVERGENCES)}, got {divergence!r}")
     if ratio_cap is not None and not ratio_cap > 0:
@@ -144,10 +141,8 @@ def dppo_loss(
     old = as_constant(logprobs_old, valid, new.dtype)
     adv = as_constant(advantages, valid, new.dtype)
     weight = ratio.detach() if ratio_cap is None else ratio.detach().clamp(max=ratio_cap)
-    keep = trust_region_mask(new.detach(), old, adv, divergence, eps_low, eps_high) & valid
-    token_loss = -adv * weight * new * keep.to(new.dtype)
-    token_loss = apply_weights(token_loss, valid, is_weights, token_weights)
-    loss = aggregate(token_loss, valid, agg, max_response_len)
+    keep = trust_region_mask(new.detach(), old, adv, divergence, *trust_region) & valid
+    loss = reduction(-adv * weight * new * keep.to(new.dtype), valid)
     with torch.no_grad():
         n_valid = int(valid.sum())
         stats = ratio_stats(loss, ratio, log_ratio, valid, n_valid)
@@ -157,17 +152,17 @@ def dppo_loss(
         stats["loss/clip_frac_low"] = valid_fraction(out & (adv <= 0), valid, n_valid)
         capped = keep & (ratio > ratio_cap) if ratio_cap is not None else torch.zeros_like(keep)
         stats["loss/truncated_frac"] = valid_fraction(capped, valid, n_valid)
-        weight_stats(stats, valid, n_valid, ratio.dtype, is_weights, token_weights)
+        reduction.record(stats, valid, n_valid, ratio.dtype)
     return loss, stats
 
 
-def _dppo(divergence: str, logprobs_new: Tensor, logprobs_old: Tensor, advantages: Tensor, mask: Tensor, cfg,
-          max_response_len: int | None, weights: tuple[Tensor | None, Tensor | None],
+def _dppo(divergence: str, logprobs_new: Tensor, batch: RolloutBatch, cfg,
           options: DppoOptions) -> tuple[Tensor, dict[str, float]]:
-    is_weights, token_weights = weights
-    return dppo_loss(logprobs_new, logprobs_old, advantages, mask, divergence=divergence, eps_low=cfg.eps_low,
-                     eps_high=cfg.eps_high, agg=cfg.loss_agg, max_response_len=max_response_len,
-                     is_weights=is_weights, token_weights=token_weights, ratio_cap=options.ratio_cap)
+    """`dppo_loss` with `divergence`, the bounds `algo.eps_low` / `algo.eps_high`, the cap `options.ratio_cap` and
+    the aggregation `algo.loss_agg` (both adapters')."""
+    return dppo_loss(logprobs_new, batch.logprobs, batch.advantages, batch.loss_mask, divergence=divergence,
+                     trust_region=(cfg.eps_low, cfg.eps_high), ratio_cap=options.ratio_cap,
+                     reduction=Reduction.of(batch, cfg.loss_agg))
 
 
 @register("policy_loss", "dppo_tv", needs_old_logprobs=False, rowwise=True, options=DppoOptions,
@@ -177,8 +172,7 @@ def _dppo_tv_adapter(logprobs_new: Tensor, batch: RolloutBatch, cfg, *,
                      options: DppoOptions) -> tuple[Tensor, dict[str, float]]:
     """DPPO-Binary-TV (`dppo_loss`, divergence `tv`) with the bounds `algo.eps_low` / `algo.eps_high`, the cap
     `algo.dppo_tv.ratio_cap` and the aggregation `algo.loss_agg`."""
-    return _dppo("tv", logprobs_new, batch.logprobs, batch.advantages, batch.loss_mask, cfg, batch.max_response_len,
-                 (batch.is_weights, batch.token_weights), options)
+    return _dppo("tv", logprobs_new, batch, cfg, options)
 
 
 @register("policy_loss", "dppo_kl", needs_old_logprobs=False, rowwise=True, options=DppoOptions,
@@ -188,5 +182,4 @@ def _dppo_kl_adapter(logprobs_new: Tensor, batch: RolloutBatch, cfg, *,
                      options: DppoOptions) -> tuple[Tensor, dict[str, float]]:
     """DPPO-Binary-KL (`dppo_loss`, divergence `kl`) with the bounds `algo.eps_low` / `algo.eps_high`, the cap
     `algo.dppo_kl.ratio_cap` and the aggregation `algo.loss_agg`."""
-    return _dppo("kl", logprobs_new, batch.logprobs, batch.advantages, batch.loss_mask, cfg, batch.max_response_len,
-                 (batch.is_weights, batch.token_weights), options)
+    return _dppo("kl", logprobs_new, batch, cfg, options)

@@ -21,10 +21,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from explorl.algos.aggregation import aggregate, masked_mean, zero_padding
+from explorl.algos.aggregation import Reduction, masked_mean, zero_padding
 from explorl.algos.batch import RolloutBatch
-from explorl.algos.core import (apply_weights, as_constant, check_loss_inputs, importance_ratio, ratio_stats,
-                                weight_stats)
+from explorl.algos.core import as_constant, check_loss_inputs, importance_ratio, ratio_stats
 from explorl.algos.registry import Cite, register
 
 
@@ -53,16 +52,13 @@ def dro_loss(
     mask: Tensor,
     *,
     beta: float,
-    agg: str = "token-mean",
-    max_response_len: int | None = None,
-    is_weights: Tensor | None = None,
-    token_weights: Tensor | None = None,
+    reduction: Reduction = Reduction("token-mean"),
 ) -> tuple[Tensor, dict[str, float]]:
     """DRO's objective as a loss to minimise (docs/methods.md §5l), as verl 0.9.1 computes it.
 
     Token loss `-(logp_new * A - (beta / 2) * (logp_new - logp_old)^2)`; weights multiply it as in
-    `explorl.algos.methods.ppo.policy_loss`; aggregated by `agg`. The log-ratio is not clamped (verl's is not; the
-    penalty is what bounds it).
+    `explorl.algos.methods.ppo.policy_loss`; aggregated by the reduction's `agg`. The log-ratio is not clamped (verl's
+    is not; the penalty is what bounds it).
 
     Args:
         logprobs_new: `[N, T]` log-probs under the policy being optimised (differentiable).
@@ -70,14 +66,14 @@ def dro_loss(
         advantages: `[N, T]` per-token advantages (constant).
         mask: `[N, T]` 1 on response tokens.
         beta: the penalty coefficient, > 0.
-        agg, max_response_len: the aggregation (`aggregate`) and the length limit it may need.
-        is_weights, token_weights: optional `[N, T]` detached multipliers of the token loss.
+        reduction: the aggregation (`aggregate`), the length limit it may need and the optional `[N, T]` detached
+            `is_weights` / `token_weights` multiplying the token loss (`Reduction`).
     Returns:
         `(loss, stats)`: the scalar loss and detached statistics over valid tokens: `loss/pg`, `loss/ratio_*`,
         `loss/ppo_kl`, `loss/dro_penalty` (the mean over valid tokens of `(beta / 2) * log-ratio^2`), and the
         weights' statistics.
     """
-    check_loss_inputs("dro_loss", logprobs_new, logprobs_old, advantages, mask, agg, is_weights, token_weights)
+    check_loss_inputs("dro_loss", logprobs_new, logprobs_old, advantages, mask, reduction)
     if beta is None or not beta > 0:
         raise ValueError(f"dro_loss: beta must be > 0 (algo.dro.beta, verl's policy_loss.dro_beta), got {beta!r}")
     valid = mask.bool()
@@ -85,15 +81,13 @@ def dro_loss(
     old = as_constant(logprobs_old, valid, new.dtype)
     adv = as_constant(advantages, valid, new.dtype)
     penalty = 0.5 * beta * (new - old).square()
-    token_loss = -(new * adv - penalty)
-    token_loss = apply_weights(token_loss, valid, is_weights, token_weights)
-    loss = aggregate(token_loss, valid, agg, max_response_len)
+    loss = reduction(-(new * adv - penalty), valid)
     with torch.no_grad():
         n_valid = int(valid.sum())
         log_ratio, ratio = importance_ratio(logprobs_new, logprobs_old, valid)
         stats = ratio_stats(loss, ratio, log_ratio, valid, n_valid)
         stats["loss/dro_penalty"] = float(masked_mean(penalty, valid))
-        weight_stats(stats, valid, n_valid, new.dtype, is_weights, token_weights)
+        reduction.record(stats, valid, n_valid, new.dtype)
     return loss, stats
 
 
@@ -103,5 +97,4 @@ def _dro_adapter(logprobs_new: Tensor, batch: RolloutBatch, cfg, *,
                  options: DroOptions) -> tuple[Tensor, dict[str, float]]:
     """DRO (`dro_loss`) with the coefficient `algo.dro.beta` and the aggregation `algo.loss_agg`."""
     return dro_loss(logprobs_new, batch.logprobs, batch.advantages, batch.loss_mask, beta=options.beta,
-                    agg=cfg.loss_agg, max_response_len=batch.max_response_len, is_weights=batch.is_weights,
-                    token_weights=batch.token_weights)
+                    reduction=Reduction.of(batch, cfg.loss_agg))

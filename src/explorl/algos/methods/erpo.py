@@ -27,13 +27,29 @@ if TYPE_CHECKING:
     from explorl.config.schema import AlgoConfig
 
 
+@dataclass
+class ErpoOptions:
+    """ERPO's options, `algo.erpo.<field>` (ERPO; docs/methods.md §3)."""
+
+    beta_progress: float = 0.1
+    """beta of the implicit progress signal s = beta * (logp - ref_logp) (eq. 7)."""
+    gamma: float = 5.0
+    """Sharpness gamma of the entropy gate (eq. 8)."""
+    eta: float = 0.2
+    """Weight eta of the token-level term in A_group + eta * Psi."""
+    num_buckets: int = 10
+    """Relative-position buckets K of the progress normalisation (eq. 9)."""
+    sigma_target: float = 1.0
+    """Target scale of the token-level term."""
+
+
 def erpo(rewards: Tensor, group: Tensor, mask: Tensor, entropy: Tensor, logprobs: Tensor, ref_logprobs: Tensor, *,
-         beta_progress: float = 0.1, gamma: float = 5.0, eta: float = 0.2, num_buckets: int = 10,
-         sigma_target: float = 1.0, delta: float = 1e-6) -> Tensor:
+         options: ErpoOptions = ErpoOptions(), delta: float = 1e-6) -> Tensor:
     """ERPO token-level advantage (docs/methods.md §3; Yu et al. 2026, "ERPO: Token-Level Entropy-Regulated
     Policy Optimization for Large Reasoning Models", eqs. 7-10 and Algorithm 1).
 
-    Per group G (all valid tokens of all responses of one prompt), with population std throughout:
+    Per group G (all valid tokens of all responses of one prompt), with population std throughout, and
+    `beta_progress`, `gamma`, `eta`, `K = num_buckets` and `sigma_target` the fields of `options`:
       1. `s = beta_progress * (logprobs - ref_logprobs)`                                        (eq. 7)
       2. `W = sigmoid(gamma * (H - mean_G(H)) / (std_G(H) + delta))`                            (eq. 8)
       3. token t (1-based) of response i: `k = min(floor(K * t / |o_i|), K - 1)`;
@@ -58,14 +74,15 @@ def erpo(rewards: Tensor, group: Tensor, mask: Tensor, entropy: Tensor, logprobs
         entropy: `[N, T]` token entropy H of the old policy.
         logprobs: `[N, T]` old-policy log-probabilities of the sampled tokens.
         ref_logprobs: `[N, T]` reference-model log-probabilities of the sampled tokens.
-        beta_progress, gamma, eta, num_buckets (K), sigma_target, delta: as in the steps above.
+        options: `beta_progress`, `gamma`, `eta`, `num_buckets` (K) and `sigma_target`, as in the steps above.
+        delta: the stabiliser added to every std, as in the steps above.
     Returns:
         `[N, T]` advantages in the floating dtype of `logprobs` (float32 otherwise), 0.0 where `mask == 0`.
     """
     check_response_inputs(rewards, group, mask)
     check_token_inputs(mask, entropy=entropy, logprobs=logprobs, ref_logprobs=ref_logprobs)
-    if num_buckets < 1:
-        raise ValueError(f"num_buckets must be >= 1, got {num_buckets}")
+    if options.num_buckets < 1:
+        raise ValueError(f"num_buckets must be >= 1, got {options.num_buckets}")
     out_dtype = float_dtype(logprobs, entropy, rewards)
     n, t_len = mask.shape
     if n == 0 or t_len == 0:
@@ -78,13 +95,14 @@ def erpo(rewards: Tensor, group: Tensor, mask: Tensor, entropy: Tensor, logprobs
     degenerate = group_range_equal(rewards, dense, n_groups, torch.ones(n, dtype=torch.bool, device=mask.device))
     gid = dense[:, None].expand(n, t_len)
     h = torch.where(valid, entropy.detach().to(f64), zero)
-    s = torch.where(valid, beta_progress * (logprobs.detach().to(f64) - ref_logprobs.detach().to(f64)), zero)  # eq. 7
+    s = torch.where(valid, options.beta_progress * (logprobs.detach().to(f64) - ref_logprobs.detach().to(f64)),
+                    zero)  # eq. 7
 
-    w = _entropy_gate(h, gid, valid, gamma, delta)  # 2. eq. 8
-    s_tilde = _bucket_normalised(s, gid, valid, num_buckets, delta)  # 3. eq. 9
-    psi = _process_term(w, s_tilde, a_group, gid, valid, sigma_target, delta)  # 4. eq. 10
+    w = _entropy_gate(h, gid, valid, options.gamma, delta)  # 2. eq. 8
+    s_tilde = _bucket_normalised(s, gid, valid, options.num_buckets, delta)  # 3. eq. 9
+    psi = _process_term(w, s_tilde, a_group, gid, valid, options.sigma_target, delta)  # 4. eq. 10
     # 5. group z-score over valid tokens
-    x = torch.where(valid, a_group[:, None] + eta * psi, zero)
+    x = torch.where(valid, a_group[:, None] + options.eta * psi, zero)
     x_mean, x_std, _ = segment_stats(x, gid, valid)
     out = (x - x_mean) / (x_std + delta)
     return torch.where(valid & ~degenerate[:, None], out, zero).to(out_dtype)
@@ -115,22 +133,6 @@ def _process_term(w: Tensor, s_tilde: Tensor, a_group: Tensor, gid: Tensor, vali
     return sigma_target * raw / (raw_std + delta)
 
 
-@dataclass
-class ErpoOptions:
-    """ERPO's options, `algo.erpo.<field>` (ERPO; docs/methods.md §3)."""
-
-    beta_progress: float = 0.1
-    """beta of the implicit progress signal s = beta * (logp - ref_logp) (eq. 7)."""
-    gamma: float = 5.0
-    """Sharpness gamma of the entropy gate (eq. 8)."""
-    eta: float = 0.2
-    """Weight eta of the token-level term in A_group + eta * Psi."""
-    num_buckets: int = 10
-    """Relative-position buckets K of the progress normalisation (eq. 9)."""
-    sigma_target: float = 1.0
-    """Target scale of the token-level term."""
-
-
 def _check_erpo(cfg) -> str | None:
     o = cfg.algo.options["erpo"]
     return None if o.num_buckets >= 1 else f"algo.erpo.num_buckets: must be >= 1, got {o.num_buckets}"
@@ -143,5 +145,4 @@ def _erpo_adapter(batch: RolloutBatch, cfg: AlgoConfig, *, options: ErpoOptions)
     batch.require("entropy", "logprobs", "ref_logprobs", by="advantage 'erpo' (it compares the policy with a frozen "
                   "reference model)")
     return erpo(batch.rewards, batch.group, batch.mask, batch.entropy, batch.logprobs, batch.ref_logprobs,
-                beta_progress=options.beta_progress, gamma=options.gamma, eta=options.eta,
-                num_buckets=options.num_buckets, sigma_target=options.sigma_target)
+                options=options)

@@ -20,13 +20,14 @@ mean (every loss's `importance_ratio`), verl's is not.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from torch import Tensor
 
-from explorl.algos.aggregation import aggregate, zero_padding
+from explorl.algos.aggregation import Reduction, zero_padding
 from explorl.algos.batch import RolloutBatch
-from explorl.algos.core import (apply_weights, as_constant, check_loss_inputs, importance_ratio, ratio_stats,
-                                valid_fraction, weight_stats)
+from explorl.algos.core import as_constant, check_loss_inputs, importance_ratio, ratio_stats, valid_fraction
 from explorl.algos.registry import Cite, register
 
 GMPO_AGGREGATIONS = ("seq-mean-token-mean", "seq-mean-token-mean-per-question")
@@ -69,17 +70,15 @@ def geo_mean_loss(
     *,
     eps_low: float = 0.4,
     eps_high: float = 0.4,
-    agg: str = "seq-mean-token-mean",
-    max_response_len: int | None = None,
-    is_weights: Tensor | None = None,
-    token_weights: Tensor | None = None,
+    reduction: Reduction = Reduction("seq-mean-token-mean"),
 ) -> tuple[Tensor, dict[str, float]]:
     """GMPO's objective as a loss to minimise (Zhao et al. 2025; docs/methods.md §5k), as verl 0.9.1 computes it.
 
     Response term `L_i = -A_i * w_i * exp(mean_t clipped_log_ratio_t)`, `A_i` the mean of its token advantages, `w_i`
-    the geometric mean of its `is_weights` (`sequence_weights`; 1 without them). `L_i` stands on each of the response's
-    valid tokens, `token_weights` multiply it there, and `agg` reduces: `seq-mean-token-mean` gives the mean of the
-    terms over the non-empty responses (GMPO's objective; `token-mean` would weigh each response by its length).
+    the geometric mean of the reduction's `is_weights` (`sequence_weights`; 1 without them). `L_i` stands on each of
+    the response's valid tokens, the reduction's `token_weights` multiply it there, and its `agg` reduces:
+    `seq-mean-token-mean` gives the mean of the terms over the non-empty responses (GMPO's objective; `token-mean`
+    would weigh each response by its length).
 
     Args:
         logprobs_new: `[N, T]` log-probs under the policy being optimised (differentiable).
@@ -88,17 +87,16 @@ def geo_mean_loss(
         mask: `[N, T]` 1 on response tokens.
         eps_low, eps_high: the clip range of the token log-ratio, `[-eps_low, eps_high]` (ratios in
             `[e^-eps_low, e^eps_high]`).
-        agg, max_response_len: the aggregation (`aggregate`) and the length limit it may need.
-        is_weights: optional `[N, T]` detached token weights, reduced to one per response.
-        token_weights: optional `[N, T]` detached multipliers of the response term on each token (the per-question
-            weights of `seq-mean-token-mean-per-question`).
+        reduction: the aggregation (`aggregate`) and the length limit it may need; its optional `[N, T]` detached
+            `is_weights` are reduced to one per response, its `token_weights` multiply the response term on each
+            token (the per-question weights of `seq-mean-token-mean-per-question`).
     Returns:
         `(loss, stats)`: the scalar loss and detached statistics over valid tokens: `loss/pg`, `loss/ratio_*` of the
         responses' ratios on their tokens, `loss/ppo_kl` of the token ratios, `loss/clip_frac_high` (A > 0 and the
         log-ratio above eps_high), `loss/clip_frac_low` (A < 0 and below -eps_low), `loss/clip_frac` (either), and
         the weights' statistics.
     """
-    check_loss_inputs("geo_mean_loss", logprobs_new, logprobs_old, advantages, mask, agg, is_weights, token_weights)
+    check_loss_inputs("geo_mean_loss", logprobs_new, logprobs_old, advantages, mask, reduction)
     valid = mask.bool()
     log_ratio, _ = importance_ratio(logprobs_new, logprobs_old, valid)
     adv = as_constant(advantages, valid, log_ratio.dtype)
@@ -107,11 +105,11 @@ def geo_mean_loss(
     seq_ratio = torch.exp(x.sum(-1) / lengths)  # [N]
     seq_adv = adv.sum(-1) / lengths  # [N]
     seq_loss = -seq_adv * seq_ratio
-    if is_weights is not None:
-        seq_loss = seq_loss * sequence_weights(is_weights, valid).to(seq_loss.dtype)
+    if reduction.is_weights is not None:
+        seq_loss = seq_loss * sequence_weights(reduction.is_weights, valid).to(seq_loss.dtype)
     token_loss = zero_padding(seq_loss[:, None].expand_as(log_ratio), valid)
-    token_loss = apply_weights(token_loss, valid, None, token_weights)
-    loss = aggregate(token_loss, valid, agg, max_response_len)
+    # the importance weights are in the response term already: only the token weights multiply the token loss
+    loss = dataclasses.replace(reduction, is_weights=None)(token_loss, valid)
     with torch.no_grad():
         n_valid = int(valid.sum())
         ratio = zero_padding(seq_ratio[:, None].expand_as(log_ratio), valid)
@@ -120,7 +118,7 @@ def geo_mean_loss(
         stats["loss/clip_frac"] = valid_fraction(high | low, valid, n_valid)
         stats["loss/clip_frac_high"] = valid_fraction(high, valid, n_valid)
         stats["loss/clip_frac_low"] = valid_fraction(low, valid, n_valid)
-        weight_stats(stats, valid, n_valid, log_ratio.dtype, is_weights, token_weights)
+        reduction.record(stats, valid, n_valid, log_ratio.dtype)
     return loss, stats
 
 
@@ -131,5 +129,4 @@ def _geo_mean_adapter(logprobs_new: Tensor, batch: RolloutBatch, cfg) -> tuple[T
     """GMPO (`geo_mean_loss`) with the log-space clip range `algo.eps_low` / `algo.eps_high` and the aggregation
     `algo.loss_agg`."""
     return geo_mean_loss(logprobs_new, batch.logprobs, batch.advantages, batch.loss_mask, eps_low=cfg.eps_low,
-                         eps_high=cfg.eps_high, agg=cfg.loss_agg, max_response_len=batch.max_response_len,
-                         is_weights=batch.is_weights, token_weights=batch.token_weights)
+                         eps_high=cfg.eps_high, reduction=Reduction.of(batch, cfg.loss_agg))

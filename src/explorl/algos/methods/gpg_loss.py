@@ -18,10 +18,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from explorl.algos.aggregation import aggregate, zero_padding
+from explorl.algos.aggregation import Reduction, zero_padding
 from explorl.algos.batch import RolloutBatch
-from explorl.algos.core import (apply_weights, as_constant, check_loss_inputs, importance_ratio, ratio_stats,
-                                weight_stats)
+from explorl.algos.core import as_constant, check_loss_inputs, importance_ratio, ratio_stats
 from explorl.algos.registry import Cite, register
 
 
@@ -31,37 +30,33 @@ def gpg_loss(
     advantages: Tensor,
     mask: Tensor,
     *,
-    agg: str = "token-mean",
-    max_response_len: int | None = None,
-    is_weights: Tensor | None = None,
-    token_weights: Tensor | None = None,
+    reduction: Reduction = Reduction("token-mean"),
 ) -> tuple[Tensor, dict[str, float]]:
     """GPG's policy loss (docs/methods.md §5m), as verl 0.9.1 computes it: token loss `-A * logp_new`, weights
-    multiplying it as in `explorl.algos.methods.ppo.policy_loss`, aggregated by `agg`.
+    multiplying it as in `explorl.algos.methods.ppo.policy_loss`, aggregated by the reduction's `agg`.
 
     Args:
         logprobs_new: `[N, T]` log-probs under the policy being optimised (differentiable).
         logprobs_old: `[N, T]` log-probs under the policy that produced the batch (only for the statistics).
         advantages: `[N, T]` per-token advantages (constant).
         mask: `[N, T]` 1 on response tokens.
-        agg, max_response_len: the aggregation (`aggregate`) and the length limit it may need.
-        is_weights, token_weights: optional `[N, T]` detached multipliers of the token loss.
+        reduction: the aggregation (`aggregate`), the length limit it may need and the optional `[N, T]` detached
+            `is_weights` / `token_weights` multiplying the token loss (`Reduction`).
     Returns:
         `(loss, stats)`: the scalar loss and detached statistics over valid tokens: `loss/pg`, `loss/ratio_*` and
         `loss/ppo_kl` (how far the policy has moved from the one that sampled; the loss does not use them), and the
         weights' statistics.
     """
-    check_loss_inputs("gpg_loss", logprobs_new, logprobs_old, advantages, mask, agg, is_weights, token_weights)
+    check_loss_inputs("gpg_loss", logprobs_new, logprobs_old, advantages, mask, reduction)
     valid = mask.bool()
     new = zero_padding(logprobs_new, valid)
     adv = as_constant(advantages, valid, new.dtype)
-    token_loss = apply_weights(-adv * new, valid, is_weights, token_weights)
-    loss = aggregate(token_loss, valid, agg, max_response_len)
+    loss = reduction(-adv * new, valid)
     with torch.no_grad():
         n_valid = int(valid.sum())
         log_ratio, ratio = importance_ratio(logprobs_new, logprobs_old, valid)
         stats = ratio_stats(loss, ratio, log_ratio, valid, n_valid)
-        weight_stats(stats, valid, n_valid, new.dtype, is_weights, token_weights)
+        reduction.record(stats, valid, n_valid, new.dtype)
     return loss, stats
 
 
@@ -69,6 +64,5 @@ def gpg_loss(
           cites=(Cite("GPG", doc="5m"),))
 def _gpg_loss_adapter(logprobs_new: Tensor, batch: RolloutBatch, cfg) -> tuple[Tensor, dict[str, float]]:
     """GPG's loss (`gpg_loss`) with the aggregation `algo.loss_agg`."""
-    return gpg_loss(logprobs_new, batch.logprobs, batch.advantages, batch.loss_mask, agg=cfg.loss_agg,
-                    max_response_len=batch.max_response_len, is_weights=batch.is_weights,
-                    token_weights=batch.token_weights)
+    return gpg_loss(logprobs_new, batch.logprobs, batch.advantages, batch.loss_mask,
+                    reduction=Reduction.of(batch, cfg.loss_agg))

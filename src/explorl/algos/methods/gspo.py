@@ -23,10 +23,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from explorl.algos.aggregation import aggregate, zero_padding
+from explorl.algos.aggregation import Reduction, zero_padding
 from explorl.algos.batch import RolloutBatch
-from explorl.algos.core import (apply_weights, as_constant, check_loss_inputs, importance_ratio, ppo_stats,
-                                ppo_token_loss, weight_stats)
+from explorl.algos.core import as_constant, check_loss_inputs, importance_ratio, ppo_stats, ppo_token_loss
 from explorl.algos.registry import Cite, register
 
 
@@ -72,18 +71,15 @@ def gspo_loss(
     *,
     eps_low: float = 3e-4,
     eps_high: float = 4e-4,
-    agg: str = "seq-mean-token-mean",
-    max_response_len: int | None = None,
-    is_weights: Tensor | None = None,
-    token_weights: Tensor | None = None,
     max_log_ratio: float = 10.0,
+    reduction: Reduction = Reduction("seq-mean-token-mean"),
 ) -> tuple[Tensor, dict[str, float]]:
     """GSPO's clipped objective as a loss to minimise (Zheng et al. 2025, eq. 5; GSPO-token, section 4.3).
 
     Token loss `max(-A * s_it, -A * clip(s_it, 1 - eps_low, 1 + eps_high))` with
     `s_it = exp(min(sg[log s_i] + logp_new_t - sg[logp_new_t], max_log_ratio))`, `log s_i` the mean over the
     response's valid tokens of `logp_new - logp_old` (`sequence_log_ratio`). Weights multiply the token loss as in
-    `explorl.algos.methods.ppo.policy_loss`; aggregated by `agg`.
+    `explorl.algos.methods.ppo.policy_loss`; aggregated by the reduction's `agg`.
 
     Args:
         logprobs_new: `[N, T]` log-probs under the policy being optimised (differentiable).
@@ -91,25 +87,24 @@ def gspo_loss(
         advantages: `[N, T]` per-token advantages (constant).
         mask: `[N, T]` 1 on response tokens.
         eps_low, eps_high: clip range `[1 - eps_low, 1 + eps_high]` of the sequence ratio.
-        agg, max_response_len: the aggregation (`aggregate`) and the length limit it may need.
-        is_weights, token_weights: optional `[N, T]` detached multipliers of the token loss.
         max_log_ratio: cap on `log s_it`.
+        reduction: the aggregation (`aggregate`), the length limit it may need and the optional `[N, T]` detached
+            `is_weights` / `token_weights` multiplying the token loss (`Reduction`).
     Returns:
         `(loss, stats)`: the scalar loss and detached statistics over valid tokens, as `policy_loss` gives them,
         with `loss/ratio_*` and the clip fractions of the sequence ratio and `loss/ppo_kl` of the token ratios.
     """
-    check_loss_inputs("gspo_loss", logprobs_new, logprobs_old, advantages, mask, agg, is_weights, token_weights)
+    check_loss_inputs("gspo_loss", logprobs_new, logprobs_old, advantages, mask, reduction)
     valid = mask.bool()
     ratio, log_ratio = sequence_token_ratio(logprobs_new, logprobs_old, valid, max_log_ratio)
     adv = as_constant(advantages, valid, ratio.dtype)
     token_loss, loss_unclipped, loss_clipped = ppo_token_loss(ratio, adv, eps_low, eps_high)
-    token_loss = apply_weights(token_loss, valid, is_weights, token_weights)
-    loss = aggregate(token_loss, valid, agg, max_response_len)
+    loss = reduction(token_loss, valid)
     with torch.no_grad():
         n_valid = int(valid.sum())
         stats = ppo_stats(loss, ratio, log_ratio, adv, loss_clipped > loss_unclipped, valid, n_valid,
                           (eps_low, eps_high))
-        weight_stats(stats, valid, n_valid, ratio.dtype, is_weights, token_weights)
+        reduction.record(stats, valid, n_valid, ratio.dtype)
     return loss, stats
 
 
@@ -121,6 +116,5 @@ def _gspo_adapter(logprobs_new: Tensor, batch: RolloutBatch, cfg, *,
     """GSPO (`gspo_loss`) with the clip range `algo.eps_low` / `algo.eps_high` and the aggregation
     `algo.loss_agg`."""
     return gspo_loss(logprobs_new, batch.logprobs, batch.advantages, batch.loss_mask, eps_low=cfg.eps_low,
-                     eps_high=cfg.eps_high, agg=cfg.loss_agg, max_response_len=batch.max_response_len,
-                     is_weights=batch.is_weights, token_weights=batch.token_weights,
-                     max_log_ratio=options.max_log_ratio)
+                     eps_high=cfg.eps_high, max_log_ratio=options.max_log_ratio,
+                     reduction=Reduction.of(batch, cfg.loss_agg))

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from explorl.algos.aggregation import aggregate, masked_mean
+from explorl.algos.aggregation import Reduction, masked_mean
 from explorl.algos.batch import RolloutBatch
-from explorl.algos.core import (apply_weights, as_constant, centered_cov, check_loss_inputs, importance_ratio,
-                                ratio_stats, top_k_mask, valid_fraction, weight_stats)
+from explorl.algos.core import (as_constant, centered_cov, check_loss_inputs, importance_ratio, ratio_stats,
+                                top_k_mask, valid_fraction)
 from explorl.algos.registry import Cite, register
 
 
@@ -39,10 +39,7 @@ def kl_cov_loss(
     *,
     k_percent: float = 0.2,
     kl_coef: float = 1.0,
-    agg: str = "token-mean",
-    max_response_len: int | None = None,
-    is_weights: Tensor | None = None,
-    token_weights: Tensor | None = None,
+    reduction: Reduction = Reduction("token-mean"),
 ) -> tuple[Tensor, dict[str, float]]:
     """KL-Cov: the unclipped policy-gradient loss with a KL penalty on the highest-covariance tokens.
 
@@ -53,8 +50,8 @@ def kl_cov_loss(
     2. The top `k = max(1, int(n_valid * k_percent / 100))` valid tokens by `cov` (signed, largest first; ties to
        the first in row-major order) get the token loss `-A * rho + kl_coef * |logp_new - logp_old|`.
     3. All other valid tokens get `-A * rho` (no PPO clip).
-    4. `is_weights` / `token_weights` multiply the whole token loss (penalty included); `agg` aggregates with the
-       normaliser of `mask`.
+    4. The reduction's `is_weights` / `token_weights` multiply the whole token loss (penalty included); its `agg`
+       aggregates with the normaliser of `mask`.
 
     `k_percent` is a percentage: the default 0.2 selects 0.2% of the tokens (the paper's k = 2e-3).
     `|logp_new - logp_old|` uses the log-ratio after the module's +-20 clamp, so its gradient vanishes beyond it.
@@ -63,7 +60,7 @@ def kl_cov_loss(
         logprobs_new, logprobs_old, advantages, mask: `[N, T]`, as in `policy_loss`.
         k_percent: percentage of the valid tokens penalised, in (0, 100].
         kl_coef: coefficient of the `|log ratio|` penalty (paper: 1), >= 0.
-        agg, max_response_len, is_weights, token_weights: as in `policy_loss`.
+        reduction: the aggregation, the length limit it may need and the weights, as in `policy_loss`.
     Returns:
         `(loss, stats)`: `loss/pg`, `loss/ratio_mean`, `loss/ratio_min`, `loss/ratio_max`, `loss/ppo_kl`,
         `loss/kl_cov_frac` (fraction of valid tokens penalised), `loss/kl_cov_abs_kl` (mean `|log ratio|` over them),
@@ -71,8 +68,7 @@ def kl_cov_loss(
         penalty acts; 0 at ratio 1, i.e. with one update per batch), and the weight statistics of `policy_loss`
         when weights are given.
     """
-    check_loss_inputs("kl_cov_loss", logprobs_new, logprobs_old, advantages, mask, agg, is_weights,
-                       token_weights)
+    check_loss_inputs("kl_cov_loss", logprobs_new, logprobs_old, advantages, mask, reduction)
     if not 0.0 < k_percent <= 100.0:
         raise ValueError(f"kl_cov_loss: k_percent is a percentage in (0, 100], got {k_percent!r}")
     if kl_coef < 0:
@@ -85,20 +81,17 @@ def kl_cov_loss(
         k = max(1, int(n_valid * k_percent / 100.0)) if n_valid else 0
         selected = top_k_mask(centered_cov(advantages, logprobs_new, valid), valid, k)
     pg = -adv * ratio
-    token_loss = torch.where(selected, pg + kl_coef * log_ratio.abs(), pg)
-    token_loss = apply_weights(token_loss, valid, is_weights, token_weights)
-    loss = aggregate(token_loss, valid, agg, max_response_len)
+    loss = reduction(torch.where(selected, pg + kl_coef * log_ratio.abs(), pg), valid)
 
     with torch.no_grad():
         stats = ratio_stats(loss, ratio, log_ratio, valid, n_valid)
         stats["loss/kl_cov_frac"] = valid_fraction(selected, valid, n_valid)
         stats["loss/kl_cov_abs_kl"] = float(masked_mean(log_ratio.abs(), selected))
         # how much of the objective the penalty is: its aggregate over |pg| + it (0 with one update: |log 1| = 0)
-        penalty = aggregate(apply_weights(torch.where(selected, kl_coef * log_ratio.abs(), 0.0), valid, is_weights,
-                                           token_weights), valid, agg, max_response_len)
-        pg_part = aggregate(apply_weights(pg, valid, is_weights, token_weights), valid, agg, max_response_len)
+        penalty = reduction(torch.where(selected, kl_coef * log_ratio.abs(), 0.0), valid)
+        pg_part = reduction(pg, valid)
         stats["loss/kl_cov_penalty_share"] = float(penalty / (pg_part.abs() + penalty).clamp_min(1e-12))
-        weight_stats(stats, valid, n_valid, ratio.dtype, is_weights, token_weights)
+        reduction.record(stats, valid, n_valid, ratio.dtype)
     return loss, stats
 
 
@@ -108,5 +101,4 @@ def _kl_cov_adapter(logprobs_new: Tensor, batch: RolloutBatch, cfg, *,
                     options: KlCovOptions) -> tuple[Tensor, dict[str, float]]:
     """KL-Cov (`kl_cov_loss`) with the options `algo.kl_cov.*` and the aggregation `algo.loss_agg`."""
     return kl_cov_loss(logprobs_new, batch.logprobs, batch.advantages, batch.loss_mask, k_percent=options.k_percent,
-                       kl_coef=options.coef, agg=cfg.loss_agg, max_response_len=batch.max_response_len,
-                       is_weights=batch.is_weights, token_weights=batch.token_weights)
+                       kl_coef=options.coef, reduction=Reduction.of(batch, cfg.loss_agg))

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from explorl.algos.aggregation import aggregate
+from explorl.algos.aggregation import Reduction
 from explorl.algos.batch import RolloutBatch
-from explorl.algos.core import apply_weights, as_constant, check_loss_inputs, ppo_stats, ppo_token_loss, weight_stats
+from explorl.algos.core import as_constant, check_loss_inputs, ppo_stats, ppo_token_loss
 from explorl.algos.methods.gspo import sequence_token_ratio
 from explorl.algos.registry import Cite, register
 
@@ -61,11 +61,8 @@ def luspo_loss(
     *,
     eps_low: float = 3e-4,
     eps_high: float = 4e-4,
-    agg: str = "seq-mean-token-mean",
-    max_response_len: int | None = None,
-    is_weights: Tensor | None = None,
-    token_weights: Tensor | None = None,
     max_log_ratio: float = 10.0,
+    reduction: Reduction = Reduction("seq-mean-token-mean"),
 ) -> tuple[Tensor, dict[str, float]]:
     """LUSPO's objective as a loss to minimise (Liu et al. 2026: GSPO's loss, each response's scaled by its length).
 
@@ -75,7 +72,7 @@ def luspo_loss(
     `seq-mean-token-mean` the loss is `(1 / N) * sum_i |y_i| * l_i` (`l_i` GSPO's sequence term, for one advantage per
     response), TRL 1.16's `loss_type: luspo`; its gradient with respect to `logp_new_t` is `-A_i * s_i / N` at every
     unclipped token, whatever the length of its response. Weights multiply the token loss as in
-    `explorl.algos.methods.ppo.policy_loss`; aggregated by `agg`.
+    `explorl.algos.methods.ppo.policy_loss`; aggregated by the reduction's `agg`.
 
     Args:
         logprobs_new: `[N, T]` log-probs under the policy being optimised (differentiable).
@@ -83,26 +80,25 @@ def luspo_loss(
         advantages: `[N, T]` per-token advantages (constant).
         mask: `[N, T]` 1 on response tokens.
         eps_low, eps_high: clip range `[1 - eps_low, 1 + eps_high]` of the sequence ratio.
-        agg, max_response_len: the aggregation (`aggregate`) and the length limit it may need.
-        is_weights, token_weights: optional `[N, T]` detached multipliers of the token loss.
         max_log_ratio: cap on `log s_it`.
+        reduction: the aggregation (`aggregate`), the length limit it may need and the optional `[N, T]` detached
+            `is_weights` / `token_weights` multiplying the token loss (`Reduction`).
     Returns:
         `(loss, stats)`: the scalar loss and detached statistics over valid tokens, as `gspo_loss` gives them (the
         ratio statistics and clip fractions of the sequence ratio, `loss/ppo_kl` of the token ratios).
     """
-    check_loss_inputs("luspo_loss", logprobs_new, logprobs_old, advantages, mask, agg, is_weights, token_weights)
+    check_loss_inputs("luspo_loss", logprobs_new, logprobs_old, advantages, mask, reduction)
     valid = mask.bool()
     ratio, log_ratio = sequence_token_ratio(logprobs_new, logprobs_old, valid, max_log_ratio)
     adv = as_constant(advantages, valid, ratio.dtype)
     gspo_term, loss_unclipped, loss_clipped = ppo_token_loss(ratio, adv, eps_low, eps_high)
     lengths = valid.sum(-1, keepdim=True).to(ratio.dtype)  # [N, 1]: |y_i|
-    token_loss = apply_weights(lengths * gspo_term, valid, is_weights, token_weights)
-    loss = aggregate(token_loss, valid, agg, max_response_len)
+    loss = reduction(lengths * gspo_term, valid)
     with torch.no_grad():
         n_valid = int(valid.sum())
         stats = ppo_stats(loss, ratio, log_ratio, adv, loss_clipped > loss_unclipped, valid, n_valid,
                           (eps_low, eps_high))
-        weight_stats(stats, valid, n_valid, ratio.dtype, is_weights, token_weights)
+        reduction.record(stats, valid, n_valid, ratio.dtype)
     return loss, stats
 
 
@@ -113,6 +109,5 @@ def _luspo_adapter(logprobs_new: Tensor, batch: RolloutBatch, cfg, *,
     """LUSPO (`luspo_loss`) with the clip range `algo.eps_low` / `algo.eps_high` and the aggregation
     `algo.loss_agg`."""
     return luspo_loss(logprobs_new, batch.logprobs, batch.advantages, batch.loss_mask, eps_low=cfg.eps_low,
-                      eps_high=cfg.eps_high, agg=cfg.loss_agg, max_response_len=batch.max_response_len,
-                      is_weights=batch.is_weights, token_weights=batch.token_weights,
-                      max_log_ratio=options.max_log_ratio)
+                      eps_high=cfg.eps_high, max_log_ratio=options.max_log_ratio,
+                      reduction=Reduction.of(batch, cfg.loss_agg))

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from explorl.algos.aggregation import aggregate
+from explorl.algos.aggregation import Reduction
 from explorl.algos.batch import RolloutBatch
-from explorl.algos.core import (apply_weights, as_constant, check_loss_inputs, importance_ratio, ppo_stats,
-                                ppo_token_loss, valid_fraction, weight_stats)
+from explorl.algos.core import (as_constant, check_loss_inputs, importance_ratio, ppo_stats, ppo_token_loss,
+                                valid_fraction)
 from explorl.algos.registry import Cite, register
 
 
@@ -60,19 +60,16 @@ def policy_loss(
     *,
     eps_low: float = 0.2,
     eps_high: float = 0.2,
-    agg: str = "token-mean",
-    max_response_len: int | None = None,
-    is_weights: Tensor | None = None,
-    token_weights: Tensor | None = None,
     dual_clip_c: float | None = None,
+    reduction: Reduction = Reduction("token-mean"),
 ) -> tuple[Tensor, dict[str, float]]:
-    """Clipped surrogate policy-gradient loss (to minimise), aggregated by `agg` (docs/methods.md §1b).
+    """Clipped surrogate policy-gradient loss (to minimise), reduced by `reduction` (docs/methods.md §1b).
 
     Token loss `-min(rho * A, clip(rho, 1 - eps_low, 1 + eps_high) * A)`, `rho = exp(logp_new - logp_old)`:
     PPO, Schulman et al. 2017, eq. 7; decoupled bounds `eps_low` / `eps_high` ("clip-higher") and token-mean
-    aggregation from DAPO, Yu et al. 2025, sections 3.1 and 3.3. Optional `is_weights` (e.g. the truncated
-    importance weights of EAD, docs/methods.md §6c, from `tis_weights`) multiply the token loss and receive no
-    gradient. Optional `token_weights` do the same (e.g. `forking_mask`, the 80/20 forking-token baseline of
+    aggregation from DAPO, Yu et al. 2025, sections 3.1 and 3.3. The reduction's optional `is_weights` (e.g. the
+    truncated importance weights of EAD, docs/methods.md §6c, from `tis_weights`) multiply the token loss and receive
+    no gradient. Its optional `token_weights` do the same (e.g. `forking_mask`, the 80/20 forking-token baseline of
     Wang et al. 2025, docs/methods.md §5d); tokens they zero still count in the aggregation's normaliser.
 
     Dual clip (`dual_clip_c`, off by default; docs/methods.md §1 and §9): verl 0.9's dual-clip PPO (Ye et al. 2020,
@@ -87,23 +84,22 @@ def policy_loss(
         advantages: `[N, T]` per-token advantages (treated as constant).
         mask: `[N, T]` 1 on response tokens.
         eps_low, eps_high: clip range `[1 - eps_low, 1 + eps_high]` of the ratio.
-        agg: token aggregation, one of `LOSS_AGG_MODES` (see `aggregate`).
-        max_response_len: the configured response length limit; required for `seq-mean-token-sum-norm`.
-        is_weights: optional `[N, T]` per-token weights multiplying the token loss (detached).
-        token_weights: optional `[N, T]` per-token multipliers of the token loss (detached), e.g. a 0/1 token
-            selection; the normaliser of `agg` is still computed from `mask`.
         dual_clip_c: the dual-clip constant `c` (> 1), or None (default) for no dual clip.
+        reduction: the aggregation (one of `LOSS_AGG_MODES`, see `aggregate`), the configured response length limit
+            (required for `seq-mean-token-sum-norm`) and the optional `[N, T]` detached `is_weights` and
+            `token_weights` (e.g. a 0/1 token selection) multiplying the token loss; the normaliser of the
+            aggregation is still computed from `mask`.
     Returns:
         `(loss, stats)`: the scalar loss (0, not nan, when the mask is empty) and detached float statistics over
         valid tokens: `loss/pg` (the loss value), `loss/clip_frac` (the clipped term is active: it is strictly the
         larger loss), `loss/clip_frac_low` (rho < 1 - eps_low with A < 0), `loss/clip_frac_high`
         (rho > 1 + eps_high with A > 0), `loss/ratio_mean`, `loss/ratio_min`, `loss/ratio_max`, `loss/ppo_kl` (mean of
-        `logp_old - logp_new`), `loss/is_weight_mean` when `is_weights` is given, and `loss/masked_frac` (the
-        fraction of valid tokens whose token weight is 0) when `token_weights` is given; with `dual_clip_c`,
-        `loss/dual_clip_frac` (fraction of valid tokens where the bound `-A * c` is the active term; verl's
-        `pg_clipfrac_lower`).
+        `logp_old - logp_new`), `loss/is_weight_mean` when there are `is_weights`, and `loss/masked_frac` (the
+        fraction of valid tokens whose token weight is 0) when there are `token_weights` (`Reduction.record`); with
+        `dual_clip_c`, `loss/dual_clip_frac` (fraction of valid tokens where the bound `-A * c` is the active term;
+        verl's `pg_clipfrac_lower`).
     """
-    check_loss_inputs("policy_loss", logprobs_new, logprobs_old, advantages, mask, agg, is_weights, token_weights)
+    check_loss_inputs("policy_loss", logprobs_new, logprobs_old, advantages, mask, reduction)
     if dual_clip_c is not None and not dual_clip_c > 1.0:
         raise ValueError(f"policy_loss: dual_clip_c must be > 1 (or None for no dual clip), got {dual_clip_c!r}")
     valid = mask.bool()
@@ -113,8 +109,7 @@ def policy_loss(
     dual_active = None
     if dual_clip_c is not None:
         token_loss, dual_active = _dual_clip(token_loss, adv, dual_clip_c)
-    token_loss = apply_weights(token_loss, valid, is_weights, token_weights)
-    loss = aggregate(token_loss, valid, agg, max_response_len)
+    loss = reduction(token_loss, valid)
 
     with torch.no_grad():
         n_valid = int(valid.sum())
@@ -122,7 +117,7 @@ def policy_loss(
                           (eps_low, eps_high))
         if dual_active is not None:
             stats["loss/dual_clip_frac"] = valid_fraction(dual_active, valid, n_valid)
-        weight_stats(stats, valid, n_valid, ratio.dtype, is_weights, token_weights)
+        reduction.record(stats, valid, n_valid, ratio.dtype)
     return loss, stats
 
 
@@ -133,5 +128,5 @@ def _ppo_adapter(logprobs_new: Tensor, batch: RolloutBatch, cfg, *,
     """PPO-clip (`policy_loss`) with the clip range `algo.eps_low` / `algo.eps_high`, the dual clip
     `algo.ppo.dual_clip_c` and the aggregation `algo.loss_agg`."""
     return policy_loss(logprobs_new, batch.logprobs, batch.advantages, batch.loss_mask, eps_low=cfg.eps_low,
-                       eps_high=cfg.eps_high, agg=cfg.loss_agg, max_response_len=batch.max_response_len,
-                       is_weights=batch.is_weights, token_weights=batch.token_weights, dual_clip_c=options.dual_clip_c)
+                       eps_high=cfg.eps_high, dual_clip_c=options.dual_clip_c,
+                       reduction=Reduction.of(batch, cfg.loss_agg))

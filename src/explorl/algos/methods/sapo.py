@@ -27,10 +27,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from explorl.algos.aggregation import aggregate, masked_mean
+from explorl.algos.aggregation import Reduction, masked_mean
 from explorl.algos.batch import RolloutBatch
-from explorl.algos.core import (apply_weights, as_constant, check_loss_inputs, importance_ratio, ratio_stats,
-                                weight_stats)
+from explorl.algos.core import as_constant, check_loss_inputs, importance_ratio, ratio_stats
 from explorl.algos.registry import Cite, register
 
 
@@ -75,10 +74,7 @@ def sapo_loss(
     *,
     tau_pos: float = 1.0,
     tau_neg: float = 1.05,
-    agg: str = "seq-mean-token-mean",
-    max_response_len: int | None = None,
-    is_weights: Tensor | None = None,
-    token_weights: Tensor | None = None,
+    reduction: Reduction = Reduction("seq-mean-token-mean"),
 ) -> tuple[Tensor, dict[str, float]]:
     """SAPO's objective as a loss to minimise (Gao et al. 2025; docs/methods.md §5i).
 
@@ -86,7 +82,7 @@ def sapo_loss(
     `A_t > 0` and `tau_neg` elsewhere, `r_t = exp(logp_new_t - logp_old_t)` (log-ratio clamped to +-20,
     `importance_ratio`). Its gradient with respect to `logp_new_t` is `-A_t * r_t * 4 s_t (1 - s_t)`: the policy
     gradient of the unclipped PPO term, times the gate's slope, 1 at `r = 1`. Weights multiply the token loss as in
-    `explorl.algos.methods.ppo.policy_loss`; aggregated by `agg`.
+    `explorl.algos.methods.ppo.policy_loss`; aggregated by the reduction's `agg`.
 
     Args:
         logprobs_new: `[N, T]` log-probs under the policy being optimised (differentiable).
@@ -94,28 +90,27 @@ def sapo_loss(
         advantages: `[N, T]` per-token advantages (constant).
         mask: `[N, T]` 1 on response tokens.
         tau_pos, tau_neg: the gate's temperatures for positive and non-positive advantages, > 0.
-        agg, max_response_len: the aggregation (`aggregate`) and the length limit it may need.
-        is_weights, token_weights: optional `[N, T]` detached multipliers of the token loss.
+        reduction: the aggregation (`aggregate`), the length limit it may need and the optional `[N, T]` detached
+            `is_weights` / `token_weights` multiplying the token loss (`Reduction`).
     Returns:
         `(loss, stats)`: the scalar loss and detached statistics over valid tokens: `loss/pg`, `loss/ratio_mean`,
         `loss/ratio_max`, `loss/ratio_min`, `loss/ppo_kl` (as `policy_loss`), `loss/sapo_slope_mean` (the mean
         gate slope `4 s (1 - s)`: 1 on the first update, lower the more the gate damps), and the weight statistics
         of `policy_loss` when weights are given.
     """
-    check_loss_inputs("sapo_loss", logprobs_new, logprobs_old, advantages, mask, agg, is_weights, token_weights)
+    check_loss_inputs("sapo_loss", logprobs_new, logprobs_old, advantages, mask, reduction)
     if not (tau_pos > 0 and tau_neg > 0):
         raise ValueError(f"sapo_loss: tau_pos and tau_neg must be > 0, got {tau_pos!r} and {tau_neg!r}")
     valid = mask.bool()
     log_ratio, ratio = importance_ratio(logprobs_new, logprobs_old, valid)
     adv = as_constant(advantages, valid, ratio.dtype)
     gate, slope = sapo_gate(ratio, adv, tau_pos, tau_neg)
-    token_loss = apply_weights(-gate * adv, valid, is_weights, token_weights)
-    loss = aggregate(token_loss, valid, agg, max_response_len)
+    loss = reduction(-gate * adv, valid)
     with torch.no_grad():
         n_valid = int(valid.sum())
         stats = ratio_stats(loss, ratio, log_ratio, valid, n_valid)
         stats["loss/sapo_slope_mean"] = float(masked_mean(slope, valid)) if n_valid else 1.0
-        weight_stats(stats, valid, n_valid, ratio.dtype, is_weights, token_weights)
+        reduction.record(stats, valid, n_valid, ratio.dtype)
     return loss, stats
 
 
@@ -126,5 +121,4 @@ def _sapo_adapter(logprobs_new: Tensor, batch: RolloutBatch, cfg, *,
     """SAPO (`sapo_loss`) with the temperatures `algo.sapo.tau_pos` / `tau_neg` and the aggregation
     `algo.loss_agg`."""
     return sapo_loss(logprobs_new, batch.logprobs, batch.advantages, batch.loss_mask, tau_pos=options.tau_pos,
-                     tau_neg=options.tau_neg, agg=cfg.loss_agg, max_response_len=batch.max_response_len,
-                     is_weights=batch.is_weights, token_weights=batch.token_weights)
+                     tau_neg=options.tau_neg, reduction=Reduction.of(batch, cfg.loss_agg))

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from explorl.algos.aggregation import aggregate, zero_padding
+from explorl.algos.aggregation import Reduction, zero_padding
 from explorl.algos.batch import MissingInputError
 from explorl.algos.core import (LOG_RATIO_BOUND, as_constant, check_loss_inputs, importance_ratio, ppo_token_loss,
                                 valid_fraction)
@@ -33,105 +33,6 @@ MISSING = ("needs, per token, the log-probabilities of the K most probable token
            "policy and whether the sampled token is the current policy's top-1 (the authors' `topk_log_probs`, "
            "`old_log_probs_topk`, `max_token`), which explorl's RolloutBatch does not carry and a policy loss does "
            "not receive")
-
-
-def entropy_gate(entropy: Tensor, mask: Tensor, tau: float) -> Tensor:
-    """`[N, T]` bool: the tokens whose entropy exceeds the tau-quantile (`torch.quantile`, linear interpolation) of
-    the entropies of their own response's valid tokens (the authors' `row_quantile_masked`). tau 1 selects none."""
-    valid = mask.bool()
-    h = entropy.detach()
-    rows = []
-    for i in range(h.shape[0]):
-        x = h[i][valid[i]] if valid[i].any() else h[i]
-        rows.append(torch.quantile(x.to(torch.float64), tau) if x.numel() else torch.zeros((), dtype=torch.float64))
-    threshold = torch.stack(rows).to(h.device) if rows else torch.zeros(0, dtype=torch.float64, device=h.device)
-    return (h.to(torch.float64) > threshold[:, None]) & valid
-
-
-def _check_inputs(logprobs_new, logprobs_old, topk_new, topk_old, advantages, mask, correct, entropy, is_top1,
-                  agg) -> None:
-    check_loss_inputs("simko_loss", logprobs_new, logprobs_old, advantages, mask, agg, None, None)
-    n, t = mask.shape
-    if topk_new.dim() != 3 or topk_new.shape[:2] != (n, t) or topk_old.shape != topk_new.shape:
-        raise ValueError(f"simko_loss: expected top-K log-probs [N, T, K] with [N, T] = {(n, t)}, got "
-                         f"{tuple(topk_new.shape)} and {tuple(topk_old.shape)}")
-    if correct.shape != (n,) or entropy.shape != (n, t) or is_top1.shape != (n, t):
-        raise ValueError("simko_loss: expected correct [N], entropy [N, T] and is_top1 [N, T]")
-
-
-def simko_loss(
-    logprobs_new: Tensor,
-    logprobs_old: Tensor,
-    topk_logprobs_new: Tensor,
-    topk_logprobs_old: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    correct: Tensor,
-    entropy: Tensor,
-    is_top1: Tensor,
-    *,
-    alpha: float = 0.01,
-    tau: float = 0.8,
-    neg_scale: float = 1.1,
-    eps_low: float = 0.2,
-    eps_high: float = 0.2,
-    agg: str = "token-mean",
-    max_response_len: int | None = None,
-) -> tuple[Tensor, dict[str, float]]:
-    """SimKO's loss (docs/methods.md §5w; Peng et al. 2025, "SimKO: Simple Pass@K Policy Optimization", as the
-    authors' `compute_policy_loss_simko` computes it).
-
-    Gate `w_t`: token t's entropy is above the tau-quantile of its response's (`entropy_gate`). PPO's clipped token
-    loss `max(-A' rho', -A' clip(rho', 1 - eps_low, 1 + eps_high))` with
-    - on a correct response (`correct`): `rho'_t = (1 - alpha w_t) r_t + (alpha w_t / K) sum_k sg(r_t / r_t,k) r_t,k`,
-      `r_t = pi(y_t) / pi_old(y_t)`, `r_t,k = pi(v_k) / pi_old(v_k)` for the K candidates v_k. Its value is `r_t`;
-      its gradient moves the share `alpha w_t` of the sampled token's update onto the K candidates, each weighted
-      by `r_t / r_t,k` (raising the top-K alternatives where the response is right);
-    - elsewhere `rho' = r`, and on a response whose advantages sum below 0, `A' = neg_scale * A` at the gated
-      tokens whose sampled token is the policy's top-1 (`is_top1`): the wrong top-1 token is penalised harder.
-    Aggregated by `agg`.
-
-    Args:
-        logprobs_new: `[N, T]` log-probs of the sampled tokens under the policy being optimised (differentiable).
-        logprobs_old: `[N, T]` the same under pi_old (constant).
-        topk_logprobs_new: `[N, T, K]` log-probs of the K candidates under the current policy (differentiable).
-        topk_logprobs_old: `[N, T, K]` log-probs of the same candidates under pi_old (constant).
-        advantages: `[N, T]` per-token advantages (constant; GRPO's in the authors' runs).
-        mask: `[N, T]` 1 on response tokens.
-        correct: `[N]` bool, the response is verified correct (the authors': its score is 1).
-        entropy: `[N, T]` token entropy of the current policy (detached).
-        is_top1: `[N, T]` bool, the sampled token is the current policy's most probable token.
-        alpha, tau, neg_scale: `SimkoOptions`' fields; eps_low, eps_high: PPO's clip range (the authors': 0.2).
-        agg, max_response_len: the aggregation and the length limit it may need.
-    Returns:
-        `(loss, stats)`: the scalar loss and `loss/pg`, `loss/clip_frac`, `loss/simko_gate_frac` (gated tokens among
-        the valid ones), `loss/simko_neg_scaled_frac` (tokens whose advantage was scaled).
-    """
-    _check_inputs(logprobs_new, logprobs_old, topk_logprobs_new, topk_logprobs_old, advantages, mask, correct,
-                  entropy, is_top1, agg)
-    valid = mask.bool()
-    k = topk_logprobs_new.shape[-1]
-    log_ratio, ratio = importance_ratio(logprobs_new, logprobs_old, valid)
-    vk = valid[..., None].expand_as(topk_logprobs_new)
-    log_ratio_k = zero_padding(topk_logprobs_new - topk_logprobs_old.detach(), vk).clamp(-LOG_RATIO_BOUND,
-                                                                                         LOG_RATIO_BOUND)
-    # sg(r / r_k) * r_k: value r, gradient (r / r_k) grad r_k
-    candidates = (log_ratio.detach()[..., None] - log_ratio_k.detach()).exp() * log_ratio_k.exp()
-    gate = entropy_gate(entropy, mask, tau)
-    mix = alpha * gate.to(ratio.dtype) * correct[:, None].to(ratio.dtype)
-    mixed = (1.0 - mix) * ratio + mix / k * candidates.sum(-1)
-    adv = as_constant(advantages, valid, ratio.dtype)
-    negative = (adv.sum(-1) < 0)[:, None] & gate & is_top1.bool()
-    adv = torch.where(negative, adv * neg_scale, adv)
-    token_loss, unclipped, clipped = ppo_token_loss(mixed, adv, eps_low, eps_high)
-    token_loss = zero_padding(token_loss, valid)
-    loss = aggregate(token_loss, valid, agg, max_response_len)
-    with torch.no_grad():
-        n_valid = int(valid.sum())
-        stats = {"loss/pg": float(loss), "loss/clip_frac": valid_fraction(clipped > unclipped, valid, n_valid),
-                 "loss/simko_gate_frac": valid_fraction(gate, valid, n_valid),
-                 "loss/simko_neg_scaled_frac": valid_fraction(negative, valid, n_valid)}
-    return loss, stats
 
 
 @dataclass
@@ -147,6 +48,121 @@ class SimkoOptions:
     """The share of a gated token's update moved onto its top-K candidates (the authors' `mix_topk_coef`)."""
     neg_scale: float = 1.1
     """The factor on the advantage of a wrong response's gated top-1 tokens."""
+
+
+@dataclass(frozen=True)
+class SimkoInputs:
+    """What `simko_loss` reads of a micro-batch besides the current policy's log-probs, all constant in the loss.
+
+    Its own dataclass rather than `RolloutBatch`: that carries neither the top-K log-probs, `correct` nor `is_top1`,
+    and its `entropy` is pi_old's where SimKO gates on the current policy's; and seven tensors in one object keep the
+    loss's signature short."""
+
+    logprobs_old: Tensor
+    """`[N, T]` the sampled tokens' log-probs under pi_old."""
+    topk_logprobs_old: Tensor
+    """`[N, T, K]` log-probs of the K candidates under pi_old."""
+    advantages: Tensor
+    """`[N, T]` per-token advantages (GRPO's in the authors' runs)."""
+    mask: Tensor
+    """`[N, T]` 1 on response tokens."""
+    correct: Tensor
+    """`[N]` bool, the response is verified correct (the authors': its score is 1)."""
+    entropy: Tensor
+    """`[N, T]` token entropy of the current policy (detached)."""
+    is_top1: Tensor
+    """`[N, T]` bool, the sampled token is the current policy's most probable token."""
+
+
+def entropy_gate(entropy: Tensor, mask: Tensor, tau: float) -> Tensor:
+    """`[N, T]` bool: the tokens whose entropy exceeds the tau-quantile (`torch.quantile`, linear interpolation) of
+    the entropies of their own response's valid tokens (the authors' `row_quantile_masked`). tau 1 selects none."""
+    valid = mask.bool()
+    h = entropy.detach()
+    rows = []
+    for i in range(h.shape[0]):
+        x = h[i][valid[i]] if valid[i].any() else h[i]
+        rows.append(torch.quantile(x.to(torch.float64), tau) if x.numel() else torch.zeros((), dtype=torch.float64))
+    threshold = torch.stack(rows).to(h.device) if rows else torch.zeros(0, dtype=torch.float64, device=h.device)
+    return (h.to(torch.float64) > threshold[:, None]) & valid
+
+
+def _check_inputs(logprobs_new: Tensor, topk_new: Tensor, inputs: SimkoInputs, reduction: Reduction) -> None:
+    x = inputs
+    check_loss_inputs("simko_loss", logprobs_new, x.logprobs_old, x.advantages, x.mask, reduction)
+    n, t = x.mask.shape
+    if topk_new.dim() != 3 or topk_new.shape[:2] != (n, t) or x.topk_logprobs_old.shape != topk_new.shape:
+        raise ValueError(f"simko_loss: expected top-K log-probs [N, T, K] with [N, T] = {(n, t)}, got "
+                         f"{tuple(topk_new.shape)} and {tuple(x.topk_logprobs_old.shape)}")
+    if x.correct.shape != (n,) or x.entropy.shape != (n, t) or x.is_top1.shape != (n, t):
+        raise ValueError("simko_loss: expected correct [N], entropy [N, T] and is_top1 [N, T]")
+
+
+def simko_loss(
+    logprobs_new: Tensor,
+    topk_logprobs_new: Tensor,
+    inputs: SimkoInputs,
+    *,
+    options: SimkoOptions = SimkoOptions(),
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    reduction: Reduction = Reduction("token-mean"),
+) -> tuple[Tensor, dict[str, float]]:
+    """SimKO's loss (docs/methods.md §5w; Peng et al. 2025, "SimKO: Simple Pass@K Policy Optimization", as the
+    authors' `compute_policy_loss_simko` computes it).
+
+    `alpha`, `tau` and `neg_scale` are the fields of `options` (its `top_k` is not read: K is the last dimension of
+    the top-K log-probs). Gate `w_t`: token t's entropy is above the tau-quantile of its response's
+    (`entropy_gate`). PPO's clipped token
+    loss `max(-A' rho', -A' clip(rho', 1 - eps_low, 1 + eps_high))` with
+    - on a correct response (`correct`): `rho'_t = (1 - alpha w_t) r_t + (alpha w_t / K) sum_k sg(r_t / r_t,k) r_t,k`,
+      `r_t = pi(y_t) / pi_old(y_t)`, `r_t,k = pi(v_k) / pi_old(v_k)` for the K candidates v_k. Its value is `r_t`;
+      its gradient moves the share `alpha w_t` of the sampled token's update onto the K candidates, each weighted
+      by `r_t / r_t,k` (raising the top-K alternatives where the response is right);
+    - elsewhere `rho' = r`, and on a response whose advantages sum below 0, `A' = neg_scale * A` at the gated
+      tokens whose sampled token is the policy's top-1 (`is_top1`): the wrong top-1 token is penalised harder.
+    Weights multiply the token loss as in `explorl.algos.methods.ppo.policy_loss` (the authors' have none);
+    aggregated by the reduction's `agg`.
+
+    Args:
+        logprobs_new: `[N, T]` log-probs of the sampled tokens under the policy being optimised (differentiable).
+        topk_logprobs_new: `[N, T, K]` log-probs of the K candidates under the current policy (differentiable).
+        inputs: pi_old's log-probs of the sampled tokens `[N, T]` and of the candidates `[N, T, K]`, the advantages
+            and the mask `[N, T]`, `correct` `[N]`, the current policy's `entropy` and `is_top1` `[N, T]`
+            (`SimkoInputs`; constant).
+        options: `alpha`, `tau`, `neg_scale` (`SimkoOptions`).
+        eps_low, eps_high: PPO's clip range (the authors': 0.2).
+        reduction: the aggregation, the length limit it may need and the optional weights (`Reduction`).
+    Returns:
+        `(loss, stats)`: the scalar loss and `loss/pg`, `loss/clip_frac`, `loss/simko_gate_frac` (gated tokens among
+        the valid ones), `loss/simko_neg_scaled_frac` (tokens whose advantage was scaled), and the weights'
+        statistics when there are weights.
+    """
+    _check_inputs(logprobs_new, topk_logprobs_new, inputs, reduction)
+    x, o = inputs, options
+    valid = x.mask.bool()
+    k = topk_logprobs_new.shape[-1]
+    log_ratio, ratio = importance_ratio(logprobs_new, x.logprobs_old, valid)
+    vk = valid[..., None].expand_as(topk_logprobs_new)
+    log_ratio_k = zero_padding(topk_logprobs_new - x.topk_logprobs_old.detach(), vk).clamp(-LOG_RATIO_BOUND,
+                                                                                         LOG_RATIO_BOUND)
+    # sg(r / r_k) * r_k: value r, gradient (r / r_k) grad r_k
+    candidates = (log_ratio.detach()[..., None] - log_ratio_k.detach()).exp() * log_ratio_k.exp()
+    gate = entropy_gate(x.entropy, x.mask, o.tau)
+    mix = o.alpha * gate.to(ratio.dtype) * x.correct[:, None].to(ratio.dtype)
+    mixed = (1.0 - mix) * ratio + mix / k * candidates.sum(-1)
+    adv = as_constant(x.advantages, valid, ratio.dtype)
+    negative = (adv.sum(-1) < 0)[:, None] & gate & x.is_top1.bool()
+    adv = torch.where(negative, adv * o.neg_scale, adv)
+    token_loss, unclipped, clipped = ppo_token_loss(mixed, adv, eps_low, eps_high)
+    loss = reduction(zero_padding(token_loss, valid), valid)
+    with torch.no_grad():
+        n_valid = int(valid.sum())
+        stats = {"loss/pg": float(loss), "loss/clip_frac": valid_fraction(clipped > unclipped, valid, n_valid),
+                 "loss/simko_gate_frac": valid_fraction(gate, valid, n_valid),
+                 "loss/simko_neg_scaled_frac": valid_fraction(negative, valid, n_valid)}
+        reduction.record(stats, valid, n_valid, ratio.dtype)
+    return loss, stats
 
 
 def _check_simko(cfg) -> str | None:

@@ -32,10 +32,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from explorl.algos.aggregation import aggregate, masked_mean, zero_padding
+from explorl.algos.aggregation import Reduction, masked_mean, zero_padding
 from explorl.algos.batch import RolloutBatch
-from explorl.algos.core import (apply_weights, as_constant, check_loss_inputs, importance_ratio, ratio_stats,
-                                weight_stats)
+from explorl.algos.core import as_constant, check_loss_inputs, importance_ratio, ratio_stats
 from explorl.algos.registry import Cite, register
 
 LOG_W_MIN = math.log(1e-8)
@@ -97,30 +96,26 @@ def vespo_loss(
     advantages: Tensor,
     mask: Tensor,
     *,
-    k_pos: float = 2.0,
-    lambda_pos: float = 3.0,
-    k_neg: float = 3.0,
-    lambda_neg: float = 2.0,
-    agg: str = "token-mean",
-    max_response_len: int | None = None,
-    is_weights: Tensor | None = None,
-    token_weights: Tensor | None = None,
+    options: VespoOptions = VespoOptions(),
+    reduction: Reduction = Reduction("token-mean"),
 ) -> tuple[Tensor, dict[str, float]]:
     """VESPO's loss to minimise (Shen et al. 2026; TRL 1.16's `loss_type: vespo`; docs/methods.md §5y).
 
     Token loss `-phi_it * A_t * logp_new_t` with `phi_it = vespo_kernel(log W_i, A_t)` detached and
     `log W_i = sum_t clamp(logp_new_t - logp_old_t, -20, 20)` over response i's valid tokens (the sequence ratio,
     not length-normalised). Its gradient with respect to `logp_new_t` is `-phi_it * A_t` (times the aggregation's
-    normaliser). Weights multiply the token loss as in `explorl.algos.methods.ppo.policy_loss`; aggregated by `agg`.
+    normaliser). Weights multiply the token loss as in `explorl.algos.methods.ppo.policy_loss`; aggregated by the
+    reduction's `agg`.
 
     Args:
         logprobs_new: `[N, T]` log-probs under the policy being optimised (differentiable).
         logprobs_old: `[N, T]` log-probs under the policy that produced the batch (constant).
         advantages: `[N, T]` per-token advantages (constant); their sign picks the kernel's `(k, lambda)` per token.
         mask: `[N, T]` 1 on response tokens.
-        k_pos, lambda_pos, k_neg, lambda_neg: the kernel's power and decay for advantages >= 0 and < 0.
-        agg, max_response_len: the aggregation (`aggregate`) and the length limit it may need.
-        is_weights, token_weights: optional `[N, T]` detached multipliers of the token loss.
+        options: the kernel's power and decay for advantages >= 0 and < 0 (`k_pos`, `lambda_pos`, `k_neg`,
+            `lambda_neg`).
+        reduction: the aggregation (`aggregate`), the length limit it may need and the optional `[N, T]` detached
+            `is_weights` / `token_weights` multiplying the token loss (`Reduction`).
     Returns:
         `(loss, stats)`: the scalar loss and detached statistics over valid tokens: `loss/pg`, `loss/ratio_mean`,
         `loss/ratio_max`, `loss/ratio_min`, `loss/ppo_kl` (of the token ratios, as `policy_loss`),
@@ -128,15 +123,14 @@ def vespo_loss(
         `vespo/phi_seq_mean` is its mean over responses), `loss/vespo_log_w_mean` (the mean over responses of the
         clamped `log W`), and the weight statistics of `policy_loss` when weights are given.
     """
-    check_loss_inputs("vespo_loss", logprobs_new, logprobs_old, advantages, mask, agg, is_weights, token_weights)
+    check_loss_inputs("vespo_loss", logprobs_new, logprobs_old, advantages, mask, reduction)
     valid = mask.bool()
     log_ratio, ratio = importance_ratio(logprobs_new, logprobs_old, valid)
     log_w = log_ratio.detach().sum(-1, keepdim=True)  # [N, 1]; padding is 0 in log_ratio
     adv = as_constant(advantages, valid, ratio.dtype)
-    phi = vespo_kernel(log_w, adv, k_pos=k_pos, lambda_pos=lambda_pos, k_neg=k_neg, lambda_neg=lambda_neg)
-    token_loss = -phi * adv * zero_padding(logprobs_new, valid)
-    token_loss = apply_weights(token_loss, valid, is_weights, token_weights)
-    loss = aggregate(token_loss, valid, agg, max_response_len)
+    phi = vespo_kernel(log_w, adv, k_pos=options.k_pos, lambda_pos=options.lambda_pos, k_neg=options.k_neg,
+                       lambda_neg=options.lambda_neg)
+    loss = reduction(-phi * adv * zero_padding(logprobs_new, valid), valid)
     with torch.no_grad():
         n_valid = int(valid.sum())
         stats = ratio_stats(loss, ratio, log_ratio, valid, n_valid)
@@ -144,7 +138,7 @@ def vespo_loss(
         rows = valid.any(-1)
         stats["loss/vespo_log_w_mean"] = (float(log_w[rows].clamp(LOG_W_MIN, LOG_W_MAX).mean()) if bool(rows.any())
                                           else 0.0)
-        weight_stats(stats, valid, n_valid, ratio.dtype, is_weights, token_weights)
+        reduction.record(stats, valid, n_valid, ratio.dtype)
     return loss, stats
 
 
@@ -154,7 +148,5 @@ def _vespo_adapter(logprobs_new: Tensor, batch: RolloutBatch, cfg, *,
                    options: VespoOptions) -> tuple[Tensor, dict[str, float]]:
     """VESPO (`vespo_loss`) with the kernel's `algo.vespo.k_pos` / `lambda_pos` / `k_neg` / `lambda_neg` and the
     aggregation `algo.loss_agg`."""
-    return vespo_loss(logprobs_new, batch.logprobs, batch.advantages, batch.loss_mask, k_pos=options.k_pos,
-                      lambda_pos=options.lambda_pos, k_neg=options.k_neg, lambda_neg=options.lambda_neg,
-                      agg=cfg.loss_agg, max_response_len=batch.max_response_len, is_weights=batch.is_weights,
-                      token_weights=batch.token_weights)
+    return vespo_loss(logprobs_new, batch.logprobs, batch.advantages, batch.loss_mask, options=options,
+                      reduction=Reduction.of(batch, cfg.loss_agg))

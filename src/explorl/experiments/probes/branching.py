@@ -5,42 +5,37 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import torch
-
-from explorl.experiments.probes.continuations import Score, continue_prefixes, score_heads
+from explorl.experiments.probes.continuations import ContinuationSampler
 from explorl.metrics import maj_at_k, vote_keys
-from explorl.rollout.sampler import Sampler
 
 
-def branch_probe(sampler: Sampler, tokenizer, prompt_ids: Sequence[int], response_ids: Sequence[int],
-                 cuts: Sequence[int], *, k: int, score: Score,
-                 extract_answer: Callable[[str], str | None] | None = None, entropy: Sequence[float] | None = None,
-                 temperature: float = 1.0, generator: torch.Generator | None = None) -> list[dict]:
+def branch_probe(continuations: ContinuationSampler, prompt_ids: Sequence[int], response_ids: Sequence[int],
+                 cuts: Sequence[int], *, extract_answer: Callable[[str], str | None] | None = None,
+                 entropy: Sequence[float] | None = None) -> list[dict]:
     """The forking experiment on one response (EAD, Figure 2, after Yang & Holtzman 2025): for each cut
-    t, keep `o_<t` and sample k continuations with `sampler` at `temperature`; score every completed response.
+    t, keep `o_<t` and sample `continuations.k` continuations with its sampler at its temperature; score every
+    completed response with its `score`.
 
     Cuts at or beyond the response's length are skipped (no token is left to branch at). All prefixes go to the
     sampler together (`continue_prefixes`); a single cut at 0 is plain sampling from the prompt.
 
     Args:
+        continuations: how each prefix is continued and scored (`ContinuationSampler`: k continuations per cut).
         prompt_ids: the prompt's token ids; response_ids: the base response (unpadded; EOS last if it ended).
         cuts: 0-based response positions.
-        k: continuations per cut.
-        score: scores of a list of response texts of this problem (`Score`).
         extract_answer: final answer of a text, for the majority vote (maj@k over all k); None skips it.
         entropy: the base response's token entropies `[L]`, to record the entropy at each cut.
     Returns:
         One dict per kept cut, in order: `cut`, `entropy` (or None), `texts`, `rewards`, `accuracy` (fraction of
         rewards > 0.5), `maj` (maj@k of the k continuations, or None).
     """
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
+    if continuations.k < 1:
+        raise ValueError(f"k must be >= 1, got {continuations.k}")
     response_ids = [int(x) for x in response_ids]
     kept = [int(t) for t in cuts if 0 <= int(t) < max(len(response_ids), 1)]
     heads = [response_ids[:t] for t in kept]
-    conts = continue_prefixes(sampler, prompt_ids, heads, k, temperature=temperature, generator=generator)
     out = []
-    for t, (texts, rewards) in zip(kept, score_heads(tokenizer, heads, conts, score)):
+    for t, (texts, rewards) in zip(kept, continuations.scored(prompt_ids, heads)):
         correct = [r > 0.5 for r in rewards]
         maj = None
         if extract_answer is not None:

@@ -5,6 +5,8 @@ and their texts scored by the task (`score_heads`, a `Score`)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -50,3 +52,30 @@ def score_heads(tokenizer, heads, conts, score: Score) -> list[tuple[list[str], 
         out.append((ts, rewards[i:i + len(ts)]))
         i += len(ts)
     return out
+
+
+@dataclass
+class ContinuationSampler:
+    """How a probe continues response prefixes and scores the results: `k` continuations of each prefix drawn by
+    `sampler` (its EOS ids, length limit and top-p) at `temperature` with `generator`, their texts decoded by
+    `tokenizer` and scored by `score`, one problem's (`scored`)."""
+
+    sampler: Sampler
+    """The command's sampler, whose model continues the prefixes."""
+    tokenizer: Any
+    """Decodes each prefix with its continuation for scoring."""
+    k: int
+    """Continuations per prefix."""
+    score: Score
+    """The scores of a list of this problem's response texts."""
+    temperature: float = 1.0
+    """The sampling temperature of the continuations."""
+    generator: torch.Generator | None = None
+    """The generator the continuations are drawn with (on the model's device)."""
+
+    def scored(self, prompt_ids: Sequence[int], heads: Sequence[Sequence[int]]) -> list[tuple[list[str], list[float]]]:
+        """Texts and rewards of the k continuations of each head after the prompt (`continue_prefixes`, then
+        `score_heads`)."""
+        conts = continue_prefixes(self.sampler, prompt_ids, heads, self.k, temperature=self.temperature,
+                                  generator=self.generator)
+        return score_heads(self.tokenizer, heads, conts, self.score)

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from explorl.algos.advantages import grpo, token_covariance
-from explorl.rollout.logprobs import response_logprobs
+from explorl.rollout.logprobs import LogprobOptions, response_logprobs
 
 
 @torch.no_grad()
@@ -23,7 +23,7 @@ def batch_covariance(model, ro, rewards: Sequence[float], *, temperature: float 
     group (`per_group`, the paper's and `cw_group`'s) or over the batch (`cw`'s). float64, 0 on padding.
     """
     lp, _ = response_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.mask, temperature,
-                              with_entropy=False)
+                              options=LogprobOptions(with_entropy=False))
     r = torch.as_tensor(list(rewards), dtype=torch.float32, device=ro.mask.device)
     adv = grpo(r, ro.group, ro.mask)
     return token_covariance(adv, lp, ro.mask, ro.group if per_group else None)

@@ -7,8 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
-from explorl.experiments.probes.continuations import Score, continue_prefixes, score_heads, token_id_list
-from explorl.rollout.sampler import Sampler
+from explorl.experiments.probes.continuations import ContinuationSampler, token_id_list
 
 
 def entropy_extremes(entropy: Sequence[float], frac: float) -> tuple[list[int], list[int]]:
@@ -43,18 +42,19 @@ def perturbed_head(response_ids: Sequence[int], t: int, mode: str, *, vocab_size
     return head + [allowed[int(torch.randint(len(allowed), (1,), generator=generator))]]
 
 
-def perturb_probe(sampler: Sampler, tokenizer, prompt_ids: Sequence[int], response_ids: Sequence[int],
-                  entropy: Sequence[float], *, k: int, score: Score, frac: float = 0.05,
-                  modes: Sequence[str] = ("replace", "truncate"), temperature: float = 1.0,
-                  generator: torch.Generator | None = None, token_generator: torch.Generator | None = None) -> dict:
+def perturb_probe(continuations: ContinuationSampler, prompt_ids: Sequence[int], response_ids: Sequence[int],
+                  entropy: Sequence[float], *, frac: float = 0.05, modes: Sequence[str] = ("replace", "truncate"),
+                  token_generator: torch.Generator | None = None) -> dict:
     """Perturb one response at its highest- and lowest-entropy positions and regenerate (ERPO,
     Figure 1(b)).
 
     The perturbable positions are the response's tokens less a final EOS; `entropy_extremes` picks them. Each
-    (mode, position) prefix (`perturbed_head`; replacements never draw `sampler`'s pad or EOS ids) gets k
-    continuations, all in one call of `sampler` at `temperature`. Returns `{mode: {"high": {"positions",
-    "rewards"}, "low": {...}}}`, the rewards of the k continuations of every position, position by position.
+    (mode, position) prefix (`perturbed_head`, drawn with `token_generator`; replacements never draw the sampler's
+    pad or EOS ids) gets `continuations.k` continuations, all in one call of its sampler (`ContinuationSampler`).
+    Returns `{mode: {"high": {"positions", "rewards"}, "low": {...}}}`, the rewards of the k continuations of every
+    position, position by position.
     """
+    sampler = continuations.sampler
     response_ids = [int(x) for x in response_ids]
     eos = token_id_list(sampler.eos_token_id)
     length = len(response_ids) - (1 if response_ids and response_ids[-1] in eos else 0)
@@ -65,10 +65,10 @@ def perturb_probe(sampler: Sampler, tokenizer, prompt_ids: Sequence[int], respon
         for side, positions in (("high", high), ("low", low)):
             for t in positions:
                 keys.append((mode, side))
-                heads.append(perturbed_head(response_ids, t, mode, vocab_size=len(tokenizer), exclude=exclude,
-                                            generator=token_generator))
-    conts = continue_prefixes(sampler, prompt_ids, heads, k, temperature=temperature, generator=generator)
+                heads.append(perturbed_head(response_ids, t, mode, vocab_size=len(continuations.tokenizer),
+                                            exclude=exclude, generator=token_generator))
+    scored = continuations.scored(prompt_ids, heads)
     out = {m: {"high": {"positions": high, "rewards": []}, "low": {"positions": low, "rewards": []}} for m in modes}
-    for (mode, side), (_, rewards) in zip(keys, score_heads(tokenizer, heads, conts, score)):
+    for (mode, side), (_, rewards) in zip(keys, scored):
         out[mode][side]["rewards"].extend(rewards)
     return out

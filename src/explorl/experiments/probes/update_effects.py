@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from explorl.algos.step import compute_advantages
 from explorl.analysis.text import CATEGORIES, token_category
-from explorl.rollout.logprobs import response_logprobs
+from explorl.rollout.logprobs import LogprobOptions, response_logprobs
 from explorl.train.loop import fill_logprobs, make_optimizer, update_policy
 from explorl.train.update import fused_compile
 
@@ -48,8 +49,9 @@ def one_update_effects(model, ro, rewards: Sequence[float], cfg, *, temperature:
         model.train(was_training)
     optimizer.zero_grad(set_to_none=True)
     with torch.no_grad():
+        # the forward of pi_old
         lp_after, ent_after = response_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.response_ids, ro.mask,
-                                                temperature, compile=fused_compile(cfg))  # the forward of pi_old
+                                                temperature, LogprobOptions(compile=fused_compile(cfg)))
     return {"logprobs_before": batch.logprobs, "logprobs_after": lp_after, "entropy_before": batch.entropy,
             "entropy_after": ent_after, "advantages": batch.advantages, "stats": stats}
 
@@ -62,13 +64,25 @@ def _rank_bins(values: Tensor, bins: int) -> Tensor:
     return rank * bins // max(values.numel(), 1)
 
 
+@dataclass(frozen=True)
+class ShiftSummarySettings:
+    """How `update_shift_summary` divides the tokens: its top tokens, its bins and its "small" shift."""
+
+    top_frac: float = 0.2
+    """The share of the valid tokens with the largest |delta_p| that are the "top" tokens."""
+    bins: int = 5
+    """Equal-count bins of entropy (and of PPL)."""
+    small: float = 0.06
+    """The paper's "probability change of less than 0.06"."""
+
+
 def update_shift_summary(delta_p: Tensor, entropy: Tensor, mask: Tensor, *, correct: Sequence[bool],
                          tokens: Sequence[Sequence[str]] | None = None, ppl: Tensor | Sequence[float] | None = None,
-                         top_frac: float = 0.2, bins: int = 5, small: float = 0.06) -> dict:
+                         settings: ShiftSummarySettings = ShiftSummarySettings()) -> dict:
     """Where one update moved token probabilities (STILL, section 3.2.2 and Figures 4, 5(a)).
 
-    `delta_p = p_after(o_t) - p_before(o_t)` per token; the "top" tokens are the `ceil(top_frac * n)` valid tokens
-    with the largest |delta_p| (ties by position, row-major).
+    `delta_p = p_after(o_t) - p_before(o_t)` per token; the "top" tokens are the `ceil(settings.top_frac * n)`
+    valid tokens with the largest |delta_p| (ties by position, row-major).
 
     Args:
         delta_p, entropy (before the update), mask: `[N, T]`.
@@ -77,8 +91,7 @@ def update_shift_summary(delta_p: Tensor, entropy: Tensor, mask: Tensor, *, corr
             `analysis.text.token_category`); None skips `by_category`.
         ppl: `[N]` response perplexities before the update (`analysis.measures.response_perplexity`); None skips
             `by_ppl`.
-        bins: equal-count bins of entropy (and of PPL).
-        small: the paper's "probability change of less than 0.06".
+        settings: the share of top tokens, the bins and the "small" shift (`ShiftSummarySettings`).
     Returns:
         `overall` (tokens, mean |dp|, share with |dp| < small, the top threshold, mean entropy of all vs top tokens),
         `by_outcome` (Fig. 4(a): for positive and negative responses, tokens, mean dp, share raised, share in top),
@@ -86,6 +99,7 @@ def update_shift_summary(delta_p: Tensor, entropy: Tensor, mask: Tensor, *, corr
         tokens, mean |dp|, share of its tokens in the top, share of the top), `by_ppl` (Fig. 5(a): per PPL bin,
         its range, mean |dp|, share in top).
     """
+    top_frac, bins, small = settings.top_frac, settings.bins, settings.small
     valid = (mask > 0).cpu()
     dp = delta_p.detach().cpu().double()[valid]
     ent = entropy.detach().cpu().double()[valid]

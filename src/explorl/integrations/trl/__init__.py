@@ -13,12 +13,12 @@ the colocated engine, `ColocatedVLLM`, loads), driven through explorl's schedule
 `trainer.py`, its concerns beside it (`config.py`, `temperature.py`, `generation.py`, `batch.py`, `run.py`); no
 method is re-implemented here.
 
-With `run_config=` (an explorl `Config`) the trainer also writes `explorl train`'s run directory (`run.py`), so
-`explorl analyze`, `compare`, `eval RUN` and `curves` read the run; `TaskReward` scores with an explorl
-task's own reward and correctness rule.
+With `run_config=` (an explorl `Config`; `run_options=RunOptions(...)` for what it needs besides) the trainer also
+writes `explorl train`'s run directory (`run.py`), so `explorl analyze`, `compare`, `eval RUN` and `curves` read the
+run; `TaskReward` scores with an explorl task's own reward and correctness rule.
 """
 
-from explorl.integrations.trl.run import TaskReward, refuse_existing_run
+from explorl.integrations.trl.run import RunOptions, TaskReward, refuse_existing_run
 from explorl.integrations.trl.trainer import (
     ExplorlGRPOTrainer,
     PerTokenTemperature,
@@ -28,5 +28,5 @@ from explorl.integrations.trl.trainer import (
     generation_rounds,
 )
 
-__all__ = ["ExplorlGRPOTrainer", "PerTokenTemperature", "TaskReward", "checkpointing_field", "explorl_config",
-           "gather_rows", "generation_rounds", "refuse_existing_run"]
+__all__ = ["ExplorlGRPOTrainer", "PerTokenTemperature", "RunOptions", "TaskReward", "checkpointing_field",
+           "explorl_config", "gather_rows", "generation_rounds", "refuse_existing_run"]

@@ -19,6 +19,8 @@ an EOS token hit `max_completion_length` (`truncated`; DAPO's overlong shaping, 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -26,8 +28,8 @@ from torch import Tensor
 from explorl.algos import RolloutBatch
 from explorl.algos.losses import aggregation_count
 
-__all__ = ["gather_rows", "generation_batch", "global_micro_batch", "local_rows", "micro_batch", "truncated",
-           "window_total"]
+__all__ = ["TokenForwards", "gather_rows", "generation_batch", "global_micro_batch", "local_rows", "micro_batch",
+           "truncated", "window_total"]
 
 
 def gather_rows(accelerator, x: Tensor | None) -> Tensor | None:
@@ -49,17 +51,30 @@ def truncated(completion_ids: Tensor, mask: Tensor, eos_ids: list[int]) -> Tenso
 
 
 
+@dataclass
+class TokenForwards:
+    """This process's `[n, T]` per-token tensors from the forwards before the advantage step (None where not
+    computed): pi_old's log-probs, its entropies and the behaviour log-probs (the distribution sampled from)."""
+
+    old: Tensor | None = None
+    """pi_old's log-probs of the sampled tokens."""
+    entropy: Tensor | None = None
+    """pi_old's token entropies."""
+    behavior: Tensor | None = None
+    """The behaviour log-probs of the sampled tokens."""
+
+
 def generation_batch(accelerator, out: dict, mask: Tensor, rewards: Tensor, group: Tensor, max_len: int,
-                     eos_ids: list[int], old: Tensor | None, ent: Tensor | None, beh: Tensor | None) -> RolloutBatch:
+                     eos_ids: list[int], forwards: TokenForwards) -> RolloutBatch:
     """The generation batch of every process as explorl's `RolloutBatch` (collective): this process's `[n, T]`
-    `mask`, pi_old's log-probs `old`, entropies `ent` and behaviour log-probs `beh` gathered; `rewards` and `group`
-    are every process's already (`[N]`, TRL gathers the rewards)."""
+    `mask` and `forwards` (pi_old's log-probs and entropies, the behaviour log-probs) gathered; `rewards` and
+    `group` are every process's already (`[N]`, TRL gathers the rewards)."""
     g = lambda x: gather_rows(accelerator, x)  # noqa: E731
     m = g(mask)
     return RolloutBatch(mask=m, rewards=rewards.to(m.device), group=group.to(m.device), max_response_len=max_len,
-                        logprobs=g(old), behavior_logprobs=g(beh), ref_logprobs=g(out.get("ref_per_token_logps")),
-                        entropy=g(ent), lengths=g(mask.sum(-1).long()),
-                        truncated=g(truncated(out["completion_ids"], mask, eos_ids)))
+                        logprobs=g(forwards.old), behavior_logprobs=g(forwards.behavior),
+                        ref_logprobs=g(out.get("ref_per_token_logps")), entropy=g(forwards.entropy),
+                        lengths=g(mask.sum(-1).long()), truncated=g(truncated(out["completion_ids"], mask, eos_ids)))
 
 
 def local_rows(accelerator, batch: RolloutBatch, shape: tuple[int, int]) -> dict[str, Tensor | None]:

@@ -141,6 +141,10 @@ def _check_against_trl(cfg: Config, args: GRPOConfig) -> None:
     need(args.beta == 0 or args.beta == a.kl_coef,
          f"GRPOConfig.beta={args.beta}: the KL coefficient is algo.kl_coef={a.kl_coef}; leave beta at 0 (the "
          f"trainer keeps TRL's reference model whenever explorl's method needs one)")
+    need(a.kl_coef == 0 or getattr(args, "use_bias_correction_kl", False) == a.kl_importance_weighted,
+         f"GRPOConfig.use_bias_correction_kl={getattr(args, 'use_bias_correction_kl', None)} and "
+         f"algo.kl_importance_weighted={a.kl_importance_weighted}: explorl's KL term replaces TRL's and is weighted by "
+         f"the ratio only with algo.kl_importance_weighted (docs/methods.md §1c); set both to the same value")
     need(not args.mask_truncated_completions,
          "GRPOConfig.mask_truncated_completions: use algo.reward_shapers=[dapo_overlong_filter] (DAPO's overlong "
          "filtering in explorl's step)")

@@ -23,6 +23,8 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -44,9 +46,9 @@ from explorl.train.guards import RunStopped, stop_if_rewards_failed, too_many_re
 from explorl.train.update import (configured_hyperparameters, keep_configured_optimizer,  # shared with explorl's loop
                                   lr_lambda)
 
-__all__ = ["TaskReward", "RoundRecord", "batch_outcome", "configured_hyperparameters", "finish_run", "guard_rewards",
-           "judge_column", "keep_configured_optimizer", "open_run", "record_resume_step", "refuse_existing_run",
-           "resumed_round", "round_record", "without_tied_keys", "write_round"]
+__all__ = ["TaskReward", "RoundRecord", "RunOptions", "batch_outcome", "configured_hyperparameters", "finish_run",
+           "guard_rewards", "judge_column", "keep_configured_optimizer", "open_run", "record_resume_step",
+           "refuse_existing_run", "resumed_round", "round_record", "without_tied_keys", "write_round"]
 
 
 class TaskReward:
@@ -147,6 +149,19 @@ class RoundRecord:
 
 # ----------------------------------------------------------------------------------------------------------------
 # the trainer's side: `trainer` is the `ExplorlGRPOTrainer` writing the run directory (`trainer.run_config`)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What the trainer's run directory (`run_config`) needs besides the config: explorl's additions to TRL's
+    signature, grouped so that the trainer's own arguments stay TRL's."""
+
+    correct_by: str | None = None
+    """With no `TaskReward` among `reward_funcs`: the name of the TRL reward function whose unweighted score
+    decides correctness (above `run_config.task.correct_threshold`); None: the first, as explorl's own rule
+    (`task.correct_by`) defaults to the first reward entry."""
+    launch: Mapping | None = None
+    """How the run was launched, for engine.json (e.g. the config file, overrides)."""
 
 
 def judge_column(reward_func_names: list[str], correct_by: str | None) -> int:

@@ -21,7 +21,7 @@ from torch import Tensor
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from explorl.integrations.vllm import EAD_ARG
-from explorl.rollout.logprobs import response_logprobs
+from explorl.rollout.logprobs import LogprobOptions, response_logprobs
 
 __all__ = ["PerTokenTemperature", "behavior_logprobs", "send_anneal", "set_sampling_temperature",
            "set_train_temperature", "with_logits_processor"]
@@ -112,5 +112,6 @@ def behavior_logprobs(model, out: dict, mask: Tensor, table: Tensor) -> Tensor:
     table = F.pad(table, (0, max(t - table.numel(), 0)), value=float(table[-1]))[:t]
     with torch.no_grad():
         lp, _ = response_logprobs(model, out["prompt_ids"], out["prompt_mask"], out["completion_ids"], mask,
-                                  table[None, :].expand(mask.shape[0], -1).to(mask.device), with_entropy=False)
+                                  table[None, :].expand(mask.shape[0], -1).to(mask.device),
+                                  options=LogprobOptions(with_entropy=False))
     return lp

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Mapping, Sized
+from collections.abc import Sized
 
 import torch
 from torch import Tensor
@@ -44,12 +44,12 @@ try:
 except ImportError as e:  # pragma: no cover - the message is the point
     raise ImportError(f"explorl.integrations.trl needs TRL: pip install -e \".[trl]\" ({e})") from None
 
-from explorl.integrations.trl.batch import (gather_rows, generation_batch, global_micro_batch, local_rows,
-                                            micro_batch, window_total)
+from explorl.integrations.trl.batch import (TokenForwards, gather_rows, generation_batch, global_micro_batch,
+                                            local_rows, micro_batch, window_total)
 from explorl.integrations.trl.config import check_run_config, checkpointing_field, explorl_config, generation_rounds
 from explorl.integrations.trl.generation import ColocatedVLLM, colocated_engine
-from explorl.integrations.trl.run import (RoundRecord, configured_hyperparameters, explorl_scheduler, finish_run,
-                                          judge_column, keep_configured_optimizer, open_run, round_record,
+from explorl.integrations.trl.run import (RoundRecord, RunOptions, configured_hyperparameters, explorl_scheduler,
+                                          finish_run, judge_column, keep_configured_optimizer, open_run, round_record,
                                           without_tied_keys, write_round)
 from explorl.integrations.trl.temperature import (PerTokenTemperature, behavior_logprobs, send_anneal,
                                                   set_sampling_temperature, set_train_temperature,
@@ -73,10 +73,8 @@ class ExplorlGRPOTrainer(GRPOTrainer):
             (do not pass those too); run.steps, run.batch_size and run.seed must agree with `args`; model.path is
             the local directory the model was loaded from (config.yaml records its fingerprint); its task is the
             held-out evaluation's.
-        correct_by: with `run_config` and no `TaskReward` among `reward_funcs`: the name of the TRL reward
-            function whose unweighted score decides correctness (above `run_config.task.correct_threshold`);
-            None: the first, as explorl's own rule (`task.correct_by`) defaults to the first reward entry.
-        launch: with `run_config`: how the run was launched, for engine.json (e.g. the config file, overrides).
+        run_options: with `run_config`: which reward decides correctness and how the run was launched
+            (`RunOptions`).
     Raises `ConfigError` for settings TRL cannot honour or that explorl's config replaces (see `explorl_config`).
 
     Metrics: explorl's statistics under `explorl/...` (advantage step and loss) and `temperature/...` in TRL's logs.
@@ -87,13 +85,12 @@ class ExplorlGRPOTrainer(GRPOTrainer):
     the batch the advantage step gathers from every process, written after the round's last optimizer step) and
     samples.jsonl (the first `run.log_samples` prompts of the main process's rows); after training, on the main
     process alone, explorl's held-out evaluation, final/ and eval.json (last). Correct is the task's rule when a
-    `TaskReward` scores (the first one), else `correct_by`'s score above the threshold. Needs whole parameters on
-    the main process at the end: refused under DeepSpeed ZeRO-3 and FSDP.
+    `TaskReward` scores (the first one), else `run_options.correct_by`'s score above the threshold. Needs whole
+    parameters on the main process at the end: refused under DeepSpeed ZeRO-3 and FSDP.
     """
 
     def __init__(self, model, reward_funcs, args: GRPOConfig | None = None, *rest, algo=None, sampling=None,
-                 budget=None, run_config: Config | None = None, correct_by: str | None = None,
-                 launch: Mapping | None = None, **kwargs):
+                 budget=None, run_config: Config | None = None, run_options: RunOptions | None = None, **kwargs):
         if args is None:
             raise TypeError("ExplorlGRPOTrainer needs `args`, a trl.GRPOConfig (its num_generations, temperature and "
                             "max_completion_length are checked against explorl's sampling config)")
@@ -133,14 +130,15 @@ class ExplorlGRPOTrainer(GRPOTrainer):
         self._window_totals: dict[tuple, float] = {}
         # the same seed on every rank: Clip-Cov draws its tokens from the gathered micro-batch identically everywhere
         self.explorl_generator = torch.Generator().manual_seed(int(args.seed) + 1)
-        self.run_config, self.run_launch = run_config, dict(launch or {})
+        run_options = run_options or RunOptions()
+        self.run_config, self.run_launch = run_config, dict(run_options.launch or {})
         self.run_log = None  # the run directory's RunLog (main process, while training with run_config)
         self._failure_log = None  # its reward_errors.log (`runlog.RewardFailureLog`, main process)
         self._record: RoundRecord | None = None  # the round being collected for its metrics record
         self._round_started, self._round_stats = 0.0, {}
         self._samples: tuple | None = None  # (prompts, completions, answers) of this process's rows, this round
         if run_config is not None:
-            self._judge = judge_column(self.reward_func_names, correct_by)
+            self._judge = judge_column(self.reward_func_names, run_options.correct_by)
             if self.is_fsdp_enabled or (self.is_deepspeed_enabled
                                         and self.accelerator.state.deepspeed_plugin.zero_stage == 3):
                 raise ConfigError("run_config: the held-out evaluation after training runs on the main process "
@@ -285,7 +283,8 @@ class ExplorlGRPOTrainer(GRPOTrainer):
             if old is not None:  # tokens vLLM could not score (NaN): ratio 1, as TRL does
                 beh = torch.where(torch.isnan(beh), old, beh)
         gathered = lambda old, ent: generation_batch(  # noqa: E731  (collective: every rank calls it alike)
-            self.accelerator, out, mask, rewards, group, self.max_completion_length, self.eos_token_ids, old, ent, beh)
+            self.accelerator, out, mask, rewards, group, self.max_completion_length, self.eos_token_ids,
+            TokenForwards(old, ent, beh))
         batch, step = gathered(old, ent), max(self._round, 1)
         try:
             batch = compute_advantages(batch, self.explorl.algo, step)

@@ -351,6 +351,9 @@ def _kl(o: Overrides, cfg: Config) -> None:
     a = cfg.algo
     o.set("algorithm.use_kl_in_reward", False, "algo.kl_coef")
     needs_ref = requirements(a).ref
+    if a.kl_importance_weighted:
+        raise ConfigError("algo.kl_importance_weighted=true: verl 0.9.1's KL loss has no ratio weighting (TRL's "
+                          "use_bias_correction_kl); set it false or use explorl's own loop or its TRL trainer")
     if a.kl_coef > 0 or needs_ref:
         if a.kl_clamp is not None and a.kl_clamp != 10:
             raise ConfigError(f"algo.kl_clamp={a.kl_clamp}: verl's k3 KL (low_var_kl) clamps at 10; set "

@@ -15,17 +15,17 @@ sampled from (temperature, then top-p renormalisation) and the entropy of the te
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import torch
 
 from explorl.algos.batch import RolloutBatch
 from explorl.rollout.draw import draw_dynamic_dims, draw_tokens, uniforms
-from explorl.rollout.engines.static import decode_static
-from explorl.rollout.forward import (attention_dims, cache_step_dynamic_dims, cache_weights, compile_failed,
-                                     forward_with_cache, maybe_compiled, position_ids_from_mask, rotary_tables,
-                                     supports_fused_forward)
+from explorl.rollout.engines.static import DrawSettings, decode_static
+from explorl.rollout.forward import (FusedCache, attention_dims, cache_step_dynamic_dims, cache_weights,
+                                     compile_failed, forward_with_cache, maybe_compiled, position_ids_from_mask,
+                                     rotary_tables)
 from explorl.rollout.prompts import left_pad_prompts
 
 Temperature = float | Sequence[float] | torch.Tensor | Callable[[int], float | torch.Tensor]
@@ -125,18 +125,17 @@ class _FusedDecoder:
         b, p = ids.shape
         dtype = self.inner.embed_tokens.weight.dtype
         cos, sin = rotary_tables(self.inner, total, ids.device)
-        self.cos, self.sin = cos[0], sin[0]  # [total, D] tables, indexed by position
         shape = (b, self.n_kv, total, self.dims[2])
-        self.k = [torch.zeros(shape, dtype=dtype, device=ids.device) for _ in self.weights[1]]
-        self.v = [torch.zeros(shape, dtype=dtype, device=ids.device) for _ in self.weights[1]]
+        k = [torch.zeros(shape, dtype=dtype, device=ids.device) for _ in self.weights[1]]
+        v = [torch.zeros(shape, dtype=dtype, device=ids.device) for _ in self.weights[1]]
+        self.cache = FusedCache(self.weights, k, v, cos[0], sin[0], self.dims)  # cos, sin: [total, D] by position
         causal = torch.ones((p, p), dtype=torch.bool, device=ids.device).tril()
         allowed = causal[None] & mask.bool()[:, None, :]
         allowed |= torch.eye(p, dtype=torch.bool, device=ids.device)[None]  # pad queries see themselves: no NaN rows
         logits = forward_with_cache(ids, position_ids_from_mask(mask), torch.arange(p, device=ids.device),
-                                    allowed[:, None], self.weights, self.k, self.v, self.cos, self.sin, self.dims,
-                                    False)
-        self.k = [k.repeat_interleave(repeats, dim=0) for k in self.k]
-        self.v = [v.repeat_interleave(repeats, dim=0) for v in self.v]
+                                    allowed[:, None], self.cache, False)
+        self.cache = replace(self.cache, k=[k.repeat_interleave(repeats, dim=0) for k in self.cache.k],
+                             v=[v.repeat_interleave(repeats, dim=0) for v in self.cache.v])
         mask = mask.repeat_interleave(repeats, dim=0)
         # the slots each row attends to: its prompt's, then each generated token's as it is written
         self.key_valid = torch.zeros((mask.shape[0], total), dtype=torch.bool, device=ids.device)
@@ -148,8 +147,7 @@ class _FusedDecoder:
 
     def keep(self, rows: torch.Tensor) -> None:
         """Drop finished rows from the cache; `rows` indexes the current batch."""
-        self.k = [k[rows] for k in self.k]
-        self.v = [v[rows] for v in self.v]
+        self.cache = replace(self.cache, k=[k[rows] for k in self.cache.k], v=[v[rows] for v in self.cache.v])
         self.key_valid = self.key_valid[rows]
         self.next_pos = self.next_pos[rows]
 
@@ -159,8 +157,7 @@ class _FusedDecoder:
         # the slots written so far (the mask's length is a dynamic dimension of the compiled graph)
         compiled = self.compile and not compile_failed()
         return self._step(tokens[:, None], self.next_pos + t, self.slots[t:t + 1],
-                          self.key_valid[:, None, None, :slot + 1], self.weights, self.k, self.v, self.cos, self.sin,
-                          self.dims, compiled)
+                          self.key_valid[:, None, None, :slot + 1], self.cache, compiled)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -197,10 +194,10 @@ class _Responses:
                             temperatures=self.temperatures[:, :t], truncated=truncated)
 
 
-def _decode(decoder, draw: Callable, logits: torch.Tensor, temp_at: Callable, top_p: float, eos: torch.Tensor,
-            generator, out: _Responses, pad_token_id: int, avoid_single_row: bool) -> torch.Tensor:
-    """Draw tokens from the prefill's `logits` on until every row produced an EOS or the length limit, writing them
-    to `out`. Returns truncated [N] bool: the rows still going at the limit.
+def _decode(decoder, draw: Callable, logits: torch.Tensor, settings: DrawSettings, out: _Responses,
+            avoid_single_row: bool) -> torch.Tensor:
+    """Draw tokens from the prefill's `logits` on, as `settings` say, until every row produced an EOS or the length
+    limit, writing them to `out`. Returns truncated [N] bool: the rows still going at the limit.
 
     Finished rows are dropped from the decoder's batch once they are an eighth of it: later steps cost only the
     live ones. With `avoid_single_row` (a compiled step), one finished row is kept as padding rather than leave a
@@ -210,6 +207,8 @@ def _decode(decoder, draw: Callable, logits: torch.Tensor, temp_at: Callable, to
     rows = torch.arange(num, device=device)  # original row of each row of the decoder's (compacted) batch
     live = torch.ones(num, dtype=torch.bool, device=device)  # per row of the decoder's batch
     pad_rows = 0  # finished rows kept last in the batch
+    temp_at, top_p, eos, pad_token_id, generator = (settings.temp_at, settings.top_p, settings.eos,
+                                                    settings.pad_token_id, settings.generator)
     for t in range(max_new_tokens):
         temp = temp_at(t)[rows]
         u = uniforms(len(rows) - pad_rows, device, generator)  # the eager path's stream, padding or not
@@ -246,27 +245,31 @@ def _counts_per_prompt(n: int | Sequence[int], n_prompts: int) -> list[int]:
 
 
 @torch.no_grad()
-def sample(model, prompts: Sequence[Sequence[int]], n: int | Sequence[int], *, eos_token_id: int | Sequence[int],
-           pad_token_id: int, max_new_tokens: int, temperature: Temperature = 1.0, top_p: float = 1.0,
-           generator: torch.Generator | None = None, fast_path: bool = True, compile: bool = False,
-           cuda_graph: bool = False) -> RolloutBatch:
-    """Sample `n_i` responses for each prompt.
+def sample(sampler, prompts: Sequence[Sequence[int]], n: int | Sequence[int], temperature: Temperature = 1.0,
+           generator: torch.Generator | None = None) -> RolloutBatch:
+    """Sample `n_i` responses for each prompt with explorl's decoder, as `sampler` says.
 
     Args:
+        sampler: a `rollout.sampler.Sampler`, the run's settings built once: its `model`, `eos_token_id`,
+            `pad_token_id`, `max_new_tokens` and `top_p`; `fused` (the fused Llama-family decoder applies, decided at
+            construction from `fast_path`), `compile` (with the fused decoder, run each decode step and draw as
+            torch.compile'd graphs, `sampling.compile`: the first call of a process compiles, seconds to a minute;
+            the draws are the same up to float rounding) and `cuda_graph` (with the fused decoder, decode a static
+            batch, `rollout.engines.static`: finished rows masked, not removed, whose step is captured as a CUDA
+            graph on CUDA and replayed per token, `sampling.cuda_graph`). Its `engine` is not used here.
         prompts: B token-id lists (unpadded).
         n: samples per prompt, an int or a list of B ints (variable group sizes; 0 is allowed).
         temperature: a float; [B] per prompt or [N] per response (list or tensor); [N, >= max_new_tokens]
             per generated token; or a callable `t -> float | Tensor[N]` for generated-token index t (0-based).
-        top_p: nucleus mass (1.0 = off).
         generator: a torch.Generator on the model's device, for reproducible draws.
-        fast_path: use the fused Llama-family decoder when it applies.
-        compile: with the fused decoder, run each decode step and draw as torch.compile'd graphs (`sampling.compile`;
-            the first call of a process compiles, seconds to a minute; the draws are the same up to float rounding).
-        cuda_graph: with the fused decoder, decode a static batch (`rollout.engines.static`: finished rows masked,
-            not removed) whose step is captured as a CUDA graph on CUDA and replayed per token (`sampling.cuda_graph`).
     Returns:
-        The sampled `RolloutBatch` (rewards None) with N = sum(n_i) rows in prompt order (group[i] = index of the prompt).
+        The sampled `RolloutBatch` (rewards None) with N = sum(n_i) rows in prompt order (group[i] = index of the
+        prompt).
     """
+    model, eos_token_id, pad_token_id = sampler.model, sampler.eos_token_id, sampler.pad_token_id
+    max_new_tokens, top_p = sampler.max_new_tokens, sampler.top_p
+    # the sampler decided these once: the fused decoder applies, and compile and the graph only with it
+    fused, compile, cuda_graph = sampler.fused, sampler.compile, sampler.cuda_graph
     device = next(model.parameters()).device
     n_per_prompt = _counts_per_prompt(n, len(prompts))
     eos = torch.tensor([eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id), device=device)
@@ -281,22 +284,16 @@ def sample(model, prompts: Sequence[Sequence[int]], n: int | Sequence[int], *, e
     repeats = torch.tensor([n_per_prompt[i] for i in used], device=device)
     was_training = model.training
     model.eval()
-    fused = fast_path and supports_fused_forward(model)
-    if cuda_graph and not fused:
-        warnings.warn("explorl: sampling.cuda_graph needs the fused decoder (sampling.fast_path: true and a "
-                      "Llama-family model without LoRA, sliding window or rotary scaling); decoding without the graph",
-                      RuntimeWarning, stacklevel=2)
     decoder = _FusedDecoder(model, compile) if fused else _GenericDecoder(model)
     draw = maybe_compiled("draw", draw_tokens, compile and fused, draw_dynamic_dims)
     out = _Responses(num, max_new_tokens, pad_token_id, device)
     try:
         logits = decoder.prefill(uniq_ids, uniq_mask, uniq_ids.shape[1] + max_new_tokens, repeats)
+        settings = DrawSettings(temp_at, top_p, eos, pad_token_id, generator)
         if fused and cuda_graph:
-            truncated = decode_static(decoder, logits, temp_at, top_p, eos, generator, out, pad_token_id,
-                                      compile=compile, graph=True)
+            truncated = decode_static(decoder, logits, settings, out, compile=compile, graph=True)
         else:
-            truncated = _decode(decoder, draw, logits, temp_at, top_p, eos, generator, out, pad_token_id,
-                                avoid_single_row=compile and fused)
+            truncated = _decode(decoder, draw, logits, settings, out, avoid_single_row=compile and fused)
     finally:
         model.train(was_training)
     return out.batch(uniq_ids.repeat_interleave(repeats, dim=0), uniq_mask.repeat_interleave(repeats, dim=0),

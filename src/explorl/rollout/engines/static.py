@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
 from explorl.rollout.draw import draw_tokens, uniforms
-from explorl.rollout.forward import compile_failed, forward_with_cache, maybe_compiled
+from explorl.rollout.forward import FusedCache, compile_failed, forward_with_cache, maybe_compiled
 
 WARMUP_STEPS = 2
 """Steps run eagerly on a side stream before capture (CUDA's allocator and any compilation settle there)."""
@@ -30,18 +31,60 @@ CHECK_EVERY = 16
 """Steps between host checks of whether any row is still live (each check waits for the GPU)."""
 
 
-def static_step(t: torch.Tensor, logits: torch.Tensor, live: torch.Tensor, written: tuple, temp_table: torch.Tensor,
-                u_table: torch.Tensor, eos: torch.Tensor, next_pos: torch.Tensor, slots: torch.Tensor,
-                key_valid: torch.Tensor, weights: tuple, ks: list, vs: list, cos_tab: torch.Tensor,
-                sin_tab: torch.Tensor, dims: tuple[int, int, int], top_p: float, pad_token_id: int,
-                reduce_kernel: bool) -> None:
-    """One static decode step, every tensor updated in place: draw token t of every row from `logits` [N, V] at
-    temperature temp_table[t] [N] with uniforms u_table[t] [N, 1], write it to `written` = (tokens, log-probs,
-    entropy, temperatures, mask), each [N, T] (zeros and padding on rows no longer `live` [N] bool), end the rows
-    that drew an EOS (`eos` [E]), then run the forward of the drawn tokens at cache slot slots[t] and rotary
-    position next_pos + t (next_pos [N, 1]) over the whole cache (`key_valid` [N, L] bool marks written slots),
-    leaving the next logits in `logits`, and advance t ([1] int64)."""
-    tokens, logps, entropy, temps, mask = written
+@dataclass(frozen=True)
+class DrawSettings:
+    """How a sampling call draws each token and ends a response, the same for both decoders (the native sampler's
+    dynamic `_decode` and `decode_static`)."""
+
+    temp_at: Callable[[int], torch.Tensor]
+    """Each response's temperature [N] for generated token t (the sampler's temperature source)."""
+    top_p: float
+    """Nucleus mass (1.0 = off)."""
+    eos: torch.Tensor
+    """[E] the token ids that end a response."""
+    pad_token_id: int
+    """What a row writes after it ended."""
+    generator: torch.Generator | None
+    """The random stream of the draws' uniforms."""
+
+
+@dataclass(frozen=True)
+class StaticBatch:
+    """Every tensor the static step reads or updates in place besides the model and its cache (`FusedCache`), made
+    once per sampling call: each step (and a captured CUDA graph's every replay) works on these same tensors."""
+
+    t: torch.Tensor
+    """[1] int64: the index of the token the next step draws, advanced by the step."""
+    logits: torch.Tensor
+    """[N, V]: the logits the next token is drawn from, overwritten by the step's forward."""
+    live: torch.Tensor
+    """[N] bool: the rows that have not drawn an EOS."""
+    written: tuple[torch.Tensor, ...]
+    """(tokens, log-probs, entropy, temperatures, mask), each [N, T]: the native sampler's response buffers."""
+    temp_table: torch.Tensor
+    """[T, N] float32: each step's temperatures (`tables`)."""
+    u_table: torch.Tensor
+    """[T, N, 1]: the uniforms of each step's draw (`tables`)."""
+    eos: torch.Tensor
+    """[E] the token ids that end a response."""
+    next_pos: torch.Tensor
+    """[N, 1]: each row's rotary position of generated token 0 (its prompt length), from the prefill."""
+    slots: torch.Tensor
+    """[T]: the cache slot of generated token t, slots[t]."""
+    key_valid: torch.Tensor
+    """[N, L] bool: the cache slots written so far (the prompt's real tokens, then each drawn token's)."""
+
+
+def static_step(batch: StaticBatch, cache: FusedCache, top_p: float, pad_token_id: int, reduce_kernel: bool) -> None:
+    """One static decode step, every tensor of `batch` and `cache` updated in place: draw token t of every row from
+    `logits` [N, V] at temperature temp_table[t] [N] with uniforms u_table[t] [N, 1], write it to `written` =
+    (tokens, log-probs, entropy, temperatures, mask), each [N, T] (zeros and padding on rows no longer `live` [N]
+    bool), end the rows that drew an EOS (`eos` [E]), then run the forward of the drawn tokens at cache slot slots[t]
+    and rotary position next_pos + t (next_pos [N, 1]) over the whole cache (`key_valid` [N, L] bool marks written
+    slots), leaving the next logits in `logits`, and advance t ([1] int64)."""
+    # locals, so that `live &=` and `t +=` update the tensors in place without rebinding the frozen batch's fields
+    t, logits, live, temp_table, u_table = batch.t, batch.logits, batch.live, batch.temp_table, batch.u_table
+    tokens, logps, entropy, temps, mask = batch.written
     temp = temp_table.index_select(0, t).squeeze(0)  # [N]
     tok, lp, ent = draw_tokens(logits, temp, top_p, u_table.index_select(0, t).squeeze(0))
     tok = torch.where(live, tok, pad_token_id)
@@ -49,23 +92,25 @@ def static_step(t: torch.Tensor, logits: torch.Tensor, live: torch.Tensor, writt
     for buffer, value in ((tokens, tok), (logps, torch.where(live, lp, zero)), (entropy, torch.where(live, ent, zero)),
                           (temps, torch.where(live, temp, zero)), (mask, live.to(mask.dtype))):
         buffer.index_copy_(1, t, value[:, None].to(buffer.dtype))
-    live &= ~(tok[:, None] == eos[None]).any(-1)  # no `isin`: its CUDA kernel may sync with the host
-    slot = slots.index_select(0, t)
-    key_valid.index_fill_(1, slot, True)
-    logits.copy_(forward_with_cache(tok[:, None], next_pos + t, slot, key_valid[:, None, None, :], weights, ks, vs,
-                                    cos_tab, sin_tab, dims, reduce_kernel))
+    live &= ~(tok[:, None] == batch.eos[None]).any(-1)  # no `isin`: its CUDA kernel may sync with the host
+    slot = batch.slots.index_select(0, t)
+    batch.key_valid.index_fill_(1, slot, True)
+    logits.copy_(forward_with_cache(tok[:, None], batch.next_pos + t, slot, batch.key_valid[:, None, None, :], cache,
+                                    reduce_kernel))
     t += 1
 
 
-def static_step_dynamic_dims(t, logits, live, written, temp_table, u_table, eos, next_pos, slots, key_valid, weights,
-                             ks, vs, cos_tab, sin_tab, *_):
-    """The dimensions of `static_step`'s arguments that vary between sampling calls (rows, lengths)."""
-    yield from ((logits, 0), (live, 0), (temp_table, 0), (temp_table, 1), (u_table, 0), (u_table, 1), (next_pos, 0),
-                (slots, 0), (key_valid, 0), (key_valid, 1), (cos_tab, 0), (sin_tab, 0))
-    for buffer in written:
+def static_step_dynamic_dims(batch: StaticBatch, cache: FusedCache, top_p: float, pad_token_id: int,
+                             reduce_kernel: bool):
+    """The dimensions of `static_step`'s arguments that vary between sampling calls (rows, lengths); the scalars
+    have none."""
+    yield from ((batch.logits, 0), (batch.live, 0), (batch.temp_table, 0), (batch.temp_table, 1), (batch.u_table, 0),
+                (batch.u_table, 1), (batch.next_pos, 0), (batch.slots, 0), (batch.key_valid, 0),
+                (batch.key_valid, 1), (cache.cos, 0), (cache.sin, 0))
+    for buffer in batch.written:
         yield from ((buffer, 0), (buffer, 1))
-    for cache in (*ks, *vs):
-        yield from ((cache, 0), (cache, 2))
+    for layer_cache in (*cache.k, *cache.v):
+        yield from ((layer_cache, 0), (layer_cache, 2))
 
 
 def tables(temp_at: Callable[[int], torch.Tensor], num: int, max_new_tokens: int, device,
@@ -105,24 +150,23 @@ def replayer(step: Callable[[], None], device: torch.device, steps: int) -> tupl
     return graph.replay, WARMUP_STEPS
 
 
-def decode_static(decoder, logits: torch.Tensor, temp_at: Callable[[int], torch.Tensor], top_p: float,
-                  eos: torch.Tensor, generator, out, pad_token_id: int, *, compile: bool,
+def decode_static(decoder, logits: torch.Tensor, settings: DrawSettings, out, *, compile: bool,
                   graph: bool) -> torch.Tensor:
     """Decode from the prefill's `logits` [N, V] with the static step until every row ended or the length limit,
-    into `out` (the native sampler's [N, T] response buffers); `decoder` is a prefilled `_FusedDecoder` whose cache
-    holds every row. With `graph`, on CUDA the step is replayed as a CUDA graph; with `compile`, it is one
-    torch.compile'd graph. Returns truncated [N] bool: the rows with no EOS by the limit."""
+    drawing as `settings` say, into `out` (the native sampler's [N, T] response buffers); `decoder` is a prefilled
+    `_FusedDecoder` whose cache holds every row. With `graph`, on CUDA the step is replayed as a CUDA graph; with
+    `compile`, it is one torch.compile'd graph. Returns truncated [N] bool: the rows with no EOS by the limit."""
     num, max_new_tokens = out.tokens.shape
     device = out.tokens.device
-    temp_table, u_table = tables(temp_at, num, max_new_tokens, device, generator)
+    temp_table, u_table = tables(settings.temp_at, num, max_new_tokens, device, settings.generator)
     live = torch.ones(num, dtype=torch.bool, device=device)
     t = torch.zeros(1, dtype=torch.long, device=device)
     written = (out.tokens, out.logps, out.entropy, out.temperatures, out.mask)
     logits = logits.contiguous()
     fn = maybe_compiled("static decode", static_step, compile, static_step_dynamic_dims)
-    args = (t, logits, live, written, temp_table, u_table, eos, decoder.next_pos, decoder.slots, decoder.key_valid,
-            decoder.weights, decoder.k, decoder.v, decoder.cos, decoder.sin, decoder.dims, top_p, pad_token_id,
-            compile and not compile_failed())
+    batch = StaticBatch(t, logits, live, written, temp_table, u_table, settings.eos, decoder.next_pos, decoder.slots,
+                        decoder.key_valid)
+    args = (batch, decoder.cache, settings.top_p, settings.pad_token_id, compile and not compile_failed())
 
     def step() -> None:
         fn(*args)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -36,6 +37,9 @@ from explorl.integrations.vllm import EAD_ARG, PROCESSOR_NAME, token_factors
 from explorl.algos.batch import RolloutBatch
 from explorl.config import ConfigError
 from explorl.rollout.prompts import left_pad_prompts
+
+if TYPE_CHECKING:
+    from explorl.rollout.sampler import Sampler
 
 __all__ = ["VLLM_CPU_HEAD_SIZES", "VllmRollouts", "check_head_size", "head_size", "vllm_missing"]
 
@@ -164,17 +168,21 @@ class VllmRollouts:
         self.llm.collective_rpc(_repack_tied_head)
 
     @torch.no_grad()
-    def sample(self, prompts: Sequence[Sequence[int]], n: Sequence[int], per_prompt: Sequence, *,
-               eos_token_id: int | Sequence[int], pad_token_id: int, max_new_tokens: int, top_p: float = 1.0,
-               seed: int = 0, device: torch.device | str = "cpu") -> RolloutBatch:
-        """`n[j]` responses to prompt j, sampled as `per_prompt[j]` (`controllers.PromptTemperature`) describes.
+    def sample(self, sampler: Sampler, prompts: Sequence[Sequence[int]], n: Sequence[int], per_prompt: Sequence,
+               seed: int = 0) -> RolloutBatch:
+        """`n[j]` responses to prompt j, sampled as `per_prompt[j]` (`controllers.PromptTemperature`) describes,
+        with `sampler`'s settings (the run's `rollout.sampler.Sampler`: its EOS ids, padding id, length limit and
+        top-p; the batch lands on its model's device).
 
         Returns the sampled `RolloutBatch` with N = sum(n) rows in prompt order, as `rollout.engines.native.sample`
-        does (prompts left-padded, responses right-padded with `pad_token_id`, `mask` 1 up to and including EOS);
+        does (prompts left-padded, responses right-padded with the padding id, `mask` 1 up to and including EOS);
         `behavior_entropy` is NaN (vLLM does not return it). `seed` seeds the requests, so a step is reproducible.
         """
         from vllm import SamplingParams  # vLLM: optional (the vllm extra or its own venv)
 
+        eos_token_id, pad_token_id = sampler.eos_token_id, sampler.pad_token_id
+        max_new_tokens, top_p = sampler.max_new_tokens, sampler.top_p
+        device = next(sampler.model.parameters()).device
         eos = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
         if len(prompts) != len(n) or len(n) != len(per_prompt):
             raise ValueError(f"{len(prompts)} prompts, {len(n)} budgets, {len(per_prompt)} temperatures")
