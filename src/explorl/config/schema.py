@@ -79,6 +79,12 @@ class ModelConfig:
     model's parameters compiled by torch.compile, forward and backward. The first update of a process compiles,
     seconds to a minute; where compilation fails it warns once and runs eagerly. The values are the Hugging Face
     forward's up to float rounding."""
+    lm_head_fp32: bool = False
+    """Keep the output layer (lm_head) in float32 and cast its input to float32, so every logit of the policy, its
+    reference and the sampler during training is computed in float32 and the head's weights are updated in float32
+    (ScaleRL's float32 head, Khatri et al. 2025, arXiv 2510.13786; TRL's `cast_lm_head_to_fp32`). Acts with
+    `model.dtype: bfloat16` (in float32 it changes nothing). Needs an output layer not tied to the input embeddings
+    (`tie_word_embeddings: false`) and not a LoRA target. docs/methods.md §6d."""
     lora: LoraConfig = field(default_factory=LoraConfig)
     """Optional LoRA adapters."""
 

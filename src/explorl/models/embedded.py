@@ -62,14 +62,15 @@ class TinyQwen2Sizes:
 
 
 def tiny_qwen2(vocab_size: int, sizes: TinyQwen2Sizes = TinyQwen2Sizes(), *, pad_token_id: int = 0,
-               eos_token_id: int = 1, seed: int = 0):
-    """A small Qwen2-architecture causal LM of `sizes`, randomly initialised (deterministic for `seed`)."""
+               eos_token_id: int = 1, seed: int = 0, tie_word_embeddings: bool = True):
+    """A small Qwen2-architecture causal LM of `sizes`, randomly initialised (deterministic for `seed`); its output
+    layer shares the input embeddings' matrix unless `tie_word_embeddings` is False (the embedded default ties)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM  # ~1.5 s at import, paid only to build the tiny model
 
     cfg = Qwen2Config(vocab_size=vocab_size, hidden_size=sizes.hidden, intermediate_size=sizes.intermediate,
                       num_hidden_layers=sizes.layers, num_attention_heads=sizes.heads,
                       num_key_value_heads=sizes.kv_heads, max_position_embeddings=sizes.max_positions,
-                      tie_word_embeddings=True, pad_token_id=pad_token_id, eos_token_id=eos_token_id, bos_token_id=None)
+                      tie_word_embeddings=tie_word_embeddings, pad_token_id=pad_token_id, eos_token_id=eos_token_id, bos_token_id=None)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = Qwen2ForCausalLM(cfg)

@@ -76,6 +76,8 @@ def load_policy(cfg: ModelConfig):
     path = resolve_model_path(cfg.path)
     model, tok = load_causal_lm(path, dtype, cfg.attn_implementation, cfg.trust_remote_code)
     model.to(device)
+    if cfg.lm_head_fp32:
+        lm_head_to_float32(model, cfg.lora.target_modules if cfg.lora.enabled else ())
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable()
         model.config.use_cache = False
@@ -89,6 +91,28 @@ def load_policy(cfg: ModelConfig):
             warnings.simplefilter("ignore", FutureWarning)
             model = get_peft_model(model, peft_cfg)
     return model, tok, device
+
+
+def lm_head_to_float32(model, lora_targets=()) -> None:
+    """ScaleRL's float32 output layer (`model.lm_head_fp32`; TRL's `cast_lm_head_to_fp32`): the head's weights become
+    float32 and a forward pre-hook casts its input to them, so the logits are a float32 product wherever the model's
+    own forward runs; explorl's fused forwards cast the final hidden state to the head's dtype themselves. ValueError
+    naming the field when the head is tied to the input embeddings (casting the shared matrix would change the
+    embedding's dtype too) or is a LoRA target."""
+    head = model.get_output_embeddings()
+    if getattr(model.config, "tie_word_embeddings", False) or head.weight is model.get_input_embeddings().weight:
+        raise ValueError("model.lm_head_fp32: the model ties its output layer to its input embeddings "
+                         "(tie_word_embeddings), so the head cannot be float32 alone; set model.lm_head_fp32=false")
+    if any(name in ("lm_head", "embed_out", "output") for name in lora_targets):
+        raise ValueError(f"model.lm_head_fp32: the output layer is a LoRA target (model.lora.target_modules="
+                         f"{list(lora_targets)}); remove it from the targets or set model.lm_head_fp32=false")
+    head.float()
+    head.register_forward_pre_hook(_input_to_weight_dtype)
+
+
+def _input_to_weight_dtype(module, args):
+    """Forward pre-hook: the layer's input cast to its weight's dtype (the float32 head takes bfloat16 states)."""
+    return (args[0].to(module.weight.dtype), *args[1:])
 
 
 def check_lora_targets(model, target_modules) -> None:

@@ -164,7 +164,8 @@ def forward_with_cache(ids: torch.Tensor, rope_pos: torch.Tensor, slots: torch.T
         h = h + F.linear(o.transpose(1, 2).reshape(n, s, hq), o_w, o_b)
         gate, up = F.linear(rms_norm(h, ln2, eps2), gate_up_w).chunk(2, dim=-1)
         h = h + F.linear(F.silu(gate) * up, down_w)
-    return F.linear(rms_norm(h[:, -1], norm_w, norm_eps), head_w, head_b)
+    # `.to`: a float32 head (model.lm_head_fp32) takes the final states in float32; a no-op otherwise
+    return F.linear(rms_norm(h[:, -1], norm_w, norm_eps).to(head_w.dtype), head_w, head_b)
 
 
 def cache_step_dynamic_dims(ids: torch.Tensor, rope_pos: torch.Tensor, slots: torch.Tensor, attn_mask: torch.Tensor,

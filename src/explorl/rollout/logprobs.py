@@ -60,7 +60,8 @@ def _block_stats(hidden: torch.Tensor, weight: torch.Tensor, bias, targets: torc
                  with_entropy: bool, with_sum_pi_squared: bool = False):
     """Log-probs [N, c], entropies [N, c] and `_logit_stats`' sum_v pi(v)^2 of one block of positions; only
     [N, c, V] logits exist here."""
-    logits = torch.nn.functional.linear(hidden, weight, bias).float() / temp
+    # `hidden.to`: a float32 head (model.lm_head_fp32) multiplies in float32; a no-op otherwise
+    logits = torch.nn.functional.linear(hidden.to(weight.dtype), weight, bias).float() / temp
     return _logit_stats(logits, targets, with_entropy, with_sum_pi_squared)
 
 

@@ -155,6 +155,10 @@ def _model(o: Overrides, cfg: Config, data: DataFiles) -> None:
     o.set(f"{M}.path", str(resolve_model_path(m.path)), "model.path")
     if m.trust_remote_code:  # verl's default is off, as explorl's
         o.set(f"{M}.trust_remote_code", True, "model.trust_remote_code")
+    if m.lm_head_fp32:
+        raise ConfigError("model.lm_head_fp32=true: verl 0.9.1's FSDP actor computes the output layer in its "
+                          "mixed-precision dtype and has no float32 head (only its automodel engine's "
+                          "lm_head_precision); set it false, or use explorl's own loop or TRL's cast_lm_head_to_fp32")
     if m.dtype == "float16":
         raise ConfigError("model.dtype=float16: explorl refuses to train in float16 (AdamW's moments underflow); "
                           "use auto or bfloat16 (verl: float32 master weights, bfloat16 compute) or float32")
