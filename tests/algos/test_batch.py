@@ -48,3 +48,23 @@ def test_for_loss_fills_what_policy_objective_reads():
     assert batch.loss_mask is mask and batch.advantages is adv and batch.logprobs is old
     assert batch.rewards.tolist() == [0.0, 0.0] and batch.is_weights is None and batch.max_response_len == 3
     assert batch.to("cpu").advantages.requires_grad is False
+
+
+def test_reward_components_follow_their_rows_and_their_weights_stay_whole():
+    # rows 0..2 with two reward functions' scores; select keeps rows 2 and 0, cat stacks two parts' rows
+    comps = torch.tensor([[1.0, 0.1], [0.0, 0.2], [1.0, 0.3]])
+    batch = RolloutBatch(mask=torch.ones(3, 2), rewards=comps @ torch.tensor([1.0, 3.0]), group=torch.tensor([0, 0, 1]),
+                         reward_components=comps, reward_weights=(1.0, 3.0))
+    picked = batch.select(torch.tensor([2, 0]), width=1)
+    assert torch.equal(picked.reward_components, comps[[2, 0]]) and picked.reward_weights == (1.0, 3.0)
+    a = _part([[5]], [[7, 1]], [0]).replace(rewards=torch.tensor([1.0]), reward_components=torch.tensor([[1.0, 0.0]]),
+                                            reward_weights=(1.0, 3.0))
+    b = _part([[6]], [[8, 1]], [1]).replace(rewards=torch.tensor([3.0]), reward_components=torch.tensor([[0.0, 1.0]]),
+                                            reward_weights=(1.0, 3.0))
+    both = RolloutBatch.cat([a, b], pad_token_id=0)
+    assert both.reward_components.tolist() == [[1.0, 0.0], [0.0, 1.0]] and both.reward_weights == (1.0, 3.0)
+    with pytest.raises(ValueError, match="different reward_weights"):
+        RolloutBatch.cat([a, b.replace(reward_weights=(1.0, 2.0))], pad_token_id=0)
+    with pytest.raises(ValueError, match=r"reward_components: expected shape \[N, K\] = \(3, 1\)"):
+        RolloutBatch(mask=torch.ones(3, 2), rewards=None, group=torch.tensor([0, 0, 1]), reward_components=comps,
+                     reward_weights=(1.0,))

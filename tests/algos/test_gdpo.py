@@ -1,5 +1,5 @@
 """GDPO (`algo.advantage: gdpo`, docs/methods.md §5r): hand-derived values, several components, groups in any
-order, padding, groups of one, and the refusal of a config whose reward has several functions."""
+order, padding, groups of one, and the reward functions' own scores as the components in explorl's loop."""
 
 from __future__ import annotations
 
@@ -58,10 +58,69 @@ def test_one_component_is_grpo_whitened_over_the_batch():
     torch.testing.assert_close(gdpo(rewards, group, mask), want, rtol=0, atol=0)
 
 
-def test_selected_by_config_and_refused_with_several_reward_functions():
+def test_selected_by_config_with_one_reward_function():
     cfg = load_config(None, ["algo.advantage=gdpo", "algo.gdpo.norm_adv_by_std=false"]).algo
     batch = RolloutBatch(mask=torch.ones(3, 2), rewards=torch.tensor([1.0, 0.0, 2.0]), group=torch.tensor([0, 0, 1]))
     got = lookup("estimator", "gdpo").bind(cfg)(batch, cfg)
     assert torch.equal(got, gdpo(batch.rewards, batch.group, batch.mask, scale=False))
-    with pytest.raises(ConfigError, match="gdpo normalises each reward component"):
-        load_config(None, ["algo.advantage=gdpo", "task.reward=[auto,exact]"])
+
+
+def test_several_reward_functions_are_normalised_one_by_one():
+    # two functions, weights 1 and 3: group 0 = rows 0, 1; group 1 = rows 2, 3 (one token each, no padding).
+    # Component 1 (scores 1, 0 | 1, 1): deviations +-0.5 over the unbiased std sqrt(0.5) (+ eps 1e-6) | 0.
+    # Component 2 (scores 0.2, 0.1 | 0.3, 0.0): +-0.05 over sqrt(0.005) and +-0.15 over sqrt(0.045), each about
+    # +-0.707 like component 1's: GDPO's point, a small-range score weighs as much as a large one once normalised.
+    # Weighted sum, then whitened over the 4 tokens (unbiased variance + 1e-8).
+    comps = torch.tensor([[1.0, 0.2], [0.0, 0.1], [1.0, 0.3], [1.0, 0.0]])
+    weights = (1.0, 3.0)
+    batch = RolloutBatch(mask=torch.ones(4, 1), rewards=comps @ torch.tensor(weights), group=torch.tensor([0, 0, 1, 1]),
+                         reward_components=comps, reward_weights=weights)
+    cfg = load_config(None, ["algo.advantage=gdpo"]).algo
+    got = lookup("estimator", "gdpo").bind(cfg)(batch, cfg)
+    torch.testing.assert_close(got, gdpo(comps, batch.group, batch.mask, weights=weights).to(got.dtype))
+    # by hand before the whitening: row 0: 1 * 1/(sqrt .5 + 1e-6) + 3 * 0.05/(sqrt(0.005) + 1e-6)
+    z = lambda dev, std: dev / (std + 1e-6)  # noqa: E731
+    raw = torch.tensor([z(0.5, math.sqrt(0.5)) + 3 * z(0.05, math.sqrt(0.005)),
+                        -z(0.5, math.sqrt(0.5)) - 3 * z(0.05, math.sqrt(0.005)),
+                        3 * z(0.15, math.sqrt(0.045)), -3 * z(0.15, math.sqrt(0.045))], dtype=F64)
+    want = (raw - raw.mean()) / torch.sqrt(raw.var() + 1e-8)
+    torch.testing.assert_close(got[:, 0].to(F64), want, rtol=1e-5, atol=1e-5)
+    # the summed reward alone (GRPO of it, whitened) is another advantage: the components matter
+    alone = gdpo(batch.rewards, batch.group, batch.mask)
+    assert (alone - got).abs().max() > 0.1
+
+
+def test_a_reward_the_shapers_changed_is_refused():
+    comps = torch.tensor([[1.0, 0.2], [0.0, 0.1]])
+    batch = RolloutBatch(mask=torch.ones(2, 1), rewards=torch.tensor([0.5, 0.1]), group=torch.tensor([0, 0]),
+                         reward_components=comps, reward_weights=(1.0, 1.0))
+    cfg = load_config(None, ["algo.advantage=gdpo"]).algo
+    with pytest.raises(ValueError, match="not the weighted sum of the reward functions' scores"):
+        lookup("estimator", "gdpo").bind(cfg)(batch, cfg)
+    with pytest.raises(ConfigError, match=r"algo\.reward_shapers: dapo_overlong adds its penalty"):
+        load_config(None, ["algo.advantage=gdpo", "task.reward=[auto,exact]", "algo.reward_shapers=[dapo_overlong]"])
+    load_config(None, ["algo.advantage=gdpo", "task.reward=[auto,exact]"])  # several functions: accepted
+
+
+def test_the_loop_hands_gdpo_each_reward_functions_scores(tiny_model_dir, tmp_path):
+    # explorl's loop with two reward functions (weights 0.1 and 3): the scored batch carries each function's own
+    # scores, and its reward is their weighted sum
+    from explorl.train.loop import train
+
+    cfg = load_config(None, [
+        f"model.path={tiny_model_dir}", f"run.out_dir={tmp_path / 'run'}", "run.steps=1", "run.batch_size=2",
+        "sampling.group_size=4", "sampling.max_new_tokens=8", "task.eval_size=2", "task.train_size=8",
+        "task.difficulties=[1]", "run.eval_n=2", "run.eval_k=[1]", "run.save_every=0", "algo.advantage=gdpo",
+        "task.reward=[rewards_for_tests:has_equals,rewards_for_tests:contains_digit]", "task.reward_weights=[0.1,3.0]"])
+    seen = []
+    from explorl.algos.methods import gdpo as module
+
+    original = module.gdpo
+    module.gdpo = lambda comps, *a, **k: (seen.append((comps.clone(), k.get("weights"))), original(comps, *a, **k))[1]
+    try:
+        train(cfg, progress=False)
+    finally:
+        module.gdpo = original
+    comps, weights = seen[0]
+    assert comps.shape == (8, 2) and weights.tolist() == [0.1, 3.0]
+    assert set(comps.flatten().tolist()) <= {0.0, 1.0}  # both test functions score 0 or 1

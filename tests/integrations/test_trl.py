@@ -383,6 +383,36 @@ def test_trls_kl_weighting_must_agree_with_explorls(tiny_model_dir, tmp_path):
     make_trainer(tiny_model_dir, tmp_path, {"kl_coef": 0.0})  # no KL term: nothing to weigh
 
 
+def length_reward(prompts, completions, completion_ids, **kw):
+    """A second, graded reward: the completion's length over 10 (so its range differs from `reward`'s)."""
+    return [len(ids) / 10 for ids in completion_ids]
+
+
+def test_gdpo_takes_each_trl_reward_functions_scores(tiny_model_dir, tmp_path):
+    # TRL's rewards_per_func [N, 2] with reward_weights [1, 3] reach GDPO one by one: the trainer's advantages are
+    # gdpo of the two columns (explorl's loop fills the same fields from its own reward runner)
+    from explorl.algos.methods.gdpo import gdpo
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
+    from transformers import AutoTokenizer
+
+    trainer = ExplorlGRPOTrainer(model, [reward, length_reward], args=grpo_args(tmp_path, reward_weights=[1.0, 3.0]),
+                                 train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS] * 4),
+                                 processing_class=AutoTokenizer.from_pretrained(str(tiny_model_dir)),
+                                 algo={"advantage": "gdpo", "length_buckets": 1})
+    completions = fixed_completions(G * len(PROMPTS), 0)
+    trainer._generate_single_turn = lambda prompt_ids, *a, **k: ([list(c) for c in completions[:len(prompt_ids)]],
+                                                                 None)
+    out, _, _ = trl_step(trainer)
+    rpf = trainer._explorl_rewards_per_func.to(torch.float32)
+    assert rpf.shape[1] == 2 and len(set(rpf[:, 1].tolist())) > 1  # two components, the second graded
+    group = torch.arange(rpf.shape[0]) // G
+    mask = out["completion_mask"].to(torch.float32)
+    want = gdpo(rpf, group, mask, weights=[1.0, 3.0])
+    assert_close(out["advantages"], want, "advantages", ATOL)
+    assert (out["advantages"] - gdpo(rpf @ torch.tensor([1.0, 3.0]), group, mask)).abs().max() > 1e-3
+
+
 def test_trls_float32_head_trains_in_the_explorl_trainer(char_tokenizer, tmp_path):
     # TRL's cast_lm_head_to_fp32 (ScaleRL) on a bfloat16 model with its own head: TRL casts the head, explorl's
     # trainer scores and updates through it (explorl's own loop has model.lm_head_fp32, tests/models)

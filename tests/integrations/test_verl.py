@@ -658,6 +658,8 @@ def test_settings_verl_has_no_counterpart_for_are_refused_by_name(tmp_path, verl
         prepare(run, ["algo.kl_coef=0.01", "algo.kl_clamp=5"], write=False)
     with pytest.raises(ConfigError, match=r"algo\.kl_importance_weighted=true: verl 0\.9\.1's KL loss"):
         prepare(run, ["algo.kl_coef=0.01", "algo.kl_importance_weighted=true"], write=False)
+    with pytest.raises(ConfigError, match=r"algo\.advantage=gdpo with 2 task\.reward functions: .*gdpo_reward_keys"):
+        prepare(run, ["algo.advantage=gdpo", "task.reward=[auto,exact]"], write=False)
     with pytest.raises(ConfigError, match=r"model\.lm_head_fp32=true: verl 0\.9\.1's FSDP actor"):
         prepare(run, ["model.lm_head_fp32=true"], write=False)
     with pytest.raises(ConfigError, match=r"algo\.mini_batches=3"):

@@ -111,8 +111,7 @@ def test_kill_descendants_freezes_then_kills_a_whole_tree(monkeypatch, children_
         below = descendants(parent.pid)
         assert kill_descendants(parent.pid) == 3
         for p in below:  # reaped by bash or init; SIGKILLed either way
-            assert h.wait_for(lambda p=p: not Path(f"/proc/{p}").exists()
-                             or "Z" in Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1][:3], 5)
+            assert h.wait_for(lambda p=p: _gone_or_zombie(p), 5)
     finally:
         parent.kill()
         parent.wait()
@@ -155,3 +154,12 @@ def test_sigkill_of_the_trainer_leaves_nothing_a_reward_forked(tmp_path, detach,
         if harness.poll() is None:
             harness.kill()
         _sweep([*recorded, *(p for pids in recorded.values() for p in pids)])
+
+
+def _gone_or_zombie(pid: int) -> bool:
+    """The process `pid` has exited: no /proc entry, or a zombie. Its entry can vanish between two reads (it is
+    reaped meanwhile), which counts as gone."""
+    try:
+        return "Z" in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1][:3]
+    except FileNotFoundError:
+        return True

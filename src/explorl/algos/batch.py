@@ -66,6 +66,9 @@ class RolloutBatch:
     truncated:         [N] bool, the response hit the length limit without EOS; default all False.
     baseline_rewards:  [N] the reward of the greedy response to each response's prompt (ReMax's baseline), scored
                        beside the rollouts where the estimator asks for it (stage 2); else None.
+    reward_components: [N, K] each of the task's K > 1 reward functions' own score of each response (unweighted, a
+                       failure 0; stage 2), what GDPO normalises one by one; None with one reward function.
+    reward_weights:    the K functions' weights (`rewards = components @ weights`), beside `reward_components`.
     The forwards (stage 3):
     logprobs:          [N, T] log-probs of the sampled tokens under pi_old at the training temperature; None under
                        `single_update_shortcut` (the update's own forward is pi_old).
@@ -97,6 +100,8 @@ class RolloutBatch:
     lengths: Tensor | None = None
     truncated: Tensor | None = None
     baseline_rewards: Tensor | None = None
+    reward_components: Tensor | None = None
+    reward_weights: tuple[float, ...] | None = None
     logprobs: Tensor | None = None
     entropy: Tensor | None = None
     ref_logprobs: Tensor | None = None
@@ -132,6 +137,11 @@ class RolloutBatch:
             x = getattr(self, name)
             if x is not None and (x.dim() != 2 or x.shape[0] != n):
                 raise ValueError(f"RolloutBatch.{name}: expected shape [N, P] with N = {n}, got {tuple(x.shape)}")
+        if self.reward_components is not None:
+            k = len(self.reward_weights or ())
+            if tuple(self.reward_components.shape) != (n, k):
+                raise ValueError(f"RolloutBatch.reward_components: expected shape [N, K] = ({n}, {k}), K the number "
+                                 f"of reward_weights, got {tuple(self.reward_components.shape)}")
         if self.max_response_len is not None and self.max_response_len < 1:
             raise ValueError(f"RolloutBatch.max_response_len: must be >= 1, got {self.max_response_len}")
 
@@ -207,11 +217,14 @@ class RolloutBatch:
             to, value = (width if left else length), (pad_token_id if name in PAD_ID_FIELDS else 0)
             return torch.cat([_pad_columns(x, to, left, value) for x in xs])
 
-        lens = {p.max_response_len for p in parts}
+        lens, weights = {p.max_response_len for p in parts}, {p.reward_weights for p in parts}
         if len(lens) > 1:
             raise ValueError(f"RolloutBatch.cat: the parts were sampled under different max_response_len {lens}")
+        if len(weights) > 1:
+            raise ValueError(f"RolloutBatch.cat: the parts were scored with different reward_weights {weights}")
         return RolloutBatch(**{f.name: stacked(f.name) for f in dataclasses.fields(RolloutBatch)
-                               if f.name not in ("stats", "max_response_len")}, max_response_len=lens.pop())
+                               if f.name not in ("stats", "max_response_len", "reward_weights")},
+                            max_response_len=lens.pop(), reward_weights=weights.pop())
 
 
 def _pad_columns(x: Tensor, to: int, left: bool, value) -> Tensor:

@@ -1,5 +1,4 @@
-"""One registry for every pluggable kind of explorl: estimators, shapers, policy losses, token filters, reward
-shapers, importance weights, loss aggregations, temperature schedules, budget policies and tasks.
+"""One registry for every pluggable kind of explorl, from advantage estimators to tasks (`KINDS` lists them).
 
     @dataclass
     class MyAdvOptions:
@@ -64,8 +63,7 @@ class Cite:
     paper: str
     """The paper's short name (`explorl.algos.papers.PAPERS`), or "explorl" for explorl's own additions."""
     where: str = ""
-    """Comma-separated, the paper's own equations, sections or algorithms (`eq. 4`, `section 4.2`, `Algorithm 1`);
-    empty where docs/methods.md names none."""
+    """The paper's own equations, sections or algorithms, comma-separated (`eq. 4`, `Algorithm 1`); may be empty."""
     doc: str = ""
     """Comma-separated, the sections of docs/methods.md that document them (`"2b"` for `## 2.`'s `### 2b.`)."""
 
@@ -194,6 +192,8 @@ class EstimatorEntry(AlgoEntry):
 
     needs_greedy_baseline: bool = False
     """Each prompt's greedy response is sampled and scored too (ReMax's `RolloutBatch.baseline_rewards`)."""
+    needs_reward_components: bool = False
+    """Each reward function's own scores are read (`RolloutBatch.reward_components`: GDPO's components)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -141,6 +141,11 @@ def collect_rollouts(sampler: Sampler, bound: BoundTask, stream: PromptStream, d
         rounds += 1
     batch = parts[0] if len(parts) == 1 else RolloutBatch.cat(parts, tok.pad_token_id)
     batch = batch.replace(rewards=torch.tensor(rewards, dtype=torch.float32, device=batch.mask.device))
+    if by_function:  # several reward functions: each one's scores, for estimators that take them apart (GDPO)
+        weights = {part.name: part.weight for part in bound.runner.fn.parts}
+        batch = batch.replace(reward_components=torch.tensor(list(by_function.values()), dtype=torch.float32,
+                                                             device=batch.mask.device).T,
+                              reward_weights=tuple(float(weights[name]) for name in by_function))
     if greedy_baseline:
         batch = batch.replace(baseline_rewards=torch.tensor(baselines, dtype=torch.float32, device=batch.mask.device))
         stats["reward/greedy_baseline"] = sum(baselines) / max(len(baselines), 1)

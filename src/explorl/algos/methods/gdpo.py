@@ -4,10 +4,10 @@ GDPO: Liu et al. 2026, "GDPO: Group reward-Decoupled Normalization Policy Optimi
   Optimization" (arXiv 2601.05242, as verl 0.9.1 cites it).
 
 Implements verl 0.9.1's `gdpo` estimator (docs/methods.md §5r): GRPO's group advantage of each reward component,
-their weighted sum, then whitening over every valid token of the batch. explorl's advantage step receives one reward
-per response (the weighted sum of `task.reward`'s functions), so the estimator `gdpo` runs with one component (the
-whole reward) and refuses a config with several reward functions; the pure function takes any number of
-components. Options `algo.gdpo.<field>` (`GdpoOptions`).
+their weighted sum, then whitening over every valid token of the batch. The components are the task's reward
+functions (`task.reward` with several entries), each one's own scores in `RolloutBatch.reward_components` and their
+weights `reward_weights`, which explorl's loop and TRL's trainer fill; with one reward function the one component is
+the reward itself. Options `algo.gdpo.<field>` (`GdpoOptions`).
 """
 
 from __future__ import annotations
@@ -82,16 +82,26 @@ def _reward_entries(reward) -> list:
 
 def _check_gdpo(cfg) -> str | None:
     entries = _reward_entries(getattr(getattr(cfg, "task", None), "reward", "auto"))
-    if len(entries) > 1:
-        return (f"algo.advantage: gdpo normalises each reward component within its group before the weighted sum, "
-                f"but explorl's advantage step receives one reward per response (the weighted sum of the "
-                f"{len(entries)} task.reward functions {entries}): use one task.reward entry (GDPO is then GRPO's "
-                f"advantage whitened over the batch), or algo.advantage=grpo")
+    changed = [name for name in cfg.algo.reward_shapers if name == "dapo_overlong"]
+    if len(entries) > 1 and changed:
+        return (f"algo.reward_shapers: {changed[0]} adds its penalty to the summed reward, and gdpo normalises each of "
+                f"the {len(entries)} task.reward functions' own scores, so the penalty would not reach it; use "
+                f"dapo_overlong_filter, one task.reward entry, or algo.advantage=grpo")
     return None
 
 
-@register("estimator", "gdpo", needs_old_logprobs=False, reads=("adv_eps",), options=GdpoOptions, check=_check_gdpo,
-          formula=(gdpo, grpo, batch_whiten), cites=(Cite("GDPO", doc="5r"),))
+@register("estimator", "gdpo", needs_old_logprobs=False, needs_reward_components=True, reads=("adv_eps",),
+          options=GdpoOptions, check=_check_gdpo, formula=(gdpo, grpo, batch_whiten), cites=(Cite("GDPO", doc="5r"),))
 def _gdpo_adapter(batch: RolloutBatch, cfg: AlgoConfig, *, options: GdpoOptions) -> Tensor:
-    """GDPO: per-component group z-scores, summed and whitened over the batch (one component: the reward)."""
-    return gdpo(batch.rewards, batch.group, batch.mask, scale=options.norm_adv_by_std, eps=cfg.adv_eps)
+    """GDPO: per-component group z-scores of the reward functions' own scores (`batch.reward_components`, weighted
+    by `batch.reward_weights`), summed and whitened over the batch; with one reward function, of the reward."""
+    if batch.reward_components is None:
+        return gdpo(batch.rewards, batch.group, batch.mask, scale=options.norm_adv_by_std, eps=cfg.adv_eps)
+    weights = torch.tensor(batch.reward_weights, dtype=torch.float64)
+    summed = batch.reward_components.to(torch.float64) @ weights
+    if not torch.allclose(summed, batch.rewards.to(torch.float64), rtol=1e-4, atol=1e-5):
+        raise ValueError("advantage 'gdpo': the rewards are not the weighted sum of the reward functions' scores (a "
+                         "reward shaper changed them), and gdpo normalises the scores themselves; remove that reward "
+                         "shaper or use algo.advantage=grpo")
+    return gdpo(batch.reward_components, batch.group, batch.mask, weights=weights, scale=options.norm_adv_by_std,
+                eps=cfg.adv_eps)

@@ -234,6 +234,12 @@ def _method(o: Overrides, cfg: Config, data: DataFiles) -> None:
                           f"verl passes only to its own estimators: run it in explorl's loop (explorl train), or "
                           f"verl's own (`-- algorithm.adv_estimator={a.advantage}` with "
                           f"actor_rollout_ref.actor.calculate_sum_pi_squared=true, docs/methods.md §5s)")
+    rewards = cfg.task.reward if isinstance(cfg.task.reward, (list, tuple)) else [cfg.task.reward]
+    if lookup("estimator", a.advantage).needs_reward_components and len(rewards) > 1:  # verl passes their sum only
+        raise ConfigError(f"algo.advantage={a.advantage} with {len(rewards)} task.reward functions: explorl's verl "
+                          f"plugin receives their weighted sum, not each one's scores; run it in explorl's loop or "
+                          f"TRL's trainer, or verl's own (`-- algorithm.adv_estimator={a.advantage}` with "
+                          f"algorithm.gdpo_reward_keys)")
     o.set("algorithm.adv_estimator", f"explorl_{a.advantage}", "algo.advantage")
     o.set(f"{A}.policy_loss.loss_mode", f"explorl_{a.loss}", "algo.loss")
     loss = lookup("policy_loss", a.loss)
