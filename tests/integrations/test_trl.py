@@ -185,6 +185,8 @@ METHODS = {
     "opo": ({"advantage": "opo"}, None),
     "gdpo": ({"advantage": "gdpo"}, None),
     "grpo_passk": ({"advantage": "grpo_passk"}, None),
+    # pi_old's sum_v pi(v)^2 from one more no-grad forward of explorl's (TRL's trainer computes none)
+    "optimal_token_baseline": ({"advantage": "optimal_token_baseline"}, None),
     # issue 53's estimators: NSR's decomposition, QAE, MaxRL, RL-ZVP (entropy-scaled advantages where rewards agree)
     "w_reinforce": ({"advantage": "w_reinforce", "w_reinforce": {"lam": 0.3}}, None),
     "nsr": ({"advantage": "nsr"}, None),
@@ -446,10 +448,17 @@ def test_remax_is_refused_by_name(tiny_model_dir, tmp_path):
         make_trainer(tiny_model_dir, tmp_path, {"advantage": "remax"})
 
 
-def test_the_optimal_token_baseline_is_refused_by_name(tiny_model_dir, tmp_path):
-    # it reads pi_old's sum_v pi(v)^2 per token, which TRL's trainer does not compute (docs/methods.md §5s)
-    with pytest.raises(ConfigError, match=r"algo\.advantage=optimal_token_baseline: .*sum_pi_squared.*explorl's loop"):
-        make_trainer(tiny_model_dir, tmp_path, {"advantage": "optimal_token_baseline"})
+def test_the_optimal_token_baseline_gets_pi_olds_sum_pi_squared(tiny_model_dir, tmp_path):
+    # TRL's trainer computes no sum_v pi(v)^2; explorl's trainer adds one no-grad forward of explorl's own (float32
+    # blocks), so the advantages equal explorl's loop's (the METHODS table) and the field is the loop's forward's
+    from explorl.integrations.trl.temperature import sum_pi_squared
+
+    trainer = make_trainer(tiny_model_dir, tmp_path, {"advantage": "optimal_token_baseline"})
+    out = trainer._generate_and_score_completions([{"prompt": p} for p in PROMPTS for _ in range(G)])
+    mask = out["completion_mask"].to(torch.float32)
+    s2 = sum_pi_squared(trainer.model, out, mask, 1.0)
+    assert s2.shape == mask.shape and bool(((s2 > 0) & (s2 <= 1 + 1e-6))[mask > 0].all())  # a probability's square sum
+    assert float(s2[mask == 0].abs().max()) == 0.0
 
 
 def test_trl_adaptive_entropy_is_refused_pointing_to_explorls_setting(tiny_model_dir, tmp_path):

@@ -62,6 +62,8 @@ class TokenForwards:
     """pi_old's token entropies."""
     behavior: Tensor | None = None
     """The behaviour log-probs of the sampled tokens."""
+    sum_pi_squared: Tensor | None = None
+    """pi_old's `sum_v pi(v)^2` per token (the optimal token baseline's)."""
 
 
 def generation_batch(accelerator, out: dict, mask: Tensor, rewards: Tensor, group: Tensor, max_len: int,
@@ -74,6 +76,7 @@ def generation_batch(accelerator, out: dict, mask: Tensor, rewards: Tensor, grou
     return RolloutBatch(mask=m, rewards=rewards.to(m.device), group=group.to(m.device), max_response_len=max_len,
                         logprobs=g(forwards.old), behavior_logprobs=g(forwards.behavior),
                         ref_logprobs=g(out.get("ref_per_token_logps")), entropy=g(forwards.entropy),
+                        sum_pi_squared=g(forwards.sum_pi_squared),
                         lengths=g(mask.sum(-1).long()), truncated=g(truncated(out["completion_ids"], mask, eos_ids)))
 
 

@@ -202,17 +202,13 @@ def _check_against_trl(cfg: Config, args: GRPOConfig) -> None:
 
 
 def _check_loop_only(a: AlgoConfig) -> None:
-    """explorl's settings that only its own loop carries out: an estimator's greedy baseline or `sum_pi_squared`, the
-    adaptive entropy coefficient and ProRL's reset."""
+    """explorl's settings that only its own loop carries out: an estimator's greedy baseline, the adaptive entropy
+    coefficient and ProRL's reset."""
     # an unknown estimator is left to the validation after these checks, which names the valid ones
     estimator = lookup("estimator", a.advantage) if a.advantage in names("estimator") else None
     if estimator is not None and estimator.needs_greedy_baseline:
         raise ConfigError(f"algo.advantage={a.advantage}: its baseline is each prompt's greedy response, which TRL's "
                           f"trainer does not sample; run it in explorl's loop (explorl train)")
-    if estimator is not None and estimator.needs_sum_pi_squared:
-        raise ConfigError(f"algo.advantage={a.advantage}: {a.advantage} needs each token's sum_pi_squared (the sum "
-                          f"over the vocabulary of pi_old(v)^2), which TRL's trainer does not compute; run it in "
-                          f"explorl's loop (explorl train)")
     if a.entropy_control.enabled:
         raise ConfigError("algo.entropy_control.enabled: Skywork-OR1's adaptive entropy coefficient is driven by "
                           "explorl's loop, not by this TRL trainer; run it with explorl train (docs/methods.md §5aa)")

@@ -104,6 +104,15 @@ def with_logits_processor(model, processor: LogitsProcessor):
         del model.generate  # the instance attribute; the class's method shows again
 
 
+def sum_pi_squared(model, out: dict, mask: Tensor, temperature: float) -> Tensor:
+    """`sum_v pi_old(v)^2` `[n, T]` of each of TRL's completion tokens `out` at the training `temperature`, in
+    explorl's float32 blocks (`response_logprobs`' `with_sum_pi_squared`: the optimal token baseline). One no-grad
+    forward."""
+    with torch.no_grad():
+        return response_logprobs(model, out["prompt_ids"], out["prompt_mask"], out["completion_ids"], mask,
+                                 temperature, options=LogprobOptions(with_entropy=False, with_sum_pi_squared=True))[2]
+
+
 def behavior_logprobs(model, out: dict, mask: Tensor, table: Tensor) -> Tensor:
     """Log-probs `[n, T]` of TRL's completions `out` under the distribution transformers sampled them from: the
     policy `model` at the per-token temperatures `table` (`[T']`, its last value repeated past its end), as

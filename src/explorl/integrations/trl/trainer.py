@@ -52,7 +52,7 @@ from explorl.integrations.trl.run import (RoundRecord, RunOptions, configured_hy
                                           finish_run, judge_column, keep_configured_optimizer, open_run, round_record,
                                           without_tied_keys, write_round)
 from explorl.integrations.trl.temperature import (PerTokenTemperature, behavior_logprobs, send_anneal,
-                                                  set_sampling_temperature, set_train_temperature,
+                                                  set_sampling_temperature, set_train_temperature, sum_pi_squared,
                                                   with_logits_processor)
 
 __all__ = ["ColocatedVLLM", "ExplorlGRPOTrainer", "PerTokenTemperature", "checkpointing_field", "explorl_config",
@@ -285,9 +285,11 @@ class ExplorlGRPOTrainer(GRPOTrainer):
         # several reward functions: each one's scores (NaN, TRL's "no score", counts 0 as in its nansum) for GDPO
         parts = {} if rpf.shape[1] < 2 else {"reward_components": torch.nan_to_num(rpf.to(torch.float32), nan=0.0),
                                              "reward_weights": tuple(float(w) for w in self.reward_weights)}
+        s2 = (sum_pi_squared(self.accelerator.unwrap_model(self.model), out, mask, self._train_tau)
+              if self.explorl_needs.sum_pi_squared else None)
         gathered = lambda old, ent: generation_batch(  # noqa: E731  (collective: every rank calls it alike)
             self.accelerator, out, mask, rewards, group, self.max_completion_length, self.eos_token_ids,
-            TokenForwards(old, ent, beh)).replace(**{k: v.to(mask.device) if torch.is_tensor(v) else v
+            TokenForwards(old, ent, beh, s2)).replace(**{k: v.to(mask.device) if torch.is_tensor(v) else v
                                                      for k, v in parts.items()})
         batch, step = gathered(old, ent), max(self._round, 1)
         try:
