@@ -76,3 +76,29 @@ def test_the_step_fills_sum_pi_squared_and_the_adapter_needs_it():
         get("estimator", "optimal_token_baseline")(batch, AlgoConfig(), options=OptimalTokenBaselineOptions())
     got = compute_advantages(batch.replace(sum_pi_squared=s2), cfg, step=1).advantages
     torch.testing.assert_close(got, optimal_token_baseline(rewards, group, mask, lp, s2).to(got.dtype))
+
+
+def test_tir_variant_is_otb_on_each_responses_valid_tokens_regrouped():
+    # contiguous masks (explorl's sampler's): the same as optimal_token_baseline, exactly
+    from explorl.algos.methods.optimal_token_baseline import tir_optimal_token_baseline
+
+    g = torch.Generator().manual_seed(5)
+    mask = (torch.arange(6)[None, :] < torch.tensor([6, 4, 5, 2, 6, 3])[:, None]).to(torch.float64)
+    rewards, group = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 1.0], dtype=torch.float64), torch.tensor([0, 0, 0, 1, 1, 1])
+    logprobs = -torch.rand(mask.shape, generator=g, dtype=torch.float64) * mask
+    s2 = torch.rand(mask.shape, generator=g, dtype=torch.float64) * 0.5 * mask
+    otb = optimal_token_baseline(rewards, group, mask, logprobs, s2)
+    assert torch.equal(tir_optimal_token_baseline(rewards, group, mask, logprobs, s2), otb)
+    # a hole at columns 1-2 of response 0 (6 tokens -> 4 valid): its k-th valid token is column [0, 3, 4, 5][k], so
+    # its advantages there are those of the contiguous 4-token response, and 0 in the hole
+    holed = mask.clone()
+    holed[0, 1:3] = 0.0
+    packed = mask.clone()
+    packed[0, 4:] = 0.0
+    moved = lambda x: torch.cat([x[:1, [0, 3, 4, 5]], torch.zeros(1, 2, dtype=x.dtype)], 1)  # noqa: E731
+    lp2, s22 = logprobs.clone(), s2.clone()
+    lp2[:1], s22[:1] = moved(logprobs), moved(s2)
+    want = optimal_token_baseline(rewards, group, packed, lp2, s22)
+    got = tir_optimal_token_baseline(rewards, group, holed, logprobs, s2)
+    assert torch.equal(got[0, [0, 3, 4, 5]], want[0, :4]) and torch.all(got[0, 1:3] == 0)
+    assert torch.equal(got[1:], want[1:])

@@ -73,7 +73,8 @@ def test_a_misspelled_field_names_the_valid_ones_of_its_kind():
 def test_unknown_names_fail_listing_the_valid_ones():
     with pytest.raises(KeyError, match="valid: dr_grpo, erpo, gdpo, gpg, grpo, grpo_passk, maxrl, nsr, opo, "
                                        "optimal_token_baseline, passk, psr, qae, reinforce_plus_plus, "
-                                       "reinforce_plus_plus_baseline, remax, rl_zvp, rloo, w_reinforce"):
+                                       "reinforce_plus_plus_baseline, remax, rl_zvp, rloo, tir_optimal_token_baseline, "
+                                       "w_reinforce"):
         lookup("estimator", "grpoo")
     with pytest.raises(KeyError, match="rg:<argument>"):
         lookup("task", "rg")  # the reasoning-gym entry needs its dataset name

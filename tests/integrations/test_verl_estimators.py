@@ -24,7 +24,8 @@ from explorl.algos.batch import RolloutBatch  # noqa: E402
 from explorl.algos.methods.gdpo import gdpo  # noqa: E402
 from explorl.algos.methods.gpg import gpg  # noqa: E402
 from explorl.algos.methods.grpo_passk import grpo_passk  # noqa: E402
-from explorl.algos.methods.optimal_token_baseline import optimal_token_baseline  # noqa: E402
+from explorl.algos.methods.optimal_token_baseline import (optimal_token_baseline,  # noqa: E402
+                                                          tir_optimal_token_baseline)
 from explorl.algos.methods.opo import opo  # noqa: E402
 from explorl.algos.methods.reinforce_pp import reinforce_plus_plus, reinforce_plus_plus_baseline  # noqa: E402
 from explorl.algos.methods.remax import remax  # noqa: E402
@@ -195,6 +196,36 @@ def test_optimal_token_baseline_equals_verls_except_for_groups_of_one(seed, zero
     torch.testing.assert_close(ours[~one], native[~one], rtol=0, atol=ATOL)
     torch.testing.assert_close(native[one], rewards[one][:, None] * mask[one], rtol=0, atol=ATOL)
     assert torch.all(ours[one] == 0)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("zero_tail", [True, False])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_tir_optimal_token_baseline_equals_verls_on_masks_with_holes(seed, zero_tail, weighted):
+    # the same batches with a hole of 1-3 masked tokens inside some responses (tool output in verl's multi-turn
+    # rollouts): verl regroups each response's valid tokens before the baseline, and so does explorl's
+    rewards, group, uid, mask, _ = make(seed, binary=seed != 2)
+    g = torch.Generator().manual_seed(300 + seed)
+    lengths = mask.sum(-1).long()
+    for i in range(len(group)):
+        if lengths[i] >= 4 and bool(torch.rand(1, generator=g) < 0.6):
+            start = int(torch.randint(1, int(lengths[i]) - 2, (1,), generator=g))
+            mask[i, start:start + int(torch.randint(1, 3, (1,), generator=g))] = 0.0
+    tok = torch.zeros_like(mask)
+    last = (mask * torch.arange(mask.shape[1], dtype=F64)).argmax(-1)
+    tok[torch.arange(len(group)), last] = rewards  # the reward on the last valid token
+    logprobs = -torch.rand(mask.shape, generator=g, dtype=F64) * 3 * mask
+    pi = logprobs.exp()
+    sum_pi_squared = (pi ** 2 + (1 - pi) ** 2 * torch.rand(mask.shape, generator=g, dtype=F64)) * mask
+    isw = (0.5 + torch.rand(mask.shape, generator=g, dtype=F64)) * mask if weighted else None
+    ours = tir_optimal_token_baseline(rewards, group, mask, logprobs, sum_pi_squared, is_weights=isw,
+                                      handle_zero_tail=zero_tail)
+    native, _ = core_algos.compute_multi_turn_optimal_token_baseline_advantage(
+        tok, mask, uid, logprobs, sum_pi_squared, rollout_is_weights=isw, handle_zero_tail=zero_tail)
+    one = singles(group)
+    assert bool(((mask[:, 1:] > mask[:, :-1]).any(-1)).any())  # some response has a hole
+    torch.testing.assert_close(ours[~one], native[~one], rtol=0, atol=ATOL)
+    assert torch.all(ours[one] == 0)  # explorl's group of one (verl: no baseline)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -104,3 +104,44 @@ def _otb_adapter(batch: RolloutBatch, cfg: AlgoConfig, *, options: OptimalTokenB
     batch.require("logprobs", "sum_pi_squared", by="optimal_token_baseline")
     return optimal_token_baseline(batch.rewards, batch.group, batch.mask, batch.logprobs, batch.sum_pi_squared,
                                   handle_zero_tail=options.handle_zero_tail)
+
+
+def valid_tokens_first(mask: Tensor) -> tuple[Tensor, Tensor]:
+    """`(index, compact)`: `index` `[N, L]` the columns of each row's valid tokens in order, then its other columns
+    (L = the longest row's count of valid tokens), and `compact` `[N, L]` bool, True on the first `count` columns of
+    each row. `x.gather(1, index)` moves a row's valid tokens to its front, keeping their order."""
+    valid = mask.bool()
+    order = torch.argsort((~valid).to(torch.int8), dim=-1, stable=True)
+    width = int(valid.sum(-1).max()) if valid.numel() else 0
+    columns = torch.arange(width, device=mask.device)[None, :]
+    return order[:, :width], columns < valid.sum(-1, keepdim=True)
+
+
+def tir_optimal_token_baseline(rewards: Tensor, group: Tensor, mask: Tensor, logprobs: Tensor, sum_pi_squared: Tensor,
+                               *, is_weights: Tensor | None = None, handle_zero_tail: bool = True,
+                               eps: float = 1e-8) -> Tensor:
+    """The optimal token baseline over each response's valid tokens regrouped to its front (docs/methods.md §5s), as
+    verl 0.9.1's `tir_optimal_token_baseline` (`compute_multi_turn_optimal_token_baseline_advantage`) computes it for
+    one outcome reward per response: a mask with holes (tool output in a multi-turn response; here also tokens a
+    token-level rejection removed) is compacted, so the k-th valid token of every response in a group shares the
+    k-th baseline `B_k`, then `optimal_token_baseline` runs on the compacted tokens and the advantages go back to
+    their columns. The returns are the reward-to-go of a reward on the last valid token, `r_i` on every valid token.
+    With a contiguous mask (explorl's sampler's) it is `optimal_token_baseline`. Arguments and value as there."""
+    check_token_inputs(mask, logprobs=logprobs, sum_pi_squared=sum_pi_squared,
+                       **({} if is_weights is None else {"is_weights": is_weights}))
+    index, compact = valid_tokens_first(mask)
+    take = lambda x: x.gather(1, index)  # noqa: E731
+    adv = optimal_token_baseline(rewards, group, compact.to(mask.dtype), take(logprobs), take(sum_pi_squared),
+                                 is_weights=None if is_weights is None else take(is_weights),
+                                 handle_zero_tail=handle_zero_tail, eps=eps)
+    out = torch.zeros(mask.shape, dtype=adv.dtype, device=mask.device).scatter_(1, index, adv)
+    return torch.where(mask.bool(), out, torch.zeros((), dtype=adv.dtype, device=mask.device))
+
+
+@register("estimator", "tir_optimal_token_baseline", options=OptimalTokenBaselineOptions, needs_sum_pi_squared=True,
+          formula=tir_optimal_token_baseline, cites=(Cite("OTB", doc="5s"),))
+def _tir_otb_adapter(batch: RolloutBatch, cfg: AlgoConfig, *, options: OptimalTokenBaselineOptions) -> Tensor:
+    """The optimal token baseline over each response's valid tokens regrouped (verl's multi-turn variant)."""
+    batch.require("logprobs", "sum_pi_squared", by="tir_optimal_token_baseline")
+    return tir_optimal_token_baseline(batch.rewards, batch.group, batch.mask, batch.logprobs, batch.sum_pi_squared,
+                                      handle_zero_tail=options.handle_zero_tail)
