@@ -187,6 +187,7 @@ METHODS = {
     "grpo_passk": ({"advantage": "grpo_passk"}, None),
     # pi_old's sum_v pi(v)^2 from one more no-grad forward of explorl's (TRL's trainer computes none)
     "optimal_token_baseline": ({"advantage": "optimal_token_baseline"}, None),
+    "tir_optimal_token_baseline": ({"advantage": "tir_optimal_token_baseline"}, None),
     # issue 53's estimators: NSR's decomposition, QAE, MaxRL, RL-ZVP (entropy-scaled advantages where rewards agree)
     "w_reinforce": ({"advantage": "w_reinforce", "w_reinforce": {"lam": 0.3}}, None),
     "nsr": ({"advantage": "nsr"}, None),
