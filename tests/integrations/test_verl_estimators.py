@@ -178,16 +178,21 @@ def test_gdpo_equals_verls_with_groups_of_one_entering_as_zero(seed, scale, weig
     torch.testing.assert_close(ours, want, rtol=0, atol=2e-6)
 
 
+def _otb_inputs(mask, g: torch.Generator, weighted: bool):
+    """(pi_old's log-probs, a consistent sum_v pi(v)^2 >= pi^2, rollout IS weights or None) on `mask`'s tokens."""
+    logprobs = -torch.rand(mask.shape, generator=g, dtype=F64) * 3 * mask
+    pi = logprobs.exp()
+    sum_pi_squared = (pi ** 2 + (1 - pi) ** 2 * torch.rand(mask.shape, generator=g, dtype=F64)) * mask
+    isw = (0.5 + torch.rand(mask.shape, generator=g, dtype=F64)) * mask if weighted else None
+    return logprobs, sum_pi_squared, isw
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("zero_tail", [True, False])
 @pytest.mark.parametrize("weighted", [False, True])
 def test_optimal_token_baseline_equals_verls_except_for_groups_of_one(seed, zero_tail, weighted):
     rewards, group, uid, mask, tok = make(seed, binary=seed != 2)
-    g = torch.Generator().manual_seed(200 + seed)
-    logprobs = -torch.rand(mask.shape, generator=g, dtype=F64) * 3 * mask
-    pi = logprobs.exp()
-    sum_pi_squared = (pi ** 2 + (1 - pi) ** 2 * torch.rand(mask.shape, generator=g, dtype=F64)) * mask
-    isw = (0.5 + torch.rand(mask.shape, generator=g, dtype=F64)) * mask if weighted else None
+    logprobs, sum_pi_squared, isw = _otb_inputs(mask, torch.Generator().manual_seed(200 + seed), weighted)
     ours = optimal_token_baseline(rewards, group, mask, logprobs, sum_pi_squared, is_weights=isw,
                                   handle_zero_tail=zero_tail)
     native, _ = core_algos.compute_optimal_token_baseline_advantage(
@@ -214,10 +219,7 @@ def test_tir_optimal_token_baseline_equals_verls_on_masks_with_holes(seed, zero_
     tok = torch.zeros_like(mask)
     last = (mask * torch.arange(mask.shape[1], dtype=F64)).argmax(-1)
     tok[torch.arange(len(group)), last] = rewards  # the reward on the last valid token
-    logprobs = -torch.rand(mask.shape, generator=g, dtype=F64) * 3 * mask
-    pi = logprobs.exp()
-    sum_pi_squared = (pi ** 2 + (1 - pi) ** 2 * torch.rand(mask.shape, generator=g, dtype=F64)) * mask
-    isw = (0.5 + torch.rand(mask.shape, generator=g, dtype=F64)) * mask if weighted else None
+    logprobs, sum_pi_squared, isw = _otb_inputs(mask, g, weighted)
     ours = tir_optimal_token_baseline(rewards, group, mask, logprobs, sum_pi_squared, is_weights=isw,
                                       handle_zero_tail=zero_tail)
     native, _ = core_algos.compute_multi_turn_optimal_token_baseline_advantage(

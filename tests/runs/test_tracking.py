@@ -34,21 +34,11 @@ def test_tensorboard_gets_every_step_and_eval_and_a_resume_continues_it(tiny_mod
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from explorl.runs.log import RunLog
     from explorl.train.loop import train
+    from run_helpers import train_killed_at
 
     out = tmp_path / "run"
-    real_log = RunLog.log_samples
-
-    def killed_at_step_3(self, step, *args, **kwargs):
-        if step == 3:  # after the step-2 checkpoint
-            raise KeyboardInterrupt
-        return real_log(self, step, *args, **kwargs)
-
-    monkeypatch.setattr(RunLog, "log_samples", killed_at_step_3)
-    with pytest.raises(KeyboardInterrupt):
-        train(_cfg(tiny_model_dir, out, "run.report_to=[tensorboard]"), progress=False)
-    monkeypatch.setattr(RunLog, "log_samples", real_log)
+    train_killed_at(monkeypatch, _cfg(tiny_model_dir, out, "run.report_to=[tensorboard]"), 3)  # after step 2's
     train(load_config(out / "config.yaml"), resume=out, progress=False)
     events = EventAccumulator(str(out / "tensorboard"))
     events.Reload()
@@ -67,23 +57,14 @@ def test_tensorboard_gets_every_step_and_eval_and_a_resume_continues_it(tiny_mod
 
 def test_wandb_offline_run_holds_the_metrics_and_is_resumed(tiny_model_dir, tmp_path, monkeypatch):
     pytest.importorskip("wandb")
-    from explorl.runs.log import RunLog
     from explorl.train.loop import train
+    from run_helpers import train_killed_at
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     out = tmp_path / "run"
-    real_log = RunLog.log_samples
-
-    def killed_at_step_3(self, step, *args, **kwargs):
-        if step == 3:
-            raise KeyboardInterrupt
-        return real_log(self, step, *args, **kwargs)
-
-    monkeypatch.setattr(RunLog, "log_samples", killed_at_step_3)
-    with pytest.raises(KeyboardInterrupt):
-        train(_cfg(tiny_model_dir, out, "run.report_to=[wandb]", "run.wandb_project=explorl-test"), progress=False)
-    monkeypatch.setattr(RunLog, "log_samples", real_log)
+    train_killed_at(monkeypatch, _cfg(tiny_model_dir, out, "run.report_to=[wandb]", "run.wandb_project=explorl-test"),
+                    3)
     run_id = (out / "wandb_run_id").read_text().strip()
     train(load_config(out / "config.yaml"), resume=out, progress=False)
     assert (out / "wandb_run_id").read_text().strip() == run_id  # the resume continued the same W&B run

@@ -10,9 +10,9 @@ import torch
 
 from explorl.config import AlgoConfig, ConfigError, load_config
 from explorl.config.schema import EntropyControlConfig
-from explorl.runs.log import RunLog
 from explorl.train.adaptive_entropy import EntropyCoefficient
 from explorl.train.loop import train
+from run_helpers import train_killed_at
 
 
 def _controller(alpha0=0.0, **options):
@@ -92,17 +92,7 @@ def test_the_loop_applies_and_logs_the_coefficient(tiny_model_dir, tmp_path):
 
 def test_resume_reaches_the_same_run(tiny_model_dir, tmp_path, monkeypatch):
     full = train(_cfg(tiny_model_dir, tmp_path / "full", *ADAPTIVE), progress=False)
-    real_log = RunLog.log_samples
-
-    def killed_at_step_3(self, step, *args, **kwargs):
-        if step == 3:  # after the step-2 checkpoint, mid-way through step 3
-            raise KeyboardInterrupt
-        return real_log(self, step, *args, **kwargs)
-
-    monkeypatch.setattr(RunLog, "log_samples", killed_at_step_3)
-    with pytest.raises(KeyboardInterrupt):
-        train(_cfg(tiny_model_dir, tmp_path / "killed", *ADAPTIVE), progress=False)
-    monkeypatch.setattr(RunLog, "log_samples", real_log)
+    train_killed_at(monkeypatch, _cfg(tiny_model_dir, tmp_path / "killed", *ADAPTIVE), 3)  # after step 2's checkpoint
     state = torch.load(tmp_path / "killed" / "checkpoints" / "step_0000002" / "trainer_state.pt", weights_only=True)
     assert state["entropy_coef"]["alpha"] == pytest.approx(0.10)
     resumed = train(load_config(tmp_path / "killed" / "config.yaml"), resume=tmp_path / "killed", progress=False)

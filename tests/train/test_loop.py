@@ -16,6 +16,7 @@ from explorl.config import load_config
 from explorl.rollout.controllers import PromptStream
 from explorl.runs.metrics import STEP_METRICS
 from explorl.train.loop import lr_lambda, train
+from run_helpers import train_killed_at
 
 
 def _cfg(model_dir, out_dir, *extra):
@@ -97,21 +98,8 @@ def test_first_update_has_ratio_exactly_one(tiny_model_dir, tmp_path):
     ["sampling.schedule=adaptive", "sampling.adaptive.base=e3", "algo.importance_weights=tis", "task.train_size=6"],
 ], ids=["grpo", "e3", "ead_dapo_erpo", "adaptive_e3"])
 def test_resume_reaches_the_same_metrics_as_an_uninterrupted_run(tiny_model_dir, tmp_path, monkeypatch, extra):
-    from explorl.runs.log import RunLog
-
     full = train(_cfg(tiny_model_dir, tmp_path / "full", *extra), progress=False)
-
-    real_log = RunLog.log_samples
-
-    def killed_at_step_3(self, step, *args, **kwargs):
-        if step == 3:  # after the step-2 checkpoint, mid-way through step 3
-            raise KeyboardInterrupt
-        return real_log(self, step, *args, **kwargs)
-
-    monkeypatch.setattr(RunLog, "log_samples", killed_at_step_3)
-    with pytest.raises(KeyboardInterrupt):
-        train(_cfg(tiny_model_dir, tmp_path / "killed", *extra), progress=False)
-    monkeypatch.setattr(RunLog, "log_samples", real_log)
+    train_killed_at(monkeypatch, _cfg(tiny_model_dir, tmp_path / "killed", *extra), 3)  # after step 2's checkpoint
     resumed = train(load_config(tmp_path / "killed" / "config.yaml"), resume=tmp_path / "killed", progress=False)
 
     a, b = _records_without_timings(full), _records_without_timings(resumed)

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from explorl.config import ConfigError, load_config
-from explorl.runs.log import RunLog
 from explorl.train.loop import train
+from run_helpers import train_killed_at
 from explorl.train.reference_reset import reset_reference
 
 
@@ -79,17 +79,8 @@ def test_resets_in_the_loop_and_a_run_resumed_across_one(tiny_model_dir, tmp_pat
     assert steps[2]["kl/mean"] == pytest.approx(0.0, abs=1e-6) and steps[1]["kl/mean"] > 1e-6
     state = torch.load(full / "checkpoints" / "step_0000005" / "trainer_state.pt", weights_only=True)
     assert "reference" in state
-    real_log = RunLog.log_samples
-
-    def killed_at_step_4(self, step, *args, **kwargs):
-        if step == 4:  # after the step-3 checkpoint (reference: the policy after step 2), mid-way through step 4
-            raise KeyboardInterrupt
-        return real_log(self, step, *args, **kwargs)
-
-    monkeypatch.setattr(RunLog, "log_samples", killed_at_step_4)
-    with pytest.raises(KeyboardInterrupt):
-        train(_cfg(tiny_model_dir, tmp_path / "killed"), progress=False)
-    monkeypatch.setattr(RunLog, "log_samples", real_log)
+    # mid-way through step 4, after the step-3 checkpoint (reference: the policy after step 2)
+    train_killed_at(monkeypatch, _cfg(tiny_model_dir, tmp_path / "killed"), 4)
     resumed = train(load_config(tmp_path / "killed" / "config.yaml"), resume=tmp_path / "killed", progress=False)
     assert _steps(resumed) == steps
     pa, pb = _params(full), _params(resumed)

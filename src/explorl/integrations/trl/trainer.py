@@ -283,14 +283,14 @@ class ExplorlGRPOTrainer(GRPOTrainer):
             if old is not None:  # tokens vLLM could not score (NaN): ratio 1, as TRL does
                 beh = torch.where(torch.isnan(beh), old, beh)
         # several reward functions: each one's scores (NaN, TRL's "no score", counts 0 as in its nansum) for GDPO
-        parts = {} if rpf.shape[1] < 2 else {"reward_components": torch.nan_to_num(rpf.to(torch.float32), nan=0.0),
-                                             "reward_weights": tuple(float(w) for w in self.reward_weights)}
+        parts = {} if rpf.shape[1] < 2 else {
+            "reward_components": torch.nan_to_num(rpf.to(device=mask.device, dtype=torch.float32), nan=0.0),
+            "reward_weights": tuple(float(w) for w in self.reward_weights)}
         s2 = (sum_pi_squared(self.accelerator.unwrap_model(self.model), out, mask, self._train_tau)
               if self.explorl_needs.sum_pi_squared else None)
         gathered = lambda old, ent: generation_batch(  # noqa: E731  (collective: every rank calls it alike)
             self.accelerator, out, mask, rewards, group, self.max_completion_length, self.eos_token_ids,
-            TokenForwards(old, ent, beh, s2)).replace(**{k: v.to(mask.device) if torch.is_tensor(v) else v
-                                                     for k, v in parts.items()})
+            TokenForwards(old, ent, beh, s2)).replace(**parts)
         batch, step = gathered(old, ent), max(self._round, 1)
         try:
             batch = compute_advantages(batch, self.explorl.algo, step)
