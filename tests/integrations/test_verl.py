@@ -33,6 +33,7 @@ from explorl.algos.losses import PpoOptions  # noqa: E402
 from explorl.config import AlgoConfig, Config, ConfigError, SamplingConfig, from_dict, validate  # noqa: E402
 from explorl.integrations.verl import REGISTERED, TRAINER_REGISTERED, explorl_advantages  # noqa: E402
 from explorl.integrations.verl.adapters import algo_config, loss_settings  # noqa: E402
+from explorl.integrations.verl.step import LOSS_MASK  # noqa: E402
 from explorl.integrations.verl.rollout import (  # noqa: E402
     RolloutControl, needs_control, observed_per_prompt, rollout_config)
 
@@ -156,6 +157,47 @@ def test_the_explorl_trainer_step_equals_explorls_step(settings):
     else:
         assert torch.allclose(data.batch["rollout_is_weights"], weights, atol=ATOL)
     assert metrics and all(k.startswith("explorl/") for k in metrics)
+
+
+@pytest.mark.parametrize("settings", [
+    {"reward_shapers": ["rollout_rs"], "rollout_rs": {"modes": ["token_k1"], "threshold": [1.2]}},
+    {"reward_shapers": ["rollout_rs"], "rollout_rs": {"modes": ["seq_mean_k1"], "threshold": [1.05]}},
+    {"reward_shapers": ["dapo_overlong_filter"]},
+])
+def test_tokens_a_reward_shaper_removes_leave_verls_loss_as_they_leave_explorls(settings):
+    """A reward shaper that takes tokens out of the loss mask (rollout_rs' rejection, DAPO's overlong filter): the
+    trainer step hands the mask back (`LOSS_MASK`, written as verl's `response_mask`, as verl's own rejection
+    sampling does), and verl's loss, aggregated over that mask by its global-batch normaliser, equals explorl's
+    objective on the whole batch: the rejected tokens leave the denominator too."""
+    data, batch = make_batch(3)  # 5 of its 13 responses are as long as the limit (the overlong filter's)
+    metrics = explorl_advantages(data, OmegaConf.create({"explorl": settings}), step=1)
+    want = compute_advantages(batch, validated_algo(**settings), step=1)
+    removed = int((want.mask - want.loss_mask).sum())
+    assert removed > 0 and metrics  # the settings do reject tokens of this batch
+    loss_mask = data.batch[LOSS_MASK]
+    assert torch.equal(loss_mask.float(), want.loss_mask)
+    new = (batch.logprobs + 0.3 * torch.randn(batch.mask.shape, generator=torch.Generator().manual_seed(0)))
+    new = (new * batch.mask).requires_grad_(True)
+    algo = replace(validated_algo(**settings), eps_low=0.2, eps_high=0.28, loss_agg="token-mean",
+                   options={**validated_algo(**settings).options, "ppo": PpoOptions(dual_clip_c=3.0)})
+    whole, _ = policy_objective(new, None, want, algo)
+    cfg = actor_config(loss_mode="explorl_ppo")
+    cfg.global_batch_info.update({"dp_size": 1, "batch_num_tokens": int(loss_mask.sum()),
+                                  "global_batch_size": len(loss_mask), "loss_scale_factor": loss_mask.shape[1]})
+    theirs, _ = core_algos.get_policy_loss_fn("explorl_ppo")(batch.logprobs, new, data.batch["advantages"],
+                                                             loss_mask, loss_agg_mode="token-mean", config=cfg)
+    assert float(theirs.detach()) == pytest.approx(float(whole.detach()), abs=ATOL)
+    # over the response mask (what verl summed before) the denominator also counts the removed tokens
+    cfg.global_batch_info.update({"batch_num_tokens": int(batch.mask.sum())})
+    before, _ = core_algos.get_policy_loss_fn("explorl_ppo")(batch.logprobs, new, data.batch["advantages"],
+                                                             batch.mask, loss_agg_mode="token-mean", config=cfg)
+    assert float(before.detach()) != pytest.approx(float(whole.detach()), abs=ATOL)
+
+
+def test_a_shaper_that_keeps_every_token_hands_no_mask_back():
+    data, _ = make_batch(4)
+    explorl_advantages(data, OmegaConf.create({"explorl": {"shapers": ["position"]}}), step=1)
+    assert LOSS_MASK not in data.batch.keys()
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -658,18 +700,21 @@ def test_settings_verl_has_no_counterpart_for_are_refused_by_name(tmp_path, verl
         prepare(run, ["algo.kl_coef=0.01", "algo.kl_clamp=5"], write=False)
     with pytest.raises(ConfigError, match=r"algo\.kl_importance_weighted=true: verl 0\.9\.1's KL loss"):
         prepare(run, ["algo.kl_coef=0.01", "algo.kl_importance_weighted=true"], write=False)
-    with pytest.raises(ConfigError, match=r"algo\.advantage=gdpo with 2 task\.reward functions: .*gdpo_reward_keys"):
-        prepare(run, ["algo.advantage=gdpo", "task.reward=[auto,exact]"], write=False)
+    with pytest.raises(ConfigError, match=r"algo\.advantage=gdpo with 2 task\.reward functions .*--no-run-dir"):
+        prepare(run, ["algo.advantage=gdpo", "task.reward=[auto,exact]"], write=False, run_dir=False)
+    gdpo = prepare(run, ["algo.advantage=gdpo", "task.reward=[auto,exact]"], write=False).overrides
+    assert gdpo.get("trainer.v1.trainer_mode") == "explorl" and gdpo.get("algorithm.adv_estimator") == "explorl_gdpo"
+    assert any("reads each task.reward function's own scores" in note for note in gdpo.notes)
     with pytest.raises(ConfigError, match=r"model\.lm_head_fp32=true: verl 0\.9\.1's FSDP actor"):
         prepare(run, ["model.lm_head_fp32=true"], write=False)
     with pytest.raises(ConfigError, match=r"algo\.mini_batches=3"):
         prepare(run, ["algo.mini_batches=3"], write=False)
     with pytest.raises(ConfigError, match=r"algo\.loss=bypass_mode: .*rollout_correction\.bypass_mode=true"):
         prepare(run, ["algo.loss=bypass_mode"], write=False)  # docs/methods.md §6d: verl has its own
-    with pytest.raises(ConfigError, match=r"algo\.advantage=remax: .*adv_estimator=remax"):
-        prepare(run, ["algo.advantage=remax"], write=False)  # docs/methods.md §5n: verl samples its own baseline
-    with pytest.raises(ConfigError, match=r"algo\.advantage=optimal_token_baseline: .*sum_pi_squared"):
-        prepare(run, ["algo.advantage=optimal_token_baseline"], write=False)  # §5s: verl passes it to its own only
+    with pytest.raises(ConfigError, match=r"algo\.advantage=remax: .*legacy trainer \(trainer\.use_v1=false"):
+        prepare(run, ["algo.advantage=remax"], write=False)  # docs/methods.md §5n: verl's v1 trainer samples none
+    with pytest.raises(ConfigError, match=r"algo\.advantage=optimal_token_baseline: .*sum_pi_squared.*legacy"):
+        prepare(run, ["algo.advantage=optimal_token_baseline"], write=False)  # §5s: verl's v1 computes none
     with pytest.raises(ConfigError, match=r"actor_rollout_ref\.actor\.optim\.lr.*optim\.lr"):
         prepare(run, [], ["actor_rollout_ref.actor.optim.lr=1e-3"], write=False)
     with pytest.raises(ConfigError, match=r"model\.path.*AutoTokenizer"):  # transformers 5 mangles its tokenizer
@@ -795,6 +840,63 @@ def _trainer_for_run(tmp_path, config_path, settings=None, response_length=7):
     return trainer
 
 
+def test_gdpo_in_the_trainer_takes_the_reward_functions_apart(tmp_path, tiny_model_dir):
+    """Several task.reward functions: the trainer step reads each one's score from the reward bridge's extra info
+    (its metric name) and the weights from the run's explorl config, so `gdpo` normalises each function within
+    its group (explorl's `gdpo` of the components), not their weighted sum; verl's padding rows score 0."""
+    import yaml
+
+    from explorl.algos.methods.gdpo import gdpo
+    from explorl.integrations.verl.trainer import REWARD_INFO
+
+    config = {"model": {"path": str(tiny_model_dir)}, "task": {"reward": ["exact", "my_rewards:fmt"],
+                                                               "reward_weights": [1.0, 2.0]},
+              "sampling": {"max_new_tokens": 8}, "run": {"out_dir": str(tmp_path / "run"), "steps": 1}}
+    (tmp_path / "explorl.yaml").write_text(yaml.safe_dump(config))
+    (tmp_path / "my_rewards.py").write_text(USER_REWARDS)
+    data, batch = make_batch(5)
+    n = len(data)
+    g = torch.Generator().manual_seed(5)
+    exact, fmt = batch.rewards, (torch.rand(n, generator=g) > 0.5).float() * 0.5
+    total = exact + 2.0 * fmt
+    lengths = batch.mask.sum(-1).long()
+    rewards = torch.zeros_like(data.batch["token_level_rewards"])
+    rewards[torch.arange(n), lengths - 1] = total
+    data.batch["token_level_rewards"] = rewards
+    infos = [{"score": float(total[i]), "correct": float(exact[i]), "reward_failed": 0.0, "reward_errors": 0.0,
+              "reward_timeouts": 0.0, "exact": float(exact[i]), "my_rewards.fmt": float(fmt[i])} for i in range(n)]
+    pad = DataProto.from_dict(tensors={k: torch.zeros_like(v[:1]) for k, v in data.batch.items()},
+                              non_tensors={"uid": np.array(["pad0"], dtype=object)})
+    data = DataProto.concat([data, pad])
+    data.non_tensor_batch[REWARD_INFO] = np.array(infos + [{}], dtype=object)
+    keep = np.array([True] * n + [False])
+    trainer = _trainer_for_run(tmp_path, tmp_path / "explorl.yaml", settings={"advantage": "gdpo"})
+    trainer._explorl_step(data, keep)
+    want = gdpo(torch.stack([exact, fmt], -1), batch.group, batch.mask, weights=(1.0, 2.0))
+    assert torch.allclose(data.batch["advantages"][:n], want, atol=ATOL)
+    of_sum = gdpo(total[:, None], batch.group, batch.mask, weights=(1.0,))
+    assert not torch.allclose(want, of_sum, atol=1e-3)  # the components matter on this batch
+    # the bridge's info lacks a function's score: named
+    data.non_tensor_batch[REWARD_INFO] = np.array([{k: v for k, v in i.items() if k != "my_rewards.fmt"}
+                                                   for i in infos] + [{}], dtype=object)
+    trainer.global_steps = 2
+    with pytest.raises(ValueError, match="no score of reward function 'my_rewards.fmt'"):
+        trainer._explorl_step(data, keep)
+
+
+def test_the_legacy_only_estimators_are_absent_from_verls_v1_trainer():
+    """Why the launcher and the plugin refuse ReMax and the optimal token baseline (docs/methods.md §5n, §5s): verl
+    0.9.1 samples the greedy baseline and computes sum_pi_squared in its legacy trainer only."""
+    import inspect
+
+    from verl.trainer.ppo import ray_trainer
+    from verl.trainer.ppo.v1 import trainer_base
+
+    v1, legacy = inspect.getsource(trainer_base), inspect.getsource(ray_trainer)
+    assert "REMAX" in legacy and "calculate_sum_pi_squared" in legacy
+    assert "REMAX" not in v1 and "remax" not in v1.lower() and "sum_pi_squared" not in v1
+
+
 def test_a_verl_step_writes_explorls_run_directory(tmp_path, tiny_model_dir):
     """A verl batch after the advantage step (a fabricated `DataProto`, with the reward bridge's extra info and one
     of verl's no-op padding rows) becomes a metrics record with the keys of explorl's own loop, which
@@ -876,8 +978,8 @@ def test_each_recipe_composes_through_the_launcher(recipe, tmp_path, verl_model_
         with pytest.raises(ConfigError, match="explorl train"):
             prepare(recipe, overrides, write=False, run_dir=False)
         return
-    if recipe.stem in ("remax", "optimal_token_baseline"):  # verl feeds its own estimator only (§5n, §5s)
-        with pytest.raises(ConfigError, match=f"explorl train.*adv_estimator={recipe.stem}"):
+    if recipe.stem in ("remax", "optimal_token_baseline"):  # verl 0.9.1's v1 trainer feeds neither (§5n, §5s)
+        with pytest.raises(ConfigError, match="legacy trainer .*explorl train"):
             prepare(recipe, overrides, write=False, run_dir=False)
         return
     try:

@@ -244,7 +244,7 @@ def test_remax_equals_verls(seed, binary):
 
 def test_remax_is_refused_by_name_in_verl_with_verls_own_named():
     data, _ = _data(0)  # verl hands `reward_baselines` to its own `remax` only
-    with pytest.raises(ConfigError, match="remax.*baseline_rewards.*adv_estimator=remax"):
+    with pytest.raises(ConfigError, match="remax.*baseline_rewards.*legacy trainer"):
         compute_advantage(data, adv_estimator="explorl_remax", config=OmegaConf.create({}))
 
 

@@ -10,8 +10,8 @@ greedy response to its prompt, on every response token; no normalisation. Estima
 response is a sampling change: the registry entry declares `needs_greedy_baseline`, and explorl's loop then samples
 each prompt's greedy response (temperature 0) beside its rollouts, scores it with the same reward functions and fills
 `RolloutBatch.baseline_rewards` (`explorl.rollout.collect.collect_rollouts`); it is not trained on. An engine that
-does not fill the field refuses the estimator by name (verl: its own `algorithm.adv_estimator=remax` samples the
-baseline; TRL's trainer samples none).
+does not fill the field refuses the estimator by name (verl 0.9.1 samples one only in its legacy v0 trainer, for its
+own `remax`; TRL's trainer samples none).
 """
 
 from __future__ import annotations
@@ -59,5 +59,5 @@ def remax(rewards: Tensor, baseline_rewards: Tensor, mask: Tensor) -> Tensor:
 def _remax_adapter(batch: RolloutBatch, cfg: AlgoConfig) -> Tensor:
     """ReMax (Li et al. 2023): reward minus the reward of the prompt's greedy response."""
     batch.require("baseline_rewards", by="algo.advantage=remax (the engine sampled no greedy baseline response: "
-                  "explorl's loop does; in verl use verl's own algorithm.adv_estimator=remax)")
+                  "explorl's loop does; TRL's trainer and verl's v1 trainer do not)")
     return remax(batch.rewards, batch.baseline_rewards, batch.mask)

@@ -98,13 +98,14 @@ def estimator_for(name: str):
             raise ValueError(f"{PREFIX}{name}: verl passed no `uid` index; explorl's estimators are group-relative")
         batch = rollout_batch(token_level_rewards, response_mask, index, old_log_probs=kwargs.get("old_log_probs"))
         if lookup("estimator", name).needs_sum_pi_squared:  # verl passes it to its own estimators only
-            raise ConfigError(f"{PREFIX}{name}: {name} needs each token's sum_pi_squared, which verl passes only to "
-                              f"its own estimators: use algorithm.adv_estimator={name} with "
-                              f"actor_rollout_ref.actor.calculate_sum_pi_squared=true, or explorl train")
+            raise ConfigError(f"{PREFIX}{name}: {name} needs each token's sum_pi_squared, which verl 0.9.1 computes "
+                              f"only in its legacy trainer (trainer.use_v1=false), for its own estimators: run it "
+                              f"with explorl train or TRL's trainer")
         if lookup("estimator", name).needs_greedy_baseline:  # verl samples the greedy baseline for its own remax only
             if kwargs.get("reward_baselines") is None:
                 raise ConfigError(f"{PREFIX}{name}: its baseline_rewards are each prompt's greedy response's reward, "
-                                  f"which verl samples only for its own estimator: use algorithm.adv_estimator=remax")
+                                  f"which verl 0.9.1 samples only in its legacy trainer (trainer.use_v1=false), for "
+                                  f"its own estimator: run it with explorl train or TRL's trainer")
             batch = batch.replace(baseline_rewards=kwargs["reward_baselines"].to(torch.float32))
         algo = algo_config((config or {}).get(CONFIG_KEY), group_size=int(torch.bincount(batch.group).max()),
                            advantage=name)

@@ -10,6 +10,7 @@ from explorl.algos.batch import MissingInputError
 from explorl.algos.registry import lookup
 from explorl.config import Config, to_dict
 from explorl.integrations.verl.rollout import needs_control
+from explorl.rewards import reward_entries
 
 __all__ = ["VERL_SAMPLING", "controller_settings", "trainer_needs"]
 
@@ -43,6 +44,8 @@ def trainer_needs(cfg: Config) -> list[str]:
     for name in algo.reward_shapers:  # DAPO's overlong shaping reads the length limit and the truncation flags
         if lookup("reward_shaper", name).needs_length_limit:
             reasons.append(f"reward shaper {name!r} needs the response-length limit")
+    if lookup("estimator", algo.advantage).needs_reward_components and len(reward_entries(cfg.task.reward)) > 1:
+        reasons.append(f"estimator {algo.advantage!r} reads each task.reward function's own scores")
     if needs_control(controller_settings(cfg)):
         reasons.append(f"explorl's controllers steer sampling (sampling.schedule={cfg.sampling.schedule}, "
                        f"budget.policy={cfg.budget.policy})")

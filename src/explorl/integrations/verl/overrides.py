@@ -27,6 +27,7 @@ from explorl.integrations.verl.needs import controller_settings, trainer_needs
 from explorl.integrations.verl.rollout import rollout_config
 from explorl.integrations.vllm import PROCESSOR_NAME
 from explorl.models import resolve_model_path
+from explorl.rewards import reward_entries
 
 __all__ = ["ALGO_OWNED", "DROPPED", "Overrides", "PLUGINS_ENV", "PYTHON_PATH_ENV", "REWARD_PATH", "hydra_value",
            "verl_overrides"]
@@ -139,6 +140,11 @@ def verl_overrides(cfg: Config, data: DataFiles, *, run_dir: bool = True) -> Ove
     """verl's Hydra overrides for the validated explorl config `cfg` and its converted task `data`; ConfigError
     names an explorl field verl has no counterpart for. `run_dir`: write explorl's run directory (explorl's
     trainer mode then runs even where the method does not need it)."""
+    rewards = reward_entries(cfg.task.reward)
+    if lookup("estimator", cfg.algo.advantage).needs_reward_components and len(rewards) > 1 and not run_dir:
+        raise ConfigError(f"algo.advantage={cfg.algo.advantage} with {len(rewards)} task.reward functions reads each "
+                          f"function's own scores, which explorl's trainer mode takes from the run's explorl config: "
+                          f"launch without --no-run-dir")
     o = Overrides()
     for section in (_model, _data_and_reward, _sampling, _optimizer, _method, _controllers):
         section(o, cfg, data)
@@ -225,21 +231,18 @@ def _optimizer(o: Overrides, cfg: Config, data: DataFiles) -> None:
 def _method(o: Overrides, cfg: Config, data: DataFiles) -> None:
     """The estimator, the loss and its options, the objective's aggregation, mini-batches and KL."""
     a, s, r = cfg.algo, cfg.sampling, cfg.run
-    if lookup("estimator", a.advantage).needs_greedy_baseline:  # verl samples one for its own ReMax only
+    estimator = lookup("estimator", a.advantage)
+    if estimator.needs_greedy_baseline:  # verl 0.9.1 samples one for its own ReMax in its legacy v0 trainer only
         raise ConfigError(f"algo.advantage={a.advantage}: its baseline is each prompt's greedy response, which verl "
-                          f"samples for its own estimator only: run it in explorl's loop (explorl train), or verl's "
-                          f"own ReMax (`-- algorithm.adv_estimator=remax`, docs/methods.md §5n)")
-    if lookup("estimator", a.advantage).needs_sum_pi_squared:  # verl passes it to its own estimators only
+                          f"0.9.1 samples only in its legacy trainer (trainer.use_v1=false, deprecated) for its own "
+                          f"estimator; its v1 trainer, which explorl's trainer mode extends, samples none. Run it in "
+                          f"explorl's loop (explorl train) or TRL's trainer (docs/methods.md §5n)")
+    if estimator.needs_sum_pi_squared:  # verl 0.9.1 computes it in its legacy v0 trainer only
         raise ConfigError(f"algo.advantage={a.advantage}: {a.advantage} needs each token's sum_pi_squared, which "
-                          f"verl passes only to its own estimators: run it in explorl's loop (explorl train), or "
-                          f"verl's own (`-- algorithm.adv_estimator={a.advantage}` with "
-                          f"actor_rollout_ref.actor.calculate_sum_pi_squared=true, docs/methods.md §5s)")
-    rewards = cfg.task.reward if isinstance(cfg.task.reward, (list, tuple)) else [cfg.task.reward]
-    if lookup("estimator", a.advantage).needs_reward_components and len(rewards) > 1:  # verl passes their sum only
-        raise ConfigError(f"algo.advantage={a.advantage} with {len(rewards)} task.reward functions: explorl's verl "
-                          f"plugin receives their weighted sum, not each one's scores; run it in explorl's loop or "
-                          f"TRL's trainer, or verl's own (`-- algorithm.adv_estimator={a.advantage}` with "
-                          f"algorithm.gdpo_reward_keys)")
+                          f"verl 0.9.1 computes only in its legacy trainer (trainer.use_v1=false, deprecated, with "
+                          f"actor_rollout_ref.actor.calculate_sum_pi_squared=true) for its own estimators; its v1 "
+                          f"trainer, which explorl's trainer mode extends, computes none. Run it in explorl's loop "
+                          f"(explorl train) or TRL's trainer (docs/methods.md §5s)")
     o.set("algorithm.adv_estimator", f"explorl_{a.advantage}", "algo.advantage")
     o.set(f"{A}.policy_loss.loss_mode", f"explorl_{a.loss}", "algo.loss")
     loss = lookup("policy_loss", a.loss)

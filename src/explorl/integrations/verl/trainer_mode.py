@@ -28,7 +28,8 @@ from explorl.integrations.verl.rollout import (
     observed_per_prompt,
     rollout_config,
 )
-from explorl.integrations.verl.step import FIELDS, REWARD_INFO, RUN_KEY, RunWriter, advantage_step, reward_infos
+from explorl.integrations.verl.step import (FIELDS, LOSS_MASK, REWARD_INFO, RUN_KEY, RunWriter, advantage_step,
+                                           reward_infos)
 
 __all__ = ["ExplorlTrainer"]
 
@@ -143,10 +144,10 @@ class ExplorlTrainer(PPOTrainerSync):
             data.non_tensor_batch[REWARD_INFO] = reward_infos(extra["extra_fields"])
         keep = np.array([not tag.get("is_padding", False) for tag in batch.tags], dtype=bool)
         metrics.update(self._explorl_step(data, keep))
-        fields = ["advantages", "returns"] + (["rollout_is_weights"] if "rollout_is_weights" in data.batch.keys()
-                                              else [])
-        output = TensorDict({f: response_to_nested(data.batch[f], response_mask) for f in fields},
-                            batch_size=len(batch))
+        fields = ["advantages", "returns"] + [f for f in ("rollout_is_weights", LOSS_MASK) if f in data.batch.keys()]
+        # the loss mask goes back as verl's response_mask (as verl's own rejection sampling writes it)
+        output = TensorDict({"response_mask" if f == LOSS_MASK else f: response_to_nested(data.batch[f], response_mask)
+                             for f in fields}, batch_size=len(batch))
         return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=output)
 
     def _explorl_step(self, data, keep=None) -> dict:
@@ -155,8 +156,10 @@ class ExplorlTrainer(PPOTrainerSync):
         `keep` `[N]` bool: the real responses (verl pads a batch with no-op rows of uid `pad...`)."""
         keep = np.ones(len(data), dtype=bool) if keep is None else np.asarray(keep, dtype=bool)
         rollout = self.config.actor_rollout_ref.rollout
+        writer = self._run_writer()
         batch = advantage_step(data, self.config.algorithm, step=self.global_steps,
-                               response_length=int(rollout.response_length))
+                               response_length=int(rollout.response_length),
+                               reward_parts=writer.reward_parts(data, keep) if writer is not None else None)
         metrics = {f"explorl/{k}": v for k, v in batch.stats.items()}
         extra = {"temperature/train": float(rollout.temperature)}
         temperatures = torch.full((len(data),), float(rollout.temperature))
@@ -175,7 +178,6 @@ class ExplorlTrainer(PPOTrainerSync):
             metrics.update({f"explorl/{k}": v for k, v in self._plan_stats.items()})
             metrics["explorl/temperature/train"] = float(rollout.temperature)
             extra.update(self._plan_stats)
-        writer = self._run_writer()
         if writer is not None:  # also into verl's own log: its v1 trainer logs no reward extra info in training
             record = writer.write(self.global_steps, data, batch, keep=keep, temperatures=temperatures, extra=extra)
             metrics.update({f"explorl/{k}": v for k, v in record.items()
