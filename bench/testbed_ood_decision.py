@@ -1,0 +1,127 @@
+"""Where the runs stop: the choice between another work line and the answer, read from each model's next-token
+distribution (issue 53, section 5: "the runs stop writing a 9th line").
+
+A right chain has one work line ("a+b=c") per operation, then `\\boxed{...}`. Give a model the prompt and the first
+j lines of the problem's own right chain (each ending in a newline); its next token either starts another work line
+(a digit: the running value) or the answer (`\\`, the first character of `\\boxed`). This reads P(answer now | j
+right lines) for every j from 1 to the problem's operations, teacher-forced: no sampling, so the only noise is which
+problems are drawn. A model that keeps the base model's chains answers at j = operations and rarely before; one that
+has learned to stop early answers at j = operations - 1.
+
+    python bench/testbed_ood_decision.py                        # base, and every run's final checkpoint of seed 0
+    python bench/testbed_ood_decision.py --seeds 3 --name testbed_ood_answer
+
+Models: the base model (`--model`) and each run's final weights under `runs/<name>/<method>/seed<s>/final/`.
+Records: `bench/results/<name>/decision/<label>.json` (per operation count and j: the problems and the mean
+P(answer now)); a label already recorded with the same problems is skipped. Prints the table RESULTS.md quotes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from testbed_long import SPLITS  # noqa: E402
+
+ANSWER_START = "\\"
+"""The first character of `\\boxed{`: the token that ends the chain."""
+
+
+def problems_of(split: str, count: int) -> list:
+    """The evaluation problems `explorl eval` draws for `split` (the same task settings as `bench/testbed_long.py`)."""
+    from explorl.config import load_config
+    from explorl.tasks import load_task
+
+    cfg = load_config(None, ["task.name=arith", f"task.difficulties={SPLITS[split]}", "task.train_size=4096",
+                             f"task.eval_size={count}"])
+    return list(load_task(cfg.task).eval)
+
+
+@torch.no_grad()
+def answer_probabilities(model, tok, problem) -> list[float]:
+    """P(the next token starts the answer | the prompt and the first j lines of the right chain), j = 1..ops."""
+    lines = problem.solution.split("\n")[:-1]  # the work lines, without the boxed answer
+    answer_id = tok.convert_tokens_to_ids(ANSWER_START)
+    out = []
+    for j in range(1, len(lines) + 1):
+        text = problem.prompt + "\n".join(lines[:j]) + "\n"
+        ids = torch.tensor([tok.encode(text, add_special_tokens=False)])
+        logits = model(input_ids=ids).logits[0, -1].float()
+        out.append(float(torch.softmax(logits, -1)[answer_id]))
+    return out
+
+
+def record_of(model_path: str, problems: list) -> dict:
+    """{operations: {j: mean P(answer now)}, problems: count} of one model (the embedded tokenizer)."""
+    from transformers import AutoModelForCausalLM
+
+    from explorl.models import resolve_model_path
+    from explorl.models.loading import load_tokenizer
+
+    tok = load_tokenizer(resolve_model_path("embedded:testbed"))  # a run's final/ holds the weights only
+    model = AutoModelForCausalLM.from_pretrained(str(resolve_model_path(model_path)), dtype=torch.float32).eval()
+    if tok.convert_tokens_to_ids(ANSWER_START) in (None, tok.unk_token_id):
+        raise SystemExit(f"the tokenizer has no token {ANSWER_START!r}: this probe needs the testbed's char tokenizer")
+    by_ops: dict[str, dict[str, list[float]]] = {}
+    for p in problems:
+        ops = p.meta["difficulty"]
+        for j, prob in enumerate(answer_probabilities(model, tok, p), start=1):
+            by_ops.setdefault(str(ops), {}).setdefault(str(j), []).append(prob)
+    return {"model": model_path, "problems": len(problems),
+            "operations": {ops: {j: sum(v) / len(v) for j, v in js.items()} for ops, js in by_ops.items()},
+            "counts": {ops: len(js["1"]) for ops, js in by_ops.items()}}
+
+
+def table(records: dict[str, dict]) -> list[str]:
+    """Per model and operation count: P(answer now) one line early (j = ops - 1), on time (j = ops), and the
+    largest before that (j <= ops - 2)."""
+    lines = ["| model | operations | problems | P(answer) after ops-1 lines | after ops lines | "
+             "largest before ops-1 |", "|---|---:|---:|---:|---:|---:|"]
+    for label, record in records.items():
+        for ops, by_j in sorted(record["operations"].items(), key=lambda item: int(item[0])):
+            k = int(ops)
+            early = max((by_j[str(j)] for j in range(1, k - 1)), default=float("nan"))
+            lines.append(f"| {label} | {k} | {record['counts'][ops]} | {by_j[str(k - 1)]:.3f} | {by_j[str(k)]:.3f} "
+                         f"| {early:.3f} |")
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--name", default="testbed_ood_answer", help="runs/NAME and bench/results/NAME")
+    ap.add_argument("--model", default="embedded:testbed", help="the runs' base model")
+    ap.add_argument("--seeds", type=int, default=1)
+    ap.add_argument("--problems", type=int, default=128, help="problems of each split")
+    ap.add_argument("--runs-root", default=str(ROOT / "runs"), help="where runs/NAME lives")
+    args = ap.parse_args()
+    models = {"base": args.model}
+    for seed in range(args.seeds):
+        for final in sorted(Path(args.runs_root, args.name).glob(f"*/seed{seed}/final")):
+            models[f"{final.parents[1].name}/seed{seed}"] = str(final)
+    out_dir = ROOT / "bench" / "results" / args.name / "decision"
+    records = {}
+    for split in ("id", "ood"):
+        problems = problems_of(split, args.problems)
+        for label, model in models.items():
+            path = out_dir / f"{label.replace('/', '.')}.{split}.json"
+            if not path.exists():
+                print(f"{label}: {split}, {len(problems)} problems ({model})", flush=True)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps({"split": split, **record_of(model, problems)}, indent=1) + "\n")
+            record = json.loads(path.read_text())
+            if record["problems"] != len(problems):
+                raise SystemExit(f"{path} holds {record['problems']} problems: give --problems {record['problems']} "
+                                 f"or move it aside")
+            records[f"{label} ({split})"] = record
+    print("\n".join(table(records)))
+
+
+if __name__ == "__main__":
+    main()
