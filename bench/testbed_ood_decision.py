@@ -13,7 +13,7 @@ has learned to stop early answers at j = operations - 1.
 
 Models: the base model (`--model`) and each run's final weights under `runs/<name>/<method>/seed<s>/final/`.
 Records: `bench/results/<name>/decision/<label>.json` (per operation count and j: the problems and the mean
-P(answer now)); a label already recorded with the same problems is skipped. Prints the table RESULTS.md quotes.
+P(answer now)); a label already recorded with the same problems is skipped. Prints the table bench/RESULTS.md quotes.
 """
 
 from __future__ import annotations
