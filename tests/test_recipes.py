@@ -31,7 +31,10 @@ EXPECTED_KEYS = {
     "entropy_reg": {"loss/entropy"},
     "adaptive_entropy": {"algo/entropy_coef"},
     "prorl_reset": {"kl/mean", "ref/reset"},
+    "outcome_bonus": {"outcome/bonus_mean", "outcome/new_frac"},
+    "fr3e": {"fr3e/anchors_per_prompt", "fr3e/value_mean", "fr3e/alpha_mean"},
     "adaptive_temperature": {"temperature/adaptive_factor_min", "temperature/adaptive_factor_max", "is/weight_mean"},
+    "simko": {"loss/simko_gate_frac", "loss/simko_neg_scaled_frac"},
 }
 
 

@@ -670,9 +670,14 @@ def test_shaper_registry():
                        A.ppl_shaped(adv, b["logprobs"], b["group"], mask, alpha=0.2, iqr_filter=True))
     fn, cfg = shaper("entropy_adv", "algo.entropy_adv.alpha=0.1")
     assert torch.equal(fn(adv, batch, cfg, 3), A.entropy_shaped(adv, b["entropy"], mask, alpha=0.1, kappa=2.0))
-    for name in names("shaper"):  # the real config works with every shaper (off_policy_mask reads the sampler's)
+    # the real config works with every shaper (off_policy_mask reads the sampler's log-probs; a shaper with a state
+    # across steps gets a new one, and the outcomes and correctness explorl's loop fills: outcome_bonus)
+    loop_fields = {"behavior_logprobs": b["logprobs"], "correct": b["rewards"] > 0, "outcomes": b["group"]}
+    for name in names("shaper"):
         fn, cfg = shaper(name)
-        fn(adv, batch.replace(behavior_logprobs=b["logprobs"]), cfg, 1)
+        entry = lookup("shaper", name)
+        state = {"state": entry.state(entry.options_in(cfg))} if entry.state is not None else {}
+        fn(adv, batch.replace(**loop_fields), cfg, 1, **state)
 
 
 def test_position_shaper_step_window():

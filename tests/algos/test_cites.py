@@ -172,7 +172,11 @@ def test_the_arxiv_ids_are_the_ones_the_papers_give():
                                                                   "MaxRL": "2602.02710",
                                                                   # issue 53's loop methods: as TRL's GRPOConfig
                                                                   # cites Skywork-OR1, as ProRL's abstract page does
-                                                                  "Skywork-OR1": "2505.22312", "ProRL": "2505.24864"}
+                                                                  "Skywork-OR1": "2505.22312", "ProRL": "2505.24864",
+                                                                  # outcome-based exploration's and FR3E's abstract
+                                                                  # pages
+                                                                  "Outcome-based Exploration": "2509.06941",
+                                                                  "FR3E": "2507.07017"}
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -326,9 +326,9 @@ def test_registry_names_and_unknown():
 REQUIRED_OPTIONS = {"dro": {"beta": 0.05}}
 """Options a loss has no default for (verl's `dro_beta` is required), set where the tests call every loss."""
 
-REFUSED = {"simko"}
-"""Losses refused at validation, never called by the step (SimKO: the batch lacks its top-K log-probs;
-tests/algos/test_simko.py tests its maths)."""
+NEEDS_TOPK = {n for n in names("policy_loss") if lookup("policy_loss", n).needs_topk is not None}
+"""Losses the step calls with its forward's top-K log-probs as well (`needs_topk`: SimKO), which these generic calls do
+not give; tests/algos/test_simko.py tests SimKO's call on a real forward."""
 
 
 def _bound(name: str, agg: str = "token-mean", **options):
@@ -369,7 +369,7 @@ def test_the_registered_losses_pass_the_config_and_options_unchanged():
             assert torch.equal(got, want) and got_stats == want_stats, (name, agg)
 
 
-@pytest.mark.parametrize("name", [n for n in names("policy_loss") if n not in REFUSED])
+@pytest.mark.parametrize("name", [n for n in names("policy_loss") if n not in NEEDS_TOPK])
 @pytest.mark.parametrize("agg", L.LOSS_AGG_MODES)
 def test_empty_mask_gives_zero_not_nan(name, agg):
     logp_new = torch.randn(2, 3).requires_grad_(True)
@@ -382,7 +382,7 @@ def test_empty_mask_gives_zero_not_nan(name, agg):
     assert all(math.isfinite(v) for v in stats.values())
 
 
-@pytest.mark.parametrize("name", [n for n in names("policy_loss") if n not in REFUSED])
+@pytest.mark.parametrize("name", [n for n in names("policy_loss") if n not in NEEDS_TOPK])
 def test_trainer_style_call_on_policy(name):
     # ratio 1 and no weights: every variant gives -token-mean(A). Clip-Cov gets bounds no cov reaches (as options,
     # the way the step passes them), so nothing is a candidate; KL-Cov's penalty is |log 1| = 0. The two whose value

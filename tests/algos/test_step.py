@@ -212,7 +212,13 @@ LATER_ESTIMATORS = {"rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline
                     "remax"}  # reads rewards and the greedy baseline
 
 
-@pytest.mark.parametrize("recipe", [r for r in RECIPES if r.stem not in LATER_ESTIMATORS], ids=lambda p: p.stem)
+# shapers added after that rule that read no log-probs (the shortcut holds for them as for GRPO alone): outcome-based
+# exploration reads the answers and their counts
+LATER_SHAPERS = {"outcome_bonus"}
+
+
+@pytest.mark.parametrize("recipe", [r for r in RECIPES if r.stem not in LATER_ESTIMATORS | LATER_SHAPERS],
+                         ids=lambda p: p.stem)
 @pytest.mark.parametrize("extra", [[], ["algo.epochs=2"], ["algo.shapers=[entropy_adv,position]"],
                                    ["sampling.schedule=ead"], ["algo.token_filter=forking", "algo.loss=kl_cov"]])
 def test_the_single_update_shortcut_is_the_rule_it_replaced(recipe, extra):
@@ -220,6 +226,14 @@ def test_the_single_update_shortcut_is_the_rule_it_replaced(recipe, extra):
     assert on_policy_single_update(cfg) == _rule_before_issue_17(cfg)
     assert single_update_shortcut(cfg.algo, True) == (cfg.algo.epochs == 1 and cfg.algo.mini_batches == 1
                                                       and not requirements(cfg.algo).old_logprobs)
+
+
+@pytest.mark.parametrize("shaper", sorted(LATER_SHAPERS))
+def test_a_later_shaper_takes_the_shortcut_where_grpo_does(shaper):
+    cfg = load_reselected(RECIPES[0].parent.parent / "quickstart.yaml", [f"algo.shapers=[{shaper}]"])
+    assert on_policy_single_update(cfg)
+    assert not on_policy_single_update(load_reselected(RECIPES[0].parent.parent / "quickstart.yaml",
+                                                       [f"algo.shapers=[{shaper}]", "algo.epochs=2"]))
 
 
 @pytest.mark.parametrize("estimator", sorted(LATER_ESTIMATORS))

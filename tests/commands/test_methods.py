@@ -18,10 +18,12 @@ from explorl.algos.registry import METHOD_KINDS, _REGISTRY
 from explorl.commands import main
 from explorl.commands.methods import _summary
 from explorl.config.validation import fill_registry
+import explorl.train.loop_methods as loop_methods
+from explorl.train.loop_methods import LOOP_METHODS
 
 fill_registry()
 ENTRIES = [e for kind, table in _REGISTRY.items() if kind in METHOD_KINDS for e in table.values()
-           if e.fn.__module__.startswith("explorl.")]
+           if e.fn.__module__.startswith("explorl.")] + list(LOOP_METHODS)  # and what the loop carries out itself
 _LOCATION = re.compile(r"(\S+\.py):([0-9]+)")
 
 
@@ -34,11 +36,13 @@ def out(monkeypatch):
 
 
 def _defines_or_registers(path: Path, line: int, entry) -> bool:
-    """The line defines the entry's function or class, and the file registers it under its name."""
+    """The line defines the entry's function or class, and the file registers it under its name (a method of the
+    loop: `explorl.train.loop_methods` declares its `LoopEntry`)."""
     text = path.read_text(encoding="utf-8")
     defines = re.match(rf"\s*(async\s+)?(def|class)\s+{re.escape(entry.fn.__name__)}\b", text.splitlines()[line - 1])
     registers = re.search(rf"register\w*\(\s*(\"{entry.kind}\",\s*)?\"{re.escape(entry.name)}\"", text)
-    return bool(defines and registers)
+    declares = entry in LOOP_METHODS and f'name="{entry.name}"' in Path(loop_methods.__file__).read_text()
+    return bool(defines and (registers or declares))
 
 
 def test_methods_lists_every_entry_with_its_paper_and_code(out):
@@ -183,3 +187,36 @@ def test_methods_name_at_80_columns_keeps_each_location_whole(monkeypatch):
     assert main(["methods", "ead"]) == 0
     lines = buf.getvalue().splitlines()
     assert any(re.fullmatch(r"  formula: \S+:[0-9]+ \(explorl\.rollout\.temperature\.ead\)", line) for line in lines)
+
+
+def test_methods_lists_what_the_loop_carries_out(out):
+    """Skywork-OR1's adaptive entropy coefficient and ProRL's reference reset are no registry entries (a config
+    section switches each on): `explorl methods` lists them under `loop` with their papers, config keys and code."""
+    assert main(["methods"]) == 0
+    text = out()
+    assert "loop (carried out by explorl's loop" in text
+    for name, paper, path, option in [("entropy_control", "Skywork-OR1", "train/adaptive_entropy.py", "target=0.2"),
+                                      ("reference_reset", "ProRL", "train/reference_reset.py", "every=0")]:
+        row = next(r for r in text.splitlines() if re.search(rf"│ {name}\s+│", r))
+        assert paper in row and option in row and re.search(rf"\S+{re.escape(path)}:[0-9]+", row), row
+
+
+def test_methods_entropy_control_shows_it_in_full(out):
+    assert main(["methods", "entropy_control"]) == 0
+    text = out()
+    lines = _lines_of(text, "loop entropy_control")
+    assert any(re.fullmatch(r"  code: \S+train/adaptive_entropy\.py:[0-9]+", line) for line in lines), lines
+    assert any(re.fullmatch(r"  formula: \S+train/adaptive_entropy\.py:[0-9]+ \(explorl\.train\.adaptive_entropy\."
+                            r"EntropyCoefficient\.step\)", line) for line in lines), lines
+    assert any(re.fullmatch(r"  acts at: \S+train/loop\.py:[0-9]+ \(train_step: .*\)", line) for line in lines), lines
+    assert any(line.startswith("  implements: Skywork-OR1 (docs/methods.md §5aa)") for line in lines), lines
+    assert "arXiv 2505.22312" in text
+    assert re.search(r"algo\.entropy_control\.target\s+│\s+0\.2\s+│", text), text
+
+
+def test_methods_by_paper_finds_the_reference_reset(out):
+    assert main(["methods", "prorl"]) == 0
+    text = out()
+    lines = _lines_of(text, "loop reference_reset")
+    assert any(re.fullmatch(r"  acts at: \S+train/loop\.py:[0-9]+ \(train_step: .*\)", line) for line in lines), lines
+    assert "arXiv 2505.24864" in text and re.search(r"algo\.reference_reset\.every\s+│\s+0\s+│", text), text

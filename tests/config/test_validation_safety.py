@@ -123,8 +123,8 @@ def _selecting(field: str) -> list[str]:
 
 @functools.lru_cache(maxsize=None)
 def _refused_alone(selecting: tuple[str, ...]) -> bool:
-    """Whether selecting the method at its defaults is refused already (a method the engines cannot run yet, e.g.
-    SimKO, refused by name whatever its options): its options' refusals cannot be told apart from it."""
+    """Whether selecting the method at its defaults is refused already (a method the engines cannot run yet,
+    refused by name whatever its options): its options' refusals cannot be told apart from it."""
     try:
         load_config(None, list(selecting))
     except ConfigError:

@@ -68,10 +68,11 @@ def test_the_builtin_entries_declare_what_engines_need():
     assert budget("uniform").static and budget("e3").per_prompt_budget and budget("dapo").resamples
     assert not budget("e3").resamples
     assert budget("dapo").drops_uniform_groups and not budget("e3").drops_uniform_groups
+    assert budget("fr3e").branches and not budget("dapo").branches and not budget("uniform").branches
     # each capability is a typed field of its kind's entry, a misspelling an error at registration
     assert set(TemperatureScheduleEntry.__dataclass_fields__) >= {"static", "per_token", "per_prompt_temperature"}
     assert set(BudgetPolicyEntry.__dataclass_fields__) >= {"static", "per_prompt_budget", "resamples",
-                                                           "drops_uniform_groups"}
+                                                           "drops_uniform_groups", "branches"}
     with pytest.raises(TypeError, match="valid for temperature_schedule: .*per_token"):
         register("temperature_schedule", "_typo", per_tokens=Tm.ead)
 

@@ -1,5 +1,6 @@
-"""Settings only explorl's loop carries out (Skywork-OR1's adaptive entropy coefficient, ProRL's reference reset)
-are refused by name by the verl launcher before it converts the task (TRL's refusals: test_trl.py)."""
+"""Settings only explorl's loop carries out (Skywork-OR1's adaptive entropy coefficient, ProRL's reference reset,
+FR3E's branching rollouts, SimKO's top-K log-probs) are refused by name by the verl launcher before it converts the
+task (TRL's refusals: test_trl.py), and SimKO's loss also where verl calls it."""
 
 from __future__ import annotations
 
@@ -16,7 +17,22 @@ RECIPES = Path(__file__).resolve().parents[2] / "configs" / "recipes"
 
 
 @pytest.mark.parametrize("recipe, field", [("adaptive_entropy", r"algo\.entropy_control\.enabled"),
-                                           ("prorl_reset", r"algo\.reference_reset\.every=50")])
+                                           ("prorl_reset", r"algo\.reference_reset\.every=50"),
+                                           ("fr3e", r"budget\.policy=fr3e"),
+                                           ("simko", r"algo\.loss=simko")])
 def test_the_verl_launcher_refuses_loop_only_settings(recipe, field, tmp_path):
     with pytest.raises(ConfigError, match=field + r": .*explorl's loop.*explorl train"):
         prepare(RECIPES / f"{recipe}.yaml", [f"run.out_dir={tmp_path / 'run'}"], write=False, run_dir=False)
+
+
+def test_verls_loss_call_refuses_a_loss_that_reads_the_top_k_log_probs():
+    """Selected in verl's own config (no launcher), SimKO's loss is refused where verl calls it: verl hands a loss
+    only the sampled tokens' old and new log-probs (docs/methods.md §5w)."""
+    import torch
+
+    from explorl.integrations.verl.adapters import policy_loss_for
+
+    x = torch.zeros(2, 3)
+    with pytest.raises(ConfigError, match=r"loss_mode=explorl_simko \(algo\.loss=simko\): .*top-K log-probs.*"
+                                          r"explorl's loop \(explorl train\)"):
+        policy_loss_for("simko")(x, x, x, torch.ones(2, 3), config={})

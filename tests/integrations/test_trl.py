@@ -443,6 +443,13 @@ def test_conflicting_bypass_mode_is_refused_by_name(tiny_model_dir, tmp_path):
         make_trainer(tiny_model_dir, tmp_path, {"loss": "bypass_mode"})
 
 
+def test_simko_is_refused_by_name(tiny_model_dir, tmp_path):
+    # SimKO reads each token's top-K log-probs under the current policy and pi_old (its `needs_topk`), which only
+    # explorl's training forward computes (docs/methods.md §5w)
+    with pytest.raises(ConfigError, match=r"algo\.loss=simko: .*top-K log-probs.*explorl's loop \(explorl train\)"):
+        make_trainer(tiny_model_dir, tmp_path, {"loss": "simko"})
+
+
 def test_remax_is_refused_by_name(tiny_model_dir, tmp_path):
     # ReMax's baseline is each prompt's greedy response, which TRL's trainer does not sample (docs/methods.md §5n)
     with pytest.raises(ConfigError, match=r"algo\.advantage=remax: .*greedy response.*explorl's loop"):

@@ -6,9 +6,9 @@ untouched), and a micro-batch is one `select(rows, width)` of it:
 1. the sampler (`explorl.rollout.sampler.Sampler`, the vLLM engine): the token ids, the response mask, the sampled
    tokens' behaviour log-probs, entropies and temperatures; `rewards` None;
 2. scoring (`explorl.rollout.collect.collect_rollouts`): `rewards` (and `baseline_rewards` where the estimator
-   asks for each prompt's greedy response: ReMax);
-3. the forwards (`explorl.train.update.fill_logprobs`): pi_old's `logprobs` and `entropy` (and `sum_pi_squared`
-   where a method needs it), the reference's `ref_logprobs`;
+   asks for each prompt's greedy response: ReMax); explorl's loop adds `correct` (`explorl.train.loop.train_step`);
+3. the forwards (`explorl.train.update.fill_logprobs`): pi_old's `logprobs` and `entropy` (and `sum_pi_squared`,
+   `topk_logprobs` where a method needs them), the reference's `ref_logprobs`;
 4. the method (`explorl.algos.step.compute_advantages`): `loss_mask`, `shaped_rewards`, `base_advantages`,
    `advantages`, `token_weights`, `is_weights` and the method's `stats`;
 5. the update (`explorl.train.update.update_policy`) reads it, one `select` per micro-batch.
@@ -30,7 +30,9 @@ from torch import Tensor
 TOKEN_FIELDS = ("logprobs", "behavior_logprobs", "ref_logprobs", "entropy", "behavior_entropy", "response_ids",
                 "temperatures", "loss_mask", "advantages", "base_advantages", "token_weights", "is_weights",
                 "sum_pi_squared")
-ROW_FIELDS = ("rewards", "group", "lengths", "truncated", "shaped_rewards", "baseline_rewards")
+ROW_FIELDS = ("rewards", "group", "lengths", "truncated", "shaped_rewards", "baseline_rewards", "correct",
+              "advantage_scale", "outcomes")
+CANDIDATE_FIELDS = ("topk_logprobs",)  # [N, T, K]: cut and padded by their response columns like TOKEN_FIELDS
 PROMPT_FIELDS = ("prompt_ids", "prompt_mask")
 PAD_ID_FIELDS = frozenset({"response_ids", "prompt_ids"})  # padded with the tokenizer's pad id; the rest with 0
 
@@ -40,6 +42,20 @@ class MissingInputError(KeyError):
 
     def __str__(self) -> str:  # KeyError would print the message with quotes around it
         return str(self.args[0]) if self.args else ""
+
+
+@dataclass(frozen=True)
+class TopK:
+    """What the update's forward gives a policy loss that declares `needs_topk` (SimKO) besides the sampled tokens'
+    log-probs, from the same logits (`explorl.rollout.logprobs.response_logprobs` with `LogprobOptions.top_k`)."""
+
+    logprobs: Tensor
+    """`[N, T, K]` log-probs of the current policy's own K most probable tokens, most probable first (differentiable;
+    the candidates are chosen on the forward's detached logits, as the authors' `topk_log_probs`)."""
+    entropy: Tensor
+    """`[N, T]` token entropy of the current policy (detached)."""
+    is_top1: Tensor
+    """`[N, T]` bool: the sampled token is the current policy's most probable one (the authors' `max_token`)."""
 
 
 @dataclass
@@ -69,6 +85,16 @@ class RolloutBatch:
     reward_components: [N, K] each of the task's K > 1 reward functions' own score of each response (unweighted, a
                        failure 0; stage 2), what GDPO normalises one by one; None with one reward function.
     reward_weights:    the K functions' weights (`rewards = components @ weights`), beside `reward_components`.
+    advantage_scale:   [N] a multiplier of each response's advantages that its sampler chose (FR3E's adaptive
+                       advantage modulation, `explorl.rollout.fr3e`), applied to the estimator's output; else None.
+    correct:           [N] bool, the response is correct by the task's rule (`task.correct_by`, `correct_threshold`:
+                       one reward entry's own score, never the shaped reward), filled by explorl's loop; None
+                       where an engine does not say (a loss that reads it declares `needs_topk`: SimKO).
+    outcomes:          [N] int64, each response's outcome: a 63-bit hash of its question and its final answer as the
+                       task extracts it (`Task.extract_answer`), equivalent answers pooled (`metrics.vote_keys`: every
+                       correct answer is one outcome), -1 where no answer was extracted; equal keys, same question and
+                       same outcome (`explorl.rollout.collect.outcome_keys`). Filled by explorl's loop where a shaper
+                       declares `needs_outcomes` (the outcome-based exploration bonus); else None.
     The forwards (stage 3):
     logprobs:          [N, T] log-probs of the sampled tokens under pi_old at the training temperature; None under
                        `single_update_shortcut` (the update's own forward is pi_old).
@@ -76,6 +102,9 @@ class RolloutBatch:
     ref_logprobs:      [N, T] the sampled tokens' log-probs under the frozen reference policy.
     sum_pi_squared:    [N, T] sum over the vocabulary of pi_old(v)^2 at the training temperature (verl's
                        `sum_pi_squared`), where a registered entry declares `needs_sum_pi_squared`; else None.
+    topk_logprobs:     [N, T, K] log-probs under pi_old of its own K most probable tokens at each position, most
+                       probable first (SimKO's `old_log_probs_topk`), where the policy loss declares `needs_topk`
+                       and pi_old has its own forward; else None (the update's forward stands in for it).
     The method (stage 4, `compute_advantages`):
     loss_mask:         [N, T] `mask` less what the reward shapers removed (DAPO's overlong filtering).
     shaped_rewards:    [N] the rewards after the reward shapers (DAPO's overlong penalty): what the estimator saw.
@@ -102,10 +131,14 @@ class RolloutBatch:
     baseline_rewards: Tensor | None = None
     reward_components: Tensor | None = None
     reward_weights: tuple[float, ...] | None = None
+    advantage_scale: Tensor | None = None
+    correct: Tensor | None = None
+    outcomes: Tensor | None = None
     logprobs: Tensor | None = None
     entropy: Tensor | None = None
     ref_logprobs: Tensor | None = None
     sum_pi_squared: Tensor | None = None
+    topk_logprobs: Tensor | None = None
     loss_mask: Tensor | None = None
     shaped_rewards: Tensor | None = None
     base_advantages: Tensor | None = None
@@ -132,6 +165,11 @@ class RolloutBatch:
             x = getattr(self, name)
             if x is not None and tuple(x.shape) != (n, t):
                 raise ValueError(f"RolloutBatch.{name}: expected shape [N, T] = ({n}, {t}) like mask, "
+                                 f"got {tuple(x.shape)}")
+        for name in CANDIDATE_FIELDS:
+            x = getattr(self, name)
+            if x is not None and (x.dim() != 3 or tuple(x.shape[:2]) != (n, t)):
+                raise ValueError(f"RolloutBatch.{name}: expected shape [N, T, K] with [N, T] = ({n}, {t}) like mask, "
                                  f"got {tuple(x.shape)}")
         for name in PROMPT_FIELDS:
             x = getattr(self, name)
@@ -163,7 +201,8 @@ class RolloutBatch:
             if not isinstance(x, Tensor):
                 return x
             x = x[rows]
-            return x[:, :width] if width is not None and (name == "mask" or name in TOKEN_FIELDS) else x
+            columns = name == "mask" or name in TOKEN_FIELDS + CANDIDATE_FIELDS
+            return x[:, :width] if width is not None and columns else x
 
         return RolloutBatch(**{f.name: cut(f.name, getattr(self, f.name)) for f in dataclasses.fields(self)})
 
@@ -211,7 +250,7 @@ class RolloutBatch:
                 return None
             if any(x is None for x in xs):
                 raise ValueError(f"RolloutBatch.cat: {name} is None in some parts and not in others")
-            if name not in TOKEN_FIELDS + PROMPT_FIELDS + ("mask",):
+            if name not in TOKEN_FIELDS + CANDIDATE_FIELDS + PROMPT_FIELDS + ("mask",):
                 return torch.cat(xs)
             left = name in PROMPT_FIELDS
             to, value = (width if left else length), (pad_token_id if name in PAD_ID_FIELDS else 0)
@@ -228,9 +267,9 @@ class RolloutBatch:
 
 
 def _pad_columns(x: Tensor, to: int, left: bool, value) -> Tensor:
-    """`x` [n, c] padded with `value` to `to` columns, on the left or the right."""
+    """`x` [n, c, ...] padded with `value` to `to` columns, on the left or the right."""
     extra = to - x.shape[1]
     if extra == 0:
         return x
-    filler = torch.full((x.shape[0], extra), value, dtype=x.dtype, device=x.device)
+    filler = torch.full((x.shape[0], extra, *x.shape[2:]), value, dtype=x.dtype, device=x.device)
     return torch.cat([filler, x] if left else [x, filler], dim=1)

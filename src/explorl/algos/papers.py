@@ -133,7 +133,14 @@ PAPERS: dict[str, Paper] = {
     # issue 53, item 3: the training loop's adaptive entropy coefficient and reference reset (not registry entries);
     # arXiv ids as TRL 1.16's GRPOConfig cites Skywork-OR1 and as ProRL's abstract page gives it
     "Skywork-OR1": Paper("He et al. 2025", "Skywork Open Reasoner 1 Technical Report", "2505.22312", ("5aa",)),
+    # FR3E (its arXiv abstract page's authors, title and id): branching rollouts from high-entropy tokens
+    "FR3E": Paper("Tianyu Zheng, Tianshun Xing, Qingshui Gu, Taoran Liang, Xingwei Qu, Xin Zhou, Yizhi Li, Zhoufutu "
+                  "Wen, Chenghua Lin, Wenhao Huang, Qian Liu, Ge Zhang, Zejun Ma", "First Return, Entropy-Eliciting "
+                  "Explore", "2507.07017", ("5ad",)),
     "ProRL": Paper("Liu et al. 2025", "ProRL: Prolonged Reinforcement Learning Expands Reasoning Boundaries in Large "
                    "Language Models", "2505.24864", ("5ab",)),
+    # outcome-based exploration (its arXiv abstract page's authors, title and id): bonuses by final answer
+    "Outcome-based Exploration": Paper("Yuda Song, Julia Kempe, Remi Munos", "Outcome-based Exploration for LLM "
+                                       "Reasoning", "2509.06941", ("5ac",)),
 }
 """Short name -> the paper."""

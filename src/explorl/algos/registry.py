@@ -3,7 +3,6 @@
     @dataclass
     class MyAdvOptions:
         scale: float = 1.0   # (with its docstring below it, as in the core config)
-
     @register("estimator", "my_adv", options=MyAdvOptions)
     def my_adv(batch, cfg, *, options: MyAdvOptions): ...   # `algo.advantage: my_adv`, `algo.my_adv.scale: 2`
 
@@ -13,8 +12,7 @@ of method names (an engine's spellings live in its integration); `register` refu
 field. Options reach every kind one way: a dataclass (`options=`, a docstring and default per field) under the kind's
 section and the entry's name (`algo.erpo.gamma`; `SECTIONS`), validated when selected, passed as the keyword
 `options` (`Entry.bind`). `KINDS`: each kind's calling convention; `SELECTED_BY`: its config field; `ACTS_AT`: where
-the step calls it (`explorl methods NAME` shows them with `file:line`). Imports nothing of explorl.
-"""
+the step calls it (`explorl methods NAME` shows them with `file:line`). Imports nothing of explorl."""
 
 from __future__ import annotations
 
@@ -26,9 +24,9 @@ from typing import Any, Callable
 
 KINDS: dict[str, str] = {
     "estimator": "fn(batch: RolloutBatch, cfg: AlgoConfig[, *, options]) -> Tensor[N, T]",
-    "shaper": "fn(advantages: Tensor[N, T], batch, cfg, step: int (1-based)[, *, options]) -> Tensor[N, T]; in order",
+    "shaper": "fn(advantages: Tensor[N, T], batch, cfg, step: int (1-based)[, *, options, state]) -> Tensor[N, T]",
     "policy_loss": "fn(logprobs_new: Tensor[N, T], batch: RolloutBatch (logprobs, advantages, loss_mask, weights), "
-                   "cfg: AlgoConfig[, *, generator][, options]) -> (loss, stats)",
+                   "cfg: AlgoConfig[, *, generator][, topk: TopK][, options]) -> (loss, stats)",
     "token_filter": "fn(batch, loss_mask: Tensor[N, T], cfg[, *, options]) -> per-token weights Tensor[N, T] | None",
     "reward_shaper": "fn(batch, cfg[, *, options]) -> (rewards: Tensor[N], loss_mask: Tensor[N, T]); in order, "
                      "before the estimator",
@@ -68,7 +66,7 @@ class Cite:
     """Comma-separated, the sections of docs/methods.md that document them (`"2b"` for `## 2.`'s `### 2b.`)."""
 
     def __post_init__(self) -> None:
-        sections_ok = re.fullmatch(r"([0-9]+[a-z]?(, *[0-9]+[a-z]?)*)?", self.doc.strip())
+        sections_ok = re.fullmatch(r"([0-9]+[a-z]{0,2}(, *[0-9]+[a-z]{0,2})*)?", self.doc.strip())
         if not self.paper.strip() or not all(self.locators) or not sections_ok:
             raise ValueError(f"Cite({self.paper!r}, {self.where!r}, doc={self.doc!r}): give the paper's short name, "
                              f"its equations comma-separated ('eq. 4, eq. 5') and docs/methods.md's sections "
@@ -87,8 +85,7 @@ class Cite:
 
 @dataclass(frozen=True)
 class Site:
-    """Where the step acts with an entry: the first line holding `marker` in the source of `function` (a dotted
-    path: `explorl.algos.step.compute_advantages`); `what` happens there, in a few words."""
+    """Where the step acts with an entry: the first line holding `marker` in dotted `function`'s source; `what`."""
 
     function: str
     marker: str
@@ -103,12 +100,10 @@ ACTS_AT: dict[str, tuple[Site, ...]] = {
     "token_filter": (Site(f"{_STEP}.compute_advantages", 'lookup("token_filter"', "per-token loss weights"),),
     "importance_weights": (Site(f"{_STEP}.compute_advantages", 'lookup("importance_weights"', "is_weights"),),
     "policy_loss": (Site(f"{_STEP}.policy_objective", "loss, stats = entry.bind(cfg)(", "the token loss"),),
-    "aggregation": (Site("explorl.algos.aggregation.aggregate", "entry.fn(token_values",
-                         "every term of the loss reduced"),),
+    "aggregation": (Site("explorl.algos.aggregation.aggregate", "entry.fn(token_values", "every loss term reduced"),),
     "temperature_schedule": (Site("explorl.rollout.schedule.ScheduleDriver.begin", "self.schedule.at(step)",
                                   "the step's sampling and training temperatures"),),
-    "budget_policy": (Site("explorl.rollout.schedule.ScheduleDriver.plan", "self.budget.budgets(ids)",
-                           "rollouts per prompt"),),
+    "budget_policy": (Site("explorl.rollout.schedule.ScheduleDriver.plan", "self.budget.budgets(ids)", "rollouts"),),
 }  # where the step acts with each kind; an entry adds those of its capabilities (`per_token`) and its `acts_at`
 
 
@@ -152,8 +147,7 @@ class Entry:
         return self.options_from or self.name
 
     def options_in(self, section: Any) -> Any:
-        """This entry's options as the config section (`algo`, `sampling`, `budget`) holds them in its `options`
-        mapping, or their defaults when it holds none; None for an entry without options."""
+        """This entry's options from the config section's `options` mapping (defaults if absent; None: it has none)."""
         owner = lookup(self.kind, self.options_owner) if self.options_from else self
         if owner.options is None:
             return None
@@ -203,6 +197,10 @@ class ShaperEntry(AlgoEntry):
     needs_step: Callable[[Any], bool] | None = None
     """`fn(options) -> bool`: whether the shaper reads the training step (a step window), which an engine must
     then pass; None: never."""
+    needs_outcomes: bool = False
+    """It reads `RolloutBatch.outcomes`, which explorl's loop fills; engines refuse it (`integrations.loop_only`)."""
+    state: Callable[[Any], Any] | None = None
+    """`fn(options) -> state` kept across steps, which explorl's loop holds and checkpoints (`step.shaper_states`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -217,6 +215,9 @@ class PolicyLossEntry(AlgoEntry):
     """The loss draws random numbers: it is called with the keyword `generator` (a `torch.Generator`)."""
     old_is_behavior: bool = False
     """pi_old is the sampler's log-probs (verl's bypass mode): the engine fills `logprobs` with them, no forward."""
+    needs_topk: Callable[[Any], int] | None = None
+    """`fn(options) -> K`: the loss reads the log-probs of each token's K most probable tokens under pi_old
+    (`RolloutBatch.topk_logprobs`) and the current policy (keyword `topk`: `TopK`) and `RolloutBatch.correct`."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -290,6 +291,8 @@ class BudgetPolicyEntry(Entry):
     """Further generation rounds refill the batch after groups are dropped."""
     drops_uniform_groups: bool = False
     """The groups dropped are those whose rewards all agree (DAPO's dynamic sampling, verl's `filter_groups`)."""
+    branches: bool = False
+    """A prompt's rollouts continue prefixes of its own sampled responses (FR3E): explorl's own sampler only."""
 
     def _own(self) -> tuple[tuple[Callable, ...], tuple[Site, ...]]:
         formula, sites = super()._own()
@@ -307,8 +310,7 @@ class TaskEntry(Entry):
     """`fn(cfg: TaskConfig) -> summary line`: checks the task's data without building it (the `file` task streams
     every row); None: the preflight builds the task."""
     preflight_sample: Callable[[Any], tuple] | None = None
-    """`fn(cfg: TaskConfig) -> (problems, default reward)`: a few problems for the preflight's reward check,
-    without building the task."""
+    """`fn(cfg: TaskConfig) -> (problems, default reward)`: a few problems for the preflight's reward check, unbuilt."""
 
 
 ENTRY_TYPES: dict[str, type[Entry]] = {  # the entry type of each kind: the fields `register` accepts for it
@@ -321,8 +323,7 @@ _REGISTRY: dict[str, dict[str, Entry]] = {kind: {} for kind in KINDS}
 
 
 def _check_fields(kind: str, name: str, given: dict[str, Any]) -> None:
-    """`cites`, `acts_at`, `formula` made tuples; TypeError for a keyword the kind does not declare, ValueError for
-    a value of the wrong type."""
+    """`cites`, `acts_at`, `formula` made tuples; TypeError for an undeclared keyword, ValueError for a wrong type."""
     for key, one in (("cites", Cite), ("acts_at", Site), ("formula", None)):
         value = given.get(key)
         if value is not None:
@@ -374,9 +375,8 @@ def register(kind: str, name: str, **fields: Any) -> Callable:
 
 def lookup(kind: str, name: str) -> Any:
     """The entry (`ENTRY_TYPES[kind]`) called `name` (`rg:chain_sum` finds `rg`); KeyError listing the valid names."""
-    table = _REGISTRY[kind]
     base, _, argument = name.partition(":")
-    entry = table.get(base)
+    entry = _REGISTRY[kind].get(base)
     if entry is not None and (isinstance(entry, TaskEntry) and entry.takes_argument) != bool(argument):
         entry = None  # `rg` alone, `rg:` and `arith:x` name nothing
     if entry is None:

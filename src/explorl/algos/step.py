@@ -9,7 +9,8 @@ logic exists twice. The pipeline, in order (docs/methods.md):
 1. the reward shapers (`algo.reward_shapers`) in order: the rewards and the loss mask (DAPO's soft overlong penalty
    `dapo_overlong`, its overlong filtering `dapo_overlong_filter`);
 2. the estimator (`algo.advantage`) on the batch as the methods see it: the loss mask applied to every tensor;
-3. the shapers (`algo.shapers`) in order;
+3. the shapers (`algo.shapers`) in order (one that keeps a state across steps, outcome-based exploration's answer
+   counts, gets it from `states`, which explorl's loop holds and checkpoints);
 4. the token filter (`algo.token_filter`, per-token weights) and the importance weights (`algo.importance_weights`:
    EAD's truncated importance sampling `tis`, per token or per sequence, docs/methods.md §6);
 5. per micro-batch: the policy loss (`algo.loss`; verl's dual clip by `algo.ppo.dual_clip_c`) plus the k3 KL
@@ -22,13 +23,14 @@ Which function serves a name is the registry's business (`explorl.algos.registry
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
-from explorl.algos.batch import RolloutBatch
+from explorl.algos.batch import RolloutBatch, TopK
 from explorl.algos.aggregation import aggregate, masked_mean, question_weights
 from explorl.algos.core import importance_ratio, kl_k3
 from explorl.algos.mismatch import mismatch_metrics
@@ -38,7 +40,7 @@ if TYPE_CHECKING:
     from explorl.config.schema import AlgoConfig
 
 __all__ = ["Requirements", "requirements", "single_update_shortcut", "compute_advantages", "policy_objective",
-           "idle_rows"]
+           "idle_rows", "shaper_states"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,11 @@ class Requirements:
     """Each prompt's greedy response is sampled and scored too (`RolloutBatch.baseline_rewards`: ReMax)."""
     sum_pi_squared: bool = False
     """pi_old's forward also computes `RolloutBatch.sum_pi_squared` (the optimal token baseline)."""
+    topk: int = 0
+    """K > 0: pi_old's forward fills `RolloutBatch.topk_logprobs` and the update's forward gives the loss its `TopK`
+    (the loss's `needs_topk`: SimKO); 0: neither."""
+    outcomes: bool = False
+    """Each response's outcome is filled (`RolloutBatch.outcomes`: a shaper's `needs_outcomes`)."""
 
 
 def _chosen(cfg: AlgoConfig) -> list:
@@ -68,7 +75,7 @@ def _chosen(cfg: AlgoConfig) -> list:
 
 def requirements(cfg: AlgoConfig) -> Requirements:
     """Ask the registry what the configured estimator, shapers, token filter and loss need."""
-    chosen = _chosen(cfg)
+    chosen, loss = _chosen(cfg), lookup("policy_loss", cfg.loss)
     return Requirements(
         ref=cfg.kl_coef > 0 or any(e.needs_ref for e in chosen),
         old_logprobs=any(e.needs_old_logprobs for e in chosen),
@@ -76,7 +83,16 @@ def requirements(cfg: AlgoConfig) -> Requirements:
         update_entropy=cfg.entropy_coef != 0,
         greedy_baseline=lookup("estimator", cfg.advantage).needs_greedy_baseline,
         sum_pi_squared=any(e.needs_sum_pi_squared for e in chosen),
+        topk=0 if loss.needs_topk is None else int(loss.needs_topk(loss.options_in(cfg))),
+        outcomes=any(lookup("shaper", s).needs_outcomes for s in cfg.shapers),
     )
+
+
+def shaper_states(cfg: AlgoConfig) -> dict[str, Any]:
+    """A new state for each configured shaper that keeps one across steps (`ShaperEntry.state`), by name: what
+    `compute_advantages(..., states=)` takes and a checkpoint keeps (`state_dict`); empty for every other method."""
+    entries = [lookup("shaper", s) for s in cfg.shapers]
+    return {e.name: e.state(e.options_in(cfg)) for e in entries if e.state is not None}
 
 
 def single_update_shortcut(cfg: AlgoConfig, behavior_is_policy: bool) -> bool:
@@ -97,15 +113,16 @@ def idle_rows(batch: RolloutBatch, cfg: AlgoConfig) -> Tensor:
 
     A response is idle when every advantage of it is zero (a group whose rewards all agree, under GRPO), the
     policy loss is `rowwise` in the registry (each response's token loss depends on its own tensors only and
-    vanishes with its advantage: PPO-clip, with or without importance and token weights), and no term acts
-    without an advantage (`algo.kl_coef`, `algo.entropy_coef`). The update needs an idle response's log-probs
-    only for its statistics (`loss/ratio_mean`, ...), so it can leave it out of the forward and backward with grad
-    (`explorl.train.update.update_policy`); the normaliser of the aggregation still counts it.
+    vanishes with its advantage: PPO-clip, with or without importance and token weights) and reads no top-K
+    log-probs (`needs_topk`), and no term acts without an advantage (`algo.kl_coef`, `algo.entropy_coef`). The
+    update needs an idle response's log-probs only for its statistics (`loss/ratio_mean`, ...), so it can leave it
+    out of the forward and backward with grad (`explorl.train.update.update_policy`); the normaliser of the
+    aggregation still counts it.
     """
     batch.require("advantages", "loss_mask", by="idle_rows (run compute_advantages first)")
     n = batch.advantages.shape[0]
     entry = lookup("policy_loss", cfg.loss)
-    if cfg.kl_coef > 0 or cfg.entropy_coef != 0 or not entry.rowwise:
+    if cfg.kl_coef > 0 or cfg.entropy_coef != 0 or not entry.rowwise or entry.needs_topk is not None:
         return torch.zeros(n, dtype=torch.bool, device=batch.advantages.device)
     return ~((batch.advantages != 0) & (batch.loss_mask != 0)).any(dim=-1)
 
@@ -115,7 +132,8 @@ def _masked(x: Tensor | None, mask: Tensor) -> Tensor | None:
 
 
 @torch.no_grad()
-def compute_advantages(batch: RolloutBatch, cfg: AlgoConfig, step: int) -> RolloutBatch:
+def compute_advantages(batch: RolloutBatch, cfg: AlgoConfig, step: int,
+                       states: Mapping[str, Any] | None = None) -> RolloutBatch:
     """Reward shapers, estimator, shapers, token filter and importance weights for one batch.
 
     Args:
@@ -123,6 +141,9 @@ def compute_advantages(batch: RolloutBatch, cfg: AlgoConfig, step: int) -> Rollo
             `single_update_shortcut`.
         cfg: an `AlgoConfig`.
         step: the 1-based training step (step windows of shapers such as `position`).
+        states: the states of the shapers that keep one across steps (`shaper_states`), updated in place; each is
+            passed to its shaper as the keyword `state` (None for an engine that keeps none) and its `stats` join
+            the batch's.
     Returns:
         `batch` with the method's fields (stage 4): `loss_mask`, `shaped_rewards`, `base_advantages`, `advantages`,
         `token_weights`, `is_weights` and `stats` (what the method did, `tokens/*`, `is/*`, `kl/mean`, and, when the
@@ -142,8 +163,15 @@ def compute_advantages(batch: RolloutBatch, cfg: AlgoConfig, step: int) -> Rollo
                          sum_pi_squared=_masked(batch.sum_pi_squared, loss_mask))
     advantages = lookup("estimator", cfg.advantage).bind(cfg)(seen, cfg)
     base = advantages
+    if batch.advantage_scale is not None:  # the sampler's per-response multiplier (FR3E's modulation)
+        advantages = advantages * batch.advantage_scale.to(advantages.dtype)[:, None]
+    kept: dict[str, Any] = {}
     for name in cfg.shapers:
-        advantages = lookup("shaper", name).bind(cfg)(advantages, seen, cfg, step)
+        entry = lookup("shaper", name)
+        if entry.state is not None:  # a shaper with a state across steps (the outcome counts): the loop's, or None
+            kept[name] = (states or {}).get(name)
+        extra = {"state": kept[name]} if name in kept else {}
+        advantages = entry.bind(cfg)(advantages, seen, cfg, step, **extra)
     token_weights = lookup("token_filter", cfg.token_filter).bind(cfg)(seen, loss_mask, cfg)
     is_weights, is_stats = lookup("importance_weights", cfg.importance_weights).bind(cfg)(seen, loss_mask, cfg)
     stats = _method_stats(batch.mask, loss_mask, base, advantages, token_weights)
@@ -151,6 +179,7 @@ def compute_advantages(batch: RolloutBatch, cfg: AlgoConfig, step: int) -> Rollo
         weights = question_weights(batch.group, loss_mask.sum(-1) > 0).to(loss_mask.dtype)[:, None] * loss_mask
         token_weights = weights if token_weights is None else token_weights * weights
     stats.update(is_stats)
+    stats.update({k: v for state in kept.values() if state is not None for k, v in state.stats.items()})
     # the sampler against pi_old's forward; under verl's bypass mode pi_old is the rollout itself, and the mismatch is
     # measured on the update's forward instead (`explorl.train.update.update_policy`)
     if (batch.logprobs is not None and batch.behavior_logprobs is not None
@@ -174,7 +203,8 @@ def _method_stats(response_mask: Tensor, loss_mask: Tensor, base: Tensor, advant
 
 
 def policy_objective(logprobs: Tensor, entropy: Tensor | None, batch: RolloutBatch, cfg: AlgoConfig, *,
-                     generator: torch.Generator | None = None) -> tuple[Tensor, dict[str, float]]:
+                     generator: torch.Generator | None = None,
+                     topk: TopK | None = None) -> tuple[Tensor, dict[str, float]]:
     """The loss to minimise on one (micro-)batch: policy loss + kl_coef * KL - entropy_coef * H, one aggregation.
 
     KL is the per-token k3 estimate (`kl_k3`), times the ratio `exp(logprobs - pi_old)` (with its gradient) when
@@ -184,18 +214,25 @@ def policy_objective(logprobs: Tensor, entropy: Tensor | None, batch: RolloutBat
         logprobs: [n, t] log-probs of the sampled tokens under the policy being optimised (with gradient).
         entropy: [n, t] its token entropies, or None when `cfg.entropy_coef == 0`.
         batch: the same rows and columns (`select`) of `compute_advantages`' result. pi_old is `batch.logprobs`, or
-            `logprobs` detached when that is None (`single_update_shortcut`).
+            `logprobs` detached when that is None (`single_update_shortcut`; then pi_old's top-K log-probs are
+            `topk.logprobs` detached too).
         cfg: an `AlgoConfig`.
         generator: random source of losses that sample tokens (Clip-Cov).
+        topk: the forward's top-K log-probs, entropies and top-1 flags, for a loss that declares `needs_topk`.
     Returns:
         (scalar loss, stats): the loss variant's statistics plus `kl/mean` and `loss/entropy` when those terms act.
     """
     batch.require("advantages", "loss_mask", by="policy_objective (run compute_advantages first)")
     entry = lookup("policy_loss", cfg.loss)
-    random = {"generator": generator} if entry.needs_generator else {}
+    extra = {"generator": generator} if entry.needs_generator else {}
+    if entry.needs_topk is not None:
+        if topk is None:
+            raise ValueError(f"policy_objective: algo.loss={cfg.loss} needs the forward's top-K log-probs (`topk`)")
+        extra["topk"] = topk
     mask = batch.loss_mask
-    with_old = batch if batch.logprobs is not None else batch.replace(logprobs=logprobs.detach())
-    loss, stats = entry.bind(cfg)(logprobs, with_old, cfg, **random)
+    with_old = batch if batch.logprobs is not None else batch.replace(
+        logprobs=logprobs.detach(), topk_logprobs=None if topk is None else topk.logprobs.detach())
+    loss, stats = entry.bind(cfg)(logprobs, with_old, cfg, **extra)
     if cfg.kl_coef > 0:
         batch.require("ref_logprobs", by="algo.kl_coef > 0")
         token_kl = kl_k3(logprobs, batch.ref_logprobs, mask, clamp=cfg.kl_clamp)

@@ -1,5 +1,6 @@
 """`explorl methods [NAME]`: every registered method (estimators, shapers, policy losses, token filters, reward
-shapers, importance weights, loss aggregations, temperature schedules, budget policies) with the paper and equations
+shapers, importance weights, loss aggregations, temperature schedules, budget policies) and every method explorl's
+loop carries out itself (`explorl.train.loop_methods.LOOP_METHODS`, kind `loop`) with the paper and equations
 it implements (the entry's `cites`), its options with their defaults and config keys, and the `file:line` of its
 code; with NAME, the entries of that name of every kind and those citing the paper of that short name (`e3`, `ead`),
 each in full: the `file:line` of its formula (`Entry.formula`) and of where the step acts with it (`Entry.acts_at`),
@@ -22,13 +23,15 @@ from explorl.algos.papers import OWN, PAPERS
 from explorl.algos.registry import METHOD_KINDS, SECTIONS, SELECTED_BY, entries, lookup
 from explorl.config.schema import field_docs
 from explorl.config.validation import fill_registry
+from explorl.train.loop_methods import LOOP_METHODS, LoopEntry
 
 
 def add_parser(sub) -> None:
     m = sub.add_parser("methods", help="list the registered methods with their papers, equations, options and code",
                        description="Every registered method (advantage estimators, shapers, policy losses, token "
                                    "filters, reward shapers, importance weights, loss aggregations, temperature "
-                                   "schedules, budget policies): the paper and equations it implements, the "
+                                   "schedules, budget policies) and those explorl's loop carries out itself: the "
+                                   "paper and equations it implements, the "
                                    "docs/methods.md section that documents it, its options with their defaults, and "
                                    "the file:line of its code. With NAME, every entry of that name, and every entry "
                                    "citing the paper of that short name, in full: the file:line of its formula and "
@@ -40,9 +43,10 @@ def add_parser(sub) -> None:
 
 def method_entries() -> list:
     """Every registered entry of the method kinds (`METHOD_KINDS`; tasks are not methods), explorl's own modules
-    imported first, in the order of the kinds then by name."""
+    imported first, in the order of the kinds then by name; then the methods explorl's loop carries out itself
+    (`explorl.train.loop_methods.LOOP_METHODS`: a `LoopEntry` for each, beside their modules)."""
     fill_registry()
-    return [entry for kind in METHOD_KINDS for _, entry in sorted(entries(kind).items())]
+    return [entry for kind in METHOD_KINDS for _, entry in sorted(entries(kind).items())] + list(LOOP_METHODS)
 
 
 def code_location(fn: Any) -> tuple[str, int]:
@@ -87,15 +91,17 @@ def site_location(site) -> tuple[str, int]:
 
 
 def option_defaults(entry) -> list[tuple[str, str, Any]]:
-    """(config key, field, default) of each option the entry reads (its own, or those of `options_from`)."""
+    """(config key, field, default) of each option the entry reads (its own, or those of `options_from`; a loop
+    method's are its config section's)."""
     owner = lookup(entry.kind, entry.options_from) if entry.options_from else entry
     if owner.options is None:
         return []
+    section = entry.config if isinstance(entry, LoopEntry) else f"{SECTIONS[entry.kind]}.{owner.name}"
     rows = []
     for f in dataclasses.fields(owner.options):
         default = f.default if f.default is not dataclasses.MISSING else (
             f.default_factory() if f.default_factory is not dataclasses.MISSING else "(required)")
-        rows.append((f"{SECTIONS[entry.kind]}.{owner.name}.{f.name}", f.name, default))
+        rows.append((f"{section}.{f.name}", f.name, default))
     return rows
 
 
@@ -161,7 +167,8 @@ def _summary(entry) -> tuple[str, str, str, str, str]:
 
 
 def _title(kind: str) -> str:
-    return f"{kind} ({SELECTED_BY[kind]}; explorl methods NAME shows one in full)"
+    chosen = SELECTED_BY.get(kind, "carried out by explorl's loop, switched on by its algo section")
+    return f"{kind} ({chosen}; explorl methods NAME shows one in full)"
 
 
 def _table(kind: str, rows: list[tuple[str, ...]]) -> Table:

@@ -259,6 +259,10 @@ def _check_engine(cfg: Config) -> None:
               "sampling.engine=vllm: a LoRA policy (model.lora) cannot be synced to vLLM's engine; train without "
               "model.lora or use sampling.engine=explorl")
         _need(0 < s.vllm_memory <= 1, f"sampling.vllm_memory: must be in (0, 1], got {s.vllm_memory}")
+        _need(not lookup("budget_policy", cfg.budget.policy).branches,
+              f"sampling.engine=vllm: budget.policy={cfg.budget.policy} continues prefixes of its sampled responses "
+              f"at their highest-entropy tokens, and the vLLM engine returns no token entropies; use "
+              f"sampling.engine=explorl")
 
 
 def _check_rft(f: RftConfig) -> None:

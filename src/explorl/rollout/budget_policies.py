@@ -6,21 +6,42 @@ Each is a factory `(cfg: Config, num_prompts[, *, options]) -> policy` with its 
 `end_of_pass`, `extra_rounds` (generation rounds allowed beyond the first to fill the batch), `keep(per_prompt,
 room)` (which groups of a round enter the batch), `stats(rounds, kept_frac)`, and `state_dict` / `load_state_dict`
 (plain data). `rollout.schedule.ScheduleDriver` calls the first three for every engine; only explorl's own loop
-(`rollout.collect`) re-samples with `extra_rounds` and `keep`.
+(`rollout.collect`) re-samples with `extra_rounds` and `keep`. A policy with a `draw` method samples and scores each
+round itself and returns a `Drawn` (FR3E's branching rollouts, `rollout.fr3e`; its entry declares `branches`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
+from explorl.algos.batch import RolloutBatch
 from explorl.algos.registry import Cite, register
 from explorl.rollout.budget import BudgetCurriculum, DifficultyTracker, allocate
 
 if TYPE_CHECKING:
     from explorl.config.schema import Config
 
-__all__ = ["DAPOBudget", "DAPOBudgetOptions", "E3Budget", "E3BudgetOptions", "UniformBudget"]
+__all__ = ["DAPOBudget", "DAPOBudgetOptions", "Drawn", "E3Budget", "E3BudgetOptions", "UniformBudget"]
+
+
+@dataclass
+class Drawn:
+    """One generation round, sampled and scored, as `rollout.collect` stacks it; group g of `batch` answers
+    `problems[g]`, the training set's prompt `prompt_ids[g]` (one group per prompt, or per FR3E state)."""
+
+    batch: RolloutBatch
+    """The sampled rows (`RolloutBatch` stage 1, `rewards` None; `group` indexes `problems`)."""
+    texts: list[str]
+    """Per row: the response text the rewards scored."""
+    scored: Any
+    """The `rewards.RewardResult` of the rows."""
+    correct: list[bool]
+    """Per row: correct by the task's rule."""
+    problems: list
+    """Per group: its problem."""
+    prompt_ids: list[int]
+    """Per group: the training set's index of its prompt."""
 
 
 @register("budget_policy", "uniform", reads=("sampling.group_size",), static=True,

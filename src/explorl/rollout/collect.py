@@ -8,9 +8,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import hashlib
+
 import torch
 
 from explorl.algos.batch import RolloutBatch
+from explorl.metrics import vote_keys
+from explorl.rollout.budget_policies import Drawn
 from explorl.rollout.controllers import PromptStream
 from explorl.rollout.engines.native import decode_responses
 from explorl.rollout.sampler import Sampler
@@ -77,6 +81,16 @@ def _greedy_rewards(sampler: Sampler, bound: BoundTask, problems: list, prompt_i
     return by_prompt, rr
 
 
+def _draw_round(sampler: Sampler, tok, problems: list, prompt_ids: list, plan, generator: torch.Generator,
+                score: Callable) -> Drawn:
+    """The round as planned: `plan.rollouts[j]` responses to prompt j, one group per prompt, scored (`score(texts,
+    problems per row) -> (RewardResult, correct per row)`). A budget policy with `draw` (FR3E) replaces it."""
+    ro = sampler.sample(prompt_ids, plan, generator)
+    texts = decode_responses(tok, ro)
+    rr, correct = score(texts, [problems[g] for g in ro.group.tolist()])
+    return Drawn(ro, texts, rr, correct, list(problems), [int(i) for i in plan.prompt_ids])
+
+
 def collect_rollouts(sampler: Sampler, bound: BoundTask, stream: PromptStream, driver: ScheduleDriver, *,
                      batch_size: int, step: int, generator: torch.Generator,
                      greedy_baseline: bool = False) -> Collected:
@@ -102,34 +116,38 @@ def collect_rollouts(sampler: Sampler, bound: BoundTask, stream: PromptStream, d
         failures += rr.failures
         scored += len(rr.rewards)
 
+    def score(texts: list[str], row_problems: list):  # the run's reward functions: (result, correct per row)
+        rr = runner(texts, [p.answer for p in row_problems], [p.meta for p in row_problems])
+        account(rr)
+        return rr, task.correct(rr)
+
+    draw = getattr(budget, "draw", None) or _draw_round  # a policy that branches (FR3E) draws its rounds itself
     while True:
         epoch = stream.epoch
         ids = stream.next(batch_size - len(problems))
         plan = driver.plan(ids, new_pass=stream.epoch != epoch)
         round_problems = [task.train[i] for i in ids]
         prompt_ids = [bound.prompt_ids(p) for p in round_problems]
-        ro = sampler.sample(prompt_ids, plan, generator)
-        round_texts = decode_responses(tok, ro)
+        drawn = draw(sampler, tok, round_problems, prompt_ids, plan, generator, score)
+        ro, round_texts, rr, round_correct = drawn.batch, drawn.texts, drawn.scored, drawn.correct
         group = ro.group.tolist()
-        rr = runner(round_texts, [round_problems[g].answer for g in group], [round_problems[g].meta for g in group])
-        round_correct = task.correct(rr)
-        account(rr)
         if greedy_baseline:
             greedy, greedy_rr = _greedy_rewards(sampler, bound, round_problems, prompt_ids, generator)
             account(greedy_rr)
-        per_prompt = [[rr.rewards[i] for i, g in enumerate(group) if g == j] for j in range(len(ids))]
-        driver.observe_rewards(ids, per_prompt)
-        sampled_groups += len(ids)
+        per_prompt = [[rr.rewards[i] for i, g in enumerate(group) if g == j]  # per group (a prompt, an FR3E state)
+                      for j in range(len(drawn.problems))]
+        driver.observe_rewards(drawn.prompt_ids, per_prompt)
+        sampled_groups += len(drawn.problems)
         keep = budget.keep(per_prompt, batch_size - len(problems))
         last_round = rounds >= budget.extra_rounds
         if not keep and last_round and not problems:
-            keep = [j for j in range(len(ids)) if per_prompt[j]]  # nothing informative at all: train on it anyway
+            keep = [j for j in range(len(drawn.problems)) if per_prompt[j]]  # nothing informative: train on it all
         new_id = {j: len(problems) + i for i, j in enumerate(keep)}
         rows = [i for i, g in enumerate(group) if g in new_id]
         part = ro.select(torch.tensor(rows, dtype=torch.long, device=ro.group.device))
         parts.append(part.replace(group=torch.tensor([new_id[g] for g in part.group.tolist()], dtype=torch.long,
                                                      device=ro.group.device)))
-        problems += [round_problems[j] for j in keep]
+        problems += [drawn.problems[j] for j in keep]
         texts += [round_texts[i] for i in rows]
         rewards += [rr.rewards[i] for i in rows]
         baselines += [greedy[group[i]] for i in rows] if greedy_baseline else []
@@ -153,3 +171,17 @@ def collect_rollouts(sampler: Sampler, bound: BoundTask, stream: PromptStream, d
     stats.update(budget.stats(rounds, len(problems) / max(sampled_groups, 1)))
     stats.update({f"reward/{name}": sum(v) / max(len(v), 1) for name, v in by_function.items()})
     return Collected(problems, batch, texts, rewards, temps.train, errors, timeouts, stats, failures, scored, correct)
+
+
+def outcome_keys(got: Collected, extract_answer: Callable[[str], str | None]) -> torch.Tensor:
+    """`RolloutBatch.outcomes` of a scored batch: per response, a 63-bit hash of its question's prompt and its final
+    answer (`extract_answer`, the task's), equivalent answers pooled as maj@k pools them (`metrics.vote_keys`: every
+    correct answer one outcome); -1 where no answer was extracted. `[N]` int64 on the batch's device."""
+    def key(prompt: str, vote: str | None) -> int:
+        if vote is None:
+            return -1
+        return int.from_bytes(hashlib.blake2b(f"{prompt}\x00{vote}".encode(), digest_size=8).digest(), "big") >> 1
+
+    votes = vote_keys([extract_answer(t) for t in got.texts], got.correct)
+    keys = [key(got.problems[g].prompt, v) for g, v in zip(got.batch.group.tolist(), votes)]
+    return torch.tensor(keys, dtype=torch.long, device=got.batch.mask.device)

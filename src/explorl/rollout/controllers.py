@@ -12,13 +12,14 @@ import random
 
 from explorl.rollout.budget_policies import (DAPOBudget, DAPOBudgetOptions, E3Budget, E3BudgetOptions,
                                              UniformBudget)
+from explorl.rollout.fr3e import FR3EBranching, FR3EOptions
 from explorl.rollout.temperature_schedules import (AdaptiveOptions, AdaptiveTemperature, E3Temperature,
                                                    E3TemperatureOptions, EADOptions, EADTemperature,
                                                    FixedTemperature, PromptTemperature, RevEADTemperature)
 
 __all__ = ["AdaptiveOptions", "AdaptiveTemperature", "DAPOBudget", "DAPOBudgetOptions", "E3Budget",
            "E3BudgetOptions", "E3Temperature", "E3TemperatureOptions", "EADOptions", "EADTemperature",
-           "FixedTemperature", "PromptStream", "PromptTemperature", "RevEADTemperature", "UniformBudget"]
+           "FR3EBranching", "FR3EOptions", "FixedTemperature", "PromptStream", "PromptTemperature", "RevEADTemperature", "UniformBudget"]
 
 
 class PromptStream:

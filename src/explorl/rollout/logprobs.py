@@ -57,12 +57,11 @@ def _split_head(model):
 
 
 def _block_stats(hidden: torch.Tensor, weight: torch.Tensor, bias, targets: torch.Tensor, temp: torch.Tensor,
-                 with_entropy: bool, with_sum_pi_squared: bool = False):
-    """Log-probs [N, c], entropies [N, c] and `_logit_stats`' sum_v pi(v)^2 of one block of positions; only
-    [N, c, V] logits exist here."""
+                 with_entropy: bool, with_sum_pi_squared: bool = False, top_k: int = 0):
+    """`_logit_stats` and `_logit_topk` of one block of positions; only [N, c, V] logits exist here."""
     # `hidden.to`: a float32 head (model.lm_head_fp32) multiplies in float32; a no-op otherwise
     logits = torch.nn.functional.linear(hidden.to(weight.dtype), weight, bias).float() / temp
-    return _logit_stats(logits, targets, with_entropy, with_sum_pi_squared)
+    return _logit_stats(logits, targets, with_entropy, with_sum_pi_squared) + _logit_topk(logits, targets, top_k)
 
 
 def _logit_stats(logits: torch.Tensor, targets: torch.Tensor, with_entropy: bool, with_sum_pi_squared: bool):
@@ -74,6 +73,17 @@ def _logit_stats(logits: torch.Tensor, targets: torch.Tensor, with_entropy: bool
     ent = token_entropy(logits) if with_entropy else torch.zeros_like(lp)
     s2 = torch.exp(torch.logsumexp(2 * logits, dim=-1) - 2 * logz) if with_sum_pi_squared else None
     return lp, ent, s2
+
+
+def _logit_topk(logits: torch.Tensor, targets: torch.Tensor, top_k: int) -> tuple:
+    """(log-probs [N, c, K] of the K largest of float32 temperature-scaled `logits` [N, c, V], largest first; whether
+    the target is the largest [N, c] bool), or (None, None) for `top_k` 0. The gradient is that of gathering the K
+    log-probs, the ids chosen on the values (as SimKO's authors' `torch.topk(logits.detach())` then
+    `logprobs_from_logits`); the top-1 flag is their `max_token`."""
+    if top_k <= 0:
+        return None, None
+    values, ids = logits.topk(top_k, dim=-1)
+    return values - torch.logsumexp(logits, dim=-1, keepdim=True), ids[..., 0] == targets
 
 
 def packed_sequences(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_ids: torch.Tensor,
@@ -112,6 +122,10 @@ class LogprobOptions:
     """Tokens (rows x positions) per block of the output layer, at most."""
     max_block_logits: int = 2**25
     """Logits (tokens x vocabulary) per block, at most: large vocabularies get smaller blocks."""
+    top_k: int = 0
+    """K > 0: also return the log-probs [N, T, K] of the K most probable tokens of each distribution, most probable
+    first, and whether the response token is the most probable [N, T] bool (SimKO's inputs); from the same float32
+    blocks, so only [N, T, K] more is kept."""
     compile: bool = False
     """For a model the fused forward takes (Qwen2, Llama; no dropout, no LoRA), run the decoder as
     `rollout.forward.fused_hidden` compiled by torch.compile (`model.compile`), forward and backward; the same values
@@ -137,29 +151,32 @@ def response_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
             decoder runs compiled (`LogprobOptions`).
     Returns:
         logprobs [N, T] and entropy [N, T] (None without `options.with_entropy`), 0.0 where response_mask == 0; with
-        `options.with_sum_pi_squared`, a third tensor: sum_pi_squared [N, T], 0.0 where response_mask == 0.
-        Differentiable when called with grad enabled.
+        `options.with_sum_pi_squared`, a third tensor: sum_pi_squared [N, T], 0.0 where response_mask == 0; with
+        `options.top_k` = K > 0, two more: the top-K log-probs [N, T, K] (0.0 where response_mask == 0) and the
+        top-1 flags [N, T] (False there). Differentiable when called with grad enabled.
     """
     with_entropy, with_sum_pi_squared = options.with_entropy, options.with_sum_pi_squared
     chunk_size, max_block_logits, compile = options.chunk_size, options.max_block_logits, options.compile
+    want = (with_entropy, with_sum_pi_squared, options.top_k)
     n, t = response_ids.shape
     split = _split_head(model)
     if split is None:
-        lps, ents, s2s = _stats_from_model_logits(model, prompt_ids, prompt_mask, response_ids, response_mask,
-                                                  temperature, (with_entropy, with_sum_pi_squared), chunk_size)
+        blocks = _stats_from_model_logits(model, prompt_ids, prompt_mask, response_ids, response_mask, temperature,
+                                          want, chunk_size)
     else:
         decoder, head = split
         hidden = _response_hidden(model, decoder, prompt_ids, prompt_mask, response_ids, response_mask, compile)
         temp = _response_temperature(temperature, response_mask, hidden.device)
         step = max(1, min(chunk_size, max_block_logits // head.weight.shape[0]) // n)
-        lps, ents, s2s = _stats_by_head_blocks(hidden, head, response_ids, temp,
-                                               (with_entropy, with_sum_pi_squared), step)
+        blocks = _stats_by_head_blocks(hidden, head, response_ids, temp, want, step)
+    lps, ents, s2s, topks, top1s = zip(*blocks)
     mask = response_mask.to(torch.float32)
     logprobs = torch.cat(lps, dim=1) * mask
     entropy = torch.cat(ents, dim=1) * mask if with_entropy else None
-    if with_sum_pi_squared:
-        return logprobs, entropy, torch.cat(s2s, dim=1) * mask
-    return logprobs, entropy
+    out = (logprobs, entropy) + ((torch.cat(s2s, dim=1) * mask,) if with_sum_pi_squared else ())
+    if options.top_k > 0:
+        out += (torch.cat(topks, dim=1) * mask[..., None], torch.cat(top1s, dim=1) & (mask > 0))
+    return out
 
 
 def _response_temperature(temperature, response_mask: torch.Tensor, device) -> torch.Tensor:
@@ -194,42 +211,37 @@ def _response_hidden(model, decoder, prompt_ids: torch.Tensor, prompt_mask: torc
 
 
 def _stats_by_head_blocks(hidden: torch.Tensor, head: torch.nn.Linear, response_ids: torch.Tensor,
-                          temp: torch.Tensor, want: tuple[bool, bool], step: int) -> tuple[list, list, list]:
-    """Per-block log-probs, entropies and sums of squared probabilities (`want`: (entropy, sum_pi_squared); zeros and
-    None where not wanted), the output layer applied `step` positions at a time (each block checkpointed under
-    autograd, so the backward recomputes its logits instead of holding them)."""
-    lps, ents, s2s = [], [], []
+                          temp: torch.Tensor, want: tuple[bool, bool, int], step: int) -> list[tuple]:
+    """Per block, `_logit_stats`' log-probs, entropies and sums of squared probabilities and `_logit_topk`'s top-K
+    log-probs and top-1 flags (`want`: (entropy, sum_pi_squared, top_k); zeros and None where not wanted), the
+    output layer applied `step` positions at a time (each block checkpointed under autograd, so the backward
+    recomputes its logits instead of holding them)."""
+    blocks = []
     for s in range(0, response_ids.shape[1], step):
         args = (hidden[:, s:s + step], head.weight, head.bias, response_ids[:, s:s + step], temp[:, s:s + step],
                 *want)
         if torch.is_grad_enabled():
-            lp, ent, s2 = torch.utils.checkpoint.checkpoint(_block_stats, *args, use_reentrant=False)
+            blocks.append(torch.utils.checkpoint.checkpoint(_block_stats, *args, use_reentrant=False))
         else:
-            lp, ent, s2 = _block_stats(*args)
-        lps.append(lp)
-        ents.append(ent)
-        s2s.append(s2)
-    return lps, ents, s2s
+            blocks.append(_block_stats(*args))
+    return blocks
 
 
 def _stats_from_model_logits(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, response_ids: torch.Tensor,
-                             response_mask: torch.Tensor, temperature, want: tuple[bool, bool],
-                             chunk_size: int) -> tuple[list, list, list]:
-    """Per-block log-probs, entropies and sums of squared probabilities (`want`: (entropy, sum_pi_squared)) from the
-    model's own forward (any causal LM; `logits_to_keep` limits the logits to the response positions), upcast to
-    float32 one block of `chunk_size` tokens at a time."""
+                             response_mask: torch.Tensor, temperature, want: tuple[bool, bool, int],
+                             chunk_size: int) -> list[tuple]:
+    """Per block, `_logit_stats` and `_logit_topk` (`want`: (entropy, sum_pi_squared, top_k)) from the model's own
+    forward (any causal LM; `logits_to_keep` limits the logits to the response positions), upcast to float32 one
+    block of `chunk_size` tokens at a time."""
     n, t = response_ids.shape
     input_ids, attention_mask, position_ids = full_sequences(prompt_ids, prompt_mask, response_ids)
     out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                 logits_to_keep=t + 1, use_cache=False)
     logits = out.logits[:, :-1]  # the logit at position j predicts token j + 1
     temp = _response_temperature(temperature, response_mask, logits.device)
-    lps, ents, s2s = [], [], []
     step = max(1, chunk_size // n)
+    blocks = []
     for s in range(0, t, step):
-        block = logits[:, s:s + step].float() / temp[:, s:s + step]
-        lp, ent, s2 = _logit_stats(block, response_ids[:, s:s + step], *want)
-        lps.append(lp)
-        ents.append(ent)
-        s2s.append(s2)
-    return lps, ents, s2s
+        block, targets = logits[:, s:s + step].float() / temp[:, s:s + step], response_ids[:, s:s + step]
+        blocks.append(_logit_stats(block, targets, *want[:2]) + _logit_topk(block, targets, want[2]))
+    return blocks

@@ -13,8 +13,9 @@ Deliberate choices, stated up front:
   in one registry; the schedule and policy are driven by `rollout.schedule.ScheduleDriver` and the method logic is
   `algos.step.compute_advantages` and `algos.step.policy_objective`, all three of which the engine integrations
   call too.
-- A response counts as correct (for `entropy/pos`, all-correct/all-wrong fractions) by the task's rule: one reward
-  entry's own score above a threshold (`task.correct_by`, `task.correct_threshold`), never the shaped reward.
+- A response counts as correct (for `entropy/pos`, all-correct/all-wrong fractions, `RolloutBatch.correct`) by the
+  task's rule: one reward entry's own score above a threshold (`task.correct_by`, `task.correct_threshold`), never
+  the shaped reward.
 - A loss or gradient that is not finite skips the rest of that step's updates before `optimizer.step`, so the
   weights and the AdamW moments never see it; too many such steps in a row stop the run. The trainable weights
   are checked after every optimizer step as well: non-finite weights stop the run before anything of them is
@@ -37,7 +38,7 @@ import torch
 from rich.console import Console
 from rich.markup import escape
 
-from explorl.algos.step import compute_advantages, requirements, single_update_shortcut
+from explorl.algos.step import compute_advantages, requirements, shaper_states, single_update_shortcut
 from explorl.config import Config, load_config, to_dict
 from explorl.evaluation.evaluate import held_out_evaluator
 from explorl.train.adaptive_entropy import EntropyCoefficient
@@ -46,7 +47,7 @@ from explorl.train.guards import Interrupted, RunGuards, RunStopped
 from explorl.train.memory import PhasePeaks
 from explorl.models import make_reference, resolve_model_path
 from explorl.train.preflight import check_run_inputs
-from explorl.rollout.collect import BoundTask, collect_rollouts
+from explorl.rollout.collect import BoundTask, collect_rollouts, outcome_keys
 from explorl.rollout.sampler import Sampler
 from explorl.rollout.controllers import PromptStream
 from explorl.rollout.engines.vllm import VllmRollouts  # vLLM itself is imported only when it samples
@@ -81,7 +82,8 @@ __all__ = ["train", "train_from_files", "update_policy", "fill_logprobs", "make_
 class TrainState:
     """Everything a step changes and a checkpoint keeps: the policy (and frozen reference), AdamW and its schedule,
     the prompt order, the schedule driver (temperature schedule, budget policy), the entropy-bonus coefficient
-    (Skywork-OR1's adaptive one) and every random generator."""
+    (Skywork-OR1's adaptive one), the states of the shapers that keep one (the outcome counts of outcome-based
+    exploration: `ShaperEntry.state`) and every random generator."""
 
     model: torch.nn.Module
     ref: torch.nn.Module | None
@@ -92,6 +94,7 @@ class TrainState:
     gens: dict
     device: torch.device
     entropy_coef: EntropyCoefficient
+    shaper_states: dict
 
     @classmethod
     def new(cls, cfg: Config, model, device, num_prompts: int) -> TrainState:
@@ -102,7 +105,7 @@ class TrainState:
                 "shuffle_rng": torch.Generator().manual_seed(cfg.run.seed + 1)}
         return cls(model, ref, optimizer, scheduler, PromptStream(num_prompts, cfg.run.seed),
                    ScheduleDriver(cfg, model.config.vocab_size, num_prompts), gens, device,
-                   EntropyCoefficient(cfg.algo))
+                   EntropyCoefficient(cfg.algo), shaper_states(cfg.algo))
 
     def checkpoint(self, log: RunLog, step: int, nonfinite_run: int, cfg: Config) -> None:
         state = {"step": step, "stream": self.stream.state_dict(), "nonfinite_run": nonfinite_run,
@@ -110,6 +113,8 @@ class TrainState:
         if self.entropy_coef.adaptive:  # absent otherwise: the other methods' checkpoints stay as they were
             state["entropy_coef"] = self.entropy_coef.state_dict()
         state.update(reference_state(cfg.algo, self.ref, step))  # ProRL's reset reference, once there is one
+        if self.shaper_states:  # absent otherwise, as the entropy coefficient's
+            state["shaper_states"] = {name: s.state_dict() for name, s in self.shaper_states.items()}
         log.save_checkpoint(step, self.model, self.optimizer, self.scheduler, state, cfg.run.keep_checkpoints,
                             cfg.run.save_every)
 
@@ -131,6 +136,8 @@ class TrainState:
         self.stream.load_state_dict(state["stream"])
         self.driver.load_state_dict(state["driver"])
         self.entropy_coef.load_state_dict(state.get("entropy_coef"))
+        for name, kept in self.shaper_states.items():
+            kept.load_state_dict(state.get("shaper_states", {}).get(name))
         load_reference(self.ref, state)
         restore_rng(state, self.gens, self.device)
         log.truncate_metrics(state["step"])
@@ -156,15 +163,18 @@ def train_step(step: int, cfg: Config, st: TrainState, sampler: Sampler, bound: 
     t_sample = time.perf_counter() - t0
     # vLLM's kernels are not the policy's: pi_old (and its entropies) come from a forward pass
     pi_old_from_update = single_update_shortcut(cfg.algo, st.driver.behavior_is_policy and sampler.engine is None)
+    correct = torch.tensor(got.correct, dtype=torch.bool, device=got.batch.mask.device)  # by the task's rule
+    # each response's question and final answer, where a shaper reads them (outcome-based exploration)
+    outcomes = outcome_keys(got, bound.task.extract_answer) if requirements(cfg.algo).outcomes else None
     with peaks.phase("logprob"):
-        batch = fill_logprobs(st.model, st.ref, got.batch, got.train_temperature, cfg, pi_old_from_update)
-    batch = compute_advantages(batch, cfg.algo, step + 1)
+        batch = fill_logprobs(st.model, st.ref, got.batch.replace(correct=correct, outcomes=outcomes),
+                              got.train_temperature, cfg, pi_old_from_update)
+    batch = compute_advantages(batch, cfg.algo, step + 1, states=st.shaper_states)
     entropy = float((batch.entropy * batch.mask).sum() / batch.mask.sum().clamp_min(1))
     st.driver.end(entropy)  # E3's feedback
     coef = st.entropy_coef.step(entropy)  # Skywork-OR1's adaptive coefficient (algo.entropy_coef when fixed)
     step_cfg = replace(cfg, algo=st.entropy_coef.algo_for(cfg.algo, coef)) if st.entropy_coef.adaptive else cfg
     t1 = time.perf_counter()
-    correct = torch.tensor(got.correct, dtype=torch.bool, device=batch.mask.device)
     record = {"step": step + 1, **rollout_metrics(batch, correct), "reward/errors": got.errors,
               "reward/timeouts": got.timeouts, **got.stats, "temperature/train": got.train_temperature,
               **batch.stats, **({"algo/entropy_coef": coef} if st.entropy_coef.adaptive else {})}

@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from explorl.algos.batch import RolloutBatch
+from explorl.algos.batch import RolloutBatch, TopK
 from explorl.algos.losses import micro_batch_share
 from explorl.algos.mismatch import mismatch_metrics
 from explorl.algos.registry import lookup
@@ -74,13 +74,19 @@ def _micro_batches(mb: torch.Tensor, lengths: torch.Tensor, a) -> list[torch.Ten
     return list(order.split(max(1, size)))
 
 
-def _logprobs(model, micro: RolloutBatch, loss_mask: torch.Tensor, temp, with_entropy: bool, compile: bool):
+def _logprobs(model, micro: RolloutBatch, loss_mask: torch.Tensor, temp, with_entropy: bool, compile: bool,
+              top_k: int = 0):
     """`response_logprobs` of a micro-batch (`RolloutBatch.select`: its rows, its response columns), without the
     left-padding columns all of its rows share: log-probs and entropies (None without `with_entropy`) shaped like
-    `loss_mask`."""
+    `loss_mask`, and the same forward's `TopK` with `top_k` > 0 (its entropies detached; else None)."""
     lead = int((micro.prompt_mask.cumsum(-1) == 0).sum(-1).min())  # left-padding columns common to all rows
-    return response_logprobs(model, micro.prompt_ids[:, lead:], micro.prompt_mask[:, lead:], micro.response_ids,
-                             loss_mask, temp, options=LogprobOptions(with_entropy=with_entropy, compile=compile))
+    out = response_logprobs(model, micro.prompt_ids[:, lead:], micro.prompt_mask[:, lead:], micro.response_ids,
+                            loss_mask, temp, options=LogprobOptions(with_entropy=with_entropy or top_k > 0,
+                                                                    compile=compile, top_k=top_k))
+    if top_k <= 0:
+        return (*out, None)
+    lp, ent, topk, top1 = out
+    return lp, ent if with_entropy else None, TopK(logprobs=topk, entropy=ent.detach(), is_top1=top1)
 
 
 def _logprobs_without_idle(model, micro: RolloutBatch, idle: torch.Tensor, loss_mask: torch.Tensor, temp, *,
@@ -89,9 +95,10 @@ def _logprobs_without_idle(model, micro: RolloutBatch, idle: torch.Tensor, loss_
     to the loss or its gradient: only the others go through the forward with grad, so the backward skips the idle
     ones. The idle rows' values feed only the loss's statistics: with `on_policy` (pi_old is this forward, detached)
     any value gives them ratio 1 exactly, as their forward would, so they are left at 0; otherwise (pi_old from an
-    earlier forward) they come from a forward without grad. Entropies are not returned (idle rows exist only
-    without the entropy bonus). A lone row goes through the forward with a neighbour whose output is dropped,
-    since a compiled forward specialises, and recompiles, for a batch of one row."""
+    earlier forward) they come from a forward without grad. Entropies and top-K log-probs are not returned (idle
+    rows exist only without the entropy bonus and for losses that read no top-K). A lone row goes through the
+    forward with a neighbour whose output is dropped, since a compiled forward specialises, and recompiles, for a
+    batch of one row."""
     n, width = loss_mask.shape
     lp = torch.zeros(n, width, device=loss_mask.device)
 
@@ -99,7 +106,7 @@ def _logprobs_without_idle(model, micro: RolloutBatch, idle: torch.Tensor, loss_
         pick = which if len(which) != 1 or n == 1 else torch.cat([which, (which[:1] + 1) % n])
         w = max(int(loss_mask[pick].sum(-1).max()), 1)
         with torch.set_grad_enabled(grad and torch.is_grad_enabled()):
-            part, _ = _logprobs(model, micro.select(pick, w), loss_mask[pick, :w], temp, False, compile)
+            part, _, _ = _logprobs(model, micro.select(pick, w), loss_mask[pick, :w], temp, False, compile)
         return lp.index_copy(0, which, torch.nn.functional.pad(part[:len(which)], (0, width - w)))
 
     live, rest = (~idle).nonzero().squeeze(-1), idle.nonzero().squeeze(-1)
@@ -107,7 +114,7 @@ def _logprobs_without_idle(model, micro: RolloutBatch, idle: torch.Tensor, loss_
         lp = put(lp, live, grad=True)
     if not on_policy and len(rest):
         lp = put(lp, rest, grad=False)
-    return lp, None
+    return lp, None, None
 
 
 def update_policy(model, optimizer, scheduler, batch: RolloutBatch, cfg: Config, shuffle: torch.Generator,
@@ -124,7 +131,7 @@ def update_policy(model, optimizer, scheduler, batch: RolloutBatch, cfg: Config,
     n = batch.loss_mask.shape[0]
     stats: dict[str, list[float]] = {}
     temp = cfg.sampling.temperature if temperature is None else temperature
-    need_entropy = requirements(a).update_entropy
+    need_entropy, top_k = requirements(a).update_entropy, requirements(a).topk
     batch.require("prompt_ids", "prompt_mask", "response_ids", by="update_policy")
     lengths = batch.prompt_mask.sum(-1) + batch.loss_mask.sum(-1)
     idle = idle_rows(batch, a)
@@ -152,14 +159,14 @@ def update_policy(model, optimizer, scheduler, batch: RolloutBatch, cfg: Config,
                 width = max(int(batch.mask[rows].sum(-1).max()), 1)
                 micro = batch.select(rows, width)
                 if bool(idle[rows].any()):
-                    lp, ent = _logprobs_without_idle(model, micro, idle[rows], micro.mask, temp,
-                                                     on_policy=batch.logprobs is None, compile=compile)
+                    lp, ent, topk = _logprobs_without_idle(model, micro, idle[rows], micro.mask, temp,
+                                                           on_policy=batch.logprobs is None, compile=compile)
                 else:
-                    lp, ent = _logprobs(model, micro, micro.mask, temp, need_entropy, compile)
+                    lp, ent, topk = _logprobs(model, micro, micro.mask, temp, need_entropy, compile, top_k)
                 if measure:
                     trainer_lp[rows, :width] = lp.detach().to(trainer_lp.dtype)
                     measured[rows, :width] = micro.mask * (~idle[rows])[:, None]
-                loss, st = policy_objective(lp, ent, micro, a, generator=shuffle)
+                loss, st = policy_objective(lp, ent, micro, a, generator=shuffle, topk=topk)
                 if not torch.isfinite(loss):
                     raise NonFiniteError(f"loss is {float(loss.detach())} (pg={st.get('loss/pg')}); update skipped")
                 if loss.requires_grad:  # not when every row of the micro-batch is idle
@@ -196,16 +203,20 @@ def fill_logprobs(model, ref, batch: RolloutBatch, temperature: float, cfg: Conf
     """Stage 3 of the step's `RolloutBatch`: pi_old's log-probs and entropies at the training `temperature` (a
     forward pass, unless the update's own forward serves as pi_old or verl's bypass mode takes the rollout's) and
     the reference's log-probs when the method needs them, and pi_old's `sum_pi_squared` when a registered entry
-    declares `needs_sum_pi_squared` (from the same forward). `batch`: the sampled (and scored) batch."""
-    need_s2, s2 = requirements(cfg.algo).sum_pi_squared, None
+    declares `needs_sum_pi_squared` and its `topk_logprobs` when the policy loss declares `needs_topk` (both from
+    the same forward; without one, the update's forward stands in for pi_old's top-K). `batch`: the sampled (and
+    scored) batch."""
+    need_s2, top_k, s2, topk = requirements(cfg.algo).sum_pi_squared, requirements(cfg.algo).topk, None, None
     if pi_old_from_update:  # the sampler's entropies are the policy's at this temperature (behaviour = policy)
         old_lp, old_ent = None, batch.behavior_entropy
     elif lookup("policy_loss", cfg.algo.loss).old_is_behavior:  # verl's bypass mode: pi_old is the rollout's
         old_lp, old_ent = batch.behavior_logprobs, batch.behavior_entropy
     else:
-        out = response_logprobs(model, batch.prompt_ids, batch.prompt_mask, batch.response_ids, batch.mask,
-                                temperature, LogprobOptions(compile=fused_compile(cfg), with_sum_pi_squared=need_s2))
-        old_lp, old_ent, s2 = out if need_s2 else (*out, None)
+        options = LogprobOptions(compile=fused_compile(cfg), with_sum_pi_squared=need_s2, top_k=top_k)
+        old_lp, old_ent, *more = response_logprobs(model, batch.prompt_ids, batch.prompt_mask, batch.response_ids,
+                                                   batch.mask, temperature, options)
+        s2 = more.pop(0) if need_s2 else None
+        topk = more[0] if top_k else None  # pi_old's own top-K (the authors' `old_log_probs_topk`)
     if need_s2 and s2 is None:  # pi_old's log-probs taken from elsewhere: its sum_pi_squared still needs a forward
         _, _, s2 = response_logprobs(model, batch.prompt_ids, batch.prompt_mask, batch.response_ids, batch.mask,
                                      temperature, LogprobOptions(with_entropy=False, compile=fused_compile(cfg),
@@ -216,7 +227,8 @@ def fill_logprobs(model, ref, batch: RolloutBatch, temperature: float, cfg: Conf
             ref_lp, _ = response_logprobs(ref_model, batch.prompt_ids, batch.prompt_mask, batch.response_ids,
                                           batch.mask, temperature,
                                           options=LogprobOptions(with_entropy=False, compile=fused_compile(cfg)))
-    return batch.replace(logprobs=old_lp, entropy=old_ent, ref_logprobs=ref_lp, sum_pi_squared=s2)
+    return batch.replace(logprobs=old_lp, entropy=old_ent, ref_logprobs=ref_lp, sum_pi_squared=s2,
+                         topk_logprobs=topk)
 
 
 def configured_hyperparameters(optimizer) -> list[dict]:

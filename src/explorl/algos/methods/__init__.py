@@ -5,7 +5,7 @@ Estimators: `grpo` (`grpo`, `dr_grpo`), `erpo`, `passk`, `rloo`, `reinforce_pp` 
 `reinforce_plus_plus_baseline`), `opo`, `gpg`, `gdpo`, `grpo_passk` (verl's pass@k), `optimal_token_baseline`
 (pi_old's forward fills its `sum_pi_squared`), `nsr` (`psr`, `nsr`, `w_reinforce`), `qae`, `rl_zvp`,
 `maxrl`. Shapers: `cw` (`cw`, `cw_group`, `cw_balanced`), `ppl`, `position`, `entropy_adv`. Policy losses: `ppo`,
-`clip_cov`, `kl_cov`, `luspo`, `vespo` (TRL's), `simko` (refused at validation: the batch lacks its top-K log-probs).
+`clip_cov`, `kl_cov`, `luspo`, `vespo` (TRL's), `simko` (explorl's loop only: it reads the forward's top-K log-probs).
 Token filters: `forking` (`none`, `forking`). Reward shapers: `dapo_overlong` (`dapo_overlong`, `dapo_overlong_filter`:
 DAPO's overlong shaping).
 Importance weights: `tis` (`none`, `tis`: EAD's truncated importance sampling), `rollout_correction` (`rollout_is`,

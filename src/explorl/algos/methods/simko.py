@@ -9,11 +9,13 @@ Implements SimKO's policy loss (docs/methods.md §5w) as the authors' public cod
 paper's own text was not available here (only its abstract, in the repository's README), so no equation of it is
 cited and the defaults are those of the authors' script `run_qwen2.5-math-7b_SimKO.sh`: K = 3 (`top_k`), the entropy
 quantile tau 0.8, alpha 0.01 (`mix_topk_coef`), and the factor 1.1 on the wrong responses' top-1 tokens (hard-coded
-there). The loss needs, per token, the log-probabilities of the K most probable tokens under the current and the old
-policy, and whether the sampled token is the current policy's top-1: explorl's `RolloutBatch` carries none of them and
-a policy loss receives only the sampled tokens' log-probs, so the policy loss `simko` is registered so that
-`explorl methods` lists it and a config naming it is refused by name at validation; `simko_loss` below is complete.
-Options `algo.simko.<field>` (`SimkoOptions`).
+there). Its inputs, as the authors' `dp_actor.py` computes them: the current policy's log-probs of its own K most
+probable tokens (chosen on the detached logits), its entropies (detached) and whether the sampled token is its top-1,
+all from the update's forward (`TopK`, `explorl.rollout.logprobs.LogprobOptions.top_k`); pi_old's log-probs of *its
+own* K most probable tokens from pi_old's forward (`RolloutBatch.topk_logprobs`: after an update the two K sets may
+differ, as in the authors' code, and the ratio compares the k-th most probable tokens); `RolloutBatch.correct`, the
+task's rule (the authors': the score is 1). Only explorl's loop computes them: the entry declares `needs_topk`, which
+TRL's and verl's integrations refuse. Options `algo.simko.<field>` (`SimkoOptions`).
 """
 
 from __future__ import annotations
@@ -24,15 +26,10 @@ import torch
 from torch import Tensor
 
 from explorl.algos.aggregation import Reduction, zero_padding
-from explorl.algos.batch import MissingInputError
+from explorl.algos.batch import RolloutBatch, TopK
 from explorl.algos.core import (LOG_RATIO_BOUND, as_constant, check_loss_inputs, importance_ratio, ppo_token_loss,
                                 valid_fraction)
-from explorl.algos.registry import Cite, register
-
-MISSING = ("needs, per token, the log-probabilities of the K most probable tokens under the current and the old "
-           "policy and whether the sampled token is the current policy's top-1 (the authors' `topk_log_probs`, "
-           "`old_log_probs_topk`, `max_token`), which explorl's RolloutBatch does not carry and a policy loss does "
-           "not receive")
+from explorl.algos.registry import Cite, Site, register
 
 
 @dataclass
@@ -54,20 +51,21 @@ class SimkoOptions:
 class SimkoInputs:
     """What `simko_loss` reads of a micro-batch besides the current policy's log-probs, all constant in the loss.
 
-    Its own dataclass rather than `RolloutBatch`: that carries neither the top-K log-probs, `correct` nor `is_top1`,
-    and its `entropy` is pi_old's where SimKO gates on the current policy's; and seven tensors in one object keep the
-    loss's signature short."""
+    Its own dataclass rather than `RolloutBatch`: the batch's `entropy` is pi_old's where SimKO gates on the current
+    policy's, and `is_top1` comes from the update's forward (`TopK`); seven tensors in one object keep the loss's
+    signature short."""
 
     logprobs_old: Tensor
     """`[N, T]` the sampled tokens' log-probs under pi_old."""
     topk_logprobs_old: Tensor
-    """`[N, T, K]` log-probs of the K candidates under pi_old."""
+    """`[N, T, K]` log-probs under pi_old of its own K most probable tokens (the authors' `old_log_probs_topk`)."""
     advantages: Tensor
     """`[N, T]` per-token advantages (GRPO's in the authors' runs)."""
     mask: Tensor
     """`[N, T]` 1 on response tokens."""
     correct: Tensor
-    """`[N]` bool, the response is verified correct (the authors': its score is 1)."""
+    """`[N]` bool, the response is verified correct (explorl's loop: by the task's rule; the authors': its score is
+    1)."""
     entropy: Tensor
     """`[N, T]` token entropy of the current policy (detached)."""
     is_top1: Tensor
@@ -171,15 +169,23 @@ def _check_simko(cfg) -> str | None:
            f"algo.simko.tau: must be in [0, 1], got {o.tau}" if not 0.0 <= o.tau <= 1.0 else None,
            f"algo.simko.alpha: must be in [0, 1], got {o.alpha}" if not 0.0 <= o.alpha <= 1.0 else None,
            f"algo.simko.neg_scale: must be > 0, got {o.neg_scale}" if not o.neg_scale > 0 else None]
-    bad = [b for b in bad if b]
-    if bad:  # the options' own errors first, so a fix is named even while the loss cannot run
-        return "; ".join(bad)
-    return f"algo.loss: simko {MISSING}; its maths is explorl.algos.methods.simko.simko_loss (docs/methods.md §5w)"
+    return "; ".join(b for b in bad if b) or None
 
 
-@register("policy_loss", "simko", options=SimkoOptions, check=_check_simko, reads=("eps_low", "eps_high", "loss_agg"),
-          formula=(simko_loss, entropy_gate), cites=(Cite("SimKO", doc="5w"),))
-def _simko_adapter(logprobs_new: Tensor, batch: RolloutBatch, cfg, *,
+@register("policy_loss", "simko", needs_old_logprobs=False, needs_topk=lambda o: o.top_k, options=SimkoOptions,
+          check=_check_simko, reads=("eps_low", "eps_high", "loss_agg"), formula=(simko_loss, entropy_gate),
+          cites=(Cite("SimKO", doc="5w"),),
+          acts_at=(Site("explorl.train.update.fill_logprobs", "top_k=top_k)", "pi_old's top-K log-probs"),
+                   Site("explorl.train.update.update_policy", "need_entropy, compile, top_k)",
+                        "the current policy's top-K log-probs, entropies and top-1 flags")))
+def _simko_adapter(logprobs_new: Tensor, batch: RolloutBatch, cfg, *, topk: TopK,
                    options: SimkoOptions) -> tuple[Tensor, dict[str, float]]:
-    """SimKO (Peng et al. 2025): refused at validation, the step cannot give it the top-K log-probs it needs."""
-    raise MissingInputError(f"simko {MISSING}")
+    """SimKO (`simko_loss`): pi_old's top-K log-probs and `correct` from the batch, the current policy's top-K
+    log-probs, entropies and top-1 flags from the update's forward (`topk`), PPO's clip range `algo.eps_low` /
+    `eps_high`, the aggregation `algo.loss_agg` with the batch's weights."""
+    batch.require("logprobs", "topk_logprobs", "correct", by="algo.loss=simko")
+    inputs = SimkoInputs(logprobs_old=batch.logprobs, topk_logprobs_old=batch.topk_logprobs,
+                         advantages=batch.advantages, mask=batch.loss_mask, correct=batch.correct,
+                         entropy=topk.entropy, is_top1=topk.is_top1)
+    return simko_loss(logprobs_new, topk.logprobs, inputs, options=options, eps_low=cfg.eps_low,
+                      eps_high=cfg.eps_high, reduction=Reduction.of(batch, cfg.loss_agg))

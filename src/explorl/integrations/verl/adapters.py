@@ -32,6 +32,7 @@ from explorl.algos import RolloutBatch, compute_advantages
 from explorl.algos.batch import MissingInputError
 from explorl.algos.registry import entries, lookup
 from explorl.config import AlgoConfig, Config, ConfigError, SamplingConfig, from_dict, validate
+from explorl.integrations.loop_only import refuse_loop_only_shapers
 from explorl.integrations.verl.loss_fields import verl_fields
 from explorl.integrations.verl.rollout import BUDGET_KEY, SAMPLING_KEY
 from explorl.integrations.verl.rollout import plain as _plain
@@ -62,6 +63,7 @@ def algo_config(settings: Mapping | None, prefix: str = f"algorithm.{CONFIG_KEY}
         validate(Config(algo=algo, sampling=sampling))
     except ConfigError as e:
         raise ConfigError(str(e).replace("algo.", prefix)) from None
+    refuse_loop_only_shapers(algo.shapers, "verl's trainer", prefix)  # outcomes and counts: explorl's loop only
     return algo
 
 
@@ -182,6 +184,10 @@ def policy_loss_for(name: str):
 
     def loss_fn(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode: str = "token-mean", config=None,
                 rollout_is_weights=None):
+        if entry.needs_topk is not None:  # verl hands a loss old and new log-probs of the sampled tokens only
+            raise ConfigError(f"actor_rollout_ref.actor.policy_loss.loss_mode={PREFIX}{name} (algo.loss={name}): it "
+                              f"reads each token's top-K log-probs under the current policy and pi_old, which verl's "
+                              f"actor does not compute; run it in explorl's loop (explorl train)")
         if loss_agg_mode not in SUPPORTED_AGG:
             raise ValueError(f"{PREFIX}{name}: actor.loss_agg_mode={loss_agg_mode!r} is not one of explorl's "
                              f"aggregations {', '.join(SUPPORTED_AGG)}")
