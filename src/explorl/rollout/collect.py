@@ -4,11 +4,10 @@ more rounds). Stages 1 and 2 of the step's `RolloutBatch`: the sampler's fields 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-
-import hashlib
 
 import torch
 
