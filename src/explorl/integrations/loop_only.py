@@ -19,3 +19,31 @@ def refuse_loop_only_shapers(shapers: list[str], engine: str, prefix: str = "alg
                               f"answer, filled where explorl's loop scores the rewards) and keeps its counts across "
                               f"steps in explorl's checkpoints, which {engine} fills and keeps neither of; run it with "
                               f"explorl train, or remove it from {prefix}shapers")
+
+
+def refuse_branching(policy: str, engine: str, field: str = "budget.policy") -> None:
+    """ConfigError when budget policy `policy` branches (`branches`: FR3E continues prefixes of each prompt's own
+    responses), which `engine` ("verl's rollout"), sampling the prompts as given, cannot. Unknown names are left to
+    the validation."""
+    if policy in names("budget_policy") and lookup("budget_policy", policy).branches:
+        raise ConfigError(f"{field}={policy}: this budget policy samples continuations of each prompt's own responses "
+                          f"from their high-entropy tokens, which {engine} (the prompts as given) cannot; it runs in "
+                          f"explorl's loop: explorl train")
+
+
+def refuse_loop_only_algo(algo, engine: str) -> None:
+    """ConfigError for an `algo` setting only explorl's loop carries out, which `engine` ("TRL's trainer") would run
+    without: Skywork-OR1's adaptive entropy coefficient, ProRL's reference reset, a loss that reads the forward's
+    top-K log-probs (`needs_topk`), and the shapers of `refuse_loop_only_shapers`."""
+    if algo.entropy_control.enabled:
+        raise ConfigError(f"algo.entropy_control.enabled: Skywork-OR1's adaptive entropy coefficient is driven by "
+                          f"explorl's loop, not by {engine}; run it with explorl train (docs/methods.md §5aa)")
+    if algo.reference_reset.every:
+        raise ConfigError(f"algo.reference_reset.every={algo.reference_reset.every}: ProRL's reference reset is done "
+                          f"by explorl's loop, not by {engine}; run it with explorl train (docs/methods.md §5ab)")
+    loss = lookup("policy_loss", algo.loss) if algo.loss in names("policy_loss") else None
+    if loss is not None and loss.needs_topk is not None:  # the forward's top-K log-probs, entropies, top-1 flags
+        raise ConfigError(f"algo.loss={algo.loss}: this loss reads each token's top-K log-probs under the current "
+                          f"policy and pi_old, the current policy's entropies and top-1 flags and each response's "
+                          f"correctness, which {engine} does not compute; run it in explorl's loop (explorl train)")
+    refuse_loop_only_shapers(algo.shapers, engine)  # a shaper of final answers with counts across steps

@@ -131,7 +131,8 @@ def update_policy(model, optimizer, scheduler, batch: RolloutBatch, cfg: Config,
     n = batch.loss_mask.shape[0]
     stats: dict[str, list[float]] = {}
     temp = cfg.sampling.temperature if temperature is None else temperature
-    need_entropy, top_k = requirements(a).update_entropy, requirements(a).topk
+    needs = requirements(a)
+    need_entropy, top_k = needs.update_entropy, needs.topk
     batch.require("prompt_ids", "prompt_mask", "response_ids", by="update_policy")
     lengths = batch.prompt_mask.sum(-1) + batch.loss_mask.sum(-1)
     idle = idle_rows(batch, a)
@@ -206,7 +207,8 @@ def fill_logprobs(model, ref, batch: RolloutBatch, temperature: float, cfg: Conf
     declares `needs_sum_pi_squared` and its `topk_logprobs` when the policy loss declares `needs_topk` (both from
     the same forward; without one, the update's forward stands in for pi_old's top-K). `batch`: the sampled (and
     scored) batch."""
-    need_s2, top_k, s2, topk = requirements(cfg.algo).sum_pi_squared, requirements(cfg.algo).topk, None, None
+    needs = requirements(cfg.algo)
+    need_s2, top_k, s2, topk = needs.sum_pi_squared, needs.topk, None, None
     if pi_old_from_update:  # the sampler's entropies are the policy's at this temperature (behaviour = policy)
         old_lp, old_ent = None, batch.behavior_entropy
     elif lookup("policy_loss", cfg.algo.loss).old_is_behavior:  # verl's bypass mode: pi_old is the rollout's
@@ -222,7 +224,7 @@ def fill_logprobs(model, ref, batch: RolloutBatch, temperature: float, cfg: Conf
                                      temperature, LogprobOptions(with_entropy=False, compile=fused_compile(cfg),
                                                                  with_sum_pi_squared=True))
     ref_lp = None
-    if requirements(cfg.algo).ref:
+    if needs.ref:
         with reference_mode(model, ref) as ref_model:
             ref_lp, _ = response_logprobs(ref_model, batch.prompt_ids, batch.prompt_mask, batch.response_ids,
                                           batch.mask, temperature,

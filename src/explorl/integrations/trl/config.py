@@ -19,7 +19,7 @@ from trl import GRPOConfig
 from explorl.algos.registry import lookup, names
 from explorl.config import AlgoConfig, BudgetConfig, Config, ConfigError, RunConfig, SamplingConfig, from_dict, validate
 from explorl.config.validation import fill_registry
-from explorl.integrations.loop_only import refuse_loop_only_shapers
+from explorl.integrations.loop_only import refuse_branching, refuse_loop_only_algo
 from explorl.integrations.trl.loss_fields import TRL_LOSS_FIELDS
 
 __all__ = ["ELSEWHERE", "VLLM_DRIVEN", "check_run_config", "checkpointing_field", "explorl_config",
@@ -68,10 +68,7 @@ def explorl_config(args: GRPOConfig, algo: AlgoConfig | Mapping | None = None,
         budget = lookup("budget_policy", b.policy)
     except KeyError as e:
         raise ConfigError(f"budget.policy: {e.args[0]}") from None
-    if budget.branches:
-        raise ConfigError(f"budget.policy={b.policy}: this budget policy samples continuations of each prompt's own "
-                          f"responses from their high-entropy tokens, which TRL's generation (the prompts as given) "
-                          f"cannot; train this method with explorl's own loop (`explorl train RECIPE`)")
+    refuse_branching(b.policy, "TRL's generation")
     if not budget.static:
         raise ConfigError(f"budget.policy={b.policy}: this budget policy changes the number of responses per prompt "
                           f"or re-samples prompts, which TRL's fixed `num_generations` rules out; train this method "
@@ -215,19 +212,7 @@ def _check_loop_only(a: AlgoConfig) -> None:
     if estimator is not None and estimator.needs_greedy_baseline:
         raise ConfigError(f"algo.advantage={a.advantage}: its baseline is each prompt's greedy response, which TRL's "
                           f"trainer does not sample; run it in explorl's loop (explorl train)")
-    if a.entropy_control.enabled:
-        raise ConfigError("algo.entropy_control.enabled: Skywork-OR1's adaptive entropy coefficient is driven by "
-                          "explorl's loop, not by this TRL trainer; run it with explorl train (docs/methods.md §5aa)")
-    if a.reference_reset.every:
-        raise ConfigError(f"algo.reference_reset.every={a.reference_reset.every}: ProRL's reference reset is done by "
-                          f"explorl's loop, not by this TRL trainer; run it with explorl train (docs/methods.md §5ab)")
-    loss = lookup("policy_loss", a.loss) if a.loss in names("policy_loss") else None
-    if loss is not None and loss.needs_topk is not None:  # the forward's top-K log-probs, entropies, top-1 flags
-        raise ConfigError(f"algo.loss={a.loss}: this loss reads each token's top-K log-probs under the current policy "
-                          f"and pi_old, the current policy's entropies and top-1 flags and each response's "
-                          f"correctness, which TRL's trainer does not compute; run it in explorl's loop "
-                          f"(explorl train)")
-    refuse_loop_only_shapers(a.shapers, "TRL's trainer")  # a shaper of final answers with counts across steps
+    refuse_loop_only_algo(a, "TRL's trainer")
 
 
 def check_run_config(run: Config, cfg: Config) -> None:

@@ -45,10 +45,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from explorl.algos.registry import lookup
 from explorl.config import Config, ConfigError, load_config, to_dict
 from explorl.config.trust import CodeTrust, code_names, refuse_recorded_code
-from explorl.integrations.loop_only import refuse_loop_only_shapers
+from explorl.integrations.loop_only import refuse_branching, refuse_loop_only_algo
 from explorl.integrations.run_dir import finish_engine_run
 from explorl.models import WEIGHT_SUFFIXES, load_policy, load_tokenizer, resolve_model_path
 from explorl.runs import nofollow
@@ -105,25 +104,10 @@ class Launch:
 
 
 def refuse_loop_only(cfg) -> None:
-    """explorl's settings that only its own loop carries out (verl's trainer would run without them): Skywork-OR1's
-    adaptive entropy coefficient, ProRL's reference reset, a budget policy that branches (its entry's `branches`) and
-    a loss that reads the forward's top-K log-probs (`needs_topk`)."""
-    if lookup("budget_policy", cfg.budget.policy).branches:
-        raise ConfigError(f"budget.policy={cfg.budget.policy}: this budget policy samples continuations of each "
-                          f"prompt's own responses from their high-entropy tokens, which verl's rollout (the prompts "
-                          f"as given, `n` each) cannot; it runs in explorl's loop: explorl train")
-    if cfg.algo.entropy_control.enabled:
-        raise ConfigError("algo.entropy_control.enabled: Skywork-OR1's adaptive entropy coefficient is driven by "
-                          "explorl's loop, not by verl's trainer; run it with explorl train (docs/methods.md §5aa)")
-    if cfg.algo.reference_reset.every:
-        raise ConfigError(f"algo.reference_reset.every={cfg.algo.reference_reset.every}: ProRL's reference reset is "
-                          f"done by explorl's loop, not by verl's trainer; run it with explorl train "
-                          f"(docs/methods.md §5ab)")
-    refuse_loop_only_shapers(cfg.algo.shapers, "verl's trainer")  # final answers and their counts across steps
-    if lookup("policy_loss", cfg.algo.loss).needs_topk is not None:  # verl's loss call: old and new log-probs only
-        raise ConfigError(f"algo.loss={cfg.algo.loss}: this loss reads each token's top-K log-probs under the current "
-                          f"policy and pi_old, the current policy's entropies and top-1 flags and each response's "
-                          f"correctness, which verl's actor does not compute; run it in explorl's loop (explorl train)")
+    """explorl's settings that only its own loop carries out (verl's trainer would run without them): a budget
+    policy that branches and the `algo` settings of `loop_only.refuse_loop_only_algo` (shared with TRL's trainer)."""
+    refuse_branching(cfg.budget.policy, "verl's rollout")
+    refuse_loop_only_algo(cfg.algo, "verl's trainer")
 
 
 def prepare(config: str | Path | None, overrides: Sequence[str] = (), extra: Sequence[str] = (), *,

@@ -12,7 +12,14 @@ from explorl.config import Config, to_dict
 from explorl.integrations.verl.rollout import needs_control
 from explorl.rewards import reward_entries
 
-__all__ = ["VERL_SAMPLING", "controller_settings", "trainer_needs"]
+__all__ = ["VERL_SAMPLING", "controller_settings", "takes_rewards_apart", "trainer_needs"]
+
+
+def takes_rewards_apart(cfg: Config) -> bool:
+    """The estimator reads each of several `task.reward` functions' own scores (`needs_reward_components`: GDPO),
+    which explorl's verl trainer mode takes from the reward extra info and the run's explorl config."""
+    several = len(reward_entries(cfg.task.reward)) > 1
+    return several and lookup("estimator", cfg.algo.advantage).needs_reward_components
 
 
 def trainer_needs(cfg: Config) -> list[str]:
@@ -44,7 +51,7 @@ def trainer_needs(cfg: Config) -> list[str]:
     for name in algo.reward_shapers:  # DAPO's overlong shaping reads the length limit and the truncation flags
         if lookup("reward_shaper", name).needs_length_limit:
             reasons.append(f"reward shaper {name!r} needs the response-length limit")
-    if lookup("estimator", algo.advantage).needs_reward_components and len(reward_entries(cfg.task.reward)) > 1:
+    if takes_rewards_apart(cfg):
         reasons.append(f"estimator {algo.advantage!r} reads each task.reward function's own scores")
     if needs_control(controller_settings(cfg)):
         reasons.append(f"explorl's controllers steer sampling (sampling.schedule={cfg.sampling.schedule}, "

@@ -23,7 +23,7 @@ from explorl.algos.registry import lookup
 from explorl.config import Config, ConfigError, selected_entries, to_dict
 from explorl.integrations.verl.data import CHAT_PASS_THROUGH, DataFiles
 from explorl.integrations.verl.loss_fields import verl_fields
-from explorl.integrations.verl.needs import controller_settings, trainer_needs
+from explorl.integrations.verl.needs import controller_settings, takes_rewards_apart, trainer_needs
 from explorl.integrations.verl.rollout import rollout_config
 from explorl.integrations.vllm import PROCESSOR_NAME
 from explorl.models import resolve_model_path
@@ -140,8 +140,8 @@ def verl_overrides(cfg: Config, data: DataFiles, *, run_dir: bool = True) -> Ove
     """verl's Hydra overrides for the validated explorl config `cfg` and its converted task `data`; ConfigError
     names an explorl field verl has no counterpart for. `run_dir`: write explorl's run directory (explorl's
     trainer mode then runs even where the method does not need it)."""
-    rewards = reward_entries(cfg.task.reward)
-    if lookup("estimator", cfg.algo.advantage).needs_reward_components and len(rewards) > 1 and not run_dir:
+    if takes_rewards_apart(cfg) and not run_dir:
+        rewards = reward_entries(cfg.task.reward)
         raise ConfigError(f"algo.advantage={cfg.algo.advantage} with {len(rewards)} task.reward functions reads each "
                           f"function's own scores, which explorl's trainer mode takes from the run's explorl config: "
                           f"launch without --no-run-dir")

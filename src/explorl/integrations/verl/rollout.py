@@ -27,6 +27,7 @@ from typing import Any
 from explorl.algos.registry import lookup
 from explorl.config import BudgetConfig, Config, ConfigError, RunConfig, SamplingConfig, from_dict, validate
 from explorl.config.validation import fill_registry
+from explorl.integrations.loop_only import refuse_branching
 from explorl.integrations.vllm import EAD_ARG
 from explorl.rollout.schedule import Plan, ScheduleDriver
 
@@ -77,10 +78,7 @@ def rollout_config(settings: Mapping | None, *, temperature: float, group_size: 
         cfg.sampling = dataclasses.replace(cfg.sampling, temperature=float(temperature), group_size=int(group_size),
                                            max_new_tokens=int(max_new_tokens), top_p=float(top_p))
         validate(cfg)
-        if lookup("budget_policy", cfg.budget.policy).branches:
-            raise ConfigError(f"{BUDGET_KEY}.policy={cfg.budget.policy}: this budget policy samples continuations of "
-                              f"each prompt's own responses from their high-entropy tokens, which verl's rollout "
-                              f"cannot; run it with explorl's own loop (`explorl train`)")
+        refuse_branching(cfg.budget.policy, "verl's rollout", f"{BUDGET_KEY}.policy")
         if lookup("budget_policy", cfg.budget.policy).resamples:
             raise ConfigError(f"{BUDGET_KEY}.policy={cfg.budget.policy}: this budget policy re-samples prompts until "
                               f"a batch is full, which explorl's rollout control cannot ask of verl's trainer; for "
