@@ -46,26 +46,31 @@ def problems_of(split: str, count: int) -> list:
 
 @torch.no_grad()
 def answer_probabilities(model, tok, problem) -> list[float]:
-    """P(the next token starts the answer | the prompt and the first j lines of the right chain), j = 1..ops."""
+    """P(the next token starts the answer | the prompt and the first j lines of the right chain), j = 1..ops: one
+    forward of the whole right chain, read after each work line (a causal model's prediction there depends on that
+    prefix alone; each prefix's tokens are checked to be the chain's first ones)."""
     lines = problem.solution.split("\n")[:-1]  # the work lines, without the boxed answer
     answer_id = tok.convert_tokens_to_ids(ANSWER_START)
-    out = []
+    full = tok.encode(problem.prompt + problem.solution, add_special_tokens=False)
+    ends = []
     for j in range(1, len(lines) + 1):
-        text = problem.prompt + "\n".join(lines[:j]) + "\n"
-        ids = torch.tensor([tok.encode(text, add_special_tokens=False)])
-        logits = model(input_ids=ids).logits[0, -1].float()
-        out.append(float(torch.softmax(logits, -1)[answer_id]))
-    return out
+        prefix = tok.encode(problem.prompt + "\n".join(lines[:j]) + "\n", add_special_tokens=False)
+        if full[:len(prefix)] != prefix:
+            raise SystemExit(f"the tokenizer does not split {problem.prompt!r}'s chain line by line: this probe needs "
+                             f"the testbed's char tokenizer")
+        ends.append(len(prefix) - 1)
+    logits = model(input_ids=torch.tensor([full])).logits[0, ends].float()
+    return torch.softmax(logits, -1)[:, answer_id].tolist()
 
 
-def record_of(model_path: str, problems: list) -> dict:
-    """{operations: {j: mean P(answer now)}, problems: count} of one model (the embedded tokenizer)."""
+def record_of(model_path: str, problems: list, tokenizer: str) -> dict:
+    """{operations: {j: mean P(answer now)}, problems: count} of one model (`tokenizer`: the base model's)."""
     from transformers import AutoModelForCausalLM
 
     from explorl.models import resolve_model_path
     from explorl.models.loading import load_tokenizer
 
-    tok = load_tokenizer(resolve_model_path("embedded:testbed"))  # a run's final/ holds the weights only
+    tok = load_tokenizer(resolve_model_path(tokenizer))  # a run's final/ holds the weights only
     model = AutoModelForCausalLM.from_pretrained(str(resolve_model_path(model_path)), dtype=torch.float32).eval()
     if tok.convert_tokens_to_ids(ANSWER_START) in (None, tok.unk_token_id):
         raise SystemExit(f"the tokenizer has no token {ANSWER_START!r}: this probe needs the testbed's char tokenizer")
@@ -114,7 +119,7 @@ def main() -> None:
             if not path.exists():
                 print(f"{label}: {split}, {len(problems)} problems ({model})", flush=True)
                 path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(json.dumps({"split": split, **record_of(model, problems)}, indent=1) + "\n")
+                path.write_text(json.dumps({"split": split, **record_of(model, problems, args.model)}, indent=1) + "\n")
             record = json.loads(path.read_text())
             if record["problems"] != len(problems):
                 raise SystemExit(f"{path} holds {record['problems']} problems: give --problems {record['problems']} "
