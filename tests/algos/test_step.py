@@ -458,3 +458,31 @@ def test_idle_rows_are_the_responses_whose_advantages_are_all_zero():
     for changed in (replace(cfg, kl_coef=0.01), replace(cfg, entropy_coef=1e-3), replace(cfg, loss="clip_cov"),
                     replace(cfg, loss="kl_cov")):
         assert not idle_rows(prepared, changed).any(), changed
+
+
+def test_kl_on_line_starts_acts_on_those_tokens_only():
+    # the same constant log-ratio d as above: k3 = e^d - d - 1 per token. Under kl_tokens=line_starts the term is
+    # beta * k3 summed over the 4 line-start tokens and aggregated over the 9 loss tokens (token-mean): beta * k3 *
+    # 4 / 9 more than no KL; its gradient 1 - e^d (times beta / 9) at the line starts and 0 on the 5 other tokens
+    g, d = 0.3, 0.5
+    lp = torch.log(torch.full((4, 3), 0.25))
+    new = (lp + g).requires_grad_(True)
+    starts = torch.tensor([[1.0, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1]])
+    batch = _batch(logprobs=lp, ref_logprobs=new.detach() + d, line_starts=starts)
+    cfg = replace(AlgoConfig(), kl_coef=0.1, kl_tokens="line_starts")
+    k3 = math.exp(d) - d - 1
+    out = {}
+    for name, c in (("none", replace(cfg, kl_coef=0.0, kl_tokens="all")), ("lines", cfg)):
+        new.grad = None
+        loss, _ = policy_objective(new, None, compute_advantages(batch, c, step=1), c)
+        loss.backward()
+        out[name] = (loss.item(), new.grad.clone())
+    assert out["lines"][0] - out["none"][0] == pytest.approx(0.1 * k3 * 4 / 9, rel=1e-6)
+    kl_grad = (out["lines"][1] - out["none"][1]) * 9 / 0.1
+    assert torch.allclose(kl_grad, starts * (1 - math.exp(d)), atol=1e-5)
+    # the update's statistic: the mean k3 over the line starts, k3 itself here
+    stats = policy_objective(new, None, compute_advantages(batch, cfg, step=1), cfg)[1]
+    assert stats["kl/line_start_mean"] == pytest.approx(k3, rel=1e-6)
+    missing = r"algo.kl_tokens=line_starts needs RolloutBatch fields \['line_starts'\]"
+    with pytest.raises(MissingInputError, match=missing):
+        policy_objective(new, None, compute_advantages(batch.replace(line_starts=None), cfg, step=1), cfg)

@@ -321,6 +321,8 @@ def test_impossible_combinations(overrides, field):
     (["algo.kl_clamp=-10"], "algo.kl_clamp", "> 0"),
     (["algo.kl_clamp=.nan"], "algo.kl_clamp", "number"),
     (["algo.kl_importance_weighted=true"], "algo.kl_importance_weighted", "algo.kl_coef > 0"),
+    (["algo.kl_tokens=line_starts"], "algo.kl_tokens", "algo.kl_coef > 0"),
+    (["algo.kl_tokens=lines", "algo.kl_coef=0.1"], "algo.kl_tokens", "line_starts"),
 ])
 def test_convention_options_validate(overrides, field, words):
     """The engines' conventions as options (docs/methods.md §6, §9): bad values name the field and the fix."""

@@ -19,7 +19,8 @@ RECIPES = Path(__file__).resolve().parents[2] / "configs" / "recipes"
 @pytest.mark.parametrize("recipe, field", [("adaptive_entropy", r"algo\.entropy_control\.enabled"),
                                            ("prorl_reset", r"algo\.reference_reset\.every=50"),
                                            ("fr3e", r"budget\.policy=fr3e"),
-                                           ("simko", r"algo\.loss=simko")])
+                                           ("simko", r"algo\.loss=simko"),
+                                           ("line_start_kl", r"algo\.kl_tokens=line_starts")])
 def test_the_verl_launcher_refuses_loop_only_settings(recipe, field, tmp_path):
     with pytest.raises(ConfigError, match=field + r": .*explorl's loop.*explorl train"):
         prepare(RECIPES / f"{recipe}.yaml", [f"run.out_dir={tmp_path / 'run'}"], write=False, run_dir=False)

@@ -479,7 +479,9 @@ def test_trl_adaptive_entropy_is_refused_pointing_to_explorls_setting(tiny_model
     ({"entropy_control": {"enabled": True}}, r"algo\.entropy_control\.enabled: .*explorl train"),
     ({"kl_coef": 0.01, "kl_importance_weighted": True, "reference_reset": {"every": 2}},
      r"algo\.reference_reset\.every=2: .*explorl train"),
-], ids=["adaptive_entropy", "reference_reset"])
+    ({"kl_coef": 0.1, "kl_importance_weighted": True, "kl_tokens": "line_starts"},
+     r"algo\.kl_tokens=line_starts: .*explorl train"),
+], ids=["adaptive_entropy", "reference_reset", "line_start_kl"])
 def test_explorls_loop_only_settings_are_refused_by_name(algo, field, tiny_model_dir, tmp_path):
     model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))
     with pytest.raises(ConfigError, match=field):

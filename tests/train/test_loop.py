@@ -276,3 +276,15 @@ def test_a_first_step_that_compiles_is_known_before_it_starts(tiny_model):
     assert not first_compiles("sampling.compile=false", "model.compile=false")
     assert not first_compiles("sampling.compile=false", "model.gradient_checkpointing=true")
     assert not first_compiles("sampling.fast_path=false", "model.compile=false")  # the generic decoder never does
+
+
+def test_kl_on_line_starts_trains_from_the_reference(tiny_model_dir, tmp_path):
+    # the loop fills each response's line starts; at step 1 the policy is the reference (KL 0 exactly, one update on
+    # the sampling weights), after an update it has moved (KL > 0 on the line starts: the prompts end with a newline,
+    # so every response's first token begins a line)
+    run = train(_cfg(tiny_model_dir, tmp_path / "run", "run.steps=2", "algo.kl_coef=0.5",
+                     "algo.kl_tokens=line_starts"), progress=False)
+    steps = [r for r in _records(run) if "reward/mean" in r]
+    assert [r["step"] for r in steps] == [1, 2]
+    assert steps[0]["kl/line_start_mean"] == 0.0 and steps[1]["kl/line_start_mean"] > 0
+    assert all(math.isfinite(r["kl/mean"]) and r["kl/mean"] <= r["kl/line_start_mean"] for r in steps)

@@ -6,7 +6,8 @@ untouched), and a micro-batch is one `select(rows, width)` of it:
 1. the sampler (`explorl.rollout.sampler.Sampler`, the vLLM engine): the token ids, the response mask, the sampled
    tokens' behaviour log-probs, entropies and temperatures; `rewards` None;
 2. scoring (`explorl.rollout.collect.collect_rollouts`): `rewards` (and `baseline_rewards` where the estimator
-   asks for each prompt's greedy response: ReMax); explorl's loop adds `correct` (`explorl.train.loop.train_step`);
+   asks for each prompt's greedy response: ReMax); explorl's loop adds `correct` (`explorl.train.loop.train_step`),
+   and `outcomes` and `line_starts` where a method reads them;
 3. the forwards (`explorl.train.update.fill_logprobs`): pi_old's `logprobs` and `entropy` (and `sum_pi_squared`,
    `topk_logprobs` where a method needs them), the reference's `ref_logprobs`;
 4. the method (`explorl.algos.step.compute_advantages`): `loss_mask`, `shaped_rewards`, `base_advantages`,
@@ -29,7 +30,7 @@ from torch import Tensor
 
 TOKEN_FIELDS = ("logprobs", "behavior_logprobs", "ref_logprobs", "entropy", "behavior_entropy", "response_ids",
                 "temperatures", "loss_mask", "advantages", "base_advantages", "token_weights", "is_weights",
-                "sum_pi_squared")
+                "sum_pi_squared", "line_starts")
 ROW_FIELDS = ("rewards", "group", "lengths", "truncated", "shaped_rewards", "baseline_rewards", "correct",
               "advantage_scale", "outcomes")
 CANDIDATE_FIELDS = ("topk_logprobs",)  # [N, T, K]: cut and padded by their response columns like TOKEN_FIELDS
@@ -95,6 +96,9 @@ class RolloutBatch:
                        correct answer is one outcome), -1 where no answer was extracted; equal keys, same question and
                        same outcome (`explorl.rollout.collect.outcome_keys`). Filled by explorl's loop where a shaper
                        declares `needs_outcomes` (the outcome-based exploration bonus); else None.
+    line_starts:       [N, T] float, 1.0 on the response tokens that begin a line (the first token, and each token
+                       after one that ends with a newline; `explorl.rollout.lines`), 0.0 elsewhere: where the KL term
+                       acts under `algo.kl_tokens: line_starts`. Filled by explorl's loop then; else None.
     The forwards (stage 3):
     logprobs:          [N, T] log-probs of the sampled tokens under pi_old at the training temperature; None under
                        `single_update_shortcut` (the update's own forward is pi_old).
@@ -134,6 +138,7 @@ class RolloutBatch:
     advantage_scale: Tensor | None = None
     correct: Tensor | None = None
     outcomes: Tensor | None = None
+    line_starts: Tensor | None = None
     logprobs: Tensor | None = None
     entropy: Tensor | None = None
     ref_logprobs: Tensor | None = None

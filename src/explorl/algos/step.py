@@ -64,6 +64,8 @@ class Requirements:
     (the loss's `needs_topk`: SimKO); 0: neither."""
     outcomes: bool = False
     """Each response's outcome is filled (`RolloutBatch.outcomes`: a shaper's `needs_outcomes`)."""
+    line_starts: bool = False
+    """Each response's line starts are filled (`RolloutBatch.line_starts`: `algo.kl_tokens: line_starts`)."""
 
 
 def _chosen(cfg: AlgoConfig) -> list:
@@ -85,6 +87,7 @@ def requirements(cfg: AlgoConfig) -> Requirements:
         sum_pi_squared=any(e.needs_sum_pi_squared for e in chosen),
         topk=0 if loss.needs_topk is None else int(loss.needs_topk(loss.options_in(cfg))),
         outcomes=any(lookup("shaper", s).needs_outcomes for s in cfg.shapers),
+        line_starts=cfg.kl_coef > 0 and cfg.kl_tokens == "line_starts",
     )
 
 
@@ -208,7 +211,9 @@ def policy_objective(logprobs: Tensor, entropy: Tensor | None, batch: RolloutBat
     """The loss to minimise on one (micro-)batch: policy loss + kl_coef * KL - entropy_coef * H, one aggregation.
 
     KL is the per-token k3 estimate (`kl_k3`), times the ratio `exp(logprobs - pi_old)` (with its gradient) when
-    `cfg.kl_importance_weighted` (DeepSeek-V3.2, arXiv 2512.02556, its unbiased KL estimate; docs/methods.md §1c).
+    `cfg.kl_importance_weighted` (DeepSeek-V3.2, arXiv 2512.02556, its unbiased KL estimate; docs/methods.md §1c),
+    and 0 off the tokens that begin a line under `cfg.kl_tokens == "line_starts"` (`batch.line_starts`; the term is
+    still aggregated over every loss token, as the policy loss: docs/methods.md §5ae).
 
     Args:
         logprobs: [n, t] log-probs of the sampled tokens under the policy being optimised (with gradient).
@@ -238,6 +243,11 @@ def policy_objective(logprobs: Tensor, entropy: Tensor | None, batch: RolloutBat
         token_kl = kl_k3(logprobs, batch.ref_logprobs, mask, clamp=cfg.kl_clamp)
         if cfg.kl_importance_weighted:  # DeepSeek-V3.2: pi / pi_old makes pi_old's samples estimate pi's KL gradient
             token_kl = token_kl * importance_ratio(logprobs, with_old.logprobs, mask.bool())[1]
+        if cfg.kl_tokens == "line_starts":  # only the answer-or-another-line choice is anchored
+            batch.require("line_starts", by="algo.kl_tokens=line_starts")
+            starts = mask * batch.line_starts
+            token_kl = token_kl * starts
+            stats["kl/line_start_mean"] = float(token_kl.detach().sum() / starts.sum().clamp_min(1))
         kl = aggregate(token_kl, mask, cfg.loss_agg, batch.max_response_len)
         loss = loss + cfg.kl_coef * kl
         stats["kl/mean"] = float(kl.detach())

@@ -21,7 +21,7 @@ from rich.table import Table
 import explorl.commands.common as common
 from explorl.algos.papers import OWN, PAPERS
 from explorl.algos.registry import METHOD_KINDS, SECTIONS, SELECTED_BY, entries, lookup
-from explorl.config.schema import field_docs
+from explorl.config.fields import field_docs
 from explorl.config.validation import fill_registry
 from explorl.train.loop_methods import LOOP_METHODS, LoopEntry
 

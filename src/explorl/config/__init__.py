@@ -4,13 +4,12 @@
 (`explain`). The public names are importable from here."""
 
 from explorl.config.building import apply_override, from_dict, to_dict
-from explorl.config.fields import reference
+from explorl.config.fields import field_docs, reference
 from explorl.config.files import dump_yaml
 from explorl.config.held_out import EVAL_KEYS_RESERVED, command_task, eval_set_task, held_out_task
 from explorl.config.loading import read_config
 from explorl.config.schema import (AlgoConfig, BudgetConfig, Config, ConfigError, LoraConfig, ModelConfig,
-                                   OptimConfig, RftConfig, RunConfig, SamplingConfig, SftConfig, TaskConfig,
-                                   field_docs)
+                                   OptimConfig, RftConfig, RunConfig, SamplingConfig, SftConfig, TaskConfig)
 from explorl.config.selection import import_plugins, resolve_options, selected_entries
 from explorl.config.validation import DEVICES, load_config, valid_device, validate
 

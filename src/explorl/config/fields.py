@@ -4,12 +4,27 @@ of every method explorl registers, each with its type, default and the docstring
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import inspect
 
 from explorl.algos.registry import SECTIONS, entries
 from explorl.config.building import type_hints, type_name
-from explorl.config.schema import Config, field_docs
+from explorl.config.schema import Config
 from explorl.config.selection import CHOICES, fill_registry
+def field_docs(cls: type) -> dict[str, str]:
+    """Map each field of dataclass `cls` to the docstring written under it."""
+    src = inspect.getsource(cls)
+    tree = ast.parse(src)
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs: dict[str, str] = {}
+    for prev, node in zip(body, body[1:]):
+        if (isinstance(prev, ast.AnnAssign) and isinstance(prev.target, ast.Name) and isinstance(node, ast.Expr)
+                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+            docs[prev.target.id] = " ".join(node.value.value.split())
+    return docs
+
+
 
 def reference(cls: type = Config, prefix: str = "") -> list[tuple[str, str, str, str]]:
     """Rows (dotted name, type, default, doc) for every leaf field of the core config and, after it, the options of

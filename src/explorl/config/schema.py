@@ -5,13 +5,11 @@ the method (`explorl.algos.registry`), held in its section's `options` and writt
 `sampling.<schedule>.<field>`, `budget.<policy>.<field>`. The task section is `explorl.config.task` (re-exported
 here); these two modules import nothing else of explorl.
 Loading and overrides are `explorl.config.loading`, the checks against the registry `explorl.config.validation`.
-Field docstrings are read from the source (`field_docs`) for `explorl config` and docs/configuration.md.
+Field docstrings are read from the source (`explorl.config.fields.field_docs`) for `explorl config` and docs/configuration.md.
 """
 
 from __future__ import annotations
 
-import ast
-import inspect
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -183,6 +181,11 @@ class AlgoConfig:
     the reverse KL's gradient from tokens sampled by pi_old (TRL 1.16's `use_bias_correction_kl`, default true
     there). Acts only with `algo.kl_coef > 0`; changes the KL gradient even on the first update, where the ratio is
     1. false (explorl's and verl's default): the plain k3 term. docs/methods.md §1c."""
+    kl_tokens: Literal["all", "line_starts"] = "all"
+    """The response tokens the KL term acts on: `all`, or `line_starts`, only the tokens that begin a line (a
+    response's first token and each token after a newline), where a worked answer chooses between writing another
+    line and giving its answer: the choice anchored to the reference, every other token left free (explorl's design
+    from the stop-decision measurements, docs/methods.md §5ae). Needs `algo.kl_coef > 0`; explorl's loop only."""
     entropy_coef: float = 0.0
     """lambda of the entropy bonus: subtracts lambda * H per token (E3 eq. 3 uses 1e-4); with
     `algo.entropy_control.enabled`, the initial coefficient."""
@@ -383,15 +386,3 @@ class Config:
     sft: SftConfig = field(default_factory=SftConfig)
     """Supervised fine-tuning on worked solutions (`explorl sft`)."""
 
-
-def field_docs(cls: type) -> dict[str, str]:
-    """Map each field of dataclass `cls` to the docstring written under it."""
-    src = inspect.getsource(cls)
-    tree = ast.parse(src)
-    body = tree.body[0].body  # type: ignore[attr-defined]
-    docs: dict[str, str] = {}
-    for prev, node in zip(body, body[1:]):
-        if (isinstance(prev, ast.AnnAssign) and isinstance(prev.target, ast.Name) and isinstance(node, ast.Expr)
-                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
-            docs[prev.target.id] = " ".join(node.value.value.split())
-    return docs

@@ -133,6 +133,9 @@ def _check_algo(cfg: Config) -> None:
     _need(a.kl_coef > 0 or not a.kl_importance_weighted,
           "algo.kl_importance_weighted=true weights the KL term by the ratio, and algo.kl_coef=0 keeps no KL term; set "
           "algo.kl_coef > 0 or algo.kl_importance_weighted=false")
+    _need(a.kl_coef > 0 or a.kl_tokens == "all",
+          f"algo.kl_tokens={a.kl_tokens} chooses the tokens of the KL term, and algo.kl_coef=0 keeps no KL term; set "
+          f"algo.kl_coef > 0 or algo.kl_tokens=all")
     _need(a.kl_clamp is None or a.kl_clamp > 0,
           f"algo.kl_clamp: must be > 0 (verl's low_var_kl uses 10) or null for no clamp, got {a.kl_clamp}")
     _need(a.epochs >= 1, "algo.epochs: must be >= 1")

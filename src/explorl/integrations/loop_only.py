@@ -34,7 +34,8 @@ def refuse_branching(policy: str, engine: str, field: str = "budget.policy") -> 
 def refuse_loop_only_algo(algo, engine: str) -> None:
     """ConfigError for an `algo` setting only explorl's loop carries out, which `engine` ("TRL's trainer") would run
     without: Skywork-OR1's adaptive entropy coefficient, ProRL's reference reset, a loss that reads the forward's
-    top-K log-probs (`needs_topk`), and the shapers of `refuse_loop_only_shapers`."""
+    top-K log-probs (`needs_topk`), a KL term on the line starts only (`algo.kl_tokens`), and the shapers of
+    `refuse_loop_only_shapers`."""
     if algo.entropy_control.enabled:
         raise ConfigError(f"algo.entropy_control.enabled: Skywork-OR1's adaptive entropy coefficient is driven by "
                           f"explorl's loop, not by {engine}; run it with explorl train (docs/methods.md §5aa)")
@@ -46,4 +47,8 @@ def refuse_loop_only_algo(algo, engine: str) -> None:
         raise ConfigError(f"algo.loss={algo.loss}: this loss reads each token's top-K log-probs under the current "
                           f"policy and pi_old, the current policy's entropies and top-1 flags and each response's "
                           f"correctness, which {engine} does not compute; run it in explorl's loop (explorl train)")
+    if algo.kl_tokens != "all":  # explorl's loop finds the line starts with the run's tokenizer
+        raise ConfigError(f"algo.kl_tokens={algo.kl_tokens}: the tokens that begin a line are found by explorl's loop, "
+                          f"not by {engine}, whose KL term acts on every token; run it with explorl train "
+                          f"(docs/methods.md §5ae), or set algo.kl_tokens=all")
     refuse_loop_only_shapers(algo.shapers, engine)  # a shaper of final answers with counts across steps

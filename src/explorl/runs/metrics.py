@@ -67,7 +67,8 @@ STEP_METRICS: dict[str, str] = {
     "perf/mem_update_gib": "CUDA only: peak GPU memory of the update's forward, backward and optimizer steps",
     "perf/mem_peak_gib": "CUDA only: the step's peak GPU memory, the largest of the three above",
 }
-# Present only when configured (docs/run-directory.md lists them): kl/mean (a reference model is kept), loss/entropy
+# Present only when configured (docs/run-directory.md lists them): kl/mean (a reference model is kept),
+# kl/line_start_mean (algo.kl_tokens: line_starts), loss/entropy
 # (algo.entropy_coef != 0), temperature/tau|h_target|h_init|clamped (E3 schedule), temperature/ead_d|ead_min|
 # at_min_frac (EAD, RevEAD), temperature/adaptive_factor_min|max (adaptive schedule), is/* (algo.importance_weights),
 # rollouts/dapo_rounds|dapo_kept_frac (DAPO sampling), loss/clip_cov_frac, loss/kl_cov_frac,

@@ -48,6 +48,7 @@ from explorl.train.memory import PhasePeaks
 from explorl.models import make_reference, resolve_model_path
 from explorl.train.preflight import check_run_inputs
 from explorl.rollout.collect import BoundTask, collect_rollouts, outcome_keys
+from explorl.rollout.lines import ends_line_table, line_start_mask
 from explorl.rollout.sampler import Sampler
 from explorl.rollout.controllers import PromptStream
 from explorl.rollout.engines.vllm import VllmRollouts  # vLLM itself is imported only when it samples
@@ -166,8 +167,11 @@ def train_step(step: int, cfg: Config, st: TrainState, sampler: Sampler, bound: 
     correct = torch.tensor(got.correct, dtype=torch.bool, device=got.batch.mask.device)  # by the task's rule
     # each response's question and final answer, where a shaper reads them (outcome-based exploration)
     outcomes = outcome_keys(got, bound.task.extract_answer) if requirements(cfg.algo).outcomes else None
+    b = got.batch  # where each line begins, where the KL term anchors only the answer-or-another-line choice
+    line_starts = (line_start_mask(b.prompt_ids, b.prompt_mask, b.response_ids, b.mask, ends_line_table(bound.tok))
+                   if requirements(cfg.algo).line_starts else None)
     with peaks.phase("logprob"):
-        batch = fill_logprobs(st.model, st.ref, got.batch.replace(correct=correct, outcomes=outcomes),
+        batch = fill_logprobs(st.model, st.ref, b.replace(correct=correct, outcomes=outcomes, line_starts=line_starts),
                               got.train_temperature, cfg, pi_old_from_update)
     batch = compute_advantages(batch, cfg.algo, step + 1, states=st.shaper_states)
     entropy = float((batch.entropy * batch.mask).sum() / batch.mask.sum().clamp_min(1))
