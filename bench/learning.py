@@ -43,9 +43,9 @@ VARIANTS = {"cw_grpo_group": ("cw_grpo", ["algo.shapers=[cw_group]"]),
             # explorl's: a right answer reached through a false stated equation scores 0 (docs/methods.md §8f)
             "grpo_verified": ("grpo", ["task.reward=verified"]),
             # explorl's: the KL to the base model on the tokens that begin a line only (docs/methods.md §5ae), over
-            # GRPO's objective; the second the same at four times the coefficient
+            # GRPO's objective; the second the same at a quarter of the coefficient (0.25)
             "grpo_line_start_kl": ("grpo", ["algo.kl_coef=1.0", "algo.kl_tokens=line_starts"]),
-            "grpo_line_start_kl_beta4": ("grpo", ["algo.kl_coef=4.0", "algo.kl_tokens=line_starts"]),
+            "grpo_line_start_kl_beta025": ("grpo", ["algo.kl_coef=0.25", "algo.kl_tokens=line_starts"]),
             # combinations (paper 003's limitations: EAD with other exploration methods; papers 000/003's future work)
             "ead_e3_budget": ("ead_tis", ["budget.policy=e3"]),
             "ead_erpo": ("ead_tis", ["algo.advantage=erpo", "algo.kl_coef=0.001", "algo.erpo.beta_progress=0.1",
