@@ -13,7 +13,8 @@ has learned to stop early answers at j = operations - 1.
 
 Models: the base model (`--model`) and each run's final weights under `runs/<name>/<method>/seed<s>/final/`.
 Records: `bench/results/<name>/decision/<label>.json` (per operation count and j: the problems and the mean
-P(answer now)); a label already recorded with the same problems is skipped. Prints the table bench/RESULTS.md quotes.
+P(answer now)); a label already recorded with the same problems is skipped. Prints the table bench/RESULTS.md quotes
+and draws `decision.png` beside the records (P(answer now) against the lines written, at 7, 8 and 9 operations).
 """
 
 from __future__ import annotations
@@ -98,6 +99,43 @@ def table(records: dict[str, dict]) -> list[str]:
     return lines
 
 
+def figure(records: dict[str, dict], out: Path, operations: tuple[int, ...] = (7, 8, 9)) -> None:
+    """One panel per operation count: P(answer now) against the right lines written, the base model's and each
+    method's (the mean over its seeds, each seed's curve faint), the line where the chain ends marked."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(4.2 * len(operations), 3.6))
+    FigureCanvasAgg(fig)
+    methods: dict[str, list[dict]] = {}
+    for label, record in records.items():  # "grpo/seed0 (ood)" -> "grpo"
+        methods.setdefault(label.split(" ")[0].split("/")[0], []).append(record)
+    colours = dict(zip(sorted(m for m in methods if m != "base"), [f"C{i}" for i in range(1, 10)] * 3))
+    for i, ops in enumerate(operations):
+        ax = fig.add_subplot(1, len(operations), i + 1)
+        for method, recs in sorted(methods.items()):
+            curves = [[r["operations"][str(ops)][str(j)] for j in range(1, ops + 1)]
+                      for r in recs if str(ops) in r["operations"]]
+            if not curves:
+                continue
+            colour = "black" if method == "base" else colours[method]
+            for c in curves if len(curves) > 1 else []:
+                ax.plot(range(1, ops + 1), c, color=colour, alpha=0.25, lw=0.8)
+            mean = [sum(c[j] for c in curves) / len(curves) for j in range(ops)]
+            ax.plot(range(1, ops + 1), mean, color=colour, lw=2 if method == "base" else 1.4, marker=".",
+                    label=f"{method} ({len(curves)} seed{'s' if len(curves) > 1 else ''})" if method != "base"
+                    else "base model")
+        ax.axvline(ops, color="grey", ls=":", lw=1)
+        ax.set_title(f"{ops} operations ({'in' if ops <= max(SPLITS['id']) else 'out of'} distribution)", fontsize=9)
+        ax.set_xlabel("right work lines written", fontsize=8)
+        ax.set_ylim(-0.02, 1.02)
+        if i == 0:
+            ax.set_ylabel("P(next token starts the answer)", fontsize=8)
+    fig.axes[-1].legend(fontsize=6, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--name", default="testbed_ood_answer", help="runs/NAME and bench/results/NAME")
@@ -126,6 +164,8 @@ def main() -> None:
                                  f"or move it aside")
             records[f"{label} ({split})"] = record
     print("\n".join(table(records)))
+    figure(records, out_dir / "decision.png")
+    print(f"figure: {(out_dir / 'decision.png').relative_to(ROOT)}")
 
 
 if __name__ == "__main__":
