@@ -538,3 +538,40 @@ def test_final_checkpoints_are_every_run_of_the_seed_that_reached_the_step(tmp_p
         (tmp_path / "runs" / "x" / method / f"seed{seed}" / "checkpoints" / f"step_{step:07d}").mkdir(parents=True)
     assert frontier.final_checkpoints("x", 0, 1500) == {"grpo": "runs/x/grpo/seed0/checkpoints/step_0001500",
                                                        "sft": "runs/x/sft/seed0/checkpoints/step_0001500"}
+
+
+def test_the_stop_decision_is_read_from_one_forward_as_from_each_prefix_alone():
+    """bench/testbed_ood_decision.py reads P(answer now) after every right line from one forward of the whole chain;
+    a causal model's prediction after line j depends on that prefix alone, so each equals a forward of the prompt
+    and the first j lines by themselves (the slow reference, written here)."""
+    import torch
+
+    from explorl.models import resolve_model_path
+    from explorl.models.loading import load_causal_lm
+
+    decision = _load("testbed_ood_decision")
+    model, tok = load_causal_lm(resolve_model_path("embedded:testbed"), torch.float32)
+    model.eval()
+    problem = decision.problems_of("ood", 2)[0]
+    got = decision.answer_probabilities(model, tok, problem)
+    lines = problem.solution.split("\n")[:-1]
+    answer = tok.convert_tokens_to_ids("\\")
+    want = []
+    for j in range(1, len(lines) + 1):
+        ids = tok.encode(problem.prompt + "\n".join(lines[:j]) + "\n", add_special_tokens=False)
+        with torch.no_grad():
+            want.append(float(torch.softmax(model(input_ids=torch.tensor([ids])).logits[0, -1].float(), -1)[answer]))
+    assert len(got) == len(lines) == problem.meta["difficulty"]
+    assert got == pytest.approx(want, abs=1e-5)
+
+
+def test_the_stop_decision_table_and_figure(tmp_path):
+    decision = _load("testbed_ood_decision")
+    curve = {str(k): {str(j): (1.0 if j == k else 0.1 * j / k) for j in range(1, k + 1)} for k in (7, 8, 9)}
+    rec = {"operations": curve, "counts": {str(k): 3 for k in (7, 8, 9)}}
+    records = {"base (ood)": rec, "grpo/seed0 (ood)": rec, "grpo/seed1 (ood)": rec}
+    rows = decision.table({"base (ood)": rec})
+    # at 9 operations: after 8 lines 0.1 * 8 / 9, after 9 lines 1, the largest before 8 lines 0.1 * 7 / 9
+    assert "| base (ood) | 9 | 3 | 0.089 | 1.000 | 0.078 |" in rows
+    decision.figure(records, tmp_path / "decision.png")
+    assert (tmp_path / "decision.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
