@@ -92,8 +92,9 @@ def frontiers(args, committing: bool) -> None:
     """The out-of-distribution frontier of every seed, grown as its runs land: the points of each run (of
     `args.methods` and, unless `--no-baselines`, their baselines) that has its final checkpoint are drawn, each seed
     claimed so parallel processes share them, until no new run has landed meanwhile. A frontier.json lacking a landed
-    run, or judged by an older chain judge, is drawn again; recorded points are reused (the directory's partial
-    file), so a seed's last run is followed by its own points only. Committed as it grows."""
+    run, or judged by an older chain judge, is drawn again, with the runs it already holds (drawn by a process of
+    other methods); recorded points are reused (the directory's partial file), so a seed's last run is followed by
+    its own points only. Committed as it grows."""
     import testbed_long_frontier as frontier
     from learning import with_baselines
 
@@ -106,8 +107,10 @@ def frontiers(args, committing: bool) -> None:
         with testbed_long.claimed(testbed_long.ROOT / "runs" / args.name / f"frontier_seed{seed}.claim") as mine:
             while mine:
                 done = frontier.final_checkpoints(args.name, seed, args.steps)
-                models = {m: done[m] for m in methods if m in done}
-                if not models or set(models) <= frontier.drawn_models(out / "frontier.json"):
+                drawn = frontier.drawn_models(out / "frontier.json")
+                # the runs another process (its own --methods) drew stay in: the file is drawn whole each time
+                models = {m: done[m] for m in set(methods) | (drawn - {"base"}) if m in done}
+                if not models or set(models) <= drawn:
                     break
                 frontier.run_frontier(args.name, seed, models, args.problems, args.model, "ood")
                 if committing:

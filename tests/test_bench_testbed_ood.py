@@ -171,6 +171,38 @@ def test_a_seeds_frontier_grows_as_its_runs_land(tmp_path, monkeypatch):
     assert calls == [(0, ["clip_cov", baseline])]
 
 
+def test_a_frontier_drawn_for_other_methods_keeps_them(tmp_path, monkeypatch):
+    """A process of other methods (another --methods list) adds its run to a seed's frontier without dropping the
+    runs already drawn there."""
+    import json
+
+    ood = _load("testbed_ood_long")
+    monkeypatch.syspath_prepend(str(BENCH))
+    import testbed_long_frontier as frontier
+    from explorl.rewards import reward_versions
+
+    monkeypatch.setattr(frontier, "ROOT", tmp_path)
+    monkeypatch.setattr(ood.testbed_long, "ROOT", tmp_path)
+    for method in ("grpo", "nsr", "line_kl"):
+        (tmp_path / "runs" / "x" / method / "seed0" / "checkpoints" / "step_0001000").mkdir(parents=True)
+    path = frontier.frontier_dir("x", 0, "ood") / "frontier.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"reward_versions": reward_versions("chain"),
+                                "models": {"base": {}, "grpo": {}, "nsr": {}}}))
+    calls = []
+
+    def run_frontier(name, seed, models, *rest):
+        calls.append(sorted(models))
+        path.write_text(json.dumps({"reward_versions": reward_versions("chain"),
+                                    "models": {label: {} for label in ["base", *models]}}))
+
+    monkeypatch.setattr(frontier, "run_frontier", run_frontier)
+    args = ood.testbed_long.parser().parse_args(["--name", "x", "--methods", "line_kl", "--steps", "1000", "--every",
+                                                 "500", "--seeds", "1", "--no-baselines"])
+    ood.frontiers(args, committing=False)
+    assert calls == [["grpo", "line_kl", "nsr"]]
+
+
 def test_a_right_chain_record_of_an_older_judge_is_evaluated_again_and_not_mixed_with_new_ones(tmp_path):
     import json
 
