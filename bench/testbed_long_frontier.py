@@ -205,8 +205,21 @@ def summary_row(frontiers: dict[int, dict[str, list]], method: str, reference: s
 
 
 def recorded_methods(frontiers: dict[int, dict[str, list]]) -> list[str]:
-    """The methods and baselines of the long runs that some seed's frontier holds, in `with_baselines` order."""
-    return [m for m in with_baselines(METHODS) if any(m in models for models in frontiers.values())]
+    """The runs some seed's frontier holds: the long runs' methods and baselines in `with_baselines` order, then any
+    other run there (the newer methods', the supervised control's, drawn by other sweeps) by name."""
+    known = with_baselines(METHODS)
+    seen = {m for models in frontiers.values() for m in models} - {"base"}
+    return [m for m in known if m in seen] + sorted(seen - set(known))
+
+
+def baseline_of(method: str) -> str:
+    """`learning.baseline`, or one-update `grpo` for a run that is no recipe (the supervised control)."""
+    from explorl.config import ConfigError
+
+    try:
+        return baseline(method)
+    except ConfigError:  # no recipe of that name
+        return "grpo"
 
 
 def summary(frontiers: dict[int, dict[str, list]]) -> list[str]:
@@ -217,7 +230,7 @@ def summary(frontiers: dict[int, dict[str, list]]) -> list[str]:
              "| method | minus | seeds | entropy range | " + " | ".join(f"pass@{k}" for k in KS) + " |",
              "|---|---|---:|---|" + "---|" * len(KS)]
     for method in methods:
-        for reference in dict.fromkeys([baseline(method), "grpo", "base"]):
+        for reference in dict.fromkeys([baseline_of(method), "grpo", "base"]):
             row = None if reference == method else summary_row(frontiers, method, reference)
             lines += [row] if row else []
     return lines + [""]
@@ -231,11 +244,11 @@ def tables(frontiers: dict[int, dict[str, list]], split: str = "id") -> list[str
     lines = [f"#### Right chains {where} at equal entropy: each method minus its GRPO baseline (same seed)", "",
              *head]
     for method in methods:
-        if method != baseline(method):
-            lines += comparison_rows(frontiers, method, baseline(method))
+        if method != baseline_of(method):
+            lines += comparison_rows(frontiers, method, baseline_of(method))
     lines += ["", "#### ... minus one-update `grpo` (the methods whose own baseline is another GRPO)", "", *head]
     for method in methods:
-        if baseline(method) != "grpo":
+        if baseline_of(method) != "grpo":
             lines += comparison_rows(frontiers, method, "grpo")
     lines += ["", "#### ... and minus the base model", "", *head]
     for method in methods:
@@ -255,8 +268,8 @@ def difference_figure(frontiers: dict[int, dict[str, list]], points: int = 9, sp
     from explorl.report.style import legend_outside, model_colours, style_axes
 
     comparisons = []
-    for method in with_baselines(METHODS):
-        reference = "base" if against_base else "grpo" if method == baseline(method) else baseline(method)
+    for method in recorded_methods(frontiers):
+        reference = "base" if against_base else "grpo" if method == baseline_of(method) else baseline_of(method)
         found = None if method == reference else comparison(frontiers, method, reference, points)
         if found is not None:
             comparisons.append((method, reference, *found))
@@ -275,7 +288,7 @@ def difference_figure(frontiers: dict[int, dict[str, list]], points: int = 9, sp
             if by_k is None:  # the entropy ranges do not overlap
                 continue
             xs, mean, lo, hi, _ = zip(*by_k[k])
-            ax.plot(xs, mean, marker="o", ms=2, color=colour, linestyle="--" if method == baseline(method) else "-",
+            ax.plot(xs, mean, marker="o", ms=2, color=colour, linestyle="--" if method == baseline_of(method) else "-",
                     label=f"{method} - {reference} ({seeds} seed{'s' * (seeds != 1)})")
             ax.fill_between(xs, lo, hi, color=colour, alpha=0.12, linewidth=0)
         ax.set_ylabel(f"pass@{k} difference")

@@ -607,3 +607,13 @@ def test_the_stop_decision_table_and_figure(tmp_path):
     assert "| base (ood) | 9 | 3 | 0.089 | 1.000 | 0.078 |" in rows
     decision.figure(records, tmp_path / "decision.png")
     assert (tmp_path / "decision.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_frontier_tables_take_every_run_a_frontier_holds():
+    """Runs outside the long sweeps' list (the newer methods, a designed one, the supervised control) are compared
+    too: after the listed ones, by name; a run that is no recipe is compared with one-update `grpo`."""
+    frontier = _load("testbed_long_frontier")
+    frontiers = {0: {"base": [], "grpo": [], "zeta_method": [], "sft": []}, 1: {"base": [], "kl_cov": []}}
+    methods = frontier.recorded_methods(frontiers)
+    assert methods[:2] == ["grpo", "kl_cov"] and methods[2:] == ["sft", "zeta_method"]
+    assert frontier.baseline_of("sft") == "grpo" and frontier.baseline_of("nsr") == frontier.baseline("nsr")
