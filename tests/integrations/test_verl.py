@@ -974,9 +974,9 @@ def test_each_recipe_composes_through_the_launcher(recipe, tmp_path, verl_model_
 
     overrides = [f"model.path={verl_model_dir}", "task.train_size=64", "task.eval_size=16",
                  f"run.out_dir={tmp_path / 'run'}"]
-    if recipe.stem in ("adaptive_entropy", "prorl_reset", "simko", "outcome_bonus", "fr3e"):  # explorl's loop only
-        # (docs/methods.md §5aa, §5ab; SimKO's top-K log-probs, §5w; the outcome bonus's answers and counts, §5ac;
-        # FR3E's branching, §5ad)
+    if recipe.stem in ("adaptive_entropy", "prorl_reset", "simko", "outcome_bonus", "fr3e", "line_start_kl"):
+        # explorl's loop only (docs/methods.md §5aa, §5ab; SimKO's top-K log-probs, §5w; the outcome bonus's answers
+        # and counts, §5ac; FR3E's branching, §5ad; the line starts of the KL term, §5ae)
         with pytest.raises(ConfigError, match="explorl train"):
             prepare(recipe, overrides, write=False, run_dir=False)
         return
