@@ -18,7 +18,8 @@ def _encode(tok, texts: list[str], left: bool) -> tuple[torch.Tensor, torch.Tens
     pad = [[tok.pad_token_id] * (width - len(x)) for x in ids]
     rows = [p + x if left else x + p for x, p in zip(ids, pad)]
     masks = [[0] * len(p) + [1] * len(x) if left else [1] * len(x) + [0] * len(p) for x, p in zip(ids, pad)]
-    return torch.tensor(rows, dtype=torch.long).reshape(len(texts), width), torch.tensor(masks).reshape(len(texts), width)
+    shape = (len(texts), width)
+    return torch.tensor(rows, dtype=torch.long).reshape(shape), torch.tensor(masks).reshape(shape)
 
 
 def _mask(tok, prompts: list[str], responses: list[str]) -> torch.Tensor:

@@ -12,6 +12,8 @@ from explorl.algos.registry import SECTIONS, entries
 from explorl.config.building import type_hints, type_name
 from explorl.config.schema import Config
 from explorl.config.selection import CHOICES, fill_registry
+
+
 def field_docs(cls: type) -> dict[str, str]:
     """Map each field of dataclass `cls` to the docstring written under it."""
     src = inspect.getsource(cls)
@@ -23,7 +25,6 @@ def field_docs(cls: type) -> dict[str, str]:
                 and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
             docs[prev.target.id] = " ".join(node.value.value.split())
     return docs
-
 
 
 def reference(cls: type = Config, prefix: str = "") -> list[tuple[str, str, str, str]]:

@@ -5,7 +5,8 @@ the method (`explorl.algos.registry`), held in its section's `options` and writt
 `sampling.<schedule>.<field>`, `budget.<policy>.<field>`. The task section is `explorl.config.task` (re-exported
 here); these two modules import nothing else of explorl.
 Loading and overrides are `explorl.config.loading`, the checks against the registry `explorl.config.validation`.
-Field docstrings are read from the source (`explorl.config.fields.field_docs`) for `explorl config` and docs/configuration.md.
+Field docstrings are read from the source (`explorl.config.fields.field_docs`) for `explorl config` and
+docs/configuration.md.
 """
 
 from __future__ import annotations
