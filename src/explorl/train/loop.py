@@ -157,19 +157,20 @@ def train_step(step: int, cfg: Config, st: TrainState, sampler: Sampler, bound: 
     t0 = time.perf_counter()
     if sampler.engine is not None:
         sampler.engine.sync(st.model)
+    needs = requirements(cfg.algo)  # what the configured method reads besides the rollouts
     with peaks.phase("sample"):
         got = collect_rollouts(sampler, bound, st.stream, st.driver, batch_size=cfg.run.batch_size, step=step,
-                               generator=st.gens["sampler_rng"], greedy_baseline=requirements(cfg.algo).greedy_baseline)
+                               generator=st.gens["sampler_rng"], greedy_baseline=needs.greedy_baseline)
     guards.rewards(step + 1, got)
     t_sample = time.perf_counter() - t0
     # vLLM's kernels are not the policy's: pi_old (and its entropies) come from a forward pass
     pi_old_from_update = single_update_shortcut(cfg.algo, st.driver.behavior_is_policy and sampler.engine is None)
     correct = torch.tensor(got.correct, dtype=torch.bool, device=got.batch.mask.device)  # by the task's rule
     # each response's question and final answer, where a shaper reads them (outcome-based exploration)
-    outcomes = outcome_keys(got, bound.task.extract_answer) if requirements(cfg.algo).outcomes else None
+    outcomes = outcome_keys(got, bound.task.extract_answer) if needs.outcomes else None
     b = got.batch  # where each line begins, where the KL term anchors only the answer-or-another-line choice
     line_starts = (line_start_mask(b.prompt_ids, b.prompt_mask, b.response_ids, b.mask, ends_line_table(bound.tok))
-                   if requirements(cfg.algo).line_starts else None)
+                   if needs.line_starts else None)
     with peaks.phase("logprob"):
         batch = fill_logprobs(st.model, st.ref, b.replace(correct=correct, outcomes=outcomes, line_starts=line_starts),
                               got.train_temperature, cfg, pi_old_from_update)
