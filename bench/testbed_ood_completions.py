@@ -5,8 +5,8 @@ For each model (the base model, and each finished run's last checkpoint under `r
 out-of-distribution evaluation at T = 1 is sampled again exactly as its `t1-chain` record was (`testbed_long.evaluate`:
 the same problems, sampler seed, n and judge, so the same samples), with every completion saved; kept as text are
 the 9-operation problems' first `--samples` completions each, in sampling order (no selection by outcome), with
-both verdicts (`chain`: every worked line the solution's, the judge of the records; `answer`: the final boxed answer
-right) and the number of lines written. Each file also counts, over every 9-operation sample, the completions by
+both verdicts (`chain`: every worked line the solution's, the judge of the `t1-chain` records; `answer`: the final
+boxed answer right, judged as the `t1` records are, by the arith task's `int_reward`) and the number of lines written. Each file also counts, over every 9-operation sample, the completions by
 line count and by verdict.
 
     OMP_NUM_THREADS=1 python bench/testbed_ood_completions.py --name testbed_ood_answer --methods grpo --seeds 3
@@ -39,8 +39,11 @@ def digest(rows: list[dict], samples: int, label: str) -> list[dict]:
     """The summary line and the kept completions of a completions file's rows (`explorl eval --save-completions`):
     9-operation problems only (`testbed_long_table.operations_of`), work lines counted as
     `testbed_ood_lengths.work_lines` counts them."""
+    from explorl.rewards import int_reward
+
     nine = [r for r in rows if operations_of(r["prompt"]) == 9]
-    answer_right = lambda r: str(r["extracted"]).strip() == str(r["answer"]).strip()  # noqa: E731
+    # the `t1` records' judge (an integer, so "07" is 7), not the text: the counts then equal the records'
+    answer_right = lambda r: int_reward(r["completion"], r["answer"]) == 1.0  # noqa: E731
     summary = {"label": label, "problems": len({r["problem"] for r in nine}), "samples": len(nine),
                "chain_right": sum(bool(r["correct"]) for r in nine),
                "answer_right": sum(answer_right(r) for r in nine),

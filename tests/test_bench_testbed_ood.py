@@ -542,7 +542,7 @@ def test_out_of_distribution_answers_are_read_by_operations_beside_right_chains(
 def test_the_completions_digest_keeps_nine_operation_samples_in_order_with_both_verdicts():
     """bench/testbed_ood_completions.py: of a completions file's rows, the 9-operation problems' first `samples`
     completions, in sampling order, each with its chain verdict (the judge's `correct`), its answer verdict (the
-    extracted answer equal to the answer) and its work lines (`testbed_ood_lengths.work_lines`: lines with "="
+    boxed answer equal to the answer as an integer, as the `t1` records judge it) and its work lines (`testbed_ood_lengths.work_lines`: lines with "="
     before the boxed answer); the summary counts every 9-operation sample."""
     digest = _load("testbed_ood_completions").digest
     nine, eight = "1+1+1+1+1+1+1+1+1+1=?\n", "1+1+1+1+1+1+1+1+1=?\n"  # 9 and 8 operations
@@ -551,12 +551,13 @@ def test_the_completions_digest_keeps_nine_operation_samples_in_order_with_both_
              "reward": 1.0, "correct": right}
             for p, i, text, got, right in [(nine, 0, chain, "6", True), (nine, 1, "1+2=3\n\\boxed{6}", "6", False),
                                            (nine, 2, "x\ny\nz\n\\boxed{5}", "5", False),
+                                           (nine, 3, "1+2=3\n3+3=6\n\\boxed{06}", "06", False),
                                            (eight, 0, chain, "6", True)]]
     summary, *kept = digest(rows, samples=2, label="base")
-    # the 9-operation problem: 3 samples (the 8-operation one is left out), chains right 1, answers right 2, work
-    # lines 2, 1 and 0 (no "=" in the third)
-    assert summary == {"label": "base", "problems": 1, "samples": 3, "chain_right": 1, "answer_right": 2,
-                       "lines": {0: 1, 1: 1, 2: 1}, "kept_per_problem": 2}
+    # the 9-operation problem: 4 samples (the 8-operation one is left out), chains right 1, answers right 3 ("06"
+    # is 6 as an integer, though not as text), work lines 2, 1, 0 (no "=" in the third) and 2
+    assert summary == {"label": "base", "problems": 1, "samples": 4, "chain_right": 1, "answer_right": 3,
+                       "lines": {0: 1, 1: 1, 2: 2}, "kept_per_problem": 2}
     assert [(k["sample"], k["chain_right"], k["answer_right"], k["lines"]) for k in kept] == [(0, True, True, 2),
                                                                                              (1, False, True, 1)]
 
