@@ -16,6 +16,7 @@ from `algo`, `sampling` and `budget`; the TRL settings are derived from it:
 - the reward is the task's own `RewardRunner` (`TaskReward`: task.reward's functions and weights, batched
   functions, task.reward_timeout_s, failures scored 0 and counted), correctness the task's rule (task.correct_by);
 - optim.* -> AdamW, warm-up, cosine decay to optim.min_lr_ratio, gradient clipping;
+- algo.kl_importance_weighted -> use_bias_correction_kl (explorl's KL term replaces TRL's, weighted alike);
 - model.dtype auto -> bfloat16 on a GPU that has it, float32 on the CPU; model.device cpu -> use_cpu.
 Not mapped: LoRA (`model.lora`), evaluation during training and checkpoints of explorl's own format (TRL writes
 its own, RUN/checkpoint-N, which --resume continues from).
@@ -63,6 +64,7 @@ def grpo_args(cfg, world: int):
         per_device_train_batch_size=total // (world * a.mini_batches), steps_per_generation=a.mini_batches,
         gradient_accumulation_steps=1, num_iterations=a.epochs, num_generations=s.group_size,
         max_completion_length=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p, top_k=0,
+        use_bias_correction_kl=a.kl_importance_weighted,  # explorl's KL term replaces TRL's: the same weighting
         learning_rate=o.lr, weight_decay=o.weight_decay, adam_beta1=o.beta1, adam_beta2=o.beta2,
         warmup_steps=o.warmup_steps, lr_scheduler_type="cosine_with_min_lr",
         lr_scheduler_kwargs={"min_lr_rate": o.min_lr_ratio}, max_grad_norm=o.grad_clip,

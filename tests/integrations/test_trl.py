@@ -19,6 +19,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,11 +32,12 @@ from datasets import Dataset  # noqa: E402  (TRL's dependency)
 from transformers import AutoModelForCausalLM  # noqa: E402
 from trl import GRPOConfig  # noqa: E402
 
-from explorl.algos import RolloutBatch, compute_advantages, policy_objective  # noqa: E402
+from explorl.algos import RolloutBatch, compute_advantages, policy_objective, requirements  # noqa: E402
 from explorl.config import ConfigError  # noqa: E402
 from explorl.integrations.trl import (ExplorlGRPOTrainer, PerTokenTemperature, RunOptions,  # noqa: E402
                                      checkpointing_field)
 from explorl.models import make_reference  # noqa: E402
+from explorl.rollout.lines import ends_line_table, line_start_mask  # noqa: E402
 from explorl.rollout.logprobs import LogprobOptions, response_logprobs  # noqa: E402
 from explorl.rollout.temperature import EADOptions, ead_schedule  # noqa: E402
 from explorl.train.loop import fill_logprobs, on_policy_single_update, update_policy  # noqa: E402
@@ -131,10 +133,13 @@ def explorl_step(model_dir, trainer, out, behavior_table=None):
                                    options=LogprobOptions(with_entropy=False))
         _, ent = response_logprobs(model, out["prompt_ids"], out["prompt_mask"], ids, mask, tau)
     rewards = [reward(None, None, [c[m.bool()].tolist() for c, m in zip(ids, mask)])[i] for i in range(n)]
+    line_starts = (line_start_mask(out["prompt_ids"], out["prompt_mask"], ids, mask,
+                                   ends_line_table(trainer.processing_class))
+                   if requirements(cfg.algo).line_starts else None)
     ro = RolloutBatch(mask=mask, rewards=torch.tensor(rewards, dtype=torch.float32), group=torch.arange(n) // G,
                       max_response_len=cfg.sampling.max_new_tokens, prompt_ids=out["prompt_ids"],
                       prompt_mask=out["prompt_mask"], response_ids=ids, behavior_logprobs=beh, behavior_entropy=ent,
-                      temperatures=temps * mask, truncated=(lengths > 0) & (last != 1))
+                      temperatures=temps * mask, truncated=(lengths > 0) & (last != 1), line_starts=line_starts)
     batch = fill_logprobs(model, ref, ro, tau, cfg, on_policy_single_update(cfg))
     prepared = compute_advantages(batch, cfg.algo, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
@@ -201,6 +206,10 @@ METHODS = {
     "kl+clamp+dual_clip": ({"kl_coef": 0.1, "kl_clamp": 10.0, "kl_importance_weighted": True,
                             "ppo": {"dual_clip_c": 3.0}}, None),
     "kl_unweighted": ({"kl_coef": 0.1}, None, {"use_bias_correction_kl": False}),
+    # the KL term on the tokens that begin a line only (docs/methods.md §5ae): each side finds them with the tokenizer
+    # (completions seed 1: three tokens follow a newline, id 2)
+    "line_start_kl": ({"kl_coef": 0.5, "kl_tokens": "line_starts"}, None,
+                      {"use_bias_correction_kl": False, "completions_seed": 1}),
     "entropy_bonus": ({"entropy_coef": 0.01}, None),
     "overlong_penalty": ({"reward_shapers": ["dapo_overlong"], "dapo_overlong": {"buffer": 2}}, None),
     "overlong_mask": ({"reward_shapers": ["dapo_overlong_filter"]}, None),
@@ -243,6 +252,32 @@ def test_advantages_loss_and_gradients_equal_explorls_loop(name, tiny_model_dir,
         assert_close(grads[k], ref_grads[k], f"gradient of {k}", atol)
     assert float(torch.cat([g.flatten() for g in grads.values()]).abs().max()) > 1e-4  # a gradient to compare
     assert trainer._metrics["train"]["explorl/loss/pg"][-1] == pytest.approx(stats["loss/pg"], abs=ATOL)
+
+
+def test_the_line_start_kl_acts_on_the_line_starts_only(tiny_model_dir, tmp_path):
+    """`algo.kl_tokens: line_starts` in TRL's trainer: the batch carries the line starts of its completions (some of
+    the response tokens, not all), and the KL statistics are those of the line starts: `kl/mean` the k3 summed over
+    the line starts over the response tokens (the trainer's token-mean), `kl/line_start_mean` their mean k3."""
+    trainer = make_trainer(tiny_model_dir, tmp_path, {"kl_coef": 0.5, "kl_tokens": "line_starts"},
+                           completions_seed=1, use_bias_correction_kl=False)  # three tokens after a newline
+    out, loss, _ = trl_step(trainer)
+    mask = out["completion_mask"].float()
+    starts = out["explorl_line_starts"]
+    # by hand: a completion token begins a line where the token before it (the prompt's last for the first) is "\n"
+    newline = trainer.processing_class.convert_tokens_to_ids("\n")
+    before = torch.cat([out["prompt_ids"][:, -1:], out["completion_ids"][:, :-1]], dim=1)
+    torch.testing.assert_close(starts, (before == newline).float() * mask)
+    assert 0 < float(starts.sum()) < float(mask.sum())
+    ref, lp = out["explorl_ref_logps"], out["explorl_old_logps"]
+    if lp is None:  # pi_old is the update forward's (single update): the policy now
+        lp, _ = response_logprobs(trainer.model, out["prompt_ids"], out["prompt_mask"], out["completion_ids"], mask,
+                                  1.0, options=LogprobOptions(with_entropy=False))
+    k3 = torch.exp(ref - lp) - (ref - lp) - 1
+    stats = {k: trainer._metrics["train"][f"explorl/{k}"][-1] for k in ("kl/mean", "kl/line_start_mean")}
+    assert trainer.explorl.algo.loss_agg == "token-mean"
+    assert stats["kl/mean"] == pytest.approx(float((k3 * starts).sum() / mask.sum()), rel=1e-3)
+    assert stats["kl/line_start_mean"] == pytest.approx(float((k3 * starts).sum() / starts.sum()), rel=1e-3)
+    assert stats["kl/line_start_mean"] > 0
 
 
 def test_pre_forward_only_when_a_method_needs_pi_old(tiny_model_dir, tmp_path):
@@ -479,9 +514,7 @@ def test_trl_adaptive_entropy_is_refused_pointing_to_explorls_setting(tiny_model
     ({"entropy_control": {"enabled": True}}, r"algo\.entropy_control\.enabled: .*explorl train"),
     ({"kl_coef": 0.01, "kl_importance_weighted": True, "reference_reset": {"every": 2}},
      r"algo\.reference_reset\.every=2: .*explorl train"),
-    ({"kl_coef": 0.1, "kl_importance_weighted": True, "kl_tokens": "line_starts"},
-     r"algo\.kl_tokens=line_starts: .*explorl train"),
-], ids=["adaptive_entropy", "reference_reset", "line_start_kl"])
+], ids=["adaptive_entropy", "reference_reset"])
 def test_explorls_loop_only_settings_are_refused_by_name(algo, field, tiny_model_dir, tmp_path):
     model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))
     with pytest.raises(ConfigError, match=field):
@@ -795,7 +828,10 @@ DIST_METHODS = {
     "kl_cov": {"loss": "kl_cov", "kl_cov": {"k_percent": 10.0}},
     "token-mean": {},  # the normaliser: tokens of both ranks
     "seq-mean": {"loss_agg": "seq-mean-token-mean", "shapers": ["cw_group"]},
+    # the line starts gathered with the rest (TRL's default ratio-weighted KL)
+    "line_start_kl": {"kl_coef": 0.5, "kl_importance_weighted": True, "kl_tokens": "line_starts"},
 }
+DIST_COMPLETIONS_SEED = {"line_start_kl": 1}  # completions with three tokens after a newline
 
 
 def free_port() -> int:
@@ -819,7 +855,8 @@ def dist_worker(model_dir: str, out_dir: str) -> None:
     prompts = [PROMPTS[i // G] for i in rows]
     results = {}
     for name, algo in DIST_METHODS.items():
-        trainer = make_trainer(model_dir, tmp / f"r{rank}", algo, rows=rows, per_device_train_batch_size=half)
+        trainer = make_trainer(model_dir, tmp / f"r{rank}", algo, rows=rows, per_device_train_batch_size=half,
+                               completions_seed=DIST_COMPLETIONS_SEED.get(name, 0))
         assert trainer.accelerator.num_processes == world
         inputs = [{"prompt": p} for p in prompts]
         trainer.model.zero_grad(set_to_none=True)
@@ -851,7 +888,7 @@ def test_two_processes_compute_what_one_does(tiny_model_dir, tmp_path):
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     for name, algo in DIST_METHODS.items():
         assert ranks[0][name]["world"] == ranks[1][name]["world"] == 2
-        one = make_trainer(tiny_model_dir, tmp_path / "one", algo)
+        one = make_trainer(tiny_model_dir, tmp_path / "one", algo, completions_seed=DIST_COMPLETIONS_SEED.get(name, 0))
         assert one.accelerator.num_processes == 1
         out, loss, grads = trl_step(one)
         for r in range(2):
@@ -973,3 +1010,20 @@ def test_a_trl_run_stops_on_failing_rewards_as_explorls_loop_does(tiny_model_dir
         steps = [r for r in steps if "reward/mean" in r]
         assert [r["reward/errors"] for r in steps] == [12, 12] and all(r["reward/mean"] == 0 for r in steps)
     assert "ZeroDivisionError: division by zero" in log.read_text()
+
+
+@pytest.mark.parametrize("recipe", sorted(p.stem for p in (ROOT / "configs" / "recipes").glob("*.yaml")))
+def test_the_examples_trl_settings_agree_with_every_recipe(recipe, tmp_path):
+    """`examples/trl/train.py`'s GRPOConfig for each recipe passes the trainer's checks against explorl's config
+    (`explorl_config`), or the recipe is one TRL's trainer refuses by name (pointing to `explorl train`, or
+    naming what TRL's trainer cannot run). The KL weighting used to disagree: every recipe with `algo.kl_coef > 0`
+    stopped with a config error (TRL's `use_bias_correction_kl` defaults to true, explorl's to false)."""
+    from explorl.config import load_config
+    from explorl.integrations.trl import explorl_config
+
+    cfg = load_config(ROOT / "configs" / "recipes" / f"{recipe}.yaml", [f"run.out_dir={tmp_path / 'run'}"])
+    args = trl_example().grpo_args(cfg, world=1)
+    try:
+        explorl_config(args, cfg.algo, cfg.sampling, cfg.budget)
+    except ConfigError as e:  # only the refusals of what TRL's trainer does not run
+        assert re.search(r"explorl train|explorl's loop|TRL's (trainer|generation)", str(e)), str(e)

@@ -31,11 +31,22 @@ def refuse_branching(policy: str, engine: str, field: str = "budget.policy") -> 
                           f"explorl's loop: explorl train")
 
 
+def refuse_line_start_kl(algo, engine: str) -> None:
+    """ConfigError for a KL term on the tokens that begin a line only (`algo.kl_tokens: line_starts`), which
+    `engine` ("verl's trainer"), whose KL loss acts on every response token inside its actor, would run on every
+    token. explorl's loop and TRL's trainer run it (they compute the loss's KL term themselves)."""
+    if algo.kl_tokens != "all":
+        raise ConfigError(f"algo.kl_tokens={algo.kl_tokens}: the KL loss of {engine} acts on every response token "
+                          f"inside its actor, not on the tokens that begin a line; run it in explorl's loop (explorl train) "
+                          f"or TRL's trainer (explorl.integrations.trl), docs/methods.md §5ae, or set "
+                          f"algo.kl_tokens=all")
+
+
 def refuse_loop_only_algo(algo, engine: str) -> None:
     """ConfigError for an `algo` setting only explorl's loop carries out, which `engine` ("TRL's trainer") would run
     without: Skywork-OR1's adaptive entropy coefficient, ProRL's reference reset, a loss that reads the forward's
-    top-K log-probs (`needs_topk`), a KL term on the line starts only (`algo.kl_tokens`), and the shapers of
-    `refuse_loop_only_shapers`."""
+    top-K log-probs (`needs_topk`), and the shapers of `refuse_loop_only_shapers`. (A KL term on the line starts
+    only, `algo.kl_tokens`, runs in TRL's trainer; verl's launcher refuses it, `refuse_line_start_kl`.)"""
     if algo.entropy_control.enabled:
         raise ConfigError(f"algo.entropy_control.enabled: Skywork-OR1's adaptive entropy coefficient is driven by "
                           f"explorl's loop, not by {engine}; run it with explorl train (docs/methods.md §5aa)")
@@ -47,8 +58,4 @@ def refuse_loop_only_algo(algo, engine: str) -> None:
         raise ConfigError(f"algo.loss={algo.loss}: this loss reads each token's top-K log-probs under the current "
                           f"policy and pi_old, the current policy's entropies and top-1 flags and each response's "
                           f"correctness, which {engine} does not compute; run it in explorl's loop (explorl train)")
-    if algo.kl_tokens != "all":  # explorl's loop finds the line starts with the run's tokenizer
-        raise ConfigError(f"algo.kl_tokens={algo.kl_tokens}: the tokens that begin a line are found by explorl's loop, "
-                          f"not by {engine}, whose KL term acts on every token; run it with explorl train "
-                          f"(docs/methods.md §5ae), or set algo.kl_tokens=all")
     refuse_loop_only_shapers(algo.shapers, engine)  # a shaper of final answers with counts across steps

@@ -27,9 +27,10 @@ from torch import Tensor
 
 from explorl.algos import RolloutBatch
 from explorl.algos.losses import aggregation_count
+from explorl.rollout.lines import ends_line_table, line_start_mask
 
-__all__ = ["TokenForwards", "gather_rows", "generation_batch", "global_micro_batch", "local_rows", "micro_batch",
-           "truncated", "window_total"]
+__all__ = ["TokenForwards", "gather_rows", "generation_batch", "global_micro_batch", "line_starts", "local_rows",
+           "micro_batch", "truncated", "window_total"]
 
 
 def gather_rows(accelerator, x: Tensor | None) -> Tensor | None:
@@ -49,6 +50,13 @@ def truncated(completion_ids: Tensor, mask: Tensor, eos_ids: list[int]) -> Tenso
     last = completion_ids.gather(1, (lengths - 1).clamp_min(0)[:, None]).squeeze(1)
     return (lengths > 0) & ~torch.isin(last, torch.tensor(eos_ids, device=last.device))
 
+
+def line_starts(out: dict, mask: Tensor, tokenizer) -> Tensor:
+    """`[n, T]` 1.0 on this process's completion tokens that begin a line (`explorl.rollout.lines`: after a token
+    that decodes to text ending with a newline; TRL's prompts are left-padded as the function expects), the tokens
+    of `algo.kl_tokens: line_starts`'s KL term."""
+    return line_start_mask(out["prompt_ids"], out["prompt_mask"], out["completion_ids"], mask,
+                           ends_line_table(tokenizer))
 
 
 @dataclass
@@ -93,11 +101,12 @@ def local_rows(accelerator, batch: RolloutBatch, shape: tuple[int, int]) -> dict
 def micro_batch(inputs: dict, mask: Tensor, max_len: int) -> RolloutBatch:
     """A loss micro-batch of TRL's (this process's rows: `mask` `[n, t]`) as explorl's batch through its advantage
     step."""
-    return RolloutBatch.for_loss(mask, inputs["advantages"], logprobs=inputs.get("explorl_old_logps"),
-                                 loss_mask=inputs["explorl_loss_mask"], max_response_len=max_len,
-                                 is_weights=inputs.get("explorl_is_weights"),
-                                 token_weights=inputs.get("explorl_token_weights"),
-                                 ref_logprobs=inputs.get("explorl_ref_logps"))
+    batch = RolloutBatch.for_loss(mask, inputs["advantages"], logprobs=inputs.get("explorl_old_logps"),
+                                  loss_mask=inputs["explorl_loss_mask"], max_response_len=max_len,
+                                  is_weights=inputs.get("explorl_is_weights"),
+                                  token_weights=inputs.get("explorl_token_weights"),
+                                  ref_logprobs=inputs.get("explorl_ref_logps"))
+    return batch.replace(line_starts=inputs.get("explorl_line_starts"))  # the KL term's (algo.kl_tokens)
 
 
 def global_micro_batch(accelerator, lp: Tensor, entropy: Tensor | None, batch: RolloutBatch):
@@ -119,7 +128,7 @@ def global_micro_batch(accelerator, lp: Tensor, entropy: Tensor | None, batch: R
     batch_all = RolloutBatch.for_loss(mask, g(batch.advantages), logprobs=g(batch.logprobs),
                                       loss_mask=g(batch.loss_mask), max_response_len=batch.max_response_len,
                                       is_weights=g(batch.is_weights), token_weights=g(batch.token_weights),
-                                      ref_logprobs=g(batch.ref_logprobs))
+                                      ref_logprobs=g(batch.ref_logprobs)).replace(line_starts=g(batch.line_starts))
     return lp_all, ent_all, batch_all
 
 

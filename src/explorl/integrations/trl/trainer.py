@@ -45,7 +45,7 @@ except ImportError as e:  # pragma: no cover - the message is the point
     raise ImportError(f"explorl.integrations.trl needs TRL: pip install -e \".[trl]\" ({e})") from None
 
 from explorl.integrations.trl.batch import (TokenForwards, gather_rows, generation_batch, global_micro_batch,
-                                            local_rows, micro_batch, window_total)
+                                            line_starts, local_rows, micro_batch, window_total)
 from explorl.integrations.trl.config import check_run_config, checkpointing_field, explorl_config, generation_rounds
 from explorl.integrations.trl.generation import ColocatedVLLM, colocated_engine
 from explorl.integrations.trl.run import (RoundRecord, RunOptions, configured_hyperparameters, explorl_scheduler,
@@ -313,6 +313,8 @@ class ExplorlGRPOTrainer(GRPOTrainer):
             self.explorl_driver.defer_entropy()
         out.update(local_rows(self.accelerator, batch, tuple(mask.shape)))
         out["explorl_old_logps"], out["explorl_ref_logps"] = old, out.get("ref_per_token_logps")
+        if self.explorl_needs.line_starts:  # the KL term's tokens (algo.kl_tokens: line_starts)
+            out["explorl_line_starts"] = line_starts(out, mask, self.processing_class)
         return out
 
     # ------------------------------------------------------------------------------------------------------------
