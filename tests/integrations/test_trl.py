@@ -36,6 +36,7 @@ from explorl.algos import RolloutBatch, compute_advantages, policy_objective, re
 from explorl.config import ConfigError  # noqa: E402
 from explorl.integrations.trl import (ExplorlGRPOTrainer, PerTokenTemperature, RunOptions,  # noqa: E402
                                      checkpointing_field)
+from explorl.integrations.trl.temperature import ROUND_STATE_FILE  # noqa: E402
 from explorl.models import make_reference  # noqa: E402
 from explorl.rollout.lines import ends_line_table, line_start_mask  # noqa: E402
 from explorl.rollout.logprobs import LogprobOptions, response_logprobs  # noqa: E402
@@ -280,6 +281,31 @@ def test_the_line_start_kl_acts_on_the_line_starts_only(tiny_model_dir, tmp_path
     assert stats["kl/line_start_mean"] > 0
 
 
+@pytest.mark.parametrize("target, applied", [(100.0, [0.01, 0.014, 0.018]), (0.0, [0.0, 0.0, 0.0])],
+                         ids=["below_target", "above_target"])
+def test_the_adaptive_entropy_coefficient_gates_and_adapts_each_round(target, applied, tiny_model_dir, tmp_path):
+    """Skywork-OR1's coefficient in TRL's trainer (docs/methods.md §5aa): each round's update applies alpha_k when the
+    round's entropy (pi_old's, measured before the update: the same every round here, no optimizer step) is at most
+    the target, else 0, and alpha moves by delta. By hand, alpha_0 0.01, delta 0.004: under a target of 100 nats the
+    rounds apply 0.01, 0.014, 0.018; over a target of 0 they apply 0 (alpha 0.006, 0.002, then coef_min 0). The
+    third round's loss is explorl's loop's with the coefficient it applied."""
+    algo = {"entropy_coef": 0.01, "entropy_control": {"enabled": True, "target": target, "delta": 0.004}}
+    trainer = make_trainer(tiny_model_dir, tmp_path, algo)
+    assert trainer._pre_forward  # the round's entropy before its update
+    for _ in range(3):
+        out, loss, grads = trl_step(trainer)
+    assert trainer._metrics["train"]["algo/entropy_coef"] == pytest.approx(applied)
+    assert trainer.explorl_entropy_coef.alpha == pytest.approx(0.022 if target else 0.0)
+    fixed = dataclasses.replace(trainer.explorl.algo, entropy_coef=applied[-1],
+                                entropy_control=dataclasses.replace(trainer.explorl.algo.entropy_control,
+                                                                    enabled=False))
+    trainer.explorl = dataclasses.replace(trainer.explorl, algo=fixed)
+    _, ref_loss, ref_grads, _ = explorl_step(tiny_model_dir, trainer, out)
+    assert_close(loss, ref_loss, "loss")
+    for k in grads:
+        assert_close(grads[k], ref_grads[k], f"gradient of {k}")
+
+
 def test_pre_forward_only_when_a_method_needs_pi_old(tiny_model_dir, tmp_path):
     # GRPO with one update per batch takes pi_old from the update forward (no extra pass, as TRL); the forking filter
     # asks for entropies before the update, so its first advantage call adds the extra forward and keeps it
@@ -511,10 +537,9 @@ def test_trl_adaptive_entropy_is_refused_pointing_to_explorls_setting(tiny_model
 
 
 @pytest.mark.parametrize("algo, field", [
-    ({"entropy_control": {"enabled": True}}, r"algo\.entropy_control\.enabled: .*explorl train"),
     ({"kl_coef": 0.01, "kl_importance_weighted": True, "reference_reset": {"every": 2}},
      r"algo\.reference_reset\.every=2: .*explorl train"),
-], ids=["adaptive_entropy", "reference_reset"])
+], ids=["reference_reset"])
 def test_explorls_loop_only_settings_are_refused_by_name(algo, field, tiny_model_dir, tmp_path):
     model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))
     with pytest.raises(ConfigError, match=field):
@@ -937,10 +962,13 @@ def test_example_trains_a_recipe_on_two_processes(tmp_path, tiny_model_dir):
 
 
 def test_e3_state_is_saved_with_trls_checkpoint_and_resumed(tiny_model_dir, tmp_path):
-    """A resumed run continues the E3 controller where it stopped: the schedule's state, the round count and the
-    training temperature are written beside TRL's checkpoint and read back by `_load_from_checkpoint`."""
+    """A resumed run continues the E3 controller and Skywork-OR1's entropy coefficient where they stopped: the
+    schedule's state, the coefficient, the round count and the training temperature are written beside TRL's
+    checkpoint and read back by `_load_from_checkpoint`."""
     sampling = {"schedule": "e3", "group_size": G, "max_new_tokens": MAX_LEN, "temperature": 1.0}
-    first = make_trainer(tiny_model_dir, tmp_path / "a", {}, sampling)
+    # far below the target every round: alpha 0.01 -> 0.014 -> 0.018 after two rounds
+    algo = {"entropy_coef": 0.01, "entropy_control": {"enabled": True, "target": 100.0, "delta": 0.004}}
+    first = make_trainer(tiny_model_dir, tmp_path / "a", algo, sampling)
     for step in (1, 2):
         trl_step(first)
         perturb(first.model, seed=20 + step)
@@ -950,11 +978,12 @@ def test_e3_state_is_saved_with_trls_checkpoint_and_resumed(tiny_model_dir, tmp_
     first.create_optimizer_and_scheduler(num_training_steps=4)  # as train() does before its first save
     first._save_checkpoint(first.model, None)
     checkpoint = tmp_path / "a" / "trl" / "checkpoint-2"
-    assert (checkpoint / ExplorlGRPOTrainer.SCHEDULE_FILE).exists()
-    resumed = make_trainer(tiny_model_dir, tmp_path / "b", {}, sampling)
+    assert (checkpoint / ROUND_STATE_FILE).exists()
+    resumed = make_trainer(tiny_model_dir, tmp_path / "b", algo, sampling)
     resumed._load_from_checkpoint(str(checkpoint))
     assert resumed._round == first._round == 3
     assert resumed.explorl_schedule.state_dict() == first.explorl_schedule.state_dict()
+    assert resumed.explorl_entropy_coef.alpha == first.explorl_entropy_coef.alpha == pytest.approx(0.018)
     assert resumed._train_tau == first._train_tau and not resumed.explorl_driver.entropy_pending
 
 
@@ -1027,3 +1056,15 @@ def test_the_examples_trl_settings_agree_with_every_recipe(recipe, tmp_path):
         explorl_config(args, cfg.algo, cfg.sampling, cfg.budget)
     except ConfigError as e:  # only the refusals of what TRL's trainer does not run
         assert re.search(r"explorl train|explorl's loop|TRL's (trainer|generation)", str(e)), str(e)
+
+
+def test_a_trl_run_logs_the_adaptive_entropy_coefficient_each_step(tiny_model_dir, tmp_path):
+    """`examples/trl/train.py` with `algo.entropy_control` (TRL's `use_adaptive_entropy` in explorl's terms): each
+    step's metrics record holds the coefficient its update applied, as explorl's loop writes it. Under a target of
+    100 nats every step is below it, so by hand the steps apply 0.01 and 0.01 + 0.004."""
+    from explorl.report.runs import load_run
+
+    argv = [*run_argv(tiny_model_dir, tmp_path / "run"), "algo.entropy_coef=0.01", "algo.entropy_control.enabled=true",
+            "algo.entropy_control.target=100", "algo.entropy_control.delta=0.004"]
+    steps = load_run(trl_example().main(argv)).steps
+    assert [r["algo/entropy_coef"] for r in steps] == pytest.approx([0.01, 0.014])

@@ -1,5 +1,6 @@
 """What only explorl's own loop can run, asked of the registry (no method is named here): shared by the TRL and verl
-integrations, which refuse it naming the field and the fix."""
+integrations, which refuse it naming the field and the fix; and (`refuse_actor_terms`) what explorl's loop and TRL's
+trainer run but verl's actor, which adds its own KL and entropy terms, cannot."""
 
 from __future__ import annotations
 
@@ -31,10 +32,16 @@ def refuse_branching(policy: str, engine: str, field: str = "budget.policy") -> 
                           f"explorl's loop: explorl train")
 
 
-def refuse_line_start_kl(algo, engine: str) -> None:
-    """ConfigError for a KL term on the tokens that begin a line only (`algo.kl_tokens: line_starts`), which
-    `engine` ("verl's trainer"), whose KL loss acts on every response token inside its actor, would run on every
-    token. explorl's loop and TRL's trainer run it (they compute the loss's KL term themselves)."""
+def refuse_actor_terms(algo, engine: str) -> None:
+    """ConfigError for the KL and entropy terms as only explorl computes them, which `engine` ("verl's trainer"),
+    whose actor adds its own KL loss on every response token and its own fixed entropy coefficient, would run
+    without: Skywork-OR1's adaptive entropy coefficient (`algo.entropy_control`) and a KL term on the tokens that
+    begin a line only (`algo.kl_tokens: line_starts`). explorl's loop and TRL's trainer run both (they compute the
+    loss's terms themselves)."""
+    if algo.entropy_control.enabled:
+        raise ConfigError(f"algo.entropy_control.enabled: Skywork-OR1's adaptive entropy coefficient changes every "
+                          f"step, and {engine} applies a fixed one inside its actor; run it in explorl's loop "
+                          f"(explorl train) or TRL's trainer (explorl.integrations.trl), docs/methods.md §5aa")
     if algo.kl_tokens != "all":
         raise ConfigError(f"algo.kl_tokens={algo.kl_tokens}: the KL loss of {engine} acts on every response token "
                           f"inside its actor, not on the tokens that begin a line; run it in explorl's loop (explorl train) "
@@ -44,12 +51,10 @@ def refuse_line_start_kl(algo, engine: str) -> None:
 
 def refuse_loop_only_algo(algo, engine: str) -> None:
     """ConfigError for an `algo` setting only explorl's loop carries out, which `engine` ("TRL's trainer") would run
-    without: Skywork-OR1's adaptive entropy coefficient, ProRL's reference reset, a loss that reads the forward's
-    top-K log-probs (`needs_topk`), and the shapers of `refuse_loop_only_shapers`. (A KL term on the line starts
-    only, `algo.kl_tokens`, runs in TRL's trainer; verl's launcher refuses it, `refuse_line_start_kl`.)"""
-    if algo.entropy_control.enabled:
-        raise ConfigError(f"algo.entropy_control.enabled: Skywork-OR1's adaptive entropy coefficient is driven by "
-                          f"explorl's loop, not by {engine}; run it with explorl train (docs/methods.md §5aa)")
+    without: ProRL's reference reset, a loss that reads the forward's
+    top-K log-probs (`needs_topk`), and the shapers of `refuse_loop_only_shapers`. (The adaptive entropy
+    coefficient and a KL term on the line starts only run in TRL's trainer; verl's launcher refuses them,
+    `refuse_actor_terms`.)"""
     if algo.reference_reset.every:
         raise ConfigError(f"algo.reference_reset.every={algo.reference_reset.every}: ProRL's reference reset is done "
                           f"by explorl's loop, not by {engine}; run it with explorl train (docs/methods.md §5ab)")

@@ -154,9 +154,9 @@ def _check_against_trl(cfg: Config, args: GRPOConfig) -> None:
          "GRPOConfig.top_entropy_quantile: use algo.token_filter=forking with algo.forking.top_frac (the share kept)")
     need(args.entropy_coef == 0, "GRPOConfig.entropy_coef: use algo.entropy_coef (explorl's entropy bonus)")
     need(not args.use_adaptive_entropy,
-         "GRPOConfig.use_adaptive_entropy: explorl's adaptive entropy control runs in explorl's loop "
-         "(algo.entropy_control.enabled, with algo.entropy_control.target / delta / coef_min / coef_max; "
-         "docs/methods.md §5aa), which TRL's trainer does not drive")
+         "GRPOConfig.use_adaptive_entropy: explorl's entropy term replaces TRL's; set algo.entropy_control.enabled "
+         "(with algo.entropy_control.target / delta / coef_min / coef_max; docs/methods.md §5aa), which the "
+         "trainer drives as explorl's loop does")
     need(args.importance_sampling_level == "token",
          "GRPOConfig.importance_sampling_level: explorl's loss replaces TRL's; GSPO's sequence-level ratio is "
          "algo.loss=gspo, sequence-level truncated importance weights algo.tis.level=sequence")

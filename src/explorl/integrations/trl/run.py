@@ -36,7 +36,7 @@ from torch import Tensor
 from transformers.trainer_utils import get_last_checkpoint
 
 from explorl.algos import RolloutBatch
-from explorl.config import ConfigError
+from explorl.config import AlgoConfig, ConfigError
 from explorl.integrations.run_dir import ENGINE_FILE, finish_engine_run, open_engine_run, step_record
 from explorl.integrations.trl.batch import gather_rows
 from explorl.rewards import RewardResult
@@ -48,7 +48,7 @@ from explorl.train.update import (configured_hyperparameters, keep_configured_op
 
 __all__ = ["TaskReward", "RoundRecord", "RunOptions", "batch_outcome", "configured_hyperparameters", "finish_run",
            "guard_rewards", "judge_column", "keep_configured_optimizer", "open_run", "record_resume_step",
-           "refuse_existing_run", "resumed_round", "round_record", "without_tied_keys", "write_round"]
+           "refuse_existing_run", "resumed_round", "round_algo", "round_record", "without_tied_keys", "write_round"]
 
 
 class TaskReward:
@@ -189,6 +189,20 @@ def round_record(trainer, batch: RolloutBatch, sample_s: float, local_shape: tup
     extra = {**trainer.explorl_driver.rollout_stats(batch), **trainer._round_stats, **batch.stats}
     return RoundRecord(trainer._round, trainer._round_started, sample_s, batch, correct, result, extra,
                        local_shape)
+
+
+def round_algo(trainer, entropy: float) -> AlgoConfig:
+    """The algo config of a training round's updates: with Skywork-OR1's adaptive coefficient
+    (`algo.entropy_control`, `train/adaptive_entropy.py`), the coefficient the round's batch entropy gates and
+    adapts, logged as explorl's loop logs it (`algo/entropy_coef`); otherwise the trainer's `algo` itself."""
+    coef = trainer.explorl_entropy_coef
+    if not coef.adaptive:
+        return trainer.explorl.algo
+    applied = coef.step(entropy)
+    trainer._metrics["train"]["algo/entropy_coef"].append(applied)
+    if trainer._record is not None:
+        trainer._record.extra["algo/entropy_coef"] = applied
+    return coef.algo_for(trainer.explorl.algo, applied)
 
 
 def batch_outcome(trainer, rewards_per_func: Tensor) -> tuple[Tensor, RewardResult]:

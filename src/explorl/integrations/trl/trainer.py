@@ -24,7 +24,6 @@ Conventions:
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Sized
@@ -38,6 +37,7 @@ from explorl.algos.losses import aggregation_count
 from explorl.algos.step import single_update_shortcut
 from explorl.config import Config, ConfigError
 from explorl.rollout.schedule import ScheduleDriver
+from explorl.train.adaptive_entropy import EntropyCoefficient
 
 try:
     from trl import GRPOConfig, GRPOTrainer
@@ -49,11 +49,11 @@ from explorl.integrations.trl.batch import (TokenForwards, gather_rows, generati
 from explorl.integrations.trl.config import check_run_config, checkpointing_field, explorl_config, generation_rounds
 from explorl.integrations.trl.generation import ColocatedVLLM, colocated_engine
 from explorl.integrations.trl.run import (RoundRecord, RunOptions, configured_hyperparameters, explorl_scheduler,
-                                          finish_run, judge_column, keep_configured_optimizer, open_run, round_record,
-                                          without_tied_keys, write_round)
-from explorl.integrations.trl.temperature import (PerTokenTemperature, behavior_logprobs, send_anneal,
-                                                  set_sampling_temperature, set_train_temperature, sum_pi_squared,
-                                                  with_logits_processor)
+                                          finish_run, judge_column, keep_configured_optimizer, open_run, round_algo,
+                                          round_record, without_tied_keys, write_round)
+from explorl.integrations.trl.temperature import (PerTokenTemperature, behavior_logprobs, load_round_state,
+                                                  save_round_state, send_anneal, set_sampling_temperature,
+                                                  set_train_temperature, sum_pi_squared, with_logits_processor)
 
 __all__ = ["ColocatedVLLM", "ExplorlGRPOTrainer", "PerTokenTemperature", "checkpointing_field", "explorl_config",
            "gather_rows", "generation_rounds"]
@@ -123,7 +123,11 @@ class ExplorlGRPOTrainer(GRPOTrainer):
         # the budget policy is static (explorl_config refuses the others): the dataset's size only sizes its state
         prompts = len(self.train_dataset) if isinstance(self.train_dataset, Sized) else 1
         self.explorl_driver = ScheduleDriver(cfg, vocab, max(prompts, 1))
-        self._pre_forward = not single_update_shortcut(cfg.algo, self.explorl_driver.behavior_is_policy)
+        # Skywork-OR1's adaptive coefficient gates a round's update by the round's entropy: pi_old's forward before
+        self.explorl_entropy_coef = EntropyCoefficient(cfg.algo)
+        self._round_algo = cfg.algo  # the algo config of this round's updates (its entropy coefficient)
+        self._pre_forward = self.explorl_entropy_coef.adaptive or not single_update_shortcut(
+            cfg.algo, self.explorl_driver.behavior_is_policy)
         self._round = 0  # generation rounds begun in training (explorl's 1-based step of the current one)
         self._train_tau = float(args.temperature)  # the temperature TRL's fused head divides by now
         self._ead_table: Tensor | None = None  # the round's per-token sampling temperatures (EAD)
@@ -189,29 +193,18 @@ class ExplorlGRPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------------------------------------------------
     # checkpoints: the driver's state travels with TRL's, so a resumed run continues its temperature exactly
 
-    SCHEDULE_FILE = "explorl_schedule.json"
-
     def _save_checkpoint(self, model, trial) -> None:
         super()._save_checkpoint(model, trial)
         if self.args.should_save:
-            folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
-            with open(os.path.join(folder, self.SCHEDULE_FILE), "w") as f:
-                json.dump({"round": self._round, "train_tau": self._train_tau,
-                           "driver": self.explorl_driver.state_dict()}, f)
+            save_round_state(self, os.path.join(self._get_output_dir(trial=trial),
+                                                f"checkpoint-{self.state.global_step}"))
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
         super()._load_from_checkpoint(resume_from_checkpoint, model)
-        path = os.path.join(resume_from_checkpoint, self.SCHEDULE_FILE)
-        if not os.path.exists(path):
-            return  # a checkpoint of plain TRL: the schedule starts afresh
-        with open(path) as f:
-            state = json.load(f)
-        self._round = int(state["round"])
-        self.explorl_driver.load_state_dict(state["driver"])
-        if self.run_log is not None:  # the rounds after the checkpoint (and the final evaluation) are done again
+        if load_round_state(self, resume_from_checkpoint) and self.run_log is not None:
+            # the rounds after the checkpoint (and the final evaluation) are done again
             self.run_log.truncate_metrics(self._round)
             self.run_log.truncate_samples(self._round)
-        set_train_temperature(self, float(state["train_tau"]))
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):
         if self.run_config is None or self.lr_scheduler is not None:  # a GRPOConfig of the user's own: TRL's
@@ -308,7 +301,9 @@ class ExplorlGRPOTrainer(GRPOTrainer):
             self._record = round_record(self, batch, sample_s, tuple(mask.shape))
             out["explorl_row"] = torch.arange(mask.shape[0], device=mask.device)  # which entropies a forward computed
         if train and batch.entropy is not None:  # explorl's loop: the batch's mean token entropy at the training tau
-            self.explorl_driver.end(float((batch.entropy * batch.mask).sum() / batch.mask.sum().clamp_min(1)))
+            entropy = float((batch.entropy * batch.mask).sum() / batch.mask.sum().clamp_min(1))
+            self.explorl_driver.end(entropy)
+            self._round_algo = round_algo(self, entropy)  # Skywork-OR1's entropy coefficient, when adaptive
         elif train:  # the update forwards of this round are pi_old's (single-update shortcut): summed there
             self.explorl_driver.defer_entropy()
         out.update(local_rows(self.accelerator, batch, tuple(mask.shape)))
@@ -334,7 +329,7 @@ class ExplorlGRPOTrainer(GRPOTrainer):
         return self._window_totals[key]
 
     def _compute_loss(self, model, inputs):
-        algo, world = self.explorl.algo, self.accelerator.num_processes
+        algo, world = self._round_algo, self.accelerator.num_processes
         ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
         att = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
         lp, ent, aux = self._get_per_token_logps_and_entropies(
