@@ -36,7 +36,7 @@ from explorl.algos import RolloutBatch, compute_advantages, policy_objective, re
 from explorl.config import ConfigError  # noqa: E402
 from explorl.integrations.trl import (ExplorlGRPOTrainer, PerTokenTemperature, RunOptions,  # noqa: E402
                                      checkpointing_field)
-from explorl.integrations.trl.temperature import ROUND_STATE_FILE  # noqa: E402
+from explorl.integrations.trl.round_state import ROUND_STATE_FILE  # noqa: E402
 from explorl.models import make_reference  # noqa: E402
 from explorl.rollout.lines import ends_line_table, line_start_mask  # noqa: E402
 from explorl.rollout.logprobs import LogprobOptions, response_logprobs  # noqa: E402
@@ -537,9 +537,8 @@ def test_trl_adaptive_entropy_is_refused_pointing_to_explorls_setting(tiny_model
 
 
 @pytest.mark.parametrize("algo, field", [
-    ({"kl_coef": 0.01, "kl_importance_weighted": True, "reference_reset": {"every": 2}},
-     r"algo\.reference_reset\.every=2: .*explorl train"),
-], ids=["reference_reset"])
+    ({"shapers": ["outcome_bonus"]}, r"algo\.shapers: shaper 'outcome_bonus' .*explorl train"),
+], ids=["outcome_bonus"])
 def test_explorls_loop_only_settings_are_refused_by_name(algo, field, tiny_model_dir, tmp_path):
     model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))
     with pytest.raises(ConfigError, match=field):
@@ -1068,3 +1067,51 @@ def test_a_trl_run_logs_the_adaptive_entropy_coefficient_each_step(tiny_model_di
             "algo.entropy_control.target=100", "algo.entropy_control.delta=0.004"]
     steps = load_run(trl_example().main(argv)).steps
     assert [r["algo/entropy_coef"] for r in steps] == pytest.approx([0.01, 0.014])
+
+
+def test_prorls_reference_reset_in_a_trl_run(tiny_model_dir, tmp_path):
+    """ProRL's reset (docs/methods.md §5ab) in TRL's trainer, every 2 steps of 3: step 1's KL is 0 (the policy is the
+    reference), step 2's is not, the reset after step 2's update makes step 3's pi_old the reference again, so its KL
+    is 0 exactly (one update per step); `ref/reset` marks step 2 alone, as in explorl's loop. The checkpoints after
+    the reset hold the reference's weights: checkpoint 2's are its own policy's."""
+    from safetensors.torch import load_file
+
+    from explorl.integrations.trl.round_state import REFERENCE_FILE
+    from explorl.report.runs import load_run
+
+    argv = [*run_argv(tiny_model_dir, tmp_path / "run"), "run.steps=3", "algo.kl_coef=0.05",
+            "algo.reference_reset.every=2"]
+    run = trl_example().main(argv)
+    steps = load_run(run).steps
+    kl = [r["kl/mean"] for r in steps]
+    assert kl[0] == 0.0 and kl[1] > 1e-6 and kl[2] == 0.0
+    assert [r.get("ref/reset") for r in steps] == [None, 1, None]
+    ckpt = {n: run / f"checkpoint-{n}" for n in (1, 2, 3)}
+    assert not (ckpt[1] / REFERENCE_FILE).exists()
+    reference, policy = load_file(ckpt[2] / REFERENCE_FILE), load_file(ckpt[2] / "model.safetensors")
+    assert reference.keys() <= policy.keys()
+    for name, weight in reference.items():
+        torch.testing.assert_close(weight, policy[name], rtol=0, atol=0)
+    assert (ckpt[3] / REFERENCE_FILE).exists()
+
+
+def test_a_resumed_trl_run_gets_the_reset_reference_back(tiny_model_dir, tmp_path):
+    """After a reset the checkpoint's reference weights are restored on resume (`load_round_state`): a fresh
+    trainer's reference (the initial weights) becomes the reset one (the perturbed policy's)."""
+    from explorl.integrations.trl.round_state import load_round_state, reset_reference_after_round, save_round_state
+
+    algo = {"kl_coef": 0.05, "kl_importance_weighted": True, "reference_reset": {"every": 1}}
+    first = make_trainer(tiny_model_dir, tmp_path / "a", algo)
+    first._round = 1
+    first.create_optimizer_and_scheduler(num_training_steps=2)
+    reset_reference_after_round(first)
+    policy = dict(first.model.named_parameters())
+    folder = tmp_path / "checkpoint"
+    folder.mkdir()
+    save_round_state(first, str(folder))
+    resumed = make_trainer(tiny_model_dir, tmp_path / "b", algo)
+    ref = dict(resumed.ref_model.named_parameters())
+    assert any(not torch.equal(ref[k], policy[k]) for k in ref)  # the initial weights before the resume
+    assert load_round_state(resumed, str(folder)) and resumed._round == 1
+    for k in ref:
+        torch.testing.assert_close(ref[k], policy[k], rtol=0, atol=0)

@@ -1,6 +1,6 @@
 """What only explorl's own loop can run, asked of the registry (no method is named here): shared by the TRL and verl
-integrations, which refuse it naming the field and the fix; and (`refuse_actor_terms`) what explorl's loop and TRL's
-trainer run but verl's actor, which adds its own KL and entropy terms, cannot."""
+integrations, which refuse it naming the field and the fix; and (`refuse_not_in_verl`) what explorl's loop and TRL's
+trainer run but verl's trainer cannot."""
 
 from __future__ import annotations
 
@@ -32,32 +32,30 @@ def refuse_branching(policy: str, engine: str, field: str = "budget.policy") -> 
                           f"explorl's loop: explorl train")
 
 
-def refuse_actor_terms(algo, engine: str) -> None:
-    """ConfigError for the KL and entropy terms as only explorl computes them, which `engine` ("verl's trainer"),
-    whose actor adds its own KL loss on every response token and its own fixed entropy coefficient, would run
-    without: Skywork-OR1's adaptive entropy coefficient (`algo.entropy_control`) and a KL term on the tokens that
-    begin a line only (`algo.kl_tokens: line_starts`). explorl's loop and TRL's trainer run both (they compute the
-    loss's terms themselves)."""
+def refuse_not_in_verl(algo, engine: str) -> None:
+    """ConfigError for what explorl's loop and TRL's trainer run but `engine` ("verl's trainer") would run without:
+    Skywork-OR1's adaptive entropy coefficient (`algo.entropy_control`; verl's actor applies a fixed one), a KL term
+    on the tokens that begin a line only (`algo.kl_tokens: line_starts`; verl's actor adds its KL loss on every
+    token) and ProRL's reference reset (`algo.reference_reset.every`; verl's reference is a worker of its own)."""
+    where = "run it in explorl's loop (explorl train) or TRL's trainer (explorl.integrations.trl)"
     if algo.entropy_control.enabled:
         raise ConfigError(f"algo.entropy_control.enabled: Skywork-OR1's adaptive entropy coefficient changes every "
-                          f"step, and {engine} applies a fixed one inside its actor; run it in explorl's loop "
-                          f"(explorl train) or TRL's trainer (explorl.integrations.trl), docs/methods.md §5aa")
+                          f"step, and {engine} applies a fixed one inside its actor; {where}, docs/methods.md §5aa")
     if algo.kl_tokens != "all":
         raise ConfigError(f"algo.kl_tokens={algo.kl_tokens}: the KL loss of {engine} acts on every response token "
-                          f"inside its actor, not on the tokens that begin a line; run it in explorl's loop (explorl train) "
-                          f"or TRL's trainer (explorl.integrations.trl), docs/methods.md §5ae, or set "
-                          f"algo.kl_tokens=all")
+                          f"inside its actor, not on the tokens that begin a line; {where}, docs/methods.md §5ae, or "
+                          f"set algo.kl_tokens=all")
+    if algo.reference_reset.every:
+        raise ConfigError(f"algo.reference_reset.every={algo.reference_reset.every}: ProRL's reference reset copies "
+                          f"the policy into the reference model, which {engine} keeps in a worker of its own; "
+                          f"{where}, docs/methods.md §5ab")
 
 
 def refuse_loop_only_algo(algo, engine: str) -> None:
     """ConfigError for an `algo` setting only explorl's loop carries out, which `engine` ("TRL's trainer") would run
-    without: ProRL's reference reset, a loss that reads the forward's
-    top-K log-probs (`needs_topk`), and the shapers of `refuse_loop_only_shapers`. (The adaptive entropy
-    coefficient and a KL term on the line starts only run in TRL's trainer; verl's launcher refuses them,
-    `refuse_actor_terms`.)"""
-    if algo.reference_reset.every:
-        raise ConfigError(f"algo.reference_reset.every={algo.reference_reset.every}: ProRL's reference reset is done "
-                          f"by explorl's loop, not by {engine}; run it with explorl train (docs/methods.md §5ab)")
+    without: a loss that reads the forward's top-K log-probs (`needs_topk`) and the shapers of
+    `refuse_loop_only_shapers`. (The adaptive entropy coefficient, the line-start KL and the reference reset run in
+    TRL's trainer too; verl's launcher refuses them, `refuse_not_in_verl`.)"""
     loss = lookup("policy_loss", algo.loss) if algo.loss in names("policy_loss") else None
     if loss is not None and loss.needs_topk is not None:  # the forward's top-K log-probs, entropies, top-1 flags
         raise ConfigError(f"algo.loss={algo.loss}: this loss reads each token's top-K log-probs under the current "

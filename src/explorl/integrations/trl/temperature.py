@@ -8,15 +8,11 @@
   processor `PerTokenTemperature` divides token t's scores by `table[t]`; in vLLM each request carries the
   schedule's annealing arguments (`send_anneal`) for `explorl.integrations.vllm.EADLogitsProcessor`, which the
   colocated engine loads (a vLLM server needs `--logits-processors explorl.integrations.vllm:EADLogitsProcessor`).
-The driver's state, the round and Skywork-OR1's entropy coefficient travel with TRL's checkpoints
-(`save_round_state`, `load_round_state`), so a resumed run continues its temperatures exactly.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 
 import torch
 import torch.nn.functional as F
@@ -27,36 +23,8 @@ from transformers import LogitsProcessor, LogitsProcessorList
 from explorl.integrations.vllm import EAD_ARG
 from explorl.rollout.logprobs import LogprobOptions, response_logprobs
 
-__all__ = ["PerTokenTemperature", "ROUND_STATE_FILE", "behavior_logprobs", "load_round_state", "save_round_state",
-           "send_anneal", "set_sampling_temperature", "set_train_temperature", "with_logits_processor"]
-
-ROUND_STATE_FILE = "explorl_schedule.json"
-"""The file in each TRL checkpoint folder holding explorl's round state."""
-
-
-def save_round_state(trainer, folder: str) -> None:
-    """Write the round, the training temperature, the schedule driver's state and the entropy coefficient's (when
-    adaptive) into TRL's checkpoint `folder`."""
-    coef = trainer.explorl_entropy_coef
-    with open(os.path.join(folder, ROUND_STATE_FILE), "w") as f:
-        json.dump({"round": trainer._round, "train_tau": trainer._train_tau,
-                   "driver": trainer.explorl_driver.state_dict(),
-                   **({"entropy_coef": coef.state_dict()} if coef.adaptive else {})}, f)
-
-
-def load_round_state(trainer, checkpoint: str) -> bool:
-    """Restore what `save_round_state` wrote into TRL's checkpoint folder `checkpoint`; False (nothing restored)
-    for a checkpoint of plain TRL, whose schedule starts afresh."""
-    path = os.path.join(checkpoint, ROUND_STATE_FILE)
-    if not os.path.exists(path):
-        return False
-    with open(path) as f:
-        state = json.load(f)
-    trainer._round = int(state["round"])
-    trainer.explorl_driver.load_state_dict(state["driver"])
-    trainer.explorl_entropy_coef.load_state_dict(state.get("entropy_coef"))
-    set_train_temperature(trainer, float(state["train_tau"]))
-    return True
+__all__ = ["PerTokenTemperature", "behavior_logprobs", "send_anneal", "set_sampling_temperature",
+           "set_train_temperature", "with_logits_processor"]
 
 
 def set_sampling_temperature(trainer, tau: float) -> None:

@@ -51,9 +51,11 @@ from explorl.integrations.trl.generation import ColocatedVLLM, colocated_engine
 from explorl.integrations.trl.run import (RoundRecord, RunOptions, configured_hyperparameters, explorl_scheduler,
                                           finish_run, judge_column, keep_configured_optimizer, open_run, round_algo,
                                           round_record, without_tied_keys, write_round)
-from explorl.integrations.trl.temperature import (PerTokenTemperature, behavior_logprobs, load_round_state,
-                                                  save_round_state, send_anneal, set_sampling_temperature,
-                                                  set_train_temperature, sum_pi_squared, with_logits_processor)
+from explorl.integrations.trl.round_state import (check_reference_reset, load_round_state,
+                                                  reset_reference_after_round, save_round_state)
+from explorl.integrations.trl.temperature import (PerTokenTemperature, behavior_logprobs, send_anneal,
+                                                  set_sampling_temperature, set_train_temperature, sum_pi_squared,
+                                                  with_logits_processor)
 
 __all__ = ["ColocatedVLLM", "ExplorlGRPOTrainer", "PerTokenTemperature", "checkpointing_field", "explorl_config",
            "gather_rows", "generation_rounds"]
@@ -119,6 +121,7 @@ class ExplorlGRPOTrainer(GRPOTrainer):
             self.vllm_generation = colocated_engine(self, args)
             self._last_loaded_step = -1  # TRL's tag: sync before the first generation
         self.explorl, self.explorl_needs = cfg, need
+        check_reference_reset(self)  # ProRL's reset needs a reference model of its own and whole parameters
         vocab = self.accelerator.unwrap_model(self.model).config.get_text_config().vocab_size
         # the budget policy is static (explorl_config refuses the others): the dataset's size only sizes its state
         prompts = len(self.train_dataset) if isinstance(self.train_dataset, Sized) else 1
@@ -372,9 +375,11 @@ class ExplorlGRPOTrainer(GRPOTrainer):
 
     def _maybe_log_save_evaluate(self, *args, **kwargs):
         # after each optimizer step; a round is done after steps_per_generation x num_iterations micro-batches.
-        # Before TRL saves a checkpoint here, so a checkpoint's rounds all have their records.
-        if self._record is not None and self._step % (self.args.steps_per_generation * self.num_iterations) == 0:
-            write_round(self)
+        # Before TRL saves a checkpoint here, so a checkpoint's rounds all have their records (and its reference).
+        if self._step % (self.args.steps_per_generation * self.num_iterations) == 0:
+            reset_reference_after_round(self)  # ProRL's, where due
+            if self._record is not None:
+                write_round(self)
         return super()._maybe_log_save_evaluate(*args, **kwargs)
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):

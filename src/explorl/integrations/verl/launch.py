@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from explorl.config import Config, ConfigError, load_config, to_dict
 from explorl.config.trust import CodeTrust, code_names, refuse_recorded_code
-from explorl.integrations.loop_only import refuse_actor_terms, refuse_branching, refuse_loop_only_algo
+from explorl.integrations.loop_only import refuse_branching, refuse_loop_only_algo, refuse_not_in_verl
 from explorl.integrations.run_dir import finish_engine_run
 from explorl.models import WEIGHT_SUFFIXES, load_policy, load_tokenizer, resolve_model_path
 from explorl.runs import nofollow
@@ -106,10 +106,10 @@ class Launch:
 def refuse_loop_only(cfg) -> None:
     """explorl's settings that only its own loop carries out (verl's trainer would run without them): a budget
     policy that branches, the `algo` settings of `loop_only.refuse_loop_only_algo` (shared with TRL's trainer) and
-    the KL and entropy terms only explorl computes (`loop_only.refuse_actor_terms`: TRL's trainer runs them)."""
+    what TRL's trainer runs but verl cannot (`loop_only.refuse_not_in_verl`)."""
     refuse_branching(cfg.budget.policy, "verl's rollout")
     refuse_loop_only_algo(cfg.algo, "verl's trainer")
-    refuse_actor_terms(cfg.algo, "verl's trainer")
+    refuse_not_in_verl(cfg.algo, "verl's trainer")
 
 
 def prepare(config: str | Path | None, overrides: Sequence[str] = (), extra: Sequence[str] = (), *,
