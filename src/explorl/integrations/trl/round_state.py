@@ -36,7 +36,7 @@ def save_round_state(trainer, folder: str) -> None:
         json.dump({"round": trainer._round, "train_tau": trainer._train_tau,
                    "driver": trainer.explorl_driver.state_dict(),
                    **({"entropy_coef": coef.state_dict()} if coef.adaptive else {})}, f)
-    ref = trainer.ref_model and trainer.accelerator.unwrap_model(trainer.ref_model)
+    ref = None if trainer.ref_model is None else trainer.accelerator.unwrap_model(trainer.ref_model)
     weights = reference_state(trainer.explorl.algo, ref, trainer._round).get("reference")
     if weights is not None:
         save_file({k: v.contiguous() for k, v in weights.items()}, os.path.join(folder, REFERENCE_FILE))
