@@ -1,6 +1,7 @@
-"""Settings only explorl's loop carries out (Skywork-OR1's adaptive entropy coefficient, ProRL's reference reset,
-FR3E's branching rollouts, SimKO's top-K log-probs) are refused by name by the verl launcher before it converts the
-task (TRL's refusals: test_trl.py), and SimKO's loss also where verl calls it."""
+"""Settings verl cannot carry out are refused by name by the verl launcher before it converts the task: those of
+explorl's loop alone (FR3E's branching rollouts, SimKO's top-K log-probs; TRL's refusals: test_trl.py) and those
+explorl's loop and TRL's trainer run (Skywork-OR1's adaptive entropy coefficient, ProRL's reference reset, the
+line-start KL); SimKO's loss is also refused where verl calls it."""
 
 from __future__ import annotations
 

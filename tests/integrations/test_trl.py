@@ -537,9 +537,9 @@ def test_trl_adaptive_entropy_is_refused_pointing_to_explorls_setting(tiny_model
 
 
 @pytest.mark.parametrize("algo, field", [
-    ({"shapers": ["outcome_bonus"]}, r"algo\.shapers: shaper 'outcome_bonus' .*explorl train"),
-], ids=["outcome_bonus"])
-def test_explorls_loop_only_settings_are_refused_by_name(algo, field, tiny_model_dir, tmp_path):
+    ({"shapers": ["outcome_bonus"]}, r"algo\.shapers=\['outcome_bonus'\]: .*give the trainer a TaskReward"),
+], ids=["outcome_bonus_without_a_task"])
+def test_settings_a_trl_run_cannot_feed_are_refused_by_name(algo, field, tiny_model_dir, tmp_path):
     model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))
     with pytest.raises(ConfigError, match=field):
         ExplorlGRPOTrainer(model, reward, args=grpo_args(tmp_path), algo=algo)
@@ -1115,3 +1115,66 @@ def test_a_resumed_trl_run_gets_the_reset_reference_back(tiny_model_dir, tmp_pat
     assert load_round_state(resumed, str(folder)) and resumed._round == 1
     for k in ref:
         torch.testing.assert_close(ref[k], policy[k], rtol=0, atol=0)
+
+
+# the outcome bonus's completions: per prompt (answers 3, 12, 4), boxed answers right, repeated, wrong and none
+OUTCOME_TEXTS = {"1+2=": ["\\boxed{3}", "\\boxed{3}", "\\boxed{5}", "3"],
+                 "3*4=": ["\\boxed{12}", "\\boxed{13}", "\\boxed{13}", "\\boxed{11}"],
+                 "9-5=": ["\\boxed{2}", "\\boxed{4}", "no", "\\boxed{4}"]}
+OUTCOME_ANSWERS = {"1+2=": "3", "3*4=": "12", "9-5=": "4"}
+
+
+def test_the_outcome_bonus_in_trl_equals_explorls_step(tiny_model_dir, tmp_path):
+    """`algo.shapers: [outcome_bonus]` in TRL's trainer with a TaskReward (the arith task's rule): two rounds of the
+    same completions, whose advantages equal explorl's `compute_advantages` on the same rewards with the outcomes of
+    explorl's loop (`outcome_keys_of`: the task's extracted answers, every right one pooled) and counts kept across
+    the two steps (the second round sees the first's answers: its bonus is smaller). The counts come back from a
+    checkpoint (`round_state`)."""
+    from transformers import AutoTokenizer
+
+    from explorl.algos.step import shaper_states
+    from explorl.config import load_config
+    from explorl.integrations.trl import TaskReward
+    from explorl.integrations.trl.round_state import load_round_state, save_round_state
+    from explorl.rollout.collect import outcome_keys_of
+    from explorl.tasks import load_task
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    task = load_task(load_config(None, []).task)
+    texts = [t for p in PROMPTS for t in OUTCOME_TEXTS[p]]
+    ids = [tok(t, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for t in texts]
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
+    rows = [{"prompt": p, "answer": OUTCOME_ANSWERS[p], "meta": "{}"} for p in PROMPTS] * 4
+    algo = {"length_buckets": 1, "shapers": ["outcome_bonus"]}
+
+    def trainer_in(folder):
+        trainer = ExplorlGRPOTrainer(model, TaskReward(task), args=grpo_args(folder, max_completion_length=16),
+                                     train_dataset=Dataset.from_list(rows), processing_class=tok, algo=algo)
+        trainer._generate_single_turn = lambda prompt_ids, *a, **k: ([list(c) for c in ids[:len(prompt_ids)]], None)
+        return trainer
+
+    trainer = trainer_in(tmp_path / "a")
+    inputs = [{"prompt": p, "answer": OUTCOME_ANSWERS[p], "meta": "{}"} for p in PROMPTS for _ in range(G)]
+    correct = task.correct(TaskReward(task).runner(texts, [r["answer"] for r in inputs], None))  # by the task's rule
+    rewards = torch.tensor([float(c) for c in correct])
+    outcomes = torch.tensor(outcome_keys_of([r["prompt"] for r in inputs], texts, correct, task.extract_answer))
+    assert (outcomes == -1).sum() == 2 and len(set(outcomes[:4].tolist())) == 3  # no answer twice; 3 and 5 and none
+    states, cfg = shaper_states(trainer.explorl.algo), trainer.explorl.algo
+    first_bonus = None
+    for step in (1, 2):
+        trainer.model.train()
+        out = trainer._generate_and_score_completions(inputs)
+        mask = out["completion_mask"].float()
+        batch = RolloutBatch(mask=mask, rewards=rewards, group=torch.arange(len(texts)) // G,
+                             correct=torch.tensor(correct), outcomes=outcomes)
+        ref = compute_advantages(batch, cfg, step, states=states)
+        assert_close(out["advantages"], ref.advantages, f"advantages, step {step}")
+        bonus = (ref.advantages - ref.base_advantages)[:, 0]
+        if first_bonus is None:
+            first_bonus = bonus
+    assert float(bonus.abs().sum()) < float(first_bonus.abs().sum())  # the answers were seen once already
+    (tmp_path / "ckpt").mkdir()
+    save_round_state(trainer, str(tmp_path / "ckpt"))
+    resumed = trainer_in(tmp_path / "b")
+    assert load_round_state(resumed, str(tmp_path / "ckpt"))
+    assert resumed.explorl_shaper_states["outcome_bonus"].counts == states["outcome_bonus"].counts != {}

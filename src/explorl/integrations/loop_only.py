@@ -11,15 +11,16 @@ from explorl.config import ConfigError
 def refuse_loop_only_shapers(shapers: list[str], engine: str, prefix: str = "algo.") -> None:
     """ConfigError for a shaper of `shapers` that reads `RolloutBatch.outcomes` (`needs_outcomes`: each response's
     final answer, filled where explorl's loop scores the rewards) or keeps a state across steps (`state`: counts
-    that explorl's loop passes to it and keeps in its checkpoints), which `engine` ("TRL's trainer") does not.
+    that explorl's loop and TRL's trainer pass to it and keep in their checkpoints), which `engine` ("verl's trainer")
+    does not.
     Unknown names are left to the validation, which lists the valid ones."""
     for name in shapers:
         entry = lookup("shaper", name) if name in names("shaper") else None
         if entry is not None and (entry.needs_outcomes or entry.state is not None):
             raise ConfigError(f"{prefix}shapers: shaper {name!r} reads RolloutBatch.outcomes (each response's final "
                               f"answer, filled where explorl's loop scores the rewards) and keeps its counts across "
-                              f"steps in explorl's checkpoints, which {engine} fills and keeps neither of; run it with "
-                              f"explorl train, or remove it from {prefix}shapers")
+                              f"steps in explorl's checkpoints, which {engine} fills and keeps neither of; run it in "
+                              f"explorl's loop (explorl train) or TRL's trainer, or remove it from {prefix}shapers")
 
 
 def refuse_branching(policy: str, engine: str, field: str = "budget.policy") -> None:
@@ -36,7 +37,8 @@ def refuse_not_in_verl(algo, engine: str) -> None:
     """ConfigError for what explorl's loop and TRL's trainer run but `engine` ("verl's trainer") would run without:
     Skywork-OR1's adaptive entropy coefficient (`algo.entropy_control`; verl's actor applies a fixed one), a KL term
     on the tokens that begin a line only (`algo.kl_tokens: line_starts`; verl's actor adds its KL loss on every
-    token) and ProRL's reference reset (`algo.reference_reset.every`; verl's reference is a worker of its own)."""
+    token), ProRL's reference reset (`algo.reference_reset.every`; verl's reference is a worker of its own) and the
+    shapers of `refuse_loop_only_shapers`."""
     where = "run it in explorl's loop (explorl train) or TRL's trainer (explorl.integrations.trl)"
     if algo.entropy_control.enabled:
         raise ConfigError(f"algo.entropy_control.enabled: Skywork-OR1's adaptive entropy coefficient changes every "
@@ -49,16 +51,16 @@ def refuse_not_in_verl(algo, engine: str) -> None:
         raise ConfigError(f"algo.reference_reset.every={algo.reference_reset.every}: ProRL's reference reset copies "
                           f"the policy into the reference model, which {engine} keeps in a worker of its own; "
                           f"{where}, docs/methods.md §5ab")
+    refuse_loop_only_shapers(algo.shapers, engine)  # a shaper of final answers with counts across steps
 
 
 def refuse_loop_only_algo(algo, engine: str) -> None:
     """ConfigError for an `algo` setting only explorl's loop carries out, which `engine` ("TRL's trainer") would run
-    without: a loss that reads the forward's top-K log-probs (`needs_topk`) and the shapers of
-    `refuse_loop_only_shapers`. (The adaptive entropy coefficient, the line-start KL and the reference reset run in
-    TRL's trainer too; verl's launcher refuses them, `refuse_not_in_verl`.)"""
+    without: a loss that reads the forward's top-K log-probs (`needs_topk`). (The adaptive entropy coefficient, the
+    line-start KL, the reference reset and the shapers of final answers run in TRL's trainer too; verl refuses them,
+    `refuse_not_in_verl` and `refuse_loop_only_shapers`.)"""
     loss = lookup("policy_loss", algo.loss) if algo.loss in names("policy_loss") else None
     if loss is not None and loss.needs_topk is not None:  # the forward's top-K log-probs, entropies, top-1 flags
         raise ConfigError(f"algo.loss={algo.loss}: this loss reads each token's top-K log-probs under the current "
                           f"policy and pi_old, the current policy's entropies and top-1 flags and each response's "
                           f"correctness, which {engine} does not compute; run it in explorl's loop (explorl train)")
-    refuse_loop_only_shapers(algo.shapers, engine)  # a shaper of final answers with counts across steps

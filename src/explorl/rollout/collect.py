@@ -5,7 +5,7 @@ more rounds). Stages 1 and 2 of the step's `RolloutBatch`: the sampler's fields 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -172,15 +172,23 @@ def collect_rollouts(sampler: Sampler, bound: BoundTask, stream: PromptStream, d
     return Collected(problems, batch, texts, rewards, temps.train, errors, timeouts, stats, failures, scored, correct)
 
 
-def outcome_keys(got: Collected, extract_answer: Callable[[str], str | None]) -> torch.Tensor:
-    """`RolloutBatch.outcomes` of a scored batch: per response, a 63-bit hash of its question's prompt and its final
-    answer (`extract_answer`, the task's), equivalent answers pooled as maj@k pools them (`metrics.vote_keys`: every
-    correct answer one outcome); -1 where no answer was extracted. `[N]` int64 on the batch's device."""
+def outcome_keys_of(prompts: Sequence[str], texts: Sequence[str], correct: Sequence[bool],
+                    extract_answer: Callable[[str], str | None]) -> list[int]:
+    """Per response (its question's `prompt`, its `text`, whether it is `correct`), a 63-bit hash of the prompt and
+    its final answer (`extract_answer`, the task's), equivalent answers pooled as maj@k pools them
+    (`metrics.vote_keys`: every correct answer one outcome); -1 where no answer was extracted."""
     def key(prompt: str, vote: str | None) -> int:
         if vote is None:
             return -1
         return int.from_bytes(hashlib.blake2b(f"{prompt}\x00{vote}".encode(), digest_size=8).digest(), "big") >> 1
 
-    votes = vote_keys([extract_answer(t) for t in got.texts], got.correct)
-    keys = [key(got.problems[g].prompt, v) for g, v in zip(got.batch.group.tolist(), votes)]
+    votes = vote_keys([extract_answer(t) for t in texts], list(correct))
+    return [key(p, v) for p, v in zip(prompts, votes)]
+
+
+def outcome_keys(got: Collected, extract_answer: Callable[[str], str | None]) -> torch.Tensor:
+    """`RolloutBatch.outcomes` of a scored batch (`outcome_keys_of` of each response's problem prompt): `[N]` int64
+    on the batch's device."""
+    prompts = [got.problems[g].prompt for g in got.batch.group.tolist()]
+    keys = outcome_keys_of(prompts, got.texts, got.correct, extract_answer)
     return torch.tensor(keys, dtype=torch.long, device=got.batch.mask.device)

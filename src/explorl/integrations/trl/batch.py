@@ -30,7 +30,7 @@ from explorl.algos.losses import aggregation_count
 from explorl.rollout.lines import ends_line_table, line_start_mask
 
 __all__ = ["TokenForwards", "gather_rows", "generation_batch", "global_micro_batch", "line_starts", "local_rows",
-           "micro_batch", "truncated", "window_total"]
+           "micro_batch", "pi_old_forward", "truncated", "window_total"]
 
 
 def gather_rows(accelerator, x: Tensor | None) -> Tensor | None:
@@ -57,6 +57,18 @@ def line_starts(out: dict, mask: Tensor, tokenizer) -> Tensor:
     of `algo.kl_tokens: line_starts`'s KL term."""
     return line_start_mask(out["prompt_ids"], out["prompt_mask"], out["completion_ids"], mask,
                            ends_line_table(tokenizer))
+
+
+def pi_old_forward(trainer, out: dict) -> tuple[Tensor, Tensor]:
+    """pi_old's log-probs and entropies `[n, T]` of this process's completions at the training temperature: one
+    no-grad forward of TRL's fused log-prob head."""
+    ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
+    att = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+    with torch.no_grad():
+        lp, ent, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, ids, att, out["completion_ids"].size(1),
+            batch_size=trainer.args.per_device_train_batch_size, compute_entropy=True)
+    return lp, ent
 
 
 @dataclass

@@ -1,9 +1,10 @@
 """explorl's state of a TRL run that TRL's own checkpoints do not hold, and ProRL's reference reset between rounds.
 
 Each checkpoint folder gets `explorl_schedule.json` (the round, the training temperature, the schedule driver's
-state and, when adaptive, Skywork-OR1's entropy coefficient) and, once ProRL's reference has been reset
+state and, when adaptive, Skywork-OR1's entropy coefficient), `explorl_shaper_states.safetensors` where a shaper keeps
+a state across steps (the outcome bonus's counts) and, once ProRL's reference has been reset
 (`algo.reference_reset.every`, docs/methods.md §5ab), `explorl_reference.safetensors` (the reference's weights), so a
-resumed run continues its temperatures, coefficient and KL reference exactly (`save_round_state`,
+resumed run continues its temperatures, coefficient, counts and KL reference exactly (`save_round_state`,
 `load_round_state`). `reset_reference_after_round` does the reset after a round's last optimizer step, as explorl's
 loop does it after a step's update (`explorl.train.reference_reset`).
 """
@@ -19,18 +20,21 @@ from explorl.config import ConfigError
 from explorl.integrations.trl.temperature import set_train_temperature
 from explorl.train.reference_reset import load_reference, reference_state, reset_due, reset_reference
 
-__all__ = ["REFERENCE_FILE", "ROUND_STATE_FILE", "check_reference_reset", "load_round_state",
+__all__ = ["REFERENCE_FILE", "ROUND_STATE_FILE", "SHAPER_STATES_FILE", "check_reference_reset", "load_round_state",
            "reset_reference_after_round", "save_round_state"]
 
 ROUND_STATE_FILE = "explorl_schedule.json"
 """The file in each TRL checkpoint folder holding explorl's round state."""
 REFERENCE_FILE = "explorl_reference.safetensors"
 """The reference's weights in a checkpoint folder, after ProRL's first reset."""
+SHAPER_STATES_FILE = "explorl_shaper_states.safetensors"
+"""The shapers' states (`<shaper>/<tensor>`: the outcome bonus's `keys` and `counts`) in a checkpoint folder."""
 
 
 def save_round_state(trainer, folder: str) -> None:
     """Write the round, the training temperature, the schedule driver's state, the entropy coefficient's (when
-    adaptive) and the reset reference's weights (after a reset) into TRL's checkpoint `folder`."""
+    adaptive), the shapers' states and the reset reference's weights (after a reset) into TRL's checkpoint
+    `folder`."""
     coef = trainer.explorl_entropy_coef
     with open(os.path.join(folder, ROUND_STATE_FILE), "w") as f:
         json.dump({"round": trainer._round, "train_tau": trainer._train_tau,
@@ -40,6 +44,10 @@ def save_round_state(trainer, folder: str) -> None:
     weights = reference_state(trainer.explorl.algo, ref, trainer._round).get("reference")
     if weights is not None:
         save_file({k: v.contiguous() for k, v in weights.items()}, os.path.join(folder, REFERENCE_FILE))
+    states = {f"{name}/{k}": v.contiguous() for name, state in trainer.explorl_shaper_states.items()
+              for k, v in state.state_dict().items()}
+    if states:
+        save_file(states, os.path.join(folder, SHAPER_STATES_FILE))
 
 
 def load_round_state(trainer, checkpoint: str) -> bool:
@@ -62,6 +70,11 @@ def load_round_state(trainer, checkpoint: str) -> bool:
             raise ConfigError(f"{reference}: the reference's weights do not name the model's parameters; resume the "
                               f"run with the model it was trained with")
         load_reference(ref, {"reference": weights})
+    shapers = os.path.join(checkpoint, SHAPER_STATES_FILE)
+    flat = load_file(shapers) if os.path.exists(shapers) else {}
+    for name, state in trainer.explorl_shaper_states.items():
+        mine = {k.split("/", 1)[1]: v for k, v in flat.items() if k.split("/", 1)[0] == name}
+        state.load_state_dict(mine or None)
     return True
 
 

@@ -34,7 +34,7 @@ from torch import Tensor
 from explorl.algos import compute_advantages, policy_objective, requirements
 from explorl.algos.batch import MissingInputError
 from explorl.algos.losses import aggregation_count
-from explorl.algos.step import single_update_shortcut
+from explorl.algos.step import shaper_states, single_update_shortcut
 from explorl.config import Config, ConfigError
 from explorl.rollout.schedule import ScheduleDriver
 from explorl.train.adaptive_entropy import EntropyCoefficient
@@ -45,12 +45,13 @@ except ImportError as e:  # pragma: no cover - the message is the point
     raise ImportError(f"explorl.integrations.trl needs TRL: pip install -e \".[trl]\" ({e})") from None
 
 from explorl.integrations.trl.batch import (TokenForwards, gather_rows, generation_batch, global_micro_batch,
-                                            line_starts, local_rows, micro_batch, window_total)
+                                            line_starts, local_rows, micro_batch, pi_old_forward, window_total)
 from explorl.integrations.trl.config import check_run_config, checkpointing_field, explorl_config, generation_rounds
 from explorl.integrations.trl.generation import ColocatedVLLM, colocated_engine
 from explorl.integrations.trl.run import (RoundRecord, RunOptions, configured_hyperparameters, explorl_scheduler,
                                           finish_run, judge_column, keep_configured_optimizer, open_run, round_algo,
                                           round_record, without_tied_keys, write_round)
+from explorl.integrations.trl.outcomes import check_outcomes, outcome_parts
 from explorl.integrations.trl.round_state import (check_reference_reset, load_round_state,
                                                   reset_reference_after_round, save_round_state)
 from explorl.integrations.trl.temperature import (PerTokenTemperature, behavior_logprobs, send_anneal,
@@ -105,6 +106,7 @@ class ExplorlGRPOTrainer(GRPOTrainer):
         if run_config is not None:
             check_run_config(run_config, cfg)
         need = requirements(cfg.algo)
+        check_outcomes(need, cfg.algo, reward_funcs)  # the outcome bonus reads final answers by a task's rule
         # TRL keeps (and scores with) its reference model only when beta != 0; explorl's coefficient is kl_coef,
         # and ERPO needs the reference without a KL term, so beta only switches the reference on here.
         args.beta = cfg.algo.kl_coef if cfg.algo.kl_coef > 0 else (1.0 if need.ref else 0.0)
@@ -122,6 +124,7 @@ class ExplorlGRPOTrainer(GRPOTrainer):
             self._last_loaded_step = -1  # TRL's tag: sync before the first generation
         self.explorl, self.explorl_needs = cfg, need
         check_reference_reset(self)  # ProRL's reset needs a reference model of its own and whole parameters
+        self.explorl_shaper_states = shaper_states(cfg.algo)  # a shaper's counts across steps (the outcome bonus)
         vocab = self.accelerator.unwrap_model(self.model).config.get_text_config().vocab_size
         # the budget policy is static (explorl_config refuses the others): the dataset's size only sizes its state
         prompts = len(self.train_dataset) if isinstance(self.train_dataset, Sized) else 1
@@ -236,19 +239,9 @@ class ExplorlGRPOTrainer(GRPOTrainer):
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._explorl_rewards_per_func = rewards_per_func  # [N_global, F]: TRL gathers it from every process
-        if self.run_config is not None:  # this process's rows, for samples.jsonl
+        if self.run_config is not None or self.explorl_needs.outcomes:  # this process's rows: samples.jsonl, outcomes
             self._samples = (prompts, completions, [x.get("answer") for x in inputs])
         return rewards_per_func
-
-    def _pi_old(self, out: dict) -> tuple[Tensor, Tensor]:
-        """pi_old's log-probs and entropies `[n, T]` at the training temperature: one no-grad forward."""
-        ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
-        att = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
-        with torch.no_grad():
-            lp, ent, _ = self._get_per_token_logps_and_entropies(
-                self.model, ids, att, out["completion_ids"].size(1), batch_size=self.args.per_device_train_batch_size,
-                compute_entropy=True)
-        return lp, ent
 
     def _behavior_logprobs(self, out: dict, mask: Tensor) -> Tensor:
         """Log-probs `[n, T]` under the distribution sampled from: vLLM's own, or EAD's per-token temperature."""
@@ -273,7 +266,7 @@ class ExplorlGRPOTrainer(GRPOTrainer):
             self.num_generations if train else self.num_generations_eval)
         old = ent = beh = None
         if self._pre_forward:
-            old, ent = self._pi_old(out)
+            old, ent = pi_old_forward(self, out)
         if self.explorl_needs.behavior:
             beh = self._behavior_logprobs(out, mask)
             if old is not None:  # tokens vLLM could not score (NaN): ratio 1, as TRL does
@@ -282,6 +275,7 @@ class ExplorlGRPOTrainer(GRPOTrainer):
         parts = {} if rpf.shape[1] < 2 else {
             "reward_components": torch.nan_to_num(rpf.to(device=mask.device, dtype=torch.float32), nan=0.0),
             "reward_weights": tuple(float(w) for w in self.reward_weights)}
+        parts.update(outcome_parts(self) if self.explorl_needs.outcomes else {})  # each response's final answer
         s2 = (sum_pi_squared(self.accelerator.unwrap_model(self.model), out, mask, self._train_tau)
               if self.explorl_needs.sum_pi_squared else None)
         gathered = lambda old, ent: generation_batch(  # noqa: E731  (collective: every rank calls it alike)
@@ -289,15 +283,15 @@ class ExplorlGRPOTrainer(GRPOTrainer):
             TokenForwards(old, ent, beh, s2)).replace(**parts)
         batch, step = gathered(old, ent), max(self._round, 1)
         try:
-            batch = compute_advantages(batch, self.explorl.algo, step)
+            batch = compute_advantages(batch, self.explorl.algo, step, states=self.explorl_shaper_states)
         except MissingInputError:
             if self._pre_forward:
                 raise
             # a method reads pi_old's log-probs or entropies before the update (e.g. the forking filter): keep the
             # extra forward from now on (every rank takes this branch: the batch is the same everywhere)
             self._pre_forward = True
-            old, ent = self._pi_old(out)
-            batch = compute_advantages(gathered(old, ent), self.explorl.algo, step)
+            old, ent = pi_old_forward(self, out)
+            batch = compute_advantages(gathered(old, ent), self.explorl.algo, step, states=self.explorl_shaper_states)
         for k, v in batch.stats.items():
             self._metrics["train" if train else "eval"][f"explorl/{k}"].append(v)
         if train and self.run_config is not None:
