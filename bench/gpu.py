@@ -127,6 +127,16 @@ def _oom(e: BaseException) -> bool:
 # sampling
 
 
+def graph_status() -> str:
+    """What the sampler's CUDA graph and torch.compile did so far in this process (a row measured after a failed
+    capture or compile times the eager step, not the graph: say so beside every number)."""
+    from explorl.rollout.engines.static import GRAPHS
+    from explorl.rollout.forward import compile_failed
+
+    return (f"; CUDA graphs captured {GRAPHS['captured']}, failed {GRAPHS['failed']}"
+            f"{', compile FAILED (eager)' if compile_failed() else ''}")
+
+
 def bench_sampling(model_dir: Path, length: int, args, device, dtype) -> dict:
     """Median tokens/s and peak memory of explorl's sampler and of `generate` (None where a side ran out of memory)."""
     import torch
@@ -140,6 +150,9 @@ def bench_sampling(model_dir: Path, length: int, args, device, dtype) -> dict:
     # limit still leaves the lines printed below for what finished
     methods = {
         "HF": lambda s: sampler._run_hf(model, prompts, args.group, length, EOS, PAD, s, device),
+        # the graph alone (no compile to wait for), against the eager step below: what replaying saves in launches
+        "explorl eager CUDA graph": lambda s: sampler._run_explorl(model, prompts, args.group, length, EOS, PAD, 1.0,
+                                                                    s, device, compile=False, cuda_graph=True),
         "explorl eager": lambda s: sampler._run_explorl(model, prompts, args.group, length, EOS, PAD, 1.0, s, device,
                                                         compile=False),
         "explorl": lambda s: sampler._run_explorl(model, prompts, args.group, length, EOS, PAD, 1.0, s, device),
@@ -149,9 +162,12 @@ def bench_sampling(model_dir: Path, length: int, args, device, dtype) -> dict:
     from importlib.util import find_spec
 
     if find_spec("vllm") is not None:  # explorl's colocated engine (`sampling.engine: vllm`), beside both
+        from explorl.rollout.sampler import Sampler
+
         engine = sampler._vllm_engine(model, max_model_len=PROMPT_LEN + length)
         if engine is not None:
-            methods["vLLM"] = lambda s: sampler._run_vllm(engine, prompts, args.group, length, EOS, PAD, s)
+            vllm_sampler = Sampler(model, EOS, PAD, length, engine=engine)
+            methods["vLLM"] = lambda s: sampler._run_vllm(vllm_sampler, prompts, args.group, s)
     out = {k: {"tok_s": [], "peak": 0.0 if device.type == "cuda" else float("nan"), "oom": False} for k in methods}
     for r in range(args.repeats + 1):  # round 0 warms up
         for k in (list(methods) if r % 2 == 0 else list(methods)[::-1]):
@@ -169,7 +185,7 @@ def bench_sampling(model_dir: Path, length: int, args, device, dtype) -> dict:
             if r > 0:
                 out[k]["tok_s"].append(count / secs)
             print(f"  {length} tokens, {k}, round {r}{' (warm-up)' if r == 0 else ''}: {count:,} tokens in {secs:.1f} s "
-                  f"= {count / secs:,.0f} tok/s, peak {out[k]['peak']:.1f} GiB", flush=True)
+                  f"= {count / secs:,.0f} tok/s, peak {out[k]['peak']:.1f} GiB{graph_status()}", flush=True)
     return {k: (None if v["oom"] else {"value": statistics.median(v["tok_s"]), "peak": v["peak"]})
             for k, v in out.items()}
 
@@ -344,6 +360,8 @@ def main(argv=None) -> int:
 
         faulthandler.dump_traceback_later(args.dump_after, exit=False)
     warnings.filterwarnings("ignore")
+    # but explorl's own: a failed CUDA-graph capture or compile means a row measures the eager step
+    warnings.filterwarnings("always", message="explorl:")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import torch
 
@@ -399,6 +417,10 @@ def main(argv=None) -> int:
                     print(rows[-1], flush=True)
                     rows.append((model_name, length, "sampling, tokens/s", *_cell(s["explorl CUDA graph"], ",.0f"),
                                  *_cell(s["explorl"], ",.0f"), "explorl compiled, without the CUDA graph"))
+                    print(rows[-1], flush=True)
+                    rows.append((model_name, length, "sampling, tokens/s",
+                                 *_cell(s["explorl eager CUDA graph"], ",.0f"), *_cell(s["explorl eager"], ",.0f"),
+                                 "explorl eager without the CUDA graph (both sampling.compile: false)"))
                     print(rows[-1], flush=True)
                     if "vLLM" in s:  # explorl's sampler against vLLM (when installed), the same prompts
                         rows.append((model_name, length, "sampling, tokens/s", *_cell(s["explorl"], ",.0f"),

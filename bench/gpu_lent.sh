@@ -60,7 +60,7 @@ for name in "${@:-make-test sampling-32}"; do
       make-test) part make-test 300 python3 -m pytest -q $XDIST -p no:cacheprovider -o addopts="-m 'not slow'" \
                      --timeout=150 -rfE ;;
       graph-tests) part graph-tests 110 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py -k graph -rfs ;;
-      sampling-32) bench sampling-32 220 --skip training ;;
+      sampling-32) bench sampling-32 220 --skip training --repeats 1 ;;
       sampling-256) bench sampling-256 200 --batch 32 --skip training ;;
       training) bench training 240 --skip sampling --cuda-graph ;;
       *) echo "unknown part $one (make-test, graph-tests, sampling-32, sampling-256, training)"; exit 2 ;;

@@ -366,8 +366,10 @@ def test_the_gpu_benchmark_prints_each_sampling_round_as_it_finishes(capsys):
     _load("gpu").main(["--smoke", "--models", "0.5B", "--skip", "training"])
     out_lines = capsys.readouterr().out.splitlines()
     rounds = [line for line in out_lines if line.startswith("  16 tokens, ")]
-    methods = ["HF", "explorl eager", "explorl", "explorl CUDA graph"]
+    methods = ["HF", "explorl eager CUDA graph", "explorl eager", "explorl", "explorl CUDA graph"]
     # round 0 in this order, round 1 reversed (bench/sampler.py's alternation)
     assert [line.split(", ")[1] for line in rounds] == methods + methods[::-1]
     assert all(" tok/s" in line for line in rounds) and "(warm-up)" in rounds[0] and "(warm-up)" not in rounds[-1]
+    # each line says what the graph and the compiler did (on the CPU no graph is captured, none failed)
+    assert all(line.endswith("CUDA graphs captured 0, failed 0") for line in rounds)
     assert out_lines.index(rounds[-1]) < next(i for i, line in enumerate(out_lines) if line.startswith("| model"))

@@ -135,21 +135,21 @@ def embedded_cuda():
     return model, tok, device, [tok.encode(p.prompt, add_special_tokens=False) for p in task.train[:16]]
 
 
-def _graph_sample(embedded_cuda, compile: bool, graph: bool, eos=None, seed: int = 0):
+def _graph_sample(embedded_cuda, compile: bool, graph: bool, eos=None, seed: int = 0, top_p: float = 1.0):
     from explorl.rollout.engines.native import sample
     from explorl.rollout.sampler import Sampler
 
     model, tok, device, prompts = embedded_cuda
     return sample(Sampler(model, eos_token_id=tok.eos_token_id if eos is None else eos, pad_token_id=tok.pad_token_id,
-                          max_new_tokens=64, compile=compile, cuda_graph=graph),
+                          max_new_tokens=64, compile=compile, cuda_graph=graph, top_p=top_p),
                   prompts, 8, temperature=1.0, generator=torch.Generator(device).manual_seed(seed))
 
 
-@pytest.mark.parametrize("compile", [False, True])
-def test_the_cuda_graph_replays_the_static_step_exactly(embedded_cuda, compile, monkeypatch):
+@pytest.mark.parametrize("compile, top_p", [(False, 1.0), (True, 1.0), (True, 0.9)])
+def test_the_cuda_graph_replays_the_static_step_exactly(embedded_cuda, compile, top_p, monkeypatch):
     # `sampling.cuda_graph` captures the static step once and replays it: the same kernels on the same buffers as
     # running the step itself each token, so the same tokens and bit-identical log-probs; the graph was captured
-    # (no capture warning) and replayed for all but the warm-up steps
+    # (no capture warning) and replayed for all but the warm-up steps. top_p 0.9 captures the nucleus draw's sort
     import warnings
 
     import explorl.rollout.engines.static as static
@@ -164,12 +164,12 @@ def test_the_cuda_graph_replays_the_static_step_exactly(embedded_cuda, compile, 
     monkeypatch.setattr(torch.cuda, "CUDAGraph", CountedGraph)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        graphed = _graph_sample(embedded_cuda, compile, graph=True)
+        graphed = _graph_sample(embedded_cuda, compile, graph=True, top_p=top_p)
     assert not [w for w in caught if "CUDA graph failed" in str(w.message) or "compile" in str(w.message)], \
         [str(w.message) for w in caught]
     assert replays and len(replays) >= int(graphed.lengths.max()) - static.WARMUP_STEPS
     monkeypatch.setattr(static, "replayer", lambda step, device, steps: (step, 0))  # the step itself, no graph
-    plain = _graph_sample(embedded_cuda, compile, graph=True)
+    plain = _graph_sample(embedded_cuda, compile, graph=True, top_p=top_p)
     for name in ("response_ids", "mask", "truncated", "temperatures"):
         assert torch.equal(getattr(graphed, name), getattr(plain, name)), name
     assert torch.equal(graphed.behavior_logprobs, plain.behavior_logprobs)
@@ -192,3 +192,14 @@ def test_the_cuda_graph_decode_is_the_models_distribution(embedded_cuda):
     dynamic = _graph_sample(embedded_cuda, compile=True, graph=False, eos=never, seed=1)
     same_rows = (static.response_ids == dynamic.response_ids).all(-1).float().mean()
     assert same_rows >= 0.9, float(same_rows)  # a row may part where a uniform falls within rounding of a boundary
+
+
+def test_the_prefill_attention_runs_on_a_fused_kernel(embedded_cuda):
+    # the sampler's prefill attention (grouped K/V heads, a padding mask) must not need SDPA's math kernel, which
+    # holds [n, H, P, P] in float32: under the memory-efficient and flash kernels alone it runs (it raised with
+    # `enable_gqa` and a mask, which only the math kernel takes)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.FLASH_ATTENTION]):
+        ro = _graph_sample(embedded_cuda, compile=False, graph=False)
+    assert int(ro.mask.sum()) > 0

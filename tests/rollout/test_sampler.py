@@ -522,3 +522,32 @@ def test_fused_path_declines_mistral_sliding_window_and_stays_exact(prompts):
     _assert_matches_full_forward(model, ro, temperature=1.0)
     cfg_full = MistralConfig(**{**cfg.to_dict(), "sliding_window": None})
     assert supports_fused_forward(MistralForCausalLM(cfg_full))
+
+
+def test_after_a_failed_compile_the_static_step_uses_the_eager_attention(tiny_model, prompts, monkeypatch):
+    """When compiling the static step fails (at its first call), the decode goes on eagerly with the eager form of
+    the decode attention (grouped matmuls), not the broadcast-and-sum form written for inductor to fuse, which
+    eagerly materialises [n, KV, g, L, D] products in every layer: the form is decided at each step's call."""
+    import explorl.rollout.forward as fwd
+
+    monkeypatch.setattr(fwd, "_COMPILED", {})
+    monkeypatch.setattr(fwd, "_COMPILE_FAILED", [])
+
+    def fails(*args):
+        raise RuntimeError("no compiler here")
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: fails)
+    forms = []
+    attention = fwd._attention
+
+    def spy(q, k, v, attn_mask, n_kv, reduce_kernel):
+        if q.shape[2] == 1:  # a decode step's attention
+            forms.append(reduce_kernel)
+        return attention(q, k, v, attn_mask, n_kv, reduce_kernel)
+    monkeypatch.setattr(fwd, "_attention", spy)
+    with pytest.warns(RuntimeWarning, match="torch.compile of the sampler failed"):
+        sample(Sampler(tiny_model, [], PAD, MAX_NEW, fast_path=True, compile=True, cuda_graph=True), prompts, N_PER,
+               0.9, _gen(4))
+    layers = tiny_model.config.num_hidden_layers
+    # the first step's call was made before its compile failed; every later step is eager in both senses
+    assert forms[layers:] and not any(forms[layers:])
+    assert len(forms) == layers * MAX_NEW

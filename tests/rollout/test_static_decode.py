@@ -19,6 +19,16 @@ class FakeCuda:
     def __init__(self, capture_fails: bool = False):
         self.capture_fails = capture_fails
         self.capturing = False
+        self.captures = 0  # graph() entered
+
+    def is_available(self):
+        return True
+
+    def is_current_stream_capturing(self):
+        return self.capturing
+
+    def synchronize(self, device=None):
+        pass
 
     def Stream(self, device=None):  # noqa: N802 (torch's name)
         return self
@@ -50,6 +60,7 @@ class FakeCuda:
 
     @contextlib.contextmanager
     def graph(self, graph):
+        self.captures += 1
         if self.capture_fails:
             raise RuntimeError("operation not permitted when stream is capturing")
         self.capturing = True
@@ -57,6 +68,12 @@ class FakeCuda:
             yield
         finally:
             self.capturing = False
+
+
+@pytest.fixture(autouse=True)
+def fresh_graph_counts(monkeypatch):
+    """Each test starts with no capture made or failed in the process (`static.GRAPHS`)."""
+    monkeypatch.setattr(static, "GRAPHS", {"captured": 0, "failed": 0})
 
 
 def _counting_step(fake: FakeCuda):
@@ -90,6 +107,50 @@ def test_a_failed_capture_warns_and_goes_on_with_the_step_itself(monkeypatch):
     assert done == static.WARMUP_STEPS and run is step  # the warm-up steps count: none is lost or repeated
     run()
     assert ran == ["eager"] * (static.WARMUP_STEPS + 1)
+    assert static.GRAPHS == {"captured": 0, "failed": 1}
+
+
+def test_after_a_failed_capture_none_is_tried_again_in_the_process(monkeypatch):
+    """PyTorch leaves the allocator in an undefined state after a failed capture: the next decodes run the step
+    itself from their first step (no warm-up on a side stream, no capture, no second warning)."""
+    fake = FakeCuda(capture_fails=True)
+    monkeypatch.setattr(torch, "cuda", fake)
+    step, ran = _counting_step(fake)
+    with pytest.warns(RuntimeWarning, match="CUDA graph failed"):
+        static.replayer(step, torch.device("cuda"), steps=10)
+    ran.clear()
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert static.replayer(step, torch.device("cuda"), steps=10) == (step, 0)
+    assert fake.captures == 1 and ran == []
+
+
+def test_a_capture_that_raises_inside_a_compiled_step_is_not_taken_for_a_compile_failure(monkeypatch):
+    """An error inside capture raised through `maybe_compiled`'s wrapper reaches the replayer (which decodes without
+    the graph) and is not recorded as a failed compilation, which would turn compiling off for the whole run,
+    training included; outside capture the same error is a compile failure (eager from then on)."""
+    import explorl.rollout.forward as fwd
+
+    fake = FakeCuda()
+    monkeypatch.setattr(torch, "cuda", fake)
+    monkeypatch.setattr(fwd, "_COMPILED", {})
+    monkeypatch.setattr(fwd, "_COMPILE_FAILED", [])
+
+    ran = []
+
+    def compiled_step(*args):  # compiles and runs, but an op of it is not permitted while capturing
+        if fake.capturing:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        ran.append("compiled")
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: compiled_step)
+    call = fwd.maybe_compiled("capture test", lambda: ran.append("eager"), True, lambda: [])
+    with pytest.warns(RuntimeWarning, match="CUDA graph failed") as caught:
+        run, done = static.replayer(call, torch.device("cuda"), steps=10)
+    assert not any("torch.compile" in str(w.message) for w in caught)
+    assert not fwd.compile_failed() and static.GRAPHS["failed"] == 1
+    run()  # decoding goes on, compiled, without the graph
+    assert ran == ["compiled"] * (static.WARMUP_STEPS + 1)
 
 
 @pytest.mark.parametrize("device, steps", [("cpu", 10), ("cuda", static.WARMUP_STEPS)])

@@ -104,8 +104,11 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: tor
                reduce_kernel: bool) -> torch.Tensor:
     """q [n, H, s, D], k/v [n, KV, L, D], attn_mask bool broadcastable to [n, 1, s, L] -> [n, H, s, D]."""
     n, n_heads, s, d = q.shape
-    if s > 1:  # prefill: the fused kernel
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, enable_gqa=n_kv != n_heads)
+    if s > 1:  # prefill: a fused kernel. CUDA's memory-efficient kernel takes a mask but not grouped K/V heads
+        # (`enable_gqa` with a mask leaves only the math kernel, [n, H, s, L] in float32): repeat them to every head
+        if n_kv != n_heads:
+            k, v = k.repeat_interleave(n_heads // n_kv, dim=1), v.repeat_interleave(n_heads // n_kv, dim=1)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
     g = n_heads // n_kv
     q = q.view(n, n_kv, g, 1, d)
     if reduce_kernel:  # compiled: products and sums that inductor fuses into one loop, no [.., L, D] intermediate
@@ -270,6 +273,8 @@ def maybe_compiled(name: str, fn: Callable, compile: bool, dynamic_dims: Callabl
         try:
             return compiled(*args)
         except Exception as e:  # compilation failed: eager from now on (same math, same draws)
+            if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+                raise  # a CUDA graph capture's error, not the compiler's: the replayer decodes without the graph
             _COMPILE_FAILED.append(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
             warnings.warn(f"explorl: torch.compile of {what} failed ({_COMPILE_FAILED[0]}); running it eagerly "
                           f"({setting}: false skips the attempt)", RuntimeWarning, stacklevel=2)

@@ -128,11 +128,16 @@ def capture_failed_warning(error: BaseException) -> None:
                   "(sampling.cuda_graph: false skips the attempt)", RuntimeWarning, stacklevel=3)
 
 
+GRAPHS = {"captured": 0, "failed": 0}
+"""CUDA-graph captures of the decode step in this process, made and failed (bench/gpu.py prints them per method)."""
+
+
 def replayer(step: Callable[[], None], device: torch.device, steps: int) -> tuple[Callable[[], None], int]:
     """(a function that runs one more step, the steps already run). On CUDA: `WARMUP_STEPS` steps run on a side
     stream, then one step is captured as a CUDA graph (capture records, it does not run) and replayed; elsewhere, or
-    when capture fails (with a warning), `step` itself."""
-    if device.type != "cuda" or steps <= WARMUP_STEPS:
+    when capture fails (with a warning; once a capture failed in this process none is tried again: PyTorch leaves
+    the allocator in an undefined state after one), `step` itself."""
+    if device.type != "cuda" or steps <= WARMUP_STEPS or GRAPHS["failed"]:
         return step, 0
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
@@ -145,8 +150,11 @@ def replayer(step: Callable[[], None], device: torch.device, steps: int) -> tupl
         with torch.cuda.graph(graph):
             step()
     except Exception as e:  # the state is as the warm-up left it: capture ran nothing
+        GRAPHS["failed"] += 1
+        torch.cuda.synchronize(device)
         capture_failed_warning(e)
         return step, WARMUP_STEPS
+    GRAPHS["captured"] += 1
     return graph.replay, WARMUP_STEPS
 
 
@@ -166,10 +174,9 @@ def decode_static(decoder, logits: torch.Tensor, settings: DrawSettings, out, *,
     fn = maybe_compiled("static decode", static_step, compile, static_step_dynamic_dims)
     batch = StaticBatch(t, logits, live, written, temp_table, u_table, settings.eos, decoder.next_pos, decoder.slots,
                         decoder.key_valid)
-    args = (batch, decoder.cache, settings.top_p, settings.pad_token_id, compile and not compile_failed())
 
-    def step() -> None:
-        fn(*args)
+    def step() -> None:  # the attention's compiled form only while compiling works (decided at each call)
+        fn(batch, decoder.cache, settings.top_p, settings.pad_token_id, compile and not compile_failed())
 
     run, done = replayer(step, device, max_new_tokens) if graph else (step, 0)
     while done < max_new_tokens:
