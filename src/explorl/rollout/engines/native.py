@@ -134,16 +134,17 @@ class _FusedDecoder:
         allowed |= torch.eye(p, dtype=torch.bool, device=ids.device)[None]  # pad queries see themselves: no NaN rows
         logits = forward_with_cache(ids, position_ids_from_mask(mask), torch.arange(p, device=ids.device),
                                     allowed[:, None], self.cache, False)
-        self.cache = replace(self.cache, k=[k.repeat_interleave(repeats, dim=0) for k in self.cache.k],
-                             v=[v.repeat_interleave(repeats, dim=0) for v in self.cache.v])
-        mask = mask.repeat_interleave(repeats, dim=0)
+        rows = int(repeats.sum())  # one host read: without output_size each repeat_interleave syncs on CUDA
+        grow = lambda x: x.repeat_interleave(repeats, dim=0, output_size=rows)  # noqa: E731
+        self.cache = replace(self.cache, k=[grow(k) for k in self.cache.k], v=[grow(v) for v in self.cache.v])
+        mask = grow(mask)
         # the slots each row attends to: its prompt's, then each generated token's as it is written
         self.key_valid = torch.zeros((mask.shape[0], total), dtype=torch.bool, device=ids.device)
         self.key_valid[:, :p] = mask.bool()
         self.next_pos = mask.sum(-1, keepdim=True)
         self.p = p
         self.slots = torch.arange(p, total, device=ids.device)  # the cache slot of generated token t: slots[t]
-        return logits.repeat_interleave(repeats, dim=0)
+        return grow(logits)
 
     def keep(self, rows: torch.Tensor) -> None:
         """Drop finished rows from the cache; `rows` indexes the current batch."""
