@@ -14,7 +14,9 @@ values of their published `config.json`, `QWEN25` below; nothing is downloaded),
     `steps_per_generation` = B x G / micro-batch), gradient checkpointing off on both sides unless
     `--gradient-checkpointing`; median seconds per step after `--warmup` steps, and the peak GPU memory of the run.
 Random weights rarely emit EOS, so nearly every response runs to the length limit: these are the cost of full-length
-responses. Tokens are ids; a word-level tokenizer over the whole vocabulary (`t0` ... `t151935`) turns them into text
+responses. `--spread-lengths` makes `spread_eos` ids end a response too, so lengths spread geometrically (mean about a
+quarter of the limit), as RL's responses do: where the static batch of the CUDA graph (every row to the end) and the
+compacting dynamic decoder part. Tokens are ids; a word-level tokenizer over the whole vocabulary (`t0` ... `t151935`) turns them into text
 and back, so both trainers decode and re-encode exactly. The reward is `distinct_share` (share of distinct tokens of a
 completion): not constant, so advantages are not all zero. A run that does not fit in memory is reported as OOM.
 
@@ -137,6 +139,14 @@ def graph_status() -> str:
             f"{', compile FAILED (eager)' if compile_failed() else ''}")
 
 
+def spread_eos(vocab_size: int, length: int, mean_share: float = 0.25) -> list[int]:
+    """EOS and as many more ids as make a response end at each token with probability 1 / (mean_share x length)
+    under random weights (a nearly uniform next-token distribution over `vocab_size` ids): Qwen's EOS first, then
+    ids from 1000 up (clear of PAD and EOS)."""
+    extra = max(round(vocab_size / (mean_share * length)) - 1, 0)
+    return [EOS, *range(1000, 1000 + extra)]
+
+
 def bench_sampling(model_dir: Path, length: int, args, device, dtype) -> dict:
     """Median tokens/s and peak memory of explorl's sampler and of `generate` (None where a side ran out of memory)."""
     import torch
@@ -146,17 +156,18 @@ def bench_sampling(model_dir: Path, length: int, args, device, dtype) -> dict:
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype).to(device).eval()
     g = torch.Generator().manual_seed(SEED)
     prompts = torch.randint(0, PAD, (args.batch, PROMPT_LEN), generator=g).tolist()
+    eos = spread_eos(model.config.vocab_size, length) if args.spread_lengths else EOS
     # cheapest first: the warm-up round is where a first torch.compile costs minutes, and a part cut by its time
     # limit still leaves the lines printed below for what finished
     methods = {
-        "HF": lambda s: sampler._run_hf(model, prompts, args.group, length, EOS, PAD, s, device),
+        "HF": lambda s: sampler._run_hf(model, prompts, args.group, length, eos, PAD, s, device),
         # the graph alone (no compile to wait for), against the eager step below: what replaying saves in launches
-        "explorl eager CUDA graph": lambda s: sampler._run_explorl(model, prompts, args.group, length, EOS, PAD, 1.0,
+        "explorl eager CUDA graph": lambda s: sampler._run_explorl(model, prompts, args.group, length, eos, PAD, 1.0,
                                                                     s, device, compile=False, cuda_graph=True),
-        "explorl eager": lambda s: sampler._run_explorl(model, prompts, args.group, length, EOS, PAD, 1.0, s, device,
+        "explorl eager": lambda s: sampler._run_explorl(model, prompts, args.group, length, eos, PAD, 1.0, s, device,
                                                         compile=False),
-        "explorl": lambda s: sampler._run_explorl(model, prompts, args.group, length, EOS, PAD, 1.0, s, device),
-        "explorl CUDA graph": lambda s: sampler._run_explorl(model, prompts, args.group, length, EOS, PAD, 1.0, s,
+        "explorl": lambda s: sampler._run_explorl(model, prompts, args.group, length, eos, PAD, 1.0, s, device),
+        "explorl CUDA graph": lambda s: sampler._run_explorl(model, prompts, args.group, length, eos, PAD, 1.0, s,
                                                              device, cuda_graph=True),
     }
     from importlib.util import find_spec
@@ -166,7 +177,7 @@ def bench_sampling(model_dir: Path, length: int, args, device, dtype) -> dict:
 
         engine = sampler._vllm_engine(model, max_model_len=PROMPT_LEN + length)
         if engine is not None:
-            vllm_sampler = Sampler(model, EOS, PAD, length, engine=engine)
+            vllm_sampler = Sampler(model, eos, PAD, length, engine=engine)
             methods["vLLM"] = lambda s: sampler._run_vllm(vllm_sampler, prompts, args.group, s)
     out = {k: {"tok_s": [], "peak": 0.0 if device.type == "cuda" else float("nan"), "oom": False} for k in methods}
     for r in range(args.repeats + 1):  # round 0 warms up
@@ -348,6 +359,9 @@ def main(argv=None) -> int:
     p.add_argument("--cuda-graph", action="store_true",
                    help="explorl's training step samples with sampling.cuda_graph (the sampling rows always show it)")
     p.add_argument("--skip", nargs="*", default=[], choices=["sampling", "training"])
+    p.add_argument("--spread-lengths", action="store_true",
+                   help="sampling: more EOS ids (`spread_eos`) so response lengths spread, mean about a quarter of "
+                        "the limit, as RL's do")
     p.add_argument("--dump-after", type=float, default=None, metavar="SECONDS",
                    help="print every thread's Python stack after this long (a part about to hit its time limit "
                         "then says where it was)")

@@ -7,6 +7,8 @@
 #   sampling-32   sampling throughput, Qwen2.5-0.5B architecture, 512 tokens, 32 rows (4 x 8): HF `generate`,
 #                 explorl eager, compiled and with `sampling.cuda_graph`; one line per round as it finishes
 #   sampling-256  the same at 256 rows (32 x 8)
+#   sampling-spread  sampling-32 with lengths spread as RL's (`--spread-lengths`: mean about 128 of 512 tokens),
+#                 where the CUDA graph's static batch and the compacting dynamic decoder part
 #   training      one training step at that cell against TRL's GRPOTrainer, explorl sampling with the CUDA graph
 # Each part has its own time limit (below) and writes its output to $OUT (default ./gpu-lent); a part that fails does
 # not stop the others, and a bench part prints every thread's stack 10 s before its limit.
@@ -14,7 +16,7 @@
 # A loan is 15 minutes of device time in all, a start about 40 s of it (H200, 2026-11-27). Two calls fit:
 #     bash bench/gpu_lent.sh                            # make-test sampling-32: one call, timeout_s 560
 #     bash bench/gpu_lent.sh training                   # at once, on the still-warm machine: timeout_s 260
-# and the next loan: `bash bench/gpu_lent.sh sampling-256 graph-tests`.
+# and the next loan: `bash bench/gpu_lent.sh sampling-256 sampling-spread graph-tests`.
 # On 2026-11-27 (H200) the suite did not finish in 220 s on 8 workers and sampling-32 printed nothing in 170 s
 # (the bench then printed only at the end): the limits below are sized after that.
 #
@@ -62,8 +64,9 @@ for name in "${@:-make-test sampling-32}"; do
       graph-tests) part graph-tests 110 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py -k graph -rfs ;;
       sampling-32) bench sampling-32 220 --skip training --repeats 1 ;;
       sampling-256) bench sampling-256 200 --batch 32 --skip training ;;
+      sampling-spread) bench sampling-spread 200 --skip training --repeats 1 --spread-lengths ;;
       training) bench training 240 --skip sampling --cuda-graph ;;
-      *) echo "unknown part $one (make-test, graph-tests, sampling-32, sampling-256, training)"; exit 2 ;;
+      *) echo "unknown part $one (make-test, graph-tests, sampling-32, sampling-256, sampling-spread, training)"; exit 2 ;;
     esac
   done
 done

@@ -98,6 +98,16 @@ def test_the_gpu_benchmark_models_have_the_published_qwen25_shapes():
     assert (small.num_hidden_layers, small.hidden_size, small.vocab_size) == (2, 64, 151936)
 
 
+def test_spread_lengths_end_a_response_at_each_token_with_one_chance_in_a_quarter_of_the_limit():
+    # `--spread-lengths`: under a nearly uniform next token over 151,936 ids, 1,187 ending ids stop a response with
+    # probability 1187 / 151936 = 1 / 128 per token, a mean length of 128 = 512 / 4 (151936 / 128 = 1187 by hand)
+    gpu = _load("gpu")
+    eos = gpu.spread_eos(151936, 512)
+    assert len(eos) == len(set(eos)) == 1187 and eos[0] == gpu.EOS
+    assert gpu.PAD not in eos and max(eos) < 151936
+    assert gpu.spread_eos(151936, 2048) == eos[:round(151936 / 512)]
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here: the benchmark would run, not skip")
 def test_the_gpu_benchmark_skips_with_its_reason_without_cuda(capsys):
     gpu = _load("gpu")
