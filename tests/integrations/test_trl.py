@@ -103,8 +103,8 @@ def make_trainer(model_dir, tmp_path, algo=None, sampling=None, completions_seed
     return trainer
 
 
-def trl_step(trainer, prompts=PROMPTS):
-    inputs = [{"prompt": p} for p in prompts for _ in range(G)]
+def trl_step(trainer, prompts=PROMPTS, inputs=None):
+    inputs = inputs or [{"prompt": p} for p in prompts for _ in range(G)]
     trainer.model.zero_grad(set_to_none=True)
     out = trainer._generate_and_score_completions(inputs)
     loss = trainer.compute_loss(trainer.model, out)
@@ -504,10 +504,10 @@ def test_conflicting_bypass_mode_is_refused_by_name(tiny_model_dir, tmp_path):
         make_trainer(tiny_model_dir, tmp_path, {"loss": "bypass_mode"})
 
 
-def test_simko_is_refused_by_name(tiny_model_dir, tmp_path):
-    # SimKO reads each token's top-K log-probs under the current policy and pi_old (its `needs_topk`), which only
-    # explorl's training forward computes (docs/methods.md §5w)
-    with pytest.raises(ConfigError, match=r"algo\.loss=simko: .*top-K log-probs.*explorl's loop \(explorl train\)"):
+def test_simko_without_a_task_reward_is_refused_by_name(tiny_model_dir, tmp_path):
+    # SimKO reads each response's correctness by the task's rule (docs/methods.md §5w): a user's own reward function
+    # gives a score, not that
+    with pytest.raises(ConfigError, match=r"algo\.loss=simko: .*correctness.*TaskReward"):
         make_trainer(tiny_model_dir, tmp_path, {"loss": "simko"})
 
 
@@ -854,8 +854,11 @@ DIST_METHODS = {
     "seq-mean": {"loss_agg": "seq-mean-token-mean", "shapers": ["cw_group"]},
     # the line starts gathered with the rest (TRL's default ratio-weighted KL)
     "line_start_kl": {"kl_coef": 0.5, "kl_importance_weighted": True, "kl_tokens": "line_starts"},
+    # the top-K log-probs (with their gradient) and the correctness gathered with the rest; the arith task's reward
+    "simko": {"loss": "simko"},
 }
 DIST_COMPLETIONS_SEED = {"line_start_kl": 1}  # completions with three tokens after a newline
+TASK_METHODS = {"simko"}  # trained by `task_trainer` on OUTCOME_TEXTS
 
 
 def free_port() -> int:
@@ -879,10 +882,14 @@ def dist_worker(model_dir: str, out_dir: str) -> None:
     prompts = [PROMPTS[i // G] for i in rows]
     results = {}
     for name, algo in DIST_METHODS.items():
-        trainer = make_trainer(model_dir, tmp / f"r{rank}", algo, rows=rows, per_device_train_batch_size=half,
-                               completions_seed=DIST_COMPLETIONS_SEED.get(name, 0))
+        if name in TASK_METHODS:
+            trainer = task_trainer(model_dir, tmp / f"r{rank}", algo, rows=rows, per_device_train_batch_size=half)
+            inputs = [task_completions()[2][i] for i in rows]
+        else:
+            trainer = make_trainer(model_dir, tmp / f"r{rank}", algo, rows=rows, per_device_train_batch_size=half,
+                                   completions_seed=DIST_COMPLETIONS_SEED.get(name, 0))
+            inputs = [{"prompt": p} for p in prompts]
         assert trainer.accelerator.num_processes == world
-        inputs = [{"prompt": p} for p in prompts]
         trainer.model.zero_grad(set_to_none=True)
         out = trainer._generate_and_score_completions(inputs)
         loss = trainer.compute_loss(trainer.model, out)
@@ -912,9 +919,14 @@ def test_two_processes_compute_what_one_does(tiny_model_dir, tmp_path):
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     for name, algo in DIST_METHODS.items():
         assert ranks[0][name]["world"] == ranks[1][name]["world"] == 2
-        one = make_trainer(tiny_model_dir, tmp_path / "one", algo, completions_seed=DIST_COMPLETIONS_SEED.get(name, 0))
+        if name in TASK_METHODS:
+            one = task_trainer(tiny_model_dir, tmp_path / "one", algo)
+            out, loss, grads = trl_step(one, inputs=task_completions()[2])
+        else:
+            one = make_trainer(tiny_model_dir, tmp_path / "one", algo,
+                               completions_seed=DIST_COMPLETIONS_SEED.get(name, 0))
+            out, loss, grads = trl_step(one)
         assert one.accelerator.num_processes == 1
-        out, loss, grads = trl_step(one)
         for r in range(2):
             got = ranks[r][name]
             t = got["advantages"].shape[1]
@@ -1124,38 +1136,52 @@ OUTCOME_TEXTS = {"1+2=": ["\\boxed{3}", "\\boxed{3}", "\\boxed{5}", "3"],
 OUTCOME_ANSWERS = {"1+2=": "3", "3*4=": "12", "9-5=": "4"}
 
 
+def task_completions():
+    """(the arith task, OUTCOME_TEXTS in prompt order, TRL's inputs, each text's correctness by the task's rule)."""
+    from explorl.config import load_config
+    from explorl.integrations.trl import TaskReward
+    from explorl.tasks import load_task
+
+    task = load_task(load_config(None, []).task)
+    texts = [t for p in PROMPTS for t in OUTCOME_TEXTS[p]]
+    inputs = [{"prompt": p, "answer": OUTCOME_ANSWERS[p], "meta": "{}"} for p in PROMPTS for _ in range(G)]
+    correct = task.correct(TaskReward(task).runner(texts, [r["answer"] for r in inputs], None))
+    return task, texts, inputs, correct
+
+
+def task_trainer(model_dir, folder, algo: dict, rows=None, **args):
+    """A trainer with the arith task's TaskReward, generating OUTCOME_TEXTS (as token ids, EOS-ended) in order (its
+    `rows` of them, on a process of several); `args` are GRPOConfig's."""
+    from transformers import AutoTokenizer
+
+    from explorl.integrations.trl import TaskReward
+
+    task, texts, _, _ = task_completions()
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    ids = [tok(t, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for t in texts]
+    ids = ids if rows is None else [ids[i] for i in rows]
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    rows = [{"prompt": p, "answer": OUTCOME_ANSWERS[p], "meta": "{}"} for p in PROMPTS] * 4
+    trainer = ExplorlGRPOTrainer(model, TaskReward(task), args=grpo_args(folder, max_completion_length=16, **args),
+                                 train_dataset=Dataset.from_list(rows), processing_class=tok,
+                                 algo={"length_buckets": 1, **algo})
+    trainer._generate_single_turn = lambda prompt_ids, *a, **k: ([list(c) for c in ids[:len(prompt_ids)]], None)
+    trainer.model.train()
+    return trainer
+
+
 def test_the_outcome_bonus_in_trl_equals_explorls_step(tiny_model_dir, tmp_path):
     """`algo.shapers: [outcome_bonus]` in TRL's trainer with a TaskReward (the arith task's rule): two rounds of the
     same completions, whose advantages equal explorl's `compute_advantages` on the same rewards with the outcomes of
     explorl's loop (`outcome_keys_of`: the task's extracted answers, every right one pooled) and counts kept across
     the two steps (the second round sees the first's answers: its bonus is smaller). The counts come back from a
     checkpoint (`round_state`)."""
-    from transformers import AutoTokenizer
-
     from explorl.algos.step import shaper_states
-    from explorl.config import load_config
-    from explorl.integrations.trl import TaskReward
     from explorl.integrations.trl.round_state import load_round_state, save_round_state
     from explorl.rollout.collect import outcome_keys_of
-    from explorl.tasks import load_task
 
-    tok = AutoTokenizer.from_pretrained(str(tiny_model_dir))
-    task = load_task(load_config(None, []).task)
-    texts = [t for p in PROMPTS for t in OUTCOME_TEXTS[p]]
-    ids = [tok(t, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for t in texts]
-    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
-    rows = [{"prompt": p, "answer": OUTCOME_ANSWERS[p], "meta": "{}"} for p in PROMPTS] * 4
-    algo = {"length_buckets": 1, "shapers": ["outcome_bonus"]}
-
-    def trainer_in(folder):
-        trainer = ExplorlGRPOTrainer(model, TaskReward(task), args=grpo_args(folder, max_completion_length=16),
-                                     train_dataset=Dataset.from_list(rows), processing_class=tok, algo=algo)
-        trainer._generate_single_turn = lambda prompt_ids, *a, **k: ([list(c) for c in ids[:len(prompt_ids)]], None)
-        return trainer
-
-    trainer = trainer_in(tmp_path / "a")
-    inputs = [{"prompt": p, "answer": OUTCOME_ANSWERS[p], "meta": "{}"} for p in PROMPTS for _ in range(G)]
-    correct = task.correct(TaskReward(task).runner(texts, [r["answer"] for r in inputs], None))  # by the task's rule
+    task, texts, inputs, correct = task_completions()
+    trainer = task_trainer(tiny_model_dir, tmp_path / "a", {"shapers": ["outcome_bonus"]})
     rewards = torch.tensor([float(c) for c in correct])
     outcomes = torch.tensor(outcome_keys_of([r["prompt"] for r in inputs], texts, correct, task.extract_answer))
     assert (outcomes == -1).sum() == 2 and len(set(outcomes[:4].tolist())) == 3  # no answer twice; 3 and 5 and none
@@ -1175,6 +1201,47 @@ def test_the_outcome_bonus_in_trl_equals_explorls_step(tiny_model_dir, tmp_path)
     assert float(bonus.abs().sum()) < float(first_bonus.abs().sum())  # the answers were seen once already
     (tmp_path / "ckpt").mkdir()
     save_round_state(trainer, str(tmp_path / "ckpt"))
-    resumed = trainer_in(tmp_path / "b")
+    resumed = task_trainer(tiny_model_dir, tmp_path / "b", {"shapers": ["outcome_bonus"]})
     assert load_round_state(resumed, str(tmp_path / "ckpt"))
     assert resumed.explorl_shaper_states["outcome_bonus"].counts == states["outcome_bonus"].counts != {}
+
+
+def test_simko_in_trl_equals_explorls_loss_and_gradients(tiny_model_dir, tmp_path):
+    """SimKO (docs/methods.md §5w) in TRL's trainer with the arith task's reward: pi_old's and the update's top-K
+    log-probs from explorl's forward, correctness by the task's rule; the advantages, the loss and every gradient equal
+    explorl's `compute_advantages` and `policy_objective` on the same completions, computed here from a second copy of
+    the weights (pi_old's forward with its top-K, then the loss's forward with grad)."""
+    from explorl.algos.batch import TopK
+
+    task, texts, inputs, correct = task_completions()
+    trainer = task_trainer(tiny_model_dir, tmp_path, {"loss": "simko"})
+    perturb(trainer.model)
+    trainer.model.train()
+    assert trainer._pre_forward  # pi_old's top-K come from pi_old's own forward
+    trainer.model.zero_grad(set_to_none=True)
+    out = trainer._generate_and_score_completions(inputs)
+    loss = trainer.compute_loss(trainer.model, out)
+    loss.backward()
+    grads = {n: p.grad.detach().clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
+    perturb(model)
+    model.train()
+    mask = out["completion_mask"].float()
+    args = (out["prompt_ids"], out["prompt_mask"], out["completion_ids"], mask, 1.0)
+    with torch.no_grad():
+        old, old_ent, old_topk, _ = response_logprobs(model, *args, options=LogprobOptions(top_k=3))
+    batch = RolloutBatch(mask=mask, rewards=torch.tensor([float(c) for c in correct]),
+                         group=torch.arange(len(texts)) // G, correct=torch.tensor(correct), logprobs=old,
+                         entropy=old_ent, topk_logprobs=old_topk)
+    prepared = compute_advantages(batch, trainer.explorl.algo, 1)
+    assert_close(out["advantages"], prepared.advantages, "advantages")
+    lp, ent, topk, top1 = response_logprobs(model, *args, options=LogprobOptions(top_k=3))
+    ref_loss, _ = policy_objective(lp, None, prepared, trainer.explorl.algo,
+                                   topk=TopK(logprobs=topk, entropy=ent.detach(), is_top1=top1))
+    ref_loss.backward()
+    assert_close(loss, ref_loss.detach(), "loss")
+    for k, p in model.named_parameters():
+        if p.grad is not None:
+            assert_close(grads[k], p.grad, f"gradient of {k}")
+    assert float(torch.cat([g.flatten() for g in grads.values()]).abs().max()) > 1e-4

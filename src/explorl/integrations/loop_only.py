@@ -55,12 +55,12 @@ def refuse_not_in_verl(algo, engine: str) -> None:
 
 
 def refuse_loop_only_algo(algo, engine: str) -> None:
-    """ConfigError for an `algo` setting only explorl's loop carries out, which `engine` ("TRL's trainer") would run
-    without: a loss that reads the forward's top-K log-probs (`needs_topk`). (The adaptive entropy coefficient, the
-    line-start KL, the reference reset and the shapers of final answers run in TRL's trainer too; verl refuses them,
-    `refuse_not_in_verl` and `refuse_loop_only_shapers`.)"""
+    """ConfigError for an `algo` setting that `engine` ("verl's trainer") would run without: a loss that reads the
+    forward's top-K log-probs (`needs_topk`, SimKO), which explorl's loop and TRL's trainer compute and verl's actor
+    does not. (With `refuse_not_in_verl`, what verl cannot run.)"""
     loss = lookup("policy_loss", algo.loss) if algo.loss in names("policy_loss") else None
     if loss is not None and loss.needs_topk is not None:  # the forward's top-K log-probs, entropies, top-1 flags
         raise ConfigError(f"algo.loss={algo.loss}: this loss reads each token's top-K log-probs under the current "
                           f"policy and pi_old, the current policy's entropies and top-1 flags and each response's "
-                          f"correctness, which {engine} does not compute; run it in explorl's loop (explorl train)")
+                          f"correctness, which {engine} does not compute; run it in explorl's loop (explorl train) "
+                          f"or TRL's trainer (explorl.integrations.trl)")

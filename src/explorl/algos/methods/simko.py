@@ -14,8 +14,8 @@ probable tokens (chosen on the detached logits), its entropies (detached) and wh
 all from the update's forward (`TopK`, `explorl.rollout.logprobs.LogprobOptions.top_k`); pi_old's log-probs of *its
 own* K most probable tokens from pi_old's forward (`RolloutBatch.topk_logprobs`: after an update the two K sets may
 differ, as in the authors' code, and the ratio compares the k-th most probable tokens); `RolloutBatch.correct`, the
-task's rule (the authors': the score is 1). Only explorl's loop computes them: the entry declares `needs_topk`, which
-TRL's and verl's integrations refuse. Options `algo.simko.<field>` (`SimkoOptions`).
+task's rule (the authors': the score is 1). explorl's loop and TRL's trainer compute them (the entry declares
+`needs_topk`); verl's integration refuses it. Options `algo.simko.<field>` (`SimkoOptions`).
 """
 
 from __future__ import annotations

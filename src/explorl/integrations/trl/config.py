@@ -19,7 +19,7 @@ from trl import GRPOConfig
 from explorl.algos.registry import lookup, names
 from explorl.config import AlgoConfig, BudgetConfig, Config, ConfigError, RunConfig, SamplingConfig, from_dict, validate
 from explorl.config.validation import fill_registry
-from explorl.integrations.loop_only import refuse_branching, refuse_loop_only_algo
+from explorl.integrations.loop_only import refuse_branching
 from explorl.integrations.trl.loss_fields import TRL_LOSS_FIELDS
 
 __all__ = ["ELSEWHERE", "VLLM_DRIVEN", "check_run_config", "checkpointing_field", "explorl_config",
@@ -204,15 +204,13 @@ def _check_against_trl(cfg: Config, args: GRPOConfig) -> None:
 
 
 def _check_loop_only(a: AlgoConfig) -> None:
-    """explorl's settings that only its own loop carries out: an estimator's greedy baseline, the adaptive entropy
-    coefficient, ProRL's reset, a loss that reads the forward's top-K log-probs (`needs_topk`) and a shaper that
-    reads each response's outcome or keeps a state across steps."""
+    """explorl's settings that only its own loop carries out: an estimator's greedy baseline (the trainer runs the
+    adaptive entropy coefficient, ProRL's reset, the top-K log-probs SimKO reads and the shapers of final answers)."""
     # an unknown estimator is left to the validation after these checks, which names the valid ones
     estimator = lookup("estimator", a.advantage) if a.advantage in names("estimator") else None
     if estimator is not None and estimator.needs_greedy_baseline:
         raise ConfigError(f"algo.advantage={a.advantage}: its baseline is each prompt's greedy response, which TRL's "
                           f"trainer does not sample; run it in explorl's loop (explorl train)")
-    refuse_loop_only_algo(a, "TRL's trainer")
 
 
 def check_run_config(run: Config, cfg: Config) -> None:

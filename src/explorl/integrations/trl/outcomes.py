@@ -24,12 +24,15 @@ def _task_reward(reward_funcs) -> TaskReward | None:
 
 def check_outcomes(needs, algo, reward_funcs) -> None:
     """ConfigError, before the trainer is built, for a shaper that reads each response's outcome (`needs.outcomes`)
-    without a `TaskReward` among `reward_funcs` (a user's own functions give scores, not final answers or the task's
-    correctness)."""
+    or a loss that reads its correctness (`needs.topk`: SimKO) without a `TaskReward` among `reward_funcs` (a user's
+    own functions give scores, not final answers or the task's correctness)."""
     if needs.outcomes and _task_reward(reward_funcs) is None:
         raise ConfigError(f"algo.shapers={list(algo.shapers)}: a shaper reads each response's final answer and "
                           f"correctness by an explorl task's rule; give the trainer a TaskReward among its reward "
                           f"functions (run_config does), or remove the shaper")
+    if needs.topk and _task_reward(reward_funcs) is None:
+        raise ConfigError(f"algo.loss={algo.loss}: the loss reads each response's correctness by an explorl task's "
+                          f"rule; give the trainer a TaskReward among its reward functions (run_config does)")
 
 
 def outcome_parts(trainer) -> dict[str, Tensor]:

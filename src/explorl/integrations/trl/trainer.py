@@ -45,7 +45,8 @@ except ImportError as e:  # pragma: no cover - the message is the point
     raise ImportError(f"explorl.integrations.trl needs TRL: pip install -e \".[trl]\" ({e})") from None
 
 from explorl.integrations.trl.batch import (TokenForwards, gather_rows, generation_batch, global_micro_batch,
-                                            line_starts, local_rows, micro_batch, pi_old_forward, window_total)
+                                            line_starts, local_rows, micro_batch, pi_old_forward, topk_forward,
+                                            window_total)
 from explorl.integrations.trl.config import check_run_config, checkpointing_field, explorl_config, generation_rounds
 from explorl.integrations.trl.generation import ColocatedVLLM, colocated_engine
 from explorl.integrations.trl.run import (RoundRecord, RunOptions, configured_hyperparameters, explorl_scheduler,
@@ -132,7 +133,7 @@ class ExplorlGRPOTrainer(GRPOTrainer):
         # Skywork-OR1's adaptive coefficient gates a round's update by the round's entropy: pi_old's forward before
         self.explorl_entropy_coef = EntropyCoefficient(cfg.algo)
         self._round_algo = cfg.algo  # the algo config of this round's updates (its entropy coefficient)
-        self._pre_forward = self.explorl_entropy_coef.adaptive or not single_update_shortcut(
+        self._pre_forward = self.explorl_entropy_coef.adaptive or need.topk > 0 or not single_update_shortcut(
             cfg.algo, self.explorl_driver.behavior_is_policy)
         self._round = 0  # generation rounds begun in training (explorl's 1-based step of the current one)
         self._train_tau = float(args.temperature)  # the temperature TRL's fused head divides by now
@@ -239,7 +240,7 @@ class ExplorlGRPOTrainer(GRPOTrainer):
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._explorl_rewards_per_func = rewards_per_func  # [N_global, F]: TRL gathers it from every process
-        if self.run_config is not None or self.explorl_needs.outcomes:  # this process's rows: samples.jsonl, outcomes
+        if self.run_config is not None or self.explorl_needs.outcomes or self.explorl_needs.topk:  # samples, outcomes
             self._samples = (prompts, completions, [x.get("answer") for x in inputs])
         return rewards_per_func
 
@@ -264,9 +265,9 @@ class ExplorlGRPOTrainer(GRPOTrainer):
         rewards = (rpf * self.reward_weights.to(rpf.device)[None, :]).nansum(dim=1).to(torch.float32)
         group = torch.arange(rewards.shape[0], device=rewards.device) // (
             self.num_generations if train else self.num_generations_eval)
-        old = ent = beh = None
+        old = ent = beh = topk_old = None
         if self._pre_forward:
-            old, ent = pi_old_forward(self, out)
+            old, ent, topk_old = pi_old_forward(self, out, mask)
         if self.explorl_needs.behavior:
             beh = self._behavior_logprobs(out, mask)
             if old is not None:  # tokens vLLM could not score (NaN): ratio 1, as TRL does
@@ -275,12 +276,12 @@ class ExplorlGRPOTrainer(GRPOTrainer):
         parts = {} if rpf.shape[1] < 2 else {
             "reward_components": torch.nan_to_num(rpf.to(device=mask.device, dtype=torch.float32), nan=0.0),
             "reward_weights": tuple(float(w) for w in self.reward_weights)}
-        parts.update(outcome_parts(self) if self.explorl_needs.outcomes else {})  # each response's final answer
+        parts.update(outcome_parts(self) if self.explorl_needs.outcomes or self.explorl_needs.topk else {})
         s2 = (sum_pi_squared(self.accelerator.unwrap_model(self.model), out, mask, self._train_tau)
               if self.explorl_needs.sum_pi_squared else None)
         gathered = lambda old, ent: generation_batch(  # noqa: E731  (collective: every rank calls it alike)
             self.accelerator, out, mask, rewards, group, self.max_completion_length, self.eos_token_ids,
-            TokenForwards(old, ent, beh, s2)).replace(**parts)
+            TokenForwards(old, ent, beh, s2, topk_old)).replace(**parts)
         batch, step = gathered(old, ent), max(self._round, 1)
         try:
             batch = compute_advantages(batch, self.explorl.algo, step, states=self.explorl_shaper_states)
@@ -290,7 +291,7 @@ class ExplorlGRPOTrainer(GRPOTrainer):
             # a method reads pi_old's log-probs or entropies before the update (e.g. the forking filter): keep the
             # extra forward from now on (every rank takes this branch: the batch is the same everywhere)
             self._pre_forward = True
-            old, ent = pi_old_forward(self, out)
+            old, ent, _ = pi_old_forward(self, out, mask)
             batch = compute_advantages(gathered(old, ent), self.explorl.algo, step, states=self.explorl_shaper_states)
         for k, v in batch.stats.items():
             self._metrics["train" if train else "eval"][f"explorl/{k}"].append(v)
@@ -329,26 +330,30 @@ class ExplorlGRPOTrainer(GRPOTrainer):
         algo, world = self._round_algo, self.accelerator.num_processes
         ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
         att = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
-        lp, ent, aux = self._get_per_token_logps_and_entropies(
-            model, ids, att, inputs["completion_ids"].size(1), compute_entropy=True,
-            compute_aux_loss=self.aux_loss_enabled)
         train = self.model.training
         response = inputs["completion_mask"] if "tool_mask" not in inputs else \
             inputs["completion_mask"] * inputs["tool_mask"]
-        response = response.to(lp.dtype)
+        response = response.float()
+        topk = aux = None
+        if self.explorl_needs.topk:  # SimKO reads the top-K log-probs: explorl's forward, as pi_old's was
+            lp, ent, topk = topk_forward(self, model, inputs, response)
+        else:
+            lp, ent, aux = self._get_per_token_logps_and_entropies(
+                model, ids, att, inputs["completion_ids"].size(1), compute_entropy=True,
+                compute_aux_loss=self.aux_loss_enabled)
         if train and self.explorl_driver.entropy_pending:
             self.explorl_driver.add_entropy(float((ent.detach() * response).sum()), float(response.sum()))
         batch = micro_batch(inputs, response, self.max_completion_length)
         entropy = ent if algo.entropy_coef != 0 else None
         if world > 1:
-            lp, entropy, batch = global_micro_batch(self.accelerator, lp, entropy, batch)
-        loss, stats = policy_objective(lp, entropy, batch, algo, generator=self.explorl_generator)
+            lp, entropy, batch, topk = global_micro_batch(self.accelerator, lp, entropy, batch, topk)
+        loss, stats = policy_objective(lp, entropy, batch, algo, generator=self.explorl_generator, topk=topk)
         total = self._window_total(algo.loss_agg) if train else None
         if total is not None:  # this micro-batch's share of its window (explorl's micro_batch_share)
             loss = loss * (aggregation_count(batch.loss_mask, algo.loss_agg) / max(total, 1.0))
         # DDP / DeepSpeed / FSDP average the ranks' gradients; each rank's loss holds only its own rows' gradient
         loss = loss * world
-        if self.aux_loss_enabled:
+        if self.aux_loss_enabled and aux is not None:
             loss = loss + self.router_aux_loss_coef * aux / (self.current_gradient_accumulation_steps if train else 1)
         mode = "train" if train else "eval"
         for k, v in stats.items():
