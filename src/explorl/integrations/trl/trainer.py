@@ -130,11 +130,12 @@ class ExplorlGRPOTrainer(GRPOTrainer):
         # the budget policy is static (explorl_config refuses the others): the dataset's size only sizes its state
         prompts = len(self.train_dataset) if isinstance(self.train_dataset, Sized) else 1
         self.explorl_driver = ScheduleDriver(cfg, vocab, max(prompts, 1))
-        # Skywork-OR1's adaptive coefficient gates a round's update by the round's entropy: pi_old's forward before
         self.explorl_entropy_coef = EntropyCoefficient(cfg.algo)
         self._round_algo = cfg.algo  # the algo config of this round's updates (its entropy coefficient)
-        self._pre_forward = self.explorl_entropy_coef.adaptive or need.topk > 0 or not single_update_shortcut(
-            cfg.algo, self.explorl_driver.behavior_is_policy)
+        # pi_old's forward before the advantage step: the adaptive coefficient gates by the round's entropy, SimKO
+        # reads pi_old's top-K, and a shaper's counts must not advance twice (the retry below)
+        self._pre_forward = (self.explorl_entropy_coef.adaptive or need.topk > 0 or bool(self.explorl_shaper_states)
+                             or not single_update_shortcut(cfg.algo, self.explorl_driver.behavior_is_policy))
         self._round = 0  # generation rounds begun in training (explorl's 1-based step of the current one)
         self._train_tau = float(args.temperature)  # the temperature TRL's fused head divides by now
         self._ead_table: Tensor | None = None  # the round's per-token sampling temperatures (EAD)
