@@ -16,8 +16,8 @@ values of their published `config.json`, `QWEN25` below; nothing is downloaded),
 Random weights rarely emit EOS, so nearly every response runs to the length limit: these are the cost of full-length
 responses. `--spread-lengths` makes `spread_eos` ids end a response too, so lengths spread geometrically (mean about a
 quarter of the limit), as RL's responses do: where the static batch of the CUDA graph (every row to the end) and the
-compacting dynamic decoder part. Tokens are ids; a word-level tokenizer over the whole vocabulary (`t0` ... `t151935`) turns them into text
-and back, so both trainers decode and re-encode exactly. The reward is `distinct_share` (share of distinct tokens of a
+compacting dynamic decoder part. Tokens are ids; a word-level tokenizer over the whole vocabulary (`t0` ...
+`t151935`) turns them into text and back, so both trainers decode and re-encode exactly. The reward is `distinct_share` (share of distinct tokens of a
 completion): not constant, so advantages are not all zero. A run that does not fit in memory is reported as OOM.
 
 Without CUDA it prints why it skips and exits 0.

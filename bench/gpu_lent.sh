@@ -66,7 +66,8 @@ for name in "${@:-make-test sampling-32}"; do
       sampling-256) bench sampling-256 200 --batch 32 --skip training ;;
       sampling-spread) bench sampling-spread 200 --skip training --repeats 1 --spread-lengths ;;
       training) bench training 240 --skip sampling --cuda-graph ;;
-      *) echo "unknown part $one (make-test, graph-tests, sampling-32, sampling-256, sampling-spread, training)"; exit 2 ;;
+      *) echo "unknown part $one (make-test, graph-tests, sampling-32, sampling-256, sampling-spread," \
+              "training)"; exit 2 ;;
     esac
   done
 done

@@ -6,8 +6,8 @@ out-of-distribution evaluation at T = 1 is sampled again exactly as its `t1-chai
 the same problems, sampler seed, n and judge, so the same samples), with every completion saved; kept as text are
 the 9-operation problems' first `--samples` completions each, in sampling order (no selection by outcome), with
 both verdicts (`chain`: every worked line the solution's, the judge of the `t1-chain` records; `answer`: the final
-boxed answer right, judged as the `t1` records are, by the arith task's `int_reward`) and the number of lines written. Each file also counts, over every 9-operation sample, the completions by
-line count and by verdict.
+boxed answer right, judged as the `t1` records are, by the arith task's `int_reward`) and the number of lines
+written. Each file also counts, over every 9-operation sample, the completions by line count and by verdict.
 
     OMP_NUM_THREADS=1 python bench/testbed_ood_completions.py --name testbed_ood_answer --methods grpo --seeds 3
     python bench/testbed_ood_completions.py --base-only --name testbed_ood_answer       # the base model alone

@@ -884,7 +884,8 @@ def dist_worker(model_dir: str, out_dir: str) -> None:
     for name, algo in DIST_METHODS.items():
         if name in TASK_METHODS:
             trainer = task_trainer(model_dir, tmp / f"r{rank}", algo, rows=rows, per_device_train_batch_size=half)
-            inputs = [task_completions()[2][i] for i in rows]
+            task_inputs = task_completions()[2]
+            inputs = [task_inputs[i] for i in rows]
         else:
             trainer = make_trainer(model_dir, tmp / f"r{rank}", algo, rows=rows, per_device_train_batch_size=half,
                                    completions_seed=DIST_COMPLETIONS_SEED.get(name, 0))

@@ -98,7 +98,8 @@ class RolloutBatch:
                        declares `needs_outcomes` (the outcome-based exploration bonus); else None.
     line_starts:       [N, T] float, 1.0 on the response tokens that begin a line (the first token, and each token
                        after one that ends with a newline; `explorl.rollout.lines`), 0.0 elsewhere: where the KL term
-                       acts under `algo.kl_tokens: line_starts`. Filled by explorl's loop and TRL's trainer then; else None.
+                       acts under `algo.kl_tokens: line_starts`. Filled by explorl's loop and TRL's trainer then;
+                       else None.
     The forwards (stage 3):
     logprobs:          [N, T] log-probs of the sampled tokens under pi_old at the training temperature; None under
                        `single_update_shortcut` (the update's own forward is pi_old).

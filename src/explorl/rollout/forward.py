@@ -104,12 +104,12 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: tor
                reduce_kernel: bool) -> torch.Tensor:
     """q [n, H, s, D], k/v [n, KV, L, D], attn_mask bool broadcastable to [n, 1, s, L] -> [n, H, s, D]."""
     n, n_heads, s, d = q.shape
+    g = n_heads // n_kv
     if s > 1:  # prefill: a fused kernel. CUDA's memory-efficient kernel takes a mask but not grouped K/V heads
         # (`enable_gqa` with a mask leaves only the math kernel, [n, H, s, L] in float32): repeat them to every head
-        if n_kv != n_heads:
-            k, v = k.repeat_interleave(n_heads // n_kv, dim=1), v.repeat_interleave(n_heads // n_kv, dim=1)
+        if g > 1:
+            k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
-    g = n_heads // n_kv
     q = q.view(n, n_kv, g, 1, d)
     if reduce_kernel:  # compiled: products and sums that inductor fuses into one loop, no [.., L, D] intermediate
         scores = (q * k[:, :, None]).sum(-1) * (d ** -0.5)  # [n, KV, g, L]

@@ -14,12 +14,18 @@ from explorl.integrations.trl.batch import gather_rows
 from explorl.integrations.trl.run import TaskReward
 from explorl.rollout.collect import outcome_keys_of
 
-__all__ = ["check_outcomes", "outcome_parts"]
+__all__ = ["check_outcomes", "outcome_parts", "reads_verdicts"]
 
 
 def _task_reward(reward_funcs) -> TaskReward | None:
     funcs = reward_funcs if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
     return next((fn for fn in funcs if isinstance(fn, TaskReward)), None)
+
+
+def reads_verdicts(needs) -> bool:
+    """Whether the method reads each response's final answer (`needs.outcomes`: the outcome bonus) or correctness by
+    the task's rule (`needs.topk`: SimKO), which a `TaskReward` gives."""
+    return bool(needs.outcomes or needs.topk)
 
 
 def check_outcomes(needs, algo, reward_funcs) -> None:
@@ -36,12 +42,15 @@ def check_outcomes(needs, algo, reward_funcs) -> None:
 
 
 def outcome_parts(trainer) -> dict[str, Tensor]:
-    """`RolloutBatch.outcomes` `[N]` int64 and `correct` `[N]` bool of the generation batch of every process
-    (collective), from this process's prompts and completions (`trainer._samples`) and its TaskReward's verdicts."""
+    """`RolloutBatch.correct` `[N]` bool and, where a shaper reads them, `outcomes` `[N]` int64 of the generation
+    batch of every process (collective), from this process's prompts and completions (`trainer._samples`) and its
+    TaskReward's verdicts."""
     fn = _task_reward(trainer.reward_funcs)
     prompts, completions, _ = trainer._samples
     correct = fn.correct()
-    keys = outcome_keys_of(prompts, completions, correct, fn.task.extract_answer)
     acc = trainer.accelerator
-    return {"outcomes": gather_rows(acc, torch.tensor(keys, dtype=torch.long, device=acc.device)),
-            "correct": gather_rows(acc, torch.tensor(correct, dtype=torch.bool, device=acc.device))}
+    parts = {"correct": gather_rows(acc, torch.tensor(correct, dtype=torch.bool, device=acc.device))}
+    if trainer.explorl_needs.outcomes:
+        keys = outcome_keys_of(prompts, completions, correct, fn.task.extract_answer)
+        parts["outcomes"] = gather_rows(acc, torch.tensor(keys, dtype=torch.long, device=acc.device))
+    return parts

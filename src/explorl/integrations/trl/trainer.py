@@ -52,7 +52,7 @@ from explorl.integrations.trl.generation import ColocatedVLLM, colocated_engine
 from explorl.integrations.trl.run import (RoundRecord, RunOptions, configured_hyperparameters, explorl_scheduler,
                                           finish_run, judge_column, keep_configured_optimizer, open_run, round_algo,
                                           round_record, without_tied_keys, write_round)
-from explorl.integrations.trl.outcomes import check_outcomes, outcome_parts
+from explorl.integrations.trl.outcomes import check_outcomes, outcome_parts, reads_verdicts
 from explorl.integrations.trl.round_state import (check_reference_reset, load_round_state,
                                                   reset_reference_after_round, save_round_state)
 from explorl.integrations.trl.temperature import (PerTokenTemperature, behavior_logprobs, send_anneal,
@@ -241,7 +241,7 @@ class ExplorlGRPOTrainer(GRPOTrainer):
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._explorl_rewards_per_func = rewards_per_func  # [N_global, F]: TRL gathers it from every process
-        if self.run_config is not None or self.explorl_needs.outcomes or self.explorl_needs.topk:  # samples, outcomes
+        if self.run_config is not None or reads_verdicts(self.explorl_needs):  # samples.jsonl, outcome_parts
             self._samples = (prompts, completions, [x.get("answer") for x in inputs])
         return rewards_per_func
 
@@ -277,7 +277,7 @@ class ExplorlGRPOTrainer(GRPOTrainer):
         parts = {} if rpf.shape[1] < 2 else {
             "reward_components": torch.nan_to_num(rpf.to(device=mask.device, dtype=torch.float32), nan=0.0),
             "reward_weights": tuple(float(w) for w in self.reward_weights)}
-        parts.update(outcome_parts(self) if self.explorl_needs.outcomes or self.explorl_needs.topk else {})
+        parts.update(outcome_parts(self) if reads_verdicts(self.explorl_needs) else {})
         s2 = (sum_pi_squared(self.accelerator.unwrap_model(self.model), out, mask, self._train_tau)
               if self.explorl_needs.sum_pi_squared else None)
         gathered = lambda old, ent: generation_batch(  # noqa: E731  (collective: every rank calls it alike)
