@@ -128,6 +128,15 @@ def restricted(record: dict, pids: set[str]) -> dict:
     return {**record, "curve": {**record["curve"], "problems": problems}}
 
 
+def operation_levels(record: dict) -> dict[int, set[str]]:
+    """{operation count: the ids of the arithmetic problems of `record` with that many operations}, in count order."""
+    levels: dict[int, set[str]] = {}
+    for pid in record["curve"]["problems"]["id"]:
+        if (ops := operations_of(pid)) is not None:
+            levels.setdefault(ops, set()).add(pid)
+    return dict(sorted(levels.items()))
+
+
 def by_operations_table(records: dict, split: str, mode: str, k: int) -> list[str]:
     """pass@k minus the base model's on the problems of each operation count of `split` alone, per method and
     checkpoint, paired as `table` pairs (95% interval over those problems and the seeds). A split that mixes
@@ -135,10 +144,7 @@ def by_operations_table(records: dict, split: str, mode: str, k: int) -> list[st
     base = records.get(("base", 0, 0, split, base_mode(mode)))
     if base is None:
         return []
-    levels: dict[int, set[str]] = {}
-    for pid in base["curve"]["problems"]["id"]:
-        if (ops := operations_of(pid)) is not None:
-            levels.setdefault(ops, set()).add(pid)
+    levels = operation_levels(base)
     if len(levels) < 2:
         return []
     base_at = {ops: restricted(base, pids) for ops, pids in sorted(levels.items())}

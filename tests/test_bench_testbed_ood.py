@@ -618,3 +618,39 @@ def test_the_frontier_tables_take_every_run_a_frontier_holds():
     methods = frontier.recorded_methods(frontiers)
     assert methods[:2] == ["grpo", "kl_cov"] and methods[2:] == ["sft", "zeta_method"]
     assert frontier.baseline_of("sft") == "grpo" and frontier.baseline_of("nsr") == frontier.baseline("nsr")
+
+
+def test_the_summary_reads_each_method_at_8_and_9_operations_by_chain_and_by_answer():
+    summary = _load("testbed_ood_summary")
+
+    def record(counts: dict[str, int], pass1: float = 0.0, entropy: float = 0.0) -> dict:  # 4 samples a problem
+        ids = list(counts)
+        return {"n": 4, "pass@1": pass1, "entropy": entropy,
+                "curve": {"problems": {"id": ids, "n": [4] * len(ids), "correct": list(counts.values())}}}
+
+    eight = "+".join("1" * 9) + "=?\n"  # 8 operations
+    nine = "+".join("1" * 10) + "=?\n"  # 9 operations
+    records = {("base", 0, 0, "ood", "t1-chain"): record({eight: 2, nine: 4}),
+               ("base", 0, 0, "ood", "t1"): record({eight: 4, nine: 4}),
+               ("nsr", 0, 1500, "ood", "t1-chain"): record({eight: 4, nine: 0}),
+               ("nsr", 1, 1500, "ood", "t1-chain"): record({eight: 0, nine: 1}),
+               ("nsr", 0, 1500, "ood", "t1"): record({eight: 4, nine: 2}),
+               ("nsr", 1, 1500, "ood", "t1"): record({eight: 3, nine: 4}),
+               ("nsr", 0, 1500, "id", "t1-chain"): record({}, pass1=0.5, entropy=0.1),
+               ("nsr", 1, 1500, "id", "t1-chain"): record({}, pass1=0.3, entropy=0.2),
+               ("qae", 0, 500, "ood", "t1"): record({eight: 0, nine: 0})}  # not at step 1500: no row
+    lines = summary.summary_table(records, k=1, step=1500)
+    # pass@1 = correct / 4; one problem per cell, so each seed's difference is its own and the mean is theirs.
+    # Base: chains 8 ops 0.5, 9 ops 1.0; answers 1.0 and 1.0. nsr chains 8 ops: seed 0 1 - 0.5 = +0.5, seed 1
+    # 0 - 0.5 = -0.5, mean 0; 9 ops: -1.0 and 0.25 - 1 = -0.75, mean -0.875; answers 8 ops: 0 and -0.25, mean -0.125;
+    # 9 ops: -0.5 and 0, mean -0.25. In distribution: pass@1 (0.5 + 0.3) / 2 = 0.4, entropy 0.15
+    assert lines[2].split(" | ")[2:6] == ["right chains, 8 ops (base 0.500)", "right chains, 9 ops (base 1.000)",
+                                          "by answer, 8 ops (base 1.000)", "by answer, 9 ops (base 1.000)"]
+    assert len(lines) == 6 and lines[-1] == ""
+    row = lines[4].split(" | ")
+    assert row[:2] == ["| `nsr`", "2"]
+    assert row[2].startswith("+0.000 [") and row[2].endswith("(+0.500, -0.500)")
+    assert row[3].startswith("-0.875 [") and row[3].endswith("(-1.000, -0.750)")
+    assert row[4].startswith("-0.125 [") and row[4].endswith("(+0.000, -0.250)")
+    assert row[5].startswith("-0.250 [") and row[5].endswith("(-0.500, +0.000)")
+    assert row[6:] == ["0.400", "0.150 |"]

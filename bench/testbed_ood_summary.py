@@ -1,0 +1,83 @@
+"""The out-of-distribution answer in one table (issue 53, item 4): for every method at one checkpoint, what it keeps
+of the base model's coverage at 8 and 9 operations, by right chain and by answer, beside what it learnt in
+distribution and the entropy it learnt at.
+
+Reads the records `bench/testbed_ood_long.py` writes (`bench/results/<name>/<method>/seed<k>/step<N>.<split>.
+<t1|t1-chain>.json` and the base model's `base/step0.*.json`) and prints one Markdown row per method:
+- out of distribution, sampled at T = 1, pass@k minus the base model's on the 8-operation and on the 9-operation
+  problems alone, by right chain (`t1-chain`: every work line the problem's own) and by answer (`t1`), each with its
+  95% bootstrap interval over problems and seeds (`testbed_long_records.paired`) and, with two seeds or more, each
+  seed's own difference in brackets;
+- in distribution, right-chain pass@1 and the mean token entropy sampled at T = 1, means over the seeds.
+
+    python bench/testbed_ood_summary.py                       # testbed_ood_answer, pass@256, 1,500 steps
+    python bench/testbed_ood_summary.py --step 500 --k 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from testbed_long_records import ordered_methods, paired, per_problem, records_at  # noqa: E402
+from testbed_long_table import fmt, load_records, one_judge, operation_levels, restricted  # noqa: E402
+
+OUT_OF_DISTRIBUTION = (8, 9)  # the operation counts of the testbed's OOD split (training saw 3-7)
+VERDICTS = (("t1-chain", "right chains"), ("t1", "by answer"))  # (mode, heading)
+
+
+def summary_table(records: dict, k: int, step: int) -> list[str]:
+    """The Markdown table (heading, header and one row per method with records at `step`): see the module's
+    docstring. A method lacking one of the records a cell needs shows "-" there."""
+    bases = {mode: records.get(("base", 0, 0, "ood", mode)) for mode, _ in VERDICTS}
+    cells: list[tuple[str, int, dict]] = []  # (mode, operations, the base restricted to them)
+    for mode, _ in VERDICTS:
+        if bases[mode] is None:
+            raise SystemExit(f"no base record ood/{mode}: evaluate the base model first (bench/testbed_ood_long.py)")
+        levels = operation_levels(bases[mode])
+        cells += [(mode, ops, restricted(bases[mode], levels[ops])) for ops in OUT_OF_DISTRIBUTION if ops in levels]
+    heads = [f"{dict(VERDICTS)[mode]}, {ops} ops (base {statistics.fmean(per_problem(b, k).values()):.3f})"
+             for mode, ops, b in cells]
+    lines = [f"#### Out of distribution at T = 1, pass@{k} minus the base model's, at step {step}; in distribution "
+             "at T = 1, right-chain pass@1 and entropy", "",
+             "| method | seeds | " + " | ".join(heads) + " | ID pass@1 | ID entropy |",
+             "|---|---:|" + "---|" * len(heads) + "---:|---:|"]
+    for method in ordered_methods(records):
+        seeds = {mode: records_at(records, method, step, "ood", mode) for mode, _ in VERDICTS}
+        if not any(seeds.values()):
+            continue
+        row = []
+        for mode, _, base in cells:
+            pids = set(base["curve"]["problems"]["id"])
+            row.append(fmt(paired([(base, restricted(r, pids)) for r in seeds[mode]], k)))
+        inside = records_at(records, method, step, "id", "t1-chain")
+        pass1 = f"{statistics.fmean(r['pass@1'] for r in inside):.3f}" if inside else "-"
+        entropy = f"{statistics.fmean(r['entropy'] for r in inside):.3f}" if inside else "-"
+        n_seeds = max(len(v) for v in seeds.values())
+        lines.append(f"| `{method}` | {n_seeds} | " + " | ".join(row) + f" | {pass1} | {entropy} |")
+    return lines + [""]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--name", default="testbed_ood_answer", help="bench/results/NAME")
+    ap.add_argument("--k", type=int, default=256, help="pass@k (at most the samples per problem recorded)")
+    ap.add_argument("--step", type=int, default=1500, help="the checkpoint compared (the schedule's last: 1,500)")
+    ap.add_argument("--seeds", type=int, default=None, help="only seeds 0 to SEEDS-1; default every seed recorded")
+    args = ap.parse_args()
+    records, _ = one_judge(load_records(ROOT / "bench" / "results" / args.name, args.seeds))
+    if not records:
+        raise SystemExit(f"no records under bench/results/{args.name}")
+    most = min(min(r["curve"]["problems"]["n"]) for r in records.values())
+    if args.k > most:
+        raise SystemExit(f"--k {args.k}: the records hold {most} samples of some problem; pass --k {most} or less")
+    print("\n".join(summary_table(records, args.k, args.step)))
+
+
+if __name__ == "__main__":
+    main()
