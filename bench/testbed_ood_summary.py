@@ -8,6 +8,9 @@ Reads the records `bench/testbed_ood_long.py` writes (`bench/results/<name>/<met
   problems alone, by right chain (`t1-chain`: every work line the problem's own) and by answer (`t1`), each with its
   95% bootstrap interval over problems and seeds (`testbed_long_records.paired`) and, with two seeds or more, each
   seed's own difference in brackets;
+- of the base model's 9-operation problems it solves by a right chain at least 4 times (of its n samples), how many
+  the method never solves in any seed, beside how many a run sampling as the base model does would lose by chance
+  (`testbed_long_table.chance_lost_gained`): whether a loss is the problems' or the draws';
 - in distribution, right-chain pass@1 and the mean token entropy sampled at T = 1, means over the seeds.
 
     python bench/testbed_ood_summary.py                       # testbed_ood_answer, pass@256, 1,500 steps
@@ -24,11 +27,27 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from testbed_long_records import ordered_methods, paired, per_problem, records_at  # noqa: E402
-from testbed_long_table import fmt, load_records, one_judge, operation_levels, restricted  # noqa: E402
+from testbed_long_records import fate, ordered_methods, paired, per_problem, records_at  # noqa: E402
+from testbed_long_table import (chance_lost_gained, fmt, load_records, one_judge, operation_levels,  # noqa: E402
+                                restricted)
 
 OUT_OF_DISTRIBUTION = (8, 9)  # the operation counts of the testbed's OOD split (training saw 3-7)
 VERDICTS = (("t1-chain", "right chains"), ("t1", "by answer"))  # (mode, heading)
+MIN_HITS = 4  # a problem the base model solves this often is not one it solved by luck (`solved_sets_table`)
+
+
+def lost_chains(base: dict, runs: list[dict]) -> tuple[int, int, float]:
+    """(how many problems of `base` the base model solves at least MIN_HITS times, how many of those no record of
+    `runs` (one per seed) solves, how many a run sampling as the base model does would lose in every seed by
+    chance). `base` and `runs` are right-chain records restricted to the same problems."""
+    counts = dict(zip(base["curve"]["problems"]["id"], base["curve"]["problems"]["correct"]))
+    seen: dict[str, list[int]] = {}
+    for run in runs:
+        for pid, c in zip(run["curve"]["problems"]["id"], run["curve"]["problems"]["correct"]):
+            seen.setdefault(pid, []).append(c)
+    lost = sum(1 for pid, c in seen.items() if fate(counts.get(pid), c, MIN_HITS) == "lost")
+    by_chance = chance_lost_gained(list(counts.values()), runs[0]["n"], len(runs), MIN_HITS)[0]
+    return sum(1 for c in counts.values() if c >= MIN_HITS), lost, by_chance
 
 
 def summary_table(records: dict, k: int, step: int) -> list[str]:
@@ -43,6 +62,10 @@ def summary_table(records: dict, k: int, step: int) -> list[str]:
         cells += [(mode, ops, restricted(bases[mode], levels[ops])) for ops in OUT_OF_DISTRIBUTION if ops in levels]
     heads = [f"{dict(VERDICTS)[mode]}, {ops} ops (base {statistics.fmean(per_problem(b, k).values()):.3f})"
              for mode, ops, b in cells]
+    nine = next((b for mode, ops, b in cells if (mode, ops) == ("t1-chain", 9)), None)
+    if nine is not None:
+        reliable = lost_chains(nine, [nine])[0]
+        heads.append(f"9-op chains lost of the base's {reliable} (by chance)")
     lines = [f"#### Out of distribution at T = 1, pass@{k} minus the base model's, at step {step}; in distribution "
              "at T = 1, right-chain pass@1 and entropy", "",
              "| method | seeds | " + " | ".join(heads) + " | ID pass@1 | ID entropy |",
@@ -55,6 +78,11 @@ def summary_table(records: dict, k: int, step: int) -> list[str]:
         for mode, _, base in cells:
             pids = set(base["curve"]["problems"]["id"])
             row.append(fmt(paired([(base, restricted(r, pids)) for r in seeds[mode]], k)))
+        if nine is not None:
+            pids = set(nine["curve"]["problems"]["id"])
+            runs = [restricted(r, pids) for r in seeds["t1-chain"]]
+            _, lost, by_chance = lost_chains(nine, runs) if runs else (0, "-", None)
+            row.append(f"{lost} ({by_chance:.2f})" if runs else "-")
         inside = records_at(records, method, step, "id", "t1-chain")
         pass1 = f"{statistics.fmean(r['pass@1'] for r in inside):.3f}" if inside else "-"
         entropy = f"{statistics.fmean(r['entropy'] for r in inside):.3f}" if inside else "-"

@@ -638,7 +638,8 @@ def test_the_summary_reads_each_method_at_8_and_9_operations_by_chain_and_by_ans
                ("nsr", 1, 1500, "ood", "t1"): record({eight: 3, nine: 4}),
                ("nsr", 0, 1500, "id", "t1-chain"): record({}, pass1=0.5, entropy=0.1),
                ("nsr", 1, 1500, "id", "t1-chain"): record({}, pass1=0.3, entropy=0.2),
-               ("qae", 0, 500, "ood", "t1"): record({eight: 0, nine: 0})}  # not at step 1500: no row
+               ("qae", 0, 500, "ood", "t1"): record({eight: 0, nine: 0}),  # not at step 1500: no row
+               ("simko", 0, 1500, "ood", "t1-chain"): record({eight: 1, nine: 0})}
     lines = summary.summary_table(records, k=1, step=1500)
     # pass@1 = correct / 4; one problem per cell, so each seed's difference is its own and the mean is theirs.
     # Base: chains 8 ops 0.5, 9 ops 1.0; answers 1.0 and 1.0. nsr chains 8 ops: seed 0 1 - 0.5 = +0.5, seed 1
@@ -646,11 +647,18 @@ def test_the_summary_reads_each_method_at_8_and_9_operations_by_chain_and_by_ans
     # 9 ops: -0.5 and 0, mean -0.25. In distribution: pass@1 (0.5 + 0.3) / 2 = 0.4, entropy 0.15
     assert lines[2].split(" | ")[2:6] == ["right chains, 8 ops (base 0.500)", "right chains, 9 ops (base 1.000)",
                                           "by answer, 8 ops (base 1.000)", "by answer, 9 ops (base 1.000)"]
-    assert len(lines) == 6 and lines[-1] == ""
+    # the base solves the 9-operation problem 4 times of 4 (MIN_HITS): nsr's seed 1 solves it once, simko never
+    assert lines[2].split(" | ")[6] == "9-op chains lost of the base's 1 (by chance)"
+    assert len(lines) == 7 and lines[-1] == ""
+    # by chance: one run sampling as the base does misses it in all 4 draws with probability E[(1 - p)^4], p ~
+    # Beta(4.5, 0.5) (Jeffreys): B(4.5, 4.5) / B(4.5, 0.5) = Gamma(4.5) Gamma(5) / (Gamma(9) Gamma(0.5)) = 0.0039
+    simko = lines[5].split(" | ")
+    assert simko[0] == "| `simko`" and simko[6] == "1 (0.00)" and simko[5:6] == ["-"]
     row = lines[4].split(" | ")
+    assert row[6] == "0 (0.00)"
     assert row[:2] == ["| `nsr`", "2"]
     assert row[2].startswith("+0.000 [") and row[2].endswith("(+0.500, -0.500)")
     assert row[3].startswith("-0.875 [") and row[3].endswith("(-1.000, -0.750)")
     assert row[4].startswith("-0.125 [") and row[4].endswith("(+0.000, -0.250)")
     assert row[5].startswith("-0.250 [") and row[5].endswith("(-0.500, +0.000)")
-    assert row[6:] == ["0.400", "0.150 |"]
+    assert row[7:] == ["0.400", "0.150 |"]
