@@ -662,3 +662,42 @@ def test_the_summary_reads_each_method_at_8_and_9_operations_by_chain_and_by_ans
     assert row[4].startswith("-0.125 [") and row[4].endswith("(+0.000, -0.250)")
     assert row[5].startswith("-0.250 [") and row[5].endswith("(-0.500, +0.000)")
     assert row[7:] == ["0.400", "0.150 |"]
+
+
+def test_frontier_points_of_other_worktrees_are_merged_where_setting_and_weights_agree(tmp_path):
+    import json
+
+    from explorl.commands.frontier import PARTIAL
+
+    merge = _load("testbed_frontier_merge")
+    assert merge.PARTIAL == PARTIAL
+    setting = {"split": "ood", "n": 64}
+    here, sweep, newm = tmp_path / "main", tmp_path / "sweep", tmp_path / "newm"
+
+    def partial(root, seed, fingerprints, points, setting=setting):
+        path = root / "bench/results/x/frontier" / f"seed{seed}" / "ood_chain" / PARTIAL
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"setting": setting, "fingerprints": fingerprints, "points": points}))
+        return path
+
+    mine = partial(here, 0, {"base": "b", "grpo": "g"}, {"base\x00p\x001.0": 1, "grpo\x00q\x001.0": 2})
+    partial(sweep, 0, {"base": "b", "nsr": "n"}, {"base\x00p\x001.0": 1, "nsr\x00r\x001.0": 3, "nsr\x00r\x000.7": 4})
+    partial(newm, 1, {"simko": "s"}, {"simko\x00t\x001.0": 5})  # a seed this worktree has no file of yet
+    assert merge.merge_worktrees("x", [sweep, newm], root=here) == {"seed0/ood_chain/" + PARTIAL: 2,
+                                                                   "seed1/ood_chain/" + PARTIAL: 1}
+    merged = json.loads(mine.read_text())
+    assert merged["fingerprints"] == {"base": "b", "grpo": "g", "nsr": "n"}
+    assert merged["points"] == {"base\x00p\x001.0": 1, "grpo\x00q\x001.0": 2, "nsr\x00r\x001.0": 3,
+                                "nsr\x00r\x000.7": 4}
+    assert json.loads((here / "bench/results/x/frontier/seed1/ood_chain" / PARTIAL).read_text())["points"] == {
+        "simko\x00t\x001.0": 5}
+    assert merge.merge_worktrees("x", [sweep], root=here) == {"seed0/ood_chain/" + PARTIAL: 0}  # nothing new
+    # other weights under one label, or another setting: refused, and nothing is written (checked before writing)
+    partial(newm, 0, {"grpo": "other"}, {"grpo\x00q\x000.7": 6})
+    before = mine.read_text()
+    with pytest.raises(ValueError, match="'grpo' has other weights"):
+        merge.merge_worktrees("x", [sweep, newm], root=here)
+    partial(newm, 0, {"grpo": "g"}, {"grpo\x00q\x000.7": 6}, setting={"split": "ood", "n": 128})
+    with pytest.raises(ValueError, match="another setting"):
+        merge.merge_worktrees("x", [newm], root=here)
+    assert mine.read_text() == before
