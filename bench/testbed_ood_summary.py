@@ -15,6 +15,7 @@ Reads the records `bench/testbed_ood_long.py` writes (`bench/results/<name>/<met
 
     python bench/testbed_ood_summary.py                       # testbed_ood_answer, pass@256, 1,500 steps
     python bench/testbed_ood_summary.py --step 500 --k 64
+    python bench/testbed_ood_summary.py --also testbed_ood   # with the supervised control and the papers' methods
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from testbed_long_table import (chance_lost_gained, fmt, load_records, one_judge
 
 OUT_OF_DISTRIBUTION = (8, 9)  # the operation counts of the testbed's OOD split (training saw 3-7)
 VERDICTS = (("t1-chain", "right chains"), ("t1", "by answer"))  # (mode, heading)
+AT = "@"  # "<method>@<name>": a method of another sweep (`--also`), shown as "`method` (name)"
 MIN_HITS = 4  # a problem the base model solves this often is not one it solved by luck (`solved_sets_table`)
 
 
@@ -70,7 +72,7 @@ def summary_table(records: dict, k: int, step: int) -> list[str]:
              "at T = 1, right-chain pass@1 and entropy", "",
              "| method | seeds | " + " | ".join(heads) + " | ID pass@1 | ID entropy |",
              "|---|---:|" + "---|" * len(heads) + "---:|---:|"]
-    for method in ordered_methods(records):
+    for method in sorted(ordered_methods(records), key=lambda m: AT in m):  # this sweep's, then the others'
         seeds = {mode: records_at(records, method, step, "ood", mode) for mode, _ in VERDICTS}
         if not any(seeds.values()):
             continue
@@ -87,8 +89,26 @@ def summary_table(records: dict, k: int, step: int) -> list[str]:
         pass1 = f"{statistics.fmean(r['pass@1'] for r in inside):.3f}" if inside else "-"
         entropy = f"{statistics.fmean(r['entropy'] for r in inside):.3f}" if inside else "-"
         n_seeds = max(len(v) for v in seeds.values())
-        lines.append(f"| `{method}` | {n_seeds} | " + " | ".join(row) + f" | {pass1} | {entropy} |")
+        label = "`{}` ({})".format(*method.split(AT)) if AT in method else f"`{method}`"
+        lines.append(f"| {label} | {n_seeds} | " + " | ".join(row) + f" | {pass1} | {entropy} |")
     return lines + [""]
+
+
+def with_other_sweeps(records: dict, others: dict[str, dict]) -> dict:
+    """`records` with the runs of each other sweep ({name: its records}) of methods `records` lacks, as
+    "<method>@<name>", where that sweep's base model records are `records`' (the same model, evaluated alike);
+    ValueError naming the sweep and the record otherwise."""
+    out = dict(records)
+    mine = {m for m, *_ in records}
+    for name, theirs in others.items():
+        for key, record in theirs.items():
+            if key[0] == "base":
+                if key in records and record["curve"]["problems"] != records[key]["curve"]["problems"]:
+                    raise ValueError(f"--also {name}: its base model record {key[3]}/{key[4]} is not this sweep's; "
+                                     "its differences from the base would not compare")
+            elif key[0] not in mine:
+                out[(f"{key[0]}{AT}{name}", *key[1:])] = record
+    return out
 
 
 def main() -> None:
@@ -97,10 +117,19 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=256, help="pass@k (at most the samples per problem recorded)")
     ap.add_argument("--step", type=int, default=1500, help="the checkpoint compared (the schedule's last: 1,500)")
     ap.add_argument("--seeds", type=int, default=None, help="only seeds 0 to SEEDS-1; default every seed recorded")
+    ap.add_argument("--also", action="append", default=[], metavar="NAME",
+                    help="rows of another sweep of the same base model (bench/results/NAME), its methods this one "
+                         "lacks (e.g. --also testbed_ood: the supervised control and the papers' methods)")
     args = ap.parse_args()
-    records, _ = one_judge(load_records(ROOT / "bench" / "results" / args.name, args.seeds))
-    if not records:
-        raise SystemExit(f"no records under bench/results/{args.name}")
+    loaded = {name: one_judge(load_records(ROOT / "bench" / "results" / name, args.seeds))[0]
+              for name in [args.name, *args.also]}
+    for name, found in loaded.items():
+        if not found:
+            raise SystemExit(f"no records under bench/results/{name}")
+    try:
+        records = with_other_sweeps(loaded.pop(args.name), loaded)
+    except ValueError as e:
+        raise SystemExit(str(e))
     most = min(min(r["curve"]["problems"]["n"]) for r in records.values())
     if args.k > most:
         raise SystemExit(f"--k {args.k}: the records hold {most} samples of some problem; pass --k {most} or less")

@@ -656,6 +656,16 @@ def test_the_summary_reads_each_method_at_8_and_9_operations_by_chain_and_by_ans
     assert simko[0] == "| `simko`" and simko[6] == "1 (0.00)" and simko[5:6] == ["-"]
     row = lines[4].split(" | ")
     assert row[6] == "0 (0.00)"
+    # another sweep of the same base model: its methods this one lacks, after this one's, named with their sweep
+    other = {("base", 0, 0, "ood", "t1-chain"): records[("base", 0, 0, "ood", "t1-chain")],
+             ("sft", 0, 1500, "ood", "t1-chain"): record({eight: 2, nine: 0}),
+             ("nsr", 0, 1500, "ood", "t1-chain"): record({eight: 0, nine: 0})}  # this sweep has its own nsr
+    both = summary.summary_table(summary.with_other_sweeps(records, {"old": other}), k=1, step=1500)
+    assert [line.split(" | ")[0] for line in both[4:-1]] == ["| `nsr`", "| `simko`", "| `sft` (old)"]
+    assert both[6].split(" | ")[2].startswith("+0.000 [")  # 8 operations: 2 of 4 against the base's 2 of 4
+    other[("base", 0, 0, "ood", "t1-chain")] = record({eight: 2, nine: 3})
+    with pytest.raises(ValueError, match="--also old: its base model record ood/t1-chain"):
+        summary.with_other_sweeps(records, {"old": other})
     assert row[:2] == ["| `nsr`", "2"]
     assert row[2].startswith("+0.000 [") and row[2].endswith("(+0.500, -0.500)")
     assert row[3].startswith("-0.875 [") and row[3].endswith("(-1.000, -0.750)")
