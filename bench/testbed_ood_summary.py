@@ -16,6 +16,7 @@ Reads the records `bench/testbed_ood_long.py` writes (`bench/results/<name>/<met
     python bench/testbed_ood_summary.py                       # testbed_ood_answer, pass@256, 1,500 steps
     python bench/testbed_ood_summary.py --step 500 --k 64
     python bench/testbed_ood_summary.py --also testbed_ood   # with the supervised control and the papers' methods
+    python bench/testbed_ood_summary.py --figure bench/results/testbed_ood_answer/summary.png
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import argparse
 import statistics
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -52,9 +54,22 @@ def lost_chains(base: dict, runs: list[dict]) -> tuple[int, int, float]:
     return sum(1 for c in counts.values() if c >= MIN_HITS), lost, by_chance
 
 
-def summary_table(records: dict, k: int, step: int) -> list[str]:
-    """The Markdown table (heading, header and one row per method with records at `step`): see the module's
-    docstring. A method lacking one of the records a cell needs shows "-" there."""
+class Row(NamedTuple):
+    """One method's row: its label, seeds, each cell's `paired` difference from the base model (None where its
+    records lack the cell), the 9-operation chains it loses (lost, by chance; None without right-chain records) and
+    in distribution its right-chain pass@1 and entropy (None without records)."""
+
+    label: str
+    seeds: int
+    cells: list[tuple | None]
+    lost: tuple[int, float] | None
+    pass1: float | None
+    entropy: float | None
+
+
+def summary_rows(records: dict, k: int, step: int) -> tuple[list[tuple[str, float]], int | None, list[Row]]:
+    """(each cell's heading and the base model's pass@k there, how many 9-operation problems the base model solves by a right chain at least MIN_HITS
+    times (None without those records), one Row per method with records at `step`, this sweep's first)."""
     bases = {mode: records.get(("base", 0, 0, "ood", mode)) for mode, _ in VERDICTS}
     cells: list[tuple[str, int, dict]] = []  # (mode, operations, the base restricted to them)
     for mode, _ in VERDICTS:
@@ -62,36 +77,78 @@ def summary_table(records: dict, k: int, step: int) -> list[str]:
             raise SystemExit(f"no base record ood/{mode}: evaluate the base model first (bench/testbed_ood_long.py)")
         levels = operation_levels(bases[mode])
         cells += [(mode, ops, restricted(bases[mode], levels[ops])) for ops in OUT_OF_DISTRIBUTION if ops in levels]
-    heads = [f"{dict(VERDICTS)[mode]}, {ops} ops (base {statistics.fmean(per_problem(b, k).values()):.3f})"
+    heads = [(f"{dict(VERDICTS)[mode]}, {ops} ops", statistics.fmean(per_problem(b, k).values()))
              for mode, ops, b in cells]
     nine = next((b for mode, ops, b in cells if (mode, ops) == ("t1-chain", 9)), None)
-    if nine is not None:
-        reliable = lost_chains(nine, [nine])[0]
+    rows = []
+    for method in sorted(ordered_methods(records), key=lambda m: AT in m):  # this sweep's, then the others'
+        seeds = {mode: records_at(records, method, step, "ood", mode) for mode, _ in VERDICTS}
+        if not any(seeds.values()):
+            continue
+        diffs = [paired([(base, restricted(r, set(base["curve"]["problems"]["id"]))) for r in seeds[mode]], k)
+                 for mode, _, base in cells]
+        lost = None
+        if nine is not None and seeds["t1-chain"]:
+            runs = [restricted(r, set(nine["curve"]["problems"]["id"])) for r in seeds["t1-chain"]]
+            lost = lost_chains(nine, runs)[1:]
+        inside = records_at(records, method, step, "id", "t1-chain")
+        label = "`{}` ({})".format(*method.split(AT)) if AT in method else f"`{method}`"
+        rows.append(Row(label, max(len(v) for v in seeds.values()), diffs, lost,
+                        statistics.fmean(r["pass@1"] for r in inside) if inside else None,
+                        statistics.fmean(r["entropy"] for r in inside) if inside else None))
+    return heads, (lost_chains(nine, [nine])[0] if nine is not None else None), rows
+
+
+def summary_table(records: dict, k: int, step: int) -> list[str]:
+    """The Markdown table (heading, header and one row per method with records at `step`): see the module's
+    docstring. A method lacking one of the records a cell needs shows "-" there."""
+    cells, reliable, rows = summary_rows(records, k, step)
+    heads = [f"{head} (base {base:.3f})" for head, base in cells]
+    if reliable is not None:
         heads.append(f"9-op chains lost of the base's {reliable} (by chance)")
     lines = [f"#### Out of distribution at T = 1, pass@{k} minus the base model's, at step {step}; in distribution "
              "at T = 1, right-chain pass@1 and entropy", "",
              "| method | seeds | " + " | ".join(heads) + " | ID pass@1 | ID entropy |",
              "|---|---:|" + "---|" * len(heads) + "---:|---:|"]
-    for method in sorted(ordered_methods(records), key=lambda m: AT in m):  # this sweep's, then the others'
-        seeds = {mode: records_at(records, method, step, "ood", mode) for mode, _ in VERDICTS}
-        if not any(seeds.values()):
-            continue
-        row = []
-        for mode, _, base in cells:
-            pids = set(base["curve"]["problems"]["id"])
-            row.append(fmt(paired([(base, restricted(r, pids)) for r in seeds[mode]], k)))
-        if nine is not None:
-            pids = set(nine["curve"]["problems"]["id"])
-            runs = [restricted(r, pids) for r in seeds["t1-chain"]]
-            _, lost, by_chance = lost_chains(nine, runs) if runs else (0, "-", None)
-            row.append(f"{lost} ({by_chance:.2f})" if runs else "-")
-        inside = records_at(records, method, step, "id", "t1-chain")
-        pass1 = f"{statistics.fmean(r['pass@1'] for r in inside):.3f}" if inside else "-"
-        entropy = f"{statistics.fmean(r['entropy'] for r in inside):.3f}" if inside else "-"
-        n_seeds = max(len(v) for v in seeds.values())
-        label = "`{}` ({})".format(*method.split(AT)) if AT in method else f"`{method}`"
-        lines.append(f"| {label} | {n_seeds} | " + " | ".join(row) + f" | {pass1} | {entropy} |")
+    for row in rows:
+        cells = [fmt(ci) for ci in row.cells]
+        if reliable is not None:
+            cells.append("-" if row.lost is None else f"{row.lost[0]} ({row.lost[1]:.2f})")
+        inside = ["-" if v is None else f"{v:.3f}" for v in (row.pass1, row.entropy)]
+        lines.append(f"| {row.label} | {row.seeds} | " + " | ".join(cells + inside) + " |")
     return lines + [""]
+
+
+def forest(records: dict, k: int, step: int, path: Path) -> None:
+    """The table's four differences as a figure: one panel per cell (8 and 9 operations, by right chain and by
+    answer), each method's mean over its seeds with its 95% interval and each seed's own difference as a dot."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    heads, _, rows = summary_rows(records, k, step)
+    fig, axes = plt.subplots(1, len(heads), figsize=(3.6 * len(heads), 0.32 * len(rows) + 1.6), sharey=True)
+    y = list(range(len(rows)))[::-1]
+    for i, (ax, (head, base)) in enumerate(zip(axes, heads)):
+        for yi, row in zip(y, rows):
+            if (ci := row.cells[i]) is None:
+                continue
+            mean, lo, hi, per_seed = ci
+            ax.errorbar(mean, yi, xerr=[[mean - lo], [hi - mean]], fmt="o", capsize=3, color="tab:blue")
+            ax.plot(per_seed, [yi] * len(per_seed), "x", color="tab:orange", markersize=4)
+        ax.axvline(0.0, color="k", linestyle=":")
+        ax.axvline(-base, color="tab:red", linestyle="--", alpha=0.6)  # every problem the base solves lost
+        ax.set_title(f"{head} (base {base:.3f})", fontsize=9)
+        ax.set_xlabel(f"pass@{k} minus the base model's", fontsize=8)
+        ax.grid(axis="x", alpha=0.3)
+    axes[0].set_yticks(y, [f"{r.label.replace('`', '')} ({r.seeds})" for r in rows], fontsize=8)
+    fig.suptitle(f"Out of distribution at T = 1, step {step}: mean over seeds (seeds in brackets), 95% interval over "
+                 "problems and seeds, each seed (x); red: all of the base's lost", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(f"wrote {path}")
 
 
 def with_other_sweeps(records: dict, others: dict[str, dict]) -> dict:
@@ -120,6 +177,7 @@ def main() -> None:
     ap.add_argument("--also", action="append", default=[], metavar="NAME",
                     help="rows of another sweep of the same base model (bench/results/NAME), its methods this one "
                          "lacks (e.g. --also testbed_ood: the supervised control and the papers' methods)")
+    ap.add_argument("--figure", default=None, help="PNG path: the table's differences, one panel per cell")
     args = ap.parse_args()
     loaded = {name: one_judge(load_records(ROOT / "bench" / "results" / name, args.seeds))[0]
               for name in [args.name, *args.also]}
@@ -134,6 +192,8 @@ def main() -> None:
     if args.k > most:
         raise SystemExit(f"--k {args.k}: the records hold {most} samples of some problem; pass --k {most} or less")
     print("\n".join(summary_table(records, args.k, args.step)))
+    if args.figure:
+        forest(records, args.k, args.step, Path(args.figure))
 
 
 if __name__ == "__main__":

@@ -620,7 +620,7 @@ def test_the_frontier_tables_take_every_run_a_frontier_holds():
     assert frontier.baseline_of("sft") == "grpo" and frontier.baseline_of("nsr") == frontier.baseline("nsr")
 
 
-def test_the_summary_reads_each_method_at_8_and_9_operations_by_chain_and_by_answer():
+def test_the_summary_reads_each_method_at_8_and_9_operations_by_chain_and_by_answer(tmp_path):
     summary = _load("testbed_ood_summary")
 
     def record(counts: dict[str, int], pass1: float = 0.0, entropy: float = 0.0) -> dict:  # 4 samples a problem
@@ -663,6 +663,8 @@ def test_the_summary_reads_each_method_at_8_and_9_operations_by_chain_and_by_ans
     both = summary.summary_table(summary.with_other_sweeps(records, {"old": other}), k=1, step=1500)
     assert [line.split(" | ")[0] for line in both[4:-1]] == ["| `nsr`", "| `simko`", "| `sft` (old)"]
     assert both[6].split(" | ")[2].startswith("+0.000 [")  # 8 operations: 2 of 4 against the base's 2 of 4
+    summary.forest(records, k=1, step=1500, path=tmp_path / "summary.png")
+    assert (tmp_path / "summary.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     other[("base", 0, 0, "ood", "t1-chain")] = record({eight: 2, nine: 3})
     with pytest.raises(ValueError, match="--also old: its base model record ood/t1-chain"):
         summary.with_other_sweeps(records, {"old": other})
