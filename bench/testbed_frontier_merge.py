@@ -38,8 +38,10 @@ def merged(mine: dict | None, theirs: dict, where: str) -> dict:
         if label in mine["fingerprints"] and mine["fingerprints"][label] != fingerprint:
             raise ValueError(f"{where}: model {label!r} has other weights there ({fingerprint} against "
                              f"{mine['fingerprints'][label]}); its points cannot be shared")
-    return {"setting": mine["setting"], "fingerprints": {**theirs["fingerprints"], **mine["fingerprints"]},
-            "points": {**theirs["points"], **mine["points"]}}
+    # this worktree's entries first, in their order: a merge that adds nothing leaves the file as it was
+    return {"setting": mine["setting"], "fingerprints": {**mine["fingerprints"], **theirs["fingerprints"],
+                                                         **mine["fingerprints"]},
+            "points": {**mine["points"], **theirs["points"], **mine["points"]}}
 
 
 def merge_worktrees(name: str, others: list[Path], root: Path = ROOT) -> dict[str, int]:
@@ -59,6 +61,8 @@ def merge_worktrees(name: str, others: list[Path], root: Path = ROOT) -> dict[st
             updates[target] = merged(mine, json.loads(theirs_path.read_text()), str(theirs_path))
             added[str(relative)] = added.get(str(relative), 0) + len(updates[target]["points"]) - before
     for target, data in updates.items():
+        if target.exists() and not added[str(target.relative_to(root / frontier))]:
+            continue  # nothing new: the file is left as it was
         target.parent.mkdir(parents=True, exist_ok=True)
         nofollow.write_atomic(target, json.dumps(data))
     return added

@@ -703,7 +703,10 @@ def test_frontier_points_of_other_worktrees_are_merged_where_setting_and_weights
                                 "nsr\x00r\x000.7": 4}
     assert json.loads((here / "bench/results/x/frontier/seed1/ood_chain" / PARTIAL).read_text())["points"] == {
         "simko\x00t\x001.0": 5}
+    assert list(merged["points"])[:2] == ["base\x00p\x001.0", "grpo\x00q\x001.0"]  # this worktree's first
+    text = mine.read_text()
     assert merge.merge_worktrees("x", [sweep], root=here) == {"seed0/ood_chain/" + PARTIAL: 0}  # nothing new
+    assert mine.read_text() == text
     # other weights under one label, or another setting: refused, and nothing is written (checked before writing)
     partial(newm, 0, {"grpo": "other"}, {"grpo\x00q\x000.7": 6})
     before = mine.read_text()
