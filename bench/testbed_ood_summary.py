@@ -40,18 +40,25 @@ AT = "@"  # "<method>@<name>": a method of another sweep (`--also`), shown as "`
 MIN_HITS = 4  # a problem the base model solves this often is not one it solved by luck (`solved_sets_table`)
 
 
-def lost_chains(base: dict, runs: list[dict]) -> tuple[int, int, float]:
-    """(how many problems of `base` the base model solves at least MIN_HITS times, how many of those no record of
-    `runs` (one per seed) solves, how many a run sampling as the base model does would lose in every seed by
-    chance). `base` and `runs` are right-chain records restricted to the same problems."""
+def reliable(base: dict) -> int:
+    """How many problems of `base` (a right-chain record) the base model solves at least MIN_HITS times."""
+    return sum(1 for c in base["curve"]["problems"]["correct"] if c >= MIN_HITS)
+
+
+def lost_chains(base: dict, runs: list[dict], chance: dict[tuple[int, int], float]) -> tuple[int, float]:
+    """(how many of the problems of `base` the base model solves at least MIN_HITS times no record of `runs` (one per
+    seed) solves, how many a run sampling as the base model does would lose in every seed by chance). `base` and
+    `runs` are right-chain records restricted to the same problems; `chance` caches the latter by (n, seeds)."""
     counts = dict(zip(base["curve"]["problems"]["id"], base["curve"]["problems"]["correct"]))
     seen: dict[str, list[int]] = {}
     for run in runs:
         for pid, c in zip(run["curve"]["problems"]["id"], run["curve"]["problems"]["correct"]):
             seen.setdefault(pid, []).append(c)
     lost = sum(1 for pid, c in seen.items() if fate(counts.get(pid), c, MIN_HITS) == "lost")
-    by_chance = chance_lost_gained(list(counts.values()), runs[0]["n"], len(runs), MIN_HITS)[0]
-    return sum(1 for c in counts.values() if c >= MIN_HITS), lost, by_chance
+    key = (runs[0]["n"], len(runs))
+    if key not in chance:
+        chance[key] = chance_lost_gained(list(counts.values()), *key, MIN_HITS)[0]
+    return lost, chance[key]
 
 
 class Row(NamedTuple):
@@ -67,9 +74,20 @@ class Row(NamedTuple):
     entropy: float | None
 
 
-def summary_rows(records: dict, k: int, step: int) -> tuple[list[tuple[str, float]], int | None, list[Row]]:
-    """(each cell's heading and the base model's pass@k there, how many 9-operation problems the base model solves by a right chain at least MIN_HITS
-    times (None without those records), one Row per method with records at `step`, this sweep's first)."""
+class Summary(NamedTuple):
+    """What the table and the figure show (`summary_rows`)."""
+
+    heads: list[tuple[str, float]]
+    """Each cell's heading and the base model's pass@k there."""
+    reliable: int | None
+    """How many 9-operation problems the base model solves by a right chain at least MIN_HITS times (None without
+    those records)."""
+    rows: list[Row]
+    """One per method with records at the step, this sweep's first."""
+
+
+def summary_rows(records: dict, k: int, step: int) -> Summary:
+    """The table's contents at `step`, pass@`k` (see the module's docstring)."""
     bases = {mode: records.get(("base", 0, 0, "ood", mode)) for mode, _ in VERDICTS}
     cells: list[tuple[str, int, dict]] = []  # (mode, operations, the base restricted to them)
     for mode, _ in VERDICTS:
@@ -80,6 +98,7 @@ def summary_rows(records: dict, k: int, step: int) -> tuple[list[tuple[str, floa
     heads = [(f"{dict(VERDICTS)[mode]}, {ops} ops", statistics.fmean(per_problem(b, k).values()))
              for mode, ops, b in cells]
     nine = next((b for mode, ops, b in cells if (mode, ops) == ("t1-chain", 9)), None)
+    chance: dict[tuple[int, int], float] = {}
     rows = []
     for method in sorted(ordered_methods(records), key=lambda m: AT in m):  # this sweep's, then the others'
         seeds = {mode: records_at(records, method, step, "ood", mode) for mode, _ in VERDICTS}
@@ -90,44 +109,44 @@ def summary_rows(records: dict, k: int, step: int) -> tuple[list[tuple[str, floa
         lost = None
         if nine is not None and seeds["t1-chain"]:
             runs = [restricted(r, set(nine["curve"]["problems"]["id"])) for r in seeds["t1-chain"]]
-            lost = lost_chains(nine, runs)[1:]
+            lost = lost_chains(nine, runs, chance)
         inside = records_at(records, method, step, "id", "t1-chain")
         label = "`{}` ({})".format(*method.split(AT)) if AT in method else f"`{method}`"
         rows.append(Row(label, max(len(v) for v in seeds.values()), diffs, lost,
                         statistics.fmean(r["pass@1"] for r in inside) if inside else None,
                         statistics.fmean(r["entropy"] for r in inside) if inside else None))
-    return heads, (lost_chains(nine, [nine])[0] if nine is not None else None), rows
+    return Summary(heads, None if nine is None else reliable(nine), rows)
 
 
-def summary_table(records: dict, k: int, step: int) -> list[str]:
-    """The Markdown table (heading, header and one row per method with records at `step`): see the module's
-    docstring. A method lacking one of the records a cell needs shows "-" there."""
-    cells, reliable, rows = summary_rows(records, k, step)
-    heads = [f"{head} (base {base:.3f})" for head, base in cells]
-    if reliable is not None:
-        heads.append(f"9-op chains lost of the base's {reliable} (by chance)")
+def summary_table(summary: Summary, k: int, step: int) -> list[str]:
+    """The Markdown table of `summary` (`summary_rows` at `step`, pass@`k`): heading, header and one row per method.
+    A method lacking one of the records a cell needs shows "-" there."""
+    heads = [f"{head} (base {base:.3f})" for head, base in summary.heads]
+    if summary.reliable is not None:
+        heads.append(f"9-op chains lost of the base's {summary.reliable} (by chance)")
     lines = [f"#### Out of distribution at T = 1, pass@{k} minus the base model's, at step {step}; in distribution "
              "at T = 1, right-chain pass@1 and entropy", "",
              "| method | seeds | " + " | ".join(heads) + " | ID pass@1 | ID entropy |",
              "|---|---:|" + "---|" * len(heads) + "---:|---:|"]
-    for row in rows:
+    for row in summary.rows:
         cells = [fmt(ci) for ci in row.cells]
-        if reliable is not None:
+        if summary.reliable is not None:
             cells.append("-" if row.lost is None else f"{row.lost[0]} ({row.lost[1]:.2f})")
         inside = ["-" if v is None else f"{v:.3f}" for v in (row.pass1, row.entropy)]
         lines.append(f"| {row.label} | {row.seeds} | " + " | ".join(cells + inside) + " |")
     return lines + [""]
 
 
-def forest(records: dict, k: int, step: int, path: Path) -> None:
-    """The table's four differences as a figure: one panel per cell (8 and 9 operations, by right chain and by
-    answer), each method's mean over its seeds with its 95% interval and each seed's own difference as a dot."""
+def forest(summary: Summary, k: int, step: int, path: Path) -> None:
+    """The table's four differences (`summary_rows` at `step`, pass@`k`) as a figure: one panel per cell (8 and 9
+    operations, by right chain and by answer), each method's mean over its seeds with its 95% interval and each
+    seed's own difference as a dot."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    heads, _, rows = summary_rows(records, k, step)
+    heads, rows = summary.heads, summary.rows
     fig, axes = plt.subplots(1, len(heads), figsize=(3.6 * len(heads), 0.32 * len(rows) + 1.6), sharey=True)
     y = list(range(len(rows)))[::-1]
     for i, (ax, (head, base)) in enumerate(zip(axes, heads)):
@@ -191,9 +210,10 @@ def main() -> None:
     most = min(min(r["curve"]["problems"]["n"]) for r in records.values())
     if args.k > most:
         raise SystemExit(f"--k {args.k}: the records hold {most} samples of some problem; pass --k {most} or less")
-    print("\n".join(summary_table(records, args.k, args.step)))
+    summary = summary_rows(records, args.k, args.step)  # the bootstraps, once for the table and the figure
+    print("\n".join(summary_table(summary, args.k, args.step)))
     if args.figure:
-        forest(records, args.k, args.step, Path(args.figure))
+        forest(summary, args.k, args.step, Path(args.figure))
 
 
 if __name__ == "__main__":

@@ -542,8 +542,9 @@ def test_out_of_distribution_answers_are_read_by_operations_beside_right_chains(
 def test_the_completions_digest_keeps_nine_operation_samples_in_order_with_both_verdicts():
     """bench/testbed_ood_completions.py: of a completions file's rows, the 9-operation problems' first `samples`
     completions, in sampling order, each with its chain verdict (the judge's `correct`), its answer verdict (the
-    boxed answer equal to the answer as an integer, as the `t1` records judge it) and its work lines (`testbed_ood_lengths.work_lines`: lines with "="
-    before the boxed answer); the summary counts every 9-operation sample."""
+    boxed answer equal to the answer as an integer, as the `t1` records judge it) and its work lines
+    (`testbed_ood_lengths.work_lines`: lines with "=" before the boxed answer); the summary counts every 9-operation
+    sample."""
     digest = _load("testbed_ood_completions").digest
     nine, eight = "1+1+1+1+1+1+1+1+1+1=?\n", "1+1+1+1+1+1+1+1+1=?\n"  # 9 and 8 operations
     chain = "1+2=3\n3+3=6\n\\boxed{6}"
@@ -640,7 +641,7 @@ def test_the_summary_reads_each_method_at_8_and_9_operations_by_chain_and_by_ans
                ("nsr", 1, 1500, "id", "t1-chain"): record({}, pass1=0.3, entropy=0.2),
                ("qae", 0, 500, "ood", "t1"): record({eight: 0, nine: 0}),  # not at step 1500: no row
                ("simko", 0, 1500, "ood", "t1-chain"): record({eight: 1, nine: 0})}
-    lines = summary.summary_table(records, k=1, step=1500)
+    lines = summary.summary_table(summary.summary_rows(records, k=1, step=1500), k=1, step=1500)
     # pass@1 = correct / 4; one problem per cell, so each seed's difference is its own and the mean is theirs.
     # Base: chains 8 ops 0.5, 9 ops 1.0; answers 1.0 and 1.0. nsr chains 8 ops: seed 0 1 - 0.5 = +0.5, seed 1
     # 0 - 0.5 = -0.5, mean 0; 9 ops: -1.0 and 0.25 - 1 = -0.75, mean -0.875; answers 8 ops: 0 and -0.25, mean -0.125;
@@ -660,10 +661,11 @@ def test_the_summary_reads_each_method_at_8_and_9_operations_by_chain_and_by_ans
     other = {("base", 0, 0, "ood", "t1-chain"): records[("base", 0, 0, "ood", "t1-chain")],
              ("sft", 0, 1500, "ood", "t1-chain"): record({eight: 2, nine: 0}),
              ("nsr", 0, 1500, "ood", "t1-chain"): record({eight: 0, nine: 0})}  # this sweep has its own nsr
-    both = summary.summary_table(summary.with_other_sweeps(records, {"old": other}), k=1, step=1500)
+    both = summary.summary_table(summary.summary_rows(summary.with_other_sweeps(records, {"old": other}), k=1,
+                                                      step=1500), k=1, step=1500)
     assert [line.split(" | ")[0] for line in both[4:-1]] == ["| `nsr`", "| `simko`", "| `sft` (old)"]
     assert both[6].split(" | ")[2].startswith("+0.000 [")  # 8 operations: 2 of 4 against the base's 2 of 4
-    summary.forest(records, k=1, step=1500, path=tmp_path / "summary.png")
+    summary.forest(summary.summary_rows(records, k=1, step=1500), k=1, step=1500, path=tmp_path / "summary.png")
     assert (tmp_path / "summary.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     other[("base", 0, 0, "ood", "t1-chain")] = record({eight: 2, nine: 3})
     with pytest.raises(ValueError, match="--also old: its base model record ood/t1-chain"):
