@@ -17,8 +17,9 @@ Random weights rarely emit EOS, so nearly every response runs to the length limi
 responses. `--spread-lengths` makes `spread_eos` ids end a response too, so lengths spread geometrically (mean about a
 quarter of the limit), as RL's responses do: where the static batch of the CUDA graph (every row to the end) and the
 compacting dynamic decoder part. Tokens are ids; a word-level tokenizer over the whole vocabulary (`t0` ...
-`t151935`) turns them into text and back, so both trainers decode and re-encode exactly. The reward is `distinct_share` (share of distinct tokens of a
-completion): not constant, so advantages are not all zero. A run that does not fit in memory is reported as OOM.
+`t151935`) turns them into text and back, so both trainers decode and re-encode exactly. The reward is
+`distinct_share` (share of distinct tokens of a completion): not constant, so advantages are not all zero. A run
+that does not fit in memory is reported as OOM.
 
 Without CUDA it prints why it skips and exits 0.
 
@@ -195,7 +196,8 @@ def bench_sampling(model_dir: Path, length: int, args, device, dtype) -> dict:
             out[k]["peak"] = max(out[k]["peak"], _peak_gib(device))
             if r > 0:
                 out[k]["tok_s"].append(count / secs)
-            print(f"  {length} tokens, {k}, round {r}{' (warm-up)' if r == 0 else ''}: {count:,} tokens in {secs:.1f} s "
+            warm_up = " (warm-up)" if r == 0 else ""
+            print(f"  {length} tokens, {k}, round {r}{warm_up}: {count:,} tokens in {secs:.1f} s "
                   f"= {count / secs:,.0f} tok/s, peak {out[k]['peak']:.1f} GiB{graph_status()}", flush=True)
     return {k: (None if v["oom"] else {"value": statistics.median(v["tok_s"]), "peak": v["peak"]})
             for k, v in out.items()}
