@@ -17,6 +17,10 @@ Reads the records `bench/testbed_ood_long.py` writes (`bench/results/<name>/<met
     python bench/testbed_ood_summary.py --step 500 --k 64
     python bench/testbed_ood_summary.py --also testbed_ood   # with the supervised control and the papers' methods
     python bench/testbed_ood_summary.py --figure bench/results/testbed_ood_answer/summary.png
+    python bench/testbed_ood_summary.py --also testbed_ood --minus sft   # and each method minus the supervised control
+
+`--minus METHOD` adds a table of each method minus METHOD, paired seed with seed and problem with problem: whether
+RL loses more than supervised training does, rather than whether each loses against the base model.
 """
 
 from __future__ import annotations
@@ -86,15 +90,26 @@ class Summary(NamedTuple):
     """One per method with records at the step, this sweep's first."""
 
 
+def table_cells(records: dict) -> list[tuple[str, int, dict]]:
+    """The table's cells in order, each (mode, operation count, the base model's record restricted to the problems
+    of that count), for 8 and 9 operations by right chain and by answer; SystemExit where a base record is missing."""
+    cells = []
+    for mode, _ in VERDICTS:
+        if (base := records.get(("base", 0, 0, "ood", mode))) is None:
+            raise SystemExit(f"no base record ood/{mode}: evaluate the base model first (bench/testbed_ood_long.py)")
+        levels = operation_levels(base)
+        cells += [(mode, ops, restricted(base, levels[ops])) for ops in OUT_OF_DISTRIBUTION if ops in levels]
+    return cells
+
+
+def label_of(method: str) -> str:
+    """How the tables name `method`: "`grpo`", or "`sft` (testbed_ood)" for a method of another sweep."""
+    return "`{}` ({})".format(*method.split(AT)) if AT in method else f"`{method}`"
+
+
 def summary_rows(records: dict, k: int, step: int) -> Summary:
     """The table's contents at `step`, pass@`k` (see the module's docstring)."""
-    bases = {mode: records.get(("base", 0, 0, "ood", mode)) for mode, _ in VERDICTS}
-    cells: list[tuple[str, int, dict]] = []  # (mode, operations, the base restricted to them)
-    for mode, _ in VERDICTS:
-        if bases[mode] is None:
-            raise SystemExit(f"no base record ood/{mode}: evaluate the base model first (bench/testbed_ood_long.py)")
-        levels = operation_levels(bases[mode])
-        cells += [(mode, ops, restricted(bases[mode], levels[ops])) for ops in OUT_OF_DISTRIBUTION if ops in levels]
+    cells = table_cells(records)
     heads = [(f"{dict(VERDICTS)[mode]}, {ops} ops", statistics.fmean(per_problem(b, k).values()))
              for mode, ops, b in cells]
     nine = next((b for mode, ops, b in cells if (mode, ops) == ("t1-chain", 9)), None)
@@ -111,8 +126,7 @@ def summary_rows(records: dict, k: int, step: int) -> Summary:
             runs = [restricted(r, set(nine["curve"]["problems"]["id"])) for r in seeds["t1-chain"]]
             lost = lost_chains(nine, runs, chance)
         inside = records_at(records, method, step, "id", "t1-chain")
-        label = "`{}` ({})".format(*method.split(AT)) if AT in method else f"`{method}`"
-        rows.append(Row(label, max(len(v) for v in seeds.values()), diffs, lost,
+        rows.append(Row(label_of(method), max(len(v) for v in seeds.values()), diffs, lost,
                         statistics.fmean(r["pass@1"] for r in inside) if inside else None,
                         statistics.fmean(r["entropy"] for r in inside) if inside else None))
     return Summary(heads, None if nine is None else reliable(nine), rows)
@@ -134,6 +148,47 @@ def summary_table(summary: Summary, k: int, step: int) -> list[str]:
             cells.append("-" if row.lost is None else f"{row.lost[0]} ({row.lost[1]:.2f})")
         inside = ["-" if v is None else f"{v:.3f}" for v in (row.pass1, row.entropy)]
         lines.append(f"| {row.label} | {row.seeds} | " + " | ".join(cells + inside) + " |")
+    return lines + [""]
+
+
+def resolve(records: dict, method: str) -> str:
+    """`method` as `records` key it: itself, or "<method>@<sweep>" where only another sweep (`--also`) has it;
+    SystemExit naming the methods there are otherwise."""
+    known = ordered_methods(records)
+    found = [m for m in known if m == method] or [m for m in known if m.split(AT)[0] == method]
+    if len(found) != 1:
+        names = ", ".join(m.replace(AT, " of ") for m in known)
+        raise SystemExit(f"--minus {method}: {'no' if not found else 'more than one'} such method; there are {names}")
+    return found[0]
+
+
+def minus_table(records: dict, reference: str, k: int, step: int) -> list[str]:
+    """Each method minus `reference` (a key of `records`' methods, `resolve`) at `step`, pass@`k`, in the summary's
+    four cells: paired seed with seed (the seeds both have) and problem with problem, 95% interval over problems and
+    those seeds (`paired`), each seed's own difference in brackets. Answers, for one, whether RL loses more than the
+    supervised control (`--minus sft`) rather than whether each loses against the base model."""
+    cells = table_cells(records)
+    heads = [f"{dict(VERDICTS)[mode]}, {ops} ops" for mode, ops, _ in cells]
+    lines = [f"#### Out of distribution at T = 1, pass@{k} of each method minus {label_of(reference)}'s, same seed, "
+             f"at step {step}", "", "| method | seeds | " + " | ".join(heads) + " |",
+             "|---|---:|" + "---|" * len(heads)]
+
+    def by_seed(method: str, mode: str) -> dict[int, dict]:
+        return {seed: r for (m, seed, s, split, md), r in records.items()
+                if (m, s, split, md) == (method, step, "ood", mode)}
+
+    for method in sorted(ordered_methods(records), key=lambda m: AT in m):
+        if method in ("base", reference):
+            continue
+        row, seeds = [], set()
+        for mode, _, base in cells:
+            mine, theirs = by_seed(method, mode), by_seed(reference, mode)
+            common = sorted(mine.keys() & theirs.keys())
+            problems = set(base["curve"]["problems"]["id"])
+            row.append(paired([(restricted(theirs[s], problems), restricted(mine[s], problems)) for s in common], k))
+            seeds |= set(common)
+        if seeds:
+            lines.append(f"| {label_of(method)} | {len(seeds)} | " + " | ".join(fmt(ci) for ci in row) + " |")
     return lines + [""]
 
 
@@ -197,6 +252,9 @@ def main() -> None:
                     help="rows of another sweep of the same base model (bench/results/NAME), its methods this one "
                          "lacks (e.g. --also testbed_ood: the supervised control and the papers' methods)")
     ap.add_argument("--figure", default=None, help="PNG path: the table's differences, one panel per cell")
+    ap.add_argument("--minus", default=None, metavar="METHOD",
+                    help="also a table of each method minus METHOD, seed with seed (e.g. --also testbed_ood "
+                         "--minus sft: RL against the supervised control)")
     args = ap.parse_args()
     loaded = {name: one_judge(load_records(ROOT / "bench" / "results" / name, args.seeds))[0]
               for name in [args.name, *args.also]}
@@ -210,10 +268,13 @@ def main() -> None:
     most = min(min(r["curve"]["problems"]["n"]) for r in records.values())
     if args.k > most:
         raise SystemExit(f"--k {args.k}: the records hold {most} samples of some problem; pass --k {most} or less")
+    reference = resolve(records, args.minus) if args.minus else None  # before any work
     summary = summary_rows(records, args.k, args.step)  # the bootstraps, once for the table and the figure
     print("\n".join(summary_table(summary, args.k, args.step)))
     if args.figure:
         forest(summary, args.k, args.step, Path(args.figure))
+    if reference:
+        print("\n".join(minus_table(records, reference, args.k, args.step)))
 
 
 if __name__ == "__main__":

@@ -718,3 +718,45 @@ def test_frontier_points_of_other_worktrees_are_merged_where_setting_and_weights
     with pytest.raises(ValueError, match="another setting"):
         merge.merge_worktrees("x", [newm], root=here)
     assert mine.read_text() == before
+
+
+def test_each_method_is_compared_with_a_reference_method_seed_with_seed(tmp_path):
+    summary = _load("testbed_ood_summary")
+
+    def record(counts: dict[str, int]) -> dict:  # 4 samples a problem
+        ids = list(counts)
+        return {"n": 4, "curve": {"problems": {"id": ids, "n": [4] * len(ids), "correct": list(counts.values())}}}
+
+    eight, nine = "+".join("1" * 9) + "=?\n", "+".join("1" * 10) + "=?\n"  # 8 and 9 operations
+    records = {("base", 0, 0, "ood", "t1-chain"): record({eight: 2, nine: 4}),
+               ("base", 0, 0, "ood", "t1"): record({eight: 4, nine: 4}),
+               ("grpo", 0, 1500, "ood", "t1-chain"): record({eight: 4, nine: 0}),
+               ("grpo", 1, 1500, "ood", "t1-chain"): record({eight: 2, nine: 0}),
+               ("grpo", 0, 1500, "ood", "t1"): record({eight: 3, nine: 1}),
+               ("grpo", 1, 1500, "ood", "t1"): record({eight: 4, nine: 2}),
+               ("nsr", 0, 1500, "ood", "t1-chain"): record({eight: 1, nine: 2}),
+               ("sft@old", 0, 1500, "ood", "t1-chain"): record({eight: 2, nine: 0}),
+               ("sft@old", 1, 1500, "ood", "t1-chain"): record({eight: 1, nine: 0}),
+               ("sft@old", 2, 1500, "ood", "t1-chain"): record({eight: 0, nine: 0}),  # no grpo seed 2: left out
+               ("sft@old", 0, 1500, "ood", "t1"): record({eight: 4, nine: 0}),
+               ("sft@old", 1, 1500, "ood", "t1"): record({eight: 4, nine: 4})}
+    assert summary.resolve(records, "sft") == "sft@old"
+    with pytest.raises(SystemExit, match="--minus sfd: no such method; there are grpo, nsr, sft of old"):
+        summary.resolve(records, "sfd")
+    lines = summary.minus_table(records, "sft@old", k=1, step=1500)
+    assert lines[0].startswith("#### Out of distribution at T = 1, pass@1 of each method minus `sft` (old)'s")
+    assert [line.split(" | ")[0] for line in lines[4:-1]] == ["| `grpo`", "| `nsr`"]  # not the reference
+    # pass@1 = correct / 4, one problem per cell, seeds 0 and 1 shared. grpo minus sft, chains at 8 operations:
+    # seed 0 1 - 0.5 = +0.5, seed 1 0.5 - 0.25 = +0.25, mean +0.375, and resampling two seeds' one problem the mean
+    # is one of 0.25, 0.375, 0.5; 9 operations 0 - 0 in both; answers at 8: 0.75 - 1 = -0.25 and 1 - 1 = 0;
+    # at 9: 0.25 - 0 = +0.25 and 0.5 - 1 = -0.5, mean -0.125
+    grpo = lines[4].split(" | ")
+    assert grpo[1] == "2"
+    assert grpo[2] == "+0.375 [+0.250, +0.500] (+0.500, +0.250)"
+    assert grpo[3].startswith("+0.000 [+0.000, +0.000]")
+    assert grpo[4].startswith("-0.125 [") and grpo[4].endswith("(-0.250, +0.000)")
+    assert grpo[5].startswith("-0.125 [") and grpo[5].endswith("(+0.250, -0.500) |")
+    # nsr has seed 0's right chains only: 0.25 - 0.5 and 0.5 - 0, one seed so no brackets; no answers: "-"
+    nsr = lines[5].split(" | ")
+    assert nsr[1] == "1" and nsr[2].startswith("-0.250 [") and nsr[3].startswith("+0.500 [")
+    assert nsr[4:] == ["-", "- |"]
