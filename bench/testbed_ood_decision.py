@@ -13,8 +13,9 @@ has learned to stop early answers at j = operations - 1.
 
 Models: the base model (`--model`) and each run's final weights under `runs/<name>/<method>/seed<s>/final/`.
 Records: `bench/results/<name>/decision/<label>.json` (per operation count and j: the problems and the mean
-P(answer now)); a label already recorded with the same problems is skipped. Prints the table bench/RESULTS.md quotes
-and draws `decision.png` beside the records (P(answer now) against the lines written, at 7, 8 and 9 operations).
+P(answer now)); a label already recorded with the same problems is skipped. Prints the table bench/RESULTS.md quotes,
+then one row per method with its seeds together (`method_table`), and draws `decision.png` beside the records
+(P(answer now) against the lines written, at 7, 8 and 9 operations).
 """
 
 from __future__ import annotations
@@ -99,6 +100,32 @@ def table(records: dict[str, dict]) -> list[str]:
     return lines
 
 
+def method_table(records: dict[str, dict], operations: int = 9) -> list[str]:
+    """Per method, its seeds together (labels "<method>/seed<s> (<split>)", `main`'s): out of distribution at
+    `operations`, P(answer) after `operations` - 1 right lines and after `operations` - 2, the mean over the seeds and
+    each seed's in brackets; in distribution P(answer) on time, the mean over the split's operation counts and seeds."""
+    seeds: dict[str, dict[str, list[dict]]] = {}
+    for label, record in records.items():
+        name, _, split = label.partition(" (")
+        seeds.setdefault(name.split("/")[0], {}).setdefault(split.rstrip(")"), []).append(record)
+
+    def cell(values: list[float]) -> str:
+        each = f" ({', '.join(f'{v:.3f}' for v in values)})" if len(values) > 1 else ""
+        return f"{sum(values) / len(values):.3f}{each}"
+
+    lines = [f"| model | seeds | P(answer) after {operations - 1} of {operations} right lines | after "
+             f"{operations - 2} of {operations} | in distribution, on time |", "|---|---:|---|---|---:|"]
+    for method, by_split in seeds.items():
+        out = [r["operations"][str(operations)] for r in by_split.get("ood", []) if str(operations) in r["operations"]]
+        inside = [by_j[ops] for r in by_split.get("id", []) for ops, by_j in r["operations"].items()]
+        if not out:
+            continue
+        on_time = f"{sum(inside) / len(inside):.3f}" if inside else "-"
+        lines.append(f"| {method} | {len(out)} | {cell([b[str(operations - 1)] for b in out])} | "
+                     f"{cell([b[str(operations - 2)] for b in out])} | {on_time} |")
+    return lines
+
+
 def figure(records: dict[str, dict], out: Path, operations: tuple[int, ...] = (7, 8, 9)) -> None:
     """One panel per operation count: P(answer now) against the right lines written, the base model's and each
     method's (the mean over its seeds, each seed's curve faint), the line where the chain ends marked."""
@@ -164,6 +191,7 @@ def main() -> None:
                                  f"or move it aside")
             records[f"{label} ({split})"] = record
     print("\n".join(table(records)))
+    print("\n".join(["", "Per method, seeds together:", ""] + method_table(records)))
     figure(records, out_dir / "decision.png")
     print(f"figure: {(out_dir / 'decision.png').relative_to(ROOT)}")
 

@@ -609,6 +609,17 @@ def test_the_stop_decision_table_and_figure(tmp_path):
     assert "| base (ood) | 9 | 3 | 0.089 | 1.000 | 0.078 |" in rows
     decision.figure(records, tmp_path / "decision.png")
     assert (tmp_path / "decision.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # per method, seeds together: grpo's seed 1 answers after 8 of 9 lines with 0.5 and after 7 with 0.3, so the
+    # means are (0.089 + 0.5) / 2 = 0.294 and (0.078 + 0.3) / 2 = 0.189; in distribution (seed 0 only, counts 3 and
+    # 4) on time 0.6 and 0.8: 0.700
+    other = {"operations": {**curve, "9": {**curve["9"], "8": 0.5, "7": 0.3}}, "counts": rec["counts"]}
+    inside = {"operations": {"3": {"1": 0.0, "2": 0.1, "3": 0.6}, "4": {"3": 0.2, "4": 0.8}}, "counts": {}}
+    by_method = decision.method_table({"base (ood)": rec, "grpo/seed0 (ood)": rec, "grpo/seed1 (ood)": other,
+                                       "grpo/seed0 (id)": inside})
+    assert by_method[0] == ("| model | seeds | P(answer) after 8 of 9 right lines | after 7 of 9 | "
+                            "in distribution, on time |")
+    assert by_method[2:] == ["| base | 1 | 0.089 | 0.078 | - |",
+                             "| grpo | 2 | 0.294 (0.089, 0.500) | 0.189 (0.078, 0.300) | 0.700 |"]
 
 
 def test_the_frontier_tables_take_every_run_a_frontier_holds():
