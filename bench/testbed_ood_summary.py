@@ -102,6 +102,11 @@ def table_cells(records: dict) -> list[tuple[str, int, dict]]:
     return cells
 
 
+def table_methods(records: dict) -> list[str]:
+    """The methods the tables list, in their order: this sweep's (`ordered_methods`), then the other sweeps'."""
+    return sorted(ordered_methods(records), key=lambda m: AT in m)
+
+
 def label_of(method: str) -> str:
     """How the tables name `method`: "`grpo`", or "`sft` (testbed_ood)" for a method of another sweep."""
     return "`{}` ({})".format(*method.split(AT)) if AT in method else f"`{method}`"
@@ -115,7 +120,7 @@ def summary_rows(records: dict, k: int, step: int) -> Summary:
     nine = next((b for mode, ops, b in cells if (mode, ops) == ("t1-chain", 9)), None)
     chance: dict[tuple[int, int], float] = {}
     rows = []
-    for method in sorted(ordered_methods(records), key=lambda m: AT in m):  # this sweep's, then the others'
+    for method in table_methods(records):
         seeds = {mode: records_at(records, method, step, "ood", mode) for mode, _ in VERDICTS}
         if not any(seeds.values()):
             continue
@@ -177,15 +182,17 @@ def minus_table(records: dict, reference: str, k: int, step: int) -> list[str]:
         return {seed: r for (m, seed, s, split, md), r in records.items()
                 if (m, s, split, md) == (method, step, "ood", mode)}
 
-    for method in sorted(ordered_methods(records), key=lambda m: AT in m):
-        if method in ("base", reference):
+    # the reference's records and each cell's problems, once for every method
+    theirs = {mode: by_seed(reference, mode) for mode, _ in VERDICTS}
+    problems = [set(base["curve"]["problems"]["id"]) for _, _, base in cells]
+    for method in table_methods(records):
+        if method == reference:
             continue
         row, seeds = [], set()
-        for mode, _, base in cells:
-            mine, theirs = by_seed(method, mode), by_seed(reference, mode)
-            common = sorted(mine.keys() & theirs.keys())
-            problems = set(base["curve"]["problems"]["id"])
-            row.append(paired([(restricted(theirs[s], problems), restricted(mine[s], problems)) for s in common], k))
+        for (mode, _, _), pids in zip(cells, problems):
+            mine = by_seed(method, mode)
+            common = sorted(mine.keys() & theirs[mode].keys())
+            row.append(paired([(restricted(theirs[mode][s], pids), restricted(mine[s], pids)) for s in common], k))
             seeds |= set(common)
         if seeds:
             lines.append(f"| {label_of(method)} | {len(seeds)} | " + " | ".join(fmt(ci) for ci in row) + " |")

@@ -22,6 +22,13 @@ def _load(name: str):
     return module
 
 
+def _record(counts: dict[str, int], pass1: float = 0.0, entropy: float = 0.0) -> dict:
+    """An evaluation record of 4 samples a problem, `counts` the correct ones of each (the summary's tests)."""
+    ids = list(counts)
+    return {"n": 4, "pass@1": pass1, "entropy": entropy,
+            "curve": {"problems": {"id": ids, "n": [4] * len(ids), "correct": list(counts.values())}}}
+
+
 def test_right_chains_are_judged_out_of_distribution_only_when_asked(tmp_path):
     testbed_long = _load("testbed_long")
     chains = ["t1-chain", "matched-chain"]
@@ -635,23 +642,18 @@ def test_the_frontier_tables_take_every_run_a_frontier_holds():
 def test_the_summary_reads_each_method_at_8_and_9_operations_by_chain_and_by_answer(tmp_path):
     summary = _load("testbed_ood_summary")
 
-    def record(counts: dict[str, int], pass1: float = 0.0, entropy: float = 0.0) -> dict:  # 4 samples a problem
-        ids = list(counts)
-        return {"n": 4, "pass@1": pass1, "entropy": entropy,
-                "curve": {"problems": {"id": ids, "n": [4] * len(ids), "correct": list(counts.values())}}}
-
     eight = "+".join("1" * 9) + "=?\n"  # 8 operations
     nine = "+".join("1" * 10) + "=?\n"  # 9 operations
-    records = {("base", 0, 0, "ood", "t1-chain"): record({eight: 2, nine: 4}),
-               ("base", 0, 0, "ood", "t1"): record({eight: 4, nine: 4}),
-               ("nsr", 0, 1500, "ood", "t1-chain"): record({eight: 4, nine: 0}),
-               ("nsr", 1, 1500, "ood", "t1-chain"): record({eight: 0, nine: 1}),
-               ("nsr", 0, 1500, "ood", "t1"): record({eight: 4, nine: 2}),
-               ("nsr", 1, 1500, "ood", "t1"): record({eight: 3, nine: 4}),
-               ("nsr", 0, 1500, "id", "t1-chain"): record({}, pass1=0.5, entropy=0.1),
-               ("nsr", 1, 1500, "id", "t1-chain"): record({}, pass1=0.3, entropy=0.2),
-               ("qae", 0, 500, "ood", "t1"): record({eight: 0, nine: 0}),  # not at step 1500: no row
-               ("simko", 0, 1500, "ood", "t1-chain"): record({eight: 1, nine: 0})}
+    records = {("base", 0, 0, "ood", "t1-chain"): _record({eight: 2, nine: 4}),
+               ("base", 0, 0, "ood", "t1"): _record({eight: 4, nine: 4}),
+               ("nsr", 0, 1500, "ood", "t1-chain"): _record({eight: 4, nine: 0}),
+               ("nsr", 1, 1500, "ood", "t1-chain"): _record({eight: 0, nine: 1}),
+               ("nsr", 0, 1500, "ood", "t1"): _record({eight: 4, nine: 2}),
+               ("nsr", 1, 1500, "ood", "t1"): _record({eight: 3, nine: 4}),
+               ("nsr", 0, 1500, "id", "t1-chain"): _record({}, pass1=0.5, entropy=0.1),
+               ("nsr", 1, 1500, "id", "t1-chain"): _record({}, pass1=0.3, entropy=0.2),
+               ("qae", 0, 500, "ood", "t1"): _record({eight: 0, nine: 0}),  # not at step 1500: no row
+               ("simko", 0, 1500, "ood", "t1-chain"): _record({eight: 1, nine: 0})}
     lines = summary.summary_table(summary.summary_rows(records, k=1, step=1500), k=1, step=1500)
     # pass@1 = correct / 4; one problem per cell, so each seed's difference is its own and the mean is theirs.
     # Base: chains 8 ops 0.5, 9 ops 1.0; answers 1.0 and 1.0. nsr chains 8 ops: seed 0 1 - 0.5 = +0.5, seed 1
@@ -670,15 +672,15 @@ def test_the_summary_reads_each_method_at_8_and_9_operations_by_chain_and_by_ans
     assert row[6] == "0 (0.00)"
     # another sweep of the same base model: its methods this one lacks, after this one's, named with their sweep
     other = {("base", 0, 0, "ood", "t1-chain"): records[("base", 0, 0, "ood", "t1-chain")],
-             ("sft", 0, 1500, "ood", "t1-chain"): record({eight: 2, nine: 0}),
-             ("nsr", 0, 1500, "ood", "t1-chain"): record({eight: 0, nine: 0})}  # this sweep has its own nsr
+             ("sft", 0, 1500, "ood", "t1-chain"): _record({eight: 2, nine: 0}),
+             ("nsr", 0, 1500, "ood", "t1-chain"): _record({eight: 0, nine: 0})}  # this sweep has its own nsr
     both = summary.summary_table(summary.summary_rows(summary.with_other_sweeps(records, {"old": other}), k=1,
                                                       step=1500), k=1, step=1500)
     assert [line.split(" | ")[0] for line in both[4:-1]] == ["| `nsr`", "| `simko`", "| `sft` (old)"]
     assert both[6].split(" | ")[2].startswith("+0.000 [")  # 8 operations: 2 of 4 against the base's 2 of 4
     summary.forest(summary.summary_rows(records, k=1, step=1500), k=1, step=1500, path=tmp_path / "summary.png")
     assert (tmp_path / "summary.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    other[("base", 0, 0, "ood", "t1-chain")] = record({eight: 2, nine: 3})
+    other[("base", 0, 0, "ood", "t1-chain")] = _record({eight: 2, nine: 3})
     with pytest.raises(ValueError, match="--also old: its base model record ood/t1-chain"):
         summary.with_other_sweeps(records, {"old": other})
     assert row[:2] == ["| `nsr`", "2"]
@@ -734,23 +736,19 @@ def test_frontier_points_of_other_worktrees_are_merged_where_setting_and_weights
 def test_each_method_is_compared_with_a_reference_method_seed_with_seed(tmp_path):
     summary = _load("testbed_ood_summary")
 
-    def record(counts: dict[str, int]) -> dict:  # 4 samples a problem
-        ids = list(counts)
-        return {"n": 4, "curve": {"problems": {"id": ids, "n": [4] * len(ids), "correct": list(counts.values())}}}
-
     eight, nine = "+".join("1" * 9) + "=?\n", "+".join("1" * 10) + "=?\n"  # 8 and 9 operations
-    records = {("base", 0, 0, "ood", "t1-chain"): record({eight: 2, nine: 4}),
-               ("base", 0, 0, "ood", "t1"): record({eight: 4, nine: 4}),
-               ("grpo", 0, 1500, "ood", "t1-chain"): record({eight: 4, nine: 0}),
-               ("grpo", 1, 1500, "ood", "t1-chain"): record({eight: 2, nine: 0}),
-               ("grpo", 0, 1500, "ood", "t1"): record({eight: 3, nine: 1}),
-               ("grpo", 1, 1500, "ood", "t1"): record({eight: 4, nine: 2}),
-               ("nsr", 0, 1500, "ood", "t1-chain"): record({eight: 1, nine: 2}),
-               ("sft@old", 0, 1500, "ood", "t1-chain"): record({eight: 2, nine: 0}),
-               ("sft@old", 1, 1500, "ood", "t1-chain"): record({eight: 1, nine: 0}),
-               ("sft@old", 2, 1500, "ood", "t1-chain"): record({eight: 0, nine: 0}),  # no grpo seed 2: left out
-               ("sft@old", 0, 1500, "ood", "t1"): record({eight: 4, nine: 0}),
-               ("sft@old", 1, 1500, "ood", "t1"): record({eight: 4, nine: 4})}
+    records = {("base", 0, 0, "ood", "t1-chain"): _record({eight: 2, nine: 4}),
+               ("base", 0, 0, "ood", "t1"): _record({eight: 4, nine: 4}),
+               ("grpo", 0, 1500, "ood", "t1-chain"): _record({eight: 4, nine: 0}),
+               ("grpo", 1, 1500, "ood", "t1-chain"): _record({eight: 2, nine: 0}),
+               ("grpo", 0, 1500, "ood", "t1"): _record({eight: 3, nine: 1}),
+               ("grpo", 1, 1500, "ood", "t1"): _record({eight: 4, nine: 2}),
+               ("nsr", 0, 1500, "ood", "t1-chain"): _record({eight: 1, nine: 2}),
+               ("sft@old", 0, 1500, "ood", "t1-chain"): _record({eight: 2, nine: 0}),
+               ("sft@old", 1, 1500, "ood", "t1-chain"): _record({eight: 1, nine: 0}),
+               ("sft@old", 2, 1500, "ood", "t1-chain"): _record({eight: 0, nine: 0}),  # no grpo seed 2: left out
+               ("sft@old", 0, 1500, "ood", "t1"): _record({eight: 4, nine: 0}),
+               ("sft@old", 1, 1500, "ood", "t1"): _record({eight: 4, nine: 4})}
     assert summary.resolve(records, "sft") == "sft@old"
     with pytest.raises(SystemExit, match="--minus sfd: no such method; there are grpo, nsr, sft of old"):
         summary.resolve(records, "sfd")
